@@ -1,0 +1,131 @@
+"""Inputs and outputs of the estimator. Pure data; the rules live in hfvram.estimate.engines."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from hfvram.spec import ModelSpec
+
+VERDICT_FITS = "fits"
+VERDICT_TIGHT = "tight"
+VERDICT_DOES_NOT_FIT = "does_not_fit"
+FITS_THRESHOLD = 0.9  # contract: fits when total <= 0.9 x usable
+
+
+@dataclass(frozen=True)
+class GPU:
+    """One accelerator of the catalogue (hfvram/data/gpus.toml)."""
+
+    id: str
+    name: str
+    vendor: str
+    #: bytes the device exposes (nvidia-smi total where measured), not the marketing number
+    memory_bytes: int
+    memory_bandwidth_gbs: float | None = None
+    bf16_tflops_dense: float | None = None
+    interconnect_gbs: float | None = None
+    unified_memory: bool = False
+    #: unified-memory parts: the GPU-addressable share of RAM (bytes); None for discrete GPUs
+    addressable_bytes: int | None = None
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def gpu_memory_bytes(self) -> int:
+        """What the GPU can address: the whole card, or the addressable share of unified memory."""
+        return self.addressable_bytes if self.addressable_bytes is not None else self.memory_bytes
+
+
+@dataclass(frozen=True)
+class Hardware:
+    gpu: GPU
+    count: int = 1
+
+    @property
+    def label(self) -> str:
+        return self.gpu.id if self.count == 1 else f"{self.gpu.id}x{self.count}"
+
+
+@dataclass(frozen=True)
+class Workload:
+    #: tokens per sequence; None = the engine's own default (e.g. vLLM: the model's max length)
+    context: int | None = None
+    #: sequences held in the KV cache at full context
+    concurrency: int = 1
+    #: "auto" = the engine's rule; else bf16 / fp16 / fp8 / q8_0 / q4_0 / …
+    kv_dtype: str = "auto"
+
+
+@dataclass(frozen=True)
+class EngineChoice:
+    """What the user asked for: engine name, optional release, settings under the engine's own names."""
+
+    name: str
+    version: str | None = None
+    settings: Mapping[str, str] = field(default_factory=dict)
+    tp: int | None = None
+    pp: int | None = None
+    gpu_util: float | None = None
+
+
+@dataclass(frozen=True)
+class PerGpu:
+    """The four terms on the worst GPU of the set, in bytes (contract: ``per_gpu``)."""
+
+    weights: int
+    kv_cache: int
+    activations: int
+    overhead: int
+    #: what the engine may use on this GPU (after its memory fraction / reserve)
+    usable: int
+    #: the device's memory (or addressable share) on this GPU
+    memory: int
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv_cache + self.activations + self.overhead
+
+    @property
+    def reserve(self) -> int:
+        """Memory the engine holds back from itself (memory − usable)."""
+        return max(0, self.memory - self.usable)
+
+
+@dataclass(frozen=True)
+class Capacity:
+    #: KV-cache size in tokens the engine would report at start-up (vLLM "GPU KV cache size")
+    kv_tokens: int | None = None
+    #: full-length requests at workload.context that fit
+    max_concurrency: float | None = None
+    #: longest context that fits at workload.concurrency
+    max_context: int | None = None
+
+
+@dataclass(frozen=True)
+class Estimate:
+    spec: ModelSpec
+    hardware: Hardware | None
+    #: resolved engine: name, version of the rules used, and every setting the estimate assumed
+    engine: Mapping[str, object]
+    #: resolved workload (context and kv_dtype filled in)
+    workload: Workload
+    per_gpu: PerGpu
+    #: per_gpu.total / per_gpu.usable (None without hardware)
+    utilization: float | None
+    verdict: str | None
+    capacity: Capacity
+    decode_tokens_per_second: float | None
+    warnings: tuple[str, ...] = ()
+    #: term name -> one line on how it was computed (for --explain)
+    explain: Mapping[str, str] = field(default_factory=dict)
+    #: parallel layout used
+    tp: int = 1
+    pp: int = 1
+
+
+def verdict_for(total: int, usable: int) -> str:
+    if usable > 0 and total <= FITS_THRESHOLD * usable:
+        return VERDICT_FITS
+    if total <= usable:
+        return VERDICT_TIGHT
+    return VERDICT_DOES_NOT_FIT
