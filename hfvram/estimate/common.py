@@ -1,0 +1,466 @@
+"""Building blocks shared by every engine profile (pure functions, no engine-specific rules).
+
+Engine modules (``hfvram.estimate.engines.*``) compose these into their own accounting; the rules that
+differ between engines (budgets, defaults, page sizes) stay in the engine module and its TOML file.
+All sizes are bytes; "per rank" means one GPU of a tensor-/pipeline-parallel set.
+Sources: ``design/engines.md`` §1 (shared blocks), §2.8 (parallelism), §10 (reserves).
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from typing import Any, Iterable, Mapping
+
+from hfvram.errors import UsageError
+from hfvram.estimate.types import (
+    Capacity,
+    EngineChoice,
+    Estimate,
+    Hardware,
+    PerGpu,
+    Workload,
+    verdict_for,
+)
+from hfvram.spec import GROWING_KINDS, RECURRENT_KINDS, WINDOWED_KINDS, Layer, LayerKind, ModelSpec
+
+GiB = 1 << 30
+MiB = 1 << 20
+
+# ---------------------------------------------------------------------------------------------------------
+# KV dtypes
+# ---------------------------------------------------------------------------------------------------------
+
+#: KV cache dtype name -> bytes per element (engines.md §1.2). Names as engines and users spell them.
+KV_DTYPE_BYTES: Mapping[str, float] = {
+    "fp32": 4.0,
+    "float32": 4.0,
+    "f32": 4.0,
+    "bf16": 2.0,
+    "bfloat16": 2.0,
+    "fp16": 2.0,
+    "float16": 2.0,
+    "f16": 2.0,
+    "half": 2.0,
+    "fp8": 1.0,
+    "fp8_e4m3": 1.0,
+    "fp8_e5m2": 1.0,
+    "fp8_inc": 1.0,
+    "int8": 1.0,
+    "q8_0": 34 / 32,
+    "q5_1": 24 / 32,
+    "q5_0": 22 / 32,
+    "q4_1": 20 / 32,
+    "q4_0": 18 / 32,
+    "iq4_nl": 18 / 32,
+    "int4": 0.5,
+    "fp4": 0.5,
+}
+
+
+def kv_dtype_bytes(name: str, model_dtype_bytes: float = 2.0) -> float:
+    """Bytes per KV element for a dtype name (``auto`` -> the model's compute dtype).
+
+    Raises UsageError for a name no engine accepts. ggml block types (q8_0 …) carry their block scale
+    (engines.md §1.2 / §11.1)."""
+    key = name.strip().lower()
+    if key in ("auto", "", "model"):
+        return model_dtype_bytes
+    if key not in KV_DTYPE_BYTES:
+        known = ", ".join(sorted(KV_DTYPE_BYTES))
+        raise UsageError(f"unknown KV cache dtype {name!r}; known: auto, {known}")
+    return KV_DTYPE_BYTES[key]
+
+
+def canonical_kv_dtype(name: str, model_dtype: str | None) -> str:
+    """The name reported back for a KV dtype: ``auto`` resolves to the model's dtype (bf16/fp16/fp32)."""
+    key = name.strip().lower()
+    if key in ("auto", "", "model"):
+        return {"float16": "fp16", "float32": "fp32", "bfloat16": "bf16"}.get(model_dtype or "", "bf16")
+    return {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32"}.get(key, key)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Per-rank KV shapes
+# ---------------------------------------------------------------------------------------------------------
+
+
+def kv_heads_per_rank(total_kv_heads: int, tp: int) -> int:
+    """KV heads one TP rank holds: ``max(1, total // tp)`` — replicated once TP exceeds the head count
+    (vLLM/SGLang ``get_num_kv_heads``, engines.md §1.1)."""
+    if total_kv_heads <= 0:
+        return 0
+    return max(1, total_kv_heads // max(1, tp))
+
+
+def layer_kv_elems_per_token_rank(layer: Layer, tp: int) -> int:
+    """K+V elements per token this layer stores on one TP rank. MLA keeps its whole latent on every rank
+    (engines.md §1.1: ``num_kv_heads = 1`` when ``use_mla``); recurrent / cache-free layers -> 0."""
+    if layer.kind is LayerKind.MLA:
+        return layer.kv_lora_rank + layer.qk_rope_head_dim
+    if layer.kind in (LayerKind.FULL, LayerKind.SLIDING, LayerKind.CHUNKED):
+        return kv_heads_per_rank(layer.num_kv_heads, tp) * (layer.head_dim_k + layer.head_dim_v)
+    return 0
+
+
+def layer_state_bytes_rank(layer: Layer, tp: int, fallback_dtype_bytes: float) -> float:
+    """Recurrent (linear-attention / Mamba) state bytes per sequence on one TP rank.
+
+    The state is split over ``state_heads`` when TP divides it (engines.md §2.5 state shapes); a layer whose
+    state cannot be split (``state_heads == 0``) is held whole. Dtype: the layer's own, else the fallback."""
+    if layer.kind not in RECURRENT_KINDS:
+        return 0.0
+    per_elem = layer.state_dtype_bytes or fallback_dtype_bytes
+    divisor = tp if layer.state_heads and tp > 1 else 1
+    return layer.state_elems * per_elem / divisor
+
+
+def pp_layer_ranges(num_layers: int, pp: int) -> list[tuple[int, int]]:
+    """Layer index ranges ``[start, end)`` per pipeline stage, as vLLM's ``get_pp_indices`` splits them:
+    an even share each, the remainder added one by one to the stages before the last."""
+    pp = max(1, pp)
+    per_stage = num_layers // pp
+    sizes = [per_stage] * pp
+    for i in range(2, num_layers % pp + 2):
+        sizes[-i] += 1
+    ranges, start = [], 0
+    for size in sizes:
+        ranges.append((start, start + size))
+        start += size
+    return ranges
+
+
+def worst_stage_layers(spec: ModelSpec, pp: int) -> tuple[Layer, ...]:
+    """The layers of the pipeline stage with the most KV bytes per token (the stage that decides)."""
+    if pp <= 1 or not spec.layers:
+        return spec.layers
+    stages = [spec.layers[a:b] for a, b in pp_layer_ranges(len(spec.layers), pp)]
+    return max(stages, key=lambda layers: (sum(layer.kv_elems_per_token for layer in layers), len(layers)))
+
+
+def kv_bytes_per_token_rank(layers: Iterable[Layer], tp: int, kv_bytes: float) -> float:
+    """KV bytes per token of context per sequence on one rank, over the layers that grow with context."""
+    return sum(layer_kv_elems_per_token_rank(layer, tp) for layer in layers if layer.kind in GROWING_KINDS) * kv_bytes
+
+
+def kv_fixed_bytes_rank(
+    layers: Iterable[Layer], tp: int, kv_bytes: float, context: int, state_dtype_bytes: float
+) -> float:
+    """Bytes per sequence on one rank that stop growing: windowed layers at ``min(window, context)`` plus
+    recurrent state. Engines that reserve more for windows (vLLM: window − 1 + batched tokens) add it."""
+    total = 0.0
+    for layer in layers:
+        if layer.kind in WINDOWED_KINDS:
+            total += layer_kv_elems_per_token_rank(layer, tp) * kv_bytes * min(layer.window or 0, context)
+        elif layer.kind in RECURRENT_KINDS:
+            total += layer_state_bytes_rank(layer, tp, state_dtype_bytes)
+    return total
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Weights per rank
+# ---------------------------------------------------------------------------------------------------------
+
+#: components held whole on every TP rank (engines.md §2.8: norms, router; tiny, replicated)
+REPLICATED_COMPONENTS = frozenset({"norms", "router"})
+#: components that belong to the transformer layers (split by PP with the layers)
+LAYER_COMPONENTS = frozenset({"attention", "mlp", "experts", "router", "norms"})
+
+
+def pad_to_multiple(value: int, multiple: int) -> int:
+    """``value`` rounded up to a multiple of ``multiple`` (``multiple <= 1`` returns value)."""
+    if multiple <= 1:
+        return value
+    return -(-value // multiple) * multiple
+
+
+@dataclass(frozen=True)
+class WeightsSplit:
+    """Weights on the worst rank, with the per-component bytes that make it up and how it was derived."""
+
+    bytes: int
+    by_component: Mapping[str, int]
+    explain: str
+
+
+def weights_per_rank(
+    spec: ModelSpec,
+    tp: int,
+    pp: int,
+    vocab_padding: int = 64,
+    component_scale: Mapping[str, float] | None = None,
+) -> WeightsSplit | None:
+    """Checkpoint weights on the worst GPU of a TP×PP set; None when the spec has no weights.
+
+    - TP divides every component except norms and router (replicated);
+    - embeddings and lm_head rows are padded to ``vocab_padding`` before the split (vLLM
+      ``pad_vocab_size``, engines.md §2.2), counted as ``padded_vocab / vocab`` on those components;
+    - PP: layer components follow the layers (worst stage = the largest share), embeddings sit on the first
+      stage and lm_head on the last (with PP = 1 both on the one rank); vision / mtp / other go with the
+      first / last stage respectively;
+    - ``component_scale`` multiplies a component (e.g. MXFP4 kernel padding of experts, §2.2)."""
+    if spec.weights is None:
+        return None
+    tp, pp = max(1, tp), max(1, pp)
+    components = dict(spec.weights.bytes_by_component)
+    if not components or sum(components.values()) != spec.weights.total_bytes:
+        known = sum(components.values())
+        components["other"] = components.get("other", 0) + max(0, spec.weights.total_bytes - known)
+    scale = dict(component_scale or {})
+    vocab = spec.vocab_size or 0
+    if vocab and vocab_padding > 1:
+        pad_ratio = pad_to_multiple(vocab, vocab_padding) / vocab
+        for name in ("embeddings", "lm_head"):
+            scale[name] = scale.get(name, 1.0) * pad_ratio
+
+    per_rank: dict[str, float] = {}
+    for name, size in components.items():
+        size = size * scale.get(name, 1.0)
+        per_rank[name] = size if name in REPLICATED_COMPONENTS else size / tp
+
+    if pp == 1:
+        total = sum(per_rank.values())
+        stage_note = ""
+    else:
+        ranges = pp_layer_ranges(spec.num_layers or len(spec.layers) or pp, pp)
+        n_layers = max(1, ranges[-1][1])
+        layer_bytes = sum(v for k, v in per_rank.items() if k in LAYER_COMPONENTS)
+        first_extra = per_rank.get("embeddings", 0) + per_rank.get("vision", 0)
+        last_extra = per_rank.get("lm_head", 0) + per_rank.get("mtp", 0) + per_rank.get("other", 0)
+        stage_totals = []
+        for index, (start, end) in enumerate(ranges):
+            stage = layer_bytes * (end - start) / n_layers
+            if index == 0:
+                stage += first_extra
+            if index == pp - 1:
+                stage += last_extra
+            stage_totals.append(stage)
+        total = max(stage_totals)
+        stage_note = f", worst of {pp} pipeline stages"
+    explain = (
+        f"checkpoint weights {spec.weights.total_bytes / GiB:.2f} GiB "
+        f"({'summed from tensor headers' if spec.weights.exact else 'derived from config shapes'})"
+        f", split over TP={tp} except norms/router"
+        + (f", vocab padded to a multiple of {vocab_padding}" if vocab and vocab_padding > 1 else "")
+        + stage_note
+    )
+    return WeightsSplit(bytes=int(round(total)), by_component={k: int(v) for k, v in per_rank.items()}, explain=explain)
+
+
+def active_weight_bytes(spec: ModelSpec) -> int | None:
+    """Weight bytes read per decoded token: all of a dense model; for a MoE the non-expert part plus
+    ``experts_per_token / num_experts`` of the experts (shared experts are counted as dense ``mlp``)."""
+    if spec.weights is None:
+        return None
+    total = spec.weights.total_bytes
+    experts = spec.weights.bytes_by_component.get("experts", 0)
+    if experts and spec.num_experts and spec.experts_per_token:
+        return int(total - experts + experts * min(1.0, spec.experts_per_token / spec.num_experts))
+    if spec.params_active and spec.weights.params_total:
+        return int(total * spec.params_active / spec.weights.params_total)
+    return total
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Speed, capacity, verdict
+# ---------------------------------------------------------------------------------------------------------
+
+
+def decode_tokens_per_second(bytes_read_per_token: float, bandwidth_gbs: float | None) -> float | None:
+    """Bandwidth-bound decode speed for one sequence: memory bandwidth (GB/s, 10^9) over the bytes each
+    token must read on one GPU (active weights + KV at the context). An UPPER bound: compute, kernel launch
+    and communication are ignored. None when the bandwidth is unknown."""
+    if not bandwidth_gbs or bytes_read_per_token <= 0:
+        return None
+    return bandwidth_gbs * 1e9 / bytes_read_per_token
+
+
+def max_concurrency_linear(kv_budget: float, bytes_per_sequence: float) -> float:
+    """Full-length sequences a KV pool of ``kv_budget`` bytes holds (0 when the budget is negative)."""
+    if bytes_per_sequence <= 0:
+        return math.inf if kv_budget > 0 else 0.0
+    return max(0.0, kv_budget / bytes_per_sequence)
+
+
+def max_context_linear(
+    kv_budget: float, concurrency: int, bytes_per_token: float, fixed_bytes: float, cap: int | None
+) -> int:
+    """Longest context at ``concurrency`` sequences when KV is ``per_token × ctx + fixed`` per sequence,
+    capped at ``cap`` (the model's max length) when given."""
+    per_seq = kv_budget / max(1, concurrency) - fixed_bytes
+    if per_seq <= 0:
+        return 0
+    if bytes_per_token <= 0:
+        return cap if cap is not None else 0
+    tokens = int(per_seq // bytes_per_token)
+    return min(tokens, cap) if cap is not None else tokens
+
+
+def finish_estimate(
+    *,
+    spec: ModelSpec,
+    hardware: Hardware | None,
+    engine: Mapping[str, object],
+    workload: Workload,
+    per_gpu: PerGpu,
+    capacity: Capacity,
+    decode: float | None,
+    warnings: Iterable[str],
+    explain: Mapping[str, str],
+    tp: int,
+    pp: int,
+    force_does_not_fit: bool = False,
+) -> Estimate:
+    """Assemble an Estimate: utilization = total / usable and the verdict (contract: fits ≤ 0.9 × usable,
+    tight ≤ usable); without hardware both are None (the footprint only). ``force_does_not_fit`` for
+    engines that refuse to start although the sum looks fine (e.g. vLLM's one-request check)."""
+    if hardware is None:
+        utilization, verdict = None, None
+    else:
+        utilization = per_gpu.total / per_gpu.usable if per_gpu.usable > 0 else math.inf
+        verdict = "does_not_fit" if force_does_not_fit else verdict_for(per_gpu.total, per_gpu.usable)
+    return Estimate(
+        spec=spec,
+        hardware=hardware,
+        engine=dict(engine),
+        workload=workload,
+        per_gpu=per_gpu,
+        utilization=utilization,
+        verdict=verdict,
+        capacity=capacity,
+        decode_tokens_per_second=decode,
+        warnings=tuple(dict.fromkeys(list(spec.warnings) + list(warnings))),
+        explain=dict(explain),
+        tp=tp,
+        pp=pp,
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Parallel layout and settings
+# ---------------------------------------------------------------------------------------------------------
+
+
+def setting(choice: EngineChoice, *names: str) -> str | None:
+    """The first of ``names`` set in ``choice.settings`` (dashes and underscores are interchangeable)."""
+    normalized = {k.replace("_", "-").lower().lstrip("-"): v for k, v in choice.settings.items()}
+    for name in names:
+        key = name.replace("_", "-").lower()
+        if key in normalized:
+            return normalized[key]
+    return None
+
+
+def setting_int(choice: EngineChoice, *names: str, default: int | None = None) -> int | None:
+    """An integer setting (``8k`` / ``32K`` suffixes allowed); UsageError when it is not a number."""
+    raw = setting(choice, *names)
+    if raw is None:
+        return default
+    return parse_int(raw, names[0])
+
+
+def setting_float(choice: EngineChoice, *names: str, default: float | None = None) -> float | None:
+    raw = setting(choice, *names)
+    if raw is None:
+        return default
+    try:
+        return float(raw)
+    except ValueError as exc:
+        raise UsageError(f"setting {names[0]}={raw!r} is not a number") from exc
+
+
+def setting_bool(choice: EngineChoice, *names: str, default: bool = False) -> bool:
+    raw = setting(choice, *names)
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value in ("", "1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise UsageError(f"setting {names[0]}={raw!r} is not a boolean")
+
+
+def parse_int(text: str, what: str = "value") -> int:
+    """``"8192"``, ``"8k"`` (= 8192), ``"1M"`` (= 1048576), ``"131,072"`` -> int."""
+    value = text.strip().lower().replace(",", "").replace("_", "")
+    multiplier = 1
+    if value.endswith("k"):
+        multiplier, value = 1024, value[:-1]
+    elif value.endswith("m"):
+        multiplier, value = 1024 * 1024, value[:-1]
+    try:
+        return int(float(value) * multiplier)
+    except ValueError as exc:
+        raise UsageError(f"{what}={text!r} is not a number") from exc
+
+
+def resolve_parallel(
+    choice: EngineChoice, hardware: Hardware | None, tp_names: Iterable[str] = (), pp_names: Iterable[str] = ()
+) -> tuple[int, int]:
+    """(tp, pp): explicit ``choice.tp/pp`` first, then engine settings, else all GPUs as TP (contract).
+    UsageError when tp × pp exceeds the GPUs given."""
+    pp_names, tp_names = tuple(pp_names), tuple(tp_names)
+    pp = choice.pp or (setting_int(choice, *pp_names) if pp_names else None) or 1
+    tp = choice.tp or (setting_int(choice, *tp_names) if tp_names else None)
+    if tp is None:
+        count = hardware.count if hardware else 1
+        tp = max(1, count // pp)
+    if hardware is not None and tp * pp > hardware.count:
+        raise UsageError(f"tensor parallel {tp} x pipeline parallel {pp} needs {tp * pp} GPUs, only {hardware.count} given")
+    return max(1, tp), max(1, pp)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Engine data files and versions
+# ---------------------------------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=None)
+def load_engine_data(name: str) -> Mapping[str, Any]:
+    """The parsed ``hfvram/data/engines/<name>.toml`` (cached)."""
+    path = resources.files("hfvram").joinpath("data", "engines", f"{name}.toml")
+    with path.open("rb") as handle:
+        return tomllib.load(handle)
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    """``"0.19.1"`` -> (0, 19, 1); non-numeric parts (``rc1``, ``post1``) are dropped."""
+    parts = []
+    for piece in version.strip().lstrip("v").split("."):
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts)
+
+
+def pick_rule_version(requested: str | None, rule_versions: Iterable[str]) -> str:
+    """The newest rule version not newer than ``requested`` (the newest when None); a request older than
+    every rule set gets the oldest. ``rule_versions`` are the versions where the accounting changed."""
+    ordered = sorted(rule_versions, key=version_key)
+    if not ordered:
+        raise ValueError("no rule versions")
+    if requested is None:
+        return ordered[-1]
+    want = version_key(requested)
+    if not want:
+        raise UsageError(f"engine version {requested!r} is not a version number")
+    chosen = ordered[0]
+    for candidate in ordered:
+        if version_key(candidate) <= want:
+            chosen = candidate
+    return chosen
+
+
+def rules_for_version(data: Mapping[str, Any], version: str) -> dict[str, Any]:
+    """Merge ``data["defaults"]`` with every ``data["versions"][v]`` for v ≤ ``version``, oldest first, so a
+    TOML file lists only what changed at each release."""
+    merged: dict[str, Any] = dict(data.get("defaults", {}))
+    for candidate in sorted(data.get("versions", {}), key=version_key):
+        if version_key(candidate) <= version_key(version):
+            merged.update(data["versions"][candidate])
+    return merged
