@@ -1,0 +1,273 @@
+"""safetensors headers: the 8-byte length, the JSON tensor table, shards, and the exact weights they describe.
+
+Format (huggingface/safetensors README): ``u64 little-endian N`` + ``N`` bytes of UTF-8 JSON
+``{"name": {"dtype": "BF16", "shape": [..], "data_offsets": [start, end]}, "__metadata__": {str: str}}`` + data.
+Every malformed input raises ``MalformedFileError`` naming the file and the field or tensor.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Mapping
+
+from hfvram.errors import MalformedFileError
+from hfvram.readers.tensors import (
+    TensorInfo,
+    dtype_bits,
+    hf_component,
+    params_active,
+    tensor_nbytes,
+    weights_from_tensor_list,
+)
+from hfvram.spec import Quantization, Weights
+
+__all__ = [
+    "TensorInfo",
+    "SafetensorsHeader",
+    "MAX_HEADER_BYTES",
+    "header_length",
+    "parse_header",
+    "parse_header_full",
+    "read_safetensors_header",
+    "read_safetensors_header_full",
+    "file_reader",
+    "shard_files",
+    "merge_shards",
+    "read_sharded_headers",
+    "weights_from_tensors",
+    "params_active",
+]
+
+#: The safetensors reference implementation refuses headers above 100 MB (``MAX_HEADER_SIZE``).
+MAX_HEADER_BYTES = 100_000_000
+#: No real tensor has more dimensions than this; a longer shape is a corrupt header.
+MAX_RANK = 16
+#: Larger than any storage that exists (2**60 bytes = 1 EiB): an overflowing shape, not a tensor.
+MAX_TENSOR_BYTES = 1 << 60
+
+Reader = Callable[[int, int], bytes]
+
+
+@dataclass(frozen=True)
+class SafetensorsHeader:
+    tensors: Mapping[str, TensorInfo]
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    header_length: int = 0
+
+    @property
+    def data_bytes(self) -> int:
+        return max((t.offsets[1] for t in self.tensors.values() if t.offsets), default=0)
+
+    @property
+    def file_size(self) -> int:
+        """Exact size of the whole file: 8 + header + data."""
+        return 8 + self.header_length + self.data_bytes
+
+
+def header_length(first8: bytes, *, filename: str, available: int | None = None) -> int:
+    """The JSON header's length from the file's first 8 bytes; checks the 100 MB limit and the bytes available."""
+    if len(first8) < 8:
+        raise MalformedFileError(f"file too short for a safetensors header ({len(first8)} bytes)",
+                                 file=filename, field="header length")
+    length = int.from_bytes(first8[:8], "little")
+    if length < 2:
+        raise MalformedFileError(f"header length {length} is too small for a JSON object",
+                                 file=filename, field="header length")
+    if length > MAX_HEADER_BYTES:
+        raise MalformedFileError(f"header length {length} exceeds the 100 MB safetensors limit",
+                                 file=filename, field="header length")
+    if available is not None and 8 + length > available:
+        raise MalformedFileError(f"header length {length} exceeds the {available} bytes available",
+                                 file=filename, field="header length")
+    return length
+
+
+def _no_duplicates(filename: str):
+    def hook(pairs: list[tuple[str, object]]) -> dict[str, object]:
+        result: dict[str, object] = {}
+        for key, value in pairs:
+            if key in result:
+                raise MalformedFileError(f"duplicate key {key!r}", file=filename, field=key)
+            result[key] = value
+        return result
+
+    return hook
+
+
+def _decode_json(raw_json: bytes, filename: str) -> dict:
+    try:
+        text = bytes(raw_json).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise MalformedFileError(f"header is not UTF-8 (byte {exc.start})", file=filename, field="header") from None
+    try:
+        parsed = json.loads(text, object_pairs_hook=_no_duplicates(filename),
+                            parse_constant=lambda c: _bad_constant(c, filename))
+    except MalformedFileError:
+        raise
+    except RecursionError:
+        raise MalformedFileError("header JSON nested too deeply", file=filename, field="header") from None
+    except ValueError as exc:  # JSONDecodeError and int-digit limits
+        raise MalformedFileError(f"header is not valid JSON ({exc})", file=filename, field="header") from None
+    if not isinstance(parsed, dict):
+        raise MalformedFileError("header is not a JSON object", file=filename, field="header")
+    return parsed
+
+
+def _bad_constant(constant: str, filename: str):
+    raise MalformedFileError(f"non-standard JSON constant {constant}", file=filename, field="header")
+
+
+def _int_list(value: object, *, filename: str, where: str) -> list[int]:
+    if not isinstance(value, list) or any(isinstance(v, bool) or not isinstance(v, int) for v in value):
+        raise MalformedFileError(f"must be a list of integers, got {str(value)[:80]}", file=filename, field=where)
+    return value
+
+
+def _tensor_info(name: str, entry: object, filename: str) -> TensorInfo:
+    if not isinstance(entry, dict):
+        raise MalformedFileError("tensor entry is not an object", file=filename, field=name)
+    unknown = set(entry) - {"dtype", "shape", "data_offsets"}
+    missing = {"dtype", "shape", "data_offsets"} - set(entry)
+    if missing or unknown:
+        raise MalformedFileError(f"tensor entry has missing {sorted(missing)} / unknown {sorted(unknown)} keys",
+                                 file=filename, field=name)
+    dtype = entry["dtype"]
+    if not isinstance(dtype, str) or dtype_bits(dtype) is None:
+        raise MalformedFileError(f"unknown dtype {str(dtype)[:40]!r}", file=filename, field=f"{name}.dtype")
+    shape = _int_list(entry["shape"], filename=filename, where=f"{name}.shape")
+    if len(shape) > MAX_RANK or any(d < 0 for d in shape):
+        raise MalformedFileError(f"invalid shape {shape[:MAX_RANK + 1]}", file=filename, field=f"{name}.shape")
+    if math.prod(shape) * (dtype_bits(dtype) or 0) > MAX_TENSOR_BYTES * 8:
+        raise MalformedFileError(f"shape {shape} overflows", file=filename, field=f"{name}.shape")
+    offsets = _int_list(entry["data_offsets"], filename=filename, where=f"{name}.data_offsets")
+    if len(offsets) != 2 or offsets[0] < 0 or offsets[1] < offsets[0]:
+        raise MalformedFileError(f"invalid data_offsets {offsets[:3]}", file=filename, field=f"{name}.data_offsets")
+    nbytes = tensor_nbytes(dtype, shape)
+    assert nbytes is not None
+    if offsets[1] - offsets[0] != nbytes:
+        raise MalformedFileError(
+            f"data_offsets span {offsets[1] - offsets[0]} bytes but {dtype} {shape} needs {nbytes}",
+            file=filename, field=f"{name}.data_offsets")
+    return TensorInfo(name=name, dtype=dtype, shape=tuple(shape), nbytes=nbytes, offsets=(offsets[0], offsets[1]))
+
+
+def _check_contiguous(tensors: Iterable[TensorInfo], filename: str) -> None:
+    """The format requires the data section to be covered exactly, without gaps or overlaps."""
+    expected = 0
+    for tensor in sorted(tensors, key=lambda t: (t.offsets or (0, 0))):
+        assert tensor.offsets is not None
+        if tensor.offsets[0] != expected:
+            raise MalformedFileError(
+                f"data_offsets start at {tensor.offsets[0]}, expected {expected} (gap or overlap)",
+                file=filename, field=f"{tensor.name}.data_offsets")
+        expected = tensor.offsets[1]
+
+
+def parse_header_full(raw_json: bytes, *, filename: str, length: int | None = None) -> SafetensorsHeader:
+    parsed = _decode_json(raw_json, filename)
+    metadata = parsed.pop("__metadata__", {})
+    if not isinstance(metadata, dict) or any(not isinstance(v, str) for v in metadata.values()):
+        raise MalformedFileError("__metadata__ must map strings to strings", file=filename, field="__metadata__")
+    tensors = {name: _tensor_info(name, entry, filename) for name, entry in parsed.items()}
+    _check_contiguous(tensors.values(), filename)
+    return SafetensorsHeader(tensors=tensors, metadata=metadata,
+                             header_length=length if length is not None else len(raw_json))
+
+
+def parse_header(raw_json: bytes, *, filename: str) -> dict[str, TensorInfo]:
+    """Tensors of a safetensors JSON header (``__metadata__`` is kept by ``parse_header_full``)."""
+    return dict(parse_header_full(raw_json, filename=filename).tensors)
+
+
+def read_safetensors_header_full(read: Reader, *, filename: str, available: int | None = None) -> SafetensorsHeader:
+    length = header_length(read(0, 8), filename=filename, available=available)
+    raw = read(8, length)
+    if len(raw) < length:
+        raise MalformedFileError(f"truncated: header needs {length} bytes, only {len(raw)} available",
+                                 file=filename, field="header")
+    return parse_header_full(raw[:length], filename=filename, length=length)
+
+
+def read_safetensors_header(read: Reader, *, filename: str) -> dict[str, TensorInfo]:
+    """Read a header through ``read(offset, length)`` (a local file or HTTP Range requests)."""
+    return dict(read_safetensors_header_full(read, filename=filename).tensors)
+
+
+def file_reader(path) -> Reader:
+    """``read(offset, length)`` over a local file (opened per call, so nothing stays open)."""
+
+    def read(offset: int, length: int) -> bytes:
+        with open(path, "rb") as handle:
+            handle.seek(offset)
+            return handle.read(length)
+
+    return read
+
+
+# ---- sharded checkpoints ------------------------------------------------------------------------
+
+
+def shard_files(index: Mapping[str, object], *, filename: str = "model.safetensors.index.json") -> list[str]:
+    """The shard file names an index's ``weight_map`` points at, in first-seen order."""
+    weight_map = index.get("weight_map") if isinstance(index, Mapping) else None
+    if not isinstance(weight_map, Mapping) or not weight_map:
+        raise MalformedFileError("missing or empty weight_map", file=filename, field="weight_map")
+    files: dict[str, None] = {}
+    for tensor, shard in weight_map.items():
+        if not isinstance(shard, str) or not shard or shard.startswith("/") \
+                or ".." in shard.replace("\\", "/").split("/"):
+            raise MalformedFileError(f"invalid shard name {shard!r}", file=filename, field=f"weight_map.{tensor}")
+        files[shard] = None
+    return list(files)
+
+
+def merge_shards(headers: Mapping[str, Mapping[str, TensorInfo]], *, index: Mapping[str, object] | None = None,
+                 filename: str = "model.safetensors.index.json") -> dict[str, TensorInfo]:
+    """One tensor table from every shard's header; a tensor in two shards, or in a shard the index
+    does not name for it, is malformed."""
+    merged: dict[str, TensorInfo] = {}
+    owner: dict[str, str] = {}
+    weight_map = index.get("weight_map", {}) if index else {}
+    for shard, tensors in headers.items():
+        for name, info in tensors.items():
+            if name in merged:
+                raise MalformedFileError(f"tensor in both {owner[name]} and {shard}", file=filename, field=name)
+            if weight_map and name in weight_map and weight_map[name] != shard:
+                raise MalformedFileError(f"index maps it to {weight_map[name]} but it is in {shard}",
+                                         file=filename, field=name)
+            merged[name] = info
+            owner[name] = shard
+    return merged
+
+
+def read_sharded_headers(index: Mapping[str, object], open_shard: Callable[[str], Reader], *,
+                         filename: str = "model.safetensors.index.json") -> dict[str, TensorInfo]:
+    """Read every shard's header (``open_shard(name)`` gives its ``read(offset, length)``) and merge them."""
+    headers = {shard: read_safetensors_header(open_shard(shard), filename=shard)
+               for shard in shard_files(index, filename=filename)}
+    return merge_shards(headers, index=index, filename=filename)
+
+
+# ---- weights ------------------------------------------------------------------------------------
+
+
+def weights_from_tensors(
+    tensors: Iterable[TensorInfo],
+    *,
+    quantization: Quantization | None = None,
+    source: str = "",
+    num_layers: int | None = None,
+) -> Weights:
+    """Exact bytes (per component and dtype) and unpacked parameter counts of a safetensors tensor table.
+
+    ``num_layers`` (the config's num_hidden_layers) lets layers past it count as MTP.
+    """
+    return weights_from_tensor_list(
+        tensors,
+        component_of=lambda name: hf_component(name, num_layers=num_layers),
+        quantization=quantization,
+        source=source,
+        exact=True,
+    )
