@@ -1,0 +1,616 @@
+"""GGUF headers: a bounded streaming parser (metadata + tensor infos, no tensor data) and the ModelSpec they give.
+
+Layout (ggml docs/gguf.md, versions 2 and 3, little-endian): magic ``GGUF``, u32 version, u64 tensor_count,
+u64 kv_count, kv pairs (string key, u32 value type, value), tensor infos (string name, u32 n_dims, u64 dims[n],
+u32 ggml type, u64 offset), padding to ``general.alignment``, data. The parser reads only what it needs from
+``stream.read(n)`` so it works on a header-only prefix and on a growing HTTP Range stream; every count and
+length is checked before anything is allocated, and large arrays (tokenizer vocabularies) are skipped, keeping
+only their length and item type.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import struct
+import sys
+from collections import defaultdict
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from typing import Mapping, Protocol, Sequence
+
+from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType, LlamaFileType
+
+from hfvram.errors import MalformedFileError
+from hfvram.readers.tensors import TensorInfo, gguf_component, params_active, weights_from_tensor_list
+from hfvram.spec import Layer, LayerKind, ModelSpec, Quantization, Weights
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+GGUF_MAGIC = b"GGUF"
+SUPPORTED_VERSIONS = (2, 3)
+#: keys, tensor names and kept string values; longer metadata strings are skipped (length kept)
+MAX_KEPT_STRING = 64 * 1024
+#: no metadata string may be longer than this (a chat template is ~10–50 KiB)
+MAX_STRING = 16 * 1024 * 1024
+#: arrays up to this length are kept (per-layer hparams); longer ones (vocabularies) are skipped
+MAX_KEPT_ARRAY = 4096
+MAX_ARRAY = 1 << 28
+MAX_TENSORS = 1 << 20
+MAX_KV = 1 << 20
+MAX_DIMS = 4  # GGML_MAX_DIMS
+MAX_NESTING = 4
+DEFAULT_ALIGNMENT = 32
+_READ_CHUNK = 1 << 20
+
+
+class Stream(Protocol):
+    def read(self, n: int, /) -> bytes: ...
+
+
+@dataclass(frozen=True)
+class SkippedArray:
+    """A large array (e.g. ``tokenizer.ggml.tokens``) not kept in memory: its length and item type only."""
+
+    length: int
+    item_type: str
+
+
+@dataclass(frozen=True)
+class SkippedString:
+    length: int
+
+
+@dataclass(frozen=True)
+class GGUFTensor:
+    name: str
+    ggml_type: int
+    type_name: str
+    shape: tuple[int, ...]
+    offset: int
+    nbytes: int
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+
+@dataclass(frozen=True)
+class GGUFHeader:
+    version: int
+    metadata: Mapping[str, object]
+    tensors: tuple[GGUFTensor, ...]
+    #: byte offset just past the last tensor info
+    header_end: int
+    alignment: int
+    #: byte offset of the data section (header_end rounded up to alignment)
+    data_start: int
+    filename: str = ""
+
+
+# ---- low-level reading --------------------------------------------------------------------------
+
+# value type id -> (name, struct format or None for string/array)
+_SCALARS: dict[int, tuple[str, str]] = {
+    0: ("uint8", "<B"), 1: ("int8", "<b"), 2: ("uint16", "<H"), 3: ("int16", "<h"),
+    4: ("uint32", "<I"), 5: ("int32", "<i"), 6: ("float32", "<f"), 7: ("bool", "<B"),
+    10: ("uint64", "<Q"), 11: ("int64", "<q"), 12: ("float64", "<d"),
+}
+_STRING, _ARRAY = 8, 9
+_TYPE_NAMES = {**{k: v[0] for k, v in _SCALARS.items()}, _STRING: "string", _ARRAY: "array"}
+
+
+class _Reader:
+    def __init__(self, stream: Stream, filename: str) -> None:
+        self.stream = stream
+        self.filename = filename
+        self.pos = 0
+
+    def fail(self, message: str, where: str) -> MalformedFileError:
+        return MalformedFileError(f"{message} (at byte {self.pos})", file=self.filename, field=where)
+
+    def exact(self, n: int, where: str) -> bytes:
+        data = self.stream.read(n) if n else b""
+        if data is None or len(data) < n:
+            got = 0 if data is None else len(data)
+            raise self.fail(f"truncated: needed {n} bytes, got {got}", where)
+        self.pos += n
+        return bytes(data)
+
+    def skip(self, n: int, where: str) -> None:
+        while n > 0:
+            step = min(n, _READ_CHUNK)
+            self.exact(step, where)
+            n -= step
+
+    def unpack(self, fmt: str, where: str):
+        return struct.unpack(fmt, self.exact(struct.calcsize(fmt), where))[0]
+
+    def u32(self, where: str) -> int:
+        return self.unpack("<I", where)
+
+    def u64(self, where: str) -> int:
+        return self.unpack("<Q", where)
+
+    def string(self, where: str, *, keep_limit: int = MAX_KEPT_STRING, hard_limit: int = MAX_STRING):
+        length = self.u64(where)
+        if length > hard_limit:
+            raise self.fail(f"string length {length} exceeds {hard_limit}", where)
+        if length > keep_limit:
+            self.skip(length, where)
+            return SkippedString(length)
+        raw = self.exact(length, where)
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise self.fail("string is not UTF-8", where) from None
+
+    def value(self, value_type: int, where: str, depth: int = 0):
+        if value_type in _SCALARS:
+            name, fmt = _SCALARS[value_type]
+            value = self.unpack(fmt, where)
+            if name == "bool":
+                if value > 1:
+                    raise self.fail(f"bool value {value}", where)
+                return bool(value)
+            return value
+        if value_type == _STRING:
+            return self.string(where)
+        if value_type == _ARRAY:
+            return self.array(where, depth + 1)
+        raise self.fail(f"unknown value type {value_type}", where)
+
+    def array(self, where: str, depth: int):
+        if depth > MAX_NESTING:
+            raise self.fail(f"arrays nested deeper than {MAX_NESTING}", where)
+        item_type = self.u32(where)
+        if item_type not in _TYPE_NAMES:
+            raise self.fail(f"unknown array item type {item_type}", where)
+        length = self.u64(where)
+        if length > MAX_ARRAY:
+            raise self.fail(f"array length {length} exceeds {MAX_ARRAY}", where)
+        if length <= MAX_KEPT_ARRAY:
+            return [self.value(item_type, f"{where}[{i}]", depth) for i in range(length)]
+        if item_type in _SCALARS:
+            self.skip(length * struct.calcsize(_SCALARS[item_type][1]), where)
+        else:
+            for i in range(length):
+                if item_type == _STRING:
+                    self.string(f"{where}[{i}]", keep_limit=0)
+                else:
+                    self.array(f"{where}[{i}]", depth + 1)
+        return SkippedArray(length=length, item_type=_TYPE_NAMES[item_type])
+
+
+# ---- the header ---------------------------------------------------------------------------------
+
+
+def _ggml_type(type_id: int, tensor: str, filename: str) -> tuple[str, int, int]:
+    try:
+        qtype = GGMLQuantizationType(type_id)
+        block, type_size = GGML_QUANT_SIZES[qtype]
+    except (ValueError, KeyError):
+        raise MalformedFileError(f"unknown ggml type {type_id}", file=filename, field=tensor) from None
+    return qtype.name, block, type_size
+
+
+def _align(offset: int, alignment: int) -> int:
+    return offset + (-offset) % alignment
+
+
+def read_gguf_header(stream: Stream, *, filename: str) -> GGUFHeader:
+    """Parse a GGUF file's metadata and tensor infos from ``stream`` (reads no tensor data)."""
+    reader = _Reader(stream, filename)
+    magic = reader.exact(4, "magic")
+    if magic != GGUF_MAGIC:
+        raise MalformedFileError(f"bad magic {magic!r}, not a GGUF file", file=filename, field="magic")
+    version = reader.u32("version")
+    if version not in SUPPORTED_VERSIONS:
+        swapped = int.from_bytes(version.to_bytes(4, "little"), "big")
+        if swapped in (1, 2, 3):
+            raise MalformedFileError("big-endian GGUF is not supported", file=filename, field="version")
+        raise MalformedFileError(f"unsupported GGUF version {version} (supported: 2, 3)",
+                                 file=filename, field="version")
+    tensor_count = reader.u64("tensor_count")
+    kv_count = reader.u64("kv_count")
+    if tensor_count > MAX_TENSORS:
+        raise MalformedFileError(f"tensor_count {tensor_count} exceeds {MAX_TENSORS}", file=filename,
+                                 field="tensor_count")
+    if kv_count > MAX_KV:
+        raise MalformedFileError(f"kv_count {kv_count} exceeds {MAX_KV}", file=filename, field="kv_count")
+
+    metadata: dict[str, object] = {}
+    for index in range(kv_count):
+        key = reader.string(f"metadata[{index}].key", hard_limit=MAX_KEPT_STRING)
+        if not isinstance(key, str) or not key:
+            raise reader.fail("empty or over-long key", f"metadata[{index}].key")
+        if key in metadata:
+            raise reader.fail("duplicate key", key)
+        value_type = reader.u32(key)
+        metadata[key] = reader.value(value_type, key)
+
+    alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
+    if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment <= 0 \
+            or alignment & (alignment - 1):
+        raise MalformedFileError(f"alignment {alignment!r} is not a power of two", file=filename,
+                                 field="general.alignment")
+
+    tensors: list[GGUFTensor] = []
+    names: set[str] = set()
+    expected_offset = 0
+    for index in range(tensor_count):
+        name = reader.string(f"tensor[{index}].name", hard_limit=MAX_KEPT_STRING)
+        if not isinstance(name, str) or not name or name in names:
+            raise reader.fail(f"empty, over-long or duplicate tensor name {name!r}", f"tensor[{index}].name")
+        names.add(name)
+        n_dims = reader.u32(name)
+        if n_dims > MAX_DIMS:
+            raise reader.fail(f"{n_dims} dimensions (at most {MAX_DIMS})", name)
+        shape = tuple(reader.u64(name) for _ in range(n_dims))
+        if any(d >= 1 << 63 for d in shape) or math.prod(shape) >= 1 << 63:
+            raise reader.fail(f"shape {shape} overflows", name)
+        type_id = reader.u32(name)
+        type_name, block, type_size = _ggml_type(type_id, name, filename)
+        offset = reader.u64(name)
+        numel = math.prod(shape)
+        if shape and shape[0] % block:
+            raise reader.fail(f"first dimension {shape[0]} is not a multiple of the {type_name} block {block}", name)
+        nbytes = numel // block * type_size
+        if offset != expected_offset:
+            raise reader.fail(f"offset {offset}, expected {expected_offset}", name)
+        expected_offset = _align(offset + nbytes, alignment)
+        tensors.append(GGUFTensor(name=name, ggml_type=type_id, type_name=type_name, shape=shape,
+                                  offset=offset, nbytes=nbytes))
+
+    header_end = reader.pos
+    return GGUFHeader(version=version, metadata=metadata, tensors=tuple(tensors), header_end=header_end,
+                      alignment=alignment, data_start=_align(header_end, alignment), filename=filename)
+
+
+def read_gguf_file(path) -> GGUFHeader:
+    with open(path, "rb") as handle:
+        return read_gguf_header(handle, filename=str(path))
+
+
+def gguf_file_size(header: GGUFHeader) -> int:
+    """Exact size of the whole file from its tensor infos: data start + end of the last tensor.
+
+    Writers pad every tensor to the alignment except after the last one."""
+    if not header.tensors:
+        return header.header_end
+    last = max(header.tensors, key=lambda t: t.offset)
+    return header.data_start + last.offset + last.nbytes
+
+
+# ---- split files --------------------------------------------------------------------------------
+
+_SPLIT = re.compile(r"^(?P<prefix>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
+
+
+def split_gguf_names(filename: str) -> list[str]:
+    """All part names of a split GGUF (``name-00001-of-00003.gguf`` → the three parts); a single file → itself."""
+    match = _SPLIT.match(filename)
+    if not match:
+        return [filename]
+    count = int(match.group("count"))
+    if count < 1 or int(match.group("no")) > count or int(match.group("no")) < 1:
+        raise MalformedFileError(f"invalid split name (part {match.group('no')} of {count})", file=filename,
+                                 field="file name")
+    prefix = match.group("prefix")
+    return [f"{prefix}-{i:05d}-of-{count:05d}.gguf" for i in range(1, count + 1)]
+
+
+# ---- ModelSpec from the header ------------------------------------------------------------------
+
+
+@lru_cache(maxsize=1)
+def _arch_table() -> dict:
+    text = resources.files("hfvram.data").joinpath("gguf_arch.toml").read_text(encoding="utf-8")
+    return tomllib.loads(text)
+
+
+def _file_type_name(value: object) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    try:
+        name = LlamaFileType(value).name
+    except ValueError:
+        return None
+    return name.removeprefix("MOSTLY_").removeprefix("ALL_")
+
+
+def _per_layer(value: object, n_layers: int, key: str, filename: str) -> list[int] | None:
+    """A scalar hparam broadcast to every layer, or a per-layer array checked for length."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return [int(value)] * n_layers
+    if isinstance(value, (int, float)):
+        return [int(value)] * n_layers
+    if isinstance(value, list) and len(value) == n_layers and all(isinstance(v, (int, float)) for v in value):
+        return [int(v) for v in value]
+    raise MalformedFileError(f"expected a number or {n_layers} numbers, got {str(value)[:80]}",
+                             file=filename, field=key)
+
+
+class _Facts:
+    """Reads ``{arch}.…`` keys and records where each fact came from."""
+
+    def __init__(self, metadata: Mapping[str, object], arch: str, filename: str) -> None:
+        self.metadata, self.arch, self.filename = metadata, arch, filename
+        self.provenance: dict[str, str] = {}
+
+    def get(self, suffix: str, fact: str | None = None):
+        key = f"{self.arch}.{suffix}"
+        value = self.metadata.get(key)
+        if value is not None and fact:
+            self.provenance[fact] = f"{self.filename}: {key}"
+        return value
+
+    def int(self, suffix: str, fact: str | None = None) -> int | None:
+        value = self.get(suffix, fact)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise MalformedFileError(f"expected a number, got {str(value)[:80]}", file=self.filename,
+                                     field=f"{self.arch}.{suffix}")
+        return int(value)
+
+
+def _swa_layers(facts: _Facts, n_layers: int, warnings: list[str]) -> tuple[list[bool], int | None, LayerKind]:
+    """Which layers are windowed, the window, and whether windows are sliding or chunked."""
+    table = _arch_table()
+    window = facts.int("attention.sliding_window", "sliding_window")
+    chunked = table["chunked"].get(facts.arch)
+    if chunked and window != 0:
+        period = int(chunked["period"])
+        facts.provenance["layer_types"] = f"llama.cpp {facts.arch}: chunked attention period {period} " \
+                                          f"(design/engines.md §4.3)"
+        return [il % period < period - 1 for il in range(n_layers)], int(chunked["window"]), LayerKind.CHUNKED
+    if not window:
+        return [False] * n_layers, None, LayerKind.SLIDING
+    pattern = facts.get("attention.sliding_window_pattern", "layer_types")
+    if isinstance(pattern, list):
+        if len(pattern) != n_layers:
+            raise MalformedFileError(f"{len(pattern)} entries for {n_layers} layers", file=facts.filename,
+                                     field=f"{facts.arch}.attention.sliding_window_pattern")
+        return [bool(v) for v in pattern], window, LayerKind.SLIDING
+    if isinstance(pattern, int) and not isinstance(pattern, bool):
+        period = pattern
+    elif facts.arch in table["swa_pattern"]:
+        period = int(table["swa_pattern"][facts.arch])
+        facts.provenance["layer_types"] = f"llama.cpp {facts.arch}: set_swa_pattern({period}) " \
+                                          f"(design/engines.md §4.3)"
+    else:
+        # llama.cpp applies the window to every layer when no pattern is known (set_swa_pattern default 1 → all)
+        warnings.append(f"{facts.arch}: sliding_window {window} with no layer pattern; applied to every layer")
+        return [True] * n_layers, window, LayerKind.SLIDING
+    if period <= 0:
+        return [True] * n_layers, window, LayerKind.SLIDING
+    return [il % period < period - 1 for il in range(n_layers)], window, LayerKind.SLIDING
+
+
+def _recurrent_layer(facts: _Facts, kind: LayerKind, moe: bool) -> Layer:
+    d_conv = facts.int("ssm.conv_kernel", "ssm_conv_kernel") or 0
+    d_inner = facts.int("ssm.inner_size", "ssm_inner_size") or 0
+    d_state = facts.int("ssm.state_size", "ssm_state_size") or 0
+    n_group = facts.int("ssm.group_count", "ssm_group_count") or 0
+    n_heads = facts.int("ssm.time_step_rank", "ssm_time_step_rank") or 0
+    # llama.cpp src/llama-hparams.cpp n_embd_r / n_embd_s (design/engines.md §4.3); state kept in F32
+    conv = max(d_conv - 1, 0) * (d_inner + 2 * n_group * d_state)
+    return Layer(kind=kind, conv_state_elems=conv, ssm_state_elems=d_state * d_inner, state_dtype_bytes=4.0,
+                 state_heads=n_heads, moe=moe)
+
+
+def _layers(facts: _Facts, n_layers: int, moe_layers: set[int], warnings: list[str]) -> tuple[Layer, ...]:
+    metadata, arch, filename = facts.metadata, facts.arch, facts.filename
+    n_embd = facts.int("embedding_length", "hidden_size")
+    heads = _per_layer(facts.get("attention.head_count", "num_attention_heads"), n_layers,
+                       f"{arch}.attention.head_count", filename)
+    kv_heads = _per_layer(facts.get("attention.head_count_kv", "num_key_value_heads"), n_layers,
+                          f"{arch}.attention.head_count_kv", filename)
+    if kv_heads is None:
+        kv_heads = heads
+    key_length = facts.int("attention.key_length", "head_dim")
+    value_length = facts.int("attention.value_length", "head_dim_v")
+    key_length_swa = facts.int("attention.key_length_swa")
+    value_length_swa = facts.int("attention.value_length_swa")
+    kv_lora_rank = facts.int("attention.kv_lora_rank", "kv_lora_rank")
+    has_mla_keys = f"{arch}.attention.key_length_mla" in metadata
+    rope_dims = facts.int("rope.dimension_count", "qk_rope_head_dim") if kv_lora_rank else None
+    swa, window, windowed_kind = _swa_layers(facts, n_layers, warnings)
+    has_ssm = f"{arch}.ssm.state_size" in metadata or f"{arch}.ssm.inner_size" in metadata
+    table = _arch_table()["recurrent"]
+    recurrent_kind = LayerKind.LINEAR if arch in table["linear_attention"] else LayerKind.MAMBA
+    interval = facts.int("full_attention_interval", "full_attention_interval")
+    if interval is None:
+        interval = table["full_attention_interval_default"].get(arch)
+    ffn = _per_layer(facts.get("feed_forward_length"), n_layers, f"{arch}.feed_forward_length", filename)
+
+    layers: list[Layer] = []
+    for il in range(n_layers):
+        moe = il in moe_layers
+        n_head = heads[il] if heads else 0
+        n_kv = kv_heads[il] if kv_heads else 0
+        recurrent = has_ssm and (n_kv == 0 or (interval is not None and (il + 1) % interval != 0))
+        if recurrent:
+            if arch == "nemotron_h" and ffn and ffn[il] > 0:
+                layers.append(Layer(kind=LayerKind.NONE, moe=moe))  # an MLP-only block: no cache
+            else:
+                layers.append(_recurrent_layer(facts, recurrent_kind, moe))
+            continue
+        if n_kv == 0:
+            layers.append(Layer(kind=LayerKind.NONE, moe=moe))
+            continue
+        default_head = (n_embd // n_head) if n_embd and n_head else 0
+        if kv_lora_rank and has_mla_keys:
+            # MLA-converted GGUF: llama.cpp caches one latent of kv_lora_rank + rope dims per token (no V)
+            layers.append(Layer(kind=LayerKind.MLA, num_kv_heads=n_kv, head_dim_k=key_length or default_head,
+                                head_dim_v=value_length or 0, kv_lora_rank=kv_lora_rank,
+                                qk_rope_head_dim=rope_dims or 0, moe=moe))
+            continue
+        head_k = key_length or default_head
+        head_v = value_length or head_k
+        if swa[il]:
+            layers.append(Layer(kind=windowed_kind, num_kv_heads=n_kv, head_dim_k=key_length_swa or head_k,
+                                head_dim_v=value_length_swa or head_v, window=window, moe=moe))
+        else:
+            layers.append(Layer(kind=LayerKind.FULL, num_kv_heads=n_kv, head_dim_k=head_k, head_dim_v=head_v,
+                                moe=moe))
+    if kv_lora_rank and not has_mla_keys:
+        warnings.append(f"{arch}: GGUF converted without MLA metadata; llama.cpp caches full per-head K/V")
+    return tuple(layers)
+
+
+def _vocab_size(facts: _Facts, tensors: Sequence[GGUFTensor]) -> int | None:
+    size = facts.int("vocab_size", "vocab_size")
+    if size is not None:
+        return size
+    tokens = facts.metadata.get("tokenizer.ggml.tokens")
+    if isinstance(tokens, (list, SkippedArray)):
+        facts.provenance["vocab_size"] = f"{facts.filename}: length of tokenizer.ggml.tokens"
+        return len(tokens) if isinstance(tokens, list) else tokens.length
+    for tensor in tensors:
+        if tensor.name == "token_embd.weight" and len(tensor.shape) == 2:
+            facts.provenance["vocab_size"] = f"{facts.filename}: token_embd.weight shape"
+            return tensor.shape[1]
+    return None
+
+
+def _rope_scaling(facts: _Facts) -> dict[str, object] | None:
+    kind = facts.get("rope.scaling.type")
+    if not kind or kind == "none":
+        return None
+    scaling: dict[str, object] = {"rope_type": kind}
+    for suffix, name in (("rope.scaling.factor", "factor"),
+                         ("rope.scaling.original_context_length", "original_max_position_embeddings")):
+        value = facts.get(suffix)
+        if value is not None:
+            scaling[name] = value
+    facts.provenance["rope_scaling"] = f"{facts.filename}: {facts.arch}.rope.scaling.*"
+    return scaling
+
+
+def _primary(headers: Sequence[GGUFHeader], filename: str) -> GGUFHeader:
+    if not headers:
+        raise MalformedFileError("no GGUF header given", file=filename)
+    for header in headers:
+        if header.metadata.get("split.no", 0) == 0:
+            return header
+    return headers[0]
+
+
+def _check_split(headers: Sequence[GGUFHeader], tensors: Sequence[GGUFTensor], filename: str,
+                 warnings: list[str]) -> None:
+    primary = _primary(headers, filename)
+    count = primary.metadata.get("split.count")
+    if count is not None and count != len(headers):
+        warnings.append(f"split.count says {count} parts, {len(headers)} were read")
+    expected = primary.metadata.get("split.tensors.count")
+    if isinstance(expected, int) and expected != len(tensors):
+        raise MalformedFileError(f"split.tensors.count {expected} but the parts hold {len(tensors)} tensors",
+                                 file=filename, field="split.tensors.count")
+    seen: set[str] = set()
+    for tensor in tensors:
+        if tensor.name in seen:
+            raise MalformedFileError("tensor in two split parts", file=filename, field=tensor.name)
+        seen.add(tensor.name)
+
+
+def gguf_weights(tensors: Sequence[GGUFTensor], *, num_layers: int | None, source: str) -> Weights:
+    infos = [TensorInfo(name=t.name, dtype=t.type_name, shape=t.shape, nbytes=t.nbytes) for t in tensors]
+    return weights_from_tensor_list(infos, component_of=lambda n: gguf_component(n, num_layers=num_layers),
+                                    source=source, exact=True)
+
+
+def spec_from_gguf(headers: Sequence[GGUFHeader], *, filename: str) -> ModelSpec:
+    """The ModelSpec of a GGUF model: metadata from the first part, tensors from every part."""
+    warnings: list[str] = []
+    primary = _primary(headers, filename)
+    metadata = primary.metadata
+    tensors = [t for header in headers for t in header.tensors]
+    _check_split(headers, tensors, filename, warnings)
+    arch = metadata.get("general.architecture")
+    if not isinstance(arch, str) or not arch:
+        raise MalformedFileError("missing general.architecture", file=filename, field="general.architecture")
+    facts = _Facts(metadata, arch, filename)
+    facts.provenance["architecture"] = f"{filename}: general.architecture"
+    n_layers = facts.int("block_count", "num_layers")
+    if n_layers is None or n_layers < 0 or n_layers > 100_000:
+        raise MalformedFileError(f"missing or invalid block_count {n_layers}", file=filename,
+                                 field=f"{arch}.block_count")
+
+    # llama.cpp counts next-token-prediction blocks in block_count and puts them last
+    num_mtp = facts.int("nextn_predict_layers", "num_mtp_layers") or 0
+    if not 0 <= num_mtp <= n_layers:
+        raise MalformedFileError(f"nextn_predict_layers {num_mtp} for {n_layers} blocks", file=filename,
+                                 field=f"{arch}.nextn_predict_layers")
+    n_layers -= num_mtp
+    moe_layers = {int(m.group(1)) for t in tensors if (m := re.match(r"^blk\.(\d+)\.ffn_\w+_exps\.", t.name))}
+    layers = _layers(facts, n_layers + num_mtp, moe_layers, warnings)[:n_layers]
+    weights = gguf_weights(tensors, num_layers=n_layers, source=f"{filename}: GGUF tensor infos")
+
+    file_type_id = metadata.get("general.file_type")
+    file_type = _file_type_name(file_type_id)
+    if file_type is None:
+        warnings.append(f"general.file_type {file_type_id!r} is absent or unknown")
+    bits_per_weight = (weights.total_bytes * 8 / weights.params_total) if weights.params_total else None
+    num_experts = facts.int("expert_count", "num_experts")
+    experts_used = facts.int("expert_used_count", "experts_per_token")
+    head_k = facts.int("attention.key_length") or next((l.head_dim_k for l in layers if l.head_dim_k), None)
+    head_v = facts.int("attention.value_length") or head_k
+    ffn = facts.get("feed_forward_length", "intermediate_size")
+    heads = facts.get("attention.head_count")
+    tied = not any(t.name == "output.weight" for t in tensors)
+    facts.provenance["tie_word_embeddings"] = f"derived: {'no' if tied else 'an'} output.weight tensor"
+    facts.provenance["weights"] = f"{filename}: GGUF tensor infos (exact)"
+    warnings.append("GGUF states no compute dtype")
+
+    extra: dict[str, object] = {
+        "file_type": file_type,
+        "alignment": primary.alignment,
+        "bits_per_weight": bits_per_weight,
+        "gguf_arch": arch,
+        "gguf_version": primary.version,
+        "n_embd_head_k": head_k,
+        "n_embd_head_v": head_v,
+        "file_size": sum(gguf_file_size(h) for h in headers),
+        "split_count": len(headers),
+        "token_embd_bytes": weights.bytes_by_component.get("embeddings", 0),
+    }
+    if "general.name" in metadata:
+        extra["name"] = metadata["general.name"]
+
+    spec = ModelSpec(
+        architecture=arch,
+        model_type=arch,
+        dtype=None,
+        num_layers=n_layers,
+        layers=layers,
+        hidden_size=facts.int("embedding_length"),
+        intermediate_size=max(ffn) if isinstance(ffn, list) and ffn else (ffn if isinstance(ffn, int) else None),
+        num_attention_heads=max(heads) if isinstance(heads, list) and heads else (
+            heads if isinstance(heads, int) else None),
+        vocab_size=_vocab_size(facts, tensors),
+        max_position_embeddings=facts.int("context_length", "max_position_embeddings"),
+        tie_word_embeddings=tied,
+        num_experts=num_experts,
+        num_shared_experts=facts.int("expert_shared_count", "num_shared_experts"),
+        experts_per_token=experts_used,
+        moe_intermediate_size=facts.int("expert_feed_forward_length", "moe_intermediate_size"),
+        num_mtp_layers=num_mtp,
+        rope_scaling=_rope_scaling(facts),
+        quantization=Quantization(method="gguf", bits=bits_per_weight, details={
+            "file_type": file_type, "ggml_types": dict(weights.bytes_by_dtype)},
+            source=f"{filename}: general.file_type"),
+        weights=weights,
+        provenance=facts.provenance,
+        warnings=tuple(warnings),
+        decided_by="hfvram rules",
+        extra=extra,
+    )
+    return spec.with_weights(weights, params_active(weights, spec))
