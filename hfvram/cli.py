@@ -1,0 +1,733 @@
+"""The ``hfvram`` command line: wires sources -> readers -> estimator -> reports (design/contract.md).
+
+Start-up must stay fast: this module imports only click and hfvram's light modules; rich, huggingface_hub, the
+readers and the engine profiles are imported inside the commands that need them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Sequence
+
+import click
+
+from hfvram import __version__
+from hfvram.errors import HfvramError, UsageError
+
+EXIT_OK = 0
+EXIT_DOES_NOT_FIT = 1
+EXIT_USAGE = 2
+EXIT_UNREADABLE = 3
+EXIT_INTERRUPTED = 130
+DEBUG_META = "hfvram.debug"
+FORMATS = ("table", "json", "markdown")
+SCAN_FORMATS = ("table", "jsonl", "json", "csv", "markdown")
+DEFAULT_JOBS = 8
+
+
+# ---- error handling ----------------------------------------------------------------------------------------------
+
+
+def _debug_enabled(ctx: click.Context | None) -> bool:
+    if os.environ.get("HFVRAM_DEBUG", "").lower() in ("1", "true", "yes"):
+        return True
+    return bool(ctx is not None and ctx.meta.get(DEBUG_META))
+
+
+def _fail(message: str, code: int) -> None:
+    click.echo(f"hfvram: error: {message}", err=True)
+    sys.exit(code)
+
+
+class HfvramGroup(click.Group):
+    """Turns hfvram's errors into one line and the contract's exit code; a traceback only with --debug."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except HfvramError as error:
+            if _debug_enabled(ctx):
+                traceback.print_exc()
+            _fail(str(error), error.exit_code)
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException, SystemExit, KeyboardInterrupt):
+            raise
+        except Exception as error:  # a bug of ours: still one line, unless --debug
+            if _debug_enabled(ctx):
+                traceback.print_exc()
+            _fail(f"internal error: {type(error).__name__}: {error} (run with --debug for the traceback)",
+                  EXIT_UNREADABLE)
+
+
+def _set_debug(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+    if value:
+        ctx.meta[DEBUG_META] = True
+    return value
+
+
+debug_option = click.option(
+    "--debug", is_flag=True, expose_value=False, is_eager=True, callback=_set_debug,
+    help="Show Python tracebacks on errors.",
+)
+
+
+@click.group(cls=HfvramGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, "--version", prog_name="hfvram")
+@debug_option
+def cli() -> None:
+    """Will this Hugging Face model fit this hardware, with this engine, at this context?
+
+    \b
+    Examples:
+      hfvram check meta-llama/Llama-3.1-8B-Instruct --gpu rtx4090 --context 32k
+      hfvram check ./my-model --gpu h100x2 --engine vllm@0.19 --json
+      hfvram fit --gpu rtx4090 Qwen/Qwen3-8B
+      hfvram inspect ./model.gguf
+
+    Exit codes: 0 fits (or tight), 1 does not fit (or tight with --fail-on tight), 2 usage error,
+    3 the model could not be read. Shell completion: eval "$(_HFVRAM_COMPLETE=bash_source hfvram)".
+    """
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Console-script entry point (``hfvram = "hfvram.cli:main"``)."""
+    cli.main(args=list(argv) if argv is not None else None, prog_name="hfvram")
+
+
+# ---- shared options -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """The options shared by check / scan / fit, as typed on the command line (not yet parsed)."""
+
+    gpu: str | None = None
+    engine: str | None = None
+    context: str | None = None
+    concurrency: str | None = None
+    kv_dtype: str | None = None
+    settings: tuple[str, ...] = ()
+    engine_args: str | None = None
+    tp: int | None = None
+    pp: int | None = None
+    gpu_util: float | None = None
+    revision: str | None = None
+    token: str | None = field(default=None, repr=False)
+    offline: bool | None = None
+    explain: bool = False
+    calibration: str | None = None
+
+
+def run_options(function: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorate a command with the contract's shared options (check / scan / fit)."""
+    options = [
+        click.option("--gpu", "gpu", metavar="SPEC", help="GPU id or alias with optional count (rtx4090, h100x8, 24GiB)."),
+        click.option("--engine", "engine", metavar="NAME[@VER]", help="vllm, sglang, llama.cpp, ollama, … (default: vllm; llama.cpp for GGUF)."),
+        click.option("--context", "context", metavar="N", help="Tokens per sequence: 8k, 32k, 131072 (default: the engine's)."),
+        click.option("--concurrency", "concurrency", metavar="N", help="Sequences held at full context (default 1)."),
+        click.option("--kv-dtype", "kv_dtype", metavar="T", help="KV cache type: auto, bf16, fp16, fp8, q8_0, q4_0, …"),
+        click.option("--set", "settings", metavar="NAME=VALUE", multiple=True, help="An engine setting under the engine's own name (repeatable)."),
+        click.option("--engine-args", "engine_args", metavar='"…"', help="A pasted engine command line (vllm serve … -tp 2)."),
+        click.option("--tp", "tp", type=click.IntRange(min=1), help="Tensor-parallel degree."),
+        click.option("--pp", "pp", type=click.IntRange(min=1), help="Pipeline-parallel degree."),
+        click.option("--gpu-util", "gpu_util", type=click.FloatRange(0.0, 1.0, min_open=True), help="The engine's memory fraction."),
+        click.option("--revision", "revision", metavar="R", help="Hub revision (branch, tag, commit)."),
+        click.option("--token", "token", metavar="T", help="Hub token (else HF_TOKEN / the saved token). Never printed."),
+        click.option("--offline", "offline", is_flag=True, default=None, help="Never touch the network."),
+        click.option("--explain", "explain", is_flag=True, help="List every input figure with where it came from."),
+        click.option("--calibration", "calibration", metavar="FILE", type=click.Path(dir_okay=False), help="A calibration file from `hfvram calibrate --save`."),
+        debug_option,
+    ]
+    for option in reversed(options):
+        function = option(function)
+    return function
+
+
+def _run_options(kwargs: dict[str, Any]) -> RunOptions:
+    names = RunOptions.__dataclass_fields__.keys()
+    values = {name: kwargs.pop(name) for name in list(kwargs) if name in names}
+    values["settings"] = tuple(values.get("settings") or ())
+    return RunOptions(**values)
+
+
+def _output_format(fmt: str | None, as_json: bool, default: str = "table") -> str:
+    if as_json:
+        return "json"
+    return fmt or default
+
+
+# ---- request resolution (pure wiring of the parsers) -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Request:
+    """What to estimate, parsed: everything except the model itself."""
+
+    source: str
+    revision: str | None
+    engine: str | None  # None = pick by the model's format
+    engine_version: str | None
+    settings: dict[str, str]
+    tp: int | None
+    pp: int | None
+    gpu_util: float | None
+    context: int | None
+    concurrency: int
+    kv_dtype: str
+    hardware: Any  # hfvram.estimate.types.Hardware | None
+
+
+def _parse_positive(text: str, what: str) -> int:
+    from hfvram.estimate.engine_args import parse_size_tokens
+
+    value = parse_size_tokens(text)
+    if value < 1:
+        raise UsageError(f"{what} must be at least 1, got {text!r}")
+    return value
+
+
+def resolve_request(options: RunOptions, source: str | None) -> Request:
+    """Merge the pasted engine command line with the explicit options (explicit ones win)."""
+    from hfvram.estimate.engine_args import parse_set_options
+    from hfvram.estimate.engines import parse_engine_name
+    from hfvram.estimate.hardware import parse_gpu_spec
+
+    pasted = None
+    if options.engine_args:
+        from hfvram.estimate.engine_args import parse_engine_args
+
+        pasted = parse_engine_args(options.engine_args)
+    source = source or (pasted.model if pasted else None)
+    if not source:
+        raise UsageError("missing SOURCE (a Hub repo id, a local folder or a .gguf file)")
+    engine_text = options.engine or (pasted.engine if pasted else None)
+    engine, version = parse_engine_name(engine_text) if engine_text else (None, None)
+    settings: dict[str, str] = dict(pasted.settings) if pasted else {}
+    settings.update(parse_set_options(list(options.settings)))
+    context = _parse_positive(options.context, "--context") if options.context else (pasted.context if pasted else None)
+    concurrency = _parse_positive(options.concurrency, "--concurrency") if options.concurrency else 1
+    kv_dtype = options.kv_dtype or (pasted.kv_dtype if pasted and pasted.kv_dtype else None) or "auto"
+    from hfvram.estimate.common import kv_dtype_bytes
+
+    kv_dtype_bytes(kv_dtype)  # validates the name (UsageError, exit 2)
+    hardware = parse_gpu_spec(options.gpu) if options.gpu else None
+    return Request(
+        source=source,
+        revision=options.revision,
+        engine=engine,
+        engine_version=version,
+        settings=settings,
+        tp=options.tp if options.tp is not None else (pasted.tp if pasted else None),
+        pp=options.pp if options.pp is not None else (pasted.pp if pasted else None),
+        gpu_util=options.gpu_util if options.gpu_util is not None else (pasted.gpu_util if pasted else None),
+        context=context,
+        concurrency=concurrency,
+        kv_dtype=kv_dtype,
+        hardware=hardware,
+    )
+
+
+def default_engine(loaded: Any) -> str:
+    """vLLM for safetensors checkpoints, llama.cpp for GGUF (contract table)."""
+    quant = loaded.spec.quantization
+    if loaded.source.kind == "gguf" or (quant is not None and quant.method == "gguf"):
+        return "llama.cpp"
+    return "vllm"
+
+
+def load(request: Request, options: RunOptions, *, need_split: bool = True) -> Any:
+    from hfvram.sources import load_model
+
+    return load_model(request.source, revision=request.revision, token=options.token, offline=options.offline,
+                      need_split=need_split)
+
+
+def engine_choice(request: Request, loaded: Any) -> Any:
+    from hfvram.estimate.types import EngineChoice
+
+    return EngineChoice(
+        name=request.engine or default_engine(loaded),
+        version=request.engine_version,
+        settings=dict(request.settings),
+        tp=request.tp,
+        pp=request.pp,
+        gpu_util=request.gpu_util,
+    )
+
+
+def workload(request: Request, *, context: int | None = None, kv_dtype: str | None = None) -> Any:
+    from hfvram.estimate.types import Workload
+
+    return Workload(context=context if context is not None else request.context, concurrency=request.concurrency,
+                    kv_dtype=kv_dtype or request.kv_dtype)
+
+
+def run_estimate(request: Request, options: RunOptions, loaded: Any) -> Any:
+    """The estimate for one loaded model, with a calibration applied when one matches (engine + GPU)."""
+    from hfvram.estimate.core import estimate
+
+    choice = engine_choice(request, loaded)
+    est = estimate(loaded.spec, request.hardware, choice, workload(request))
+    return calibrate_estimate(est, options, choice.name)
+
+
+def calibrate_estimate(est: Any, options: RunOptions, engine: str) -> Any:
+    if est.hardware is None:
+        return est
+    from pathlib import Path
+
+    from hfvram import calibrate
+
+    if options.calibration:
+        record = calibrate.load_calibration_file(Path(options.calibration))
+        return calibrate.apply_calibration(est, record, options.calibration)
+    if not os.environ.get("HFVRAM_CONFIG_DIR") and not _default_calibration_exists():
+        return est
+    found = calibrate.find_calibration(engine, est.hardware.gpu.id)
+    if found is None:
+        return est
+    path, record = found
+    return calibrate.apply_calibration(est, record, str(path))
+
+
+def _default_calibration_exists() -> bool:
+    from hfvram.calibrate import calibration_dir
+
+    return calibration_dir().is_dir()
+
+
+def check_report(request: Request, options: RunOptions) -> dict[str, Any]:
+    from hfvram.report.jsonout import check_dict
+
+    loaded = load(request, options)
+    est = run_estimate(request, options, loaded)
+    return check_dict(loaded.source, est, explain=options.explain)
+
+
+def exit_code_for(verdicts: Iterable[str | None], fail_on_tight: bool) -> int:
+    """0 fits / tight; 1 when any does not fit (or is tight with --fail-on tight)."""
+    for verdict in verdicts:
+        if verdict == "does_not_fit" or (fail_on_tight and verdict == "tight"):
+            return EXIT_DOES_NOT_FIT
+    return EXIT_OK
+
+
+def _console(stderr: bool = False) -> Any:
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+
+
+def _echo_json(document: Any) -> None:
+    click.echo(json.dumps(document, indent=2, ensure_ascii=False))
+
+
+# ---- check ------------------------------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.argument("source", required=False)
+@run_options
+@click.option("--format", "fmt", type=click.Choice(FORMATS), help="Output format (default: table).")
+@click.option("--json", "as_json", is_flag=True, help="Same as --format json (schema hfvram.check/1).")
+@click.option("--fail-on", "fail_on", type=click.Choice(["tight"]), help="Exit 1 on Tight as well as on Doesn't fit.")
+def check(source: str | None, fmt: str | None, as_json: bool, fail_on: str | None, **kwargs: Any) -> None:
+    """One model: the four memory terms on the worst GPU, the verdict and the capacity.
+
+    SOURCE: org/name[@revision], org/name:Q4_K_M, a local folder, a .gguf file, or a cached repo.
+    """
+    options = _run_options(kwargs)
+    output = _output_format(fmt, as_json)
+    request = resolve_request(options, source)
+    report = check_report(request, options)
+    if output == "json":
+        _echo_json(report)
+    elif output == "markdown":
+        from hfvram.report.markdown import check_markdown
+
+        click.echo(check_markdown(report, explain=options.explain), nl=False)
+    else:
+        from hfvram.report.table import render_check
+
+        render_check(_console(), report, explain=options.explain)
+    sys.exit(exit_code_for([report.get("verdict")], fail_on == "tight"))
+
+
+# ---- scan ------------------------------------------------------------------------------------------------------
+
+
+def read_source_list(text: str) -> list[str]:
+    """One SOURCE per line; ``#`` starts a comment; blank lines are skipped."""
+    sources = []
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip() if not line.lstrip().startswith("#") else ""
+        if line:
+            sources.append(line)
+    return sources
+
+
+def scan_one(source: str, options: RunOptions) -> dict[str, Any]:
+    """A check/1 object for one source, or an error row; never raises for a model problem."""
+    from hfvram.report.jsonout import error_dict
+
+    try:
+        request = resolve_request(options, source)
+        return check_report(request, options)
+    except HfvramError as error:
+        return error_dict(source, error)
+    except Exception as error:  # one broken source must not stop the others
+        return error_dict(source, error)
+
+
+VERDICT_ORDER = {"fits": 0, "tight": 1, "does_not_fit": 2, None: 3}
+
+
+def scan_sort_key(report: dict[str, Any]) -> tuple[int, int, str]:
+    """Sorted by verdict (fits first, errors last) then by memory per GPU."""
+    if "error" in report:
+        return (4, 0, report["source"].get("text") or "")
+    return (VERDICT_ORDER.get(report.get("verdict"), 3), report["per_gpu"]["total"],
+            report["source"].get("repo_id") or "")
+
+
+def scan_exit_code(reports: Sequence[dict[str, Any]], fail_on_tight: bool) -> int:
+    if any("error" in report for report in reports):
+        return EXIT_UNREADABLE
+    return exit_code_for((report.get("verdict") for report in reports), fail_on_tight)
+
+
+@cli.command()
+@click.argument("file", type=click.File("r", encoding="utf-8"))
+@run_options
+@click.option("--format", "fmt", type=click.Choice(SCAN_FORMATS), help="Output format (default: table).")
+@click.option("--json", "as_json", is_flag=True, help="JSON Lines: one hfvram.check/1 object per source.")
+@click.option("--jobs", "-j", type=click.IntRange(1, 64), default=DEFAULT_JOBS, show_default=True, help="Sources read at once.")
+@click.option("--fail-on", "fail_on", type=click.Choice(["tight"]), help="Exit 1 on Tight as well.")
+def scan(file: Any, fmt: str | None, as_json: bool, jobs: int, fail_on: str | None, **kwargs: Any) -> None:
+    """Many models: one SOURCE per line of FILE ('-' = stdin), read concurrently.
+
+    A source that cannot be read becomes an error row; the others are still reported.
+    """
+    options = _run_options(kwargs)
+    output = "jsonl" if as_json else (fmt or "table")
+    sources = read_source_list(file.read())
+    if not sources:
+        raise UsageError("no sources in the list (one SOURCE per line, '#' comments)")
+    if options.gpu:
+        from hfvram.estimate.hardware import parse_gpu_spec
+
+        parse_gpu_spec(options.gpu)  # a bad --gpu is one usage error, not an error row per source
+    reports, interrupted = _scan_all(sources, options, jobs, output)
+    reports.sort(key=scan_sort_key)
+    _print_scan(reports, output, streamed=output in ("jsonl", "table"))
+    if interrupted:
+        click.echo(f"hfvram: interrupted: {len(reports)} of {len(sources)} sources finished", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    sys.exit(scan_exit_code(reports, fail_on == "tight"))
+
+
+def _scan_all(sources: list[str], options: RunOptions, jobs: int, output: str) -> tuple[list[dict[str, Any]], bool]:
+    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    reports: list[dict[str, Any]] = []
+    stderr = _console(stderr=True)
+    progress = Progress(TextColumn("scanning"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        console=stderr, transient=True, disable=not stderr.is_terminal)
+    pool = ThreadPoolExecutor(max_workers=jobs)
+    interrupted = False
+    try:
+        with progress:
+            task = progress.add_task("scan", total=len(sources))
+            pending = {pool.submit(scan_one, source, options) for source in sources}
+            while pending:
+                done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+                for future in done:
+                    report = future.result()
+                    reports.append(report)
+                    _stream_result(report, output, progress.console)
+                    progress.advance(task)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        pool.shutdown(wait=not interrupted, cancel_futures=True)
+    return reports, interrupted
+
+
+def _stream_result(report: dict[str, Any], output: str, console: Any) -> None:
+    """Results as they finish: JSON Lines on stdout; one line per model on stderr for the table view."""
+    if output == "jsonl":
+        from hfvram.report.tabular import jsonl_line
+
+        click.echo(jsonl_line(report))
+    elif output == "table":
+        from hfvram.report.table import scan_row
+
+        name, verdict, total, *_ = scan_row(report)
+        err = _console(stderr=True)
+        err.print(f"  {verdict}  {name}  {total}")
+
+
+def _print_scan(reports: list[dict[str, Any]], output: str, *, streamed: bool) -> None:
+    if output == "jsonl":
+        return  # already printed line by line
+    if output == "json":
+        _echo_json(reports)
+    elif output == "csv":
+        from hfvram.report.tabular import to_csv
+
+        click.echo(to_csv(reports), nl=False)
+    elif output == "markdown":
+        from hfvram.report.markdown import scan_markdown
+
+        click.echo(scan_markdown(reports), nl=False)
+    else:
+        from hfvram.report.table import render_scan
+
+        render_scan(_console(), reports)
+
+
+# ---- fit -------------------------------------------------------------------------------------------------------
+
+
+def fit_report(request: Request, options: RunOptions) -> dict[str, Any]:
+    """The inverse view for one model on one GPU type."""
+    from hfvram.estimate import inverse
+    from hfvram.estimate.core import estimate
+    from hfvram.report.jsonout import source_dict
+
+    loaded = load(request, options)
+    choice = engine_choice(request, loaded)
+    wl = workload(request)
+    hardware = request.hardware
+    est = estimate(loaded.spec, hardware, choice, wl)
+    context = est.workload.context
+    rows = inverse.context_table(loaded.spec, hardware, choice, wl)
+    return {
+        "schema": "hfvram.fit/1",
+        "source": source_dict(loaded.source),
+        "gpu": hardware.gpu.id,
+        "hardware": hardware.label,
+        "engine": choice.name + (f"@{choice.version}" if choice.version else ""),
+        "context": context,
+        "concurrency": wl.concurrency,
+        "verdict": est.verdict,
+        "max_context": inverse.max_context(loaded.spec, hardware, choice, wl),
+        "max_concurrency": inverse.max_concurrency(loaded.spec, hardware, choice, wl),
+        "smallest_gpu_count": inverse.smallest_gpu_count(loaded.spec, hardware.gpu, choice, wl),
+        "context_table": [_context_row(row) for row in rows],
+        "warnings": list(dict.fromkeys(list(loaded.spec.warnings) + list(est.warnings))),
+        "_spec": loaded.spec,
+        "_choice": choice,
+    }
+
+
+def _context_row(row: Any) -> dict[str, Any]:
+    """A row of inverse.context_table as a plain dict (it may be a dataclass, a mapping or an Estimate)."""
+    if isinstance(row, dict):
+        return dict(row)
+    from dataclasses import asdict, is_dataclass
+
+    if hasattr(row, "per_gpu") and hasattr(row, "workload"):
+        return {"context": row.workload.context, "kv_dtype": row.workload.kv_dtype, "verdict": row.verdict,
+                "total": row.per_gpu.total, "max_concurrency": row.capacity.max_concurrency}
+    if is_dataclass(row):
+        return asdict(row)
+    raise TypeError(f"unexpected context_table row {row!r}")
+
+
+@cli.command()
+@click.argument("sources", nargs=-1, required=True)
+@run_options
+@click.option("--format", "fmt", type=click.Choice(FORMATS), help="Output format (default: table).")
+@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
+@click.option("--plot", "plot", metavar="FILE.png|svg", type=click.Path(dir_okay=False), help="Draw memory against context per term (needs the 'plot' extra).")
+def fit(sources: tuple[str, ...], fmt: str | None, as_json: bool, plot: str | None, **kwargs: Any) -> None:
+    """The inverse view: longest context, most concurrent requests and the smallest GPU count that fit."""
+    options = _run_options(kwargs)
+    if not options.gpu:
+        raise UsageError("fit needs --gpu SPEC (for example --gpu rtx4090)")
+    output = _output_format(fmt, as_json)
+    if plot:
+        from hfvram.report.plot import require_matplotlib
+
+        require_matplotlib()
+    reports = [fit_report(resolve_request(options, source), options) for source in sources]
+    if plot:
+        from hfvram.report.plot import plot_memory_against_context
+
+        request = resolve_request(options, sources[0])
+        plot_memory_against_context(reports[0]["_spec"], request.hardware, reports[0]["_choice"],
+                                    workload(request), plot)
+        click.echo(f"wrote {plot}", err=True)
+    public = [{k: v for k, v in report.items() if not k.startswith("_")} for report in reports]
+    if output == "json":
+        _echo_json(public if len(public) > 1 else public[0])
+    elif output == "markdown":
+        from hfvram.report.markdown import fit_markdown
+
+        click.echo("\n".join(fit_markdown(report) for report in public), nl=False)
+    else:
+        from hfvram.report.table import render_fit
+
+        console = _console()
+        for report in public:
+            render_fit(console, report)
+
+
+# ---- gpus ------------------------------------------------------------------------------------------------------
+
+
+def gpu_dict(gpu: Any) -> dict[str, Any]:
+    return {
+        "id": gpu.id, "name": gpu.name, "vendor": gpu.vendor, "memory_bytes": gpu.memory_bytes,
+        "gpu_memory_bytes": gpu.gpu_memory_bytes, "memory_bandwidth_gbs": gpu.memory_bandwidth_gbs,
+        "bf16_tflops_dense": gpu.bf16_tflops_dense, "unified_memory": gpu.unified_memory,
+        "aliases": list(gpu.aliases),
+    }
+
+
+@cli.command()
+@click.argument("query", required=False)
+@click.option("--vendor", metavar="V", help="Only this vendor (nvidia, amd, intel, apple).")
+@click.option("--json", "as_json", is_flag=True, help="JSON list.")
+@debug_option
+def gpus(query: str | None, vendor: str | None, as_json: bool) -> None:
+    """The accelerator catalogue: id, memory the device exposes, bandwidth, aliases."""
+    from hfvram.estimate.hardware import search_catalog
+
+    found = [gpu_dict(gpu) for gpu in search_catalog(query, vendor=vendor)]
+    if as_json:
+        _echo_json(found)
+    else:
+        from hfvram.report.table import render_gpus
+
+        render_gpus(_console(), found)
+    if not found:
+        click.echo("hfvram: no GPU matches; try `hfvram gpus` for the whole catalogue", err=True)
+        sys.exit(EXIT_USAGE)
+
+
+# ---- inspect ------------------------------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.argument("source")
+@click.option("--kv-dtype", "kv_dtype", metavar="T", help="KV figures at this dtype (default: the checkpoint's).")
+@click.option("--revision", metavar="R", help="Hub revision.")
+@click.option("--token", metavar="T", help="Hub token (never printed).")
+@click.option("--offline", is_flag=True, default=None, help="Never touch the network.")
+@click.option("--format", "fmt", type=click.Choice(("table", "json")), help="Output format.")
+@click.option("--json", "as_json", is_flag=True, help="JSON (schema hfvram.inspect/1).")
+@debug_option
+def inspect(source: str, kv_dtype: str | None, revision: str | None, token: str | None, offline: bool | None,
+            fmt: str | None, as_json: bool) -> None:
+    """The model's facts only (no GPU, no engine), each with the file and field it came from."""
+    from hfvram.report.jsonout import inspect_dict, kv_dtype_bytes
+    from hfvram.sources import load_model
+
+    loaded = load_model(source, revision=revision, token=token, offline=offline, need_split=True)
+    kv_dtype_bytes(kv_dtype, loaded.spec)  # validate before printing
+    report = inspect_dict(loaded.source, loaded.spec, kv_dtype)
+    if _output_format(fmt, as_json) == "json":
+        _echo_json(report)
+    else:
+        from hfvram.report.table import render_inspect
+
+        render_inspect(_console(), report)
+
+
+# ---- calibrate ----------------------------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.argument("logfile")
+@click.option("--model", "model", metavar="SOURCE", help="Compare with hfvram's prediction for this model.")
+@click.option("--gpu", metavar="SPEC", help="The GPU the log came from (needed for --model and --save).")
+@click.option("--engine", metavar="NAME[@VER]", help="Force the log parser / the rules (default: detected).")
+@click.option("--set", "settings", metavar="NAME=VALUE", multiple=True, help="Engine settings of that run.")
+@click.option("--save", is_flag=True, help="Write the measured overhead as a calibration file for later checks.")
+@click.option("--output", "output_path", type=click.Path(dir_okay=False), help="Where --save writes (default: the config folder).")
+@click.option("--offline", is_flag=True, default=None, help="Never touch the network.")
+@click.option("--token", metavar="T", help="Hub token (never printed).")
+@click.option("--json", "as_json", is_flag=True, help="JSON output.")
+@debug_option
+def calibrate(logfile: str, model: str | None, gpu: str | None, engine: str | None, settings: tuple[str, ...],
+              save: bool, output_path: str | None, offline: bool | None, token: str | None, as_json: bool) -> None:
+    """Read a vLLM / llama.cpp start-up log: what the engine really reserved, next to hfvram's prediction."""
+    from hfvram import calibrate as cal
+
+    engine_name, engine_version = (None, None)
+    if engine:
+        from hfvram.estimate.engines import parse_engine_name
+
+        engine_name, engine_version = parse_engine_name(engine)
+    hardware = None
+    if gpu:
+        from hfvram.estimate.hardware import parse_gpu_spec
+
+        hardware = parse_gpu_spec(gpu)
+    if (model or save) and hardware is None:
+        raise UsageError("--model and --save need --gpu SPEC (the GPU the log came from)")
+    text = cal.read_log(logfile)
+    measured = cal.parse_log(text, engine_name)
+    result: dict[str, Any] = {
+        "schema": "hfvram.calibrate/1",
+        "engine": measured.engine,
+        "measured": cal.measured_dict(measured),
+        "warnings": list(measured.warnings),
+    }
+    if model:
+        est = _calibration_prediction(measured, model, hardware, engine_name, engine_version, settings, offline, token)
+        result["predicted"] = cal.predicted_terms(est)
+        result["warnings"] += list(est.warnings)
+    if save:
+        from pathlib import Path
+
+        record = cal.calibration_record(measured, hardware.gpu.id, os.path.basename(logfile))
+        if output_path:
+            path = Path(output_path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        else:
+            path = cal.save_calibration(record)
+        result["saved"] = str(path)
+    if as_json:
+        _echo_json(result)
+    else:
+        from hfvram.report.table import render_calibration
+
+        render_calibration(_console(), result)
+        if "saved" in result:
+            click.echo(f"saved calibration: {result['saved']}")
+
+
+def _calibration_prediction(measured: Any, model: str, hardware: Any, engine_name: str | None,
+                            engine_version: str | None, settings: tuple[str, ...], offline: bool | None,
+                            token: str | None) -> Any:
+    """hfvram's estimate for the run the log describes (context, memory fraction, TP and KV dtype from the log)."""
+    from hfvram.estimate.core import estimate
+    from hfvram.estimate.engine_args import parse_set_options
+    from hfvram.estimate.types import EngineChoice, Workload
+    from hfvram.sources import load_model
+
+    loaded = load_model(model, token=token, offline=offline, need_split=True)
+    choice = EngineChoice(
+        name=engine_name or measured.engine,
+        version=engine_version or measured.engine_version,
+        settings=parse_set_options(list(settings)),
+        tp=measured.tp,
+        gpu_util=measured.gpu_util,
+    )
+    kv_dtype = measured.kv_dtype or "auto"
+    if kv_dtype in ("f16",):
+        kv_dtype = "fp16"
+    return estimate(loaded.spec, hardware, choice, Workload(context=measured.context, kv_dtype=kv_dtype))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,167 @@
+"""The JSON objects of the outer contract (design/contract.md): ``hfvram.check/1`` and ``hfvram.inspect/1``.
+
+Every size is in bytes; a figure the estimator could not know stays ``None`` (JSON ``null``) with a warning.
+Fields beyond the contract's are additions (the contract allows adding, never renaming).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from hfvram.estimate.types import Estimate
+from hfvram.spec import ModelSpec, SourceInfo
+
+CHECK_SCHEMA = "hfvram.check/1"
+INSPECT_SCHEMA = "hfvram.inspect/1"
+
+def kv_dtype_bytes(kv_dtype: str | None, spec: ModelSpec) -> float:
+    """Bytes per KV element for a dtype name; ``auto``/None -> the model's compute dtype (UsageError if unknown)."""
+    from hfvram.estimate.common import kv_dtype_bytes as element_bytes
+
+    return element_bytes(kv_dtype or "auto", spec.dtype_bytes())
+
+
+def kv_dtype_name(kv_dtype: str | None, spec: ModelSpec) -> str:
+    from hfvram.estimate.common import canonical_kv_dtype
+
+    return canonical_kv_dtype(kv_dtype or "auto", spec.dtype)
+
+
+def source_dict(source: SourceInfo) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "kind": source.kind,
+        "repo_id": source.repo_id,
+        "revision": source.revision,
+        "files": list(source.files),
+    }
+    if source.note:
+        out["note"] = source.note
+    return out
+
+
+def _quantization_dict(spec: ModelSpec) -> dict[str, Any] | None:
+    quant = spec.quantization
+    if quant is None:
+        return None
+    return {"method": quant.method, "bits": quant.bits, "group_size": quant.group_size}
+
+
+def model_dict(spec: ModelSpec, kv_dtype: str | None, context: int | None = None) -> dict[str, Any]:
+    """The contract's ``model`` object with KV figures at ``kv_dtype`` (None when its size is unknown)."""
+    per_element = kv_dtype_bytes(kv_dtype, spec)
+    kv_per_token = spec.kv_bytes_per_token(per_element)
+    kv_fixed = spec.kv_fixed_bytes_per_sequence(per_element, context)
+    return {
+        "architecture": spec.architecture,
+        "model_type": spec.model_type,
+        "params_total": spec.params_total,
+        "params_active": spec.params_active if spec.params_active is not None else _dense_active(spec),
+        "weights_bytes": spec.weights_bytes,
+        "num_layers": spec.num_layers,
+        "kv_bytes_per_token": kv_per_token,
+        "kv_fixed_bytes_per_sequence": kv_fixed,
+        "layers": spec.layer_census(),
+        # additions to the contract
+        "dtype": spec.dtype,
+        "kv_dtype": kv_dtype_name(kv_dtype, spec),
+        "max_position_embeddings": spec.max_position_embeddings,
+        "quantization": _quantization_dict(spec),
+        "weights_exact": spec.weights.exact if spec.weights else None,
+        "multimodal": spec.multimodal,
+        "decided_by": spec.decided_by,
+    }
+
+
+def _dense_active(spec: ModelSpec) -> int | None:
+    """A model without experts activates all its parameters; for MoE without a count, unknown (None)."""
+    if spec.num_experts in (None, 0, 1) and not any(layer.moe for layer in spec.layers):
+        return spec.params_total
+    return None
+
+
+def _unique(items: list[str]) -> list[str]:
+    return list(dict.fromkeys(items))
+
+
+def check_dict(source: SourceInfo, est: Estimate, *, explain: bool = False) -> dict[str, Any]:
+    """One ``hfvram.check/1`` object."""
+    per_gpu = est.per_gpu
+    hardware = None
+    if est.hardware is not None:
+        hardware = {
+            "gpu": est.hardware.gpu.id,
+            "count": est.hardware.count,
+            "memory_bytes": est.hardware.gpu.gpu_memory_bytes,
+            "usable_bytes": per_gpu.usable,
+            "name": est.hardware.gpu.name,
+        }
+    engine = dict(est.engine)
+    engine.setdefault("name", None)
+    engine.setdefault("gpu_util", None)
+    engine = {key: _jsonable(value) for key, value in engine.items()}
+    out: dict[str, Any] = {
+        "schema": CHECK_SCHEMA,
+        "source": source_dict(source),
+        "model": model_dict(est.spec, est.workload.kv_dtype, est.workload.context),
+        "hardware": hardware,
+        "engine": engine,
+        "workload": {
+            "context": est.workload.context,
+            "concurrency": est.workload.concurrency,
+            "kv_dtype": est.workload.kv_dtype,
+        },
+        "per_gpu": {
+            "weights": per_gpu.weights,
+            "kv_cache": per_gpu.kv_cache,
+            "activations": per_gpu.activations,
+            "overhead": per_gpu.overhead,
+            "total": per_gpu.total,
+            "usable": per_gpu.usable if est.hardware is not None else None,
+            "memory": per_gpu.memory if est.hardware is not None else None,
+            "reserve": per_gpu.reserve if est.hardware is not None else None,
+        },
+        "utilization": est.utilization,
+        "verdict": est.verdict,
+        "capacity": {
+            "kv_tokens": est.capacity.kv_tokens,
+            "max_concurrency": est.capacity.max_concurrency,
+            "max_context": est.capacity.max_context,
+        },
+        "decode_tokens_per_second": est.decode_tokens_per_second,
+        "parallel": {"tp": est.tp, "pp": est.pp},
+        "warnings": _unique(list(est.spec.warnings) + list(est.warnings)),
+    }
+    if explain:
+        out["explain"] = {"terms": dict(est.explain), "provenance": dict(est.spec.provenance)}
+    return out
+
+
+def inspect_dict(source: SourceInfo, spec: ModelSpec, kv_dtype: str | None = None) -> dict[str, Any]:
+    """One ``hfvram.inspect/1`` object: facts only; KV figures at ``kv_dtype`` (default the checkpoint's)."""
+    return {
+        "schema": INSPECT_SCHEMA,
+        "source": source_dict(source),
+        "model": model_dict(spec, kv_dtype),
+        "provenance": dict(spec.provenance),
+        "warnings": list(spec.warnings),
+    }
+
+
+def error_dict(source_text: str, error: BaseException) -> dict[str, Any]:
+    """The row ``scan`` writes for a source that could not be read."""
+    kind = getattr(error, "kind", None) or "internal"
+    return {
+        "schema": CHECK_SCHEMA,
+        "source": {"kind": None, "repo_id": None, "revision": None, "files": [], "text": source_text},
+        "error": {"kind": kind, "message": str(error) or type(error).__name__},
+    }
+
+
+def _jsonable(value: object) -> object:
+    if isinstance(value, Mapping):
+        return {str(key): _jsonable(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_jsonable(item) for item in value]
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)
