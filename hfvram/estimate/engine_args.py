@@ -1,0 +1,342 @@
+"""Reading what users type: a pasted engine command line, ``--set NAME=VALUE`` and sizes (``32k``, ``24GiB``).
+
+A command line (``vllm serve MODEL …``, ``llama-server -m … -c …``, ``python -m sglang.launch_server …``,
+``lmdeploy serve api_server …``, ``trtllm-serve …``, ``ollama run …``) becomes the engine's name, the model,
+and its memory settings under the engine's own names: the long flag without dashes, ``_`` read as ``-``
+(``max-num-batched-tokens``, ``ctx-size``, ``ubatch-size``, ``flash-attn``, ``cache-type-k``,
+``mem-fraction-static``). The flag tables are data: ``hfvram/data/engine_args.toml``. Every flag that does
+not change memory is returned in ``ignored`` so the CLI can say so.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import sys
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from typing import Any, Iterable, Mapping
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+from hfvram.errors import UsageError
+from hfvram.estimate.types import EngineChoice
+
+_ENV_ASSIGNMENT = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>.*)$", re.S)
+_NUMBER = re.compile(r"^-?\d+(?:\.\d+)?$")
+_TOKENS = re.compile(r"^(?P<number>\d+(?:\.\d+)?)(?P<suffix>[km]?)$", re.I)
+_VLLM_INT = re.compile(r"^(?P<number>\d+(?:\.\d+)?)(?P<suffix>[kKmMgGtT]?)$")
+_BYTES = re.compile(r"^(?P<number>\d+(?:\.\d+)?)\s*(?P<unit>[a-z]*)$", re.I)
+_SETTING_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+#: interpreters and launchers that may precede the engine's own program
+_LAUNCHERS = frozenset({"python", "python3", "uv", "run", "sudo", "env", "exec", "nohup", "time", "-u", "-m"})
+
+_BYTE_UNITS = {
+    "": 1, "b": 1,
+    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+    "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20,
+    "g": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tib": 1 << 40,
+}
+#: LMDeploy ``--quant-policy`` -> KV dtype (lmdeploy/messages.py: 0 = no KV quantization, 4 = int4, 8 = int8)
+_LMDEPLOY_QUANT_POLICY = {"0": None, "4": "int4", "8": "int8"}
+
+
+@dataclass(frozen=True)
+class ParsedEngineArgs:
+    """What a pasted engine command line says, under the engine's own setting names."""
+
+    engine: str | None
+    model: str | None
+    #: memory-relevant settings, canonical name -> value as typed
+    settings: dict[str, str] = field(default_factory=dict)
+    tp: int | None = None
+    pp: int | None = None
+    #: the engine's memory fraction (vLLM gpu-memory-utilization, SGLang mem-fraction-static, …)
+    gpu_util: float | None = None
+    #: the engine's context setting as the engine reads it (llama.cpp: ctx-size over all slots)
+    context: int | None = None
+    kv_dtype: str | None = None
+    #: one line per token or flag that was not used, with why
+    ignored: list[str] = field(default_factory=list)
+
+    def to_choice(self, version: str | None = None, extra_settings: Mapping[str, str] | None = None) -> EngineChoice:
+        """The EngineChoice these arguments describe (``extra_settings``, e.g. from ``--set``, win)."""
+        if self.engine is None:
+            raise UsageError("could not tell which engine the command line starts; give --engine")
+        settings = {**self.settings, **(extra_settings or {})}
+        return EngineChoice(name=self.engine, version=version, settings=settings, tp=self.tp, pp=self.pp,
+                            gpu_util=self.gpu_util)
+
+
+# ---- tables --------------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=1)
+def _tables() -> Mapping[str, Any]:
+    data = resources.files("hfvram").joinpath("data", "engine_args.toml").read_bytes()
+    return tomllib.loads(data.decode("utf-8"))
+
+
+def _engine_table(engine: str | None) -> Mapping[str, Any] | None:
+    return _tables()["engines"].get(engine) if engine else None
+
+
+# ---- sizes and --set -----------------------------------------------------------------------------
+
+
+def parse_size_tokens(text: str) -> int:
+    """``"32k"`` -> 32768, ``"128k"``, ``"1m"`` -> 1048576, ``"131072"``, ``"131,072"``; k = 1024 tokens.
+
+    UsageError for anything else (``12q``, ``0``, ``-5``, ``1.3k`` that is not a whole token count)."""
+    cleaned = str(text).strip().replace(",", "").replace("_", "")
+    match = _TOKENS.match(cleaned)
+    if not match:
+        raise UsageError(f"{text!r} is not a token count (examples: 8k, 32k, 128k, 131072, 1m)")
+    multiplier = {"": 1, "k": 1024, "m": 1024 * 1024}[match["suffix"].lower()]
+    value = float(match["number"]) * multiplier
+    if value != int(value) or value < 1:
+        raise UsageError(f"{text!r} is not a whole, positive number of tokens")
+    return int(value)
+
+
+def parse_bytes(text: str) -> int:
+    """``"24GiB"``, ``"80GB"`` (10^9), ``"512MiB"``, ``"24g"`` (binary), ``"1024"`` (bytes) -> bytes."""
+    match = _BYTES.match(str(text).strip().replace("_", ""))
+    unit = match["unit"].lower() if match else None
+    if not match or unit not in _BYTE_UNITS:
+        raise UsageError(f"{text!r} is not a size (examples: 24GiB, 80GB, 512MiB, 24g)")
+    return int(float(match["number"]) * _BYTE_UNITS[unit])
+
+
+def canonical_setting_name(name: str) -> str:
+    """``--max_num_batched_tokens`` -> ``max-num-batched-tokens``."""
+    return name.strip().lstrip("-").replace("_", "-")
+
+
+def parse_set_options(options: Iterable[str]) -> dict[str, str]:
+    """``["max-num-batched-tokens=8192", "flash-attn=on"]`` -> settings; the last of a repeated name wins.
+
+    UsageError for an entry without ``=``, with an empty name or value, or a name that is not a flag name."""
+    settings: dict[str, str] = {}
+    for option in options:
+        name, sep, value = str(option).partition("=")
+        name, value = canonical_setting_name(name), value.strip()
+        if not sep or not name or not value or not _SETTING_NAME.match(name):
+            raise UsageError(f"--set {option!r}: expected NAME=VALUE, e.g. max-num-batched-tokens=8192")
+        settings[name] = value
+    return settings
+
+
+# ---- command lines -------------------------------------------------------------------------------
+
+
+def _split(cmdline: str) -> list[str]:
+    joined = re.sub(r"\\\r?\n", " ", cmdline)  # shell line continuations
+    try:
+        return shlex.split(joined, comments=True)
+    except ValueError as exc:
+        raise UsageError(f"cannot read the engine command line: {exc}") from exc
+
+
+def _program_name(token: str) -> str:
+    name = os.path.basename(token.replace("\\", "/"))
+    return name[:-4] if name.lower().endswith(".exe") else name
+
+
+def _match_at(tokens: list[str], index: int) -> tuple[str, int] | None:
+    """(engine, index after the engine's program) when tokens[index] starts an engine."""
+    token = tokens[index]
+    for engine, table in _tables()["engines"].items():
+        if _program_name(token) in table["programs"]:
+            return engine, index + 1
+        if token == "-m" and index + 1 < len(tokens) and tokens[index + 1] in table["modules"]:
+            return engine, index + 2
+    return None
+
+
+def _match_image(token: str) -> str | None:
+    for engine, table in _tables()["engines"].items():
+        if any(token.startswith(prefix) for prefix in table["images"]):
+            return engine
+    return None
+
+
+def _find_engine(tokens: list[str]) -> tuple[str | None, int, int, dict[str, str]]:
+    """(engine, index of the token naming it, index of its first argument, environment assignments before it)."""
+    env: dict[str, str] = {}
+    for index, token in enumerate(tokens):
+        assignment = _ENV_ASSIGNMENT.match(token)
+        if assignment:
+            env[assignment["name"]] = assignment["value"]
+            continue
+        found = _match_at(tokens, index)
+        if found:
+            return found[0], index, found[1], env
+        image = _match_image(token)
+        if image:
+            # a container whose command names the engine again (`lmsysorg/sglang python3 -m sglang.launch_server`)
+            after = index + 1
+            while after < len(tokens) and tokens[after] != "-m" and _is_launcher(tokens[after]):
+                after += 1
+            again = _match_at(tokens, after) if after < len(tokens) else None
+            if again:
+                return again[0], index, again[1], env
+            return image, index, index + 1, env
+    return None, 0, 0, env
+
+
+def _is_launcher(token: str) -> bool:
+    return token in _LAUNCHERS or _program_name(token).startswith("python") or bool(_ENV_ASSIGNMENT.match(token))
+
+
+def _is_value(token: str) -> bool:
+    return not token.startswith("-") or bool(_NUMBER.match(token))
+
+
+def _canonical_flag(raw: str, aliases: Mapping[str, str]) -> str:
+    name = raw.lstrip("-")
+    return aliases.get(name) or aliases.get(name.replace("_", "-")) or name.replace("_", "-")
+
+
+def _flags(tokens: list[str], table: Mapping[str, Any] | None) -> tuple[list[tuple[str, str, str]], list[str]]:
+    """([(canonical, value, as typed)], positional tokens)."""
+    aliases = table.get("aliases", {}) if table else {}
+    booleans = set(table.get("booleans", ())) if table else set()
+    flags: list[tuple[str, str, str]] = []
+    positionals: list[str] = []
+    index = 0
+    while index < len(tokens):
+        token = tokens[index]
+        index += 1
+        if not token.startswith("-") or token in ("-", "--") or _NUMBER.match(token):
+            if token not in ("-", "--"):
+                positionals.append(token)
+            continue
+        name, sep, value = token.partition("=")
+        canonical = _canonical_flag(name, aliases)
+        if not sep:
+            if canonical in booleans or index >= len(tokens) or not _is_value(tokens[index]):
+                value = "true"
+            else:
+                value = tokens[index]
+                index += 1
+        flags.append((canonical, value, token if sep else f"{token} {value}" if value != "true" else token))
+    return flags, positionals
+
+
+def _to_int(value: str, flag: str, engine: str | None) -> int:
+    if engine == "vllm":
+        return vllm_human_readable_int(value, flag)
+    try:
+        return int(value)
+    except ValueError as exc:
+        raise UsageError(f"--{flag} {value!r} is not a whole number") from exc
+
+
+def vllm_human_readable_int(value: str, flag: str = "value") -> int:
+    """vLLM's own reading of a number (``vllm/engine/arg_utils.py::human_readable_int``): ``32k`` = 32000,
+    ``32K`` = 32768, ``25.6k`` = 25600; decimals are refused with a binary suffix."""
+    match = _VLLM_INT.match(value.strip())
+    if not match:
+        raise UsageError(f"--{flag} {value!r} is not a number vLLM accepts")
+    number, suffix = match["number"], match["suffix"]
+    if suffix in ("k", "m", "g", "t"):
+        return int(float(number) * 10 ** {"k": 3, "m": 6, "g": 9, "t": 12}[suffix])
+    if "." in number:
+        raise UsageError(f"--{flag} {value!r}: vLLM refuses decimals with a binary suffix or none")
+    return int(number) * (1 << {"": 0, "K": 10, "M": 20, "G": 30, "T": 40}[suffix])
+
+
+def _to_float(value: str, flag: str) -> float:
+    try:
+        return float(value)
+    except ValueError as exc:
+        raise UsageError(f"--{flag} {value!r} is not a number") from exc
+
+
+def _fields(engine: str | None, settings: Mapping[str, str], ignored: list[str]) -> dict[str, Any]:
+    """tp / pp / gpu_util / context / kv_dtype from the engine's own settings."""
+    table = _engine_table(engine)
+    if table is not None:
+        names = {key: [flag] for key, flag in table.get("fields", {}).items()}
+    else:
+        names = {key: list(flags) for key, flags in _tables()["generic"]["fields"].items() if key != "model"}
+    found: dict[str, Any] = {}
+    for key, flags in names.items():
+        flag = next((f for f in flags if f in settings), None)
+        if flag is None:
+            continue
+        value = settings[flag]
+        if key in ("tp", "pp"):
+            found[key] = _to_int(value, flag, engine)
+        elif key == "gpu_util":
+            found[key] = _to_float(value, flag)
+        elif key == "context":
+            context = _to_int(value, flag, engine)
+            if context > 0:
+                found[key] = context
+            else:  # llama.cpp -c 0 (and similar): the model's own trained length
+                ignored.append(f"--{flag} {value}: 0 means the model's own maximum length")
+        elif key == "kv_dtype":
+            if engine == "lmdeploy":
+                if value not in _LMDEPLOY_QUANT_POLICY:
+                    raise UsageError(f"--quant-policy {value!r}: LMDeploy accepts 0, 4 or 8")
+                found[key] = _LMDEPLOY_QUANT_POLICY[value]
+            else:
+                found[key] = value
+    return found
+
+
+def parse_engine_args(cmdline: str) -> ParsedEngineArgs:
+    """Read a pasted engine command line (see the module docstring); UsageError when it cannot be split or
+    a memory setting is not a number."""
+    tokens = _split(cmdline)
+    if not tokens:
+        raise UsageError("empty engine command line")
+    engine, program_index, start, env = _find_engine(tokens)
+    table = _engine_table(engine)
+    ignored: list[str] = []
+    launcher = [t for t in tokens[:program_index] if not _ENV_ASSIGNMENT.match(t)]
+    if any(not _is_launcher(t) for t in launcher):
+        ignored.append(f"{' '.join(launcher)}: launcher, not the engine's arguments")
+    if table is None:  # unknown program: skip its name (and a script) up to the first flag
+        while start < len(tokens) and not tokens[start].startswith("-"):
+            start += 1
+        if start:
+            ignored.append(f"{' '.join(tokens[:start])}: not a known engine (flags read by their names only)")
+
+    rest = tokens[start:]
+    if table is not None:
+        while rest and rest[0] in table["subcommands"]:
+            rest = rest[1:]
+    model: str | None = None
+    if table is not None and table["positional_model"] and rest and not rest[0].startswith("-"):
+        model, rest = rest[0], rest[1:]
+
+    flags, positionals = _flags(rest, table)
+    settings: dict[str, str] = {}
+    model_flags = table["model_flags"] if table else _tables()["generic"]["fields"]["model"]
+    allowed = set(table["settings"]) if table else None
+    for canonical, value, typed in flags:
+        if canonical in model_flags:
+            model = value
+        elif allowed is None or canonical in allowed:
+            settings[canonical] = value
+        else:
+            ignored.append(f"{typed}: not a memory setting")
+    for token in positionals:
+        ignored.append(f"{token}: unexpected positional argument")
+    env_map = table.get("env", {}) if table else {}
+    for name, value in env.items():
+        if name in env_map:
+            settings[env_map[name]] = value
+        else:
+            ignored.append(f"{name}={value}: environment variable not modelled")
+
+    return ParsedEngineArgs(engine=engine, model=model, settings=settings, ignored=ignored,
+                            **_fields(engine, settings, ignored))

@@ -1,0 +1,175 @@
+"""Pasted engine command lines, --set options and sizes (hfvram/estimate/engine_args.py).
+
+Flag names and meanings come from each engine's own argument parser as named in
+hfvram/data/engine_args.toml; the numbers in the command lines are the settings of real reports in
+/work/shared/groundtruth/cases.jsonl (e.g. gt-0038: SGLang tp 1, mem_fraction_static 0.911).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from hfvram.errors import UsageError
+from hfvram.estimate.engine_args import (
+    parse_bytes,
+    parse_engine_args,
+    parse_set_options,
+    parse_size_tokens,
+    vllm_human_readable_int,
+)
+
+
+def test_vllm_serve_with_short_and_equals_flags():
+    parsed = parse_engine_args(
+        "vllm serve Qwen/Qwen3-8B --max-model-len 32768 -tp 2 --gpu-memory-utilization=0.85 "
+        "--kv-cache-dtype fp8 --enforce-eager --port 8000 --max_num_batched_tokens 8192"
+    )
+    assert parsed.engine == "vllm"
+    assert parsed.model == "Qwen/Qwen3-8B"
+    assert (parsed.tp, parsed.pp, parsed.gpu_util, parsed.context, parsed.kv_dtype) == (2, None, 0.85, 32768, "fp8")
+    assert parsed.settings["max-num-batched-tokens"] == "8192"
+    assert parsed.settings["enforce-eager"] == "true"
+    assert parsed.ignored == ["--port 8000: not a memory setting"]
+
+
+def test_vllm_module_entry_point_with_env_and_line_continuations():
+    parsed = parse_engine_args(
+        "CUDA_VISIBLE_DEVICES=0,1 python -m vllm.entrypoints.openai.api_server \\\n"
+        "  --model meta-llama/Llama-3.1-8B-Instruct --tensor-parallel-size 2 \\\n  --max-model-len 20000"
+    )
+    assert (parsed.engine, parsed.model, parsed.tp, parsed.context) == ("vllm", "meta-llama/Llama-3.1-8B-Instruct", 2, 20000)
+    assert any("CUDA_VISIBLE_DEVICES" in line for line in parsed.ignored)
+
+
+def test_vllm_reads_k_as_vllm_does():
+    # vllm/engine/arg_utils.py::human_readable_int: lower-case suffixes are decimal, upper-case binary
+    assert parse_engine_args("vllm serve m --max-model-len 32k").context == 32000
+    assert parse_engine_args("vllm serve m --max-model-len 32K").context == 32768
+    assert vllm_human_readable_int("25.6k") == 25600
+    with pytest.raises(UsageError):
+        vllm_human_readable_int("1.5K")
+
+
+def test_llama_server_short_flags():
+    parsed = parse_engine_args(
+        "./build/bin/llama-server -m /models/Qwen3-30B-A3B-Q4_K_M.gguf -c 32768 -ub 512 -fa on -ctk q8_0 "
+        "-ctv q8_0 -ngl 99 -np 4 --host 0.0.0.0 --jinja -t 8"
+    )
+    assert parsed.engine == "llama.cpp"
+    assert parsed.model == "/models/Qwen3-30B-A3B-Q4_K_M.gguf"
+    assert parsed.settings == {
+        "ctx-size": "32768", "ubatch-size": "512", "flash-attn": "on", "cache-type-k": "q8_0",
+        "cache-type-v": "q8_0", "n-gpu-layers": "99", "parallel": "4",
+    }
+    assert parsed.context == 32768 and parsed.kv_dtype == "q8_0" and parsed.tp is None
+    assert len(parsed.ignored) == 3
+
+
+def test_llama_server_bare_boolean_and_zero_context():
+    parsed = parse_engine_args("llama-server.exe -hf unsloth/Qwen3-8B-GGUF:Q4_K_M -c 0 -fa --swa-full -ngl 99")
+    assert parsed.model == "unsloth/Qwen3-8B-GGUF:Q4_K_M"
+    assert parsed.settings["flash-attn"] == "true" and parsed.settings["swa-full"] == "true"
+    assert parsed.context is None
+    assert any("model's own maximum length" in line for line in parsed.ignored)
+
+
+def test_sglang_launch_server():
+    # gt-0038 settings: tp 1, mem_fraction_static 0.911, bf16 KV
+    parsed = parse_engine_args(
+        "python3 -m sglang.launch_server --model-path Qwen/Qwen3-30B-A3B-Instruct-2507 --tp 1 "
+        "--mem-fraction-static 0.911 --context-length 32768 --kv-cache-dtype bfloat16 --trust-remote-code"
+    )
+    assert (parsed.engine, parsed.model, parsed.tp, parsed.gpu_util, parsed.context, parsed.kv_dtype) == (
+        "sglang", "Qwen/Qwen3-30B-A3B-Instruct-2507", 1, 0.911, 32768, "bfloat16")
+    assert "tp-size" in parsed.settings and "mem-fraction-static" in parsed.settings
+
+
+def test_sglang_inside_docker():
+    parsed = parse_engine_args("docker run --gpus all --ipc=host lmsysorg/sglang:latest python3 -m sglang.launch_server --model-path X --tp 2")
+    assert (parsed.engine, parsed.model, parsed.tp) == ("sglang", "X", 2)
+    assert any(line.startswith("docker run") for line in parsed.ignored)
+
+
+def test_vllm_docker_image_takes_the_arguments():
+    parsed = parse_engine_args("docker run --gpus all -p 8000:8000 vllm/vllm-openai:v0.19.0 --model Qwen/Qwen3-8B -tp 2")
+    assert (parsed.engine, parsed.model, parsed.tp) == ("vllm", "Qwen/Qwen3-8B", 2)
+
+
+def test_lmdeploy_api_server_quant_policy_is_the_kv_dtype():
+    parsed = parse_engine_args(
+        "lmdeploy serve api_server internlm/internlm2_5-7b-chat --tp 2 --cache-max-entry-count 0.5 "
+        "--quant-policy 8 --session-len 8192 --server-port 23333"
+    )
+    assert (parsed.engine, parsed.model, parsed.tp, parsed.gpu_util, parsed.context, parsed.kv_dtype) == (
+        "lmdeploy", "internlm/internlm2_5-7b-chat", 2, 0.5, 8192, "int8")
+    assert parse_engine_args("lmdeploy serve api_server m --quant-policy 0").kv_dtype is None
+    with pytest.raises(UsageError):
+        parse_engine_args("lmdeploy serve api_server m --quant-policy 3")
+
+
+def test_trtllm_serve_underscored_flags():
+    parsed = parse_engine_args(
+        "trtllm-serve meta-llama/Llama-3.1-8B --tp_size 2 --kv_cache_free_gpu_memory_fraction 0.8 "
+        "--max_num_tokens 4096 --max_seq_len 8192 --port 8000"
+    )
+    assert (parsed.engine, parsed.model, parsed.tp, parsed.gpu_util, parsed.context) == (
+        "tensorrt-llm", "meta-llama/Llama-3.1-8B", 2, 0.8, 8192)
+    assert parsed.settings["max-num-tokens"] == "4096"
+
+
+def test_ollama_reads_its_environment():
+    parsed = parse_engine_args("OLLAMA_CONTEXT_LENGTH=8192 OLLAMA_KV_CACHE_TYPE=q8_0 OLLAMA_FLASH_ATTENTION=1 ollama run llama3.1:8b")
+    assert (parsed.engine, parsed.model, parsed.context, parsed.kv_dtype) == ("ollama", "llama3.1:8b", 8192, "q8_0")
+    assert parsed.settings["flash-attention"] == "1"
+
+
+def test_unknown_program_is_read_by_flag_names():
+    parsed = parse_engine_args("python my_script.py --max-model-len 4096 --model foo/bar")
+    assert parsed.engine is None
+    assert (parsed.model, parsed.context) == ("foo/bar", 4096)
+    with pytest.raises(UsageError):
+        parsed.to_choice()
+
+
+def test_to_choice_merges_set_options():
+    parsed = parse_engine_args("vllm serve m -tp 2 --max-num-seqs 64")
+    choice = parsed.to_choice("0.19", {"max-num-seqs": "128"})
+    assert (choice.name, choice.version, choice.tp, choice.settings["max-num-seqs"]) == ("vllm", "0.19", 2, "128")
+
+
+@pytest.mark.parametrize("bad", ["", "vllm serve m --max-model-len lots", "vllm serve 'unbalanced", "sglang serve --tp two"])
+def test_bad_command_lines_are_usage_errors(bad):
+    with pytest.raises(UsageError):
+        parse_engine_args(bad)
+
+
+def test_parse_set_options():
+    assert parse_set_options(["max-num-batched-tokens=8192", "--flash_attn=on", "swa-full=true", "max-num-batched-tokens=4096"]) == {
+        "max-num-batched-tokens": "4096", "flash-attn": "on", "swa-full": "true"}
+    for bad in (["max-num-batched-tokens"], ["=3"], ["a="], ["a b=1"]):
+        with pytest.raises(UsageError):
+            parse_set_options(bad)
+
+
+@pytest.mark.parametrize(("text", "tokens"), [("8k", 8192), ("32k", 32768), ("128k", 131072), ("131072", 131072),
+                                             ("1m", 1048576), ("32K", 32768), ("131,072", 131072), ("1.5k", 1536)])
+def test_parse_size_tokens(text, tokens):
+    assert parse_size_tokens(text) == tokens
+
+
+@pytest.mark.parametrize("text", ["12q", "", "0", "-5", "1.3k", "k", "8 k x"])
+def test_parse_size_tokens_rejects(text):
+    with pytest.raises(UsageError):
+        parse_size_tokens(text)
+
+
+@pytest.mark.parametrize(("text", "size"), [("24GiB", 24 << 30), ("80GB", 80 * 10**9), ("512MiB", 512 << 20),
+                                            ("24g", 24 << 30), ("1024", 1024), ("1.5 TiB", 3 << 39)])
+def test_parse_bytes(text, size):
+    assert parse_bytes(text) == size
+
+
+@pytest.mark.parametrize("text", ["24 parsecs", "GiB", "", "-1GB"])
+def test_parse_bytes_rejects(text):
+    with pytest.raises(UsageError):
+        parse_bytes(text)
