@@ -1,0 +1,152 @@
+"""The inverse questions behind ``hfvram fit``: longest context, most concurrent requests, smallest GPU set.
+
+Every answer comes from the forward estimator (``core.estimate``), so each engine's own rules apply. Where
+the engine reports its capacity in closed form (memory-fraction engines: vLLM, SGLang compute the KV pool once
+and divide it), that figure is used; otherwise a binary search over the verdict, which is monotone in context
+and in concurrency (more tokens never need less memory).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from hfvram.estimate.core import estimate
+from hfvram.estimate.types import VERDICT_DOES_NOT_FIT, GPU, EngineChoice, Estimate, Hardware, Workload
+from hfvram.spec import LayerKind, ModelSpec
+
+#: contexts the fit table walks through (then the model's own maximum)
+TABLE_CONTEXTS: tuple[int, ...] = (4096, 8192, 16384, 32768, 65536, 131072, 262144, 524288, 1048576)
+TABLE_KV_DTYPES: tuple[str, ...] = ("bf16", "fp8")
+
+
+def _fits(result: Estimate) -> bool:
+    return result.verdict is not None and result.verdict != VERDICT_DOES_NOT_FIT
+
+
+def _at(spec: ModelSpec, hardware: Hardware, choice: EngineChoice, workload: Workload, **changes) -> Estimate:
+    return estimate(spec, hardware, choice, replace(workload, **changes))
+
+
+def _upper_context(spec: ModelSpec, workload: Workload) -> int:
+    return spec.max_position_embeddings or workload.context or 131072
+
+
+def max_context(spec: ModelSpec, hardware: Hardware, choice: EngineChoice, workload: Workload) -> int | None:
+    """Longest context (tokens per sequence, ≤ the model's max length) at ``workload.concurrency`` that the
+    engine runs; 0 when not even one token fits; None when the engine cannot tell (no verdict)."""
+    upper = _upper_context(spec, workload)
+    top = _at(spec, hardware, choice, workload, context=upper)
+    if top.verdict is None:
+        return None
+    if _fits(top):
+        return upper
+    if top.capacity.max_context is not None and _closed_form_capacity(top):
+        return min(top.capacity.max_context, upper)
+    low, high = 0, upper
+    while low < high:
+        mid = (low + high + 1) // 2
+        if _fits(_at(spec, hardware, choice, workload, context=mid)):
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
+def max_concurrency(spec: ModelSpec, hardware: Hardware, choice: EngineChoice, workload: Workload) -> float:
+    """Full-length requests at ``workload.context`` that fit together (fractional for paged engines, which
+    report e.g. vLLM's "Maximum concurrency … 3.3x"; whole sequences otherwise)."""
+    base = _at(spec, hardware, choice, workload, concurrency=1)
+    if _closed_form_capacity(base) and base.capacity.max_concurrency is not None:
+        return float(base.capacity.max_concurrency)
+    if not _fits(base):
+        return 0.0
+    low, high = 1, 2
+    while _fits(_at(spec, hardware, choice, workload, concurrency=high)):
+        low, high = high, high * 2
+        if high > 1 << 20:
+            return math.inf
+    while low + 1 < high:
+        mid = (low + high) // 2
+        if _fits(_at(spec, hardware, choice, workload, concurrency=mid)):
+            low = mid
+        else:
+            high = mid
+    return float(low)
+
+
+def _closed_form_capacity(result: Estimate) -> bool:
+    """True when the engine sized its KV pool independently of the workload (the pool is the budget's
+    remainder), so its capacity figures are exact and no search is needed."""
+    return bool(result.engine.get("kv_pool_bytes") is not None)
+
+
+def valid_tp_sizes(spec: ModelSpec, max_count: int) -> list[int]:
+    """Powers of two, plus sizes that divide the KV heads (and the attention heads), up to ``max_count``.
+    Engines need the attention heads divisible by TP; KV heads either divisible or replicated."""
+    heads = spec.num_attention_heads
+    kv_heads = {layer.num_kv_heads for layer in spec.layers if layer.kind is not LayerKind.MLA and layer.num_kv_heads}
+    sizes = []
+    for count in range(1, max_count + 1):
+        power_of_two = count & (count - 1) == 0
+        divides_kv = all(h % count == 0 or count % h == 0 for h in kv_heads) if kv_heads else True
+        divides_heads = heads is None or heads % count == 0
+        if divides_heads and (power_of_two or (divides_kv and kv_heads)):
+            sizes.append(count)
+    return sizes
+
+
+def smallest_gpu_count(
+    spec: ModelSpec, gpu: GPU, choice: EngineChoice, workload: Workload, max_count: int = 64
+) -> int | None:
+    """Fewest GPUs of one kind (as tensor parallel, a valid TP size) on which the workload fits; None
+    when even ``max_count`` does not."""
+    for count in valid_tp_sizes(spec, max_count):
+        pinned = replace(choice, tp=count, pp=1)
+        if _fits(estimate(spec, Hardware(gpu=gpu, count=count), pinned, workload)):
+            return count
+    return None
+
+
+@dataclass(frozen=True)
+class ContextRow:
+    """One row of the fit table: a context length and, per KV dtype, what fits at it."""
+
+    context: int
+    kv_dtype: str
+    verdict: str | None
+    max_concurrency: float | None
+    kv_cache_bytes: int
+    utilization: float | None
+
+
+def context_table(
+    spec: ModelSpec,
+    hardware: Hardware,
+    choice: EngineChoice,
+    workload: Workload,
+    kv_dtypes: tuple[str, ...] = TABLE_KV_DTYPES,
+) -> list[ContextRow]:
+    """Verdict and concurrency for contexts 4k … the model's max length, for each KV dtype."""
+    model_max = spec.max_position_embeddings
+    contexts = [c for c in TABLE_CONTEXTS if model_max is None or c < model_max]
+    if model_max:
+        contexts.append(model_max)
+    rows = []
+    for kv_dtype in kv_dtypes:
+        for context in contexts:
+            result = _at(spec, hardware, choice, workload, context=context, kv_dtype=kv_dtype)
+            concurrency = result.capacity.max_concurrency
+            if concurrency is None:
+                concurrency = max_concurrency(spec, hardware, choice, replace(workload, context=context, kv_dtype=kv_dtype))
+            rows.append(
+                ContextRow(
+                    context=context,
+                    kv_dtype=kv_dtype,
+                    verdict=result.verdict,
+                    max_concurrency=concurrency,
+                    kv_cache_bytes=result.per_gpu.kv_cache,
+                    utilization=result.utilization,
+                )
+            )
+    return rows
