@@ -367,13 +367,14 @@ def _with_derived_weights(spec: ModelSpec, warnings: list[str]) -> ModelSpec:
     if spec.weights is not None:
         return spec
     try:
+        from hfvram.readers.safetensors import weights_from_tensors
         from hfvram.readers.shapes import tensors_from_spec  # lazy: written by the readers helper
-        from hfvram.readers.tensors import weights_from_tensor_list
     except ImportError:
         return spec
     try:
         tensors = tensors_from_spec(spec)
-        weights = weights_from_tensor_list(tensors, spec.quantization)
+        weights = weights_from_tensors(tensors, quantization=spec.quantization, num_layers=spec.num_layers)
+        weights = replace(weights, exact=False, source="derived: config shapes")
     except (ValueError, KeyError, TypeError) as exc:
         warnings.append(f"could not derive weights from the config: {exc}")
         return spec
