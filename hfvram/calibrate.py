@@ -68,6 +68,8 @@ VLLM_V0_PROFILE = re.compile(
 )
 # ---- llama.cpp (engines.md §12.2); the `xxx:` prefix changes between versions, so match it with \w+ -----------
 LLAMA_MODEL_BUFFER = re.compile(r"\w+:\s+(?P<buf>\S+) model buffer size =\s+(?P<mib>[\d.]+) MiB")
+#: older spelling (llama.cpp ≤ early 2025, ik_llama.cpp): ``llm_load_tensors:      CUDA0 buffer size = … MiB``
+LLAMA_MODEL_BUFFER_OLD = re.compile(r"llm_load_tensors:\s+(?P<buf>\S+) buffer size =\s+(?P<mib>[\d.]+) MiB")
 LLAMA_KV_BUFFER = re.compile(r"\w+:\s+(?P<buf>\S+) KV buffer size =\s+(?P<mib>[\d.]+) MiB")
 LLAMA_RS_BUFFER = re.compile(r"\w+:\s+(?P<buf>\S+) RS buffer size =\s+(?P<mib>[\d.]+) MiB")
 LLAMA_COMPUTE_BUFFER = re.compile(r"\w+:\s+(?P<buf>\S+) compute buffer size =\s+(?P<mib>[\d.]+) MiB")
@@ -75,7 +77,7 @@ LLAMA_N_CTX = re.compile(r"\w+: n_ctx\s+= (?P<n_ctx>\d+)")
 LLAMA_N_UBATCH = re.compile(r"\w+: n_ubatch\s+= (?P<n>\d+)")
 LLAMA_FLASH_ATTN = re.compile(r"\w+: flash_attn\s+= (?P<fa>\w+)")
 LLAMA_KV_SIZE = re.compile(
-    r"(?:llama_kv_cache\w*: size =\s+(?P<mib>[\d.]+) MiB \(\s*(?P<cells>\d+) cells|"
+    r"(?:llama_kv_cache\w*: size =\s+(?P<mib>[\d.]+) MiB \(\s*(?P<cells>\d+) cells[^)]*\)|"
     r"KV self size\s+=\s+(?P<self_mib>[\d.]+) MiB), K \((?P<tk>\w+)\):"
 )
 LLAMA_BREAKDOWN = re.compile(
@@ -134,7 +136,7 @@ def detect_engine(text: str) -> str | None:
     """Which engine wrote this log: ``vllm``, ``llama.cpp`` or ``sglang`` (None when nothing is recognised)."""
     if VLLM_WEIGHTS.search(text) or VLLM_KV_MEMORY.search(text) or VLLM_V0_BLOCKS.search(text) or VLLM_V0_BUDGET.search(text):
         return "vllm"
-    if LLAMA_MODEL_BUFFER.search(text) or LLAMA_KV_BUFFER.search(text) or LLAMA_KV_SIZE.search(text):
+    if LLAMA_MODEL_BUFFER.search(text) or LLAMA_MODEL_BUFFER_OLD.search(text) or LLAMA_KV_BUFFER.search(text) or LLAMA_KV_SIZE.search(text):
         return "llama.cpp"
     if SGLANG_WEIGHTS.search(text) or SGLANG_KV.search(text):
         return "sglang"
@@ -220,9 +222,10 @@ def parse_vllm_log(text: str) -> Measured:
     )
 
 
-def _device_sums(pattern: re.Pattern[str], text: str) -> dict[str, int]:
+def _device_sums(pattern: re.Pattern[str], text: str, *more: re.Pattern[str]) -> dict[str, int]:
     sums: dict[str, int] = {}
-    for match in pattern.finditer(text):
+    matches = [match for each in (pattern, *more) for match in each.finditer(text)]
+    for match in matches:
         buffer = match["buf"]
         if HOST_BUFFERS.match(buffer):
             continue
@@ -234,7 +237,7 @@ def parse_llamacpp_log(text: str) -> Measured:
     """llama.cpp / ik_llama.cpp start-up lines -> the terms on the device with the most memory in use."""
     details: dict[str, str] = {}
     warnings: list[str] = []
-    model = _device_sums(LLAMA_MODEL_BUFFER, text)
+    model = _device_sums(LLAMA_MODEL_BUFFER, text, LLAMA_MODEL_BUFFER_OLD)
     kv = _device_sums(LLAMA_KV_BUFFER, text)
     recurrent = _device_sums(LLAMA_RS_BUFFER, text)
     compute = _device_sums(LLAMA_COMPUTE_BUFFER, text)

@@ -1,0 +1,195 @@
+"""Start-up log parsing and calibration files.
+
+Every log is a verbatim copy of a published log from the ground-truth corpus (fixtures/logs/README.md names the
+case and the source); the expected figures are the ``measured`` values the corpus recorded for that case.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from hfvram import calibrate as cal
+from hfvram.cli import cli
+from hfvram.errors import MalformedFileError, UsageError
+from hfvram.estimate.core import estimate
+from hfvram.estimate.hardware import parse_gpu_spec
+from hfvram.estimate.types import EngineChoice, Workload
+
+LOGS = Path(__file__).parent.parent / "fixtures" / "logs"
+GIB = 1024**3
+MIB = 1024**2
+ROUNDING = 0.005 * GIB  # engines print GiB rounded to 0.01
+
+
+def read(name: str) -> str:
+    return (LOGS / name).read_text(encoding="utf-8")
+
+
+def test_vllm_v1_debug_log_gt0062():
+    """gt-0062 (llm-d-planner v0.19.0 log, Llama-3.1-8B on H100, util 0.95, fp8 KV)."""
+    measured = cal.parse_log(read("gt-0062-vllm-v0.19-llama31-8b-h100.log"))
+    assert measured.engine == "vllm"
+    assert measured.engine_version == "0.19.0"
+    assert abs(measured.weights - 14.99 * GIB) < ROUNDING
+    assert abs(measured.kv_cache - 58.11 * GIB) < ROUNDING
+    assert abs(measured.activations - 1.89 * GIB) < ROUNDING
+    # overhead = non-torch forward increase 0.25 GiB + CUDA graphs captured 0.91 GiB
+    assert abs(measured.overhead - (0.25 + 0.91) * GIB) < 2 * ROUNDING
+    assert measured.kv_tokens == 952_032
+    assert measured.max_concurrency == pytest.approx(116.21)
+    assert measured.context == 8192
+    assert measured.gpu_util == pytest.approx(0.95)
+    assert measured.kv_dtype == "fp8"
+    assert measured.tp == 1
+
+
+def test_vllm_v1_identity_holds_on_parsed_figures():
+    """engines.md §12.1 recipe: util × total − (weights + activations + non-torch) = KV, ±0.02 GiB (gt-0062;
+    CUDA graphs are not deducted in v0.19)."""
+    measured = cal.parse_log(read("gt-0062-vllm-v0.19-llama31-8b-h100.log"))
+    graphs = 0.91 * GIB
+    non_kv = measured.weights + measured.activations + (measured.overhead - graphs)
+    assert abs(measured.gpu_util * measured.total_memory - non_kv - measured.kv_cache) < 0.02 * GIB
+
+
+def test_vllm_v0_profile_line_gt0004():
+    """gt-0004 (vLLM issue #10517, V0, RTX 3090): peak_torch 17.98 GiB includes the 14.9888 GiB of weights."""
+    measured = cal.parse_log(read("gt-0004-vllm-v0-llama31-8b-rtx3090.log"))
+    assert abs(measured.weights - 14.9888 * GIB) < 0.0001 * GIB
+    assert abs(measured.activations - (17.98 - 14.9888) * GIB) < ROUNDING
+    assert abs(measured.overhead - 0.35 * GIB) < ROUNDING
+    assert abs(measured.kv_cache - 2.89 * GIB) < ROUNDING
+    assert measured.kv_tokens == 1478 * 16 == 23_648  # the log's own "maximum number of tokens" figure
+    assert measured.context == 29_000
+    assert any("GPU blocks" in warning for warning in measured.warnings)
+
+
+def test_vllm_v0_budget_lines_with_negative_kv_gt0010():
+    """gt-0010 (vLLM issue #13882, RTX 4060, util 0.70): the KV budget is −1.05 GiB, a start-up failure."""
+    measured = cal.parse_log(read("gt-0010-vllm-v0.7-qwen25-7b-bnb-rtx4060.log"))
+    assert measured.total_memory == 8 * GIB
+    assert measured.gpu_util == pytest.approx(0.70)
+    assert abs(measured.kv_cache - (-1.05 * GIB)) < ROUNDING
+    assert abs(measured.activations - 1.42 * GIB) < ROUNDING
+    assert abs(measured.overhead - 0.03 * GIB) < ROUNDING
+    assert measured.kv_tokens == 0
+
+
+def test_llamacpp_two_gpus_reports_the_busier_device_gt0016():
+    """gt-0016 (llama.cpp build 5622, RTX 4090 + RTX 5090, experts on CPU): CUDA1 holds 648.66 MiB of weights,
+    1152 MiB of KV and a 1080 MiB compute buffer; host buffers (CPU_Mapped, CUDA_Host) are not GPU memory."""
+    measured = cal.parse_log(read("gt-0016-llamacpp-qwen3-30b-a3b-2gpu.log"))
+    assert measured.engine == "llama.cpp"
+    assert measured.weights == round(648.66 * MIB)
+    assert measured.kv_cache == 1152 * MIB
+    assert measured.activations == 1080 * MIB
+    assert measured.overhead is None  # no memory-breakdown table in this log
+    assert measured.kv_tokens == 16384
+    assert measured.context == 16384
+    assert measured.kv_dtype == "f16"
+    assert measured.details["worst device"] == "CUDA1"
+
+
+def test_llamacpp_old_spelling_gt0043():
+    """gt-0043 (ik_llama.cpp PR #370): the old `llm_load_tensors: CUDA0 buffer size` spelling."""
+    measured = cal.parse_log(read("gt-0043-ik-llamacpp-qwen3-30b-a3b-3090ti.log"))
+    assert measured.weights == round(17787.83 * MIB)
+    assert measured.kv_cache == 3072 * MIB
+    assert measured.activations == round(304.75 * MIB)
+
+
+def test_unrecognised_log_is_a_usage_error():
+    with pytest.raises(UsageError):
+        cal.parse_log("hello\nworld\n")
+
+
+def test_calibration_file_round_trip_and_use(tmp_path, monkeypatch):
+    """Save the gt-0062 measurement for (vllm, h100), find it again, and apply it to an estimate: the
+    activation and overhead terms become the measured ones and the verdict follows from them."""
+    monkeypatch.setenv("HFVRAM_CONFIG_DIR", str(tmp_path))
+    measured = cal.parse_log(read("gt-0062-vllm-v0.19-llama31-8b-h100.log"))
+    record = cal.calibration_record(measured, "h100", "gt-0062.log")
+    path = cal.save_calibration(record)
+    assert path.parent == tmp_path / "calibration"
+    found = cal.find_calibration("vllm", "h100")
+    assert found is not None and found[1]["activations"] == measured.activations
+    assert cal.find_calibration("vllm", "rtx4090") is None
+
+    spec = llama31_8b_spec()
+    est = estimate(spec, parse_gpu_spec("h100"), EngineChoice("vllm"), Workload(context=8192))
+    calibrated = cal.apply_calibration(est, found[1], str(path))
+    assert calibrated.per_gpu.activations == measured.activations
+    assert calibrated.per_gpu.overhead == measured.overhead
+    assert calibrated.per_gpu.weights == est.per_gpu.weights
+    assert calibrated.per_gpu.total == (est.per_gpu.weights + est.per_gpu.kv_cache + measured.activations
+                                        + measured.overhead)
+    assert "calibrated" in calibrated.explain["activations"]
+
+
+def test_malformed_calibration_file(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"schema": cal.CALIBRATION_SCHEMA, "overhead": -5}))
+    with pytest.raises(MalformedFileError) as error:
+        cal.load_calibration_file(bad)
+    assert error.value.field == "overhead"
+    with pytest.raises(UsageError):
+        cal.load_calibration_file(tmp_path / "missing.json")
+
+
+def test_cli_calibrate_json_and_save(tmp_path, monkeypatch):
+    monkeypatch.setenv("HFVRAM_CONFIG_DIR", str(tmp_path))
+    runner = CliRunner()
+    log = str(LOGS / "gt-0062-vllm-v0.19-llama31-8b-h100.log")
+    result = runner.invoke(cli, ["calibrate", log, "--json"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.output)
+    assert document["measured"]["kv_tokens"] == 952_032
+    saved = runner.invoke(cli, ["calibrate", log, "--gpu", "h100", "--save"])
+    assert saved.exit_code == 0, saved.output
+    assert (tmp_path / "calibration" / "vllm--h100-sxm.json").is_file()  # the alias resolves to its catalogue id
+    assert "952,032" in saved.output
+
+
+def test_cli_calibrate_failures():
+    runner = CliRunner()
+    missing = runner.invoke(cli, ["calibrate", "/nonexistent/vllm.log"])
+    assert missing.exit_code == 2
+    assert "not found" in missing.output and "Traceback" not in missing.output
+    needs_gpu = runner.invoke(cli, ["calibrate", str(LOGS / "gt-0062-vllm-v0.19-llama31-8b-h100.log"), "--save"])
+    assert needs_gpu.exit_code == 2
+
+
+def test_calibrate_as_subprocess():
+    result = subprocess.run(
+        [sys.executable, "-m", "hfvram", "calibrate", str(LOGS / "gt-0016-llamacpp-qwen3-30b-a3b-2gpu.log"), "--json"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["measured"]["activations"] == 1080 * MIB
+
+
+def llama31_8b_spec():
+    """Llama-3.1-8B as its files state it: 32 layers of 8 KV heads × 128 (fixtures/hub/meta-llama config),
+    16,060,522,496 bytes of bf16 weights and 8,030,261,248 parameters (design/contract.md example)."""
+    from hfvram.spec import Layer, LayerKind, ModelSpec, Weights
+
+    layers = tuple(Layer(LayerKind.FULL, num_kv_heads=8, head_dim_k=128, head_dim_v=128) for _ in range(32))
+    return ModelSpec(
+        architecture="LlamaForCausalLM", model_type="llama", dtype="bfloat16", num_layers=32, layers=layers,
+        hidden_size=4096, intermediate_size=14336, num_attention_heads=32, vocab_size=128256,
+        max_position_embeddings=131072,
+        weights=Weights(total_bytes=16_060_522_496, params_total=8_030_261_248),
+    )
+
+
+def test_llama_spec_kv_matches_article():
+    """Article figure (README of the reference material): Llama-3-8B holds 128 KiB of KV per token at bf16."""
+    assert llama31_8b_spec().kv_bytes_per_token(2) == 131072
+    assert math.isclose(llama31_8b_spec().kv_bytes_per_token(2) * 131072 / GIB, 16.0)
