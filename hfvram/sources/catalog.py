@@ -1,0 +1,69 @@
+"""The embedded catalogue: real config files of well-known repos, shipped in ``hfvram/data/catalog.json``.
+
+Built by ``scripts/build_catalog.py`` from ``fixtures/hub/``. Used when the Hub is unreachable or offline;
+facts are re-derived by the readers at load time, so reader fixes apply to catalogue entries.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Mapping
+
+from hfvram.sources.facts import CheckpointFacts, spec_from_facts
+from hfvram.spec import LoadedModel, SourceInfo
+
+CATALOG_FILE = "catalog.json"
+
+
+@lru_cache(maxsize=1)
+def load_catalog() -> Mapping[str, object]:
+    try:
+        text = (Path(__file__).resolve().parent.parent / "data" / CATALOG_FILE).read_text(encoding="utf-8")
+    except OSError:
+        return {"built": None, "repos": {}}
+    return json.loads(text)
+
+
+def catalog_date() -> str | None:
+    return load_catalog().get("built")  # type: ignore[return-value]
+
+
+def catalog_repos() -> list[str]:
+    return sorted(load_catalog().get("repos", {}))  # type: ignore[arg-type]
+
+
+def _entry(repo_id: str) -> Mapping[str, object] | None:
+    repos: Mapping[str, Mapping[str, object]] = load_catalog().get("repos", {})  # type: ignore[assignment]
+    if repo_id in repos:
+        return repos[repo_id]
+    folded = {name.lower(): name for name in repos}
+    return repos.get(folded.get(repo_id.lower(), ""))
+
+
+def has_repo(repo_id: str) -> bool:
+    return _entry(repo_id) is not None
+
+
+def load_from_catalog(repo_id: str, *, reason: str) -> LoadedModel | None:
+    """The catalogue's entry for ``repo_id`` as a LoadedModel (None when the catalogue lacks it)."""
+    entry = _entry(repo_id)
+    if entry is None:
+        return None
+    files: Mapping[str, str] = entry["files"]  # type: ignore[assignment]
+    companions = {name: text for name, text in files.items() if name != "config.json"}
+    facts = CheckpointFacts(
+        config_text=files["config.json"],
+        companions=companions,
+        index_metadata=(entry.get("index") or {}).get("metadata"),  # type: ignore[union-attr]
+        origin=f"embedded catalogue {catalog_date()}",
+    )
+    spec = spec_from_facts(facts)
+    warning = f"using hfvram's embedded catalogue (built {catalog_date()}); {reason}"
+    from dataclasses import replace
+
+    spec = replace(spec, warnings=(warning, *spec.warnings))
+    used = ("config.json", *companions, *(("model.safetensors.index.json",) if entry.get("index") else ()))
+    return LoadedModel(spec, SourceInfo(kind="catalog", repo_id=str(entry.get("repo_id", repo_id)),
+                                        revision=None, files=used, note=f"catalogue built {catalog_date()}"))

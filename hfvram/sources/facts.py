@@ -1,0 +1,145 @@
+"""Raw facts of a checkpoint (file texts and headers, as read) → one ModelSpec, through the readers.
+
+Every source (Hub, local folder, HF cache, facts cache, embedded catalogue) gathers the same raw facts;
+the readers derive the spec from them at load time, so a reader fix applies to cached facts too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Mapping
+
+from hfvram.errors import MalformedFileError
+from hfvram.spec import ModelSpec, Weights
+
+#: Files read next to config.json when a repo has them (quantization details the config may lack).
+COMPANION_FILES: tuple[str, ...] = ("quantize_config.json", "hf_quant_config.json", "quant_config.json")
+INDEX_FILE = "model.safetensors.index.json"
+
+
+@dataclass(frozen=True)
+class CheckpointFacts:
+    """What was read of one checkpoint. Texts are kept raw; readers parse them."""
+
+    config_text: str
+    companions: Mapping[str, str] = field(default_factory=dict)
+    #: shard file name -> raw safetensors header JSON text
+    headers: Mapping[str, str] = field(default_factory=dict)
+    #: Hub model info `safetensors.parameters`: element count per stored dtype (real, from the Hub)
+    dtype_parameters: Mapping[str, int] | None = None
+    #: index metadata (total_size / total_parameters) when the index was read
+    index_metadata: Mapping[str, object] | None = None
+    #: where the facts came from, for provenance ("Hub model info", "local folder /x", …)
+    origin: str = ""
+
+
+def _parse_json(text: str, filename: str) -> dict:
+    from hfvram.readers.config import load_json_tolerant
+
+    parsed = load_json_tolerant(text.encode("utf-8"), filename)
+    if not isinstance(parsed, dict):
+        raise MalformedFileError("expected a JSON object", file=filename)
+    return parsed
+
+
+def spec_from_facts(facts: CheckpointFacts) -> ModelSpec:
+    """Config (+ companions) through the config reader, then weights from the best fact available."""
+    from hfvram.readers.config import read_config
+
+    config = _parse_json(facts.config_text, "config.json")
+    companions = {name: _parse_json(text, name) for name, text in facts.companions.items()}
+    spec = read_config(config, filename="config.json", companions=companions or None)
+    weights, warning = _weights(spec, facts)
+    if weights is not None:
+        spec = _with_weights(spec, weights)
+    if warning:
+        spec = replace(spec, warnings=tuple(spec.warnings) + (warning,))
+    return spec
+
+
+def _with_weights(spec: ModelSpec, weights: Weights) -> ModelSpec:
+    from hfvram.readers.tensors import params_active
+
+    try:
+        active = params_active(weights, spec)
+    except Exception:  # noqa: BLE001 - an active count the reader cannot give stays unknown
+        active = None
+    return spec.with_weights(weights, active)
+
+
+def _weights(spec: ModelSpec, facts: CheckpointFacts) -> tuple[Weights | None, str | None]:
+    if facts.headers:
+        return weights_from_headers(facts.headers, spec, origin=facts.origin), None
+    if facts.dtype_parameters:
+        return weights_from_dtype_parameters(facts.dtype_parameters, origin=facts.origin), None
+    derived = derived_weights(spec)
+    if derived is None:
+        return None, "weights unknown: no safetensors headers were available and shapes cannot be derived"
+    total = (facts.index_metadata or {}).get("total_size")
+    if isinstance(total, int) and total > 0:
+        return scaled_to_total(derived, facts.index_metadata or {}), None
+    return derived, (
+        "weights derived from config shapes (no safetensors headers were available); sizes are estimates"
+    )
+
+
+def weights_from_headers(headers: Mapping[str, str], spec: ModelSpec, *, origin: str) -> Weights:
+    from hfvram.readers.safetensors import merge_shards, parse_header, weights_from_tensors
+
+    tables = {name: parse_header(text.encode("utf-8"), filename=name) for name, text in headers.items()}
+    tensors = merge_shards(tables)
+    source = f"safetensors headers ({len(headers)} file{'s' if len(headers) != 1 else ''}{', ' + origin if origin else ''})"
+    return weights_from_tensors(tensors.values(), quantization=spec.quantization, source=source,
+                                num_layers=spec.num_layers or None)
+
+
+def weights_from_dtype_parameters(parameters: Mapping[str, int], *, origin: str) -> Weights:
+    """Exact bytes per dtype from the Hub's per-dtype element counts (no per-component split)."""
+    from hfvram.readers.tensors import dtype_bits
+
+    bytes_by_dtype: dict[str, int] = {}
+    for dtype, count in parameters.items():
+        bits = dtype_bits(dtype)
+        if bits is None:
+            raise MalformedFileError(f"unknown dtype {dtype!r}", file="Hub model info", field="safetensors.parameters")
+        bytes_by_dtype[dtype] = count * bits // 8
+    return Weights(
+        total_bytes=sum(bytes_by_dtype.values()),
+        params_total=sum(parameters.values()),
+        bytes_by_dtype=bytes_by_dtype,
+        exact=True,
+        source=f"Hub model info: safetensors.parameters{' (' + origin + ')' if origin else ''}",
+    )
+
+
+def derived_weights(spec: ModelSpec) -> Weights | None:
+    from hfvram.readers.safetensors import weights_from_tensors
+
+    try:
+        from hfvram.readers.shapes import tensors_from_spec
+    except ImportError:  # the shapes reader is optional: without it, derived weights stay unknown
+        return None
+
+    weights = weights_from_tensors(tensors_from_spec(spec), quantization=spec.quantization,
+                                   source="derived: tensor shapes from config.json", num_layers=spec.num_layers or None)
+    return replace(weights, exact=False)
+
+
+def scaled_to_total(derived: Weights, metadata: Mapping[str, object]) -> Weights:
+    """The index's exact total_size, split over components in the proportions the config shapes give."""
+    total = int(metadata["total_size"])  # type: ignore[arg-type]
+    shares = dict(derived.bytes_by_component)
+    base = sum(shares.values()) or 1
+    split = {name: value * total // base for name, value in shares.items()}
+    if split:
+        largest = max(split, key=lambda k: split[k])
+        split[largest] += total - sum(split.values())
+    params = metadata.get("total_parameters")
+    return replace(
+        derived,
+        total_bytes=total,
+        bytes_by_component=split,
+        params_total=int(params) if isinstance(params, int) and params > 0 else derived.params_total,
+        exact=True,
+        source="model.safetensors.index.json: metadata.total_size (component split derived from config shapes)",
+    )

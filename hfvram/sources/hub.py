@@ -1,0 +1,345 @@
+"""Reading a model from the Hub with as few round trips and bytes as possible.
+
+Wave 1 (parallel): one model-info call (``expand``: sha, siblings, gated, safetensors) and config.json by
+``resolve/<revision>``. Wave 2 (parallel, only when needed): companion quantization files, and the
+safetensors headers (one 64 KiB Range per shard, continued — never restarted — when a header is longer).
+GGUF files are read with growing Range windows up to the end of their tensor infos. Everything read is
+stored in the facts cache under the commit sha, so checking the same repo again makes no request.
+"""
+
+from __future__ import annotations
+
+import re
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence, TypeVar
+from urllib.parse import quote
+
+from huggingface_hub import hf_hub_url
+
+from hfvram.errors import HfvramError, MalformedFileError, ModelReadError, RepoNotFoundError, UnsupportedLayoutError
+from hfvram.sources.cache import FactsCache, is_commit_sha
+from hfvram.sources.facts import COMPANION_FILES, INDEX_FILE, CheckpointFacts, spec_from_facts
+from hfvram.sources.http import (
+    EntryMissingError,
+    GGUF_HEADER_CAP,
+    KIB,
+    SAFETENSORS_HEADER_CAP,
+    fetch,
+    fetch_json,
+    hub_endpoint,
+)
+from hfvram.sources.rangestream import RangeStream
+from hfvram.spec import LoadedModel, SourceInfo
+
+EXPAND = ("sha", "siblings", "gated", "safetensors")
+FIRST_HEADER_RANGE = 64 * KIB
+PARALLEL = 16
+MODEL_INFO = "model-info"
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class RepoInfo:
+    repo_id: str
+    sha: str
+    files: tuple[str, ...]
+    gated: object = False
+    #: `safetensors.parameters` of the model info: element count per dtype (None when the Hub has none)
+    dtype_parameters: Mapping[str, int] | None = None
+
+    def to_json(self) -> dict:
+        return {"sha": self.sha, "files": list(self.files), "gated": self.gated,
+                "dtype_parameters": dict(self.dtype_parameters) if self.dtype_parameters else None}
+
+    @classmethod
+    def from_json(cls, repo_id: str, data: Mapping) -> "RepoInfo":
+        return cls(repo_id, data["sha"], tuple(data["files"]), data.get("gated", False), data.get("dtype_parameters"))
+
+
+# ---- single requests ------------------------------------------------------------------------------
+
+
+def fetch_repo_info(repo_id: str, revision: str | None, token: str | None) -> RepoInfo:
+    base = f"{hub_endpoint()}/api/models/{repo_id}"
+    url = base if revision is None else f"{base}/revision/{quote(revision, safe='')}"
+    data, _ = fetch_json(url, token=token, repo_id=repo_id, filename=None, params={"expand": list(EXPAND)})
+    if not isinstance(data, dict) or not is_commit_sha(data.get("sha")):
+        raise MalformedFileError("model info without a commit sha", file=f"{repo_id} (Hub model info)")
+    siblings = data.get("siblings") or []
+    files = tuple(s["rfilename"] for s in siblings if isinstance(s, dict) and isinstance(s.get("rfilename"), str))
+    safetensors = data.get("safetensors")
+    params = safetensors.get("parameters") if isinstance(safetensors, dict) else None
+    if not (isinstance(params, dict) and params and all(isinstance(v, int) for v in params.values())):
+        params = None
+    return RepoInfo(repo_id, data["sha"], files, data.get("gated", False), params)
+
+
+def file_url(repo_id: str, revision: str, filename: str) -> str:
+    return hf_hub_url(repo_id, filename, revision=revision, endpoint=hub_endpoint())
+
+
+def fetch_text(repo_id: str, revision: str, filename: str, token: str | None) -> tuple[str, str | None]:
+    """A small JSON file's text (capped at 16 MiB) and the commit the Hub served it from."""
+    from hfvram.sources.http import JSON_CAP
+
+    answer = fetch(file_url(repo_id, revision, filename), token=token, cap=JSON_CAP, repo_id=repo_id,
+                   filename=filename)
+    if answer.truncated:
+        raise MalformedFileError("larger than the 16 MiB cap for JSON files", file=filename)
+    try:
+        text = answer.body.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise MalformedFileError("not UTF-8 text", file=filename) from None
+    return text, answer.headers.get("x-repo-commit")
+
+
+def ranged_reader(repo_id: str, sha: str, filename: str, token: str | None, cap: int) -> Callable[[int, int], bytes]:
+    url = file_url(repo_id, sha, filename)
+
+    def read(offset: int, length: int) -> bytes:
+        if length <= 0:
+            return b""
+        if offset + length > cap:
+            raise MalformedFileError(f"header extends past the {cap} byte read cap", file=filename)
+        return fetch(url, token=token, cap=cap, byte_range=(offset, offset + length - 1), repo_id=repo_id,
+                     filename=filename).body
+
+    return read
+
+
+def fetch_safetensors_header(repo_id: str, sha: str, filename: str, token: str | None) -> str:
+    """The JSON header text: one 64 KiB Range, then one more Range for the rest if the header is longer."""
+    from hfvram.readers.safetensors import header_length
+
+    read = ranged_reader(repo_id, sha, filename, token, SAFETENSORS_HEADER_CAP)
+    head = read(0, FIRST_HEADER_RANGE)
+    length = header_length(head[:8], filename=filename)
+    if 8 + length > len(head):
+        if len(head) < FIRST_HEADER_RANGE:
+            raise MalformedFileError(f"file ends inside its {length}-byte header", file=filename, field="header")
+        head += read(len(head), 8 + length - len(head))
+    raw = head[8 : 8 + length]
+    if len(raw) < length:
+        raise MalformedFileError(f"truncated: header needs {length} bytes, got {len(raw)}", file=filename)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise MalformedFileError("header is not UTF-8 JSON", file=filename, field="header") from None
+
+
+def fetch_gguf_header(repo_id: str, sha: str, filename: str, token: str | None):
+    """Parse a GGUF header from growing Range windows; returns (header, bytes fetched)."""
+    from hfvram.readers.gguf import read_gguf_header
+
+    stream = RangeStream(ranged_reader(repo_id, sha, filename, token, GGUF_HEADER_CAP), filename=filename,
+                         cap=GGUF_HEADER_CAP)
+    return read_gguf_header(stream, filename=filename), stream.bytes_fetched
+
+
+def in_parallel(jobs: Mapping[str, Callable[[], T]]) -> dict[str, T]:
+    """Run jobs in threads; the first HfvramError (in job order) is raised after all finished."""
+    if not jobs:
+        return {}
+    if len(jobs) == 1:
+        ((name, job),) = jobs.items()
+        return {name: job()}
+    with ThreadPoolExecutor(max_workers=min(PARALLEL, len(jobs))) as pool:
+        futures = {name: pool.submit(job) for name, job in jobs.items()}
+        results: dict[str, T] = {}
+        first_error: BaseException | None = None
+        for name, future in futures.items():
+            try:
+                results[name] = future.result()
+            except BaseException as err:  # noqa: BLE001 - re-raised below, after every thread finished
+                first_error = first_error or err
+        if first_error is not None:
+            raise first_error
+        return results
+
+
+# ---- picking files -------------------------------------------------------------------------------
+
+_WEIGHT_SUFFIXES_UNSUPPORTED = (".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack")
+
+
+def safetensors_shards(files: Sequence[str]) -> list[str]:
+    """Top-level checkpoint shards (``model*.safetensors``; else any top-level ``*.safetensors`` except
+    Mistral's ``consolidated`` duplicate of the same weights)."""
+    top = [f for f in files if "/" not in f and f.endswith(".safetensors")]
+    preferred = [f for f in top if f.startswith("model")]
+    if preferred:
+        return sorted(preferred)
+    others = [f for f in top if not f.startswith("consolidated")]
+    return sorted(others or top)
+
+
+def gguf_files(files: Sequence[str], selector: str) -> list[str]:
+    """The GGUF file (or split set) a ``:QUANT`` or ``:file.gguf`` selector names."""
+    ggufs = [f for f in files if f.lower().endswith(".gguf")]
+    if selector.lower().endswith(".gguf"):
+        chosen = [f for f in ggufs if f == selector or f.rsplit("/", 1)[-1] == selector]
+        first = chosen[:1]
+        split = re.match(r"^(.*)-00001-of-(\d{5})\.gguf$", first[0]) if first else None
+        if split:
+            return sorted(f for f in ggufs if re.match(re.escape(split[1]) + r"-\d{5}-of-" + split[2] + r"\.gguf$", f))
+        return first
+    tag = re.compile(r"(^|[._\-/])" + re.escape(selector) + r"([._\-]|$)", re.IGNORECASE)
+    matches = sorted(f for f in ggufs if tag.search(f.rsplit("/", 1)[-1]) or tag.search(f))
+    if not matches:
+        return []
+    groups: dict[str, list[str]] = {}
+    for f in matches:
+        key = re.sub(r"-\d{5}-of-\d{5}\.gguf$", "", f)
+        groups.setdefault(key, []).append(f)
+    return groups[sorted(groups, key=lambda k: (k.count("/"), len(k)))[0]]
+
+
+def quant_tags(files: Sequence[str]) -> list[str]:
+    tags = set()
+    for f in files:
+        found = re.search(r"(?i)(I?Q\d_[A-Z0-9_]+|Q\d_\d|BF16|F16|F32)", f.rsplit("/", 1)[-1])
+        if found:
+            tags.add(found[1].upper().rstrip("_"))
+    return sorted(tags)
+
+
+# ---- loading -------------------------------------------------------------------------------------
+
+
+def _cached_or(cache: FactsCache | None, repo_id: str, sha: str | None, name: str) -> object | None:
+    return cache.get(repo_id, sha, name) if cache is not None and sha else None
+
+
+def _is_quantized(config_text: str, companions: Mapping[str, str]) -> bool:
+    return bool(companions) or '"quantization_config"' in config_text
+
+
+def load_hub_checkpoint(repo_id: str, *, revision: str | None, token: str | None, need_split: bool,
+                        cache: FactsCache | None) -> LoadedModel:
+    """A safetensors repo: config.json (+ companions) and weights facts, in at most two waves."""
+    rev = revision or "main"
+    sha = cache.resolve(repo_id, rev) if cache is not None else None
+    info_json = _cached_or(cache, repo_id, sha, MODEL_INFO)
+    config_text = _cached_or(cache, repo_id, sha, "config.json")
+
+    wave1: dict[str, Callable[[], object]] = {}
+    if info_json is None:
+        wave1["info"] = lambda: fetch_repo_info(repo_id, revision, token)
+    if config_text is None:
+        wave1["config"] = lambda: _config_or_none(repo_id, sha or rev, token)
+    got = in_parallel(wave1)
+    info = got["info"] if "info" in got else RepoInfo.from_json(repo_id, info_json)  # type: ignore[arg-type]
+    assert isinstance(info, RepoInfo)
+    if "config" in got:
+        if got["config"] is None:
+            raise _no_config(repo_id, info)
+        config_text, served_from = got["config"]  # type: ignore[misc]
+        if served_from and served_from != info.sha:  # the branch moved between the two calls
+            config_text, _ = fetch_text(repo_id, info.sha, "config.json", token)
+    sha = info.sha
+    assert isinstance(config_text, str)
+
+    companion_names = [n for n in COMPANION_FILES if n in info.files]
+    companions = {n: _cached_or(cache, repo_id, sha, n) for n in companion_names}
+    shards = safetensors_shards(info.files)
+    if not shards and not [f for f in info.files if f.endswith(".safetensors")]:
+        unsupported = [f for f in info.files if f.endswith(_WEIGHT_SUFFIXES_UNSUPPORTED) and "/" not in f]
+        if unsupported:
+            raise UnsupportedLayoutError(
+                f"{repo_id} ships its weights only as {', '.join(sorted({f.rsplit('.', 1)[-1] for f in unsupported}))} "
+                "files (pickled PyTorch); hfvram reads safetensors or GGUF checkpoints")
+    quantized = _is_quantized(config_text, {n: "" for n in companion_names})
+    want_headers = bool(shards) and (need_split or quantized or not info.dtype_parameters)
+    headers = {s: _cached_or(cache, repo_id, sha, s) for s in shards} if want_headers else {}
+    want_index = not shards and INDEX_FILE in info.files
+    index_meta = _cached_or(cache, repo_id, sha, INDEX_FILE) if want_index else None
+
+    wave2: dict[str, Callable[[], object]] = {}
+    for name, text in companions.items():
+        if text is None:
+            wave2[name] = (lambda n=name: fetch_text(repo_id, sha, n, token)[0])
+    for shard, text in headers.items():
+        if text is None:
+            wave2[shard] = (lambda s=shard: fetch_safetensors_header(repo_id, sha, s, token))
+    if want_index and index_meta is None:
+        wave2[INDEX_FILE] = lambda: _index_summary(fetch_text(repo_id, sha, INDEX_FILE, token)[0])
+    fetched = in_parallel(wave2)
+
+    for name in companions:
+        companions[name] = companions[name] if companions[name] is not None else fetched[name]
+    for shard in headers:
+        headers[shard] = headers[shard] if headers[shard] is not None else fetched[shard]
+    if INDEX_FILE in fetched:
+        index_meta = fetched[INDEX_FILE]
+
+    facts = CheckpointFacts(
+        config_text=config_text,
+        companions=companions,  # type: ignore[arg-type]
+        headers=headers,  # type: ignore[arg-type]
+        dtype_parameters=None if headers else info.dtype_parameters,
+        index_metadata=index_meta,  # type: ignore[arg-type]
+        origin=f"{repo_id}@{sha[:12]}",
+    )
+    spec = spec_from_facts(facts)  # before caching: facts that do not parse are not kept
+    if cache is not None:
+        cache.remember(repo_id, rev, sha)
+        cache.put(repo_id, sha, MODEL_INFO, info.to_json())
+        cache.put(repo_id, sha, "config.json", config_text)
+        for name, value in {**companions, **headers}.items():
+            cache.put(repo_id, sha, name, value)
+        if index_meta is not None:
+            cache.put(repo_id, sha, INDEX_FILE, index_meta)
+    used = ("config.json", *companions, *headers, *((INDEX_FILE,) if index_meta else ()))
+    return LoadedModel(spec, SourceInfo(kind="hub", repo_id=repo_id, revision=sha, files=tuple(used)))
+
+
+def _config_or_none(repo_id: str, revision: str, token: str | None) -> tuple[str, str | None] | None:
+    try:
+        return fetch_text(repo_id, revision, "config.json", token)
+    except EntryMissingError:
+        return None
+
+
+def _index_summary(text: str) -> dict:
+    from hfvram.readers.config import load_json_tolerant
+
+    index = load_json_tolerant(text.encode("utf-8"), INDEX_FILE)
+    metadata = index.get("metadata") if isinstance(index, dict) else None
+    return dict(metadata) if isinstance(metadata, dict) else {}
+
+
+def _no_config(repo_id: str, info: RepoInfo) -> HfvramError:
+    ggufs = [f for f in info.files if f.lower().endswith(".gguf")]
+    if ggufs:
+        tags = quant_tags(ggufs)
+        hint = f"{repo_id}:{tags[0]}" if tags else f"{repo_id}:{ggufs[0]}"
+        return RepoNotFoundError(
+            f"{repo_id} has no config.json but holds GGUF files: name one, e.g. `{hint}`"
+            + (f" (available: {', '.join(tags)})" if tags else ""))
+    return RepoNotFoundError(f"{repo_id} has no config.json, so it is not a transformers model repo hfvram can read")
+
+
+def load_hub_gguf(repo_id: str, selector: str, *, revision: str | None, token: str | None,
+                  cache: FactsCache | None) -> LoadedModel:
+    """One GGUF file or split set of a Hub repo, read up to the end of its tensor infos."""
+    from hfvram.readers.gguf import spec_from_gguf
+
+    rev = revision or "main"
+    sha = cache.resolve(repo_id, rev) if cache is not None else None
+    info_json = _cached_or(cache, repo_id, sha, MODEL_INFO)
+    info = RepoInfo.from_json(repo_id, info_json) if info_json else fetch_repo_info(repo_id, revision, token)  # type: ignore[arg-type]
+    chosen = gguf_files(info.files, selector)
+    if not chosen:
+        tags = quant_tags([f for f in info.files if f.lower().endswith(".gguf")])
+        raise ModelReadError(
+            f"no GGUF file matching {selector!r} in {repo_id}"
+            + (f"; available: {', '.join(tags)}" if tags else "; the repo holds no .gguf files"))
+    results = in_parallel({f: (lambda f=f: fetch_gguf_header(repo_id, info.sha, f, token)) for f in chosen})
+    headers = [results[f][0] for f in chosen]
+    spec = spec_from_gguf(headers, filename=chosen[0])
+    if cache is not None:
+        cache.remember(repo_id, rev, info.sha)
+        cache.put(repo_id, info.sha, MODEL_INFO, info.to_json())
+    return LoadedModel(spec, SourceInfo(kind="hub", repo_id=repo_id, revision=info.sha, files=tuple(chosen)))

@@ -1,0 +1,127 @@
+"""Local sources: a model folder, a ``.gguf`` file (or split set), and repos in the HF cache. No network."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from hfvram.errors import MalformedFileError, ModelReadError, UnsupportedLayoutError
+from hfvram.sources.facts import COMPANION_FILES, INDEX_FILE, CheckpointFacts, spec_from_facts
+from hfvram.sources.hub import safetensors_shards
+from hfvram.spec import LoadedModel, SourceInfo
+
+JSON_CAP = 16 * 1024 * 1024
+
+
+def _text(path: Path) -> str:
+    if path.stat().st_size > JSON_CAP:
+        raise MalformedFileError("larger than the 16 MiB cap for JSON files", file=str(path))
+    try:
+        return path.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise MalformedFileError("not UTF-8 text", file=str(path)) from None
+
+
+def folder_facts(folder: Path, origin: str) -> tuple[CheckpointFacts, tuple[str, ...]]:
+    """Raw facts of a model folder: config.json, companions, safetensors headers (or the index metadata)."""
+    from hfvram.readers.safetensors import file_reader, header_length
+
+    config = folder / "config.json"
+    if not config.is_file():
+        raise ModelReadError(f"{folder} has no config.json")
+    names = sorted(p.name for p in folder.iterdir() if p.is_file())
+    companions = {n: _text(folder / n) for n in COMPANION_FILES if n in names}
+    headers: dict[str, str] = {}
+    for shard in safetensors_shards(names):
+        read = file_reader(folder / shard)
+        size = (folder / shard).stat().st_size
+        length = header_length(read(0, 8), filename=shard, available=size)
+        headers[shard] = read(8, length).decode("utf-8", errors="strict")
+    index_meta = None
+    if not headers and INDEX_FILE in names:
+        from hfvram.sources.hub import _index_summary
+
+        index_meta = _index_summary(_text(folder / INDEX_FILE))
+    if not headers and any(n.endswith((".bin", ".pt", ".pth")) for n in names) and index_meta is None:
+        raise UnsupportedLayoutError(f"{folder} holds only pickled PyTorch weights; hfvram reads safetensors or GGUF")
+    facts = CheckpointFacts(_text(config), companions, headers, None, index_meta, origin)
+    used = ("config.json", *companions, *headers, *((INDEX_FILE,) if index_meta is not None else ()))
+    return facts, used
+
+
+def load_folder(folder: Path) -> LoadedModel:
+    facts, used = folder_facts(folder, origin=f"local folder {folder}")
+    spec = spec_from_facts(facts)
+    return LoadedModel(spec, SourceInfo(kind="local", repo_id=None, files=tuple(str(folder / f) for f in used)))
+
+
+_SPLIT = re.compile(r"^(?P<stem>.*)-(?P<part>\d{5})-of-(?P<count>\d{5})\.gguf$")
+
+
+def gguf_parts(path: Path) -> list[Path]:
+    """A split GGUF's parts (``-00001-of-00003.gguf`` …), in order; else the file alone."""
+    match = _SPLIT.match(path.name)
+    if not match:
+        return [path]
+    count = int(match["count"])
+    parts = [path.with_name(f"{match['stem']}-{i:05d}-of-{match['count']}.gguf") for i in range(1, count + 1)]
+    missing = [p.name for p in parts if not p.is_file()]
+    if missing:
+        raise ModelReadError(f"split GGUF is missing part(s): {', '.join(missing)}")
+    return parts
+
+
+def load_gguf_file(path: Path) -> LoadedModel:
+    from hfvram.readers.gguf import read_gguf_header, spec_from_gguf
+
+    parts = gguf_parts(path)
+    headers = []
+    for part in parts:
+        with part.open("rb") as stream:
+            headers.append(read_gguf_header(stream, filename=part.name))
+    spec = spec_from_gguf(headers, filename=parts[0].name)
+    return LoadedModel(spec, SourceInfo(kind="gguf", files=tuple(str(p) for p in parts)))
+
+
+# ---- the HF cache ---------------------------------------------------------------------------------
+
+
+def hf_hub_cache() -> Path:
+    """HF_HUB_CACHE, else HF_HOME/hub, else ~/.cache/huggingface/hub — read at call time."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"])
+    home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"),
+                                                    "huggingface")
+    return Path(home) / "hub"
+
+
+def cached_snapshot(repo_id: str, revision: str | None) -> Path | None:
+    """The snapshot folder of ``repo_id`` at ``revision`` in the HF cache, when its config.json is there."""
+    from huggingface_hub import try_to_load_from_cache
+
+    found = try_to_load_from_cache(repo_id, "config.json", cache_dir=hf_hub_cache(), revision=revision or "main")
+    if isinstance(found, str) and os.path.isfile(found):
+        return Path(found).parent
+    return None
+
+
+def snapshot_is_complete(snapshot: Path) -> bool:
+    """Weights are on disk: a single model.safetensors, or every shard the index names."""
+    names = {p.name for p in snapshot.iterdir()}
+    if INDEX_FILE in names:
+        import json
+
+        try:
+            weight_map = json.loads((snapshot / INDEX_FILE).read_text()).get("weight_map", {})
+        except (OSError, ValueError):
+            return False
+        return bool(weight_map) and set(weight_map.values()) <= names
+    return any(n.endswith(".safetensors") for n in names)
+
+
+def load_cached_repo(repo_id: str, snapshot: Path) -> LoadedModel:
+    facts, used = folder_facts(snapshot, origin=f"HF cache {snapshot}")
+    spec = spec_from_facts(facts)
+    return LoadedModel(spec, SourceInfo(kind="cache", repo_id=repo_id, revision=snapshot.name,
+                                        files=tuple(used), note=str(snapshot)))

@@ -1,0 +1,137 @@
+"""SOURCE → LoadedModel: local folder / .gguf, the HF cache, the facts cache, the Hub, the embedded catalogue."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from hfvram.errors import HfvramError, NetworkError, UsageError
+from hfvram.sources import catalog
+from hfvram.sources.cache import FactsCache
+from hfvram.sources.http import offline_requested
+from hfvram.spec import LoadedModel
+
+_REPO = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.\-]*/[\w.\-]+)(?:@(?P<rev>[^:@\s]+))?(?::(?P<file>[^@\s]+))?$")
+
+
+@dataclass(frozen=True)
+class HubSource:
+    repo_id: str
+    revision: str | None = None
+    gguf: str | None = None  # quant tag or file name after ':'
+
+
+def parse_source(source: str) -> Path | HubSource:
+    """A local path when it exists (or looks like one), else ``org/name[@rev][:QUANT|:file.gguf]``."""
+    text = source.strip()
+    if not text:
+        raise UsageError("empty SOURCE")
+    path = Path(text).expanduser()
+    if path.exists() or text.startswith((".", "/", "~")) or text.lower().endswith(".gguf") and "/" not in text:
+        return path
+    match = _REPO.match(text)
+    if not match:
+        raise UsageError(f"SOURCE {text!r} is neither an existing path nor a Hub repo id (org/name)")
+    return HubSource(match["repo"], match["rev"], match["file"])
+
+
+def load_model(source: str, *, revision: str | None = None, token: str | None = None, offline: bool | None = None,
+               need_split: bool = False, cache_dir: Path | None = None) -> LoadedModel:
+    """Read one model's facts from any SOURCE form (contract.md); raises HfvramError (exit 3) when it cannot."""
+    from hfvram.sources import hub, local
+
+    parsed = parse_source(source)
+    if isinstance(parsed, Path):
+        return _load_path(parsed)
+    repo_id = parsed.repo_id
+    revision = revision or parsed.revision
+    offline = offline_requested() if offline is None else offline
+    cache = FactsCache(cache_dir)
+
+    if parsed.gguf is None:
+        snapshot = local.cached_snapshot(repo_id, revision)
+        if snapshot is not None and (offline or local.snapshot_is_complete(snapshot)):
+            return local.load_cached_repo(repo_id, snapshot)
+
+    if offline:
+        return _offline(parsed, revision, cache)
+    try:
+        if parsed.gguf is not None:
+            return hub.load_hub_gguf(repo_id, parsed.gguf, revision=revision, token=token, cache=cache)
+        return hub.load_hub_checkpoint(repo_id, revision=revision, token=token, need_split=need_split, cache=cache)
+    except NetworkError as err:
+        fallback = _from_facts_cache(parsed, revision, cache) if parsed.gguf is None else None
+        fallback = fallback or catalog.load_from_catalog(repo_id, reason=f"the Hub was not reachable ({err})")
+        if fallback is None:
+            raise
+        return fallback
+
+
+def _load_path(path: Path) -> LoadedModel:
+    from hfvram.errors import ModelReadError
+    from hfvram.sources import local
+
+    if path.is_dir():
+        return local.load_folder(path)
+    if path.is_file() and path.suffix.lower() == ".gguf":
+        return local.load_gguf_file(path)
+    if path.is_file() and path.name == "config.json":
+        return local.load_folder(path.parent)
+    if not path.exists():
+        raise ModelReadError(f"{path} does not exist")
+    raise ModelReadError(f"{path} is neither a model folder nor a .gguf file")
+
+
+def _from_facts_cache(parsed: HubSource, revision: str | None, cache: FactsCache) -> LoadedModel | None:
+    """What an earlier run stored, even past the branch TTL (used only when the Hub cannot be asked)."""
+    from dataclasses import replace
+
+    from hfvram.sources.facts import INDEX_FILE, CheckpointFacts, spec_from_facts
+    from hfvram.sources.hub import MODEL_INFO, RepoInfo, safetensors_shards
+    from hfvram.spec import SourceInfo
+
+    repo_id = parsed.repo_id
+    sha = cache.resolve(repo_id, revision or "main", allow_stale=True)
+    info_json = cache.get(repo_id, sha, MODEL_INFO) if sha else None
+    config_text = cache.get(repo_id, sha, "config.json") if sha else None
+    if not isinstance(info_json, dict) or not isinstance(config_text, str):
+        return None
+    info = RepoInfo.from_json(repo_id, info_json)
+    from hfvram.sources.facts import COMPANION_FILES
+
+    companions = {n: cache.get(repo_id, sha, n) for n in COMPANION_FILES if n in info.files}
+    headers = {s: cache.get(repo_id, sha, s) for s in safetensors_shards(info.files)}
+    if any(v is None for v in companions.values()):
+        return None
+    complete_headers = headers and all(isinstance(v, str) for v in headers.values())
+    facts = CheckpointFacts(
+        config_text=config_text,
+        companions=companions,  # type: ignore[arg-type]
+        headers=headers if complete_headers else {},  # type: ignore[arg-type]
+        dtype_parameters=None if complete_headers else info.dtype_parameters,
+        index_metadata=cache.get(repo_id, sha, INDEX_FILE),  # type: ignore[arg-type]
+        origin=f"facts cache {repo_id}@{sha[:12]}",  # type: ignore[index]
+    )
+    spec = spec_from_facts(facts)
+    spec = replace(spec, warnings=(f"the Hub was not reachable: using facts cached for commit {sha}",
+                                   *spec.warnings))
+    return LoadedModel(spec, SourceInfo(kind="hub", repo_id=repo_id, revision=sha, files=("config.json",),
+                                        note="facts cache"))
+
+
+def _offline(parsed: HubSource, revision: str | None, cache: FactsCache) -> LoadedModel:
+    from hfvram.errors import ModelReadError
+
+    found = _from_facts_cache(parsed, revision, cache) if parsed.gguf is None else None
+    if found is not None:
+        return found
+    found = catalog.load_from_catalog(parsed.repo_id, reason="offline mode: the Hub was not asked")
+    if found is not None:
+        return found
+    raise ModelReadError(
+        f"{parsed.repo_id} is not in the HF cache, hfvram's facts cache or its embedded catalogue, and offline mode "
+        "forbids asking the Hub (drop --offline / HF_HUB_OFFLINE, or download the repo first)")
+
+
+__all__ = ["load_model", "parse_source", "HubSource", "HfvramError"]

