@@ -94,6 +94,8 @@ def cli() -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Console-script entry point (``hfvram = "hfvram.cli:main"``)."""
+    # transformers (used lazily by the config reader) prints a banner about PyTorch on import
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     cli.main(args=list(argv) if argv is not None else None, prog_name="hfvram")
 
 

@@ -191,7 +191,7 @@ def render_inspect(console: Console, report: Mapping[str, Any]) -> None:
         ("dtype", str(model.get("dtype"))),
         ("parameters", f"{params(model.get('params_total'))} total, {params(model.get('params_active'))} active"),
         ("weights", gib(model.get("weights_bytes")) + ("" if model.get("weights_exact") in (None, True) else " (derived from config shapes)")),
-        ("quantization", "none" if not quant else f"{quant['method']} {quant.get('bits') or ''} bits".strip()),
+        ("quantization", _quantization_text(quant)),
         ("layers", str(model.get("num_layers"))),
         ("layer census", ", ".join(f"{k} {v}" for k, v in (model.get("layers") or {}).items() if v)),
         ("max context", count(model.get("max_position_embeddings"))),
@@ -333,3 +333,14 @@ def render_calibration(console: Console, result: Mapping[str, Any]) -> None:
 def _signed(delta: float, fmt) -> str:
     text = fmt(abs(delta))
     return ("+" if delta >= 0 else "−") + text
+
+
+def _quantization_text(quant: Mapping[str, Any] | None) -> str:
+    if not quant:
+        return "none"
+    text = str(quant["method"])
+    if quant.get("bits"):
+        text += f", {quant['bits']:.2f} bits per weight"
+    if quant.get("group_size"):
+        text += f", group size {quant['group_size']}"
+    return text
