@@ -1,0 +1,203 @@
+"""vLLM profile rules (design/engines.md §2) checked on real fixture configs and published start-up logs
+(groundtruth cases, copied to benchmarks/data/groundtruth_cases.jsonl; ids named in each test)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from hfvram.estimate.core import estimate
+from hfvram.estimate.engines import vllm
+from hfvram.estimate.types import GPU, EngineChoice, Hardware, Workload
+from hfvram.readers.config import read_config
+from hfvram.spec import ModelSpec, Quantization, Weights
+
+HUB = Path(__file__).resolve().parent.parent / "fixtures" / "hub"
+GiB = 1 << 30
+#: "total_gpu_memory_logged: 79.19 GiB" in the llm-d v0.19.0 H100 logs (gt-0046 … gt-0106)
+H100_LOGGED = Hardware(GPU(id="h100-logged", name="NVIDIA H100 80GB HBM3", vendor="nvidia",
+                           memory_bytes=int(79.19 * GiB), memory_bandwidth_gbs=3350.0))
+
+
+def spec_of(repo: str) -> ModelSpec:
+    return read_config(json.loads((HUB / repo / "config.json").read_text(encoding="utf-8")))
+
+
+def with_loaded_weights(spec: ModelSpec, gib: float) -> ModelSpec:
+    """A spec whose checkpoint weighs what vLLM's log says it loaded (to test the budget, not the reader)."""
+    total = int(gib * GiB)
+    vocab_rows = 2 * (spec.vocab_size or 0) * (spec.hidden_size or 0) * 2
+    components = {"embeddings": vocab_rows // 2, "lm_head": vocab_rows // 2, "mlp": total - vocab_rows}
+    return spec.with_weights(Weights(total_bytes=total, params_total=total // 2, bytes_by_component=components))
+
+
+def run(spec, hardware, version="0.19", context=None, kv="auto", **settings):
+    choice = EngineChoice("vllm", version, {k.replace("_", "-"): str(v) for k, v in settings.items()})
+    return estimate(spec, hardware, choice, Workload(context=context, kv_dtype=kv))
+
+
+@pytest.fixture(scope="module")
+def llama8b() -> ModelSpec:
+    # gt-0069: "Model loading took 14.99 GiB"
+    return with_loaded_weights(spec_of("meta-llama/Llama-3.1-8B-Instruct"), 14.99)
+
+
+def test_budget_identity_on_a_v019_log(llama8b):
+    # gt-0069 (llm-d, vLLM v0.19.0, H100, util 0.95): Available KV cache memory 58.11 GiB, 476,016 tokens
+    result = run(llama8b, H100_LOGGED, gpu_memory_utilization=0.95, max_model_len=8192)
+    assert result.engine["kv_pool_bytes"] / GiB == pytest.approx(58.11, abs=0.1)
+    assert result.capacity.kv_tokens == pytest.approx(476016, rel=0.005)
+    assert result.capacity.max_concurrency == pytest.approx(58.11, rel=0.005)  # "58.11x for 8,192 tokens"
+    assert result.per_gpu.activations / GiB == pytest.approx(1.89, abs=0.05)  # torch peak increase
+    assert result.verdict == "fits"
+
+
+def test_fp8_kv_doubles_the_tokens(llama8b):
+    # gt-0062: same run with kv_cache_dtype fp8 -> 952,032 tokens (2 x 476,016)
+    result = run(llama8b, H100_LOGGED, kv="fp8", gpu_memory_utilization=0.95, max_model_len=8192)
+    assert result.capacity.kv_tokens == pytest.approx(952032, rel=0.005)
+    assert result.workload.kv_dtype == "fp8"
+
+
+def test_tensor_parallel_replicates_non_torch_memory_and_splits_kv(llama8b):
+    # gt-0072 (TP=2): weights 7.51 GiB, non-torch 2.07 GiB, KV 63.76 GiB, 1,044,688 tokens
+    result = run(llama8b, replace(H100_LOGGED, count=2), gpu_memory_utilization=0.95, max_model_len=8192)
+    assert result.tp == 2
+    assert result.per_gpu.weights / GiB == pytest.approx(7.51, abs=0.05)
+    assert result.per_gpu.overhead / GiB == pytest.approx(2.1, abs=0.1)
+    assert result.engine["kv_pool_bytes"] / GiB == pytest.approx(63.76, abs=0.3)
+    assert result.capacity.kv_tokens == pytest.approx(1044688, rel=0.01)
+
+
+def test_sliding_window_groups_and_old_token_formula():
+    # gt-0053 gemma-2-9b-it: 21 full + 21 SWA layers, 2 groups of 21, 54.12 GiB -> 168,880 tokens (old formula)
+    spec = with_loaded_weights(spec_of("google/gemma-2-9b-it"), 17.22)
+    result = run(spec, H100_LOGGED, gpu_memory_utilization=0.95, max_model_len=8192)
+    assert result.engine["kv_pool_bytes"] / GiB == pytest.approx(54.12, abs=0.15)
+    assert result.capacity.kv_tokens == pytest.approx(168880, rel=0.005)
+    layout = vllm.kv_layout(spec, vllm.resolve_settings(spec, H100_LOGGED, EngineChoice("vllm"),
+                                                          Workload(context=8192), _rules("0.19"), "0.19", []))
+    assert (layout.group_size, layout.num_groups) == (21, 2)
+
+
+def _rules(version):
+    from hfvram.estimate import common
+    return common.rules_for_version(common.load_engine_data("vllm"), version)
+
+
+def test_sliding_window_reserves_window_plus_batched_tokens():
+    # engines.md §2.5: GPT-OSS window 128, max_num_batched_tokens 8192 -> 521 blocks of 16 per SWA layer
+    spec = spec_of("openai/gpt-oss-20b")
+    assert vllm._blocks_for("sliding_attention", 16, 131072, 128, 8192) == 521
+    assert vllm._blocks_for("sliding_attention", 16, 100, 128, 8192) == 8  # capped by the request length
+    layout = vllm.kv_layout(spec, vllm.resolve_settings(spec, H100_LOGGED, EngineChoice("vllm"),
+                                                          Workload(context=131072), _rules("0.21"), "0.21", []))
+    assert layout.blocks_per_request(131072) == 8192 + 521
+
+
+def test_new_token_formula_is_concurrency_times_max_model_len(llama8b):
+    # #41069 (~v0.21): GPU KV cache size = int(max_concurrency x max_model_len)
+    new = run(llama8b, H100_LOGGED, version="0.21", gpu_memory_utilization=0.95, max_model_len=8192)
+    assert new.capacity.kv_tokens == pytest.approx(new.capacity.max_concurrency * 8192, abs=8192 * 0.01)
+
+
+def test_cuda_graphs_enter_the_budget_from_v021(llama8b):
+    old = run(llama8b, H100_LOGGED, version="0.19", gpu_memory_utilization=0.95, max_model_len=8192)
+    new = run(llama8b, H100_LOGGED, version="0.21", gpu_memory_utilization=0.95, max_model_len=8192)
+    graphs = new.engine["cudagraph_bytes"]
+    assert graphs > 0 and not old.engine["cudagraph_in_budget"] and new.engine["cudagraph_in_budget"]
+    assert old.engine["kv_pool_bytes"] - new.engine["kv_pool_bytes"] == pytest.approx(graphs, abs=1 << 20)
+    eager = run(llama8b, H100_LOGGED, version="0.21", gpu_memory_utilization=0.95, max_model_len=8192, enforce_eager="true")
+    assert eager.engine["cudagraph_bytes"] == 0
+
+
+def test_default_utilization_changed_at_v021(llama8b):
+    assert run(llama8b, H100_LOGGED, version="0.19", context=8192).engine["gpu_util"] == 0.90
+    assert run(llama8b, H100_LOGGED, version="0.21", context=8192).engine["gpu_util"] == 0.92
+    assert run(llama8b, H100_LOGGED, version="0.27", context=8192).engine["version"] == "0.21"
+
+
+def test_default_context_is_the_model_max_and_start_up_fails_when_one_request_does_not_fit(llama8b):
+    # gt-0004 shape: one request of max_model_len does not fit -> vLLM refuses to start
+    card = Hardware(GPU(id="rtx4090", name="RTX 4090", vendor="nvidia", memory_bytes=24 * GiB))
+    result = run(llama8b, card)
+    assert result.workload.context == 131072 and result.engine["max_model_len"] == 131072
+    assert result.verdict == "does_not_fit"
+    message = next(w for w in result.warnings if w.startswith("To serve at least one request"))
+    assert "(131072)" in message and "estimated maximum model length is" in message
+    shorter = run(llama8b, card, max_model_len=8192)
+    assert shorter.verdict in ("fits", "tight")
+
+
+def test_small_gpu_class_defaults(llama8b):
+    # engines.md §2.3: GPUs under 70 GiB (and A100s) get 2048 batched tokens / 256 seqs in the OpenAI server
+    card = Hardware(GPU(id="a100-80gb", name="NVIDIA A100 80GB", vendor="nvidia", memory_bytes=80 * GiB))
+    result = run(llama8b, card, context=8192)
+    assert (result.engine["max_num_batched_tokens"], result.engine["max_num_seqs"]) == (2048, 256)
+    big = run(llama8b, H100_LOGGED, context=8192)
+    assert (big.engine["max_num_batched_tokens"], big.engine["max_num_seqs"]) == (8192, 1024)
+    short = run(llama8b, H100_LOGGED, context=4, max_num_seqs=2)
+    assert short.engine["max_num_batched_tokens"] == 8  # min(max_num_seqs x max_model_len, default)
+
+
+def test_kv_cache_memory_bytes_replaces_the_budget(llama8b):
+    result = run(llama8b, H100_LOGGED, context=8192, kv_cache_memory_bytes="4G")
+    assert result.engine["kv_pool_bytes"] == 4 * GiB
+    assert result.capacity.kv_tokens == 4 * GiB // 131072
+
+
+def test_cpu_offload_moves_weights_off_the_gpu(llama8b):
+    base = run(llama8b, H100_LOGGED, context=8192)
+    offloaded = run(llama8b, H100_LOGGED, context=8192, cpu_offload_gb=4)
+    assert base.per_gpu.weights - offloaded.per_gpu.weights == 4 * GiB
+
+
+def test_mla_uses_block_64_and_whole_latent():
+    spec = spec_of("deepseek-ai/DeepSeek-V2-Lite")
+    result = run(with_loaded_weights(spec, 29.3), H100_LOGGED, context=8192)
+    assert result.engine["block_size"] == 64
+    assert result.per_gpu.kv_cache == spec.num_layers * 576 * 2 * 8192
+
+
+def test_hybrid_linear_attention_raises_the_attention_block():
+    # engines.md §2.7: attention page >= one mamba state; Qwen3.5-27B logs block sizes of several hundred tokens
+    spec = spec_of("Qwen/Qwen3.5-27B")
+    settings = vllm.resolve_settings(spec, None, EngineChoice("vllm", tp=2), Workload(context=8192, kv_dtype="fp8"),
+                                     _rules("0.21"), "0.21", [])
+    layout = vllm.kv_layout(spec, settings)
+    assert layout.min_block_size % 16 == 0 and layout.min_block_size > 512
+    assert (layout.group_size, layout.num_groups) == (16, 4)  # 16 full + 48 linear -> 1 + 3 groups
+    assert layout.blocks_per_request(8192) == -(-8192 // layout.min_block_size) + 3
+
+
+def test_mxfp4_experts_are_padded_for_the_kernels():
+    # engines.md §2.2: GPT-OSS 2880 -> 3072 (~ +14 % on expert bytes)
+    spec = spec_of("openai/gpt-oss-20b")
+    experts = 12 * GiB
+    weights = Weights(total_bytes=experts + GiB, params_total=0, bytes_by_component={"experts": experts, "attention": GiB})
+    spec = spec.with_weights(weights)
+    result = run(spec, H100_LOGGED, context=8192)
+    assert result.per_gpu.weights == pytest.approx(experts * (3072 / 2880) ** 2 + GiB, rel=0.01)
+
+
+def test_without_hardware_only_the_footprint(llama8b):
+    result = estimate(llama8b, None, EngineChoice("vllm"), Workload(context=8192))
+    assert result.verdict is None and result.capacity.kv_tokens is None
+    assert result.per_gpu.kv_cache == 8192 * 131072
+    assert result.per_gpu.weights > 0 and result.per_gpu.activations > 0
+
+
+def test_startup_fails_when_the_budget_leaves_no_room_for_the_cuda_context(llama8b):
+    card = Hardware(GPU(id="rtx4090", name="RTX 4090", vendor="nvidia", memory_bytes=24 * GiB))
+    result = run(llama8b, card, context=4096, gpu_memory_utilization=0.995)
+    assert result.verdict == "does_not_fit"
+    assert any("outside its budget" in w for w in result.warnings)
+
+
+def test_decode_speed_is_an_upper_bound_from_bandwidth(llama8b):
+    result = run(llama8b, H100_LOGGED, context=8192)
+    assert result.decode_tokens_per_second == pytest.approx(3350e9 / (llama8b.weights.total_bytes + 8192 * 131072), rel=1e-6)
+    assert "upper bound" in result.explain["decode"]
