@@ -87,6 +87,7 @@ class RequestRecord:
     status: int = 0
     bytes_sent: int = 0
     authorized: bool = False
+    byte_range: str | None = None
 
 
 @dataclass
@@ -309,7 +310,8 @@ class HubHandler(BaseHTTPRequestHandler):
         split = urlsplit(self.path)
         path = unquote(split.path)
         self._record = RequestRecord(self.command, path, time.monotonic(),
-                                     authorized=bool(self.headers.get("Authorization")))
+                                     authorized=bool(self.headers.get("Authorization")),
+                                     byte_range=self.headers.get("Range"))
         try:
             if self.hub.latency:
                 time.sleep(self.hub.latency)

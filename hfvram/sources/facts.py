@@ -143,3 +143,65 @@ def scaled_to_total(derived: Weights, metadata: Mapping[str, object]) -> Weights
         exact=True,
         source="model.safetensors.index.json: metadata.total_size (component split derived from config shapes)",
     )
+
+
+# ---- GGUF header summaries (for the facts cache) ---------------------------------------------------
+
+
+def _encode_value(value: object) -> object:
+    from hfvram.readers.gguf import SkippedArray, SkippedString
+
+    if isinstance(value, SkippedArray):
+        return {"$skipped_array": [value.length, value.item_type]}
+    if isinstance(value, SkippedString):
+        return {"$skipped_string": value.length}
+    if isinstance(value, (list, tuple)):
+        return [_encode_value(v) for v in value]
+    if isinstance(value, bytes):
+        return {"$bytes": value.hex()}
+    return value
+
+
+def _decode_value(value: object) -> object:
+    from hfvram.readers.gguf import SkippedArray, SkippedString
+
+    if isinstance(value, dict):
+        if "$skipped_array" in value:
+            length, item_type = value["$skipped_array"]
+            return SkippedArray(int(length), str(item_type))
+        if "$skipped_string" in value:
+            return SkippedString(int(value["$skipped_string"]))
+        if "$bytes" in value:
+            return bytes.fromhex(value["$bytes"])
+    if isinstance(value, list):
+        return [_decode_value(v) for v in value]
+    return value
+
+
+def gguf_header_to_json(header) -> dict:
+    """A GGUF header's facts (metadata with skipped arrays as lengths, tensor infos) as JSON."""
+    return {
+        "version": header.version,
+        "metadata": {key: _encode_value(value) for key, value in header.metadata.items()},
+        "tensors": [[t.name, t.ggml_type, t.type_name, list(t.shape), t.offset, t.nbytes] for t in header.tensors],
+        "header_end": header.header_end,
+        "alignment": header.alignment,
+        "data_start": header.data_start,
+        "filename": header.filename,
+    }
+
+
+def gguf_header_from_json(data: Mapping[str, object]):
+    from hfvram.readers.gguf import GGUFHeader, GGUFTensor
+
+    tensors = tuple(GGUFTensor(name, int(gt), tn, tuple(shape), int(off), int(nb))
+                    for name, gt, tn, shape, off, nb in data["tensors"])  # type: ignore[union-attr]
+    return GGUFHeader(
+        version=int(data["version"]),  # type: ignore[arg-type]
+        metadata={key: _decode_value(value) for key, value in data["metadata"].items()},  # type: ignore[union-attr]
+        tensors=tensors,
+        header_end=int(data["header_end"]),  # type: ignore[arg-type]
+        alignment=int(data["alignment"]),  # type: ignore[arg-type]
+        data_start=int(data["data_start"]),  # type: ignore[arg-type]
+        filename=str(data.get("filename", "")),
+    )

