@@ -90,12 +90,12 @@ def cli() -> None:
     Exit codes: 0 fits (or tight), 1 does not fit (or tight with --fail-on tight), 2 usage error,
     3 the model could not be read. Shell completion: eval "$(_HFVRAM_COMPLETE=bash_source hfvram)".
     """
+    # transformers (used lazily by the config reader) prints a banner about PyTorch on import
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Console-script entry point (``hfvram = "hfvram.cli:main"``)."""
-    # transformers (used lazily by the config reader) prints a banner about PyTorch on import
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     cli.main(args=list(argv) if argv is not None else None, prog_name="hfvram")
 
 
