@@ -175,6 +175,8 @@ def _per_layer_kv_heads(view: ConfigView, heads: int | None, num_layers: int) ->
     blocks, path = view.sequence("block_configs")
     if blocks is None:
         return [None] * num_layers
+    if len(blocks) < num_layers:
+        raise view.fail(path, f"has {len(blocks)} entries for {num_layers} layers")
     result: list[int | None] = []
     for i, block in enumerate(blocks[:num_layers]):
         attention = block.get("attention", {}) if isinstance(block, Mapping) else {}

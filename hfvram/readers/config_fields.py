@@ -106,11 +106,11 @@ class ConfigView:
             number = self.to_int(path, value, minimum)
             self.note(fact, self.where(path))
             return number
-        if use_hf_default and keys:
-            value = self.hf_default(keys[0])
-            if value is not _MISSING and value is not None and not isinstance(value, bool):
-                if isinstance(value, int) and value >= minimum:
-                    self.note(fact, f"{self.hf_label}: {keys[0]} (default)")
+        if use_hf_default:
+            for key in keys:
+                value = self.hf_default(key)
+                if isinstance(value, int) and not isinstance(value, bool) and value >= minimum:
+                    self.note(fact, f"{self.hf_label}: {key} (default)")
                     return value
         if required:
             path = first_null_path or (self.text_prefix + keys[0])
