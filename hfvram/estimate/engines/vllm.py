@@ -274,8 +274,10 @@ def resolve_settings(
     default_seqs = int(rules["large_gpu_max_num_seqs" if large else "small_gpu_max_num_seqs"])
     max_num_seqs = common.setting_int(choice, "max-num-seqs", default=default_seqs) or default_seqs
     batched = common.setting_int(choice, "max-num-batched-tokens")
+    chunked = common.setting_bool(choice, "enable-chunked-prefill", default=bool(rules["chunked_prefill"]))
     if batched is None:
-        batched = min(max_num_seqs * max_model_len, default_batched)
+        batched = default_batched if chunked else max(max_model_len, default_batched)
+        batched = min(max_num_seqs * max_model_len, batched)
     max_num_seqs = min(max_num_seqs, batched)
 
     kv_name = workload.kv_dtype if workload.kv_dtype not in ("", "auto") else (common.setting(choice, "kv-cache-dtype") or "auto")
