@@ -41,7 +41,10 @@ both_paths = pytest.mark.parametrize("use_transformers", [True, False], ids=["tr
 def test_loads_crlf_file():
     data = raw("meta-llama/Llama-3.2-1B")
     assert b"\r\n" in data  # the corpus copy keeps its Windows line endings (fixtures/README.md)
-    assert load_json_tolerant(data, "config.json")["num_hidden_layers"] == 16
+    s = read_config(load_json_tolerant(data, "config.json"))
+    assert s.num_layers == 16 and s.head_dim == 64 and s.tie_word_embeddings is True
+    assert s.rope_scaling["rope_type"] == "llama3" and s.rope_scaling["factor"] == 32.0
+    assert (s.vocab_size, s.max_position_embeddings, s.dtype) == (128256, 131072, "bfloat16")
 
 
 def test_loads_infinity_literal():
@@ -152,7 +155,8 @@ def test_qwen35_ssm_dtype_and_mtp():
 def test_nemotron_h_mamba_census(use_transformers: bool):
     """Nemotron-H-56B hybrid_override_pattern: 54 M, 10 *, 54 -; Mamba2 state fp32 (engines.md §2.5)."""
     s = spec("nvidia/Nemotron-H-56B-Base-8K", use_transformers)
-    assert s.layer_census() | {} == {**{k: 0 for k in s.layer_census()}, "mamba": 54, "full_attention": 10, "none": 54}
+    census = {kind: count for kind, count in s.layer_census().items() if count}
+    assert census == {"mamba": 54, "full_attention": 10, "none": 54}
     mamba = next(layer for layer in s.layers if layer.kind is LayerKind.MAMBA)
     assert mamba.conv_state_elems == 3 * (256 * 64 + 2 * 8 * 256)
     assert mamba.ssm_state_elems == 256 * 64 * 256
@@ -246,6 +250,19 @@ def test_gemma4_global_layers_use_global_head_dim():
     sliding = [layer for layer in s.layers if layer.kind is LayerKind.SLIDING]
     assert {(layer.num_kv_heads, layer.head_dim_k) for layer in full} == {(2, 512)}
     assert {(layer.num_kv_heads, layer.head_dim_k, layer.window) for layer in sliding} == {(8, 256, 1024)}
+
+
+def test_gemma4_layers_match_transformers_per_layer_config():
+    """transformers 5.x Gemma4TextConfig.per_layer_config holds each layer's head_dim and KV heads; the llama.cpp
+    gemma-4 vocab GGUF (shared corpus headers/) agrees: head_count_kv 8 / 2, key_length_swa 256 / key_length 512."""
+    from hfvram.readers.config_hf import load_hf_config
+
+    cfg = config("google/gemma-4-26B-A4B")
+    per_layer = load_hf_config(cfg).text_config.per_layer_config
+    s = read_config(cfg, use_transformers=False)
+    assert [(layer.num_kv_heads, layer.head_dim_k) for layer in s.layers] == [
+        (per_layer[i].num_key_value_heads, per_layer[i].head_dim) for i in range(s.num_layers)
+    ]
 
 
 def test_encoder_has_no_generation_cache():
