@@ -61,7 +61,8 @@ def load_model(source: str, *, revision: str | None = None, token: str | None = 
             return hub.load_hub_gguf(repo_id, parsed.gguf, revision=revision, token=token, cache=cache)
         return hub.load_hub_checkpoint(repo_id, revision=revision, token=token, need_split=need_split, cache=cache)
     except NetworkError as err:
-        fallback = _from_facts_cache(parsed, revision, cache) if parsed.gguf is None else None
+        fallback = (_from_facts_cache(parsed, revision, cache, reason="the Hub was not reachable")
+                    if parsed.gguf is None else None)
         fallback = fallback or catalog.load_from_catalog(repo_id, reason=f"the Hub was not reachable ({err})")
         if fallback is None:
             raise
@@ -83,7 +84,7 @@ def _load_path(path: Path) -> LoadedModel:
     raise ModelReadError(f"{path} is neither a model folder nor a .gguf file")
 
 
-def _from_facts_cache(parsed: HubSource, revision: str | None, cache: FactsCache) -> LoadedModel | None:
+def _from_facts_cache(parsed: HubSource, revision: str | None, cache: FactsCache, *, reason: str) -> LoadedModel | None:
     """What an earlier run stored, even past the branch TTL (used only when the Hub cannot be asked)."""
     from dataclasses import replace
 
@@ -111,11 +112,10 @@ def _from_facts_cache(parsed: HubSource, revision: str | None, cache: FactsCache
         headers=headers if complete_headers else {},  # type: ignore[arg-type]
         dtype_parameters=None if complete_headers else info.dtype_parameters,
         index_metadata=cache.get(repo_id, sha, INDEX_FILE),  # type: ignore[arg-type]
-        origin=f"facts cache {repo_id}@{sha[:12]}",  # type: ignore[index]
+        origin=f"{repo_id}@{sha[:12]}",  # type: ignore[index]
     )
     spec = spec_from_facts(facts)
-    spec = replace(spec, warnings=(f"the Hub was not reachable: using facts cached for commit {sha}",
-                                   *spec.warnings))
+    spec = replace(spec, warnings=(f"{reason}: using hfvram's facts cached for commit {sha}", *spec.warnings))
     return LoadedModel(spec, SourceInfo(kind="hub", repo_id=repo_id, revision=sha, files=("config.json",),
                                         note="facts cache"))
 
@@ -123,7 +123,7 @@ def _from_facts_cache(parsed: HubSource, revision: str | None, cache: FactsCache
 def _offline(parsed: HubSource, revision: str | None, cache: FactsCache) -> LoadedModel:
     from hfvram.errors import ModelReadError
 
-    found = _from_facts_cache(parsed, revision, cache) if parsed.gguf is None else None
+    found = _from_facts_cache(parsed, revision, cache, reason="offline mode") if parsed.gguf is None else None
     if found is not None:
         return found
     found = catalog.load_from_catalog(parsed.repo_id, reason="offline mode: the Hub was not asked")

@@ -1,0 +1,117 @@
+"""Local sources: a model folder, a local .gguf, a repo in the HF cache, SOURCE parsing. No network.
+
+Golden figures: fixtures/README.md rows of fixtures/headers/ (all-MiniLM-L6-v2 model.safetensors is
+90,868,376 bytes with an 11,408-byte header; SmolLM2-135M-Instruct.Q4_1.gguf is 98,362,432 bytes with data
+from 1,785,664)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from hfvram.errors import HfvramError, ModelReadError, UsageError
+from hfvram.sources import load_model, parse_source
+from hfvram.sources.resolve import HubSource
+
+ROOT = Path(__file__).resolve().parent.parent
+HEADERS = ROOT / "fixtures" / "headers"
+MINILM = "sentence-transformers/all-MiniLM-L6-v2"
+MINILM_HEADER = HEADERS / "sentence-transformers--all-MiniLM-L6-v2--model.safetensors-header"
+MINILM_DATA_BYTES = 90_868_376 - (8 + 11_408)
+SMOL_GGUF = HEADERS / "SmolLM2-135M-Instruct.Q4_1.gguf-header.gguf"
+
+
+def _minilm_folder(folder: Path, *, with_weights: bool = True) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy(ROOT / "fixtures" / "hub" / MINILM / "config.json", folder / "config.json")
+    if with_weights:
+        shutil.copy(MINILM_HEADER, folder / "model.safetensors")
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("org/name", HubSource("org/name")),
+        ("org/name@v1.0", HubSource("org/name", "v1.0")),
+        ("org/name:Q4_K_M", HubSource("org/name", None, "Q4_K_M")),
+        ("org/name@abc:file.gguf", HubSource("org/name", "abc", "file.gguf")),
+    ],
+)
+def test_parse_hub_sources(text, expected):
+    assert parse_source(text) == expected
+
+
+def test_parse_rejects_garbage():
+    with pytest.raises(UsageError):
+        parse_source("not a source")
+
+
+def test_local_folder_reads_exact_headers(tmp_path):
+    loaded = load_model(str(_minilm_folder(tmp_path / "m")))
+    assert loaded.source.kind == "local"
+    assert loaded.spec.weights.exact
+    assert loaded.spec.weights.total_bytes == MINILM_DATA_BYTES
+
+
+def test_local_folder_without_weights_derives_with_a_warning(tmp_path):
+    loaded = load_model(str(_minilm_folder(tmp_path / "m", with_weights=False)))
+    assert not loaded.spec.weights.exact
+    assert any("derived" in w for w in loaded.spec.warnings)
+
+
+def test_local_folder_with_only_bin_weights_is_unsupported(tmp_path):
+    folder = _minilm_folder(tmp_path / "m", with_weights=False)
+    (folder / "pytorch_model.bin").write_bytes(b"\x80\x02")
+    with pytest.raises(HfvramError, match="pickled"):
+        load_model(str(folder))
+
+
+def test_local_gguf_file(tmp_path):
+    path = tmp_path / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    shutil.copy(SMOL_GGUF, path)
+    loaded = load_model(str(path))
+    assert loaded.source.kind == "gguf"
+    assert loaded.spec.weights.total_bytes == 98_362_432 - 1_785_664
+
+
+def test_missing_path_is_a_read_error(tmp_path):
+    with pytest.raises(ModelReadError):
+        load_model(str(tmp_path / "nothing-here"))
+
+
+def _hf_cache_snapshot(with_weights: bool) -> Path:
+    repo_dir = Path(os.environ["HF_HUB_CACHE"]) / "models--sentence-transformers--all-MiniLM-L6-v2"
+    sha = "c" * 40
+    (repo_dir / "refs").mkdir(parents=True)
+    (repo_dir / "refs" / "main").write_text(sha)
+    return _minilm_folder(repo_dir / "snapshots" / sha, with_weights=with_weights)
+
+
+def test_complete_hf_cache_snapshot_is_used_without_network(hub):
+    snapshot = _hf_cache_snapshot(with_weights=True)
+    loaded = load_model(MINILM)
+    assert hub.request_count == 0
+    assert loaded.source.kind == "cache"
+    assert loaded.source.note == str(snapshot)
+    assert loaded.spec.weights.total_bytes == MINILM_DATA_BYTES
+
+
+def test_config_only_hf_cache_goes_to_the_hub_online_and_is_used_offline(hub):
+    _hf_cache_snapshot(with_weights=False)
+    online = load_model(MINILM)
+    assert online.source.kind == "hub" and online.spec.weights.exact
+    offline = load_model(MINILM, offline=True, cache_dir=Path(os.environ["HFVRAM_CACHE_DIR"]) / "empty")
+    assert offline.source.kind == "cache" and not offline.spec.weights.exact
+    assert hub.request_count == 2
+
+
+def test_offline_uses_the_facts_cache_before_the_catalogue(hub):
+    online = load_model(MINILM, need_split=True)
+    hub.records.clear()
+    offline = load_model(MINILM, offline=True)
+    assert hub.request_count == 0
+    assert offline.spec.weights == online.spec.weights
