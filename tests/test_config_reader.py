@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hfvram.errors import MalformedFileError
-from hfvram.readers.config import load_json_tolerant, read_config
+from hfvram.readers.config import COMPANION_FILES, load_json_tolerant, read_config, read_config_files
 from hfvram.spec import LayerKind, ModelSpec
 
 HUB = Path(__file__).resolve().parent.parent / "fixtures" / "hub"
@@ -332,6 +332,15 @@ def test_transformers_supplies_defaults_the_file_leaves_out():
     s = read_config(cfg)
     assert {layer.window for layer in s.layers if layer.kind is LayerKind.SLIDING} == {4096}
     assert s.provenance["sliding_window"].startswith("transformers 5.") and s.provenance["sliding_window"].endswith("(default)")
+
+
+def test_read_config_files_takes_the_companions_from_a_folder():
+    folder = HUB / "nvidia" / "Qwen3-30B-A3B-NVFP4"
+    files = {p.name: p.read_bytes() for p in folder.iterdir()}
+    assert set(files) - {"config.json"} <= set(COMPANION_FILES)
+    assert read_config_files(files).quantization.method == "nvfp4"
+    with pytest.raises(MalformedFileError):
+        read_config_files({"hf_quant_config.json": files["hf_quant_config.json"]})
 
 
 def test_unquantized_model_has_none():

@@ -29,7 +29,10 @@ from hfvram.readers.config_layers import (
 from hfvram.readers.config_quant import read_quantization
 from hfvram.spec import Layer, LayerKind, ModelSpec
 
-__all__ = ["load_json_tolerant", "read_config", "rule_layer_types", "hf_layer_types"]
+__all__ = ["COMPANION_FILES", "load_json_tolerant", "read_config", "read_config_files", "rule_layer_types", "hf_layer_types"]
+
+#: files next to config.json that read_config uses when present
+COMPANION_FILES = ("hf_quant_config.json", "quantize_config.json", "model.safetensors.index.json")
 
 _UTF8_BOM = b"\xef\xbb\xbf"
 
@@ -388,3 +391,12 @@ def read_config(
         decided_by=decided_by,
         extra=extra,
     )
+
+
+def read_config_files(files: Mapping[str, bytes], *, use_transformers: bool = True) -> ModelSpec:
+    """read_config on raw file bytes by file name: "config.json" (required) and any of COMPANION_FILES."""
+    if "config.json" not in files:
+        raise MalformedFileError("no config.json among the model's files", file="config.json")
+    companions = {name: load_json_tolerant(files[name], name) for name in COMPANION_FILES if name in files}
+    return read_config(load_json_tolerant(files["config.json"], "config.json"), companions=companions,
+                       use_transformers=use_transformers)
