@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Mapping
@@ -61,7 +62,9 @@ def _load_canonical(canonical: str) -> HfConfig:
     verbosity = transformers.logging.get_verbosity()
     transformers.logging.set_verbosity_error()
     try:
-        hf = AutoConfig.for_model(model_type, **config)
+        with warnings.catch_warnings():  # deprecation notices about the file's own keys are not the user's business
+            warnings.simplefilter("ignore")
+            hf = AutoConfig.for_model(model_type, **config)
         text = hf.get_text_config() if hasattr(hf, "get_text_config") else hf
     except Exception as exc:  # strict dataclass validation, bad values: fall back to hfvram rules
         return HfConfig(None, f"transformers {version}", version, f"transformers {version} rejected the config ({type(exc).__name__}: {str(exc)[:120]})")
