@@ -32,6 +32,7 @@ GGUF_HEADER_CAP = 64 * MIB
 
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 MAX_TRIES = 4
+CONNECT_TRIES = 2
 
 class EntryMissingError(RepoNotFoundError):
     """The repo exists but the file does not (Hub X-Error-Code: EntryNotFound)."""
@@ -249,6 +250,8 @@ def fetch(
             raise NetworkError(f"too many redirects while fetching {_what(repo_id, filename)}") from None
         except (httpx2.TransportError, httpx2.DecodingError, httpx2.StreamError) as err:
             last_problem = _transport_problem(err)
+            if isinstance(err, httpx2.ConnectError) and attempt >= CONNECT_TRIES:
+                break  # DNS failure / refused connection: the network is down, more tries only delay the fallback
         backoff = retry_base_seconds() * (2 ** (attempt - 1)) * (1 + random.random() / 4)
         sleep_for = backoff if wait is None else wait
         if attempt == MAX_TRIES or slept + sleep_for > budget:
