@@ -3,6 +3,7 @@ into a ModelSpec with no unexplained gap, and hfvram's own rules agree with tran
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,21 @@ def _companions(repo: Path) -> dict:
 
 def test_corpus_is_complete():
     assert len(REPOS) >= 66
+
+
+def _readme_rows() -> list[list[str]]:
+    readme = (HUB.parent / "README.md").read_text(encoding="utf-8")
+    rows = [[cell.strip() for cell in line.strip().strip("|").split("|")] for line in readme.splitlines()]
+    return [row for row in rows if len(row) >= 5 and row[1].startswith("hub/")]
+
+
+def test_fixtures_are_byte_exact_copies_of_their_sources():
+    """Size and sha256 prefix of every hub/ file match its SOURCES.md row (kept in fixtures/README.md)."""
+    rows = _readme_rows()
+    assert {row[1] for row in rows} == {str(p.relative_to(HUB.parent)) for p in HUB.rglob("*") if p.is_file()}
+    for row in rows:
+        data = (HUB.parent / row[1]).read_bytes()
+        assert (len(data), hashlib.sha256(data).hexdigest()[:16]) == (int(row[3]), row[4]), row[1]
 
 
 @pytest.mark.parametrize("repo", REPOS, ids=_repo_id)
