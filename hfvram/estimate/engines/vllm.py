@@ -24,6 +24,10 @@ from hfvram.estimate.types import Capacity, EngineChoice, Estimate, Hardware, Pe
 from hfvram.spec import RECURRENT_KINDS, Layer, LayerKind, ModelSpec
 
 ENGINE = "vllm"
+#: vLLM --dtype names -> (canonical name, bytes per element)
+DTYPE_NAMES = {"float32": "float32", "float": "float32", "fp32": "float32", "float16": "float16", "half": "float16",
+               "fp16": "float16", "bfloat16": "bfloat16", "bf16": "bfloat16"}
+DTYPE_BYTES = {"float32": 4.0, "float16": 2.0, "bfloat16": 2.0}
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,15 @@ class Settings:
     cpu_offload_gb: float
     cudagraph_in_budget: bool
     kv_tokens_formula: str
+    #: the dtype vLLM computes (and stores unquantized weights) in: --dtype, auto = the checkpoint's,
+    #: float32 checkpoints run in bfloat16
+    dtype: str = "bfloat16"
+    #: --quantization applied at load time to an unquantized checkpoint (only "fp8" changes bytes)
+    online_quantization: str | None = None
+
+    @property
+    def dtype_bytes(self) -> float:
+        return DTYPE_BYTES[self.dtype]
 
 
 @dataclass(frozen=True)
@@ -159,14 +172,31 @@ class VllmProfile:
         capacity, failure = kv_capacity(layout, pool, settings, context, workload.concurrency, spec, hardware)
         if failure:
             warnings.append(failure)
-        if hardware is not None and outside_budget > memory - budget and settings.kv_cache_memory_bytes is None:
-            warnings.append(
-                f"vLLM keeps {outside_budget / GiB:.2f} GiB per GPU outside its budget (CUDA context, NCCL"
-                f"{'' if settings.cudagraph_in_budget else ', CUDA graphs'}) but only {(memory - budget) / GiB:.2f} GiB "
-                f"is left by gpu_memory_utilization={settings.gpu_memory_utilization}: start-up fails with "
-                "'Free memory on device … is less than desired GPU memory utilization'"
-            )
-            failure = failure or "outside-budget"
+        if hardware is not None and settings.kv_cache_memory_bytes is None:
+            left = memory - budget
+            if context_bytes > left:
+                warnings.append(
+                    f"vLLM needs ~{context_bytes / GiB:.2f} GiB per GPU outside its budget (CUDA context, NCCL) but "
+                    f"gpu_memory_utilization={settings.gpu_memory_utilization} leaves {left / GiB:.2f} GiB: start-up fails "
+                    "with 'Free memory on device … is less than desired GPU memory utilization'"
+                )
+                failure = failure or "outside-budget"
+            elif outside_budget > left:
+                warnings.append(
+                    f"CUDA graphs ({cudagraphs / GiB:.2f} GiB) are captured after the KV cache fills the budget, in the "
+                    f"{left / GiB:.2f} GiB gpu_memory_utilization leaves (minus {context_bytes / GiB:.2f} GiB CUDA "
+                    "context): start-up runs out of memory while capturing them; lower gpu-memory-utilization or "
+                    "set enforce-eager"
+                )
+                failure = failure or "outside-budget"
+            elif outside_budget + activations > left:
+                # gt-0085/0086: the sampler is warmed up again after the KV cache is allocated
+                warnings.append(
+                    f"after start-up vLLM warms up the sampler with {settings.max_num_seqs} dummy requests outside its "
+                    f"budget (~{activations / GiB:.2f} GiB on top of {outside_budget / GiB:.2f} GiB, "
+                    f"{left / GiB:.2f} GiB left): this can run out of memory; a lower gpu-memory-utilization or "
+                    "max-num-seqs is safer"
+                )
 
         per_gpu = PerGpu(
             weights=weights,
@@ -280,9 +310,12 @@ def resolve_settings(
         batched = min(max_num_seqs * max_model_len, batched)
     max_num_seqs = min(max_num_seqs, batched)
 
+    dtype = load_dtype(spec, common.setting(choice, "dtype"))
+    quant_setting = (common.setting(choice, "quantization", "q") or "").strip().lower()
+    online = quant_setting if quant_setting not in ("", "none", "auto") and spec.quantization is None else None
     kv_name = workload.kv_dtype if workload.kv_dtype not in ("", "auto") else (common.setting(choice, "kv-cache-dtype") or "auto")
-    kv_bytes = common.kv_dtype_bytes(kv_name, spec.dtype_bytes() if spec.dtype != "float32" else 2.0)
-    kv_label = common.canonical_kv_dtype(kv_name, "bfloat16" if spec.dtype == "float32" else spec.dtype)
+    kv_bytes = common.kv_dtype_bytes(kv_name, DTYPE_BYTES[dtype])
+    kv_label = common.canonical_kv_dtype(kv_name, dtype)
 
     has_mla = any(layer.kind is LayerKind.MLA for layer in spec.layers)
     block_default = int(rules["block_size_mla"] if has_mla else rules["block_size"])
@@ -306,7 +339,21 @@ def resolve_settings(
         cpu_offload_gb=common.setting_float(choice, "cpu-offload-gb", default=0.0) or 0.0,
         cudagraph_in_budget=bool(rules["cudagraph_in_budget"]),
         kv_tokens_formula=str(rules["kv_tokens_formula"]),
+        dtype=dtype,
+        online_quantization=online,
     )
+
+
+def load_dtype(spec: ModelSpec, requested: str | None) -> str:
+    """The dtype vLLM runs in: ``--dtype`` when set, else the checkpoint's, with float32 checkpoints run in
+    bfloat16 (vLLM's ``dtype=auto`` downcasts them); bfloat16 when the checkpoint does not say."""
+    if requested and requested.strip().lower() != "auto":
+        key = requested.strip().lower()
+        if key not in DTYPE_NAMES:
+            raise UsageError(f"unknown vLLM dtype {requested!r}; known: auto, {', '.join(sorted(DTYPE_NAMES))}")
+        return DTYPE_NAMES[key]
+    checkpoint = DTYPE_NAMES.get((spec.dtype or "").lower(), "bfloat16")
+    return "bfloat16" if checkpoint == "float32" else checkpoint
 
 
 def _parse_bytes(text: str) -> int:
@@ -342,12 +389,16 @@ def weights_per_gpu(
         )
         scale["experts"] = padded / (hidden * inter)
         notes.append(f"MXFP4 experts padded {hidden}×{inter} → kernel sizes (×{scale['experts']:.3f})")
-    if spec.dtype == "float32" and spec.weights is not None:
-        f32 = spec.weights.bytes_by_dtype.get("F32", 0)
-        if f32 and f32 >= 0.5 * spec.weights.total_bytes:
-            for component in spec.weights.bytes_by_component:
-                scale[component] = scale.get(component, 1.0) * 0.5
-            notes.append("float32 checkpoint loaded as bfloat16 (vLLM's dtype=auto)")
+    stored = spec.dtype_bytes()
+    if spec.quantization is None and spec.weights is not None and stored != settings.dtype_bytes:
+        for component in spec.weights.bytes_by_component:
+            scale[component] = scale.get(component, 1.0) * settings.dtype_bytes / stored
+        notes.append(f"{spec.dtype or 'bfloat16'} checkpoint loaded as {settings.dtype}")
+    if settings.online_quantization == "fp8" and spec.weights is not None:
+        # online FP8: every Linear of the layers stored in one byte; embeddings, lm_head and norms keep the dtype
+        for component in ("attention", "mlp", "experts", "mtp"):
+            scale[component] = scale.get(component, 1.0) / settings.dtype_bytes
+        notes.append("--quantization fp8: linear layers quantized to 1 byte per weight at load time")
     split = common.weights_per_rank(
         spec, settings.tensor_parallel_size, settings.pipeline_parallel_size, int(rules["vocab_padding"]), scale
     )
@@ -385,30 +436,33 @@ def _with_derived_weights(spec: ModelSpec, warnings: list[str]) -> ModelSpec:
 
 
 def activation_peak(spec: ModelSpec, settings: Settings, rules: Mapping[str, Any], explain: dict[str, str]) -> int:
-    """Torch peak during ``profile_run`` (§2.3): max(sampler, forward) on every rank, MoE × 1.2.
+    """Torch peak during ``profile_run`` (§2.3), the same on every rank:
 
-    sampler = 15.3 B × min(max_num_seqs, max_num_batched_tokens) × vocab (logits gathered on every rank);
-    forward = max_num_batched_tokens × (6 × ffn per rank + 9 × hidden)."""
+    max(sampler, forward) + fused-MoE workspace, where
+    sampler = 15.3 B × min(max_num_seqs, max_num_batched_tokens) × vocab (logits gathered on every rank),
+    forward = max_num_batched_tokens × (6 × ffn per rank + 9 × hidden) (ffn: one expert's width for a MoE),
+    workspace = max_num_batched_tokens × experts_per_token × (2 × moe_ffn per rank + hidden) × 2 B."""
     tp = settings.tensor_parallel_size
-    seqs = min(settings.max_num_seqs, settings.max_num_batched_tokens)
+    batched = settings.max_num_batched_tokens
+    seqs = min(settings.max_num_seqs, batched)
     vocab = spec.vocab_size or 0
+    hidden = spec.hidden_size or 0
     sampler = float(rules["sampler_bytes_per_logit"]) * seqs * vocab
-    is_moe = bool(spec.num_experts and spec.num_experts > 1)
-    if is_moe and spec.moe_intermediate_size and spec.experts_per_token:
-        ffn = spec.moe_intermediate_size * spec.experts_per_token
-    else:
-        ffn = spec.intermediate_size or 4 * (spec.hidden_size or 0)
-    forward = settings.max_num_batched_tokens * (
-        float(rules["forward_bytes_per_ffn"]) * ffn / tp + float(rules["forward_bytes_per_hidden"]) * (spec.hidden_size or 0)
-    )
-    peak = max(sampler, forward) * (float(rules["moe_activation_factor"]) if is_moe else 1.0)
+    is_moe = bool(spec.num_experts and spec.num_experts > 1 and spec.experts_per_token)
+    moe_ffn = spec.moe_intermediate_size or spec.intermediate_size or 0
+    ffn = moe_ffn if is_moe else (spec.intermediate_size or 4 * hidden)
+    forward = batched * (float(rules["forward_bytes_per_ffn"]) * ffn / tp + float(rules["forward_bytes_per_hidden"]) * hidden)
+    workspace = 0.0
+    quant = (spec.quantization.method if spec.quantization else "").lower()
+    if is_moe and quant not in rules["moe_workspace_exempt_quantizations"]:
+        workspace = batched * spec.experts_per_token * (2 * moe_ffn / tp + hidden) * float(rules["moe_workspace_bytes_per_elem"])
     explain["activations"] = (
-        f"max(sampler 15.3 B × {seqs} seqs × vocab {vocab} = {sampler / GiB:.2f} GiB, forward "
-        f"{settings.max_num_batched_tokens} tokens = {forward / GiB:.2f} GiB)"
-        + (" × 1.2 (MoE workspaces)" if is_moe else "")
+        f"max(sampler 15.3 B × {seqs} seqs × vocab {vocab} = {sampler / GiB:.2f} GiB, forward {batched} tokens "
+        f"= {forward / GiB:.2f} GiB)"
+        + (f" + fused-MoE workspace {workspace / GiB:.2f} GiB" if workspace else "")
         + (" — multimodal encoder profiling not modelled" if spec.multimodal else "")
     )
-    return int(peak)
+    return int(max(sampler, forward) + workspace)
 
 
 def non_torch_bytes(tp: int, pp: int, rules: Mapping[str, Any]) -> int:
@@ -452,7 +506,7 @@ def kv_layout(spec: ModelSpec, settings: Settings) -> KVGroupLayout:
     block = settings.block_size
     kv_bytes = settings.kv_bytes
     batched = settings.max_num_batched_tokens
-    state_fallback = spec.dtype_bytes() if spec.dtype != "float32" else 2.0
+    state_fallback = settings.dtype_bytes
 
     def per_token(layer: Layer) -> float:
         return common.layer_kv_elems_per_token_rank(layer, tp) * kv_bytes
