@@ -1,0 +1,234 @@
+"""llama.cpp: hfvram's prediction next to what llama.cpp really sized, term by term (issue 6).
+
+Reads ``benchmarks/data/llamacpp_truth.jsonl`` (written by ``benchmarks/llamacpp_truth.py`` from real llama.cpp
+loads), rebuilds each model's ``ModelSpec`` from the GGUF facts stored in the row, runs the llama.cpp profile's
+own functions with the row's settings, and compares:
+
+- KV cache: K and V MiB of every ``llama_kv_cache: size`` line (target: exact to the printed 0.01 MiB);
+- recurrent state: R + S MiB of ``llama_memory_recurrent: size`` (exact);
+- compute buffer: the CPU ``compute buffer size`` (target: within 10 %);
+- model buffer (real-allocation rows): the mapped model buffer (target: within 1 %);
+- output buffer: host logits buffer (exact).
+
+Run: ``python3 benchmarks/accuracy_llamacpp.py [--markdown]``. The vLLM table lives in benchmarks/accuracy.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from hfvram.estimate.engines import llamacpp  # noqa: E402
+from hfvram.estimate.types import EngineChoice, Workload  # noqa: E402
+from hfvram.spec import Layer, LayerKind, ModelSpec, Weights  # noqa: E402
+
+TRUTH = REPO / "benchmarks" / "data" / "llamacpp_truth.jsonl"
+MiB = 1 << 20
+
+#: tolerances the tests hold the estimator to (docs/accuracy.md)
+KV_TOLERANCE_MIB = 0.01  # llama.cpp prints two decimals
+COMPUTE_TOLERANCE = 0.10
+MODEL_TOLERANCE = 0.01
+
+
+def _per_layer(value: Any, n: int) -> list[int]:
+    if isinstance(value, list):
+        return [int(v) for v in value]
+    return [int(value or 0)] * n
+
+
+def spec_from_facts(facts: Mapping[str, Any]) -> ModelSpec:
+    """A ModelSpec built from the GGUF facts a truth row carries (what hfvram.readers.gguf reads from the same
+    metadata keys): per-layer kinds as llama.cpp decides them (recurrent when head_count_kv and
+    feed_forward_length are 0 with SSM keys; SWA layers per the arch pattern; MLA when kv_lora_rank is set)."""
+    n = int(facts["n_layer"])
+    n_head_kv = _per_layer(facts["n_head_kv"], n)
+    n_ff = _per_layer(facts.get("n_ff"), n)
+    swa = set(facts.get("swa_layers") or [])
+    lead = int(facts.get("n_layer_dense_lead") or 0)
+    layers = []
+    for il in range(n):
+        moe = bool(facts.get("n_expert")) and il >= lead
+        if facts.get("ssm_d_inner") and n_head_kv[il] == 0 and n_ff[il] == 0:
+            d_inner, d_state, groups = facts["ssm_d_inner"], facts["ssm_d_state"], facts["ssm_n_group"]
+            layers.append(Layer(LayerKind.MAMBA, conv_state_elems=(facts["ssm_d_conv"] - 1) * (d_inner + 2 * groups * d_state),
+                                ssm_state_elems=d_state * d_inner, state_dtype_bytes=4.0, state_heads=facts.get("ssm_dt_rank") or 0))
+        elif n_head_kv[il] == 0:
+            layers.append(Layer(LayerKind.NONE, moe=moe))
+        elif facts.get("kv_lora_rank"):
+            layers.append(Layer(LayerKind.MLA, num_kv_heads=1, kv_lora_rank=facts["kv_lora_rank"],
+                                qk_rope_head_dim=facts["rope_dims"], moe=moe))
+        else:
+            kind = LayerKind.SLIDING if il in swa else LayerKind.FULL
+            layers.append(Layer(kind, num_kv_heads=n_head_kv[il], head_dim_k=facts["key_length"],
+                                head_dim_v=facts["value_length"], window=facts.get("n_swa") if il in swa else None, moe=moe))
+    roles = facts["tensor_bytes_by_role"]
+    components = {"embeddings": roles["token_embd"], "lm_head": roles["output"], "experts": roles["experts"],
+                  "other": roles["blocks"] + roles["other"]}
+    weights = Weights(total_bytes=facts["tensor_bytes"], params_total=0, bytes_by_component=components,
+                      bytes_by_dtype=facts.get("tensor_bytes_by_type", {}), exact=True, source="GGUF tensor infos",
+                      num_tensors=facts.get("n_tensors", 0))
+    return ModelSpec(
+        architecture=facts["arch"], model_type=facts["arch"], dtype="float16", num_layers=n, layers=tuple(layers),
+        hidden_size=facts["n_embd"], intermediate_size=max(n_ff) if n_ff else None,
+        num_attention_heads=facts["n_head"] if not isinstance(facts["n_head"], list) else max(facts["n_head"]),
+        vocab_size=facts["n_vocab"], max_position_embeddings=facts.get("n_ctx_train"),
+        tie_word_embeddings=bool(facts.get("tied_embeddings")), num_experts=facts.get("n_expert"),
+        experts_per_token=facts.get("n_expert_used"), moe_intermediate_size=facts.get("n_ff_exp"),
+        weights=weights, extra={"gguf_arch": facts["arch"]},
+    )
+
+
+def choice_for(settings: Mapping[str, Any]) -> EngineChoice:
+    """The row's llama.cpp settings under llama.cpp's option names (the library path = llama-cli rules)."""
+    values = {
+        "binary": "llama-cli", "ctx-size": str(settings["n_ctx"]), "batch-size": str(settings["n_batch"]),
+        "ubatch-size": str(settings["n_ubatch"]), "flash-attn": settings["flash_attn"],
+        "cache-type-k": settings["type_k"], "cache-type-v": settings["type_v"], "parallel": str(settings["n_seq_max"]),
+        "kv-unified": str(settings["kv_unified"]).lower(), "swa-full": str(settings["swa_full"]).lower(),
+    }
+    if settings.get("n_outputs_max"):
+        values["n-outputs-max"] = str(settings["n_outputs_max"])
+    return EngineChoice(name="llama.cpp", settings=values)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    model: str
+    setting: str
+    term: str
+    predicted_mib: float
+    measured_mib: float
+
+    @property
+    def error_mib(self) -> float:
+        return self.predicted_mib - self.measured_mib
+
+    @property
+    def relative(self) -> float:
+        return self.error_mib / self.measured_mib if self.measured_mib else 0.0
+
+    def within(self) -> bool:
+        if self.term in ("kv_k", "kv_v", "recurrent", "output"):
+            return abs(self.error_mib) <= KV_TOLERANCE_MIB + 1e-9
+        if self.term == "compute":
+            return abs(self.relative) <= COMPUTE_TOLERANCE
+        if self.term == "model":
+            return abs(self.relative) <= MODEL_TOLERANCE
+        return True
+
+
+def describe(s: Mapping[str, Any]) -> str:
+    parts = [f"c={s['n_ctx']}", f"ub={s['n_ubatch']}", f"fa={s['flash_attn']}", f"k/v={s['type_k']}/{s['type_v']}"]
+    if s["n_seq_max"] > 1:
+        parts.append(f"np={s['n_seq_max']}{' unified' if s['kv_unified'] else ''}")
+    if s["swa_full"]:
+        parts.append("swa-full")
+    if s.get("n_outputs_max"):
+        parts.append(f"outputs={s['n_outputs_max']}")
+    if not s["no_alloc"]:
+        parts.append("real alloc")
+    return " ".join(parts)
+
+
+def load_rows(path: Path = TRUTH) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def compare_row(row: Mapping[str, Any]) -> Iterator[Comparison]:
+    """Every term of one measured load next to the profile's prediction."""
+    if row["rc"] != 0:
+        return
+    spec = spec_from_facts(row["facts"])
+    _, rules, consts = llamacpp.rules_for(EngineChoice(name="llama.cpp"))
+    s = llamacpp.resolve_settings(spec, choice_for(row["settings"]), Workload(), rules)
+    measured = row["measured"]
+    name, label = row["model"], describe(row["settings"])
+    pad = int(rules["n_ctx_pad"])
+    kv = llamacpp.kv_bytes(spec, s, pad)
+    caches = measured["kv_caches"]
+    if caches:
+        yield Comparison(name, label, "kv_k", kv.k / MiB, sum(c["k_mib"] for c in caches))
+        yield Comparison(name, label, "kv_v", kv.v / MiB, sum(c["v_mib"] for c in caches))
+    for rs in measured.get("rs_caches", []):
+        yield Comparison(name, label, "recurrent", kv.state / MiB, rs["r_mib"] + rs["s_mib"])
+    compute = measured["compute_buffer_mib"].get("CPU")
+    if compute:
+        predicted, _ = llamacpp.compute_buffer_bytes(spec, s, consts, pad=pad)
+        yield Comparison(name, label, "compute", predicted / MiB, compute)
+    model = sum(measured["model_buffer_mib"].values())
+    if model:
+        placement = llamacpp.place(spec, s, kv, 1)
+        duplicated = spec.weights.bytes_by_component.get("embeddings", 0) if not spec.weights.bytes_by_component.get("lm_head") else 0
+        predicted = sum(placement.gpu_weights) + placement.cpu_weights - duplicated  # one mapping on the CPU
+        yield Comparison(name, label, "model", predicted / MiB, model)
+    if measured.get("output_buffer_mib") is not None:
+        yield Comparison(name, label, "output", llamacpp.output_buffer_bytes(spec, s) / MiB, measured["output_buffer_mib"])
+
+
+def all_comparisons(rows: list[dict[str, Any]] | None = None) -> list[Comparison]:
+    return [c for row in (rows if rows is not None else load_rows()) for c in compare_row(row)]
+
+
+def summary(comparisons: list[Comparison]) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for term in sorted({c.term for c in comparisons}):
+        items = [c for c in comparisons if c.term == term]
+        out[term] = {
+            "n": len(items),
+            "within": sum(c.within() for c in items),
+            "max_abs_error_mib": max(abs(c.error_mib) for c in items),
+            "max_abs_relative": max(abs(c.relative) for c in items),
+            "mean_abs_relative": sum(abs(c.relative) for c in items) / len(items),
+        }
+    return out
+
+
+def markdown(comparisons: list[Comparison], rows: list[dict[str, Any]]) -> str:
+    version = next((r["measured"].get("llama_cpp_python") for r in rows if r["measured"].get("llama_cpp_python")), "?")
+    lines = [f"Measured with llama-cpp-python {version} (vendored llama.cpp {rows[0].get('llama_cpp_commit', '?') if rows else '?'}), "
+             f"{sum(1 for r in rows if r['rc'] == 0)} loads of {len({r['model'] for r in rows})} models, "
+             f"{len(comparisons)} term comparisons.", "",
+             "| term | compared | within target | max abs error (MiB) | max abs rel. error | mean abs rel. error |",
+             "|---|---|---|---|---|---|"]
+    for term, st in summary(comparisons).items():
+        lines.append(f"| {term} | {st['n']:.0f} | {st['within']:.0f} | {st['max_abs_error_mib']:.2f} | "
+                     f"{100 * st['max_abs_relative']:.2f} % | {100 * st['mean_abs_relative']:.2f} % |")
+    lines += ["", "Worst compute-buffer cases:", "", "| model | setting | predicted MiB | measured MiB | error |", "|---|---|---|---|---|"]
+    for c in sorted((c for c in comparisons if c.term == "compute"), key=lambda c: -abs(c.relative))[:10]:
+        lines.append(f"| {c.model} | {c.setting} | {c.predicted_mib:.2f} | {c.measured_mib:.2f} | {100 * c.relative:+.1f} % |")
+    lines += ["", "All rows:", "", "| model | setting | term | predicted MiB | measured MiB | error |", "|---|---|---|---|---|---|"]
+    for c in comparisons:
+        lines.append(f"| {c.model} | {c.setting} | {c.term} | {c.predicted_mib:.2f} | {c.measured_mib:.2f} | {100 * c.relative:+.2f} % |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--truth", type=Path, default=TRUTH)
+    parser.add_argument("--markdown", action="store_true")
+    args = parser.parse_args(argv)
+    rows = load_rows(args.truth)
+    comparisons = all_comparisons(rows)
+    if args.markdown:
+        print(markdown(comparisons, rows))
+        return 0
+    for term, st in summary(comparisons).items():
+        print(f"{term:10s} n={st['n']:4.0f} within={st['within']:4.0f} max|err|={st['max_abs_error_mib']:9.2f} MiB "
+              f"max|rel|={100 * st['max_abs_relative']:6.2f}% mean|rel|={100 * st['mean_abs_relative']:6.2f}%")
+    bad = [c for c in comparisons if not c.within()]
+    for c in sorted(bad, key=lambda c: -abs(c.relative))[:25]:
+        print(f"  OUT {c.model:24s} {c.setting:45s} {c.term:8s} pred {c.predicted_mib:10.2f} meas {c.measured_mib:10.2f} {100 * c.relative:+7.2f}%")
+    return 0 if not bad else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

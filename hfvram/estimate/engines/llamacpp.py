@@ -1,0 +1,693 @@
+"""llama.cpp (llama-server / llama-cli): exact KV cells, weights per device, measured compute-buffer model.
+
+Rules: design/engines.md §4 (defaults §4.1, weights §4.2, KV §4.3, compute buffer §4.4, output buffer and --fit
+§4.5) and the ggml type table §11.1; constants in ``hfvram/data/engines/llama.cpp.toml``. Checked against real
+llama.cpp loads in ``benchmarks/data/llamacpp_truth.jsonl`` (docs/accuracy.md).
+
+Settings use llama.cpp's own option names (long or short): ``ctx-size``/``c``, ``batch-size``/``b``,
+``ubatch-size``/``ub``, ``flash-attn``/``fa``, ``cache-type-k``/``ctk``, ``cache-type-v``/``ctv``,
+``n-gpu-layers``/``ngl``, ``parallel``/``np``, ``kv-unified``/``kvu``, ``swa-full``, ``cpu-moe``/``cmoe``,
+``n-cpu-moe``/``ncmoe``, ``override-tensor``/``ot``, ``split-mode``/``sm``, ``tensor-split``/``ts``,
+``no-kv-offload``/``nkvo``, ``fit``, ``fit-target``/``fitt``, plus ``binary`` (llama-server | llama-cli).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field, replace
+from typing import Mapping, Sequence
+
+from hfvram.errors import UsageError
+from hfvram.estimate.common import (
+    GiB,
+    MiB,
+    active_weight_bytes,
+    decode_tokens_per_second,
+    finish_estimate,
+    load_engine_data,
+    pad_to_multiple,
+    pick_rule_version,
+    rules_for_version,
+    setting,
+    setting_bool,
+    setting_int,
+)
+from hfvram.estimate.types import Capacity, EngineChoice, Estimate, Hardware, PerGpu, Workload
+from hfvram.spec import RECURRENT_KINDS, WINDOWED_KINDS, Layer, LayerKind, ModelSpec
+
+ENGINE = "llama.cpp"
+
+#: ggml type name -> (block elements, bytes per block) — engines.md §11.1 (ggml-common.h static_asserts)
+GGML_BLOCKS: Mapping[str, tuple[int, int]] = {
+    "f32": (1, 4), "f16": (1, 2), "bf16": (1, 2),
+    "q4_0": (32, 18), "q4_1": (32, 20), "q5_0": (32, 22), "q5_1": (32, 24), "q8_0": (32, 34), "iq4_nl": (32, 18),
+    "q2_k": (256, 84), "q3_k": (256, 110), "q4_k": (256, 144), "q5_k": (256, 176), "q6_k": (256, 210),
+    "iq4_xs": (256, 136), "mxfp4": (32, 17),
+}
+#: KV cache types llama.cpp accepts (common/arg.cpp::kv_cache_types)
+KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+#: hfvram / HF spellings -> llama.cpp names
+KV_ALIASES = {"fp16": "f16", "float16": "f16", "half": "f16", "bfloat16": "bf16", "fp32": "f32", "float32": "f32"}
+#: common/common.h::LLM_FFN_EXPS_REGEX (what --cpu-moe / --n-cpu-moe move to the CPU)
+FFN_EXPS_REGEX = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps"
+
+
+def row_size(type_name: str, n: int) -> int:
+    """Bytes of a row of ``n`` elements of a ggml type: ``n / block × block_bytes`` (ggml_row_size)."""
+    block, size = GGML_BLOCKS[type_name]
+    return -(-n // block) * size
+
+
+def kv_type(name: str) -> str:
+    """A KV dtype as llama.cpp names it; UsageError for one it does not accept (e.g. fp8)."""
+    key = KV_ALIASES.get(name.strip().lower(), name.strip().lower())
+    if key not in KV_CACHE_TYPES:
+        raise UsageError(f"llama.cpp KV cache type {name!r} is not one of {', '.join(KV_CACHE_TYPES)}")
+    return key
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Settings
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every llama.cpp setting the estimate depends on, resolved (defaults applied)."""
+
+    binary: str
+    n_ctx: int  # after padding (cparams.n_ctx)
+    n_ctx_seq: int
+    n_stream: int
+    n_seq_max: int
+    kv_unified: bool
+    n_batch: int
+    n_ubatch: int
+    n_outputs_max: int
+    flash_attn: bool
+    type_k: str
+    type_v: str
+    swa_full: bool
+    n_gpu_layers: int  # of n_layer + 1
+    cpu_moe_layers: int  # blocks 0..N-1 keep their experts on the CPU
+    override_tensor: tuple[tuple[str, str], ...]
+    split_mode: str
+    tensor_split: tuple[float, ...]
+    kv_offload: bool
+    fit: bool
+    fit_target_bytes: int
+    n_rs_seq: int
+    notes: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "binary": self.binary, "ctx-size": self.n_ctx, "n_ctx_seq": self.n_ctx_seq, "parallel": self.n_seq_max,
+            "kv-unified": self.kv_unified, "batch-size": self.n_batch, "ubatch-size": self.n_ubatch,
+            "n_outputs_max": self.n_outputs_max, "flash-attn": "on" if self.flash_attn else "off",
+            "cache-type-k": self.type_k, "cache-type-v": self.type_v, "swa-full": self.swa_full,
+            "n-gpu-layers": self.n_gpu_layers, "n-cpu-moe": self.cpu_moe_layers,
+            "override-tensor": ",".join(f"{a}={b}" for a, b in self.override_tensor) or None,
+            "split-mode": self.split_mode, "tensor-split": list(self.tensor_split) or None,
+            "kv-offload": self.kv_offload, "fit": self.fit, "fit-target-mib": self.fit_target_bytes // MiB,
+        }
+
+
+def pad_cells(n: int, pad: int) -> int:
+    return pad_to_multiple(max(1, n), pad)
+
+
+def kv_cells(n_ctx: int, n_seq_max: int, kv_unified: bool, pad: int = 256) -> tuple[int, int, int]:
+    """(n_ctx, n_ctx_seq, n_stream) as llama_context pads them (engines.md §4.3): n_ctx to 256; a unified
+    cache is one stream of n_ctx cells; otherwise n_seq_max streams of pad256(n_ctx / n_seq_max)."""
+    n_ctx = pad_cells(n_ctx, pad)
+    if kv_unified or n_seq_max <= 1:
+        return n_ctx, n_ctx, 1
+    n_ctx_seq = pad_cells(n_ctx // n_seq_max, pad)
+    return n_ctx_seq * n_seq_max, n_ctx_seq, n_seq_max
+
+
+def _parse_override(text: str | None) -> tuple[tuple[str, str], ...]:
+    if not text:
+        return ()
+    pairs = []
+    for item in text.split(","):
+        pattern, sep, buft = item.partition("=")
+        if not sep or not pattern:
+            raise UsageError(f"override-tensor {item!r} is not REGEX=BUFFER_TYPE")
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise UsageError(f"override-tensor regex {pattern!r}: {exc}") from exc
+        pairs.append((pattern, buft.strip()))
+    return tuple(pairs)
+
+
+def _on_off_auto(value: str | None, default: str) -> str:
+    raw = (value if value is not None else default).strip().lower()
+    mapping = {"": "on", "1": "on", "true": "on", "on": "on", "yes": "on", "enabled": "on",
+               "0": "off", "false": "off", "off": "off", "no": "off", "disabled": "off", "auto": "auto"}
+    if raw not in mapping:
+        raise UsageError(f"flash-attn={value!r}: use on, off or auto")
+    return mapping[raw]
+
+
+def resolve_settings(spec: ModelSpec, choice: EngineChoice, workload: Workload, rules: Mapping[str, object],
+                     n_gpus: int = 1) -> Settings:
+    """Apply llama.cpp's defaults (§4.1) to the user's settings and workload.
+
+    Context: ``ctx-size`` is the whole cache (all sequences); without it, n_ctx = workload.context (default the
+    model's n_ctx_train) × the sequences the workload holds at full length (``workload.concurrency``)."""
+    notes: list[str] = []
+    binary = (setting(choice, "binary") or str(rules["binary"])).strip().lower()
+    if binary in ("server", "llama-server"):
+        binary = "llama-server"
+    elif binary in ("cli", "llama-cli", "main", "llama-bench", "library"):
+        binary = "llama-cli"
+    else:
+        raise UsageError(f"binary={binary!r}: use llama-server or llama-cli")
+
+    parallel = setting_int(choice, "parallel", "np", "n-parallel")
+    unified_setting = setting(choice, "kv-unified", "kvu")
+    if parallel is None or parallel < 0:
+        if workload.concurrency > 1:
+            parallel = workload.concurrency
+        elif binary == "llama-server":
+            parallel = int(rules["server_auto_parallel"])
+            if unified_setting is None:
+                unified_setting = "true"
+                notes.append(f"llama-server -np auto: {parallel} slots sharing one unified KV cache")
+        else:
+            parallel = 1
+    kv_unified = setting_bool(choice, "kv-unified", "kvu", default=bool(rules["kv_unified"])) if unified_setting is None \
+        else unified_setting.strip().lower() in ("", "1", "true", "on", "yes")
+
+    ctx_size = setting_int(choice, "ctx-size", "c", "n-ctx", "num-ctx")
+    if ctx_size is None or ctx_size <= 0:
+        per_seq = workload.context or spec.max_position_embeddings
+        if per_seq is None:
+            raise UsageError("the model states no context length (n_ctx_train); pass --context or --set ctx-size=N")
+        # a unified cache shared by auto slots holds `concurrency` full sequences; per-sequence streams hold one each
+        ctx_size = per_seq * max(1, workload.concurrency if kv_unified else parallel)
+    pad = int(rules["n_ctx_pad"])
+    n_ctx, n_ctx_seq, n_stream = kv_cells(ctx_size, parallel, kv_unified, pad)
+
+    n_batch = setting_int(choice, "batch-size", "b", default=int(rules["n_batch"])) or int(rules["n_batch"])
+    n_ubatch = setting_int(choice, "ubatch-size", "ub", default=int(rules["n_ubatch"])) or int(rules["n_ubatch"])
+    n_ubatch = min(n_ubatch, n_batch)
+    n_outputs_max = min(n_batch, parallel) if binary == "llama-server" else n_batch
+    n_outputs_max = setting_int(choice, "n-outputs-max", default=n_outputs_max) or n_outputs_max
+
+    fa = _on_off_auto(setting(choice, "flash-attn", "fa"), str(rules["flash_attn"]))
+    if fa == "auto":
+        notes.append("flash-attn auto resolves to on when the device supports every FA op (assumed)")
+    flash_attn = fa != "off"
+
+    default_kv = None if workload.kv_dtype in ("auto", "") else kv_type(workload.kv_dtype)
+    type_k = kv_type(setting(choice, "cache-type-k", "ctk") or default_kv or str(rules["type_k"]))
+    type_v = kv_type(setting(choice, "cache-type-v", "ctv") or default_kv or str(rules["type_v"]))
+    if GGML_BLOCKS[type_v][0] > 1 and not flash_attn:
+        raise UsageError(f"llama.cpp needs flash-attn for a quantized V cache (cache-type-v={type_v})")
+
+    n_layer = spec.num_layers
+    ngl = setting_int(choice, "n-gpu-layers", "ngl", "gpu-layers")
+    if ngl is None or ngl < 0 or ngl > n_layer + 1:
+        ngl = n_layer + 1
+    cpu_moe = n_layer if setting_bool(choice, "cpu-moe", "cmoe") else 0
+    cpu_moe = max(cpu_moe, setting_int(choice, "n-cpu-moe", "ncmoe", default=0) or 0)
+
+    split_mode = (setting(choice, "split-mode", "sm") or "layer").strip().lower()
+    if split_mode not in ("layer", "row", "none"):
+        raise UsageError(f"split-mode={split_mode!r}: use layer, row or none")
+    ts_text = setting(choice, "tensor-split", "ts")
+    tensor_split: tuple[float, ...] = ()
+    if ts_text:
+        try:
+            tensor_split = tuple(float(x) for x in re.split(r"[,/]", ts_text) if x.strip())
+        except ValueError as exc:
+            raise UsageError(f"tensor-split={ts_text!r} is not a list of numbers") from exc
+        if any(x < 0 for x in tensor_split) or not any(tensor_split):
+            raise UsageError(f"tensor-split={ts_text!r} needs non-negative proportions")
+    fit = setting_bool(choice, "fit", default=bool(rules["fit"]))
+    fit_target = setting_int(choice, "fit-target", "fitt", default=int(rules["fit_target_mib"]))
+    return Settings(
+        binary=binary, n_ctx=n_ctx, n_ctx_seq=n_ctx_seq, n_stream=n_stream, n_seq_max=parallel,
+        kv_unified=kv_unified, n_batch=n_batch, n_ubatch=n_ubatch, n_outputs_max=n_outputs_max,
+        flash_attn=flash_attn, type_k=type_k, type_v=type_v,
+        swa_full=setting_bool(choice, "swa-full", default=bool(rules["swa_full"])),
+        n_gpu_layers=ngl, cpu_moe_layers=min(cpu_moe, n_layer),
+        override_tensor=_parse_override(setting(choice, "override-tensor", "ot")),
+        split_mode=split_mode, tensor_split=tensor_split,
+        kv_offload=not setting_bool(choice, "no-kv-offload", "nkvo"), fit=fit,
+        fit_target_bytes=(fit_target or 0) * MiB, n_rs_seq=int(rules["n_rs_seq"]), notes=tuple(notes),
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# KV cache and recurrent state (exact, §4.3)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def swa_cells(window: int, s: Settings, pad: int = 256) -> int:
+    """Cells of a sliding-window layer's cache per stream: ``pad256(min(n_ctx_seq, n_swa × (unified ? n_seq_max
+    : 1) + n_ubatch))``, or the full n_ctx_seq with ``swa_full`` (llama-kv-cache-iswa.cpp)."""
+    if s.swa_full:
+        return s.n_ctx_seq
+    seqs = s.n_seq_max if s.kv_unified else 1
+    return min(s.n_ctx_seq, pad_cells(window * seqs + s.n_ubatch, pad))
+
+
+def layer_kv_row_elems(layer: Layer) -> tuple[int, int]:
+    """(K, V) elements per cell of one layer: n_embd_k_gqa / n_embd_v_gqa; MLA stores one latent as K, no V."""
+    if layer.kind is LayerKind.MLA:
+        return layer.kv_lora_rank + layer.qk_rope_head_dim, 0
+    if layer.kind in (LayerKind.FULL, LayerKind.SLIDING, LayerKind.CHUNKED):
+        return layer.num_kv_heads * layer.head_dim_k, layer.num_kv_heads * layer.head_dim_v
+    return 0, 0
+
+
+def layer_cells(layer: Layer, s: Settings, pad: int = 256) -> int:
+    """Cells per stream of this layer's cache (0 for layers without KV)."""
+    if layer.kind in WINDOWED_KINDS and layer.window:
+        return swa_cells(layer.window, s, pad)
+    if layer.kind in (LayerKind.FULL, LayerKind.MLA, LayerKind.SLIDING, LayerKind.CHUNKED):
+        return s.n_ctx_seq
+    return 0
+
+
+@dataclass(frozen=True)
+class KvBytes:
+    k: int
+    v: int
+    state: int
+    #: bytes per layer index (K + V + recurrent state), for placing layers on devices
+    per_layer: tuple[int, ...]
+
+    @property
+    def total(self) -> int:
+        return self.k + self.v + self.state
+
+
+def kv_bytes(spec: ModelSpec, s: Settings, pad: int = 256) -> KvBytes:
+    """K, V and recurrent-state bytes of the whole model (engines.md §4.3).
+
+    Without flash attention V is stored transposed and every layer uses ``n_embd_v_gqa_max``. Recurrent layers
+    hold F32 conv (R) and SSM (S) state for ``max(1, n_seq_max) × (1 + n_rs_seq)`` sequences."""
+    v_max = max((layer_kv_row_elems(layer)[1] for layer in spec.layers), default=0)
+    rows = max(1, s.n_seq_max) * (1 + s.n_rs_seq)
+    k_total = v_total = state_total = 0
+    per_layer = []
+    for layer in spec.layers:
+        k_elems, v_elems = layer_kv_row_elems(layer)
+        if v_elems and not s.flash_attn:
+            v_elems = v_max
+        cells = layer_cells(layer, s, pad) * s.n_stream
+        k = row_size(s.type_k, k_elems) * cells if k_elems else 0
+        v = row_size(s.type_v, v_elems) * cells if v_elems else 0
+        state = 4 * layer.state_elems * rows if layer.kind in RECURRENT_KINDS else 0
+        k_total, v_total, state_total = k_total + k, v_total + v, state_total + state
+        per_layer.append(k + v + state)
+    return KvBytes(k=k_total, v=v_total, state=state_total, per_layer=tuple(per_layer))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Compute buffer (measured model, §4.4)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _n_used_and_ff_exp(spec: ModelSpec) -> tuple[int, int]:
+    return spec.experts_per_token or 0, spec.moe_intermediate_size or spec.intermediate_size or 0
+
+
+def layer_live_elems(spec: ModelSpec, c: Mapping[str, float]) -> float:
+    """f32 elements per ubatch token alive inside one layer's FFN (the fitted L_layer of §4.4)."""
+    n_embd = spec.hidden_size or 0
+    if any(layer.moe for layer in spec.layers) and spec.experts_per_token:
+        n_used, n_ff_exp = _n_used_and_ff_exp(spec)
+        return max(c["moe_ff_factor"] * n_used * n_ff_exp, c["moe_used_embd_factor"] * n_used * n_embd + c["moe_embd_factor"] * n_embd)
+    return c["dense_ff_factor"] * (spec.intermediate_size or 0) + c["dense_embd_factor"] * n_embd
+
+
+def attention_kv_views(spec: ModelSpec, s: Settings, pad: int = 256) -> list[int]:
+    """Distinct KV lengths the graph's masks cover: n_ctx_seq for full layers, the SWA size for windowed layers."""
+    kinds = set()
+    for layer in spec.layers:
+        cells = layer_cells(layer, s, pad)
+        if cells:
+            kinds.add(cells if layer.kind in WINDOWED_KINDS else ("full", cells))
+    return sorted({k[1] if isinstance(k, tuple) else k for k in kinds} | set())
+
+
+def compute_buffer_bytes(spec: ModelSpec, s: Settings, c: Mapping[str, float], *, with_output: bool = True,
+                         pad: int = 256) -> tuple[int, str]:
+    """The backend compute buffer of the worst-case graph (llama_context::sched_reserve), engines.md §4.4:
+
+    ``4 · ub · max(logits, layer + masks)`` with ``logits = n_out·V/ub + 2·n_embd``; FA on: masks f16
+    (``n_kv/2`` per mask); FA off: f32 KQ scores ``n_kv·n_head`` plus an f32 mask and ``5.5·n_embd``.
+    ``with_output`` False for a device that holds no output layer (multi-GPU: only the last has logits)."""
+    ub = min(s.n_ctx, s.n_ubatch)
+    n_out = min(ub, s.n_outputs_max)
+    n_embd = spec.hidden_size or 0
+    vocab = spec.vocab_size or 0
+    n_head = spec.num_attention_heads or 0
+    logits = (n_out * vocab / ub + c["logits_embd_factor"] * n_embd) if with_output else 0.0
+    views = sorted({layer_cells(layer, s, pad) for layer in spec.layers if layer_cells(layer, s, pad)})
+    layer = layer_live_elems(spec, c)
+    if s.flash_attn:
+        attention = layer + c["mask_fa_on"] * sum(views)
+        live = max(logits, attention)
+        rule = f"FA on: max(logits {logits:.0f}, layer {layer:.0f} + f16 masks {c['mask_fa_on'] * sum(views):.0f})"
+    else:
+        n_kv = max(views, default=0)
+        scores = n_kv * n_head + c["mask_fa_off"] * sum(views) + c["fa_off_embd_factor"] * n_embd
+        live = max(logits, layer, scores)
+        rule = f"FA off: max(logits {logits:.0f}, layer {layer:.0f}, KQ {scores:.0f})"
+    size = int(4 * ub * live)
+    return size, f"4 B × ubatch {ub} × {rule} elements per token"
+
+
+def output_buffer_bytes(spec: ModelSpec, s: Settings) -> int:
+    """Host (pinned) logits buffer reserved at start-up: ``4 × n_vocab × n_seq_max`` (llama_context::output_reserve
+    is called for n_seq_max outputs; measured: 0.49 MiB for V = 128 256 and one sequence). It grows on demand
+    when a batch asks for more outputs."""
+    return 4 * (spec.vocab_size or 0) * max(1, s.n_seq_max)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Weights per device (§4.2)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _matches_override(name: str, s: Settings) -> str | None:
+    for pattern, buft in s.override_tensor:
+        if re.search(pattern, name):
+            return buft
+    return None
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Which device holds what: one entry per GPU plus the CPU side."""
+
+    gpu_weights: tuple[int, ...]
+    gpu_kv: tuple[int, ...]
+    gpu_has_output: tuple[bool, ...]
+    gpu_layers: tuple[int, ...]
+    cpu_weights: int
+    cpu_kv: int
+    notes: tuple[str, ...] = ()
+
+
+def _layer_weight_bytes(spec: ModelSpec) -> tuple[list[int], list[int], int, int]:
+    """(non-expert bytes per block, expert bytes per block, token_embd bytes, output bytes).
+
+    Uses ``spec.extra["gguf_block_bytes"]`` / ``["gguf_block_expert_bytes"]`` when the GGUF reader gives per-block
+    sums; otherwise spreads the component sums evenly over the layers (MoE experts over the MoE layers)."""
+    n = max(1, spec.num_layers)
+    w = spec.weights
+    comps = dict(w.bytes_by_component) if w else {}
+    embd = comps.get("embeddings", 0)
+    output = comps.get("lm_head", 0)
+    if not output and (spec.tie_word_embeddings or spec.tie_word_embeddings is None):
+        output = embd  # llama.cpp duplicates token_embd as the output matrix (TENSOR_DUPLICATED) on the output device
+    extra_blocks = spec.extra.get("gguf_block_bytes") if spec.extra else None
+    extra_experts = spec.extra.get("gguf_block_expert_bytes") if spec.extra else None
+    if isinstance(extra_blocks, (list, tuple)) and len(extra_blocks) == n:
+        dense = [int(x) for x in extra_blocks]
+        experts = [int(x) for x in extra_experts] if isinstance(extra_experts, (list, tuple)) and len(extra_experts) == n else [0] * n
+        return dense, experts, embd, output
+    total = w.total_bytes if w else 0
+    expert_total = comps.get("experts", 0)
+    rest = total - embd - comps.get("lm_head", 0) - expert_total - comps.get("vision", 0) - comps.get("mtp", 0)
+    moe_layers = [i for i, layer in enumerate(spec.layers) if layer.moe] or list(range(n))
+    dense = [rest // n] * n
+    experts = [expert_total // len(moe_layers) if i in moe_layers else 0 for i in range(n)] if expert_total else [0] * n
+    return dense, experts, embd, output
+
+
+def _device_shares(count: int, tensor_split: Sequence[float]) -> list[float]:
+    split = list(tensor_split[:count]) + [0.0] * max(0, count - len(tensor_split)) if tensor_split else [1.0] * count
+    total = sum(split) or 1.0
+    return [x / total for x in split]
+
+
+def place_layers(n_layer: int, n_offloaded: int, shares: Sequence[float]) -> list[int]:
+    """Device index for each of the last ``n_offloaded`` of the ``n_layer + 1`` layers (−1 = CPU), split in
+    proportion to ``shares`` as llama_model::load_tensors does (cumulative split points)."""
+    start = n_layer + 1 - n_offloaded
+    device = [-1] * (n_layer + 1)
+    cumulative, acc = [], 0.0
+    for share in shares:
+        acc += share
+        cumulative.append(acc)
+    for il in range(start, n_layer + 1):
+        position = (il - start) / max(1, n_offloaded)
+        dev = next((d for d, edge in enumerate(cumulative) if position < edge - 1e-12), len(shares) - 1)
+        device[il] = dev
+    return device
+
+
+def place(spec: ModelSpec, s: Settings, kv: KvBytes, n_gpus: int) -> Placement:
+    """Weights and KV on each GPU and on the CPU (engines.md §4.2): token_embd stays on the CPU; the last
+    ``n_gpu_layers`` of ``n_layer + 1`` layers (the output layer counts) go to the GPUs, split by layer in
+    proportion to memory (``tensor-split`` when given); ``cpu-moe`` / ``n-cpu-moe`` / ``override-tensor=…=CPU``
+    keep matching expert (or other) tensors on the CPU; KV follows its layer unless ``no-kv-offload``."""
+    n_layer = spec.num_layers
+    dense, experts, embd, output = _layer_weight_bytes(spec)
+    gpus = 1 if s.split_mode == "none" else max(1, n_gpus)
+    shares = _device_shares(gpus, s.tensor_split)
+    devices = place_layers(n_layer, min(s.n_gpu_layers, n_layer + 1), shares)
+    gpu_w, gpu_kv = [0] * gpus, [0] * gpus
+    gpu_layers, has_output = [0] * gpus, [False] * gpus
+    cpu_w, cpu_kv = embd, 0
+    notes = []
+    for il in range(n_layer):
+        dev = devices[il]
+        layer_dense, layer_experts = dense[il], experts[il]
+        if layer_experts and (il < s.cpu_moe_layers or _matches_override(f"blk.{il}.ffn_up_exps.weight", s) == "CPU"):
+            cpu_w += layer_experts
+            layer_experts = 0
+        if layer_dense and _matches_override(f"blk.{il}.attn_q.weight", s) == "CPU":
+            cpu_w += layer_dense
+            layer_dense = 0
+        layer_kv = kv.per_layer[il] if il < len(kv.per_layer) else 0
+        if dev < 0:
+            cpu_w += layer_dense + layer_experts
+            cpu_kv += layer_kv
+            continue
+        gpu_w[dev] += layer_dense + layer_experts
+        gpu_layers[dev] += 1
+        if s.kv_offload:
+            gpu_kv[dev] += layer_kv
+        else:
+            cpu_kv += layer_kv
+    out_dev = devices[n_layer]
+    if out_dev >= 0:
+        gpu_w[out_dev] += output
+        gpu_layers[out_dev] += 1
+        has_output[out_dev] = True
+    else:
+        cpu_w += output if spec.weights and spec.weights.bytes_by_component.get("lm_head") else 0
+    if s.split_mode == "row" and gpus > 1:
+        # row split: matrices are cut across GPUs by tensor-split; KV and the compute buffer stay on the main GPU
+        total_w = sum(gpu_w)
+        gpu_w = [int(total_w * share) for share in shares]
+        gpu_kv = [sum(gpu_kv)] + [0] * (gpus - 1)
+        has_output = [True] + [False] * (gpus - 1)
+        notes.append("split-mode row: weights cut by tensor-split, KV cache and compute buffer on the main GPU")
+    return Placement(tuple(gpu_w), tuple(gpu_kv), tuple(has_output), tuple(gpu_layers), cpu_w, cpu_kv, tuple(notes))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The profile
+# ---------------------------------------------------------------------------------------------------------
+
+
+def rules_for(choice: EngineChoice, engine: str = ENGINE) -> tuple[str, dict[str, object], dict[str, float]]:
+    data = load_engine_data(engine)
+    version = pick_rule_version(choice.version, data["rule_versions"])
+    rules = rules_for_version(data, version)
+    compute = dict(load_engine_data(ENGINE)["compute"])
+    compute.update(data.get("compute", {}))
+    return version, rules, compute
+
+
+def overhead_bytes(hardware: Hardware | None, rules: Mapping[str, object]) -> tuple[int, str]:
+    """CUDA / Metal context and backend pool per GPU (outside llama.cpp's logged buffers)."""
+    if hardware is not None and (hardware.gpu.unified_memory or hardware.gpu.vendor == "apple"):
+        return int(rules["metal_overhead_mib"]) * MiB, "Metal context (constant, llama.cpp.toml metal_overhead_mib)"
+    return int(rules["cuda_overhead_mib"]) * MiB, "CUDA context + backend memory pool (constant, llama.cpp.toml cuda_overhead_mib; llama.cpp logs it only as 'unaccounted')"
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """All llama.cpp buffers of one configuration (bytes), worst GPU first."""
+
+    settings: Settings
+    kv: KvBytes
+    placement: Placement
+    gpu_compute: tuple[int, ...]
+    compute_rule: str
+    output_buffer: int
+    overhead: int
+    worst: int
+    explain: Mapping[str, str] = field(default_factory=dict)
+
+
+def breakdown(spec: ModelSpec, hardware: Hardware | None, s: Settings, rules: Mapping[str, object],
+              compute_consts: Mapping[str, float]) -> Breakdown:
+    pad = int(rules["n_ctx_pad"])
+    kv = kv_bytes(spec, s, pad)
+    n_gpus = hardware.count if hardware else 1
+    placement = place(spec, s, kv, n_gpus)
+    computes, rule = [], ""
+    for dev, has_output in enumerate(placement.gpu_has_output):
+        size, rule_dev = compute_buffer_bytes(spec, s, compute_consts, with_output=has_output or len(placement.gpu_has_output) == 1, pad=pad)
+        computes.append(size if placement.gpu_layers[dev] or dev == 0 else 0)
+        rule = rule if rule and not has_output else rule_dev
+    overhead, _ = overhead_bytes(hardware, rules)
+    totals = [w + k + c + overhead for w, k, c in zip(placement.gpu_weights, placement.gpu_kv, computes)]
+    worst = max(range(len(totals)), key=lambda i: totals[i])
+    return Breakdown(s, kv, placement, tuple(computes), rule, output_buffer_bytes(spec, s), overhead, worst)
+
+
+def usable_bytes(hardware: Hardware, s: Settings) -> int:
+    """What llama.cpp lets itself use on one GPU: the device memory minus --fit's free-memory target (1 GiB by
+    default), because with fit on a configuration that leaves less free makes llama.cpp shrink the context or
+    move layers to the CPU — i.e. what was asked for does not load as asked (docs/methodology.md)."""
+    memory = hardware.gpu.gpu_memory_bytes
+    return memory - s.fit_target_bytes if s.fit else memory
+
+
+class LlamaCppProfile:
+    """llama-server / llama-cli on CUDA, ROCm, Metal or Vulkan (one process, layer split over GPUs)."""
+
+    name = ENGINE
+    rule_versions: tuple[str, ...] = tuple(load_engine_data(ENGINE)["rule_versions"])
+    data_name = ENGINE
+
+    def settings_for(self, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload
+                     ) -> tuple[str, Settings, dict[str, object], dict[str, float]]:
+        version, rules, compute = rules_for(choice, self.data_name)
+        return version, resolve_settings(spec, choice, workload, rules, hardware.count if hardware else 1), rules, compute
+
+    def estimate(self, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload) -> Estimate:
+        version, s, rules, compute = self.settings_for(spec, hardware, choice, workload)
+        return self.finish(spec, hardware, choice, workload, version, s, rules, compute)
+
+    def finish(self, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload,
+               version: str, s: Settings, rules: Mapping[str, object], compute: Mapping[str, float],
+               extra_warnings: Sequence[str] = (), extra_explain: Mapping[str, str] | None = None) -> Estimate:
+        b = breakdown(spec, hardware, s, rules, compute)
+        warnings = list(extra_warnings)
+        if spec.weights is None:
+            warnings.append("the model's tensor sizes are unknown: weights counted as 0")
+        elif not spec.extra.get("gguf_arch") and not (spec.quantization and spec.quantization.method == "gguf"):
+            warnings.append(
+                "not a GGUF: weights counted as if converted to GGUF at the checkpoint's own dtype; a quantized GGUF "
+                "(Q4_K_M ≈ 4.9 bits per weight) is much smaller"
+            )
+        p = b.placement
+        dev = b.worst
+        memory = hardware.gpu.gpu_memory_bytes if hardware else 0
+        usable = usable_bytes(hardware, s) if hardware else 0
+        per_gpu = PerGpu(weights=p.gpu_weights[dev], kv_cache=p.gpu_kv[dev], activations=b.gpu_compute[dev],
+                         overhead=b.overhead, usable=usable, memory=memory)
+        if p.cpu_weights or p.cpu_kv:
+            warnings.append(
+                f"CPU RAM needed besides the GPUs: {(p.cpu_weights + p.cpu_kv + b.output_buffer) / GiB:.2f} GiB "
+                f"(weights {p.cpu_weights / GiB:.2f} GiB incl. token embeddings, KV {p.cpu_kv / GiB:.2f} GiB, "
+                f"logits buffer {b.output_buffer / MiB:.0f} MiB); mmap'd weights live in the page cache"
+            )
+        if s.n_gpu_layers < spec.num_layers + 1:
+            warnings.append(f"only {s.n_gpu_layers} of {spec.num_layers + 1} layers on the GPU: the rest runs on the CPU (slow)")
+        if hardware is not None and s.fit and per_gpu.total > usable:
+            warnings.append(
+                f"llama.cpp --fit would not load this as asked: it keeps {s.fit_target_bytes // MiB} MiB free per GPU and "
+                f"would first lower ctx-size (not below {rules['fit_ctx_min']}, only when ctx-size is not set) and then "
+                "move layers / experts to the CPU"
+            )
+        if hardware is not None and hardware.count > 1 and s.split_mode == "layer":
+            warnings.append("multi-GPU layer split: pipeline parallelism keeps up to 4 copies of split inputs in each compute buffer (not modelled)")
+        for note in s.notes + p.notes:
+            warnings.append(note)
+
+        kv_tokens = s.n_ctx_seq * s.n_stream
+        context = s.n_ctx_seq
+        capacity = self._capacity(spec, hardware, s, rules, compute, kv_tokens)
+        active = active_weight_bytes(spec) or 0
+        embd = spec.weights.bytes_by_component.get("embeddings", 0) if spec.weights else 0
+        per_token_kv = b.kv.total / max(1, s.n_stream) / max(1, s.n_ctx_seq) * context if b.kv.total else 0
+        decode = decode_tokens_per_second(max(0, active - embd) + per_token_kv, hardware.gpu.memory_bandwidth_gbs if hardware else None)
+        explain = {
+            "weights": (f"GGUF tensor bytes of the {p.gpu_layers[dev]} layers on this GPU (of {spec.num_layers}+1 incl. output); "
+                        f"token_embd {embd / MiB:.0f} MiB stays on the CPU; CPU holds {p.cpu_weights / GiB:.2f} GiB"),
+            "kv_cache": (f"{s.n_stream} stream(s) × {s.n_ctx_seq} cells (ctx-size {s.n_ctx}, padded to 256), "
+                         f"K {s.type_k} {b.kv.k / MiB:.2f} MiB + V {s.type_v} {b.kv.v / MiB:.2f} MiB"
+                         + (f" + recurrent state F32 {b.kv.state / MiB:.2f} MiB" if b.kv.state else "")
+                         + (" (windowed layers: n_swa + ubatch cells)" if any(layer.kind in WINDOWED_KINDS for layer in spec.layers) and not s.swa_full else "")),
+            "activations": f"compute buffer {b.gpu_compute[dev] / MiB:.2f} MiB = {b.compute_rule}; host: logits buffer {b.output_buffer / MiB:.2f} MiB (not VRAM)",
+            "overhead": overhead_bytes(hardware, rules)[1],
+            "usable": (f"device memory − {s.fit_target_bytes // MiB} MiB that --fit keeps free" if s.fit else "device memory (--fit off)"),
+            "decode": "bandwidth-bound upper bound: active weights on the GPU + KV at the context, per token",
+        }
+        explain.update(extra_explain or {})
+        engine = {"name": self.name, "version": choice.version, "rules": version, **s.as_dict()}
+        resolved_workload = replace(workload, context=context, kv_dtype=s.type_k if s.type_k == s.type_v else f"{s.type_k}/{s.type_v}")
+        return finish_estimate(spec=spec, hardware=hardware, engine=engine, workload=resolved_workload, per_gpu=per_gpu,
+                               capacity=capacity, decode=decode, warnings=warnings, explain=explain, tp=1,
+                               pp=hardware.count if hardware and s.split_mode == "layer" else 1)
+
+    def _capacity(self, spec: ModelSpec, hardware: Hardware | None, s: Settings, rules: Mapping[str, object],
+                  compute: Mapping[str, float], kv_tokens: int) -> Capacity:
+        if hardware is None:
+            return Capacity(kv_tokens=kv_tokens)
+        usable = usable_bytes(hardware, s)
+        pad = int(rules["n_ctx_pad"])
+
+        def fits(ctx_seq: int, seqs: int) -> bool:
+            n_ctx = ctx_seq * seqs
+            trial = replace(s, n_ctx=n_ctx, n_ctx_seq=ctx_seq if s.n_stream > 1 else n_ctx,
+                            n_stream=s.n_stream, n_seq_max=max(s.n_seq_max, seqs) if s.n_stream == 1 else seqs)
+            if s.n_stream > 1:
+                trial = replace(trial, n_ctx_seq=ctx_seq, n_stream=seqs)
+            b = breakdown(spec, hardware, trial, rules, compute)
+            dev = b.worst
+            return b.placement.gpu_weights[dev] + b.placement.gpu_kv[dev] + b.gpu_compute[dev] + b.overhead <= usable
+
+        seqs_now = s.n_stream if s.n_stream > 1 else max(1, s.n_ctx // max(1, s.n_ctx_seq))
+        context = s.n_ctx_seq if s.n_stream > 1 else s.n_ctx
+        # longest context (per sequence) at the asked sequence count, in steps of the 256-cell padding
+        lo, hi = 0, max(1, (spec.max_position_embeddings or context) // pad)
+        if fits(hi * pad, seqs_now if s.n_stream > 1 else 1):
+            max_context = hi * pad
+        else:
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if fits(mid * pad, seqs_now if s.n_stream > 1 else 1):
+                    lo = mid
+                else:
+                    hi = mid - 1
+            max_context = lo * pad
+        per_seq = s.n_ctx_seq if s.n_stream > 1 else s.n_ctx
+        if not fits(pad_to_multiple(per_seq, pad), 1):
+            max_conc = 0.0
+        else:
+            lo, hi = 1, 1
+            while hi < 4096 and fits(pad_to_multiple(per_seq, pad), hi * 2):
+                hi *= 2
+            hi = hi * 2
+            while lo < hi - 1:
+                mid = (lo + hi) // 2
+                if fits(pad_to_multiple(per_seq, pad), mid):
+                    lo = mid
+                else:
+                    hi = mid
+            max_conc = float(lo)
+        if s.n_stream == 1 and s.n_ctx_seq and s.n_ctx:
+            # unified cache: the context figure is per sequence of the shared cache
+            max_context = max_context // max(1, seqs_now) if seqs_now > 1 else max_context
+        return Capacity(kv_tokens=kv_tokens, max_concurrency=max_conc, max_context=max_context)
+
+
+PROFILE = LlamaCppProfile()
