@@ -201,3 +201,34 @@ def test_decode_speed_is_an_upper_bound_from_bandwidth(llama8b):
     result = run(llama8b, H100_LOGGED, context=8192)
     assert result.decode_tokens_per_second == pytest.approx(3350e9 / (llama8b.weights.total_bytes + 8192 * 131072), rel=1e-6)
     assert "upper bound" in result.explain["decode"]
+
+
+def test_v0_profiles_a_whole_max_model_len_prompt(llama8b):
+    # gt-0003/gt-0004 (V0, RTX 3090 23.58 GiB, util 0.9): chunked prefill off, so the profile run pushes
+    # max_model_len tokens; peak torch memory grows 17.06 -> 17.98 GiB from 20000 to 29000 tokens and the
+    # 29000-token start-up fails ("max seq len larger than KV capacity", 23,648 tokens fit)
+    card = Hardware(GPU(id="rtx3090", name="RTX 3090", vendor="nvidia", memory_bytes=int(23.58 * GiB)))
+    short = run(llama8b, card, version="0.6.4", max_model_len=20000, gpu_memory_utilization=0.9)
+    long = run(llama8b, card, version="0.6.4", max_model_len=29000, gpu_memory_utilization=0.9)
+    assert short.engine["max_num_batched_tokens"] == 20000 and long.engine["max_num_batched_tokens"] == 29000
+    assert long.per_gpu.activations > short.per_gpu.activations
+    assert short.verdict in ("fits", "tight")
+    assert long.verdict == "does_not_fit"
+    assert long.capacity.max_context == pytest.approx(23648, rel=0.10)
+
+
+def test_dtype_and_online_fp8_change_what_is_loaded():
+    # gt-0066: --dtype float32 loads 29.98 GiB and stores fp32 KV (175,296 tokens);
+    # gt-0064: --quantization fp8 loads 8.49 GiB (linear layers in one byte, embeddings and lm_head bf16)
+    spec = spec_of("meta-llama/Llama-3.1-8B-Instruct")
+    bf16 = with_loaded_weights(spec, 14.99)
+    fp32 = run(bf16, H100_LOGGED, gpu_memory_utilization=0.95, max_model_len=8192, dtype="float32")
+    assert fp32.per_gpu.weights / GiB == pytest.approx(29.98, rel=0.01)
+    assert fp32.workload.kv_dtype == "fp32"
+    assert fp32.capacity.kv_tokens == pytest.approx(175296, rel=0.02)
+    vocab_bytes = 2 * spec.vocab_size * spec.hidden_size * 2
+    split = Weights(total_bytes=int(14.99 * GiB), params_total=0,
+                    bytes_by_component={"embeddings": vocab_bytes // 2, "lm_head": vocab_bytes // 2,
+                                        "attention": int(14.99 * GiB) - vocab_bytes})
+    fp8 = run(spec.with_weights(split), H100_LOGGED, gpu_memory_utilization=0.95, max_model_len=8192, quantization="fp8")
+    assert fp8.per_gpu.weights / GiB == pytest.approx(8.49, rel=0.01)
