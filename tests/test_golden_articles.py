@@ -214,3 +214,22 @@ def test_article_003_fp8_kv_gain_is_below_two_on_the_hybrid_model(qwen27b_4bit):
     long_gain = concurrency(131072, "fp8") / concurrency(131072, "bf16")
     assert 1.3 < short_gain < 1.8
     assert short_gain < long_gain < 2.05
+
+
+def test_a_70b_at_q4_k_m_fits_two_24_gb_cards_under_llama_cpp():
+    """Article 000: "GGUF Q4_K_M has about 0.61 bytes per parameter (4.9 effective bits)" and "a 70B that
+    needs 43 GB of weights fits on two 24 GB cards at short context" — the per-GPU check, with llama.cpp
+    splitting layers across the cards."""
+    spec = spec_of("meta-llama/Llama-3.1-70B-Instruct")
+    params = awq_weights(spec).params_total  # parameter count from the config shapes
+    vocab_params = spec.vocab_size * spec.hidden_size
+    by_param = {"embeddings": vocab_params, "lm_head": vocab_params, "mlp": params - 2 * vocab_params}
+    components = {name: int(count * 0.61) for name, count in by_param.items()}
+    weights = Weights(total_bytes=sum(components.values()), params_total=params, bytes_by_component=components, exact=False)
+    spec = replace(spec, quantization=Quantization("gguf", 4.9)).with_weights(weights)
+    assert weights.total_bytes / GB == pytest.approx(43, rel=0.02)
+    one, two = parse_gpu_spec("rtx4090"), parse_gpu_spec("rtx4090x2")
+    llama_cpp = EngineChoice("llama.cpp")
+    assert estimate(spec, one, llama_cpp, Workload(context=4096)).verdict == "does_not_fit"
+    assert estimate(spec, two, llama_cpp, Workload(context=4096)).verdict in ("fits", "tight")
+    assert estimate(spec, two, llama_cpp, Workload(context=32768)).verdict == "does_not_fit"  # short context only
