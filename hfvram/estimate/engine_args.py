@@ -42,8 +42,9 @@ _BYTE_UNITS = {
     "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20,
     "g": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tib": 1 << 40,
 }
-#: LMDeploy ``--quant-policy`` -> KV dtype (lmdeploy/messages.py: 0 = no KV quantization, 4 = int4, 8 = int8)
-_LMDEPLOY_QUANT_POLICY = {"0": None, "4": "int4", "8": "int8"}
+#: LMDeploy ``--quant-policy`` -> KV dtype (lmdeploy/messages.py QuantPolicy: 0 none, 4 int4, 8 int8, 16 fp8 e4m3,
+#: 17 fp8 e5m2)
+_LMDEPLOY_QUANT_POLICY = {"0": None, "4": "int4", "8": "int8", "16": "fp8", "17": "fp8_e5m2"}
 
 
 @dataclass(frozen=True)
@@ -285,7 +286,7 @@ def _fields(engine: str | None, settings: Mapping[str, str], ignored: list[str])
         elif key == "kv_dtype":
             if engine == "lmdeploy":
                 if value not in _LMDEPLOY_QUANT_POLICY:
-                    raise UsageError(f"--quant-policy {value!r}: LMDeploy accepts 0, 4 or 8")
+                    raise UsageError(f"--quant-policy {value!r}: LMDeploy accepts 0, 4, 8, 16 or 17")
                 found[key] = _LMDEPLOY_QUANT_POLICY[value]
             else:
                 found[key] = value
