@@ -55,6 +55,8 @@ class Settings:
     dtype: str = "bfloat16"
     #: --quantization applied at load time to an unquantized checkpoint (only "fp8" changes bytes)
     online_quantization: str | None = None
+    #: longest context a request may have: max-model-len when the user set it, else the model's maximum
+    context_cap: int = 0
 
     @property
     def dtype_bytes(self) -> float:
@@ -341,6 +343,7 @@ def resolve_settings(
         kv_tokens_formula=str(rules["kv_tokens_formula"]),
         dtype=dtype,
         online_quantization=online,
+        context_cap=max_model_len if set_len else max(max_model_len, model_max or 0),
     )
 
 
@@ -592,7 +595,7 @@ def kv_capacity(
         kv_tokens = num_blocks // max(1, layout.num_groups) * layout.min_block_size
     per_request = layout.blocks_per_request(context)
     max_concurrency = num_blocks / per_request if per_request else math.inf
-    cap = max(settings.max_model_len, context)
+    cap = max(settings.context_cap, context)
     max_context = _longest_context(layout, num_blocks, max(1, concurrency), cap)
     failure = None
     if per_request_at_max > num_blocks:
