@@ -33,6 +33,9 @@ from gguf import GGMLQuantizationType as T
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_CORPUS = Path("/work/shared/corpus")
 DEFAULT_OUT = REPO / "benchmarks" / "data" / "llamacpp_truth.jsonl"
+#: the written GGUFs' headers (metadata + tensor infos, no data): the estimator's tests read them with
+#: hfvram.readers.gguf, so the truth file is checked through the real reader
+HEADERS_DIR = REPO / "benchmarks" / "data" / "llamacpp_headers"
 
 # ---------------------------------------------------------------------------------------------------------
 # Tensor lists
@@ -367,8 +370,9 @@ REAL_HEADERS: dict[str, str] = {
 # ---------------------------------------------------------------------------------------------------------
 
 
-def write_sparse_gguf(recipe: ModelRecipe, path: Path) -> int:
-    """Write the header with the gguf package, then extend the file to its full size without data.
+def write_sparse_gguf(recipe: ModelRecipe, path: Path, header_copy: Path | None = None) -> int:
+    """Write the header with the gguf package, then extend the file to its full size without data; keep a copy
+    of the header (metadata + tensor infos, what hfvram's GGUF reader reads) at ``header_copy``.
     Returns the file size."""
     writer = gguf.GGUFWriter(str(path), recipe.arch)
     writer.add_string("general.name", recipe.name)
@@ -394,6 +398,10 @@ def write_sparse_gguf(recipe: ModelRecipe, path: Path) -> int:
     data_start = gguf.GGUFWriter.ggml_pad(header_end, writer.data_alignment)
     data = sum(gguf.GGUFWriter.ggml_pad(nbytes(t.ne, t.ggml_type), writer.data_alignment) for t in recipe.tensors)
     fout.close()
+    if header_copy is not None:
+        header_copy.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("rb") as handle:
+            header_copy.write_bytes(handle.read(header_end))
     size = data_start + data
     os.truncate(path, size)
     return size
@@ -627,15 +635,18 @@ def model_paths(corpus: Path, workdir: Path, only: set[str] | None) -> Iterator[
             continue
         recipe = build(corpus)
         path = workdir / f"{name}.gguf"
-        size = write_sparse_gguf(recipe, path)
-        yield name, path, {"source": recipe.source, "file_size": size, "written_by": "gguf.GGUFWriter",
+        header = HEADERS_DIR / f"{name}.gguf-header"
+        size = write_sparse_gguf(recipe, path, header)
+        yield name, path, {"source": recipe.source, "header": str(header.relative_to(REPO)), "file_size": size,
+                           "written_by": "gguf.GGUFWriter",
                            "facts": facts_from_gguf(path)}
     for name, rel in REAL_HEADERS.items():
         if only and name not in only:
             continue
         path = workdir / f"{name}.gguf"
         size = extend_real_header(corpus / rel, path)
-        yield name, path, {"source": f"corpus/{rel}", "file_size": size, "written_by": "real header, sparse-extended",
+        yield name, path, {"source": f"corpus/{rel}", "header": f"fixtures/{rel}", "file_size": size,
+                           "written_by": "real header, sparse-extended",
                            "facts": facts_from_gguf(path)}
 
 
@@ -646,6 +657,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", action="append")
     parser.add_argument("--keep", type=Path, help="keep the sparse GGUFs in this folder")
     parser.add_argument("--append", action="store_true", help="append to --out instead of rewriting it")
+    parser.add_argument("--llama-cpp-commit", default="0c1e57098bba43ac29e6e3b677cdceebdd22334f (2026-10-01)",
+                        help="the llama.cpp commit llama-cpp-python vendors (its sdist's vendor/llama.cpp); recorded per row")
     args = parser.parse_args(argv)
     workdir = args.keep or Path(tempfile.mkdtemp(prefix="hfvram-gguf-"))
     workdir.mkdir(parents=True, exist_ok=True)
@@ -656,7 +669,8 @@ def main(argv: list[str] | None = None) -> int:
             for s in grid_for(name, model["file_size"]):
                 rc, log = load_and_measure(path, s)
                 parsed = parse_log(log)
-                row = {"model": name, **model, "settings": s, "rc": rc, "measured": parsed}
+                row = {"model": name, **model, "llama_cpp_commit": args.llama_cpp_commit, "settings": s, "rc": rc,
+                       "measured": parsed}
                 if rc != 0:
                     row["log_tail"] = log[-1500:]
                 out.write(json.dumps(row) + "\n")

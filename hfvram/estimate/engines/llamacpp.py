@@ -515,8 +515,8 @@ def rules_for(choice: EngineChoice, engine: str = ENGINE) -> tuple[str, dict[str
 def overhead_bytes(hardware: Hardware | None, rules: Mapping[str, object]) -> tuple[int, str]:
     """CUDA / Metal context and backend pool per GPU (outside llama.cpp's logged buffers)."""
     if hardware is not None and (hardware.gpu.unified_memory or hardware.gpu.vendor == "apple"):
-        return int(rules["metal_overhead_mib"]) * MiB, "Metal context (constant, llama.cpp.toml metal_overhead_mib)"
-    return int(rules["cuda_overhead_mib"]) * MiB, "CUDA context + backend memory pool (constant, llama.cpp.toml cuda_overhead_mib; llama.cpp logs it only as 'unaccounted')"
+        return int(float(rules["metal_overhead_mib"]) * MiB), "Metal context (constant, llama.cpp.toml metal_overhead_mib)"
+    return int(float(rules["cuda_overhead_mib"]) * MiB), "CUDA context + backend memory pool (constant, llama.cpp.toml cuda_overhead_mib; llama.cpp logs it only as 'unaccounted')"
 
 
 @dataclass(frozen=True)

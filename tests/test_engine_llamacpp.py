@@ -1,0 +1,215 @@
+"""llama.cpp profile (design/engines.md §4) on real fixture configs and headers, pinned to the figures of
+engines.md (its [measured] table, §4.3/§4.4) and the published llama.cpp logs of the groundtruth corpus
+(gt-0015, gt-0016, gt-0043; ids named per test)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hfvram.errors import UsageError
+from hfvram.estimate.core import estimate
+from hfvram.estimate.engines import llamacpp
+from hfvram.estimate.types import GPU, EngineChoice, Hardware, Workload
+from hfvram.readers.config import read_config
+from hfvram.readers.gguf import read_gguf_file, spec_from_gguf
+from hfvram.spec import ModelSpec, Weights
+
+ROOT = Path(__file__).resolve().parent.parent
+HUB = ROOT / "fixtures" / "hub"
+HEADERS = ROOT / "fixtures" / "headers"
+MiB, GiB = 1 << 20, 1 << 30
+RTX4090 = Hardware(GPU(id="rtx4090", name="RTX 4090", vendor="nvidia", memory_bytes=24564 * MiB, memory_bandwidth_gbs=1008.0))
+
+
+def spec_of(repo: str, weights_gib: float | None = None) -> ModelSpec:
+    spec = read_config(json.loads((HUB / repo / "config.json").read_text(encoding="utf-8")))
+    if weights_gib is None:
+        return spec
+    total = int(weights_gib * GiB)
+    embd = (spec.vocab_size or 0) * (spec.hidden_size or 0)  # ~1 byte per weight: a Q8-ish embedding
+    return spec.with_weights(Weights(total_bytes=total, params_total=0,
+                                     bytes_by_component={"embeddings": embd, "lm_head": embd, "mlp": total - 2 * embd}))
+
+
+def settings_of(spec: ModelSpec, workload: Workload = Workload(), **values: str) -> llamacpp.Settings:
+    _, rules, _ = llamacpp.rules_for(EngineChoice("llama.cpp"))
+    choice = EngineChoice("llama.cpp", settings={k.replace("_", "-"): str(v) for k, v in values.items()})
+    return llamacpp.resolve_settings(spec, choice, workload, rules)
+
+
+def compute_mib(spec: ModelSpec, **values: str) -> float:
+    _, _, consts = llamacpp.rules_for(EngineChoice("llama.cpp"))
+    size, _ = llamacpp.compute_buffer_bytes(spec, settings_of(spec, **values), consts)
+    return size / MiB
+
+
+@pytest.fixture(scope="module")
+def llama8b() -> ModelSpec:
+    return spec_of("meta-llama/Llama-3.1-8B-Instruct", 4.58)
+
+
+@pytest.fixture(scope="module")
+def qwen3moe() -> ModelSpec:
+    return spec_of("Qwen/Qwen3-30B-A3B", 17.28)
+
+
+# ---- KV cells and bytes (§4.3) -----------------------------------------------------------------------------
+
+
+def test_context_is_padded_to_256_cells():
+    # engines.md §4.3 [measured]: -c 5000 -> 5120 cells; -c 10000 -np 3 -> 3 x 3584 = 10752 cells
+    assert llamacpp.kv_cells(5000, 1, False) == (5120, 5120, 1)
+    assert llamacpp.kv_cells(10000, 3, False) == (10752, 3584, 3)
+    assert llamacpp.kv_cells(10000, 3, True) == (10240, 10240, 1)
+
+
+def test_ggml_kv_types_carry_their_block_scales():
+    # engines.md §1.2 / §11.1: q8_0 = 34 B per 32 elements, q4_0 = 18 per 32, q5_1 = 24 per 32
+    assert llamacpp.row_size("q8_0", 1024) == 1088
+    assert llamacpp.row_size("q4_0", 1024) == 576
+    assert llamacpp.row_size("q5_1", 1024) == 768
+    assert llamacpp.row_size("f16", 1024) == 2048
+
+
+def test_llama3_8b_kv_at_128k_is_16_gib(llama8b):
+    # article 000 / README: Llama-3-8B holds 128 KiB of KV per token -> 16.0 GiB at 128k, f16
+    kv = llamacpp.kv_bytes(llama8b, settings_of(llama8b, ctx_size=131072, binary="llama-cli"))
+    assert kv.total == 16 * GiB
+    assert kv.k == kv.v == 8 * GiB
+
+
+def test_qwen3_30b_kv_at_32k_matches_the_log(qwen3moe):
+    # gt-0043 (ik_llama.cpp, RTX 3090 Ti): -c 32768 -fa -> "KV self size = 3072.00 MiB, K (f16): 1536.00 MiB"
+    kv = llamacpp.kv_bytes(qwen3moe, settings_of(qwen3moe, ctx_size=32768, binary="llama-cli"))
+    assert kv.k / MiB == 1536.0 and kv.v / MiB == 1536.0
+
+
+def test_qwen3_235b_q8_0_kv_matches_the_log():
+    # gt-0015: --ctx-size 40960 -ctk q8_0 -ctv q8_0 -> "KV self size = 3995.00 MiB, K (q8_0): 1997.50 MiB"
+    spec = spec_of("Qwen/Qwen3-235B-A22B", 100)
+    kv = llamacpp.kv_bytes(spec, settings_of(spec, ctx_size=40960, cache_type_k="q8_0", cache_type_v="q8_0",
+                                                 flash_attn="on", binary="llama-cli"))
+    assert kv.k / MiB == 1997.5 and kv.total / MiB == 3995.0
+
+
+def test_gemma2_sliding_layers_hold_window_plus_ubatch():
+    # engines.md §4.3: SWA layers get pad256(min(n_ctx_seq, n_swa + n_ubatch)) cells; gemma-2 window 4096
+    spec = spec_of("google/gemma-2-9b-it", 5.4)
+    s = settings_of(spec, ctx_size=32768, binary="llama-cli")
+    assert llamacpp.swa_cells(4096, s) == 4608
+    full = settings_of(spec, ctx_size=32768, binary="llama-cli", swa_full="true")
+    assert llamacpp.kv_bytes(spec, full).total > llamacpp.kv_bytes(spec, s).total
+
+
+def test_mla_stores_one_latent_and_no_v():
+    # engines.md §4.3: DeepSeek MLA GGUF -> K = kv_lora_rank + rope (576 elements), no V tensor
+    spec = spec_of("deepseek-ai/DeepSeek-V2-Lite", 10)
+    kv = llamacpp.kv_bytes(spec, settings_of(spec, ctx_size=4096, binary="llama-cli"))
+    assert kv.v == 0
+    assert kv.k == 27 * 576 * 2 * 4096
+
+
+def test_unified_server_default_and_per_sequence_streams(llama8b):
+    # engines.md §4.1: llama-server -np auto -> 4 slots, unified KV; explicit -np N -> N streams of n_ctx/N
+    server = settings_of(llama8b, Workload(context=8192))
+    assert (server.n_seq_max, server.kv_unified, server.n_stream, server.n_ctx_seq) == (4, True, 1, 8192)
+    streams = settings_of(llama8b, Workload(context=8192, concurrency=3))
+    assert (streams.n_seq_max, streams.kv_unified, streams.n_stream, streams.n_ctx_seq) == (3, False, 3, 8192)
+
+
+def test_quantized_v_needs_flash_attention_and_fp8_is_refused(llama8b):
+    with pytest.raises(UsageError):
+        settings_of(llama8b, cache_type_v="q8_0", flash_attn="off")
+    with pytest.raises(UsageError):
+        settings_of(llama8b, Workload(kv_dtype="fp8"))
+
+
+# ---- compute buffer (§4.4) ---------------------------------------------------------------------------------
+
+
+def test_compute_buffer_logits_term(llama8b):
+    # engines.md §4.4 table [measured]: 8B dense, V = 128 256, FA on: ub 512 -> 266.50 MiB; ub 2048 -> 1066.01
+    assert compute_mib(llama8b, ctx_size=8192, binary="llama-cli") == pytest.approx(266.50, abs=0.01)
+    assert compute_mib(llama8b, ctx_size=8192, ubatch_size=2048, binary="llama-cli") == pytest.approx(1066.01, abs=0.02)
+
+
+def test_compute_buffer_without_flash_attention_grows_with_context(llama8b):
+    # engines.md §4.4: 8B, V = 128 256, ub 512, FA off, ctx 131072 -> 8492.01 MiB
+    assert compute_mib(llama8b, ctx_size=131072, flash_attn="off", binary="llama-cli") == pytest.approx(8492.01, rel=0.001)
+
+
+def test_qwen3_moe_compute_buffers_match_cuda_logs(qwen3moe):
+    # gt-0043: Qwen3-30B-A3B, FA, ub 512 -> "CUDA0 compute buffer size = 304.75 MiB"
+    assert compute_mib(qwen3moe, ctx_size=32768, binary="llama-cli") == pytest.approx(304.75, abs=0.01)
+    # gt-0016: FA off, -c 16384 -> CUDA0/CUDA1 compute buffer 1080.00 MiB (formula within 1 %)
+    assert compute_mib(qwen3moe, ctx_size=16384, flash_attn="off", binary="llama-cli") == pytest.approx(1080.0, rel=0.01)
+
+
+def test_qwen3_235b_ubatch_4096_compute_buffer():
+    # gt-0015: -b 4096 -ub 4096 -fa -> "CUDA0 compute buffer size = 2502.00 MiB"
+    spec = spec_of("Qwen/Qwen3-235B-A22B", 100)
+    assert compute_mib(spec, ctx_size=40960, batch_size=4096, ubatch_size=4096, binary="llama-cli") == pytest.approx(2502.0, rel=0.001)
+
+
+def test_server_reserves_only_one_logits_row_per_slot(llama8b):
+    # engines.md §4.1: llama-server n_outputs_max = min(n_batch, n_parallel) -> the layer term decides
+    cli = compute_mib(llama8b, ctx_size=16384, binary="llama-cli")
+    server = compute_mib(llama8b, ctx_size=16384, binary="llama-server")
+    assert server < cli / 1.5
+
+
+# ---- placement, usable memory, estimate ----------------------------------------------------------------------
+
+
+def test_token_embeddings_stay_on_the_cpu_and_cpu_moe_moves_experts():
+    # engines.md §4.2: token_embd always on the CPU; --cpu-moe keeps every expert tensor there
+    spec = spec_from_gguf([read_gguf_file(HEADERS / "DeepSeek-R1-Distill-Qwen-7B-Q4_K_M.gguf-header.gguf")],
+                          filename="DeepSeek-R1-Distill-Qwen-7B-Q4_K_M.gguf")
+    result = estimate(spec, RTX4090, EngineChoice("llama.cpp", settings={"ctx-size": "8192"}), Workload())
+    embd = spec.weights.bytes_by_component["embeddings"]
+    assert result.per_gpu.weights == spec.weights.total_bytes - embd
+    moe = spec_of("Qwen/Qwen3-30B-A3B", 17.28)
+    moe = moe.with_weights(Weights(total_bytes=moe.weights.total_bytes, params_total=0,
+                                   bytes_by_component={**moe.weights.bytes_by_component, "mlp": 0,
+                                                       "experts": moe.weights.bytes_by_component["mlp"]}))
+    on_cpu = estimate(moe, RTX4090, EngineChoice("llama.cpp", settings={"ctx-size": "8192", "cpu-moe": "true"}), Workload())
+    assert on_cpu.per_gpu.weights == moe.weights.bytes_by_component["lm_head"]
+    assert any("CPU RAM" in w for w in on_cpu.warnings)
+
+
+def test_partial_offload_counts_the_output_layer():
+    # engines.md §4.2: -ngl N offloads the last N of n_layer + 1 layers (the output layer is one of them)
+    spec = spec_of("meta-llama/Llama-3.1-8B-Instruct", 4.58)
+    s = settings_of(spec, ctx_size=4096, n_gpu_layers=1)
+    placement = llamacpp.place(spec, s, llamacpp.kv_bytes(spec, s), 1)
+    assert placement.gpu_weights[0] == spec.weights.bytes_by_component["lm_head"]
+    assert placement.gpu_kv[0] == 0
+
+
+def test_usable_is_device_minus_the_fit_margin(llama8b):
+    # engines.md §4.5: --fit (default on) keeps 1024 MiB free per device
+    result = estimate(llama8b, RTX4090, EngineChoice("llama.cpp", settings={"ctx-size": "8192"}), Workload())
+    assert result.per_gpu.usable == RTX4090.gpu.memory_bytes - 1024 * MiB
+    off = estimate(llama8b, RTX4090, EngineChoice("llama.cpp", settings={"ctx-size": "8192", "fit": "off"}), Workload())
+    assert off.per_gpu.usable == RTX4090.gpu.memory_bytes
+    assert result.verdict == "fits"
+
+
+def test_two_gpus_split_layers_and_report_the_worst():
+    # a 70B Q4 does not fit one 24 GB card but splits over two by layer (worst GPU decides)
+    spec = spec_of("meta-llama/Llama-3.1-70B-Instruct", 39.6)
+    one = estimate(spec, RTX4090, EngineChoice("llama.cpp", settings={"ctx-size": "8192"}), Workload())
+    two = estimate(spec, Hardware(RTX4090.gpu, 2), EngineChoice("llama.cpp", settings={"ctx-size": "8192"}), Workload())
+    assert one.verdict == "does_not_fit"
+    assert two.per_gpu.weights < one.per_gpu.weights * 0.6
+    assert two.verdict in ("fits", "tight")
+
+
+def test_safetensors_spec_warns_about_conversion(llama8b):
+    result = estimate(llama8b, RTX4090, EngineChoice("llama.cpp"), Workload(context=8192))
+    assert any("not a GGUF" in w for w in result.warnings)
+    assert result.capacity.kv_tokens == 8192
+    assert result.capacity.max_context and result.capacity.max_context >= 8192
