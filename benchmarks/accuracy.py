@@ -152,12 +152,16 @@ def case_hardware(case: Mapping[str, Any], gpus_needed: int) -> Hardware | None:
     hardware = case.get("hardware", {})
     name = str(hardware.get("gpu", ""))
     catalogued: GPU | None = None
-    candidate = re.sub(r"\(.*", "", name).replace("NVIDIA", "").strip().lower().replace(" ", "")
-    if candidate and not candidate.startswith("unknown"):
+    words = re.sub(r"\(.*", "", name).replace("NVIDIA", "").strip().lower().split()
+    for size in range(len(words), 0, -1):  # "H100 80GB HBM3" -> "h10080gbhbm3", "h10080gb", "h100"
+        candidate = "".join(words[:size])
+        if candidate.startswith("unknown"):
+            break
         try:
             catalogued = parse_gpu_spec(candidate).gpu
+            break
         except HfvramError:
-            catalogued = None
+            continue
     logged = re.search(r"([\d.]+)\s*GiB", str(hardware.get("memory_per_gpu", "")))
     if logged:
         memory = int(float(logged.group(1)) * GiB)
@@ -173,7 +177,7 @@ def case_hardware(case: Mapping[str, Any], gpus_needed: int) -> Hardware | None:
 def measured_figures(case: Mapping[str, Any]) -> dict[str, float | None]:
     """Per-GPU bytes and engine-wide tokens as the log printed them (groundtruth README mapping)."""
     measured = case.get("measured", {})
-    weights = size_bytes(measured.get("model_loading") or measured.get("model_weights"))
+    weights = size_bytes(measured.get("model_loading") or measured.get("model_weights") or measured.get("weights_memory"))
     kv_pool = size_bytes(measured.get("available_kv_cache_memory") or measured.get("kv_cache_size")
                          or measured.get("kv_cache"))
     tokens = measured.get("gpu_kv_cache_size_tokens")
@@ -181,7 +185,7 @@ def measured_figures(case: Mapping[str, Any]) -> dict[str, float | None]:
         blocks = measured.get("gpu_blocks") or measured.get("gpu_blocks_after_fix")
         tokens = blocks * 16 if isinstance(blocks, int) else None  # V0 block size 16 (README)
     non_kv = None
-    total_non_kv = size_bytes(measured.get("total_non_kv_cache_memory"))
+    total_non_kv = size_bytes(measured.get("total_non_kv_cache_memory") or measured.get("total_non_kv_memory"))
     if total_non_kv is not None and weights is not None:
         non_kv = total_non_kv - weights
     elif measured.get("activation_peak") and measured.get("non_torch_memory"):
@@ -309,10 +313,14 @@ def run_case(case: Mapping[str, Any], fixtures: Mapping[str, Mapping[str, Any]])
     result.fixture = row["fixture"]
     tp, pp = case_parallel(case)
     hardware = case_hardware(case, tp * pp)
-    if hardware is None:
-        result.skipped = "GPU memory unknown"
-        return result
     settings = case_settings(case)
+    if hardware is None:
+        pool = result.measured.get("kv_pool")
+        if not pool:
+            result.skipped = "GPU memory unknown"
+            return result
+        # GPU unknown: only the pool -> tokens relation can be checked, with the logged pool as the KV budget
+        settings["kv-cache-memory-bytes"] = str(int(pool))
     context = leading_number(case.get("settings", {}).get("max_model_len"))
     if context is None and row.get("overrides", {}).get("max_position_embeddings"):
         context = row["overrides"]["max_position_embeddings"]
@@ -326,6 +334,8 @@ def run_case(case: Mapping[str, Any], fixtures: Mapping[str, Mapping[str, Any]])
         result.predicted = predicted_figures(estimate_full)
         result.verdict = estimate_full.verdict
         result.warnings = tuple(estimate_full.warnings)
+        if hardware is None:
+            result.predicted["kv_pool"] = None  # given, not predicted
     weights = result.measured.get("weights")
     if weights:
         # the measured bytes already carry --dtype and --quantization: load them as they are
