@@ -47,6 +47,8 @@ def test_memory_is_the_exposed_total_not_the_marketing_number():
         ("4090", "rtx4090", 1),
         ("mi250x", "mi250x", 1),  # ends in x but is an id, not a count
         ("rx7900xtx", "rx7900xtx", 1),
+        ("mi325x2", "mi325x", 2),  # "mi325" is no alias: the id ending in x takes the count directly
+        ("mi250x2", "mi250x", 2),
     ],
 )
 def test_parse_catalogue_specs(spec, gpu_id, count):
@@ -72,7 +74,7 @@ def test_raw_sizes_have_no_bandwidth(spec, size, count):
     assert "raw size" in memory_provenance(hardware.gpu)
 
 
-@pytest.mark.parametrize("spec", ["rtx4999", "h100x0", "", "mi250x2", "24 parsecs"])
+@pytest.mark.parametrize("spec", ["rtx4999", "h100x0", "", "mi9999x2", "24 parsecs"])
 def test_unknown_specs_are_usage_errors(spec):
     with pytest.raises(UsageError):
         parse_gpu_spec(spec)

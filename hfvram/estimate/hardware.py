@@ -34,6 +34,8 @@ UNIFIED_LARGE_FRACTION = 3 / 4
 
 _COUNT_SUFFIX = re.compile(r"^(?P<rest>.+?)\s*[x×*]\s*(?P<count>\d+)$")
 _COUNT_PREFIX = re.compile(r"^(?P<count>\d+)\s*[x×*]\s*(?P<rest>.+)$")
+#: an id that itself ends in "x" followed directly by the count (``mi325x2`` = 2 × mi325x)
+_COUNT_AFTER_X_ID = re.compile(r"^(?P<rest>.+x)(?P<count>\d+)$")
 _RAW_SIZE = re.compile(r"^(?P<number>\d+(?:\.\d+)?)\s*(?P<unit>gib|gb|g|tib|tb|t|mib|mb|m)$")
 #: units of a raw ``--gpu`` size; GPU vendors' "GB" are binary (gpus/README.md caveat 1), so GB = GiB here
 _RAW_UNITS = {"m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20, "g": GIB, "gb": GIB, "gib": GIB,
@@ -201,7 +203,7 @@ def parse_gpu_spec(text: str, *, unified_fraction: float | None = None) -> Hardw
     single = _parse_single(spec, unified_fraction)
     if single is not None:
         return Hardware(gpu=single, count=1)
-    for pattern in (_COUNT_SUFFIX, _COUNT_PREFIX):
+    for pattern in (_COUNT_SUFFIX, _COUNT_PREFIX, _COUNT_AFTER_X_ID):
         match = pattern.match(spec)
         if match:
             gpu = _parse_single(match["rest"].strip(), unified_fraction)

@@ -290,6 +290,9 @@ class SglangProfile:
             pre = memory - overhead
             post = pre - weights
             tokens, rest = token_pool(pre, post, s.mem_fraction_static, cell.cell, s.page_size)
+            if cell.state_bytes_per_request > 0:
+                warnings.append("recurrent state counted at the layer's dtype (else the model's); SGLang's "
+                                "mamba_ssm_dtype and per-model state shapes were not cross-checked [unverified]")
             if cell.state_bytes_per_request > 0 and rest > 0:
                 budget, mamba_size, cap = mamba_split(rest, s.mamba_full_memory_ratio, cell.state_bytes_per_request,
                                                      rules["mamba_cache_per_running_request"])
