@@ -232,3 +232,12 @@ def test_dtype_and_online_fp8_change_what_is_loaded():
                                         "attention": int(14.99 * GiB) - vocab_bytes})
     fp8 = run(spec.with_weights(split), H100_LOGGED, gpu_memory_utilization=0.95, max_model_len=8192, quantization="fp8")
     assert fp8.per_gpu.weights / GiB == pytest.approx(8.49, rel=0.01)
+
+
+def test_a_model_without_kv_cache_has_no_kv_capacity():
+    # sentence-transformers/all-MiniLM-L6-v2: encoder-only, nothing cached per sequence
+    spec = with_loaded_weights(spec_of("sentence-transformers/all-MiniLM-L6-v2"), 0.09)
+    result = run(spec, H100_LOGGED, context=256)
+    assert result.per_gpu.kv_cache == 0
+    assert result.capacity.kv_tokens is None and result.capacity.max_concurrency is None
+    assert any("no per-sequence KV cache" in w for w in result.warnings)

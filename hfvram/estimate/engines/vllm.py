@@ -172,6 +172,8 @@ class VllmProfile:
             f"for {context} tokens per request on the worst rank"
         )
         capacity, failure = kv_capacity(layout, pool, settings, context, workload.concurrency, spec, hardware)
+        if layout.page_bytes <= 0:
+            warnings.append("the model keeps no per-sequence KV cache: concurrency is not bounded by a KV pool")
         if failure:
             warnings.append(failure)
         if hardware is not None and settings.kv_cache_memory_bytes is None:
@@ -585,7 +587,8 @@ def kv_capacity(
             f"{-pool / GiB:.2f} GiB. Try increasing `gpu_memory_utilization` when initializing the engine."
         )
     if layout.page_bytes <= 0:
-        return Capacity(kv_tokens=None, max_concurrency=math.inf, max_context=spec.max_position_embeddings), None
+        # no per-sequence cache (encoder-only / attention-free): the KV pool does not bound requests
+        return Capacity(kv_tokens=None, max_concurrency=None, max_context=settings.context_cap or None), None
     num_blocks = layout.num_blocks(pool)
     per_request_at_max = layout.blocks_per_request(settings.max_model_len)
     concurrency_at_max = num_blocks / per_request_at_max if per_request_at_max else math.inf
