@@ -22,6 +22,7 @@ from typing import Any, Mapping
 from hfvram.errors import UsageError
 from hfvram.estimate import common
 from hfvram.estimate.common import GiB, MiB
+from hfvram.estimate.engines._weights import with_weights_or_derived
 from hfvram.estimate.types import Capacity, EngineChoice, Estimate, Hardware, PerGpu, Workload
 from hfvram.spec import GROWING_KINDS, RECURRENT_KINDS, WINDOWED_KINDS, LayerKind, ModelSpec
 
@@ -258,10 +259,14 @@ class SglangProfile:
         rules = common.rules_for_version(self.data, rules_version)
         warnings: list[str] = []
         explain: dict[str, str] = {}
+        spec = with_weights_or_derived(spec, warnings)
         s = resolve_settings(spec, hardware, choice, workload, rules, rules_version, warnings, explain)
         context = workload.context or s.context_length
         if context > s.context_length:
             warnings.append(f"context {context} is longer than SGLang's context_length {s.context_length}")
+        if spec.max_position_embeddings and s.context_length > spec.max_position_embeddings:
+            warnings.append(f"context_length {s.context_length} exceeds the model's {spec.max_position_embeddings}: SGLang "
+                            "refuses it unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1")
 
         split = common.weights_per_rank(spec, s.tp, s.pp, vocab_padding=rules["vocab_padding"])
         if split is None:
