@@ -173,3 +173,11 @@ def test_parse_bytes(text, size):
 def test_parse_bytes_rejects(text):
     with pytest.raises(UsageError):
         parse_bytes(text)
+
+
+def test_short_flags_with_attached_values():
+    # argparse accepts "-O3" (vLLM optimization level) and "-tp2"; llama.cpp users write "-c8192" too
+    vllm = parse_engine_args("vllm serve m -O3 -tp2")
+    assert vllm.settings["optimization-level"] == "3" and vllm.tp == 2
+    llama = parse_engine_args("llama-server -m x.gguf -c8192 -np4")
+    assert llama.context == 8192 and llama.settings["parallel"] == "4"

@@ -219,6 +219,9 @@ def _flags(tokens: list[str], table: Mapping[str, Any] | None) -> tuple[list[tup
                 positionals.append(token)
             continue
         name, sep, value = token.partition("=")
+        attached = _attached_short_value(name, aliases) if not sep else None
+        if attached:  # argparse's "-O3" / "-c8192": a short flag with its value attached
+            name, value, sep = attached[0], attached[1], "="
         canonical = _canonical_flag(name, aliases)
         if not sep:
             if canonical in booleans or index >= len(tokens) or not _is_value(tokens[index]):
@@ -228,6 +231,17 @@ def _flags(tokens: list[str], table: Mapping[str, Any] | None) -> tuple[list[tup
                 index += 1
         flags.append((canonical, value, token if sep else f"{token} {value}" if value != "true" else token))
     return flags, positionals
+
+
+def _attached_short_value(token: str, aliases: Mapping[str, str]) -> tuple[str, str] | None:
+    """("-c", "8192") for ``-c8192`` when ``c`` is a short flag of the engine and the rest is a number."""
+    if token.startswith("--") or not token.startswith("-") or token[1:] in aliases:
+        return None
+    body = token[1:]
+    for cut in range(len(body) - 1, 0, -1):
+        if body[:cut] in aliases and _NUMBER.match(body[cut:]):
+            return "-" + body[:cut], body[cut:]
+    return None
 
 
 def _to_int(value: str, flag: str, engine: str | None) -> int:
