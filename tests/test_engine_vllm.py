@@ -241,3 +241,10 @@ def test_a_model_without_kv_cache_has_no_kv_capacity():
     assert result.per_gpu.kv_cache == 0
     assert result.capacity.kv_tokens is None and result.capacity.max_concurrency is None
     assert any("no per-sequence KV cache" in w for w in result.warnings)
+
+
+def test_kv_cache_memory_bytes_larger_than_the_card_does_not_fit(llama8b):
+    # §2.1: the setting replaces the budget, so nothing stops it asking for more than the GPU has
+    result = run(llama8b, H100_LOGGED, context=8192, kv_cache_memory_bytes="70G")
+    assert result.verdict == "does_not_fit"
+    assert any("kv-cache-memory-bytes asks for" in w for w in result.warnings)

@@ -149,10 +149,18 @@ class VllmProfile:
 
         layout = kv_layout(spec, settings)
         memory = hardware.gpu.gpu_memory_bytes if hardware else 0
+        failure_kv_bytes = False
         if settings.kv_cache_memory_bytes is not None:
             pool = float(settings.kv_cache_memory_bytes)
             budget = weights + activations + overhead_in_budget + settings.kv_cache_memory_bytes
             explain["budget"] = "kv-cache-memory-bytes set: the KV pool is that size, utilization ignored (§2.1)"
+            if hardware is not None and budget + outside_budget > memory:
+                warnings.append(
+                    f"kv-cache-memory-bytes asks for {settings.kv_cache_memory_bytes / GiB:.2f} GiB of KV cache but "
+                    f"weights, activations and overhead leave only {(memory - outside_budget - budget + pool) / GiB:.2f} GiB "
+                    "on this GPU: the KV cache allocation runs out of memory"
+                )
+                failure_kv_bytes = True
         elif hardware is not None:
             budget = math.ceil(memory * settings.gpu_memory_utilization)
             pool = budget - weights - activations - overhead_in_budget
@@ -176,6 +184,8 @@ class VllmProfile:
             warnings.append("the model keeps no per-sequence KV cache: concurrency is not bounded by a KV pool")
         if failure:
             warnings.append(failure)
+        if failure_kv_bytes:
+            failure = failure or "kv-cache-memory-bytes"
         if hardware is not None and settings.kv_cache_memory_bytes is None:
             left = memory - budget
             if context_bytes > left:
@@ -210,7 +220,6 @@ class VllmProfile:
             usable=int(budget) if hardware is not None or settings.kv_cache_memory_bytes is not None else 0,
             memory=memory,
         )
-        explain["activations"] = explain.get("activations", "")
         explain["verdict"] = (
             "total = what the workload needs (weights + KV for context × concurrency + activations + overhead "
             "inside the budget) against usable = vLLM's budget; the KV pool vLLM allocates is the whole rest"
