@@ -176,13 +176,17 @@ def _packed_bits(quantization: Quantization | None) -> float:
 def params_of_tensors(tensors: Sequence[TensorInfo], quantization: Quantization | None = None) -> dict[str, int]:
     """Parameters held by each tensor, by name: packed integers unpacked, quantization metadata counted as 0."""
     names = {t.name for t in tensors}
+    # stems ("….weight") whose packing a sibling reveals: NVFP4 weight_scale_2, bitsandbytes absmax / quant_state
+    packed_4bit = {n[: -len("_scale_2")] for n in names if n.endswith(".weight_scale_2")}
+    packed_4bit |= {n[: -len(".absmax")] for n in names if n.endswith(".weight.absmax")}
+    packed_4bit |= {n.split(".quant_state.", 1)[0] for n in names if ".weight.quant_state." in n}
     counts: dict[str, int] = {}
     for tensor in tensors:
-        counts[tensor.name] = _params_of_tensor(tensor, names, quantization)
+        counts[tensor.name] = _params_of_tensor(tensor, packed_4bit, quantization)
     return counts
 
 
-def _params_of_tensor(tensor: TensorInfo, names: set[str], quantization: Quantization | None) -> int:
+def _params_of_tensor(tensor: TensorInfo, packed_4bit: set[str], quantization: Quantization | None) -> int:
     name, numel = tensor.name, tensor.numel
     if _is_quant_state(name):
         return 0
@@ -190,12 +194,8 @@ def _params_of_tensor(tensor: TensorInfo, names: set[str], quantization: Quantiz
         return int(numel * 32 / _packed_bits(quantization))
     if name.endswith("_blocks") and tensor.dtype == "U8":  # MXFP4: two E2M1 values per byte
         return numel * 2
-    if tensor.dtype in ("U8", "I8") and name.endswith(".weight"):
-        stem = name[: -len("weight")]
-        nvfp4 = stem + "weight_scale_2" in names
-        bnb4 = stem + "weight.absmax" in names or any(n.startswith(stem + "weight.quant_state.") for n in names)
-        if nvfp4 or bnb4:
-            return numel * 2
+    if tensor.dtype in ("U8", "I8") and name in packed_4bit:  # NVFP4 / bitsandbytes 4-bit: two per byte
+        return numel * 2
     return numel
 
 

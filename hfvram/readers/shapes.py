@@ -1,0 +1,388 @@
+"""The checkpoint's tensor list derived from a config-derived ModelSpec, for when no header can be read.
+
+Names and shapes follow the transformers modelling code (``nn.Linear(in, out)`` stores ``weight [out, in]``);
+stored dtypes and companion tensors follow ``spec.quantization`` with the byte formulas of
+design/engines.md §11.2. ``config`` (the raw config.json, optional) adds what a ModelSpec does not carry:
+attention biases, the MLA query rank, the vision tower. The sums are estimates: ``Weights.exact`` is False.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+from hfvram.readers.tensors import TensorInfo, hf_component, tensor_nbytes, weights_from_tensor_list
+from hfvram.spec import Layer, LayerKind, ModelSpec, Quantization, Weights
+
+DERIVED_SOURCE = "derived: tensor shapes from config.json"
+
+_DTYPES = {"bfloat16": "BF16", "float16": "F16", "float32": "F32"}
+#: model types whose attention has per-head q/k RMSNorm (modelling code: q_norm / k_norm of head_dim)
+_QK_NORM = {"qwen3", "qwen3_moe", "gemma3", "gemma3_text", "olmo2", "qwen3_next"}
+#: model types with a bias on q/k/v only (Qwen2 attention: bias=True on q_proj, k_proj, v_proj)
+_QKV_BIAS = {"qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl"}
+#: model types with the extra pre/post feed-forward norms (Gemma2Decoder / Gemma3Decoder)
+_FOUR_NORMS = {"gemma2", "gemma3", "gemma3_text"}
+
+
+@dataclass
+class _Builder:
+    spec: ModelSpec
+    config: Mapping[str, Any]
+    dtype: str
+    tensors: list[TensorInfo] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    _excluded: "_Exclusions | None" = None
+
+    # ---- primitives ----------------------------------------------------------------------------
+
+    def plain(self, name: str, shape: tuple[int, ...], dtype: str | None = None) -> None:
+        dtype = dtype or self.dtype
+        nbytes = tensor_nbytes(dtype, shape)
+        assert nbytes is not None
+        self.tensors.append(TensorInfo(name=name, dtype=dtype, shape=tuple(shape), nbytes=nbytes))
+
+    def linear(self, name: str, n_out: int, n_in: int, *, bias: bool = False) -> None:
+        """A Linear layer ``name`` (without ``.weight``) stored as the checkpoint's quantization says."""
+        self.quantized_linear(name, n_out, n_in) if self._quantized(name) else self.plain(f"{name}.weight",
+                                                                                          (n_out, n_in))
+        if bias:
+            self.plain(f"{name}.bias", (n_out,))
+
+    def _quantized(self, name: str) -> bool:
+        quant = self.spec.quantization
+        if quant is None or quant.method in ("mxfp4", "gguf"):
+            return False
+        if self._excluded is None:
+            self._excluded = _exclusions(quant)
+        return not self._excluded.match(name)
+
+    def quantized_linear(self, name: str, n_out: int, n_in: int) -> None:
+        quant = self.spec.quantization
+        assert quant is not None
+        method = quant.method
+        details = quant.details or {}
+        bits = int(quant.bits or 4)
+        group = quant.group_size if quant.group_size and quant.group_size > 0 else n_in
+        if method == "fp8":
+            block = details.get("weight_block_size")
+            self.plain(f"{name}.weight", (n_out, n_in), "F8_E4M3")
+            if isinstance(block, (list, tuple)) and len(block) == 2:
+                self.plain(f"{name}.weight_scale_inv", (math.ceil(n_out / block[0]), math.ceil(n_in / block[1])),
+                           "F32")
+            else:  # per-tensor scales (ModelOpt FP8): weight_scale and input_scale scalars
+                self.plain(f"{name}.weight_scale", (), "F32")
+                self.plain(f"{name}.input_scale", (), "F32")
+        elif method == "gptq":
+            pack = 32 // bits
+            self.plain(f"{name}.qweight", (n_in // pack, n_out), "I32")
+            self.plain(f"{name}.qzeros", (math.ceil(n_in / group), n_out // pack), "I32")
+            self.plain(f"{name}.scales", (math.ceil(n_in / group), n_out), "F16")
+            self.plain(f"{name}.g_idx", (n_in,), "I32")
+            self.plain(f"{name}.bias", (n_out,), "F16")  # AutoGPTQ QuantLinear always saves a bias
+        elif method == "awq":
+            pack = 32 // bits
+            self.plain(f"{name}.qweight", (n_in, n_out // pack), "I32")
+            self.plain(f"{name}.qzeros", (math.ceil(n_in / group), n_out // pack), "I32")
+            self.plain(f"{name}.scales", (math.ceil(n_in / group), n_out), "F16")
+        elif method == "compressed-tensors":
+            self._compressed_tensors_linear(name, n_out, n_in, details, bits)
+        elif method in ("nvfp4", "modelopt"):
+            self.plain(f"{name}.weight", (n_out, n_in // 2), "U8")
+            self.plain(f"{name}.weight_scale", (n_out, math.ceil(n_in / 16)), "F8_E4M3")
+            self.plain(f"{name}.weight_scale_2", (), "F32")
+            self.plain(f"{name}.input_scale", (), "F32")
+        elif method == "bitsandbytes" and bits == 4:
+            numel = n_out * n_in
+            block = quant.group_size or 64
+            self.plain(f"{name}.weight", ((numel + 1) // 2, 1), "U8")
+            self.plain(f"{name}.weight.absmax", (math.ceil(numel / block),), "F32")
+            self.plain(f"{name}.weight.quant_map", (16,), "F32")
+            self.plain(f"{name}.weight.quant_state.bitsandbytes__nf4", (80,), "U8")
+        elif method == "bitsandbytes":
+            self.plain(f"{name}.weight", (n_out, n_in), "I8")
+            self.plain(f"{name}.SCB", (n_out,), "F32")
+        else:
+            self.warnings.append(f"quantization {method!r}: tensor layout unknown, counted at the model dtype")
+            self.plain(f"{name}.weight", (n_out, n_in))
+
+    def _compressed_tensors_linear(self, name: str, n_out: int, n_in: int, details: Mapping[str, Any],
+                                   bits: int) -> None:
+        fmt = str(details.get("format", ""))
+        schemes = details.get("schemes") or [{}]
+        scheme = schemes[0] if isinstance(schemes[0], Mapping) else {}
+        strategy = scheme.get("strategy")
+        group = scheme.get("group_size") or 0
+        if fmt == "pack-quantized" or (scheme.get("type") == "int" and bits < 8):
+            pack = 32 // bits
+            self.plain(f"{name}.weight_packed", (n_out, n_in // pack), "I32")
+            self.plain(f"{name}.weight_scale", (n_out, n_in // group if group else 1))
+            self.plain(f"{name}.weight_shape", (2,), "I64")
+            return
+        stored = "F8_E4M3" if fmt == "float-quantized" or scheme.get("type") == "float" else "I8"
+        self.plain(f"{name}.weight", (n_out, n_in), stored)
+        if strategy == "tensor":
+            self.plain(f"{name}.weight_scale", (1,), "F32")
+        else:
+            self.plain(f"{name}.weight_scale", (n_out, 1), self.dtype if stored == "I8" else "BF16")
+
+    # ---- model parts ---------------------------------------------------------------------------
+
+    def attention(self, prefix: str, layer: Layer) -> None:
+        spec, cfg = self.spec, self.config
+        hidden = spec.hidden_size or 0
+        heads = spec.num_attention_heads or layer.num_kv_heads
+        model_type = _text_model_type(spec, cfg)
+        bias_all = bool(cfg.get("attention_bias"))
+        qkv_bias = bias_all or model_type in _QKV_BIAS
+        attn = f"{prefix}.self_attn"
+        if layer.kind is LayerKind.MLA:
+            rope, rank = layer.qk_rope_head_dim, layer.kv_lora_rank
+            q_rank = cfg.get("q_lora_rank")
+            if q_rank:
+                self.linear(f"{attn}.q_a_proj", q_rank, hidden)
+                self.plain(f"{attn}.q_a_layernorm.weight", (q_rank,))
+                self.linear(f"{attn}.q_b_proj", heads * layer.head_dim_k, q_rank)
+            else:
+                self.linear(f"{attn}.q_proj", heads * layer.head_dim_k, hidden)
+            self.linear(f"{attn}.kv_a_proj_with_mqa", rank + rope, hidden)
+            self.plain(f"{attn}.kv_a_layernorm.weight", (rank,))
+            self.linear(f"{attn}.kv_b_proj", heads * (layer.head_dim_k - rope + layer.head_dim_v), rank)
+            self.linear(f"{attn}.o_proj", hidden, heads * layer.head_dim_v)
+            return
+        head_k, head_v, kv = layer.head_dim_k, layer.head_dim_v, layer.num_kv_heads
+        self.linear(f"{attn}.q_proj", heads * head_k, hidden, bias=qkv_bias)
+        self.linear(f"{attn}.k_proj", kv * head_k, hidden, bias=qkv_bias)
+        self.linear(f"{attn}.v_proj", kv * head_v, hidden, bias=qkv_bias)
+        self.linear(f"{attn}.o_proj", hidden, heads * head_v, bias=bias_all)
+        if model_type in _QK_NORM:
+            self.plain(f"{attn}.q_norm.weight", (head_k,))
+            self.plain(f"{attn}.k_norm.weight", (head_k,))
+        if model_type == "gpt_oss":
+            self.plain(f"{attn}.sinks", (heads,))
+
+    def dense_mlp(self, prefix: str, intermediate: int) -> None:
+        hidden = self.spec.hidden_size or 0
+        self.linear(f"{prefix}.gate_proj", intermediate, hidden)
+        self.linear(f"{prefix}.up_proj", intermediate, hidden)
+        self.linear(f"{prefix}.down_proj", hidden, intermediate)
+
+    def moe(self, prefix: str) -> None:
+        spec, cfg = self.spec, self.config
+        hidden = spec.hidden_size or 0
+        experts = spec.num_experts or 0
+        size = spec.moe_intermediate_size or spec.intermediate_size or 0
+        model_type = _text_model_type(spec, cfg)
+        if model_type == "gpt_oss":
+            self._gpt_oss_experts(f"{prefix}.mlp", experts, hidden, size)
+            return
+        if model_type == "mixtral":
+            self.plain(f"{prefix}.block_sparse_moe.gate.weight", (experts, hidden))
+            for e in range(experts):
+                base = f"{prefix}.block_sparse_moe.experts.{e}"
+                self.linear(f"{base}.w1", size, hidden)
+                self.linear(f"{base}.w3", size, hidden)
+                self.linear(f"{base}.w2", hidden, size)
+            return
+        self.plain(f"{prefix}.mlp.gate.weight", (experts, hidden))
+        if model_type in ("deepseek_v3", "kimi_k2", "glm4_moe") or cfg.get("topk_method") == "noaux_tc":
+            self.plain(f"{prefix}.mlp.gate.e_score_correction_bias", (experts,), "F32")
+        for e in range(experts):
+            self.dense_mlp(f"{prefix}.mlp.experts.{e}", size)
+        shared = spec.num_shared_experts or 0
+        shared_size = cfg.get("shared_expert_intermediate_size")
+        if shared_size:  # Qwen2-MoE style: one shared expert of its own width plus a sigmoid gate
+            self.dense_mlp(f"{prefix}.mlp.shared_expert", int(shared_size))
+            self.plain(f"{prefix}.mlp.shared_expert_gate.weight", (1, hidden))
+        elif shared:
+            self.dense_mlp(f"{prefix}.mlp.shared_experts", size * shared)
+
+    def _gpt_oss_experts(self, prefix: str, experts: int, hidden: int, size: int) -> None:
+        self.plain(f"{prefix}.router.weight", (experts, hidden))
+        self.plain(f"{prefix}.router.bias", (experts,))
+        quant = self.spec.quantization
+        for proj, n_out, n_in in (("gate_up_proj", 2 * size, hidden), ("down_proj", hidden, size)):
+            if quant is not None and quant.method == "mxfp4":
+                # MXFP4 (design/engines.md §11.2): *_blocks [E, out, in/32, 16] + *_scales [E, out, in/32]
+                self.plain(f"{prefix}.experts.{proj}_blocks", (experts, n_out, n_in // 32, 16), "U8")
+                self.plain(f"{prefix}.experts.{proj}_scales", (experts, n_out, n_in // 32), "U8")
+            else:
+                self.plain(f"{prefix}.experts.{proj}", (experts, n_in, n_out))
+            self.plain(f"{prefix}.experts.{proj}_bias", (experts, n_out))
+
+    def decoder_layer(self, prefix: str, layer: Layer) -> None:
+        hidden = self.spec.hidden_size or 0
+        model_type = _text_model_type(self.spec, self.config)
+        self.plain(f"{prefix}.input_layernorm.weight", (hidden,))
+        self.plain(f"{prefix}.post_attention_layernorm.weight", (hidden,))
+        if model_type in _FOUR_NORMS:
+            self.plain(f"{prefix}.pre_feedforward_layernorm.weight", (hidden,))
+            self.plain(f"{prefix}.post_feedforward_layernorm.weight", (hidden,))
+        if layer.kind in (LayerKind.LINEAR, LayerKind.MAMBA):
+            self.warnings.append(f"{prefix}: {layer.kind.value} mixer weights are not derived")
+        elif layer.kind is not LayerKind.NONE:
+            self.attention(prefix, layer)
+        if layer.moe and self.spec.num_experts:
+            self.moe(prefix)
+        elif self.spec.intermediate_size:
+            self.dense_mlp(f"{prefix}.mlp", self.spec.intermediate_size)
+        else:
+            self.warnings.append(f"{prefix}: intermediate_size unknown, MLP not derived")
+
+    def mtp_layer(self, prefix: str, layer: Layer) -> None:
+        """DeepSeek-V3 next-token-prediction block: a decoder layer plus its own embedding, projections, head."""
+        hidden, vocab = self.spec.hidden_size or 0, self.spec.vocab_size or 0
+        self.decoder_layer(prefix, layer)
+        self.plain(f"{prefix}.embed_tokens.weight", (vocab, hidden))
+        self.plain(f"{prefix}.enorm.weight", (hidden,))
+        self.plain(f"{prefix}.hnorm.weight", (hidden,))
+        self.plain(f"{prefix}.eh_proj.weight", (hidden, 2 * hidden))
+        self.plain(f"{prefix}.shared_head.norm.weight", (hidden,))
+        self.plain(f"{prefix}.shared_head.head.weight", (vocab, hidden))
+
+    def siglip_vision(self, vision: Mapping[str, Any], text_hidden: int) -> None:
+        """SigLIP tower + Gemma-3 projector (transformers SiglipVisionModel, Gemma3MultiModalProjector)."""
+        hidden, inter = int(vision["hidden_size"]), int(vision["intermediate_size"])
+        patch, image = int(vision["patch_size"]), int(vision["image_size"])
+        channels = int(vision.get("num_channels", 3))
+        base = "vision_tower.vision_model"
+        self.plain(f"{base}.embeddings.patch_embedding.weight", (hidden, channels, patch, patch))
+        self.plain(f"{base}.embeddings.patch_embedding.bias", (hidden,))
+        self.plain(f"{base}.embeddings.position_embedding.weight", ((image // patch) ** 2, hidden))
+        for il in range(int(vision["num_hidden_layers"])):
+            p = f"{base}.encoder.layers.{il}"
+            for norm in ("layer_norm1", "layer_norm2"):
+                self.plain(f"{p}.{norm}.weight", (hidden,))
+                self.plain(f"{p}.{norm}.bias", (hidden,))
+            for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
+                self.plain(f"{p}.self_attn.{proj}.weight", (hidden, hidden))
+                self.plain(f"{p}.self_attn.{proj}.bias", (hidden,))
+            self.plain(f"{p}.mlp.fc1.weight", (inter, hidden))
+            self.plain(f"{p}.mlp.fc1.bias", (inter,))
+            self.plain(f"{p}.mlp.fc2.weight", (hidden, inter))
+            self.plain(f"{p}.mlp.fc2.bias", (hidden,))
+        self.plain(f"{base}.post_layernorm.weight", (hidden,))
+        self.plain(f"{base}.post_layernorm.bias", (hidden,))
+        self.plain("multi_modal_projector.mm_input_projection_weight", (hidden, text_hidden))
+        self.plain("multi_modal_projector.mm_soft_emb_norm.weight", (hidden,))
+
+
+@dataclass(frozen=True)
+class _Exclusions:
+    """Modules a quantization config leaves unquantized: exact dotted names (matching at any depth),
+    fnmatch globs and ``re:`` regexes."""
+
+    names: frozenset[str]
+    pattern: re.Pattern[str] | None
+
+    def match(self, name: str) -> bool:
+        parts = name.split(".")
+        for i in range(len(parts)):
+            for j in range(i + 1, len(parts) + 1):
+                if ".".join(parts[i:j]) in self.names:
+                    return True
+        return bool(self.pattern and self.pattern.search(name))
+
+
+def _exclusions(quant: Quantization) -> _Exclusions:
+    names: set[str] = set()
+    regexes: list[str] = []
+    details = quant.details or {}
+    for key in ("modules_to_not_convert", "ignore", "exclude_modules", "llm_int8_skip_modules"):
+        for pattern in details.get(key) or ():
+            if not isinstance(pattern, str) or not pattern:
+                continue
+            if pattern.startswith("re:"):
+                regexes.append(pattern[3:])
+            elif any(ch in pattern for ch in "*?["):
+                glob = fnmatch.translate(pattern).removeprefix("(?s:").removesuffix(")\\Z")
+                regexes.append(f"(?:^|\\.){glob}(?:\\.|$)")
+            else:
+                names.add(pattern)
+    try:
+        compiled = re.compile("|".join(f"(?:{r})" for r in regexes)) if regexes else None
+    except re.error:
+        compiled = None
+    return _Exclusions(frozenset(names), compiled)
+
+
+def _text_model_type(spec: ModelSpec, config: Mapping[str, Any]) -> str | None:
+    text = config.get("text_config") if isinstance(config.get("text_config"), Mapping) else None
+    if text and isinstance(text.get("model_type"), str):
+        return text["model_type"]
+    return (spec.extra or {}).get("text_model_type") or spec.model_type
+
+
+def _text_prefix(spec: ModelSpec, config: Mapping[str, Any]) -> str:
+    """Where the decoder lives in the checkpoint's names (Gemma-3 multimodal: ``language_model.model``)."""
+    if isinstance(config.get("text_config"), Mapping) and spec.model_type in ("gemma3", "mistral3", "llava"):
+        return "language_model.model"
+    return "model"
+
+
+def tensors_from_spec(spec: ModelSpec, config: Mapping[str, Any] | None = None) -> list[TensorInfo]:
+    """The tensor list a checkpoint of ``spec`` holds (HF names, shapes, stored dtypes)."""
+    return _build(spec, config or {}).tensors
+
+
+def derive_warnings(spec: ModelSpec, config: Mapping[str, Any] | None = None) -> list[str]:
+    """What the derived tensor list leaves out or guesses, one line each (deduplicated)."""
+    return list(dict.fromkeys(_build(spec, config or {}).warnings))
+
+
+def derived_weights(spec: ModelSpec, config: Mapping[str, Any] | None = None) -> Weights:
+    """``Weights`` summed from the derived tensor list (``exact=False``)."""
+    tensors = tensors_from_spec(spec, config)
+    return weights_from_tensor_list(
+        tensors, component_of=lambda n: hf_component(n, num_layers=spec.num_layers),
+        quantization=spec.quantization, source=DERIVED_SOURCE, exact=False)
+
+
+def _build(spec: ModelSpec, config: Mapping[str, Any]) -> _Builder:
+    dtype = _DTYPES.get(spec.dtype or "", "BF16")
+    builder = _Builder(spec=spec, config=_text_config(config), dtype=dtype)
+    if spec.dtype not in _DTYPES:
+        builder.warnings.append(f"dtype {spec.dtype!r} not stated: unquantized tensors counted as BF16")
+    hidden, vocab = spec.hidden_size, spec.vocab_size
+    if not hidden or not vocab:
+        builder.warnings.append("hidden_size or vocab_size unknown: no tensor list derived")
+        return builder
+    prefix = _text_prefix(spec, config)
+    builder.plain(f"{prefix}.embed_tokens.weight", (vocab, hidden))
+    for il, layer in enumerate(spec.layers):
+        builder.decoder_layer(f"{prefix}.layers.{il}", layer)
+    for extra in range(spec.num_mtp_layers):
+        template = next((l for l in reversed(spec.layers) if l.moe), spec.layers[-1] if spec.layers else None)
+        if template is not None:
+            builder.mtp_layer(f"{prefix}.layers.{spec.num_layers + extra}", template)
+    builder.plain(f"{prefix}.norm.weight", (hidden,))
+    if spec.tie_word_embeddings is None:
+        # transformers' PretrainedConfig default is tie_word_embeddings=True
+        builder.warnings.append("tie_word_embeddings not stated: lm_head assumed tied to the embeddings")
+    elif not spec.tie_word_embeddings:
+        head = "language_model.lm_head" if prefix.startswith("language_model") and spec.model_type != "gemma3" \
+            else "lm_head"
+        builder.plain(f"{head}.weight", (vocab, hidden))
+    vision = config.get("vision_config")
+    if isinstance(vision, Mapping):
+        if vision.get("model_type") == "siglip_vision_model":
+            builder.siglip_vision(vision, hidden)
+        else:
+            builder.warnings.append(f"vision tower {vision.get('model_type')!r}: weights not derived")
+    return builder
+
+
+def _text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    text = config.get("text_config")
+    if isinstance(text, Mapping):
+        merged = dict(config)
+        merged.update(text)
+        return merged
+    return config
+
+
+def derived_total_bytes(tensors: Iterable[TensorInfo]) -> int:
+    return sum(t.nbytes for t in tensors)
