@@ -42,7 +42,10 @@ def max_context(spec: ModelSpec, hardware: Hardware, choice: EngineChoice, workl
     if _fits(top):
         return upper
     if top.capacity.max_context is not None and _closed_form_capacity(top):
-        return min(top.capacity.max_context, upper)
+        candidate = min(top.capacity.max_context, upper)
+        # the closed form only knows the KV pool; the engine may still refuse for another reason
+        if candidate == 0 or _fits(_at(spec, hardware, choice, workload, context=candidate)):
+            return candidate
     low, high = 0, upper
     while low < high:
         mid = (low + high + 1) // 2
@@ -58,6 +61,8 @@ def max_concurrency(spec: ModelSpec, hardware: Hardware, choice: EngineChoice, w
     report e.g. vLLM's "Maximum concurrency … 3.3x"; whole sequences otherwise)."""
     base = _at(spec, hardware, choice, workload, concurrency=1)
     if _closed_form_capacity(base) and base.capacity.max_concurrency is not None:
+        if not _fits(base) and base.capacity.max_concurrency >= 1:
+            return 0.0  # the engine refuses for a reason other than its KV pool (e.g. no room outside its budget)
         return float(base.capacity.max_concurrency)
     if not _fits(base):
         return 0.0
