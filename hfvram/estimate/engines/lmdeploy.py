@@ -194,7 +194,7 @@ class LmdeployProfile:
             explain["budget"] = "no GPU: the KV share and the slack are fractions of an unknown free memory"
         activations = int(slack)
         explain["activations"] = (
-            f"what LMDeploy leaves outside the KV cache: "
+            "what LMDeploy leaves outside the KV cache: "
             + ("runtime buffers + " if s.backend == "pytorch" else "")
             + f"the other {1 - s.cache_max_entry_count:.2f} of the free memory (activations, §10)"
         )

@@ -196,7 +196,7 @@ def _is_mla(spec: ModelSpec) -> bool:
 
 def resolve_settings(
     spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload,
-    rules: Mapping[str, Any], rules_version: str, warnings: list[str], explain: dict[str, str],
+    rules: Mapping[str, Any], rules_version: str, warnings: list[str],
 ) -> Settings:
     tp, pp = common.resolve_parallel(choice, hardware, ("tp-size", "tp", "tensor-parallel-size"), ("pp-size", "pp"))
     gpu_mem_mib = hardware.gpu.gpu_memory_bytes / MiB if hardware else None
@@ -260,7 +260,7 @@ class SglangProfile:
         warnings: list[str] = []
         explain: dict[str, str] = {}
         spec = with_weights_or_derived(spec, warnings)
-        s = resolve_settings(spec, hardware, choice, workload, rules, rules_version, warnings, explain)
+        s = resolve_settings(spec, hardware, choice, workload, rules, rules_version, warnings)
         context = workload.context or s.context_length
         if context > s.context_length:
             warnings.append(f"context {context} is longer than SGLang's context_length {s.context_length}")
