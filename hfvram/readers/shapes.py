@@ -279,6 +279,8 @@ class _Exclusions:
     pattern: re.Pattern[str] | None
 
     def match(self, name: str) -> bool:
+        if not self.names:
+            return bool(self.pattern and self.pattern.search(name))
         parts = name.split(".")
         for i in range(len(parts)):
             for j in range(i + 1, len(parts) + 1):

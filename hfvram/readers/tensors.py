@@ -73,7 +73,7 @@ def tensor_nbytes(dtype: str, shape: Sequence[int]) -> int | None:
 _LAYER_INDEX = re.compile(r"(?:^|\.)(?:layers|layer|h|blocks|block)\.(\d+)\.")
 _GGUF_BLOCK = re.compile(r"^blk\.(\d+)\.")
 
-_VISION_MARKERS = ("vision_tower", "visual.", "vision_model", "multi_modal_projector", "mm_projector",
+_VISION_MARKERS = ("vision_tower", "visual.", "vision_backbone", "vision_model", "multi_modal_projector", "mm_projector",
                    "vision_embed", "image_newline", "vision_encoder", "vision.")
 _EMBEDDING_SEGMENTS = {"embed_tokens", "wte", "wpe", "word_embeddings", "tok_embeddings", "position_embeddings",
                        "token_type_embeddings", "embedding", "embeddings"}
@@ -90,15 +90,25 @@ def _is_norm(segments: Sequence[str]) -> bool:
     return any("norm" in seg.lower() for seg in segments[:-1]) or any(seg in _NORM_SEGMENTS for seg in segments)
 
 
+_DIGITS = re.compile(r"\.\d+\.")
+
+
 def hf_component(name: str, *, num_layers: int | None = None) -> str:
     """Component (a key of ``hfvram.spec.COMPONENTS``) of a Hugging Face checkpoint tensor name."""
+    if num_layers is not None:
+        layer = _LAYER_INDEX.search(name)
+        if layer and int(layer.group(1)) >= num_layers and ".layers." in f".{name}" \
+                and not any(marker in name for marker in _VISION_MARKERS):
+            return "mtp"
+    return _hf_component_by_pattern(_DIGITS.sub(".#.", name))
+
+
+@lru_cache(maxsize=8192)
+def _hf_component_by_pattern(name: str) -> str:
     if any(marker in name for marker in _VISION_MARKERS):
         return "vision"
     segments = _segments(name)
-    if "mtp" in segments or name.startswith("mtp."):
-        return "mtp"
-    layer = _LAYER_INDEX.search(name)
-    if num_layers is not None and layer and int(layer.group(1)) >= num_layers and "layers" in segments:
+    if "mtp" in segments:
         return "mtp"
     if "lm_head" in segments:
         return "lm_head"
@@ -113,9 +123,9 @@ def hf_component(name: str, *, num_layers: int | None = None) -> str:
         return "router"
     if any(seg in _EMBEDDING_SEGMENTS for seg in segments):
         return "embeddings"
-    if any(seg in _ATTENTION_SEGMENTS for seg in segments):
+    if any(seg in _ATTENTION_SEGMENTS or seg.startswith("att") for seg in segments):
         return "attention"
-    if any(seg in _MLP_SEGMENTS for seg in segments):
+    if any(seg in _MLP_SEGMENTS or seg.startswith("ff_") for seg in segments):
         return "mlp"
     return "other"
 

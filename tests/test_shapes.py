@@ -1,0 +1,152 @@
+"""Derived tensor lists (hfvram.readers.shapes) against real checkpoint indexes and the articles' figures.
+
+Real data: fixtures/hub/*/model.safetensors.index.json (metadata.total_size = real bytes; weight_map = real
+tensor names), see fixtures/README.md and /work/shared/corpus/SOURCES.md. Figures: article 000
+(/work/shared/sources/000_2b16273473e7c11a.txt) as summarised in /work/shared/README.md.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+from hfvram.readers.config import read_config
+from hfvram.readers.safetensors import weights_from_tensors
+from hfvram.readers.shapes import DERIVED_SOURCE, derive_warnings, derived_weights, tensors_from_spec
+from hfvram.readers.tensors import params_active
+from hfvram.spec import Layer, LayerKind, ModelSpec, Quantization
+
+HUB = Path(__file__).resolve().parent.parent / "fixtures" / "hub"
+COMPANIONS = ("quantize_config.json", "hf_quant_config.json")
+
+
+@lru_cache(maxsize=None)
+def load(repo: str) -> tuple[ModelSpec, dict]:
+    folder = HUB / repo
+    config = json.loads((folder / "config.json").read_text())
+    companions = {name: json.loads((folder / name).read_text()) for name in COMPANIONS if (folder / name).exists()}
+    return read_config(config, companions=companions, use_transformers=False), config
+
+
+def index_of(repo: str) -> dict:
+    return json.loads((HUB / repo / "model.safetensors.index.json").read_text())
+
+
+@pytest.mark.parametrize("repo", ["google/gemma-2-9b-it", "google/medgemma-27b-it", "mistralai/Devstral-Small-2507"])
+def test_derived_total_within_one_percent_of_real_index(repo):
+    spec, config = load(repo)
+    weights = derived_weights(spec, config)
+    real = index_of(repo)["metadata"]["total_size"]
+    assert weights.exact is False and weights.source == DERIVED_SOURCE
+    assert abs(weights.total_bytes - real) / real < 0.01
+    # and the tensor names are the checkpoint's own
+    names = {t.name for t in tensors_from_spec(spec, config)}
+    assert names == set(index_of(repo)["weight_map"])
+
+
+def test_medgemma_vision_tower_is_in_the_vision_component():
+    spec, config = load("google/medgemma-27b-it")
+    weights = derived_weights(spec, config)
+    # SigLIP-So400m tower (~0.42 B parameters) + projector; index total_parameters 28,842,036,848 counts the
+    # tied lm_head a second time (262,208 × 5,376)
+    assert 0.40e9 < weights.params_by_component["vision"] < 0.45e9
+    assert weights.params_total + 262_208 * 5_376 == index_of("google/medgemma-27b-it")["metadata"]["total_parameters"]
+
+
+def test_devstral_parameters_match_index_total_parameters():
+    spec, config = load("mistralai/Devstral-Small-2507")
+    assert derived_weights(spec, config).params_total == index_of("mistralai/Devstral-Small-2507")["metadata"][
+        "total_parameters"]
+
+
+def test_gptq_int4_bytes_per_parameter():
+    """Article 000: GPTQ / AWQ int4 take 0.52–0.55 bytes per parameter (not 0.5)."""
+    spec, config = load("TheBloke/Llama-2-13B-chat-GPTQ")
+    tensors = tensors_from_spec(spec, config)
+    weights = weights_from_tensors(tensors, quantization=spec.quantization, num_layers=spec.num_layers)
+    assert {t.dtype for t in tensors if t.name.endswith(".qweight")} == {"I32"}
+    quantized_bytes = weights.bytes_by_component["attention"] + weights.bytes_by_component["mlp"]
+    quantized_params = weights.params_by_component["attention"] + weights.params_by_component["mlp"]
+    assert 0.52 <= quantized_bytes / quantized_params <= 0.55
+    assert 13.0e9 < weights.params_total < 13.1e9  # Llama-2-13B
+    # fp16 embeddings and lm_head lift the whole checkpoint a little above that
+    assert 0.55 < weights.total_bytes / weights.params_total < 0.57
+
+
+def test_gpt_oss_120b_mxfp4_is_about_63_gb_and_bf16_would_be_about_234():
+    """Article 000: gpt-oss-120b ships MXFP4 experts (4.25 bits): ~63 GB, one 80 GB card; BF16 ~234 GB."""
+    spec, config = load("openai/gpt-oss-120b")
+    weights = derived_weights(spec, config)
+    assert weights.total_bytes == pytest.approx(63e9, rel=0.05)
+    assert weights.total_bytes < 80e9
+    # expert biases are BF16 parameters too, hence a hair under 4.25 bits over all expert parameters
+    assert weights.bytes_by_dtype["U8"] / weights.params_by_component["experts"] * 8 == pytest.approx(4.25, rel=1e-3)
+    from dataclasses import replace
+
+    bf16 = derived_weights(replace(spec, quantization=None), config)
+    assert bf16.total_bytes == pytest.approx(234e9, rel=0.02)
+    assert bf16.params_total == weights.params_total
+
+
+def test_moe_counts_every_expert():
+    """Article 000: Mixtral-8x7B has 46.7B total parameters (not the 13B active)."""
+    spec, config = load("mistralai/Mixtral-8x7B-v0.1")
+    weights = derived_weights(spec, config)
+    assert weights.params_total == pytest.approx(46.7e9, rel=0.005)
+    active = params_active(weights, spec)
+    assert active == pytest.approx(12.9e9, rel=0.02)
+    qwen, qwen_config = load("Qwen/Qwen3-30B-A3B")
+    qwen_weights = derived_weights(qwen, qwen_config)
+    assert qwen_weights.params_total == pytest.approx(30.5e9, rel=0.01)  # "30B-A3B": 30.5B total, 3.3B active
+    assert params_active(qwen_weights, qwen) == pytest.approx(3.3e9, rel=0.03)
+
+
+def test_deepseek_v3_fp8_block_scales_and_mtp():
+    """DeepSeek-V3: 671B main-model parameters plus the MTP block, FP8 weights with 128×128 block scales."""
+    spec, config = load("deepseek-ai/DeepSeek-V3")
+    tensors = tensors_from_spec(spec, config)
+    by_name = {t.name: t for t in tensors}
+    q_b = by_name["model.layers.0.self_attn.q_b_proj.weight"]
+    assert q_b.dtype == "F8_E4M3" and q_b.shape == (128 * 192, 1536)
+    assert by_name["model.layers.0.self_attn.q_b_proj.weight_scale_inv"].shape == (192, 12)
+    assert by_name["model.embed_tokens.weight"].dtype == "BF16"
+    assert "model.layers.61.eh_proj.weight" in by_name and "model.layers.3.mlp.experts.255.down_proj.weight" in by_name
+    assert "model.layers.2.mlp.gate_proj.weight" in by_name  # first_k_dense_replace = 3 dense layers
+    weights = derived_weights(spec, config)
+    main = weights.params_total - weights.params_by_component["mtp"]
+    assert main == pytest.approx(671e9, rel=0.005)
+
+
+def test_fp8_per_tensor_nvfp4_and_compressed_tensors_layouts():
+    fp8, fp8_config = load("nvidia/Llama-3.1-70B-Instruct-FP8")
+    names = {t.name: t for t in tensors_from_spec(fp8, fp8_config)}
+    assert names["model.layers.0.mlp.up_proj.weight"].dtype == "F8_E4M3"
+    assert names["model.layers.0.mlp.up_proj.weight_scale"].shape == ()
+    assert names["lm_head.weight"].dtype == "BF16"  # exclude_modules: lm_head
+    nvfp4, nvfp4_config = load("nvidia/Qwen3-30B-A3B-NVFP4")
+    weights = derived_weights(nvfp4, nvfp4_config)
+    bf16, _ = load("Qwen/Qwen3-30B-A3B")
+    assert weights.params_total == derived_weights(bf16, nvfp4_config).params_total  # U8 unpacked 2 per byte
+    names = {t.name: t for t in tensors_from_spec(nvfp4, nvfp4_config)}
+    assert names["model.layers.0.mlp.gate.weight"].dtype == "BF16"  # router excluded
+    assert names["model.layers.0.mlp.experts.0.up_proj.weight"].shape == (768, 1024)
+
+
+def test_hand_built_spec_and_warnings():
+    layer = Layer(LayerKind.FULL, num_kv_heads=2, head_dim_k=8, head_dim_v=8)
+    spec = ModelSpec(architecture="LlamaForCausalLM", model_type="llama", dtype=None, num_layers=2,
+                     layers=(layer, Layer(LayerKind.MAMBA)), hidden_size=32, intermediate_size=64,
+                     num_attention_heads=4, vocab_size=100, tie_word_embeddings=False,
+                     quantization=Quantization(method="awq", bits=4, group_size=32))
+    tensors = {t.name: t for t in tensors_from_spec(spec)}
+    # AWQ (engines.md §11.2): qweight int32 [in, out/8], qzeros [in/g, out/8], scales fp16 [in/g, out]
+    assert tensors["model.layers.0.mlp.up_proj.qweight"].shape == (32, 8)
+    assert tensors["model.layers.0.mlp.up_proj.scales"].shape == (1, 64)
+    assert tensors["model.embed_tokens.weight"].dtype == "BF16"
+    warnings = derive_warnings(spec)
+    assert any("dtype" in w for w in warnings) and any("mamba" in w for w in warnings)
+    empty = ModelSpec(architecture=None, model_type=None, dtype="bfloat16", num_layers=0, layers=())
+    assert tensors_from_spec(empty) == [] and derive_warnings(empty)
