@@ -1,8 +1,8 @@
 """llama.cpp: hfvram's prediction next to what llama.cpp really sized, term by term (issue 6).
 
 Reads ``benchmarks/data/llamacpp_truth.jsonl`` (written by ``benchmarks/llamacpp_truth.py`` from real llama.cpp
-loads), rebuilds each model's ``ModelSpec`` from the GGUF facts stored in the row, runs the llama.cpp profile's
-own functions with the row's settings, and compares:
+loads), reads each model's ``ModelSpec`` from its GGUF header with hfvram's GGUF reader, runs the llama.cpp
+profile's own functions with the row's settings, and compares:
 
 - KV cache: K and V MiB of every ``llama_kv_cache: size`` line (target: exact to the printed 0.01 MiB);
 - recurrent state: R + S MiB of ``llama_memory_recurrent: size`` (exact);
@@ -19,6 +19,7 @@ import argparse
 import json
 import sys
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
@@ -28,7 +29,8 @@ if str(REPO) not in sys.path:
 
 from hfvram.estimate.engines import llamacpp  # noqa: E402
 from hfvram.estimate.types import EngineChoice, Workload  # noqa: E402
-from hfvram.spec import Layer, LayerKind, ModelSpec, Weights  # noqa: E402
+from hfvram.readers.gguf import read_gguf_file, spec_from_gguf  # noqa: E402
+from hfvram.spec import ModelSpec  # noqa: E402
 
 TRUTH = REPO / "benchmarks" / "data" / "llamacpp_truth.jsonl"
 MiB = 1 << 20
@@ -39,52 +41,16 @@ COMPUTE_TOLERANCE = 0.10
 MODEL_TOLERANCE = 0.01
 
 
-def _per_layer(value: Any, n: int) -> list[int]:
-    if isinstance(value, list):
-        return [int(v) for v in value]
-    return [int(value or 0)] * n
+@lru_cache(maxsize=None)
+def spec_of_header(relative_path: str) -> ModelSpec:
+    path = REPO / relative_path
+    return spec_from_gguf([read_gguf_file(path)], filename=path.name)
 
 
-def spec_from_facts(facts: Mapping[str, Any]) -> ModelSpec:
-    """A ModelSpec built from the GGUF facts a truth row carries (what hfvram.readers.gguf reads from the same
-    metadata keys): per-layer kinds as llama.cpp decides them (recurrent when head_count_kv and
-    feed_forward_length are 0 with SSM keys; SWA layers per the arch pattern; MLA when kv_lora_rank is set)."""
-    n = int(facts["n_layer"])
-    n_head_kv = _per_layer(facts["n_head_kv"], n)
-    n_ff = _per_layer(facts.get("n_ff"), n)
-    swa = set(facts.get("swa_layers") or [])
-    lead = int(facts.get("n_layer_dense_lead") or 0)
-    layers = []
-    for il in range(n):
-        moe = bool(facts.get("n_expert")) and il >= lead
-        if facts.get("ssm_d_inner") and n_head_kv[il] == 0 and n_ff[il] == 0:
-            d_inner, d_state, groups = facts["ssm_d_inner"], facts["ssm_d_state"], facts["ssm_n_group"]
-            layers.append(Layer(LayerKind.MAMBA, conv_state_elems=(facts["ssm_d_conv"] - 1) * (d_inner + 2 * groups * d_state),
-                                ssm_state_elems=d_state * d_inner, state_dtype_bytes=4.0, state_heads=facts.get("ssm_dt_rank") or 0))
-        elif n_head_kv[il] == 0:
-            layers.append(Layer(LayerKind.NONE, moe=moe))
-        elif facts.get("kv_lora_rank"):
-            layers.append(Layer(LayerKind.MLA, num_kv_heads=1, kv_lora_rank=facts["kv_lora_rank"],
-                                qk_rope_head_dim=facts["rope_dims"], moe=moe))
-        else:
-            kind = LayerKind.SLIDING if il in swa else LayerKind.FULL
-            layers.append(Layer(kind, num_kv_heads=n_head_kv[il], head_dim_k=facts["key_length"],
-                                head_dim_v=facts["value_length"], window=facts.get("n_swa") if il in swa else None, moe=moe))
-    roles = facts["tensor_bytes_by_role"]
-    components = {"embeddings": roles["token_embd"], "lm_head": roles["output"], "experts": roles["experts"],
-                  "other": roles["blocks"] + roles["other"]}
-    weights = Weights(total_bytes=facts["tensor_bytes"], params_total=0, bytes_by_component=components,
-                      bytes_by_dtype=facts.get("tensor_bytes_by_type", {}), exact=True, source="GGUF tensor infos",
-                      num_tensors=facts.get("n_tensors", 0))
-    return ModelSpec(
-        architecture=facts["arch"], model_type=facts["arch"], dtype="float16", num_layers=n, layers=tuple(layers),
-        hidden_size=facts["n_embd"], intermediate_size=max(n_ff) if n_ff else None,
-        num_attention_heads=facts["n_head"] if not isinstance(facts["n_head"], list) else max(facts["n_head"]),
-        vocab_size=facts["n_vocab"], max_position_embeddings=facts.get("n_ctx_train"),
-        tie_word_embeddings=bool(facts.get("tied_embeddings")), num_experts=facts.get("n_expert"),
-        experts_per_token=facts.get("n_expert_used"), moe_intermediate_size=facts.get("n_ff_exp"),
-        weights=weights, extra={"gguf_arch": facts["arch"]},
-    )
+def spec_for_row(row: Mapping[str, Any]) -> ModelSpec:
+    """The model of a truth row, read from its GGUF header (metadata + tensor infos) with hfvram's own reader —
+    the same path ``hfvram check model.gguf`` takes."""
+    return spec_of_header(row["header"])
 
 
 def choice_for(settings: Mapping[str, Any]) -> EngineChoice:
@@ -147,7 +113,7 @@ def compare_row(row: Mapping[str, Any]) -> Iterator[Comparison]:
     """Every term of one measured load next to the profile's prediction."""
     if row["rc"] != 0:
         return
-    spec = spec_from_facts(row["facts"])
+    spec = spec_for_row(row)
     _, rules, consts = llamacpp.rules_for(EngineChoice(name="llama.cpp"))
     s = llamacpp.resolve_settings(spec, choice_for(row["settings"]), Workload(), rules)
     measured = row["measured"]

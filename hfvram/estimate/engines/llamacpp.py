@@ -328,14 +328,18 @@ def layer_live_elems(spec: ModelSpec, c: Mapping[str, float]) -> float:
     return c["dense_ff_factor"] * (spec.intermediate_size or 0) + c["dense_embd_factor"] * n_embd
 
 
-def attention_kv_views(spec: ModelSpec, s: Settings, pad: int = 256) -> list[int]:
-    """Distinct KV lengths the graph's masks cover: n_ctx_seq for full layers, the SWA size for windowed layers."""
-    kinds = set()
-    for layer in spec.layers:
-        cells = layer_cells(layer, s, pad)
-        if cells:
-            kinds.add(cells if layer.kind in WINDOWED_KINDS else ("full", cells))
-    return sorted({k[1] if isinstance(k, tuple) else k for k in kinds} | set())
+def attention_masks(spec: ModelSpec, s: Settings, pad: int = 256) -> list[int]:
+    """KV lengths of the masks the graph keeps alive: one for the full-attention layers (n_ctx_seq) and one for
+    the sliding-window layers (their cell count) — two masks even when both have the same length (measured on
+    gemma-2 with np 4: the layer term needs both)."""
+    masks = []
+    full = [layer_cells(layer, s, pad) for layer in spec.layers if layer.kind in (LayerKind.FULL, LayerKind.MLA)]
+    windowed = [layer_cells(layer, s, pad) for layer in spec.layers if layer.kind in WINDOWED_KINDS]
+    if full:
+        masks.append(max(full))
+    if windowed:
+        masks.append(max(windowed))
+    return masks
 
 
 def compute_buffer_bytes(spec: ModelSpec, s: Settings, c: Mapping[str, float], *, with_output: bool = True,
@@ -351,15 +355,23 @@ def compute_buffer_bytes(spec: ModelSpec, s: Settings, c: Mapping[str, float], *
     vocab = spec.vocab_size or 0
     n_head = spec.num_attention_heads or 0
     logits = (n_out * vocab / ub + c["logits_embd_factor"] * n_embd) if with_output else 0.0
-    views = sorted({layer_cells(layer, s, pad) for layer in spec.layers if layer_cells(layer, s, pad)})
+    views = attention_masks(spec, s, pad)
     layer = layer_live_elems(spec, c)
+    mla = [l for l in spec.layers if l.kind is LayerKind.MLA]
+    extra = 0.0
+    if mla:
+        # absorbed MLA queries (one latent + rope per head) stay live next to either peak; fitted on
+        # DeepSeek-V2-Lite (benchmarks/data/llamacpp_truth.jsonl), see docs/accuracy.md
+        extra = c["mla_head_factor"] * n_head * (mla[0].kv_lora_rank + mla[0].qk_rope_head_dim)
+        logits += extra
+        layer += extra
     if s.flash_attn:
         attention = layer + c["mask_fa_on"] * sum(views)
         live = max(logits, attention)
         rule = f"FA on: max(logits {logits:.0f}, layer {layer:.0f} + f16 masks {c['mask_fa_on'] * sum(views):.0f})"
     else:
         n_kv = max(views, default=0)
-        scores = n_kv * n_head + c["mask_fa_off"] * sum(views) + c["fa_off_embd_factor"] * n_embd
+        scores = n_kv * n_head + c["mask_fa_off"] * sum(views) + c["fa_off_embd_factor"] * n_embd + extra
         live = max(logits, layer, scores)
         rule = f"FA off: max(logits {logits:.0f}, layer {layer:.0f}, KQ {scores:.0f})"
     size = int(4 * ub * live)
