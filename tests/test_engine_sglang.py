@@ -115,11 +115,7 @@ def test_qwen3_235b_fp8_on_4xh100_against_gt0001():
     # gt-0001/0002 (README "cross-engine"): Qwen3-235B-A22B-FP8 on 4 x H100, SGLang 367,404 tokens.
     # Its settings are not in this copy of the cases; mem_fraction_static 0.9 assumed. Cell: 94 layers x
     # 1 KV head per rank x 256 x 2 B = 48,128 B.
-    config = json.loads((HUB / "Qwen/Qwen3-235B-A22B-FP8/config.json").read_text(encoding="utf-8"))
-    # modules_to_not_convert lists lm_head plus every layer's norms and router gate, which the readers keep
-    # unquantized anyway (same derived total, 236,445,455,360 B); matching the 282 names costs ~30 s
-    config["quantization_config"]["modules_to_not_convert"] = ["lm_head"]
-    spec = with_weights_or_derived(read_config(config, use_transformers=False), [])
+    spec = with_weights_or_derived(spec_of("Qwen/Qwen3-235B-A22B-FP8"), [])
     result = run(spec, "h100x4", gpu_util=0.9)
     assert result.engine["cell_size"] == 48128
     assert result.capacity.kv_tokens == pytest.approx(367_404, rel=0.06)
