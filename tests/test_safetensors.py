@@ -272,3 +272,35 @@ def test_full_header_file_size_of_crafted_file():
     header = read_safetensors_header_full(reader_of(data), filename="c")
     assert header.file_size == len(data) + 12 + 10
     assert parse_header_full(data[8:], filename="c").metadata == {"format": "pt"}
+
+
+# ---- the DERIVED header-only fixtures (scripts/make_safetensors_fixtures.py) --------------------
+
+HUB = FIXTURES / "hub"
+
+
+@pytest.mark.parametrize("repo, shards", [
+    ("google/gemma-2-9b-it", 4), ("meta-llama/Llama-3.1-8B-Instruct", 4), ("Qwen/Qwen3-30B-A3B", 16),
+    ("openai/gpt-oss-20b", 3),
+])
+def test_derived_sharded_fixtures_read_back(repo, shards):
+    folder = HUB / repo
+    assert "DERIVED" in (folder / "DERIVED.md").read_text()
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    assert len(shard_files(index)) == shards
+    tensors = read_sharded_headers(index, lambda name: file_reader(folder / name))
+    assert set(tensors) == set(index["weight_map"])
+    weights = weights_from_tensors(tensors.values())
+    if repo == "google/gemma-2-9b-it":  # real index (SOURCES.md): total_size 18,483,411,968
+        assert abs(weights.total_bytes - index["metadata"]["total_size"]) / index["metadata"]["total_size"] < 0.01
+    else:  # derived index: total_size is the derived sum
+        assert weights.total_bytes == index["metadata"]["total_size"]
+
+
+def test_derived_gptq_single_file_fixture():
+    path = HUB / "TheBloke" / "Llama-2-13B-chat-GPTQ" / "model.safetensors"
+    header = read_safetensors_header_full(file_reader(path), filename=path.name)
+    assert header.header_length % 8 == 0
+    weights = weights_from_tensors(header.tensors.values(), quantization=Quantization("gptq", bits=4, group_size=128))
+    assert 13.0e9 < weights.params_total < 13.1e9  # packed int32 qweight unpacked, 8 weights each
+    assert weights.bytes_by_dtype["I32"] > weights.bytes_by_dtype["F16"]
