@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterator, Mapping
@@ -115,7 +115,8 @@ def compare_row(row: Mapping[str, Any]) -> Iterator[Comparison]:
         return
     spec = spec_for_row(row)
     _, rules, consts = llamacpp.rules_for(EngineChoice(name="llama.cpp"))
-    s = llamacpp.resolve_settings(spec, choice_for(row["settings"]), Workload(), rules)
+    # the truth runs are CPU-only: no CUDA row padding
+    s = replace(llamacpp.resolve_settings(spec, choice_for(row["settings"]), Workload(), rules), cuda=False)
     measured = row["measured"]
     name, label = row["model"], describe(row["settings"])
     pad = int(rules["n_ctx_pad"])

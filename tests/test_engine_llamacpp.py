@@ -5,6 +5,7 @@ engines.md (its [measured] table, §4.3/§4.4) and the published llama.cpp logs 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -213,3 +214,15 @@ def test_safetensors_spec_warns_about_conversion(llama8b):
     assert any("not a GGUF" in w for w in result.warnings)
     assert result.capacity.kv_tokens == 8192
     assert result.capacity.max_context and result.capacity.max_context >= 8192
+
+
+def test_cuda_pads_quantized_rows_to_512():
+    # engines.md §4.2: CUDA pads each quantized matrix whose row is not a multiple of 512 elements
+    # (gpt-oss: hidden 2880 = 5 × 512 + 320 -> 192 elements of padding per matrix with 2880-long rows)
+    spec = spec_of("openai/gpt-oss-20b", 12.0)
+    assert llamacpp.cuda_row_padding_bytes(spec) == 0  # unquantized (no bits per weight): nothing to pad
+    quantized = replace(spec, extra={"bits_per_weight": 4.25})
+    padding = llamacpp.cuda_row_padding_bytes(quantized)
+    assert padding == int((192 * 3 + 0 + 192 * 2 + (512 - 2880 % 512) % 512) * 4.25 / 8)
+    llama = replace(spec_of("meta-llama/Llama-3.1-8B-Instruct", 4.6), extra={"bits_per_weight": 4.9})
+    assert llamacpp.cuda_row_padding_bytes(llama) == 0  # 4096 / 14336 are multiples of 512

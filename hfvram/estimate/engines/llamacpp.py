@@ -99,6 +99,8 @@ class Settings:
     fit_target_bytes: int
     n_rs_seq: int
     notes: tuple[str, ...] = ()
+    #: the GPU backend pads quantized rows (CUDA / ROCm); False for Metal and the CPU-only truth runs
+    cuda: bool = True
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -437,6 +439,26 @@ def _layer_weight_bytes(spec: ModelSpec) -> tuple[list[int], list[int], int, int
     return dense, experts, embd, output
 
 
+def cuda_row_padding_bytes(spec: ModelSpec, matrix_row_padding: int = 512) -> int:
+    """Bytes the CUDA buffer type adds per layer: every quantized matrix whose row length ``ne0`` is not a multiple
+    of 512 gets the rest of one padded row (ggml-cuda.cu ``get_alloc_size``: ``row_size(type, 512 − ne0 % 512)``,
+    once per tensor). Row lengths from the spec (hidden, attention width, FFN widths), bytes per element from the
+    file's average bits per weight; 0 for unquantized files. A few KiB per layer at most."""
+    bpw = spec.extra.get("bits_per_weight") if spec.extra else None
+    if not isinstance(bpw, (int, float)) or bpw >= 16:
+        return 0
+    hidden = spec.hidden_size or 0
+    heads = spec.num_attention_heads or 0
+    head_dim = spec.head_dim or 0
+    rows = [hidden] * 3 + [heads * head_dim]  # q, k, v take hidden-long rows; attn_output takes n_head·head_dim
+    if spec.intermediate_size and not spec.num_experts:
+        rows += [hidden, hidden, spec.intermediate_size]
+    if spec.num_experts and spec.moe_intermediate_size:
+        rows += [hidden, hidden, spec.moe_intermediate_size]
+    missing = sum((matrix_row_padding - n % matrix_row_padding) % matrix_row_padding for n in rows if n)
+    return int(missing * bpw / 8)
+
+
 def _device_shares(count: int, tensor_split: Sequence[float]) -> list[float]:
     split = list(tensor_split[:count]) + [0.0] * max(0, count - len(tensor_split)) if tensor_split else [1.0] * count
     total = sum(split) or 1.0
@@ -466,6 +488,7 @@ def place(spec: ModelSpec, s: Settings, kv: KvBytes, n_gpus: int) -> Placement:
     keep matching expert (or other) tensors on the CPU; KV follows its layer unless ``no-kv-offload``."""
     n_layer = spec.num_layers
     dense, experts, embd, output = _layer_weight_bytes(spec)
+    row_padding = cuda_row_padding_bytes(spec)
     gpus = 1 if s.split_mode == "none" else max(1, n_gpus)
     shares = _device_shares(gpus, s.tensor_split)
     devices = place_layers(n_layer, min(s.n_gpu_layers, n_layer + 1), shares)
@@ -487,7 +510,7 @@ def place(spec: ModelSpec, s: Settings, kv: KvBytes, n_gpus: int) -> Placement:
             cpu_w += layer_dense + layer_experts
             cpu_kv += layer_kv
             continue
-        gpu_w[dev] += layer_dense + layer_experts
+        gpu_w[dev] += layer_dense + layer_experts + (row_padding if s.cuda else 0)
         gpu_layers[dev] += 1
         if s.kv_offload:
             gpu_kv[dev] += layer_kv
@@ -524,9 +547,13 @@ def rules_for(choice: EngineChoice, engine: str = ENGINE) -> tuple[str, dict[str
     return version, rules, compute
 
 
+def is_metal(hardware: Hardware | None) -> bool:
+    return hardware is not None and (hardware.gpu.unified_memory or hardware.gpu.vendor == "apple")
+
+
 def overhead_bytes(hardware: Hardware | None, rules: Mapping[str, object]) -> tuple[int, str]:
     """CUDA / Metal context and backend pool per GPU (outside llama.cpp's logged buffers)."""
-    if hardware is not None and (hardware.gpu.unified_memory or hardware.gpu.vendor == "apple"):
+    if is_metal(hardware):
         return int(float(rules["metal_overhead_mib"]) * MiB), "Metal context (constant, llama.cpp.toml metal_overhead_mib)"
     return int(float(rules["cuda_overhead_mib"]) * MiB), "CUDA context + backend memory pool (constant, llama.cpp.toml cuda_overhead_mib; llama.cpp logs it only as 'unaccounted')"
 
@@ -549,6 +576,8 @@ class Breakdown:
 def breakdown(spec: ModelSpec, hardware: Hardware | None, s: Settings, rules: Mapping[str, object],
               compute_consts: Mapping[str, float]) -> Breakdown:
     pad = int(rules["n_ctx_pad"])
+    if is_metal(hardware):
+        s = replace(s, cuda=False)
     kv = kv_bytes(spec, s, pad)
     n_gpus = hardware.count if hardware else 1
     placement = place(spec, s, kv, n_gpus)
