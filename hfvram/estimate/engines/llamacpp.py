@@ -634,7 +634,8 @@ class LlamaCppProfile:
         usable = usable_bytes(hardware, s) if hardware else 0
         per_gpu = PerGpu(weights=p.gpu_weights[dev], kv_cache=p.gpu_kv[dev], activations=b.gpu_compute[dev],
                          overhead=b.overhead, usable=usable, memory=memory)
-        if p.cpu_weights or p.cpu_kv:
+        token_embd = spec.weights.bytes_by_component.get("embeddings", 0) if spec.weights else 0
+        if p.cpu_weights > token_embd or p.cpu_kv:
             warnings.append(
                 f"CPU RAM needed besides the GPUs: {(p.cpu_weights + p.cpu_kv + b.output_buffer) / GiB:.2f} GiB "
                 f"(weights {p.cpu_weights / GiB:.2f} GiB incl. token embeddings, KV {p.cpu_kv / GiB:.2f} GiB, "
@@ -681,54 +682,53 @@ class LlamaCppProfile:
 
     def _capacity(self, spec: ModelSpec, hardware: Hardware | None, s: Settings, rules: Mapping[str, object],
                   compute: Mapping[str, float], kv_tokens: int) -> Capacity:
+        """kv_tokens = cells the cache holds; max_context / max_concurrency by searching the whole breakdown (the
+        compute buffer grows with n_kv without flash attention), in steps of the 256-cell padding."""
         if hardware is None:
             return Capacity(kv_tokens=kv_tokens)
         usable = usable_bytes(hardware, s)
         pad = int(rules["n_ctx_pad"])
+        seqs_now = s.n_stream if s.n_stream > 1 else max(1, s.n_ctx // max(1, s.n_ctx_seq))
+        per_seq_now = s.n_ctx_seq if s.n_stream > 1 else s.n_ctx // seqs_now
 
-        def fits(ctx_seq: int, seqs: int) -> bool:
-            n_ctx = ctx_seq * seqs
-            trial = replace(s, n_ctx=n_ctx, n_ctx_seq=ctx_seq if s.n_stream > 1 else n_ctx,
-                            n_stream=s.n_stream, n_seq_max=max(s.n_seq_max, seqs) if s.n_stream == 1 else seqs)
-            if s.n_stream > 1:
-                trial = replace(trial, n_ctx_seq=ctx_seq, n_stream=seqs)
+        def fits(per_seq: int, seqs: int) -> bool:
+            trial = with_context(s, per_seq, seqs, pad)
             b = breakdown(spec, hardware, trial, rules, compute)
             dev = b.worst
             return b.placement.gpu_weights[dev] + b.placement.gpu_kv[dev] + b.gpu_compute[dev] + b.overhead <= usable
 
-        seqs_now = s.n_stream if s.n_stream > 1 else max(1, s.n_ctx // max(1, s.n_ctx_seq))
-        context = s.n_ctx_seq if s.n_stream > 1 else s.n_ctx
-        # longest context (per sequence) at the asked sequence count, in steps of the 256-cell padding
-        lo, hi = 0, max(1, (spec.max_position_embeddings or context) // pad)
-        if fits(hi * pad, seqs_now if s.n_stream > 1 else 1):
-            max_context = hi * pad
-        else:
-            while lo < hi:
-                mid = (lo + hi + 1) // 2
-                if fits(mid * pad, seqs_now if s.n_stream > 1 else 1):
-                    lo = mid
-                else:
-                    hi = mid - 1
-            max_context = lo * pad
-        per_seq = s.n_ctx_seq if s.n_stream > 1 else s.n_ctx
-        if not fits(pad_to_multiple(per_seq, pad), 1):
-            max_conc = 0.0
-        else:
-            lo, hi = 1, 1
-            while hi < 4096 and fits(pad_to_multiple(per_seq, pad), hi * 2):
-                hi *= 2
-            hi = hi * 2
+        limit = max(1, (spec.max_position_embeddings or per_seq_now) // pad)
+        lo, hi = 0, limit
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if fits(mid * pad, seqs_now):
+                lo = mid
+            else:
+                hi = mid - 1
+        max_context = lo * pad
+        max_conc = 0
+        if fits(per_seq_now, 1):
+            lo, hi = 1, 2
+            while hi <= 65536 and fits(per_seq_now, hi):
+                lo, hi = hi, hi * 2
             while lo < hi - 1:
                 mid = (lo + hi) // 2
-                if fits(pad_to_multiple(per_seq, pad), mid):
+                if fits(per_seq_now, mid):
                     lo = mid
                 else:
                     hi = mid
-            max_conc = float(lo)
-        if s.n_stream == 1 and s.n_ctx_seq and s.n_ctx:
-            # unified cache: the context figure is per sequence of the shared cache
-            max_context = max_context // max(1, seqs_now) if seqs_now > 1 else max_context
-        return Capacity(kv_tokens=kv_tokens, max_concurrency=max_conc, max_context=max_context)
+            max_conc = lo
+        return Capacity(kv_tokens=kv_tokens, max_concurrency=float(max_conc), max_context=max_context)
+
+
+def with_context(s: Settings, per_seq: int, seqs: int, pad: int = 256) -> Settings:
+    """The same settings holding ``seqs`` sequences of ``per_seq`` tokens: one unified cache of
+    ``per_seq × seqs`` cells, or ``seqs`` streams of ``per_seq`` cells."""
+    if s.n_stream > 1 or (not s.kv_unified and seqs > 1):
+        cells = pad_cells(per_seq, pad)
+        return replace(s, n_ctx=cells * seqs, n_ctx_seq=cells, n_stream=seqs, n_seq_max=seqs)
+    n_ctx = pad_cells(per_seq * seqs, pad)
+    return replace(s, n_ctx=n_ctx, n_ctx_seq=n_ctx, n_stream=1, n_seq_max=max(s.n_seq_max, seqs))
 
 
 PROFILE = LlamaCppProfile()
