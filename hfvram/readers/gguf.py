@@ -329,12 +329,16 @@ def _per_layer(value: object, n_layers: int, key: str, filename: str) -> list[in
         return None
     if isinstance(value, bool):
         return [int(value)] * n_layers
-    if isinstance(value, (int, float)):
+    if _finite_number(value):
         return [int(value)] * n_layers
-    if isinstance(value, list) and len(value) == n_layers and all(isinstance(v, (int, float)) for v in value):
+    if isinstance(value, list) and len(value) == n_layers and all(_finite_number(v) for v in value):
         return [int(v) for v in value]
     raise MalformedFileError(f"expected a number or {n_layers} numbers, got {str(value)[:80]}",
                              file=filename, field=key)
+
+
+def _finite_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 class _Facts:
@@ -355,7 +359,7 @@ class _Facts:
         value = self.get(suffix, fact)
         if value is None:
             return None
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if not _finite_number(value):
             raise MalformedFileError(f"expected a number, got {str(value)[:80]}", file=self.filename,
                                      field=f"{self.arch}.{suffix}")
         return int(value)
@@ -563,8 +567,10 @@ def spec_from_gguf(headers: Sequence[GGUFHeader], *, filename: str) -> ModelSpec
     experts_used = facts.int("expert_used_count", "experts_per_token")
     head_k = facts.int("attention.key_length") or next((l.head_dim_k for l in layers if l.head_dim_k), None)
     head_v = facts.int("attention.value_length") or head_k
-    ffn = facts.get("feed_forward_length", "intermediate_size")
-    heads = facts.get("attention.head_count")
+    ffn = _per_layer(facts.get("feed_forward_length", "intermediate_size"), n_layers + num_mtp,
+                     f"{arch}.feed_forward_length", filename)
+    heads = _per_layer(facts.get("attention.head_count"), n_layers + num_mtp, f"{arch}.attention.head_count",
+                       filename)
     tied = not any(t.name == "output.weight" for t in tensors)
     facts.provenance["tie_word_embeddings"] = f"derived: {'no' if tied else 'an'} output.weight tensor"
     facts.provenance["weights"] = f"{filename}: GGUF tensor infos (exact)"
@@ -592,9 +598,8 @@ def spec_from_gguf(headers: Sequence[GGUFHeader], *, filename: str) -> ModelSpec
         num_layers=n_layers,
         layers=layers,
         hidden_size=facts.int("embedding_length"),
-        intermediate_size=max(ffn) if isinstance(ffn, list) and ffn else (ffn if isinstance(ffn, int) else None),
-        num_attention_heads=max(heads) if isinstance(heads, list) and heads else (
-            heads if isinstance(heads, int) else None),
+        intermediate_size=max(ffn) if ffn else None,
+        num_attention_heads=max(heads) if heads else None,
         vocab_size=_vocab_size(facts, tensors),
         max_position_embeddings=facts.int("context_length", "max_position_embeddings"),
         tie_word_embeddings=tied,

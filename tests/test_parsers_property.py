@@ -1,0 +1,248 @@
+"""Property tests: the safetensors and GGUF parsers either return or raise MalformedFileError — never anything
+else — on random bytes, on mutated real headers, and round-trip structured random valid headers.
+
+Real headers: fixtures/headers/ (SOURCES.md rows in fixtures/README.md). ~300 examples per property; the number
+of examples run is printed (``pytest -s``) and checked.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+from functools import lru_cache
+from pathlib import Path
+
+import gguf
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hfvram.errors import MalformedFileError
+from hfvram.readers.gguf import SkippedArray, read_gguf_file, read_gguf_header, spec_from_gguf
+from hfvram.readers.safetensors import parse_header, read_safetensors_header
+from hfvram.readers.tensors import safetensors_dtypes, tensor_nbytes
+from test_gguf import ARR, BOOL, F32, F64, I8, I16, I32, I64, STR, U8, U16, U32, U64, gguf_bytes
+
+HEADERS = Path(__file__).resolve().parent.parent / "fixtures" / "headers"
+MINILM = (HEADERS / "sentence-transformers--all-MiniLM-L6-v2--model.safetensors-header").read_bytes()
+EXAMPLES = 300
+PROPERTY = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                                 HealthCheck.data_too_large])
+RUNS: dict[str, int] = {}
+
+
+def _count(name: str) -> None:
+    RUNS[name] = RUNS.get(name, 0) + 1
+
+
+def _report(name: str) -> None:
+    print(f"{name}: {RUNS.get(name, 0)} examples")
+    assert RUNS.get(name, 0) >= EXAMPLES // 2
+
+
+def gguf_outcome(data: bytes):
+    """Parse and build a spec; return the spec, or None when the parser rejected the input cleanly."""
+    try:
+        header = read_gguf_header(io.BytesIO(data), filename="f.gguf")
+        if "general.architecture" in header.metadata:
+            return spec_from_gguf([header], filename="f.gguf")
+        return header
+    except MalformedFileError as exc:
+        assert exc.file == "f.gguf"
+        return None
+
+
+def safetensors_outcome(data: bytes):
+    try:
+        return read_safetensors_header(lambda offset, length: data[offset:offset + length], filename="f.st")
+    except MalformedFileError as exc:
+        assert exc.file == "f.st"
+        return None
+
+
+# ---- a compact real GGUF header: SmolLM2's metadata (without its 49k-token vocabulary) + its 272 tensors ---
+
+
+def _vtype(value) -> tuple[int, object]:
+    if isinstance(value, bool):
+        return BOOL, value
+    if isinstance(value, int):
+        return (U32, value) if 0 <= value < 1 << 32 else (I64, value)
+    if isinstance(value, float):
+        return F32, value
+    if isinstance(value, list):
+        items = [_vtype(v) for v in value]
+        return ARR, (items[0][0] if items else U32, [v for _, v in items])
+    return STR, value
+
+
+@lru_cache(maxsize=1)
+def real_gguf() -> bytes:
+    header = read_gguf_file(HEADERS / "SmolLM2-135M-Instruct.Q4_1.gguf-header.gguf")
+    kvs = [(key, *_vtype(value)) for key, value in header.metadata.items()
+           if not isinstance(value, SkippedArray) and isinstance(value, (str, int, float, list))]
+    tensors = [(t.name, t.shape, t.ggml_type) for t in header.tensors]
+    return gguf_bytes(kvs, tensors)
+
+
+def test_compact_real_gguf_is_valid():
+    spec = gguf_outcome(real_gguf())
+    assert spec is not None and spec.num_layers == 30 and spec.weights.num_tensors == 272
+
+
+# ---- random bytes -------------------------------------------------------------------------------
+
+
+@PROPERTY
+@given(st.binary(max_size=512))
+def test_gguf_random_bytes(data):
+    _count("gguf random bytes")
+    gguf_outcome(data)
+    gguf_outcome(b"GGUF" + struct.pack("<I", 3) + data)  # past the magic, into counts and metadata
+
+
+@PROPERTY
+@given(st.binary(max_size=512))
+def test_safetensors_random_bytes(data):
+    _count("safetensors random bytes")
+    safetensors_outcome(data)
+    safetensors_outcome(struct.pack("<Q", len(data)) + data)  # a plausible length, random JSON bytes
+
+
+# ---- mutated real headers -----------------------------------------------------------------------
+
+
+def _mutate(base: bytes, edits: list[tuple[int, int]], cut: int | None) -> bytes:
+    data = bytearray(base)
+    for position, value in edits:
+        data[position % len(data)] = value
+    return bytes(data[:cut] if cut is not None else data)
+
+
+@PROPERTY
+@given(st.lists(st.tuples(st.integers(0, 1 << 20), st.integers(0, 255)), min_size=1, max_size=8),
+       st.none() | st.integers(0, 40_000))
+def test_gguf_mutated_real_header(edits, cut):
+    _count("gguf mutated real header")
+    gguf_outcome(_mutate(real_gguf(), edits, cut))
+
+
+@PROPERTY
+@given(st.lists(st.tuples(st.integers(0, 11_415), st.integers(0, 255)), min_size=1, max_size=8),
+       st.none() | st.integers(0, 11_416))
+def test_safetensors_mutated_real_header(edits, cut):
+    _count("safetensors mutated real header")
+    safetensors_outcome(_mutate(MINILM, edits, cut))
+
+
+@PROPERTY
+@given(st.sampled_from(["dtype", "shape", "data_offsets"]),
+       st.one_of(st.integers(-(1 << 70), 1 << 70), st.text(max_size=5), st.none(), st.booleans(),
+                 st.lists(st.one_of(st.integers(-(1 << 70), 1 << 70), st.floats(), st.text(max_size=3)), max_size=5)),
+       st.integers(0, 103))
+def test_safetensors_mutated_real_json_field(field, value, which):
+    """Replace one field of one real tensor entry with an arbitrary JSON value."""
+    _count("safetensors mutated real field")
+    table = json.loads(MINILM[8:])
+    name = sorted(k for k in table if k != "__metadata__")[which]
+    table[name][field] = value
+    raw = json.dumps(table).encode()
+    try:
+        parse_header(raw, filename="f.st")
+    except MalformedFileError as exc:
+        assert exc.file == "f.st"
+
+
+# ---- structured random valid headers round-trip -------------------------------------------------
+
+_SCALAR_VALUES = {
+    U8: st.integers(0, 255), I8: st.integers(-128, 127), U16: st.integers(0, 65535), I16: st.integers(-32768, 32767),
+    U32: st.integers(0, (1 << 32) - 1), I32: st.integers(-(1 << 31), (1 << 31) - 1),
+    U64: st.integers(0, (1 << 64) - 1), I64: st.integers(-(1 << 63), (1 << 63) - 1),
+    F32: st.floats(width=32, allow_nan=False), F64: st.floats(allow_nan=False), BOOL: st.booleans(),
+    STR: st.text(max_size=20),
+}
+_value = st.sampled_from(sorted(_SCALAR_VALUES)).flatmap(
+    lambda t: st.one_of(_SCALAR_VALUES[t].map(lambda v: (t, v)),
+                        st.lists(_SCALAR_VALUES[t], max_size=6).map(lambda vs: (ARR, (t, vs)))))
+_QUANT_TYPES = sorted(int(t) for t in gguf.GGML_QUANT_SIZES)
+
+
+@st.composite
+def gguf_tensors(draw):
+    tensors = []
+    for index in range(draw(st.integers(0, 6))):
+        gtype = draw(st.sampled_from(_QUANT_TYPES))
+        block = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(gtype)][0]
+        rest = draw(st.lists(st.integers(1, 5), max_size=3))
+        tensors.append((f"blk.{index}.t", (block * draw(st.integers(1, 3)), *rest), gtype))
+    return tensors
+
+
+@PROPERTY
+@given(st.dictionaries(st.text(min_size=1, max_size=12), _value, max_size=8), gguf_tensors(),
+       st.sampled_from([2, 3]))
+def test_gguf_random_valid_headers_round_trip(metadata, tensors, version):
+    _count("gguf valid round trip")
+    kvs = [(key, vtype, value) for key, (vtype, value) in metadata.items()]
+    header = read_gguf_header(io.BytesIO(gguf_bytes(kvs, tensors, version=version)), filename="r.gguf")
+    assert header.version == version
+    for key, vtype, value in kvs:
+        expected = value[1] if vtype == ARR else value
+        assert header.metadata[key] == expected
+    assert [(t.name, t.shape, t.ggml_type) for t in header.tensors] == [(n, tuple(s), g) for n, s, g in tensors]
+
+
+_DTYPES = sorted(d for d in safetensors_dtypes() if (tensor_nbytes(d, (8,)) or 0) * 8 % 8 == 0)
+
+
+@PROPERTY
+@given(st.dictionaries(st.text(min_size=1, max_size=12).filter(lambda k: k != "__metadata__"),
+                       st.tuples(st.sampled_from(_DTYPES), st.lists(st.integers(0, 64), max_size=4)), max_size=8),
+       st.dictionaries(st.text(max_size=5), st.text(max_size=5), max_size=3))
+def test_safetensors_random_valid_headers_round_trip(entries, metadata):
+    _count("safetensors valid round trip")
+    table: dict = {"__metadata__": metadata}
+    offset = 0
+    for name, (dtype, shape) in entries.items():
+        size = tensor_nbytes(dtype, shape)
+        table[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + size]}
+        offset += size
+    raw = json.dumps(table).encode()
+    parsed = read_safetensors_header(lambda o, n: (struct.pack("<Q", len(raw)) + raw)[o:o + n], filename="r")
+    assert {name: (info.dtype, list(info.shape)) for name, info in parsed.items()} == entries
+
+
+def test_examples_were_run():
+    """Runs last in this file (pytest keeps file order): every property ran its examples."""
+    for name in ("gguf random bytes", "safetensors random bytes", "gguf mutated real header",
+                 "safetensors mutated real header", "safetensors mutated real field", "gguf valid round trip",
+                 "safetensors valid round trip"):
+        _report(name)
+
+
+_ARCH_SUFFIXES = ["block_count", "embedding_length", "feed_forward_length", "attention.head_count",
+                  "attention.head_count_kv", "attention.key_length", "attention.value_length",
+                  "attention.key_length_mla", "attention.kv_lora_rank", "rope.dimension_count",
+                  "attention.sliding_window", "attention.sliding_window_pattern", "expert_count",
+                  "expert_used_count", "ssm.conv_kernel", "ssm.inner_size", "ssm.state_size", "ssm.group_count",
+                  "ssm.time_step_rank", "context_length", "vocab_size", "nextn_predict_layers",
+                  "full_attention_interval", "rope.scaling.type", "rope.scaling.factor"]
+
+
+@PROPERTY
+@given(st.sampled_from(["llama", "gemma3", "gpt-oss", "deepseek2", "qwen3next", "nemotron_h", "llama4"]),
+       st.dictionaries(st.sampled_from(_ARCH_SUFFIXES), _value, max_size=10),
+       st.one_of(st.none(), _value), gguf_tensors())
+def test_spec_from_random_hparams(arch, hparams, file_type, tensors):
+    """Any types and values under the architecture keys: a ModelSpec or MalformedFileError, nothing else."""
+    _count("spec from random hparams")
+    kvs = [("general.architecture", STR, arch)]
+    kvs += [(f"{arch}.{suffix}", vtype, value) for suffix, (vtype, value) in hparams.items()]
+    if file_type is not None:
+        kvs.append(("general.file_type", *file_type))
+    gguf_outcome(gguf_bytes(kvs, tensors))
+
+
+def test_spec_property_ran():
+    _report("spec from random hparams")
