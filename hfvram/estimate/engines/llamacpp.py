@@ -208,6 +208,10 @@ def resolve_settings(spec: ModelSpec, choice: EngineChoice, workload: Workload, 
     default_kv = None if workload.kv_dtype in ("auto", "") else kv_type(workload.kv_dtype)
     type_k = kv_type(setting(choice, "cache-type-k", "ctk") or default_kv or str(rules["type_k"]))
     type_v = kv_type(setting(choice, "cache-type-v", "ctv") or default_kv or str(rules["type_v"]))
+    if type_k != type_v and any(layer.kind is LayerKind.MLA for layer in spec.layers):
+        # llama_init_from_model: "model does not support different K and V cache types" (MLA keeps V inside K);
+        # seen in benchmarks/data/llamacpp_truth.jsonl (deepseek-v2-lite, q8_0 / f16)
+        raise UsageError(f"llama.cpp refuses different K ({type_k}) and V ({type_v}) cache types for an MLA model")
     if GGML_BLOCKS[type_v][0] > 1 and not flash_attn:
         raise UsageError(f"llama.cpp needs flash-attn for a quantized V cache (cache-type-v={type_v})")
 
