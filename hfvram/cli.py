@@ -320,7 +320,11 @@ def exit_code_for(verdicts: Iterable[str | None], fail_on_tight: bool) -> int:
 def _console(stderr: bool = False) -> Any:
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+    console = Console(stderr=stderr, highlight=False, soft_wrap=False)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        # piped output (CI logs, files) is read in wide viewers; rich would wrap at 80
+        console = Console(stderr=stderr, highlight=False, soft_wrap=False, width=120)
+    return console
 
 
 def _echo_json(document: Any) -> None:

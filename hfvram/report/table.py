@@ -207,13 +207,20 @@ def render_inspect(console: Console, report: Mapping[str, Any]) -> None:
         render_provenance(console, report["provenance"])
 
 
-def scan_row(report: Mapping[str, Any]) -> list[str]:
-    """One row of the scan summary: source, verdict, total, usable, KV tokens, concurrency (or the error)."""
+def display_name(report: Mapping[str, Any], limit: int = 44) -> str:
+    """The source as typed or as the repo id; a long local path keeps its last two parts."""
     source = report.get("source") or {}
     name = source.get("repo_id") or source.get("text") or (source.get("files") or ["?"])[0]
+    if len(name) > limit and "/" in name:
+        name = "…/" + "/".join(name.rstrip("/").split("/")[-2:])
+    return name
+
+
+def scan_row(report: Mapping[str, Any]) -> list[str]:
+    """One row of the scan summary: source, verdict, total, usable, KV tokens, concurrency (or the error)."""
+    name = display_name(report)
     if "error" in report:
-        error = report["error"]
-        return [name, f"[red]error: {error['kind']}[/red]", "", "", "", error["message"]]
+        return [name, f"[red]error: {report['error']['kind']}[/red]", "", "", "", ""]
     per_gpu = report["per_gpu"]
     capacity = report.get("capacity") or {}
     verdict = report.get("verdict")
@@ -230,13 +237,20 @@ def scan_row(report: Mapping[str, Any]) -> list[str]:
 
 
 def render_scan(console: Console, reports: Iterable[Mapping[str, Any]], title: str = "Scan summary") -> None:
+    reports = list(reports)
     table = Table(title=title, title_justify="left")
-    for column, justify in (("source", "left"), ("verdict", "left"), ("total/GPU", "right"), ("usable", "right"),
+    table.add_column("source", no_wrap=True)
+    for column, justify in (("verdict", "left"), ("total / GPU", "right"), ("usable", "right"),
                             ("KV tokens", "right"), ("concurrent", "right")):
-        table.add_column(column, justify=justify, overflow="fold")
+        table.add_column(column, justify=justify, no_wrap=True)
     for report in reports:
         table.add_row(*scan_row(report))
     console.print(table)
+    errors = [report for report in reports if "error" in report]
+    if errors:
+        console.print("[red]Could not be read:[/red]")
+        for report in errors:
+            console.print(f"  • {display_name(report)}: {report['error']['message']}", markup=False)
 
 
 def render_gpus(console: Console, gpus: Sequence[Mapping[str, Any]]) -> None:
