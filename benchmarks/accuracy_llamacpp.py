@@ -159,22 +159,33 @@ def summary(comparisons: list[Comparison]) -> dict[str, dict[str, float]]:
     return out
 
 
-def markdown(comparisons: list[Comparison], rows: list[dict[str, Any]]) -> str:
-    version = next((r["measured"].get("llama_cpp_python") for r in rows if r["measured"].get("llama_cpp_python")), "?")
-    lines = [f"Measured with llama-cpp-python {version} (vendored llama.cpp {rows[0].get('llama_cpp_commit', '?') if rows else '?'}), "
-             f"{sum(1 for r in rows if r['rc'] == 0)} loads of {len({r['model'] for r in rows})} models, "
+def markdown(comparisons: list[Comparison], rows: list[dict[str, Any]], *, all_rows: bool = False) -> str:
+    ok = [r for r in rows if r["rc"] == 0]
+    version = next((r["measured"].get("llama_cpp_python") for r in ok), "?")
+    commit = rows[0].get("llama_cpp_commit", "?") if rows else "?"
+    lines = [f"llama.cpp {commit}, vendored by llama-cpp-python {version}, CPU backend: {len(ok)} loads "
+             f"({len(rows) - len(ok)} refused by llama.cpp) of {len({r['model'] for r in rows})} GGUFs, "
              f"{len(comparisons)} term comparisons.", "",
              "| term | compared | within target | max abs error (MiB) | max abs rel. error | mean abs rel. error |",
              "|---|---|---|---|---|---|"]
     for term, st in summary(comparisons).items():
         lines.append(f"| {term} | {st['n']:.0f} | {st['within']:.0f} | {st['max_abs_error_mib']:.2f} | "
                      f"{100 * st['max_abs_relative']:.2f} % | {100 * st['mean_abs_relative']:.2f} % |")
-    lines += ["", "Worst compute-buffer cases:", "", "| model | setting | predicted MiB | measured MiB | error |", "|---|---|---|---|---|"]
+    lines += ["", "Compute buffer per model:", "", "| model | settings | max abs rel. error | mean abs rel. error |",
+              "|---|---|---|---|"]
+    for model in dict.fromkeys(c.model for c in comparisons):
+        items = [c for c in comparisons if c.model == model and c.term == "compute"]
+        if items:
+            lines.append(f"| {model} | {len(items)} | {100 * max(abs(c.relative) for c in items):.1f} % | "
+                         f"{100 * sum(abs(c.relative) for c in items) / len(items):.1f} % |")
+    lines += ["", "Worst compute-buffer cases:", "", "| model | setting | predicted MiB | measured MiB | error |",
+              "|---|---|---|---|---|"]
     for c in sorted((c for c in comparisons if c.term == "compute"), key=lambda c: -abs(c.relative))[:10]:
         lines.append(f"| {c.model} | {c.setting} | {c.predicted_mib:.2f} | {c.measured_mib:.2f} | {100 * c.relative:+.1f} % |")
-    lines += ["", "All rows:", "", "| model | setting | term | predicted MiB | measured MiB | error |", "|---|---|---|---|---|---|"]
-    for c in comparisons:
-        lines.append(f"| {c.model} | {c.setting} | {c.term} | {c.predicted_mib:.2f} | {c.measured_mib:.2f} | {100 * c.relative:+.2f} % |")
+    if all_rows:
+        lines += ["", "| model | setting | term | predicted MiB | measured MiB | error |", "|---|---|---|---|---|---|"]
+        for c in comparisons:
+            lines.append(f"| {c.model} | {c.setting} | {c.term} | {c.predicted_mib:.2f} | {c.measured_mib:.2f} | {100 * c.relative:+.2f} % |")
     return "\n".join(lines)
 
 
@@ -182,11 +193,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--truth", type=Path, default=TRUTH)
     parser.add_argument("--markdown", action="store_true")
+    parser.add_argument("--all", action="store_true", help="with --markdown: every comparison, not only the summary")
     args = parser.parse_args(argv)
     rows = load_rows(args.truth)
     comparisons = all_comparisons(rows)
     if args.markdown:
-        print(markdown(comparisons, rows))
+        print(markdown(comparisons, rows, all_rows=args.all))
         return 0
     for term, st in summary(comparisons).items():
         print(f"{term:10s} n={st['n']:4.0f} within={st['within']:4.0f} max|err|={st['max_abs_error_mib']:9.2f} MiB "
