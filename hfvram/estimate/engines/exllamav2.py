@@ -121,6 +121,8 @@ class ExLlamaV2Profile:
         layer_cache = cache_bytes_per_layer(dim, seq_len, batch, mode, int(rules["q_scale_group"]))
         temp = temp_bytes_per_device(dim, seq_len, batch, mode)
 
+        if spec.quantization is not None and spec.quantization.method == "gguf":
+            warnings.append("ExLlamaV2 loads EXL2 / GPTQ safetensors, not GGUF: weights counted at the GGUF's size")
         weights_total = spec.weights.total_bytes if spec.weights else 0
         if spec.weights is None:
             warnings.append("the model's tensor sizes are unknown: weights counted as 0")
