@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping, Sequence
 
-from rich.console import Console, Group
+from rich import box
+from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
@@ -81,9 +82,9 @@ def capacity_line(report: Mapping[str, Any]) -> str | None:
         parts.append(f"{capacity['max_concurrency']:.1f} concurrent {tokens_short(workload['context'])} requests")
     if capacity.get("max_context") is not None:
         parts.append(
-            f"longest context at concurrency {workload.get('concurrency', 1)}: {count(capacity['max_context'])} tokens"
+            f"Longest context at concurrency {workload.get('concurrency', 1)}: {count(capacity['max_context'])} tokens"
         )
-    return "; ".join(parts) or None
+    return "\n".join(parts) or None
 
 
 def render_check(console: Console, report: Mapping[str, Any], *, explain: bool = False) -> None:
@@ -217,10 +218,10 @@ def display_name(report: Mapping[str, Any], limit: int = 44) -> str:
 
 
 def scan_row(report: Mapping[str, Any]) -> list[str]:
-    """One row of the scan summary: source, verdict, total, usable, KV tokens, concurrency (or the error)."""
+    """One row of the scan summary: source, verdict, total, share of usable, KV tokens, concurrency (or the error)."""
     name = display_name(report)
     if "error" in report:
-        return [name, f"[red]error: {report['error']['kind']}[/red]", "", "", "", ""]
+        return [name, f"[red]ERROR ({report['error']['kind']})[/red]", "", "", "", ""]
     per_gpu = report["per_gpu"]
     capacity = report.get("capacity") or {}
     verdict = report.get("verdict")
@@ -230,7 +231,7 @@ def scan_row(report: Mapping[str, Any]) -> list[str]:
         name,
         f"[{style}]{VERDICT_LABEL.get(verdict, str(verdict))}[/{style}]",
         gib(per_gpu["total"]),
-        gib(per_gpu.get("usable")),
+        percent(report.get("utilization")),
         count(capacity.get("kv_tokens")),
         "—" if max_conc is None else f"{max_conc:.1f}",
     ]
@@ -238,10 +239,10 @@ def scan_row(report: Mapping[str, Any]) -> list[str]:
 
 def render_scan(console: Console, reports: Iterable[Mapping[str, Any]], title: str = "Scan summary") -> None:
     reports = list(reports)
-    table = Table(title=title, title_justify="left")
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("source", no_wrap=True)
-    for column, justify in (("verdict", "left"), ("total / GPU", "right"), ("usable", "right"),
-                            ("KV tokens", "right"), ("concurrent", "right")):
+    for column, justify in (("verdict", "left"), ("per GPU", "right"), ("used", "right"),
+                            ("KV tokens", "right"), ("requests", "right")):
         table.add_column(column, justify=justify, no_wrap=True)
     for report in reports:
         table.add_row(*scan_row(report))
@@ -287,7 +288,8 @@ def render_fit(console: Console, fit: Mapping[str, Any]) -> None:
     rows = fit.get("context_table") or []
     if rows:
         kv_dtypes = list(dict.fromkeys(row["kv_dtype"] for row in rows))
-        table = Table(title="Concurrent full-length requests by context and KV dtype", title_justify="left")
+        console.print("Concurrent full-length requests by context and KV cache type:")
+        table = Table(box=box.SIMPLE_HEAD)
         table.add_column("context", justify="right")
         for kv_dtype in kv_dtypes:
             table.add_column(f"KV {kv_dtype}", justify="right")
