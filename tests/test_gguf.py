@@ -376,3 +376,19 @@ def test_bad_alignment_and_block_count():
     with pytest.raises(MalformedFileError, match="layers|numbers"):
         spec_from_gguf([parse(gguf_bytes(llama_kvs(**{"attention.head_count_kv": (ARR, (I32, [1]))})))],
                        filename="x")
+
+
+class _TrickleStream:
+    """A stream that returns at most 7 bytes per read, as a network stream may."""
+
+    def __init__(self, data: bytes) -> None:
+        self.buffer = io.BytesIO(data)
+
+    def read(self, n: int) -> bytes:
+        return self.buffer.read(min(n, 7))
+
+
+def test_short_reads_are_retried():
+    data = gguf_bytes(llama_kvs(), block_tensors(2))
+    trickled = read_gguf_header(_TrickleStream(data), filename="net.gguf")
+    assert trickled == parse(data, "net.gguf")

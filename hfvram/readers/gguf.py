@@ -114,7 +114,18 @@ class _Reader:
         return MalformedFileError(f"{message} (at byte {self.pos})", file=self.filename, field=where)
 
     def exact(self, n: int, where: str) -> bytes:
+        """Exactly ``n`` bytes; a stream may return fewer per call (network), so read until EOF."""
         data = self.stream.read(n) if n else b""
+        if data is not None and len(data) < n:
+            parts = [bytes(data)]
+            got = len(data)
+            while got < n:
+                more = self.stream.read(n - got)
+                if not more:
+                    break
+                parts.append(bytes(more))
+                got += len(more)
+            data = b"".join(parts)
         if data is None or len(data) < n:
             got = 0 if data is None else len(data)
             raise self.fail(f"truncated: needed {n} bytes, got {got}", where)
