@@ -206,11 +206,19 @@ def parse_vllm_log(text: str) -> Measured:
         details["maximum concurrency"] = f"{match['conc']}x for {context:,} tokens"
     if context is None and (match := _last(VLLM_MAX_SEQ, text)):
         context = int(match["len"])
+    requested = None
+    if match := _last(VLLM_REQUESTED, text):
+        requested = _gib(match["req"])
+    elif total is not None and util is not None:
+        requested = int(total * util)
     overhead = None
     if non_torch is not None:
-        overhead = non_torch + (graphs or 0)
-        if graphs is None:
-            warnings.append("no CUDA graph figure in the log: overhead is the non-torch memory only")
+        overhead, note = _budget_overhead(requested, weights, activations, non_torch, kv, graphs)
+        if note:
+            details["CUDA graphs inside the budget"] = note
+        elif graphs is not None:
+            warnings.append("the log does not tell whether CUDA graphs were deducted from the budget: "
+                            "overhead counts them")
     tp_match = _last(VLLM_TP, text)
     version = _last(VLLM_VERSION, text)
     kv_dtype = _last(VLLM_KV_DTYPE_ARG, text)
@@ -220,6 +228,22 @@ def parse_vllm_log(text: str) -> Measured:
         tp=int(tp_match["tp"]) if tp_match else None, kv_dtype=kv_dtype["kv"] if kv_dtype else None,
         engine_version=version["version"] if version else None, details=details, warnings=tuple(warnings),
     )
+
+
+def _budget_overhead(requested: int | None, weights: int | None, activations: int | None, non_torch: int,
+                     kv: int | None, graphs: int | None) -> tuple[int, str | None]:
+    """Overhead the engine deducted from its budget: non-torch memory plus the CUDA graphs *applied*.
+
+    engines.md §12.1 identity: requested − weights − activations − non_torch − graphs_applied = KV; the applied
+    graph term is what the identity leaves (0 before vLLM #38284, or with the estimate switched off). Below
+    the print rounding (0.03 GiB) it is taken as zero.
+    """
+    if requested is None or weights is None or activations is None or kv is None:
+        return non_torch + (graphs or 0), None
+    applied = requested - weights - activations - non_torch - kv
+    if applied < 0.03 * GIB:
+        return non_torch, "none (derived: requested − weights − activations − non-torch − KV ≈ 0)"
+    return non_torch + applied, f"{applied / GIB:.2f} GiB (derived: requested − weights − activations − non-torch − KV)"
 
 
 def _device_sums(pattern: re.Pattern[str], text: str, *more: re.Pattern[str]) -> dict[str, int]:
@@ -411,7 +435,9 @@ def apply_calibration(est: Estimate, record: Mapping[str, object], origin: str) 
 def predicted_terms(est: Estimate) -> dict[str, int | None]:
     """The estimate's figures in the shape of :class:`Measured` (KV as the pool the engine would allocate)."""
     per_gpu = est.per_gpu
-    pool = per_gpu.usable - per_gpu.weights - per_gpu.activations - per_gpu.overhead if est.hardware else None
+    pool = est.engine.get("kv_pool_bytes")
+    if not isinstance(pool, int) and est.hardware is not None:
+        pool = per_gpu.usable - per_gpu.weights - per_gpu.activations - per_gpu.overhead
     return {
         "weights": per_gpu.weights,
         "kv_cache": pool if pool is not None and pool > 0 else per_gpu.kv_cache,
