@@ -226,3 +226,11 @@ def test_cuda_pads_quantized_rows_to_512():
     assert padding == int((192 * 3 + 0 + 192 * 2 + (512 - 2880 % 512) % 512) * 4.25 / 8)
     llama = replace(spec_of("meta-llama/Llama-3.1-8B-Instruct", 4.6), extra={"bits_per_weight": 4.9})
     assert llamacpp.cuda_row_padding_bytes(llama) == 0  # 4096 / 14336 are multiples of 512
+
+
+@pytest.mark.parametrize("used, ff, measured", [(8, 768, 92.01), (8, 1536, 96.01), (8, 3072, 168.01),
+                                                (16, 768, 160.01), (16, 1536, 168.01)])
+def test_moe_layer_term_on_measured_qwen3moe_headers(used, ff, measured):
+    # engines.md §4.4 [measured]: qwen3moe headers, n_embd 2048, V = 32 000 (so the layer term shows), ub 512, FA on
+    spec = replace(spec_of("Qwen/Qwen3-30B-A3B", 17.3), vocab_size=32000, experts_per_token=used, moe_intermediate_size=ff)
+    assert compute_mib(spec, ctx_size=4096, binary="llama-cli") == pytest.approx(measured, abs=0.05)

@@ -330,7 +330,9 @@ def layer_live_elems(spec: ModelSpec, c: Mapping[str, float]) -> float:
     n_embd = spec.hidden_size or 0
     if any(layer.moe for layer in spec.layers) and spec.experts_per_token:
         n_used, n_ff_exp = _n_used_and_ff_exp(spec)
-        return max(c["moe_ff_factor"] * n_used * n_ff_exp, c["moe_used_embd_factor"] * n_used * n_embd + c["moe_embd_factor"] * n_embd)
+        return max(c["moe_ff_factor"] * n_used * n_ff_exp,
+                   c["moe_used_embd_factor"] * n_used * n_embd + c["moe_embd_factor"] * n_embd
+                   + c["moe_used_ff_factor"] * n_used * n_ff_exp)
     return c["dense_ff_factor"] * (spec.intermediate_size or 0) + c["dense_embd_factor"] * n_embd
 
 
