@@ -246,3 +246,56 @@ def test_spec_from_random_hparams(arch, hparams, file_type, tensors):
 
 def test_spec_property_ran():
     _report("spec from random hparams")
+
+
+# ---- derived tensor lists never fail on odd specs -------------------------------------------------
+
+from hfvram.readers.shapes import derive_warnings, derived_weights  # noqa: E402
+from hfvram.spec import Layer, LayerKind, ModelSpec, Quantization  # noqa: E402
+
+_small = st.one_of(st.none(), st.integers(0, 300))
+_layer = st.builds(Layer, kind=st.sampled_from(list(LayerKind)), num_kv_heads=st.integers(0, 8),
+                   head_dim_k=st.integers(0, 64), head_dim_v=st.integers(0, 64), kv_lora_rank=st.integers(0, 64),
+                   qk_rope_head_dim=st.integers(0, 16), moe=st.booleans())
+_quant = st.one_of(st.none(), st.builds(
+    Quantization, method=st.sampled_from(["fp8", "gptq", "awq", "compressed-tensors", "nvfp4", "modelopt", "mxfp4",
+                                          "bitsandbytes", "gguf", "hqq"]),
+    bits=st.one_of(st.none(), st.sampled_from([0.0, 2.0, 3.0, 4.0, 8.0, 64.0])),
+    group_size=st.one_of(st.none(), st.integers(-1, 256)),
+    details=st.fixed_dictionaries({}, optional={
+        "weight_block_size": st.one_of(st.lists(st.integers(-1, 256), max_size=3), st.text(max_size=3)),
+        "modules_to_not_convert": st.lists(st.text(max_size=12), max_size=4),
+        "ignore": st.lists(st.text(max_size=12), max_size=4),
+        "format": st.sampled_from(["pack-quantized", "float-quantized", "int-quantized", "x"]),
+        "schemes": st.lists(st.fixed_dictionaries({}, optional={
+            "group_size": st.one_of(st.none(), st.integers(-4, 256)), "strategy": st.sampled_from(["tensor", "channel"]),
+            "type": st.sampled_from(["int", "float"])}), min_size=1, max_size=2)})))
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(st.lists(_layer, max_size=3), _small, _small, _small, _small, _small, _small, _small, _quant,
+       st.sampled_from([None, "llama", "qwen2", "qwen3_moe", "mixtral", "gpt_oss", "deepseek_v3", "gemma3"]),
+       st.one_of(st.none(), st.booleans()), st.integers(0, 2),
+       st.one_of(st.just({}), st.fixed_dictionaries({}, optional={
+           "q_lora_rank": _small, "attention_bias": st.booleans(), "shared_expert_intermediate_size": _small,
+           "vision_config": st.fixed_dictionaries({"model_type": st.just("siglip_vision_model")}, optional={
+               "hidden_size": st.integers(0, 16), "intermediate_size": st.integers(0, 16),
+               "patch_size": st.integers(0, 4), "image_size": st.integers(0, 16),
+               "num_hidden_layers": st.integers(0, 2)})})))
+def test_derived_tensors_from_odd_specs(layers, hidden, inter, heads, vocab, experts, per_token, moe_size, quant,
+                                        model_type, tied, mtp, config):
+    """Any ModelSpec (odd sizes, zeros, unknowns, odd quantization details): a tensor list and warnings,
+    never an exception."""
+    _count("derived from odd specs")
+    spec = ModelSpec(architecture=None, model_type=model_type, dtype=None, num_layers=len(layers),
+                     layers=tuple(layers), hidden_size=hidden, intermediate_size=inter, num_attention_heads=heads,
+                     vocab_size=vocab, num_experts=experts, experts_per_token=per_token,
+                     moe_intermediate_size=moe_size, quantization=quant, tie_word_embeddings=tied,
+                     num_mtp_layers=mtp)
+    weights = derived_weights(spec, config)
+    assert weights.exact is False and weights.total_bytes >= 0
+    assert isinstance(derive_warnings(spec, config), list)
+
+
+def test_derived_property_ran():
+    _report("derived from odd specs")

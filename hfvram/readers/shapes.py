@@ -65,12 +65,13 @@ class _Builder:
         assert quant is not None
         method = quant.method
         details = quant.details or {}
-        bits = int(quant.bits or 4)
-        group = quant.group_size if quant.group_size and quant.group_size > 0 else n_in
+        bits = min(max(int(quant.bits or 4), 1), 32)
+        group = quant.group_size if quant.group_size and quant.group_size > 0 else max(n_in, 1)
         if method == "fp8":
             block = details.get("weight_block_size")
             self.plain(f"{name}.weight", (n_out, n_in), "F8_E4M3")
-            if isinstance(block, (list, tuple)) and len(block) == 2:
+            if isinstance(block, (list, tuple)) and len(block) == 2 \
+                    and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in block):
                 self.plain(f"{name}.weight_scale_inv", (math.ceil(n_out / block[0]), math.ceil(n_in / block[1])),
                            "F32")
             else:  # per-tensor scales (ModelOpt FP8): weight_scale and input_scale scalars
@@ -99,7 +100,7 @@ class _Builder:
             numel = n_out * n_in
             block = quant.group_size or 64
             self.plain(f"{name}.weight", ((numel + 1) // 2, 1), "U8")
-            self.plain(f"{name}.weight.absmax", (math.ceil(numel / block),), "F32")
+            self.plain(f"{name}.weight.absmax", (math.ceil(numel / max(block, 1)),), "F32")
             self.plain(f"{name}.weight.quant_map", (16,), "F32")
             self.plain(f"{name}.weight.quant_state.bitsandbytes__nf4", (80,), "U8")
         elif method == "bitsandbytes":
@@ -115,7 +116,8 @@ class _Builder:
         schemes = details.get("schemes") or [{}]
         scheme = schemes[0] if isinstance(schemes[0], Mapping) else {}
         strategy = scheme.get("strategy")
-        group = scheme.get("group_size") or 0
+        group = scheme.get("group_size") if isinstance(scheme.get("group_size"), int) else 0
+        group = max(group, 0)
         if fmt == "pack-quantized" or (scheme.get("type") == "int" and bits < 8):
             pack = 32 // bits
             self.plain(f"{name}.weight_packed", (n_out, n_in // pack), "I32")
@@ -136,7 +138,7 @@ class _Builder:
         hidden = spec.hidden_size or 0
         heads = spec.num_attention_heads or layer.num_kv_heads
         model_type = _text_model_type(spec, cfg)
-        bias_all = bool(cfg.get("attention_bias"))
+        bias_all = bool(cfg.get("attention_bias", model_type == "gpt_oss"))
         qkv_bias = bias_all or model_type in _QKV_BIAS
         attn = f"{prefix}.self_attn"
         if layer.kind is LayerKind.MLA:
@@ -369,9 +371,14 @@ def _build(spec: ModelSpec, config: Mapping[str, Any]) -> _Builder:
             else "lm_head"
         builder.plain(f"{head}.weight", (vocab, hidden))
     vision = config.get("vision_config")
+    if spec.multimodal and not isinstance(vision, Mapping):
+        builder.warnings.append("multimodal model without its config.json: vision tower weights not derived")
     if isinstance(vision, Mapping):
         if vision.get("model_type") == "siglip_vision_model":
-            builder.siglip_vision(vision, hidden)
+            try:
+                builder.siglip_vision(vision, hidden)
+            except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
+                builder.warnings.append(f"vision_config incomplete ({exc!r}): vision tower not derived")
         else:
             builder.warnings.append(f"vision tower {vision.get('model_type')!r}: weights not derived")
     return builder
