@@ -10,7 +10,7 @@ is parsed with the regexes of engines.md §12.2 and one JSON line per (model, se
 ``benchmarks/data/llamacpp_truth.jsonl``, with the llama.cpp version and every setting.
 
 Run:  python3 benchmarks/llamacpp_truth.py [--out benchmarks/data/llamacpp_truth.jsonl] [--only NAME] [--jobs 1]
-Needs: ``pip install llama-cpp-python`` (CPU build) and the corpus in /work/shared (or --corpus).
+Needs: ``pip install llama-cpp-python`` (CPU build); configs and headers come from ``fixtures/`` (or --corpus).
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ import gguf
 from gguf import GGMLQuantizationType as T
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_CORPUS = Path("/work/shared/corpus")
+#: the corpus copies in fixtures/ (hub/<org>/<name>/config.json, headers/*.gguf-header.gguf)
+DEFAULT_CORPUS = REPO / "fixtures"
 DEFAULT_OUT = REPO / "benchmarks" / "data" / "llamacpp_truth.jsonl"
 #: the written GGUFs' headers (metadata + tensor infos, no data): the estimator's tests read them with
 #: hfvram.readers.gguf, so the truth file is checked through the real reader
@@ -645,7 +646,7 @@ def model_paths(corpus: Path, workdir: Path, only: set[str] | None) -> Iterator[
             continue
         path = workdir / f"{name}.gguf"
         size = extend_real_header(corpus / rel, path)
-        yield name, path, {"source": f"corpus/{rel}", "header": f"fixtures/{rel}", "file_size": size,
+        yield name, path, {"source": f"fixtures/{rel}", "header": f"fixtures/{rel}", "file_size": size,
                            "written_by": "real header, sparse-extended",
                            "facts": facts_from_gguf(path)}
 
