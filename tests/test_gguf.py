@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import struct
+from functools import lru_cache
 from pathlib import Path
 
 import gguf
@@ -100,9 +101,15 @@ def block_tensors(layers: int, *, experts: int = 0) -> list:
 # ---- golden figures from the real headers --------------------------------------------------------
 
 
+@lru_cache(maxsize=None)
+def real(path: Path) -> GGUFHeader:
+    """Each real header is parsed once per test session (the 262k-token vocabularies take a moment)."""
+    return read_gguf_file(path)
+
+
 def test_smollm2_exact_file_size_from_tensor_infos():
     """SOURCES.md: the complete SmolLM2-135M-Instruct.Q4_1.gguf is 98,362,432 bytes; data starts at 1,785,664."""
-    header = read_gguf_file(SMOLLM2)
+    header = real(SMOLLM2)
     assert (header.version, len(header.metadata), len(header.tensors)) == (3, 33, 272)
     assert header.header_end == header.data_start == 1_785_664
     assert gguf_file_size(header) == 98_362_432
@@ -112,17 +119,17 @@ def test_gemma3_and_r1_data_start_and_file_size_bounds():
     """SOURCES.md: gemma-3-270m tensor infos end at 6,525,112, data at 6,525,120 (alignment 32); its first
     63,963,136-byte chunk is one of 4 chunks. R1-Distill-Qwen-7B: infos end 5,953,246, data 5,953,248, first
     99,614,720-byte chunk of the file."""
-    gemma = read_gguf_file(GEMMA3)
+    gemma = real(GEMMA3)
     assert (gemma.header_end, gemma.data_start, gemma.alignment, len(gemma.tensors)) == (6_525_112, 6_525_120, 32, 236)
     assert 3 * 63_963_136 < gguf_file_size(gemma) <= 4 * 63_963_136
-    r1 = read_gguf_file(R1_7B)
+    r1 = real(R1_7B)
     assert (r1.header_end, r1.data_start, len(r1.tensors), len(r1.metadata)) == (5_953_246, 5_953_248, 339, 27)
     assert gguf_file_size(r1) > 99_614_720
 
 
 def test_q4_k_m_is_about_4_9_bits_per_weight_on_the_real_7b():
     """Article 000 (sources/000_…txt): Q4_K_M ≈ 4.9 effective bits, 0.61 bytes per parameter."""
-    spec = spec_from_gguf([read_gguf_file(R1_7B)], filename=R1_7B.name)
+    spec = spec_from_gguf([real(R1_7B)], filename=R1_7B.name)
     assert spec.extra["file_type"] == "Q4_K_M"
     assert 4.85 <= spec.extra["bits_per_weight"] <= 4.95
     assert spec.weights_bytes / spec.params_total == pytest.approx(0.61, abs=0.01)
@@ -131,13 +138,13 @@ def test_q4_k_m_is_about_4_9_bits_per_weight_on_the_real_7b():
 
 def test_q8_0_is_8_5_bits():
     """Article 000: Q8_0 = 8.5 bits (1.06 bytes per parameter); the gemma-3 header holds Q8_0 tensors."""
-    q8 = [t for t in read_gguf_file(GEMMA3).tensors if t.type_name == "Q8_0"]
+    q8 = [t for t in real(GEMMA3).tensors if t.type_name == "Q8_0"]
     assert q8
     assert sum(t.nbytes for t in q8) * 8 / sum(t.numel for t in q8) == 8.5
 
 
 def test_r1_distill_spec_facts():
-    spec = spec_from_gguf([read_gguf_file(R1_7B)], filename=R1_7B.name)
+    spec = spec_from_gguf([real(R1_7B)], filename=R1_7B.name)
     assert spec.architecture == "qwen2" and spec.num_layers == 28
     assert spec.layer_census()["full_attention"] == 28
     assert {(l.num_kv_heads, l.head_dim_k, l.head_dim_v) for l in spec.layers} == {(4, 128, 128)}
@@ -150,10 +157,10 @@ def test_r1_distill_spec_facts():
 
 
 def test_smollm2_tied_and_gemma3_sliding_pattern():
-    smol = spec_from_gguf([read_gguf_file(SMOLLM2)], filename=SMOLLM2.name)
+    smol = spec_from_gguf([real(SMOLLM2)], filename=SMOLLM2.name)
     assert smol.tie_word_embeddings is True and "lm_head" not in smol.weights.bytes_by_component
     assert (smol.num_layers, smol.layers[0].num_kv_heads, smol.hidden_size) == (30, 3, 576)
-    gemma = spec_from_gguf([read_gguf_file(GEMMA3)], filename=GEMMA3.name)
+    gemma = spec_from_gguf([real(GEMMA3)], filename=GEMMA3.name)
     # gemma3: llama.cpp set_swa_pattern(6) → 5 of every 6 layers windowed (design/engines.md §4.3)
     kinds = [layer.kind for layer in gemma.layers]
     assert kinds[:6] == [LayerKind.SLIDING] * 5 + [LayerKind.FULL]
@@ -163,13 +170,13 @@ def test_smollm2_tied_and_gemma3_sliding_pattern():
 
 
 def test_vocab_only_gguf_skips_large_arrays():
-    header = read_gguf_file(LLAMA_SPM)
+    header = real(LLAMA_SPM)
     tokens = header.metadata["tokenizer.ggml.tokens"]
     assert isinstance(tokens, SkippedArray) and tokens.length == 32000 and tokens.item_type == "string"
     assert header.tensors == () and header.header_end == 723_869
     spec = spec_from_gguf([header], filename=LLAMA_SPM.name)
     assert spec.vocab_size == 32000 and spec.num_layers == 32 and spec.weights.params_total == 0
-    phi = spec_from_gguf([read_gguf_file(PHI3)], filename=PHI3.name)
+    phi = spec_from_gguf([real(PHI3)], filename=PHI3.name)
     assert (phi.hidden_size, phi.intermediate_size, phi.layers[0].head_dim_k) == (3072, 8192, 96)
 
 
