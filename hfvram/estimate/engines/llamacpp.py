@@ -13,7 +13,6 @@ Settings use llama.cpp's own option names (long or short): ``ctx-size``/``c``, `
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence
@@ -154,8 +153,7 @@ def _on_off_auto(value: str | None, default: str) -> str:
     return mapping[raw]
 
 
-def resolve_settings(spec: ModelSpec, choice: EngineChoice, workload: Workload, rules: Mapping[str, object],
-                     n_gpus: int = 1) -> Settings:
+def resolve_settings(spec: ModelSpec, choice: EngineChoice, workload: Workload, rules: Mapping[str, object]) -> Settings:
     """Apply llama.cpp's defaults (§4.1) to the user's settings and workload.
 
     Context: ``ctx-size`` is the whole cache (all sequences); without it, n_ctx = workload.context (default the
@@ -616,7 +614,7 @@ class LlamaCppProfile:
     def settings_for(self, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload
                      ) -> tuple[str, Settings, dict[str, object], dict[str, float]]:
         version, rules, compute = rules_for(choice, self.data_name)
-        return version, resolve_settings(spec, choice, workload, rules, hardware.count if hardware else 1), rules, compute
+        return version, resolve_settings(spec, choice, workload, rules), rules, compute
 
     def estimate(self, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload) -> Estimate:
         version, s, rules, compute = self.settings_for(spec, hardware, choice, workload)

@@ -219,7 +219,7 @@ class OllamaProfile:
         overhead = minimum_memory(hardware, rules) + (setting_int(choice, "gpu_overhead", "OLLAMA_GPU_OVERHEAD",
                                                                   default=int(rules["gpu_overhead_bytes"])) or 0)
         lc_rules["cuda_overhead_mib"] = lc_rules["metal_overhead_mib"] = overhead / MiB
-        s = llamacpp.resolve_settings(spec, lc_choice, Workload(kv_dtype=kv), lc_rules, hardware.count if hardware else 1)
+        s = llamacpp.resolve_settings(spec, lc_choice, Workload(kv_dtype=kv), lc_rules)
         estimate = llamacpp.PROFILE.finish(
             spec, hardware, lc_choice, workload, lc_version, s, lc_rules, compute, extra_warnings=notes,
             extra_explain={"overhead": f"Ollama's per-GPU minimum {overhead / MiB:.0f} MiB (ml/device.go MinimumMemory + OLLAMA_GPU_OVERHEAD)"},
