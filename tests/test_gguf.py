@@ -399,3 +399,18 @@ def test_short_reads_are_retried():
     data = gguf_bytes(llama_kvs(), block_tensors(2))
     trickled = read_gguf_header(_TrickleStream(data), filename="net.gguf")
     assert trickled == parse(data, "net.gguf")
+
+
+def test_file_size_counts_the_padding_after_the_last_tensor(tmp_path):
+    """gguf-py's GGUFWriter pads after every tensor, the last one included: the size from tensor infos alone
+    equals the size of the file it writes."""
+    path = tmp_path / "full.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_block_count(1)
+    writer.add_tensor("token_embd.weight", np.zeros((3, 5), dtype=np.float32))  # 60 bytes, not a multiple of 32
+    writer.add_tensor("output_norm.weight", np.zeros((7,), dtype=np.float16))  # 14 bytes
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    assert gguf_file_size(read_gguf_file(path)) == path.stat().st_size

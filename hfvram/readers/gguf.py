@@ -288,13 +288,14 @@ def read_gguf_file(path) -> GGUFHeader:
 
 
 def gguf_file_size(header: GGUFHeader) -> int:
-    """Exact size of the whole file from its tensor infos: data start + end of the last tensor.
+    """Exact size of the whole file from its tensor infos: data start + end of the last tensor, aligned.
 
-    Writers pad every tensor to the alignment except after the last one."""
+    Writers (ggml ``gguf_write_out``, gguf-py ``GGUFWriter.write_tensors_to_file``) pad after every tensor,
+    the last one included; a file without tensors ends with its tensor infos."""
     if not header.tensors:
         return header.header_end
     last = max(header.tensors, key=lambda t: t.offset)
-    return header.data_start + last.offset + last.nbytes
+    return header.data_start + _align(last.offset + last.nbytes, header.alignment)
 
 
 # ---- split files --------------------------------------------------------------------------------
