@@ -162,3 +162,31 @@ def test_python_dash_m_and_version():
     result = run_hfvram("--version")
     assert result.returncode == 0 and "0.1.0" in result.stdout
     assert run_hfvram("no-such-command").returncode == 2
+
+
+# ---- the shipped examples ----------------------------------------------------------------------------------------
+
+
+def _example_commands() -> list[str]:
+    import re
+    import shlex
+
+    commands = []
+    for name in ("github-actions.yml", "pre-commit-hook.yaml"):
+        text = (ROOT / "examples" / name).read_text(encoding="utf-8")
+        for match in re.finditer(r"hfvram (scan [^|>\n]+)", text):
+            commands.append(shlex.split(match.group(1)))
+    return commands
+
+
+def test_example_command_lines_run(tmp_path, monkeypatch):
+    """Every `hfvram scan …` line of examples/ runs as written (offline, on catalogue models) and exits 0/1."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "models.txt").write_text("# deployed\nQwen/Qwen3-0.6B\n", encoding="utf-8")
+    commands = _example_commands()
+    assert len(commands) == 3
+    for args in commands:
+        if "--offline" not in args:
+            args.append("--offline")
+        result = runner.invoke(cli, args)
+        assert result.exit_code in (0, 1), (args, result.output)

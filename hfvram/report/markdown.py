@@ -36,20 +36,21 @@ def check_markdown(report: Mapping[str, Any], *, explain: bool = False) -> str:
                        ("overhead", "overhead"), ("total", "**total**")):
         value = per_gpu.get(key)
         share = percent(value / usable) if usable and value is not None else "—"
-        lines.append(f"| {label} | {gib(value)} | {share} |")
+        size = f"**{gib(value)}**" if key == "total" else gib(value)
+        lines.append(f"| {label} | {size} | {share} |")
     if hardware:
         lines.append(f"| usable | {gib(usable)} | |")
         lines.append(f"| GPU memory | {gib(per_gpu.get('memory'))} | |")
     capacity = report.get("capacity") or {}
     lines.append("")
     if capacity.get("kv_tokens") is not None:
-        lines.append(f"KV cache: {count(capacity['kv_tokens'])} tokens")
+        lines.append(f"- KV cache: {count(capacity['kv_tokens'])} tokens")
     if capacity.get("max_concurrency") is not None:
         lines.append(
-            f"Concurrent {tokens_short(workload.get('context'))} requests: {capacity['max_concurrency']:.1f}"
+            f"- concurrent {tokens_short(workload.get('context'))} requests: {capacity['max_concurrency']:.1f}"
         )
     if capacity.get("max_context") is not None:
-        lines.append(f"Longest context: {count(capacity['max_context'])} tokens")
+        lines.append(f"- longest context: {count(capacity['max_context'])} tokens")
     for warning in report.get("warnings") or []:
         lines.append(f"- ⚠️ {warning}")
     if explain and report.get("explain"):

@@ -133,9 +133,10 @@ def render_check(console: Console, report: Mapping[str, Any], *, explain: bool =
         usable_row = ["usable", gib(usable), ""]
         reserve_row = ["reserve (engine keeps back)", gib(per_gpu.get("reserve")), ""]
         memory_row = ["GPU memory", gib(per_gpu.get("memory")), ""]
-        for row, key in ((usable_row, "usable"), (reserve_row, "reserve"), (memory_row, "memory")):
+        for row, key in ((usable_row, "budget"), (reserve_row, "reserve"), (memory_row, "memory")):
             if explain:
-                row.append(terms_explain.get(key, ""))
+                row.append(terms_explain.get(key, terms_explain.get("usable", "")) if key == "budget"
+                           else terms_explain.get(key, ""))
             table.add_row(*row)
     console.print(table)
     if hardware:
@@ -156,6 +157,10 @@ def render_check(console: Console, report: Mapping[str, Any], *, explain: bool =
         console.print(f"Decode: ≤ {speed:,.1f} tokens/s per sequence (memory-bandwidth bound)", highlight=False)
     render_warnings(console, report.get("warnings") or [])
     if explain:
+        shown = {key for key, _, _ in TERMS} | {"budget", "usable", "reserve", "memory"}
+        for key, how in terms_explain.items():
+            if key not in shown:
+                console.print(f"[bold]{key}[/bold]: {how}", highlight=False)
         render_provenance(console, (report.get("explain") or {}).get("provenance") or {}, report)
 
 
