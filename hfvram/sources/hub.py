@@ -341,13 +341,17 @@ def _no_config(repo_id: str, info: RepoInfo) -> HfvramError:
 
 
 def load_hub_gguf(repo_id: str, selector: str, *, revision: str | None, token: str | None,
-                  cache: FactsCache | None) -> LoadedModel:
-    """One GGUF file or split set of a Hub repo, read up to the end of its tensor infos."""
+                  cache: FactsCache | None, cache_only: bool = False) -> LoadedModel | None:
+    """One GGUF file or split set of a Hub repo, read up to the end of its tensor infos.
+
+    ``cache_only``: answer from the facts cache alone (even past the branch TTL), None when it lacks a part."""
     from hfvram.readers.gguf import spec_from_gguf
 
     rev = revision or "main"
-    sha = cache.resolve(repo_id, rev) if cache is not None else None
+    sha = cache.resolve(repo_id, rev, allow_stale=cache_only) if cache is not None else None
     info_json = _cached_or(cache, repo_id, sha, MODEL_INFO)
+    if cache_only and not info_json:
+        return None
     info = RepoInfo.from_json(repo_id, info_json) if info_json else fetch_repo_info(repo_id, revision, token)  # type: ignore[arg-type]
     chosen = gguf_files(info.files, selector)
     if not chosen:
@@ -356,6 +360,8 @@ def load_hub_gguf(repo_id: str, selector: str, *, revision: str | None, token: s
             f"no GGUF file matching {selector!r} in {repo_id}"
             + (f"; available: {', '.join(tags)}" if tags else "; the repo holds no .gguf files"))
     cached = {f: _cached_or(cache, repo_id, info.sha, f) for f in chosen}
+    if cache_only and any(v is None for v in cached.values()):
+        return None
     missing = {f: (lambda f=f: fetch_gguf_header(repo_id, info.sha, f, token)[0]) for f in chosen if cached[f] is None}
     fetched = in_parallel(missing)
     headers = [fetched[f] if f in fetched else gguf_header_from_json(cached[f]) for f in chosen]  # type: ignore[arg-type]

@@ -58,12 +58,14 @@ def load_model(source: str, *, revision: str | None = None, token: str | None = 
         return _offline(parsed, revision, cache)
     try:
         if parsed.gguf is not None:
-            return hub.load_hub_gguf(repo_id, parsed.gguf, revision=revision, token=token, cache=cache)
+            loaded = hub.load_hub_gguf(repo_id, parsed.gguf, revision=revision, token=token, cache=cache)
+            assert loaded is not None  # only a cache_only read can come back empty
+            return loaded
         return hub.load_hub_checkpoint(repo_id, revision=revision, token=token, need_split=need_split, cache=cache)
     except NetworkError as err:
-        fallback = (_from_facts_cache(parsed, revision, cache, reason="the Hub was not reachable")
-                    if parsed.gguf is None else None)
-        fallback = fallback or catalog.load_from_catalog(repo_id, reason=f"the Hub was not reachable ({err})")
+        fallback = _from_facts_cache(parsed, revision, cache, reason="the Hub was not reachable")
+        if fallback is None and parsed.gguf is None:
+            fallback = catalog.load_from_catalog(repo_id, reason=f"the Hub was not reachable ({err})")
         if fallback is None:
             raise
         return fallback
@@ -93,6 +95,14 @@ def _from_facts_cache(parsed: HubSource, revision: str | None, cache: FactsCache
     from hfvram.spec import SourceInfo
 
     repo_id = parsed.repo_id
+    if parsed.gguf is not None:
+        from hfvram.sources.hub import load_hub_gguf
+
+        loaded = load_hub_gguf(repo_id, parsed.gguf, revision=revision, token=None, cache=cache, cache_only=True)
+        if loaded is not None:
+            warning = f"{reason}: using hfvram's facts cached for commit {loaded.source.revision}"
+            loaded = LoadedModel(replace(loaded.spec, warnings=(warning, *loaded.spec.warnings)), loaded.source)
+        return loaded
     sha = cache.resolve(repo_id, revision or "main", allow_stale=True)
     info_json = cache.get(repo_id, sha, MODEL_INFO) if sha else None
     config_text = cache.get(repo_id, sha, "config.json") if sha else None
@@ -123,10 +133,11 @@ def _from_facts_cache(parsed: HubSource, revision: str | None, cache: FactsCache
 def _offline(parsed: HubSource, revision: str | None, cache: FactsCache) -> LoadedModel:
     from hfvram.errors import ModelReadError
 
-    found = _from_facts_cache(parsed, revision, cache, reason="offline mode") if parsed.gguf is None else None
+    found = _from_facts_cache(parsed, revision, cache, reason="offline mode")
     if found is not None:
         return found
-    found = catalog.load_from_catalog(parsed.repo_id, reason="offline mode: the Hub was not asked")
+    if parsed.gguf is None:
+        found = catalog.load_from_catalog(parsed.repo_id, reason="offline mode: the Hub was not asked")
     if found is not None:
         return found
     raise ModelReadError(
