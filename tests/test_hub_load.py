@@ -42,10 +42,10 @@ def test_split_reads_one_small_range_per_shard(hub):
     assert weights.num_tensors == 104
     assert sum(weights.bytes_by_component.values()) == MINILM_DATA_BYTES
     ranged = [r for r in hub.records if r.byte_range]
-    assert [r.byte_range for r in ranged] == ["bytes=0-65535", "bytes=0-65535"]  # the resolve 302, then the CDN 206
-    assert hub.bytes_sent("/cdn/") == 65536
-    # wave 1 (info ∥ config), then the header Range (its LFS redirect adds one hop)
-    assert hub.round_trips() <= 3
+    assert [r.byte_range for r in ranged] == ["bytes=0-32767", "bytes=0-32767"]  # the resolve 302, then the CDN 206
+    assert hub.bytes_sent("/cdn/") == 32768
+    # model info ∥ config.json ∥ (model.safetensors Range → its LFS redirect → CDN): two sequential trips
+    assert hub.round_trips() == 2
 
 
 def test_second_load_makes_zero_requests(hub):

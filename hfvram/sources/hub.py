@@ -40,7 +40,10 @@ from hfvram.sources.rangestream import RangeStream
 from hfvram.spec import LoadedModel, SourceInfo
 
 EXPAND = ("sha", "siblings", "gated", "safetensors")
-FIRST_HEADER_RANGE = 64 * KIB
+#: first Range of a safetensors file: holds the whole header of most single-file checkpoints and dense
+#: shards; a longer header (large MoE shards) is continued with one more Range
+FIRST_HEADER_RANGE = 32 * KIB
+SINGLE_FILE = "model.safetensors"
 PARALLEL = 16
 MODEL_INFO = "model-info"
 
@@ -248,6 +251,10 @@ def load_hub_checkpoint(repo_id: str, *, revision: str | None, token: str | None
         wave1["info"] = lambda: fetch_repo_info(repo_id, revision, token)
     if config_text is None:
         wave1["config"] = lambda: _config_or_none(repo_id, sha or rev, token)
+    if need_split and info_json is None:
+        # Most single-file checkpoints are named model.safetensors: asking for its header now, next to the
+        # model info, saves a whole wave; a sharded repo answers a cheap EntryNotFound.
+        wave1[SINGLE_FILE] = lambda: _header_or_none(repo_id, sha or rev, SINGLE_FILE, token)
     got = in_parallel(wave1)
     info = got["info"] if "info" in got else RepoInfo.from_json(repo_id, info_json)  # type: ignore[arg-type]
     assert isinstance(info, RepoInfo)
@@ -257,6 +264,7 @@ def load_hub_checkpoint(repo_id: str, *, revision: str | None, token: str | None
         config_text, served_from = got["config"]  # type: ignore[misc]
         if served_from and served_from != info.sha:  # the branch moved between the two calls
             config_text, _ = fetch_text(repo_id, info.sha, "config.json", token)
+            got.pop(SINGLE_FILE, None)
     sha = info.sha
     assert isinstance(config_text, str)
 
@@ -272,6 +280,8 @@ def load_hub_checkpoint(repo_id: str, *, revision: str | None, token: str | None
     quantized = _is_quantized(config_text, {n: "" for n in companion_names})
     want_headers = bool(shards) and (need_split or quantized or not info.dtype_parameters)
     headers = {s: _cached_or(cache, repo_id, sha, s) for s in shards} if want_headers else {}
+    if SINGLE_FILE in headers and headers[SINGLE_FILE] is None and got.get(SINGLE_FILE):
+        headers[SINGLE_FILE] = got[SINGLE_FILE]
     want_index = not shards and INDEX_FILE in info.files
     index_meta = _cached_or(cache, repo_id, sha, INDEX_FILE) if want_index else None
 
@@ -312,6 +322,13 @@ def load_hub_checkpoint(repo_id: str, *, revision: str | None, token: str | None
             cache.put(repo_id, sha, INDEX_FILE, index_meta)
     used = ("config.json", *companions, *headers, *((INDEX_FILE,) if index_meta else ()))
     return LoadedModel(spec, SourceInfo(kind="hub", repo_id=repo_id, revision=sha, files=tuple(used)))
+
+
+def _header_or_none(repo_id: str, revision: str, filename: str, token: str | None) -> str | None:
+    try:
+        return fetch_safetensors_header(repo_id, revision, filename, token)
+    except EntryMissingError:
+        return None
 
 
 def _config_or_none(repo_id: str, revision: str, token: str | None) -> tuple[str, str | None] | None:
