@@ -150,3 +150,25 @@ def test_hand_built_spec_and_warnings():
     assert any("dtype" in w for w in warnings) and any("mamba" in w for w in warnings)
     empty = ModelSpec(architecture=None, model_type=None, dtype="bfloat16", num_layers=0, layers=())
     assert tensors_from_spec(empty) == [] and derive_warnings(empty)
+
+
+def test_hybrid_recurrent_models_derive_their_mixers():
+    """Sizes the model names state: Qwen3-Next-80B-A3B (80B total, ~3B active), Nemotron-H-56B (56B),
+    NVIDIA-Nemotron-3-Nano-30B-A3B (~31.6B total with its Mamba-2 / attention / MoE blocks, ~3B active)."""
+    nxt, nxt_config = load("Qwen/Qwen3-Next-80B-A3B-Thinking")
+    weights = derived_weights(nxt, nxt_config)
+    assert weights.params_total == pytest.approx(80e9, rel=0.01)
+    # "A3B" counts the transformer blocks: active parameters less the embedding and the output head
+    embeddings = weights.params_by_component["embeddings"] + weights.params_by_component["lm_head"]
+    assert 3.0e9 < params_active(weights, nxt) - embeddings < 3.5e9
+    names = {t.name: t for t in tensors_from_spec(nxt, nxt_config)}
+    # Gated DeltaNet: q/k (16 heads × 128) twice + v/z (32 heads × 128) twice
+    assert names["model.layers.0.linear_attn.in_proj_qkvz.weight"].shape == (2 * 2048 + 2 * 4096, 2048)
+    assert names["model.layers.3.self_attn.q_proj.weight"].shape == (2 * 16 * 256, 2048)  # gated attention
+    assert not derive_warnings(nxt, nxt_config)
+    nemo, nemo_config = load("nvidia/Nemotron-H-56B-Base-8K")
+    assert derived_weights(nemo, nemo_config).params_total == pytest.approx(56e9, rel=0.01)
+    nano, nano_config = load("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16")
+    nano_weights = derived_weights(nano, nano_config)
+    assert nano_weights.params_total == pytest.approx(31.6e9, rel=0.01)
+    assert 3.0e9 < params_active(nano_weights, nano) < 4.0e9

@@ -21,7 +21,10 @@ DERIVED_SOURCE = "derived: tensor shapes from config.json"
 
 _DTYPES = {"bfloat16": "BF16", "float16": "F16", "float32": "F32"}
 #: model types whose attention has per-head q/k RMSNorm (modelling code: q_norm / k_norm of head_dim)
-_QK_NORM = {"qwen3", "qwen3_moe", "gemma3", "gemma3_text", "olmo2", "qwen3_next"}
+_QK_NORM = {"qwen3", "qwen3_moe", "gemma3", "gemma3_text", "olmo2", "qwen3_next", "qwen3_5_text",
+            "qwen3_5_moe_text"}
+#: model types whose full-attention q_proj also produces the output gate (Qwen3-Next / Qwen3.5 gated attention)
+_GATED_Q = {"qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"}
 #: model types with a bias on q/k/v only (Qwen2 attention: bias=True on q_proj, k_proj, v_proj)
 _QKV_BIAS = {"qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl"}
 #: model types with the extra pre/post feed-forward norms (Gemma2Decoder / Gemma3Decoder)
@@ -156,7 +159,8 @@ class _Builder:
             self.linear(f"{attn}.o_proj", hidden, heads * layer.head_dim_v)
             return
         head_k, head_v, kv = layer.head_dim_k, layer.head_dim_v, layer.num_kv_heads
-        self.linear(f"{attn}.q_proj", heads * head_k, hidden, bias=qkv_bias)
+        gated = model_type in _GATED_Q or bool(cfg.get("attn_output_gate"))
+        self.linear(f"{attn}.q_proj", heads * head_k * (2 if gated else 1), hidden, bias=qkv_bias)
         self.linear(f"{attn}.k_proj", kv * head_k, hidden, bias=qkv_bias)
         self.linear(f"{attn}.v_proj", kv * head_v, hidden, bias=qkv_bias)
         self.linear(f"{attn}.o_proj", hidden, heads * head_v, bias=bias_all)
@@ -223,7 +227,9 @@ class _Builder:
         if model_type in _FOUR_NORMS:
             self.plain(f"{prefix}.pre_feedforward_layernorm.weight", (hidden,))
             self.plain(f"{prefix}.post_feedforward_layernorm.weight", (hidden,))
-        if layer.kind in (LayerKind.LINEAR, LayerKind.MAMBA):
+        if layer.kind is LayerKind.LINEAR and "linear_num_value_heads" in self.config:
+            self.gated_delta_net(f"{prefix}.linear_attn")
+        elif layer.kind in (LayerKind.LINEAR, LayerKind.MAMBA):
             self.warnings.append(f"{prefix}: {layer.kind.value} mixer weights are not derived")
         elif layer.kind is not LayerKind.NONE:
             self.attention(prefix, layer)
@@ -233,6 +239,83 @@ class _Builder:
             self.dense_mlp(f"{prefix}.mlp", self.spec.intermediate_size)
         else:
             self.warnings.append(f"{prefix}: intermediate_size unknown, MLP not derived")
+
+    def gated_delta_net(self, prefix: str) -> None:
+        """Gated DeltaNet mixer (transformers Qwen3NextGatedDeltaNet): fused q/k/v/z and b/a projections,
+        a depthwise causal conv over q/k/v, per-head decay parameters, a gated RMSNorm and the output projection."""
+        cfg, hidden = self.config, self.spec.hidden_size or 0
+        k_heads, v_heads = int(cfg.get("linear_num_key_heads") or 0), int(cfg.get("linear_num_value_heads") or 0)
+        k_dim = k_heads * int(cfg.get("linear_key_head_dim") or 0)
+        head_v = int(cfg.get("linear_value_head_dim") or 0)
+        v_dim = v_heads * head_v
+        kernel = int(cfg.get("linear_conv_kernel_dim") or 4)
+        self.linear(f"{prefix}.in_proj_qkvz", 2 * k_dim + 2 * v_dim, hidden)
+        self.linear(f"{prefix}.in_proj_ba", 2 * v_heads, hidden)
+        self.plain(f"{prefix}.conv1d.weight", (2 * k_dim + v_dim, 1, kernel))
+        self.plain(f"{prefix}.dt_bias", (v_heads,))
+        self.plain(f"{prefix}.A_log", (v_heads,))
+        self.plain(f"{prefix}.norm.weight", (head_v,))
+        self.linear(f"{prefix}.out_proj", hidden, v_dim)
+
+    def mamba2_mixer(self, prefix: str) -> None:
+        """Mamba-2 mixer (transformers NemotronHMamba2Mixer): in_proj → [gate, x·B·C, dt], depthwise conv,
+        per-head A/D/dt, gated norm, out_proj."""
+        cfg, hidden = self.config, self.spec.hidden_size or 0
+        heads, head_dim = int(cfg.get("mamba_num_heads") or 0), int(cfg.get("mamba_head_dim") or 0)
+        inner = heads * head_dim
+        conv_dim = inner + 2 * int(cfg.get("n_groups") or 1) * int(cfg.get("ssm_state_size") or 0)
+        bias = bool(cfg.get("use_bias"))
+        self.linear(f"{prefix}.in_proj", inner + conv_dim + heads, hidden, bias=bias)
+        self.plain(f"{prefix}.conv1d.weight", (conv_dim, 1, int(cfg.get("conv_kernel") or 4)))
+        if cfg.get("use_conv_bias", True):
+            self.plain(f"{prefix}.conv1d.bias", (conv_dim,))
+        for name in ("dt_bias", "A_log", "D"):
+            self.plain(f"{prefix}.{name}", (heads,))
+        self.plain(f"{prefix}.norm.weight", (inner,))
+        self.linear(f"{prefix}.out_proj", hidden, inner, bias=bias)
+
+    def nemotron_h_block(self, prefix: str, symbol: str, layer: Layer) -> None:
+        """One Nemotron-H block: a norm and ONE mixer — Mamba-2 (M), attention (*), MLP (-) or MoE (E)."""
+        hidden, cfg = self.spec.hidden_size or 0, self.config
+        self.plain(f"{prefix}.norm.weight", (hidden,))
+        mixer = f"{prefix}.mixer"
+        if symbol == "M":
+            self.mamba2_mixer(mixer)
+        elif symbol == "*":
+            heads = self.spec.num_attention_heads or 0
+            head = layer.head_dim_k or int(cfg.get("attention_head_dim") or cfg.get("head_dim") or 0)
+            kv = layer.num_kv_heads or int(cfg.get("num_key_value_heads") or 0)
+            bias = bool(cfg.get("attention_bias"))
+            self.linear(f"{mixer}.q_proj", heads * head, hidden, bias=bias)
+            self.linear(f"{mixer}.k_proj", kv * head, hidden, bias=bias)
+            self.linear(f"{mixer}.v_proj", kv * head, hidden, bias=bias)
+            self.linear(f"{mixer}.o_proj", hidden, heads * head, bias=bias)
+        elif symbol == "-":
+            inter = self.spec.intermediate_size or 0
+            self.linear(f"{mixer}.up_proj", inter, hidden, bias=bool(cfg.get("mlp_bias")))
+            self.linear(f"{mixer}.down_proj", hidden, inter, bias=bool(cfg.get("mlp_bias")))
+        elif symbol == "E":
+            experts, size = self.spec.num_experts or 0, self.spec.moe_intermediate_size or 0
+            self.plain(f"{mixer}.gate.weight", (experts, hidden))
+            self.plain(f"{mixer}.gate.e_score_correction_bias", (experts,), "F32")
+            for e in range(experts):
+                self.linear(f"{mixer}.experts.{e}.up_proj", size, hidden)
+                self.linear(f"{mixer}.experts.{e}.down_proj", hidden, size)
+            shared = int(cfg.get("moe_shared_expert_intermediate_size") or 0)
+            if shared:
+                self.linear(f"{mixer}.shared_experts.up_proj", shared, hidden)
+                self.linear(f"{mixer}.shared_experts.down_proj", hidden, shared)
+        else:
+            self.warnings.append(f"{prefix}: hybrid_override_pattern symbol {symbol!r} unknown")
+
+    def qwen_mtp_layer(self, index: int, layer: Layer) -> None:
+        """Qwen3.5 / Qwen3-Next multi-token prediction: one decoder layer and a fusion projection under ``mtp.``."""
+        hidden = self.spec.hidden_size or 0
+        self.decoder_layer(f"mtp.layers.{index}", layer)
+        if index == 0:
+            self.plain("mtp.fc.weight", (hidden, 2 * hidden))
+            for norm in ("pre_fc_norm_embedding", "pre_fc_norm_hidden", "norm"):
+                self.plain(f"mtp.{norm}.weight", (hidden,))
 
     def mtp_layer(self, prefix: str, layer: Layer) -> None:
         """DeepSeek-V3 next-token-prediction block: a decoder layer plus its own embedding, projections, head."""
@@ -324,6 +407,8 @@ def _text_prefix(spec: ModelSpec, config: Mapping[str, Any]) -> str:
     """Where the decoder lives in the checkpoint's names (Gemma-3 multimodal: ``language_model.model``)."""
     if isinstance(config.get("text_config"), Mapping) and spec.model_type in ("gemma3", "mistral3", "llava"):
         return "language_model.model"
+    if isinstance(config.get("text_config"), Mapping) and (spec.model_type or "").startswith(("qwen3_5", "qwen3_vl")):
+        return "model.language_model"
     return "model"
 
 
@@ -355,14 +440,27 @@ def _build(spec: ModelSpec, config: Mapping[str, Any]) -> _Builder:
         builder.warnings.append("hidden_size or vocab_size unknown: no tensor list derived")
         return builder
     prefix = _text_prefix(spec, config)
-    builder.plain(f"{prefix}.embed_tokens.weight", (vocab, hidden))
-    for il, layer in enumerate(spec.layers):
-        builder.decoder_layer(f"{prefix}.layers.{il}", layer)
-    for extra in range(spec.num_mtp_layers):
-        template = next((l for l in reversed(spec.layers) if l.moe), spec.layers[-1] if spec.layers else None)
-        if template is not None:
-            builder.mtp_layer(f"{prefix}.layers.{spec.num_layers + extra}", template)
-    builder.plain(f"{prefix}.norm.weight", (hidden,))
+    pattern = builder.config.get("hybrid_override_pattern")
+    if _text_model_type(spec, config) == "nemotron_h" and isinstance(pattern, str):
+        builder.plain("backbone.embeddings.weight", (vocab, hidden))
+        for il, layer in enumerate(spec.layers):
+            builder.nemotron_h_block(f"backbone.layers.{il}", pattern[il] if il < len(pattern) else "?", layer)
+        builder.plain("backbone.norm_f.weight", (hidden,))
+    else:
+        builder.plain(f"{prefix}.embed_tokens.weight", (vocab, hidden))
+        for il, layer in enumerate(spec.layers):
+            builder.decoder_layer(f"{prefix}.layers.{il}", layer)
+        qwen_style_mtp = (_text_model_type(spec, config) or "").startswith(("qwen3_5", "qwen3_next"))
+        for extra in range(spec.num_mtp_layers):
+            full = [l for l in spec.layers if l.kind in (LayerKind.FULL, LayerKind.MLA)]
+            template = next((l for l in reversed(full) if l.moe), full[-1] if full else None)
+            if template is None:
+                continue
+            if qwen_style_mtp:
+                builder.qwen_mtp_layer(extra, template)
+            else:
+                builder.mtp_layer(f"{prefix}.layers.{spec.num_layers + extra}", template)
+        builder.plain(f"{prefix}.norm.weight", (hidden,))
     if spec.tie_word_embeddings is None:
         # transformers' PretrainedConfig default is tie_word_embeddings=True
         builder.warnings.append("tie_word_embeddings not stated: lm_head assumed tied to the embeddings")
