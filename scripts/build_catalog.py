@@ -22,17 +22,27 @@ from hfvram.sources.facts import COMPANION_FILES, INDEX_FILE  # noqa: E402
 OUT = ROOT / "hfvram" / "data" / "catalog.json"
 
 
+def derived_files(folder: Path) -> set[str]:
+    """Files a DERIVED.md note names (generated test files, not upstream bytes): never catalogued."""
+    note = folder / "DERIVED.md"
+    if not note.is_file():
+        return set()
+    text = note.read_text(encoding="utf-8")
+    return {p.name for p in folder.iterdir() if p.name != "DERIVED.md" and p.name in text and p.name != "config.json"}
+
+
 def repo_entry(repo_id: str, folder: Path) -> dict | None:
     config = folder / "config.json"
     if not config.is_file():
         return None
+    derived = derived_files(folder)
     files = {"config.json": config.read_bytes().decode("utf-8-sig")}
     for name in COMPANION_FILES:
-        if (folder / name).is_file():
+        if (folder / name).is_file() and name not in derived:
             files[name] = (folder / name).read_bytes().decode("utf-8-sig")
     entry: dict = {"repo_id": repo_id, "files": files, "fixture": f"fixtures/hub/{repo_id}"}
     index_path = folder / INDEX_FILE
-    if index_path.is_file():
+    if index_path.is_file() and INDEX_FILE not in derived:
         index = json.loads(index_path.read_text())
         weight_map = index.get("weight_map", {})
         entry["index"] = {
