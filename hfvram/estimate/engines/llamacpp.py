@@ -334,6 +334,14 @@ def layer_live_elems(spec: ModelSpec, c: Mapping[str, float]) -> float:
     return c["dense_ff_factor"] * (spec.intermediate_size or 0) + c["dense_embd_factor"] * n_embd
 
 
+def recurrent_live_elems(spec: ModelSpec, c: Mapping[str, float]) -> float:
+    """f32 elements per ubatch token alive inside a recurrent (Mamba-2 / linear-attention) layer: in-projection,
+    conv and scan outputs, taken proportional to the conv state width (``(d_conv − 1) × conv channels``).
+    Fitted on Nemotron-H-56B (benchmarks/data/llamacpp_truth.jsonl); 0 without recurrent layers."""
+    conv = max((layer.conv_state_elems for layer in spec.layers if layer.kind in RECURRENT_KINDS), default=0)
+    return c["recurrent_conv_factor"] * conv
+
+
 def attention_masks(spec: ModelSpec, s: Settings, pad: int = 256) -> list[int]:
     """KV lengths of the masks the graph keeps alive: one for the full-attention layers (n_ctx_seq) and one for
     the sliding-window layers (their cell count) — two masks even when both have the same length (measured on
@@ -371,14 +379,15 @@ def compute_buffer_bytes(spec: ModelSpec, s: Settings, c: Mapping[str, float], *
         extra = c["mla_head_factor"] * n_head * (mla[0].kv_lora_rank + mla[0].qk_rope_head_dim)
         logits += extra
         layer += extra
+    recurrent = recurrent_live_elems(spec, c)
     if s.flash_attn:
         attention = layer + c["mask_fa_on"] * sum(views)
-        live = max(logits, attention)
+        live = max(logits, attention, recurrent)
         rule = f"FA on: max(logits {logits:.0f}, layer {layer:.0f} + f16 masks {c['mask_fa_on'] * sum(views):.0f})"
     else:
         n_kv = max(views, default=0)
         scores = n_kv * n_head + c["mask_fa_off"] * sum(views) + c["fa_off_embd_factor"] * n_embd + extra
-        live = max(logits, layer, scores)
+        live = max(logits, layer, scores, recurrent)
         rule = f"FA off: max(logits {logits:.0f}, layer {layer:.0f}, KQ {scores:.0f})"
     size = int(4 * ub * live)
     return size, f"4 B × ubatch {ub} × {rule} elements per token"
