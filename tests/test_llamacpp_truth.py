@@ -4,8 +4,8 @@ configs / real GGUF headers (benchmarks/llamacpp_truth.py). No llama.cpp is need
 from its stored header with hfvram's GGUF reader and the profile's functions are compared term by term.
 
 Stated tolerances (docs/accuracy.md): KV cache, recurrent state and output buffer exact to the printed
-0.01 MiB; model buffer within 1 %; compute buffer within 10 % on at least 90 % of the settings and never
-off by more than 20 %."""
+0.01 MiB; model buffer within 1 %; compute buffer within 10 % on at least 97 % of the settings and never
+off by more than 15 % (measured: 188 of 189 within 10 %, worst −10.8 %)."""
 
 from __future__ import annotations
 
@@ -86,6 +86,6 @@ def test_model_buffer_within_one_percent(comparisons):
 def test_compute_buffer_within_stated_tolerance(comparisons):
     compute = [c for c in comparisons if c.term == "compute"]
     within = sum(abs(c.relative) <= acc.COMPUTE_TOLERANCE for c in compute)
-    assert within >= 0.9 * len(compute), f"{within} of {len(compute)} within 10 %"
+    assert within >= 0.97 * len(compute), f"{within} of {len(compute)} within 10 %"
     worst = max(compute, key=lambda c: abs(c.relative))
-    assert abs(worst.relative) <= 0.20, (worst.model, worst.setting, worst.predicted_mib, worst.measured_mib)
+    assert abs(worst.relative) <= 0.15, (worst.model, worst.setting, worst.predicted_mib, worst.measured_mib)
