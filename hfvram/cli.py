@@ -567,8 +567,9 @@ def fit(sources: tuple[str, ...], fmt: str | None, as_json: bool, plot: str | No
         from hfvram.report.plot import plot_memory_against_context
 
         request = resolve_request(options, sources[0])
+        source = reports[0]["source"]
         plot_memory_against_context(reports[0]["_spec"], request.hardware, reports[0]["_choice"],
-                                    workload(request), plot)
+                                    workload(request), plot, title=source.get("repo_id") or sources[0])
         click.echo(f"wrote {plot}", err=True)
     public = [{k: v for k, v in report.items() if not k.startswith("_")} for report in reports]
     if output == "json":

@@ -122,7 +122,6 @@ def test_fit_usage_errors():
 
 
 def test_fit_plot_without_matplotlib_is_a_clear_message(tmp_path):
-    pytest.importorskip("matplotlib", reason="the message only shows where matplotlib is missing") if False else None
     try:
         import matplotlib  # noqa: F401
     except ImportError:

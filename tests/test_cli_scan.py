@@ -136,3 +136,31 @@ def test_gguf_and_folder_in_one_list():
     code, rows = scan_jsonl(f"{SMOLLM_GGUF}\n{LLAMA_FOLDER}\n", "--gpu", "rtx4090", "--context", "4k")
     assert {row["source"]["kind"] for row in rows} == {"gguf", "local"}
     assert {row["engine"]["name"] for row in rows} == {"llama.cpp", "vllm"}
+
+
+def test_ctrl_c_prints_what_finished(hub):
+    """SIGINT in the middle of a slow scan (the local Hub answers after 0.4 s): the finished rows are printed,
+    the exit code is 130, no traceback."""
+    import signal
+    import subprocess
+    import sys
+
+    from cli_support import ROOT
+
+    hub.latency = 0.4
+    repos = ["Qwen/Qwen3-8B", "Qwen/Qwen3-14B", "Qwen/Qwen3-32B", "Qwen/Qwen2.5-7B", "Qwen/Qwen2.5-32B",
+             "Qwen/Qwen2.5-72B", "meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.2-1B"] * 2
+    process = subprocess.Popen(
+        [sys.executable, "-m", "hfvram", "scan", "-", "--json", "--jobs", "1", "--gpu", "h100"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+    )
+    process.stdin.write("\n".join(repos) + "\n")
+    process.stdin.close()
+    first = process.stdout.readline()  # wait for one finished row
+    process.send_signal(signal.SIGINT)
+    rest = process.stdout.read()
+    stderr = process.stderr.read()
+    assert process.wait(timeout=60) == 130, stderr
+    rows = [json.loads(line) for line in (first + rest).splitlines() if line.strip()]
+    assert 1 <= len(rows) < len(repos)
+    assert "interrupted" in stderr and "Traceback" not in stderr

@@ -6,6 +6,7 @@ from dataclasses import replace
 from typing import Any
 
 from hfvram.errors import UsageError
+from hfvram.report.units import tokens_short
 
 GIB = 1024**3
 TERM_COLOURS = (("weights", "#1f77b4"), ("kv_cache", "#9467bd"), ("activations", "#e6b800"), ("overhead", "#17becf"))
@@ -29,7 +30,8 @@ def plot_contexts(max_context: int, start: int = 4096) -> list[int]:
     return contexts
 
 
-def plot_memory_against_context(spec: Any, hardware: Any, choice: Any, workload: Any, path: str) -> None:
+def plot_memory_against_context(spec: Any, hardware: Any, choice: Any, workload: Any, path: str,
+                                title: str | None = None) -> None:
     require_matplotlib()
     import matplotlib
 
@@ -57,9 +59,11 @@ def plot_memory_against_context(spec: Any, hardware: Any, choice: Any, workload:
         axes.axhline(usable, color="red", linestyle="--", label="usable")
         axes.axhline(usable * 0.9, color="orange", linestyle=":", label="tight from here")
     axes.set_xscale("log", base=2)
+    axes.set_xticks(contexts, [tokens_short(context) for context in contexts])
     axes.set_xlabel("context (tokens)")
     axes.set_ylabel("GiB on the worst GPU")
-    axes.set_title(f"{spec.architecture} on {hardware.label} ({choice.name}), concurrency {workload.concurrency}")
+    axes.set_title(f"{title or spec.architecture} on {hardware.label} ({choice.name}), "
+                   f"concurrency {workload.concurrency}")
     axes.legend(loc="upper left", fontsize="small")
     figure.tight_layout()
     figure.savefig(path)
