@@ -141,3 +141,24 @@ def test_token_opens_gated_repo_and_never_shows(hub, monkeypatch, capsys, caplog
 def test_errors_are_hfvram_errors_for_bad_source_strings(hub):
     with pytest.raises(HfvramError):
         load_model("not a repo id")
+
+
+def test_sharded_moe_headers_are_continued_never_restarted(hub):
+    """Qwen3-30B-A3B: 16 header-only shards (fixtures/hub, DERIVED by scripts/make_safetensors_fixtures.py)
+    whose headers are longer than the first 32 KiB Range."""
+    import struct
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parent.parent / "fixtures/hub/Qwen/Qwen3-30B-A3B"
+    shards = sorted(folder.glob("model-*.safetensors"))
+    header_bytes = {p.name: 8 + struct.unpack("<Q", p.read_bytes()[:8])[0] for p in shards}
+    assert min(header_bytes.values()) > 32 * 1024
+    by_params = load_model("Qwen/Qwen3-30B-A3B").spec.weights
+    hub.records.clear()
+    by_headers = load_model("Qwen/Qwen3-30B-A3B", need_split=True).spec.weights
+    assert by_headers.total_bytes == by_params.total_bytes
+    assert by_headers.num_tensors > 0 and "experts" in by_headers.bytes_by_component
+    for name, size in header_bytes.items():
+        spans = [r.byte_range for r in hub.requests_to("/cdn/") if r.path.endswith(name)]
+        assert spans == ["bytes=0-32767", f"bytes=32768-{size - 1}"]
+    assert hub.bytes_sent("/cdn/") == sum(header_bytes.values())
