@@ -172,3 +172,14 @@ def test_hybrid_recurrent_models_derive_their_mixers():
     nano_weights = derived_weights(nano, nano_config)
     assert nano_weights.params_total == pytest.approx(31.6e9, rel=0.01)
     assert 3.0e9 < params_active(nano_weights, nano) < 4.0e9
+
+
+def test_llama4_scout_fused_experts_and_shared_expert():
+    """Llama-4-Scout-17B-16E: 16 routed experts + one shared expert per layer, ~17B active (the name)."""
+    spec, config = load("meta-llama/Llama-4-Scout-17B-16E-Instruct")
+    names = {t.name: t for t in tensors_from_spec(spec, config)}
+    assert names["language_model.model.layers.0.feed_forward.experts.gate_up_proj"].shape == (16, 5120, 2 * 8192)
+    assert "language_model.model.layers.0.feed_forward.shared_expert.down_proj.weight" in names
+    weights = derived_weights(spec, config)
+    embeddings = weights.params_by_component["embeddings"] + weights.params_by_component.get("lm_head", 0)
+    assert 16.5e9 < params_active(weights, spec) - embeddings < 17.5e9

@@ -185,6 +185,9 @@ class _Builder:
         if model_type == "gpt_oss":
             self._gpt_oss_experts(f"{prefix}.mlp", experts, hidden, size)
             return
+        if model_type == "llama4_text":
+            self._llama4_moe(f"{prefix}.feed_forward", experts, hidden, size)
+            return
         if model_type == "mixtral":
             self.plain(f"{prefix}.block_sparse_moe.gate.weight", (experts, hidden))
             for e in range(experts):
@@ -205,6 +208,17 @@ class _Builder:
             self.plain(f"{prefix}.mlp.shared_expert_gate.weight", (1, hidden))
         elif shared:
             self.dense_mlp(f"{prefix}.mlp.shared_experts", size * shared)
+
+    def _llama4_moe(self, prefix: str, experts: int, hidden: int, size: int) -> None:
+        """Llama 4 MoE block (transformers Llama4TextMoe): router, fused experts, one always-on shared expert."""
+        self.plain(f"{prefix}.router.weight", (experts, hidden))
+        if self.spec.quantization is None:
+            self.plain(f"{prefix}.experts.gate_up_proj", (experts, hidden, 2 * size))
+            self.plain(f"{prefix}.experts.down_proj", (experts, size, hidden))
+        else:  # quantized checkpoints store the experts one by one
+            for e in range(experts):
+                self.dense_mlp(f"{prefix}.experts.{e}", size)
+        self.dense_mlp(f"{prefix}.shared_expert", size)
 
     def _gpt_oss_experts(self, prefix: str, experts: int, hidden: int, size: int) -> None:
         self.plain(f"{prefix}.router.weight", (experts, hidden))
@@ -233,8 +247,11 @@ class _Builder:
             self.warnings.append(f"{prefix}: {layer.kind.value} mixer weights are not derived")
         elif layer.kind is not LayerKind.NONE:
             self.attention(prefix, layer)
+        dense_size = self.config.get("intermediate_size_mlp") if model_type == "llama4_text" else None
         if layer.moe and self.spec.num_experts:
             self.moe(prefix)
+        elif dense_size:
+            self.dense_mlp(f"{prefix}.feed_forward", int(dense_size))
         elif self.spec.intermediate_size:
             self.dense_mlp(f"{prefix}.mlp", self.spec.intermediate_size)
         else:
@@ -405,7 +422,7 @@ def _text_model_type(spec: ModelSpec, config: Mapping[str, Any]) -> str | None:
 
 def _text_prefix(spec: ModelSpec, config: Mapping[str, Any]) -> str:
     """Where the decoder lives in the checkpoint's names (Gemma-3 multimodal: ``language_model.model``)."""
-    if isinstance(config.get("text_config"), Mapping) and spec.model_type in ("gemma3", "mistral3", "llava"):
+    if isinstance(config.get("text_config"), Mapping) and spec.model_type in ("gemma3", "mistral3", "llava", "llama4"):
         return "language_model.model"
     if isinstance(config.get("text_config"), Mapping) and (spec.model_type or "").startswith(("qwen3_5", "qwen3_vl")):
         return "model.language_model"
@@ -465,8 +482,7 @@ def _build(spec: ModelSpec, config: Mapping[str, Any]) -> _Builder:
         # transformers' PretrainedConfig default is tie_word_embeddings=True
         builder.warnings.append("tie_word_embeddings not stated: lm_head assumed tied to the embeddings")
     elif not spec.tie_word_embeddings:
-        head = "language_model.lm_head" if prefix.startswith("language_model") and spec.model_type != "gemma3" \
-            else "lm_head"
+        head = "language_model.lm_head" if spec.model_type == "llama4" else "lm_head"
         builder.plain(f"{head}.weight", (vocab, hidden))
     vision = config.get("vision_config")
     if spec.multimodal and not isinstance(vision, Mapping):
