@@ -180,6 +180,8 @@ class Request:
     concurrency: int
     kv_dtype: str
     hardware: Any  # hfvram.estimate.types.Hardware | None
+    #: what the pasted engine command line had that hfvram did not use (reported as warnings)
+    notes: tuple[str, ...] = ()
 
 
 def _parse_positive(text: str, what: str) -> int:
@@ -229,7 +231,16 @@ def resolve_request(options: RunOptions, source: str | None) -> Request:
         concurrency=concurrency,
         kv_dtype=kv_dtype,
         hardware=hardware,
+        notes=tuple(f"--engine-args: ignored {redact(item)}" for item in (pasted.ignored if pasted else ())),
     )
+
+
+def redact(text: str) -> str:
+    """Hide the value of secret-looking flags (``--api-key abc`` -> ``--api-key ***``) before printing."""
+    import re
+
+    return re.sub(r"(--?[\w-]*(?:key|token|secret|password|auth)[\w-]*)([ =])(\S+?)(:?)(?=\s|$)", r"\1\2***\4",
+                  text, flags=re.IGNORECASE)
 
 
 def default_engine(loaded: Any) -> str:
@@ -306,7 +317,13 @@ def check_report(request: Request, options: RunOptions) -> dict[str, Any]:
 
     loaded = load(request, options)
     est = run_estimate(request, options, loaded)
-    return check_dict(loaded.source, est, explain=options.explain)
+    report = check_dict(loaded.source, est, explain=options.explain)
+    report["warnings"] = list(dict.fromkeys(report["warnings"] + list(request.notes)))
+    if options.explain and est.hardware is not None:
+        from hfvram.estimate.hardware import memory_provenance
+
+        report["explain"]["terms"].setdefault("memory", memory_provenance(est.hardware.gpu))
+    return report
 
 
 def exit_code_for(verdicts: Iterable[str | None], fail_on_tight: bool) -> int:

@@ -248,3 +248,11 @@ def test_subprocess_version_and_help():
     assert version.returncode == 0 and "hfvram" in version.stdout
     helped = run_hfvram("check", "--help")
     assert helped.returncode == 0 and "--fail-on" in helped.stdout
+
+
+def test_engine_args_ignored_flags_are_warnings_with_secrets_hidden():
+    cmdline = f"vllm serve {LLAMA_FOLDER} --max-model-len 8192 --port 8000 --api-key sk-verysecret"
+    _, document = check_json("--engine-args", cmdline, "--gpu", "h100")
+    ignored = [warning for warning in document["warnings"] if warning.startswith("--engine-args")]
+    assert any("--port 8000" in warning for warning in ignored)
+    assert "sk-verysecret" not in json.dumps(document)
