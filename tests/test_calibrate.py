@@ -194,3 +194,20 @@ def test_llama_spec_kv_matches_article():
     """Article figure (README of the reference material): Llama-3-8B holds 128 KiB of KV per token at bf16."""
     assert llama31_8b_spec().kv_bytes_per_token(2) == 131072
     assert math.isclose(llama31_8b_spec().kv_bytes_per_token(2) * 131072 / GIB, 16.0)
+
+
+def test_cli_calibrate_against_prediction_gt0062():
+    """gt-0062 (llm-d-planner, vLLM v0.19.0, Llama-3.1-8B-Instruct on H100, util 0.95, fp8 KV, 8192 tokens):
+    the prediction for the same run sits next to the measurement, term by term. Measured: weights 14.99 GiB,
+    952,032 KV tokens; hfvram's rules must land within a few percent of both."""
+    log = str(LOGS / "gt-0062-vllm-v0.19-llama31-8b-h100.log")
+    result = CliRunner().invoke(cli, ["calibrate", log, "--model", "meta-llama/Llama-3.1-8B-Instruct", "--offline",
+                                      "--gpu", "h100", "--engine", "vllm@0.19", "--json"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    measured, predicted = document["measured"], document["predicted"]
+    assert abs(predicted["weights"] - measured["weights"]) / measured["weights"] < 0.01
+    assert abs(predicted["kv_tokens"] - 952_032) / 952_032 < 0.03
+    table = CliRunner().invoke(cli, ["calibrate", log, "--model", "meta-llama/Llama-3.1-8B-Instruct", "--offline",
+                                     "--gpu", "h100", "--engine", "vllm@0.19"])
+    assert "measured" in table.stdout and "hfvram" in table.stdout and "difference" in table.stdout
