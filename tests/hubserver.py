@@ -212,27 +212,38 @@ class HubServer:
         self.records: list[RequestRecord] = []
         self._lock = threading.Lock()
         self._httpd: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
+        self._cdn: ThreadingHTTPServer | None = None
 
     # ---- lifecycle ---------------------------------------------------------------------------
     def start(self) -> "HubServer":
+        """The Hub and its CDN listen on two ports (two origins, as huggingface.co and its CDN are)."""
         handler = type("BoundHubHandler", (HubHandler,), {"hub": self})
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="hubserver", daemon=True)
-        self._thread.start()
+        self._cdn = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        for httpd, name in ((self._httpd, "hubserver"), (self._cdn, "hubserver-cdn")):
+            httpd.daemon_threads = True
+            threading.Thread(target=httpd.serve_forever, name=name, daemon=True).start()
         return self
 
     def stop(self) -> None:
-        if self._httpd is not None:
-            self._httpd.shutdown()
-            self._httpd.server_close()
+        for httpd in (self._httpd, self._cdn):
+            if httpd is not None:
+                httpd.shutdown()
+                httpd.server_close()
+
+    @staticmethod
+    def _origin(httpd: ThreadingHTTPServer | None) -> str:
+        assert httpd is not None
+        host, port = httpd.server_address[:2]
+        return f"http://{host}:{port}"
 
     @property
     def url(self) -> str:
-        assert self._httpd is not None
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}"
+        return self._origin(self._httpd)
+
+    @property
+    def cdn_url(self) -> str:
+        return self._origin(self._cdn)
 
     # ---- switches and counters ---------------------------------------------------------------
     def reset(self) -> None:
@@ -442,7 +453,7 @@ class HubHandler(BaseHTTPRequestHandler):
         common = {"X-Repo-Commit": repo.sha, "ETag": etag, "Accept-Ranges": "bytes"}
         if entry.lfs:
             self.send_response(302)
-            self.send_header("Location", f"/cdn/{repo.repo_id}/{repo.sha}/{name}")
+            self.send_header("Location", f"{self.hub.cdn_url}/cdn/{repo.repo_id}/{repo.sha}/{name}")
             self.send_header("X-Linked-Size", str(entry.size))
             self.send_header("X-Linked-Etag", etag)
             for key, value in common.items():

@@ -133,6 +133,8 @@ def test_token_opens_gated_repo_and_never_shows(hub, monkeypatch, capsys, caplog
     hub.records.clear()
     load_model(f"{SMOL}:Q4_1")  # token from the environment
     assert hub.records[0].authorized
+    cdn = hub.requests_to("/cdn/")
+    assert len(cdn) >= 2 and not any(r.authorized for r in cdn)  # the token never leaves the Hub's origin
     out = capsys.readouterr()
     assert secret not in out.out + out.err
     assert secret not in caplog.text
