@@ -53,7 +53,10 @@ class HfvramGroup(click.Group):
             if _debug_enabled(ctx):
                 traceback.print_exc()
             _fail(str(error), error.exit_code)
-        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException, SystemExit, KeyboardInterrupt):
+        except KeyboardInterrupt:
+            click.echo("hfvram: interrupted", err=True)
+            sys.exit(EXIT_INTERRUPTED)
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException, SystemExit):
             raise
         except Exception as error:  # a bug of ours: still one line, unless --debug
             if _debug_enabled(ctx):
