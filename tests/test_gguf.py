@@ -152,7 +152,7 @@ def test_r1_distill_spec_facts():
     assert spec.weights.bytes_by_component["lm_head"] > 0
     assert spec.extra["token_embd_bytes"] == spec.weights.bytes_by_component["embeddings"]
     assert spec.provenance["num_layers"].endswith("qwen2.block_count")
-    # Llama-3-8B-style check of the KV figure: 28 layers × 4 heads × 256 × 2 bytes = 56 KiB per token (bf16)
+    # consistency of the layer facts: 28 layers × 4 KV heads × (128 + 128) elements × 2 bytes per token
     assert spec.kv_bytes_per_token(2) == 28 * 4 * 256 * 2
 
 

@@ -14,13 +14,10 @@ import math
 import re
 import struct
 import sys
-from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from typing import Mapping, Protocol, Sequence
-
-from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType, LlamaFileType
 
 from hfvram.errors import MalformedFileError
 from hfvram.readers.tensors import TensorInfo, gguf_component, params_active, weights_from_tensor_list
@@ -200,13 +197,20 @@ class _Reader:
 # ---- the header ---------------------------------------------------------------------------------
 
 
+@lru_cache(maxsize=1)
+def _ggml_types() -> dict[int, tuple[str, int, int]]:
+    """ggml type id -> (name, block elements, bytes per block), from the gguf package's table
+    (``gguf.constants.GGML_QUANT_SIZES``; imported lazily: it pulls in numpy)."""
+    from gguf.constants import GGML_QUANT_SIZES
+
+    return {int(qtype): (qtype.name, block, size) for qtype, (block, size) in GGML_QUANT_SIZES.items()}
+
+
 def _ggml_type(type_id: int, tensor: str, filename: str) -> tuple[str, int, int]:
-    try:
-        qtype = GGMLQuantizationType(type_id)
-        block, type_size = GGML_QUANT_SIZES[qtype]
-    except (ValueError, KeyError):
-        raise MalformedFileError(f"unknown ggml type {type_id}", file=filename, field=tensor) from None
-    return qtype.name, block, type_size
+    found = _ggml_types().get(type_id)
+    if found is None:
+        raise MalformedFileError(f"unknown ggml type {type_id}", file=filename, field=tensor)
+    return found
 
 
 def _align(offset: int, alignment: int) -> int:
@@ -328,6 +332,8 @@ def _arch_table() -> dict:
 def _file_type_name(value: object) -> str | None:
     if isinstance(value, bool) or not isinstance(value, int):
         return None
+    from gguf.constants import LlamaFileType
+
     try:
         name = LlamaFileType(value).name
     except ValueError:

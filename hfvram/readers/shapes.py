@@ -12,7 +12,7 @@ import fnmatch
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 from hfvram.readers.tensors import TensorInfo, hf_component, tensor_nbytes, weights_from_tensor_list
 from hfvram.spec import Layer, LayerKind, ModelSpec, Quantization, Weights
@@ -506,6 +506,3 @@ def _text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
         return merged
     return config
 
-
-def derived_total_bytes(tensors: Iterable[TensorInfo]) -> int:
-    return sum(t.nbytes for t in tensors)

@@ -16,7 +16,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Sequence
 
 from hfvram.spec import COMPONENTS, ModelSpec, Quantization, Weights
 
