@@ -532,7 +532,8 @@ def fit_report(request: Request, options: RunOptions) -> dict[str, Any]:
     hardware = request.hardware
     est = estimate(loaded.spec, hardware, choice, wl)
     context = est.workload.context
-    rows = inverse.context_table(loaded.spec, hardware, choice, wl)
+    rows = inverse.context_table(loaded.spec, hardware, choice, wl, kv_dtypes=fit_kv_dtypes(loaded.spec, hardware,
+                                                                                         choice, wl))
     return {
         "schema": "hfvram.fit/1",
         "source": source_dict(loaded.source),
@@ -550,6 +551,29 @@ def fit_report(request: Request, options: RunOptions) -> dict[str, Any]:
         "_spec": loaded.spec,
         "_choice": choice,
     }
+
+
+#: the table's columns: the engine's own default cache type, then its first accepted 8-bit type
+FIT_KV_CANDIDATES: tuple[tuple[str, ...], ...] = (("auto",), ("fp8", "q8_0", "int8"))
+
+
+def fit_kv_dtypes(spec: Any, hardware: Any, choice: Any, wl: Any) -> tuple[str, ...]:
+    """KV cache types for the fit table, as the engine names them (vLLM: bf16 / fp8; llama.cpp: f16 / q8_0)."""
+    from dataclasses import replace
+
+    from hfvram.estimate.core import estimate
+
+    found: list[str] = []
+    for candidates in FIT_KV_CANDIDATES:
+        for name in candidates:
+            try:
+                resolved = estimate(spec, hardware, choice, replace(wl, kv_dtype=name)).workload.kv_dtype
+            except UsageError:
+                continue
+            if resolved not in found:
+                found.append(resolved)
+            break
+    return tuple(found)
 
 
 def _context_row(row: Any) -> dict[str, Any]:

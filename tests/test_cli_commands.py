@@ -189,3 +189,17 @@ def test_example_command_lines_run(tmp_path, monkeypatch):
             args.append("--offline")
         result = runner.invoke(cli, args)
         assert result.exit_code in (0, 1), (args, result.output)
+
+
+def test_gpus_inspect_fit_as_subprocesses():
+    gpus = run_hfvram("gpus", "h100", "--json")
+    assert gpus.returncode == 0 and any(gpu["id"] == "h100-sxm" for gpu in json.loads(gpus.stdout))
+    header = next(path for path in GGUF_HEADERS if path.name.startswith("SmolLM2"))
+    inspected = run_hfvram("inspect", str(header), "--json")
+    assert inspected.returncode == 0, inspected.stderr
+    validate(json.loads(inspected.stdout), "inspect")
+    fitted = run_hfvram("fit", "--gpu", "rtx4090", str(header), "--context", "4k", "--json")
+    assert fitted.returncode == 0, fitted.stderr
+    assert json.loads(fitted.stdout)["smallest_gpu_count"] == 1
+    missing_gpu = run_hfvram("fit", str(header))
+    assert missing_gpu.returncode == 2 and "Traceback" not in missing_gpu.stderr
