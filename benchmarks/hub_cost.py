@@ -132,7 +132,12 @@ def hf_mem_once(model_id: str, gguf_file: str | None) -> None:
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        run(model_id, gguf_file=gguf_file, experimental=True)
+        run(model_id, gguf_file=gguf_file, experimental=True, kv_cache_dtype=_hf_mem_kv_dtype(gguf_file))
+
+
+def _hf_mem_kv_dtype(gguf_file: str | None) -> str:
+    """hf-mem refuses "auto" for quantized safetensors configs; bfloat16 is valid for every safetensors repo."""
+    return "auto" if gguf_file else "bfloat16"
 
 
 def hf_mem_scan(targets: list[tuple[str, str | None]], concurrency: int) -> None:
@@ -145,9 +150,13 @@ def hf_mem_scan(targets: list[tuple[str, str | None]], concurrency: int) -> None
 
         async def one(model_id: str, gguf_file: str | None) -> None:
             async with gate:
-                await arun(model_id, gguf_file=gguf_file, experimental=True)
+                await arun(model_id, gguf_file=gguf_file, experimental=True,
+                           kv_cache_dtype=_hf_mem_kv_dtype(gguf_file))
 
-        await asyncio.gather(*(one(m, g) for m, g in targets))
+        results = await asyncio.gather(*(one(m, g) for m, g in targets), return_exceptions=True)
+        failed = [r for r in results if isinstance(r, BaseException)]
+        if failed:
+            print(f"  (hf-mem failed on {len(failed)} of {len(targets)}: {str(failed[0])[:80]})")
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -200,15 +209,19 @@ def main() -> int:
                 rows["hfvram-split"] = rows["hfvram"]
             if have_hf_mem:
                 rows["hf-mem"] = measure(server, lambda: hf_mem_once(model_id, gguf_file))
+            comparable = not any(cost.error for cost in rows.values())
             for name, cost in rows.items():
                 print(_row(name, cost))
+                if not comparable:
+                    continue
                 totals[name][0] += cost.bytes
                 totals[name][1] += cost.requests
                 if gguf_file is None:
                     st_totals[name][0] += cost.bytes
                     st_totals[name][1] += cost.requests
         if have_hf_mem:
-            print("\nsafetensors repos, bytes hfvram / hf-mem: default "
+            print("\n(totals over the repos every tool read)")
+            print("safetensors repos, bytes hfvram / hf-mem: default "
                   f"{_ratio(st_totals['hfvram'][0], st_totals['hf-mem'][0])}, with component split "
                   f"{_ratio(st_totals['hfvram-split'][0], st_totals['hf-mem'][0])}")
             print("all repos, bytes hfvram / hf-mem: default "

@@ -200,6 +200,16 @@ class HubFiles:
         return self.repos.get(repo_id)
 
 
+class _QuietServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address) -> None:  # noqa: ANN001 - socketserver's signature
+        import sys
+
+        if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            super().handle_error(request, client_address)  # a client hanging up is normal here (caps, faults)
+
+
 class HubServer:
     """ThreadingHTTPServer on 127.0.0.1 (port 0) serving :class:`HubFiles`."""
 
@@ -218,8 +228,8 @@ class HubServer:
     def start(self) -> "HubServer":
         """The Hub and its CDN listen on two ports (two origins, as huggingface.co and its CDN are)."""
         handler = type("BoundHubHandler", (HubHandler,), {"hub": self})
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self._cdn = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._httpd = _QuietServer(("127.0.0.1", 0), handler)
+        self._cdn = _QuietServer(("127.0.0.1", 0), handler)
         for httpd, name in ((self._httpd, "hubserver"), (self._cdn, "hubserver-cdn")):
             httpd.daemon_threads = True
             threading.Thread(target=httpd.serve_forever, name=name, daemon=True).start()
@@ -284,7 +294,7 @@ class HubServer:
         """Sequential waves: a request is one wave deeper than the deepest request that ended before it began."""
         depth: list[tuple[RequestRecord, int]] = []
         for rec in sorted(self.records, key=lambda r: r.start):
-            before = [d for other, d in depth if other.end <= rec.start]
+            before = [d for other, d in depth if 0 < other.end <= rec.start]
             depth.append((rec, 1 + max(before, default=0)))
         return max((d for _, d in depth), default=0)
 
@@ -323,6 +333,7 @@ class HubHandler(BaseHTTPRequestHandler):
         self._record = RequestRecord(self.command, path, time.monotonic(),
                                      authorized=bool(self.headers.get("Authorization")),
                                      byte_range=self.headers.get("Range"))
+        self.hub.record(self._record)  # counted from its start: a client may see the answer before `finally`
         try:
             if self.hub.latency:
                 time.sleep(self.hub.latency)
@@ -334,7 +345,6 @@ class HubHandler(BaseHTTPRequestHandler):
             self.close_connection = True
         finally:
             self._record.end = time.monotonic()
-            self.hub.record(self._record)
 
     do_GET = _handle
     do_HEAD = _handle
