@@ -21,7 +21,7 @@ import re
 import struct
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Callable
@@ -486,7 +486,7 @@ class HubHandler(BaseHTTPRequestHandler):
     def _send_bytes(self, status: int, data: bytes, headers: dict[str, str], fault: Fault | None,
                     byte_range: str | None) -> None:
         entry = RepoFile("", len(data), lambda: data, False)
-        if byte_range is None and (fault is None or fault.kind not in ("reset", "wrong_length")):
+        if byte_range is None and (fault is None or fault.kind not in ("reset", "wrong_length", "ignore_range")):
             _plain(self, status, data, headers)
             return
         self._send_lazy(entry, headers, fault)

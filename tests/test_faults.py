@@ -91,6 +91,13 @@ def test_ignore_range_is_cut_at_the_cap(hub):
     assert hub.bytes_sent(CDN) < 16 * 1024 * 1024
 
 
+def test_endless_json_body_is_cut_at_the_16_mib_cap(hub):
+    hub.fault(CONFIG, "ignore_range", times=None)  # config.json followed by 2 GiB of zeros, streamed lazily
+    with pytest.raises(MalformedFileError, match="16 MiB cap"):
+        _load()
+    assert hub.bytes_sent(CONFIG) < 24 * 1024 * 1024
+
+
 def test_redirect_loop_is_a_clean_error(hub):
     hub.fault(CONFIG, "redirect_loop", times=None)
     with pytest.raises(NetworkError, match="redirect"):
