@@ -4,6 +4,7 @@ into a ModelSpec with no unexplained gap, and hfvram's own rules agree with tran
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 
 import pytest
@@ -43,13 +44,39 @@ def _readme_rows() -> list[list[str]]:
     return [row for row in rows if len(row) >= 5 and row[1].startswith("hub/")]
 
 
+def _named_in_derived_note(path: Path) -> bool:
+    """Whether ``path``'s folder has a DERIVED.md that names the file (as a whole word, not a prefix)."""
+    note = path.parent / "DERIVED.md"
+    if not note.is_file():
+        return False
+    return path.name in set(re.findall(r"[\w.-]+", note.read_text(encoding="utf-8")))
+
+
 def test_fixtures_are_byte_exact_copies_of_their_sources():
-    """Size and sha256 prefix of every hub/ file match its SOURCES.md row (kept in fixtures/README.md)."""
+    """Size and sha256 prefix of every SOURCES.md row (kept in fixtures/README.md) match the hub/ file; every
+    other hub/ file is a generated one that its folder's DERIVED.md names."""
     rows = _readme_rows()
-    assert {row[1] for row in rows} == {str(p.relative_to(HUB.parent)) for p in HUB.rglob("*") if p.is_file()}
+    assert len(rows) >= 66
     for row in rows:
         data = (HUB.parent / row[1]).read_bytes()
         assert (len(data), hashlib.sha256(data).hexdigest()[:16]) == (int(row[3]), row[4]), row[1]
+    sourced = {row[1] for row in rows}
+    others = [p for p in HUB.rglob("*") if p.is_file() and str(p.relative_to(HUB.parent)) not in sourced]
+    unexplained = [str(p) for p in others if p.name != "DERIVED.md" and not _named_in_derived_note(p)]
+    assert unexplained == []
+    notes = [p for p in others if p.name == "DERIVED.md"]
+    assert notes, "the derived header fixtures are expected to be explained by DERIVED.md notes"
+    for note in notes:
+        assert any(p.parent == note.parent and p.name != "DERIVED.md" for p in others), f"{note} names no file"
+
+
+def test_a_file_no_source_row_or_note_explains_is_caught(tmp_path: Path):
+    """The rule above is not vacuous: a generated file is accepted only when DERIVED.md names it exactly."""
+    (tmp_path / "model.safetensors.index.json").write_text("{}")
+    assert not _named_in_derived_note(tmp_path / "model.safetensors.index.json")
+    (tmp_path / "DERIVED.md").write_text("model.safetensors: header-only, written by a script.")
+    assert _named_in_derived_note(tmp_path / "model.safetensors")
+    assert not _named_in_derived_note(tmp_path / "model.safetensors.index.json")
 
 
 @pytest.mark.parametrize("repo", REPOS, ids=_repo_id)
