@@ -2,8 +2,13 @@
 
 Names and shapes follow the transformers modelling code (``nn.Linear(in, out)`` stores ``weight [out, in]``);
 stored dtypes and companion tensors follow ``spec.quantization`` with the byte formulas of
-design/engines.md §11.2. ``config`` (the raw config.json, optional) adds what a ModelSpec does not carry:
-attention biases, the MLA query rank, the vision tower. The sums are estimates: ``Weights.exact`` is False.
+design/engines.md §11.2. What a ModelSpec's own fields do not carry (attention biases, the MLA query rank,
+shared-expert widths, mixer sizes, DeciLM block_configs, the vision tower) comes from ``shape_config(config)``,
+which read_config stores in ``spec.extra["shape_config"]``: passing the raw config.json gives the same result.
+The sums are estimates: ``Weights.exact`` is False.
+
+The experts of a MoE layer are built once and counted ``num_experts`` times (``_Entry.copies``), so summing
+a 384-expert model takes a few thousand entries, not hundreds of thousands of tensors.
 """
 
 from __future__ import annotations
@@ -12,9 +17,9 @@ import fnmatch
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
-from hfvram.readers.tensors import TensorInfo, hf_component, tensor_nbytes, weights_from_tensor_list
+from hfvram.readers.tensors import TensorInfo, hf_component, tensor_nbytes, weights_from_counted_tensors
 from hfvram.spec import Layer, LayerKind, ModelSpec, Quantization, Weights
 
 DERIVED_SOURCE = "derived: tensor shapes from config.json"
@@ -29,6 +34,51 @@ _GATED_Q = {"qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"}
 _QKV_BIAS = {"qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl"}
 #: model types with the extra pre/post feed-forward norms (Gemma2Decoder / Gemma3Decoder)
 _FOUR_NORMS = {"gemma2", "gemma3", "gemma3_text"}
+#: text-config keys the derived tensor list reads beyond the ModelSpec's own fields
+SHAPE_KEYS = (
+    "attention_bias", "q_lora_rank", "attn_output_gate", "shared_expert_intermediate_size", "topk_method",
+    "intermediate_size_mlp", "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+    "linear_value_head_dim", "linear_conv_kernel_dim", "mamba_num_heads", "mamba_head_dim", "n_groups",
+    "ssm_state_size", "use_bias", "conv_kernel", "use_conv_bias", "hybrid_override_pattern", "attention_head_dim",
+    "head_dim", "num_key_value_heads", "mlp_bias", "moe_shared_expert_intermediate_size", "block_configs",
+)
+#: DeciLM (nemotron-nas) rounds each layer's FFN width up to this multiple (modeling_decilm._find_multiple)
+_DECI_FFN_MULTIPLE = 256
+
+
+def shape_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of a raw config.json the derived tensor list needs (JSON-able; stored by read_config in
+    ``spec.extra["shape_config"]``): SHAPE_KEYS of the text config (falling back to the top level), the
+    vision_config, and whether (and as which model_type) the language model is nested in a text_config."""
+    text = config.get("text_config")
+    nested = isinstance(text, Mapping)
+    merged = {**config, **text} if nested else config
+    facts: dict[str, Any] = {key: merged[key] for key in SHAPE_KEYS if key in merged}
+    facts["nested_text_config"] = nested
+    if nested and isinstance(text.get("model_type"), str):
+        facts["text_model_type"] = text["model_type"]
+    if isinstance(config.get("vision_config"), Mapping):
+        facts["vision_config"] = dict(config["vision_config"])
+    return facts
+
+
+@dataclass
+class _Entry:
+    """One derived tensor, standing for ``copies`` tensors named ``head + str(i) + tail`` (i < copies) when
+    ``slot`` is set (the experts of a MoE layer), else for itself alone."""
+
+    info: TensorInfo
+    copies: int = 1
+    slot: tuple[str, str] | None = None
+
+    def expand(self) -> Iterator[TensorInfo]:
+        if self.slot is None:
+            yield self.info
+            return
+        head, tail = self.slot
+        info = self.info
+        for i in range(self.copies):
+            yield TensorInfo(name=f"{head}{i}{tail}", dtype=info.dtype, shape=info.shape, nbytes=info.nbytes)
 
 
 @dataclass
@@ -36,9 +86,17 @@ class _Builder:
     spec: ModelSpec
     config: Mapping[str, Any]
     dtype: str
-    tensors: list[TensorInfo] = field(default_factory=list)
+    entries: list[_Entry] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     _excluded: "_Exclusions | None" = None
+    #: while building expert 0 of ``count`` experts: (name prefix "….experts.", count); None otherwise
+    _expert_group: tuple[str, int] | None = None
+    #: set when a quantization exclusion treats expert 0 and the last expert differently
+    _experts_differ: bool = False
+
+    @property
+    def tensors(self) -> list[TensorInfo]:
+        return [info for entry in self.entries for info in entry.expand()]
 
     # ---- primitives ----------------------------------------------------------------------------
 
@@ -46,7 +104,7 @@ class _Builder:
         dtype = dtype or self.dtype
         nbytes = tensor_nbytes(dtype, shape)
         assert nbytes is not None
-        self.tensors.append(TensorInfo(name=name, dtype=dtype, shape=tuple(shape), nbytes=nbytes))
+        self.entries.append(_Entry(TensorInfo(name=name, dtype=dtype, shape=tuple(shape), nbytes=nbytes)))
 
     def linear(self, name: str, n_out: int, n_in: int, *, bias: bool = False) -> None:
         """A Linear layer ``name`` (without ``.weight``) stored as the checkpoint's quantization says."""
@@ -61,7 +119,40 @@ class _Builder:
             return False
         if self._excluded is None:
             self._excluded = _exclusions(quant)
-        return not self._excluded.match(name)
+        excluded = self._excluded.match(name)
+        if self._expert_group is not None:
+            head, count = self._expert_group
+            last = head + str(count - 1) + name[len(head) + 1:]
+            if self._excluded.match(last) != excluded:
+                self._experts_differ = True
+        return not excluded
+
+    def each_expert(self, base: str, count: int, build: Callable[[str], None]) -> None:
+        """``build(f"{base}.{e}")`` for every expert e < count: built once and counted ``count`` times, unless
+        the quantization's exclusions could single out some experts (then built one by one)."""
+        if count > 1 and not self._exclusions_name_experts():
+            start = len(self.entries)
+            self._expert_group, self._experts_differ = (f"{base}.", count), False
+            try:
+                build(f"{base}.0")
+            finally:
+                self._expert_group = None
+            if not self._experts_differ:
+                head = f"{base}."
+                for entry in self.entries[start:]:
+                    entry.copies, entry.slot = count, (head, entry.info.name[len(head) + 1:])
+                return
+            del self.entries[start:]
+        for e in range(count):
+            build(f"{base}.{e}")
+
+    def _exclusions_name_experts(self) -> bool:
+        quant = self.spec.quantization
+        if quant is None or quant.method in ("mxfp4", "gguf"):
+            return False
+        if self._excluded is None:
+            self._excluded = _exclusions(quant)
+        return self._excluded.may_name_single_experts()
 
     def quantized_linear(self, name: str, n_out: int, n_in: int) -> None:
         quant = self.spec.quantization
@@ -190,17 +281,18 @@ class _Builder:
             return
         if model_type == "mixtral":
             self.plain(f"{prefix}.block_sparse_moe.gate.weight", (experts, hidden))
-            for e in range(experts):
-                base = f"{prefix}.block_sparse_moe.experts.{e}"
+
+            def mixtral_expert(base: str) -> None:
                 self.linear(f"{base}.w1", size, hidden)
                 self.linear(f"{base}.w3", size, hidden)
                 self.linear(f"{base}.w2", hidden, size)
+
+            self.each_expert(f"{prefix}.block_sparse_moe.experts", experts, mixtral_expert)
             return
         self.plain(f"{prefix}.mlp.gate.weight", (experts, hidden))
         if model_type in ("deepseek_v3", "kimi_k2", "glm4_moe") or cfg.get("topk_method") == "noaux_tc":
             self.plain(f"{prefix}.mlp.gate.e_score_correction_bias", (experts,), "F32")
-        for e in range(experts):
-            self.dense_mlp(f"{prefix}.mlp.experts.{e}", size)
+        self.each_expert(f"{prefix}.mlp.experts", experts, lambda base: self.dense_mlp(base, size))
         shared = spec.num_shared_experts or 0
         shared_size = cfg.get("shared_expert_intermediate_size")
         if shared_size:  # Qwen2-MoE style: one shared expert of its own width plus a sigmoid gate
@@ -216,8 +308,7 @@ class _Builder:
             self.plain(f"{prefix}.experts.gate_up_proj", (experts, hidden, 2 * size))
             self.plain(f"{prefix}.experts.down_proj", (experts, size, hidden))
         else:  # quantized checkpoints store the experts one by one
-            for e in range(experts):
-                self.dense_mlp(f"{prefix}.experts.{e}", size)
+            self.each_expert(f"{prefix}.experts", experts, lambda base: self.dense_mlp(base, size))
         self.dense_mlp(f"{prefix}.shared_expert", size)
 
     def _gpt_oss_experts(self, prefix: str, experts: int, hidden: int, size: int) -> None:
@@ -256,6 +347,31 @@ class _Builder:
             self.dense_mlp(f"{prefix}.mlp", self.spec.intermediate_size)
         else:
             self.warnings.append(f"{prefix}: intermediate_size unknown, MLP not derived")
+
+    def deci_layer(self, prefix: str, layer: Layer, block: Mapping[str, Any]) -> None:
+        """One DeciLM (nemotron-nas) block as modeling_decilm builds it: attention may be absent (no_op) or a
+        single hidden×hidden Linear (replace_with_linear), likewise the FFN, whose width is set per layer by
+        ffn_mult (``_ffn_mult_to_intermediate_size``)."""
+        hidden = self.spec.hidden_size or 0
+        attention = block.get("attention") if isinstance(block.get("attention"), Mapping) else {}
+        ffn = block.get("ffn") if isinstance(block.get("ffn"), Mapping) else {}
+        if not attention.get("no_op"):
+            self.plain(f"{prefix}.input_layernorm.weight", (hidden,))
+            if attention.get("replace_with_linear"):
+                self.linear(f"{prefix}.self_attn.linear_attn", hidden, hidden)
+            elif layer.kind is not LayerKind.NONE:
+                self.attention(prefix, layer)
+        if ffn.get("no_op"):
+            return
+        self.plain(f"{prefix}.post_attention_layernorm.weight", (hidden,))
+        if ffn.get("replace_with_linear"):
+            self.linear(f"{prefix}.mlp.linear_mlp", hidden, hidden)
+            return
+        width = deci_ffn_width(ffn.get("ffn_mult"), hidden)
+        if width is None:
+            self.warnings.append(f"{prefix}: block_configs ffn_mult missing, MLP not derived")
+            return
+        self.dense_mlp(f"{prefix}.mlp", width)
 
     def gated_delta_net(self, prefix: str) -> None:
         """Gated DeltaNet mixer (transformers Qwen3NextGatedDeltaNet): fused q/k/v/z and b/a projections,
@@ -315,9 +431,12 @@ class _Builder:
             experts, size = self.spec.num_experts or 0, self.spec.moe_intermediate_size or 0
             self.plain(f"{mixer}.gate.weight", (experts, hidden))
             self.plain(f"{mixer}.gate.e_score_correction_bias", (experts,), "F32")
-            for e in range(experts):
-                self.linear(f"{mixer}.experts.{e}.up_proj", size, hidden)
-                self.linear(f"{mixer}.experts.{e}.down_proj", hidden, size)
+
+            def nemotron_expert(base: str) -> None:
+                self.linear(f"{base}.up_proj", size, hidden)
+                self.linear(f"{base}.down_proj", hidden, size)
+
+            self.each_expert(f"{mixer}.experts", experts, nemotron_expert)
             shared = int(cfg.get("moe_shared_expert_intermediate_size") or 0)
             if shared:
                 self.linear(f"{mixer}.shared_experts.up_proj", shared, hidden)
@@ -390,6 +509,14 @@ class _Exclusions:
                     return True
         return bool(self.pattern and self.pattern.search(name))
 
+    def may_name_single_experts(self) -> bool:
+        """Whether an exclusion could pick out some experts of a layer but not others: an exact name below
+        ``experts``, or a pattern with digits or word classes in it (then experts are built one by one)."""
+        if any("experts." in name or name.startswith("experts") for name in self.names):
+            return True
+        source = self.pattern.pattern if self.pattern else ""
+        return any(ch.isdigit() for ch in source) or "\\d" in source or "\\w" in source
+
 
 def _exclusions(quant: Quantization) -> _Exclusions:
     names: set[str] = set()
@@ -413,61 +540,72 @@ def _exclusions(quant: Quantization) -> _Exclusions:
     return _Exclusions(frozenset(names), compiled)
 
 
-def _text_model_type(spec: ModelSpec, config: Mapping[str, Any]) -> str | None:
-    text = config.get("text_config") if isinstance(config.get("text_config"), Mapping) else None
-    if text and isinstance(text.get("model_type"), str):
-        return text["model_type"]
-    return (spec.extra or {}).get("text_model_type") or spec.model_type
+def _text_model_type(spec: ModelSpec, facts: Mapping[str, Any]) -> str | None:
+    return facts.get("text_model_type") or (spec.extra or {}).get("text_model_type") or spec.model_type
 
 
-def _text_prefix(spec: ModelSpec, config: Mapping[str, Any]) -> str:
+def _text_prefix(spec: ModelSpec, facts: Mapping[str, Any]) -> str:
     """Where the decoder lives in the checkpoint's names (Gemma-3 multimodal: ``language_model.model``)."""
-    if isinstance(config.get("text_config"), Mapping) and spec.model_type in ("gemma3", "mistral3", "llava", "llama4"):
+    if facts.get("nested_text_config") and spec.model_type in ("gemma3", "mistral3", "llava", "llama4"):
         return "language_model.model"
-    if isinstance(config.get("text_config"), Mapping) and (spec.model_type or "").startswith(("qwen3_5", "qwen3_vl")):
+    if facts.get("nested_text_config") and (spec.model_type or "").startswith(("qwen3_5", "qwen3_vl")):
         return "model.language_model"
     return "model"
 
 
+def _facts(spec: ModelSpec, config: Mapping[str, Any] | None) -> dict[str, Any]:
+    if config:
+        return shape_config(config)
+    stored = (spec.extra or {}).get("shape_config")
+    return dict(stored) if isinstance(stored, Mapping) else {}
+
+
 def tensors_from_spec(spec: ModelSpec, config: Mapping[str, Any] | None = None) -> list[TensorInfo]:
     """The tensor list a checkpoint of ``spec`` holds (HF names, shapes, stored dtypes)."""
-    return _build(spec, config or {}).tensors
+    return _build(spec, _facts(spec, config)).tensors
 
 
 def derive_warnings(spec: ModelSpec, config: Mapping[str, Any] | None = None) -> list[str]:
     """What the derived tensor list leaves out or guesses, one line each (deduplicated)."""
-    return list(dict.fromkeys(_build(spec, config or {}).warnings))
+    return list(dict.fromkeys(_build(spec, _facts(spec, config)).warnings))
 
 
 def derived_weights(spec: ModelSpec, config: Mapping[str, Any] | None = None) -> Weights:
-    """``Weights`` summed from the derived tensor list (``exact=False``)."""
-    tensors = tensors_from_spec(spec, config)
-    return weights_from_tensor_list(
-        tensors, component_of=lambda n: hf_component(n, num_layers=spec.num_layers),
+    """``Weights`` summed from the derived tensor list (``exact=False``); the same sums as summing
+    ``tensors_from_spec`` tensor by tensor, with each layer's experts counted rather than listed."""
+    builder = _build(spec, _facts(spec, config))
+    return weights_from_counted_tensors(
+        ((entry.info, entry.copies) for entry in builder.entries),
+        component_of=lambda n: hf_component(n, num_layers=spec.num_layers),
         quantization=spec.quantization, source=DERIVED_SOURCE, exact=False)
 
 
-def _build(spec: ModelSpec, config: Mapping[str, Any]) -> _Builder:
+def _build(spec: ModelSpec, facts: Mapping[str, Any]) -> _Builder:
     dtype = _DTYPES.get(spec.dtype or "", "BF16")
-    builder = _Builder(spec=spec, config=_text_config(config), dtype=dtype)
+    builder = _Builder(spec=spec, config=facts, dtype=dtype)
     if spec.dtype not in _DTYPES:
         builder.warnings.append(f"dtype {spec.dtype!r} not stated: unquantized tensors counted as BF16")
     hidden, vocab = spec.hidden_size, spec.vocab_size
     if not hidden or not vocab:
         builder.warnings.append("hidden_size or vocab_size unknown: no tensor list derived")
         return builder
-    prefix = _text_prefix(spec, config)
-    pattern = builder.config.get("hybrid_override_pattern")
-    if _text_model_type(spec, config) == "nemotron_h" and isinstance(pattern, str):
+    prefix = _text_prefix(spec, facts)
+    pattern = facts.get("hybrid_override_pattern")
+    if _text_model_type(spec, facts) == "nemotron_h" and isinstance(pattern, str):
         builder.plain("backbone.embeddings.weight", (vocab, hidden))
         for il, layer in enumerate(spec.layers):
             builder.nemotron_h_block(f"backbone.layers.{il}", pattern[il] if il < len(pattern) else "?", layer)
         builder.plain("backbone.norm_f.weight", (hidden,))
     else:
         builder.plain(f"{prefix}.embed_tokens.weight", (vocab, hidden))
+        blocks = facts.get("block_configs")
         for il, layer in enumerate(spec.layers):
-            builder.decoder_layer(f"{prefix}.layers.{il}", layer)
-        qwen_style_mtp = (_text_model_type(spec, config) or "").startswith(("qwen3_5", "qwen3_next"))
+            block = blocks[il] if isinstance(blocks, list) and il < len(blocks) else None
+            if isinstance(block, Mapping):
+                builder.deci_layer(f"{prefix}.layers.{il}", layer, block)
+            else:
+                builder.decoder_layer(f"{prefix}.layers.{il}", layer)
+        qwen_style_mtp = (_text_model_type(spec, facts) or "").startswith(("qwen3_5", "qwen3_next"))
         for extra in range(spec.num_mtp_layers):
             full = [l for l in spec.layers if l.kind in (LayerKind.FULL, LayerKind.MLA)]
             template = next((l for l in reversed(full) if l.moe), full[-1] if full else None)
@@ -484,9 +622,9 @@ def _build(spec: ModelSpec, config: Mapping[str, Any]) -> _Builder:
     elif not spec.tie_word_embeddings:
         head = "language_model.lm_head" if spec.model_type == "llama4" else "lm_head"
         builder.plain(f"{head}.weight", (vocab, hidden))
-    vision = config.get("vision_config")
+    vision = facts.get("vision_config")
     if spec.multimodal and not isinstance(vision, Mapping):
-        builder.warnings.append("multimodal model without its config.json: vision tower weights not derived")
+        builder.warnings.append("multimodal model without its vision_config: vision tower weights not derived")
     if isinstance(vision, Mapping):
         if vision.get("model_type") == "siglip_vision_model":
             try:
@@ -498,11 +636,10 @@ def _build(spec: ModelSpec, config: Mapping[str, Any]) -> _Builder:
     return builder
 
 
-def _text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
-    text = config.get("text_config")
-    if isinstance(text, Mapping):
-        merged = dict(config)
-        merged.update(text)
-        return merged
-    return config
-
+def deci_ffn_width(ffn_mult: Any, hidden: int) -> int | None:
+    """DeciLM ``_ffn_mult_to_intermediate_size``: int(2 · ffn_mult · hidden / 3) rounded up to a multiple of 256."""
+    if isinstance(ffn_mult, bool) or not isinstance(ffn_mult, (int, float)) or not math.isfinite(ffn_mult) \
+            or ffn_mult <= 0:
+        return None
+    width = int(2 * ffn_mult * hidden / 3)
+    return -(-width // _DECI_FFN_MULTIPLE) * _DECI_FFN_MULTIPLE

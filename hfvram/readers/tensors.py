@@ -221,26 +221,45 @@ def weights_from_tensor_list(
     exact: bool = True,
 ) -> Weights:
     """Sum tensors into ``Weights``; ``component_of(name)`` names each tensor's component."""
-    tensor_list = list(tensors)
-    params = params_of_tensors(tensor_list, quantization)
+    return weights_from_counted_tensors(((t, 1) for t in tensors), component_of=component_of,
+                                        quantization=quantization, source=source, exact=exact)
+
+
+def weights_from_counted_tensors(
+    counted: Iterable[tuple[TensorInfo, int]],
+    *,
+    component_of,
+    quantization: Quantization | None = None,
+    source: str = "",
+    exact: bool = True,
+) -> Weights:
+    """Sum ``(tensor, copies)`` pairs into ``Weights``: each tensor stands for ``copies`` tensors of the same
+    dtype, shape, component and parameter count (the experts of a MoE layer, summed without listing them)."""
+    pairs = list(counted)
+    params = params_of_tensors([t for t, _ in pairs], quantization)
     bytes_by_component: dict[str, int] = defaultdict(int)
     params_by_component: dict[str, int] = defaultdict(int)
     bytes_by_dtype: dict[str, int] = defaultdict(int)
-    for tensor in tensor_list:
+    total_bytes = total_params = num_tensors = 0
+    for tensor, copies in pairs:
         component = component_of(tensor.name)
-        bytes_by_component[component] += tensor.nbytes
-        params_by_component[component] += params[tensor.name]
-        bytes_by_dtype[tensor.dtype] += tensor.nbytes
+        nbytes, count = tensor.nbytes * copies, params[tensor.name] * copies
+        bytes_by_component[component] += nbytes
+        params_by_component[component] += count
+        bytes_by_dtype[tensor.dtype] += nbytes
+        total_bytes += nbytes
+        total_params += count
+        num_tensors += copies
     ordered = [c for c in COMPONENTS if c in bytes_by_component]
     return Weights(
-        total_bytes=sum(t.nbytes for t in tensor_list),
-        params_total=sum(params.values()),
+        total_bytes=total_bytes,
+        params_total=total_params,
         bytes_by_component={c: bytes_by_component[c] for c in ordered},
         params_by_component={c: params_by_component[c] for c in ordered},
         bytes_by_dtype=dict(sorted(bytes_by_dtype.items())),
         exact=exact,
         source=source,
-        num_tensors=len(tensor_list),
+        num_tensors=num_tensors,
     )
 
 
