@@ -12,19 +12,18 @@ from hfvram.errors import UsageError
 from hfvram.estimate.common import load_engine_data, rules_for_version
 from hfvram.estimate.core import estimate
 from hfvram.estimate.engines import get_profile, lmdeploy
-from hfvram.estimate.engines._weights import with_weights_or_derived
 from hfvram.estimate.hardware import parse_gpu_spec
 from hfvram.estimate.types import EngineChoice, Workload
 from hfvram.readers.config import read_config
 from hfvram.spec import ModelSpec
+from spec_support import derived_spec
 
 HUB = Path(__file__).resolve().parent.parent / "fixtures" / "hub"
 GiB = 1 << 30
 
 
 def spec_of(repo: str) -> ModelSpec:
-    spec = read_config(json.loads((HUB / repo / "config.json").read_text(encoding="utf-8")), use_transformers=False)
-    return with_weights_or_derived(spec, [])
+    return derived_spec(repo, use_transformers=False)
 
 
 def rules(version: str = "0.2.1"):

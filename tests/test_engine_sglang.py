@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -11,11 +10,10 @@ import pytest
 from hfvram.estimate.common import load_engine_data, rules_for_version
 from hfvram.estimate.core import estimate
 from hfvram.estimate.engines import get_profile, sglang
-from hfvram.estimate.engines._weights import with_weights_or_derived
 from hfvram.estimate.hardware import parse_gpu_spec
 from hfvram.estimate.types import EngineChoice, Workload
-from hfvram.readers.config import read_config
 from hfvram.spec import ModelSpec, Weights
+from spec_support import derived_spec
 
 HUB = Path(__file__).resolve().parent.parent / "fixtures" / "hub"
 GiB = 1 << 30
@@ -24,7 +22,7 @@ H200 = 143771
 
 
 def spec_of(repo: str) -> ModelSpec:
-    return read_config(json.loads((HUB / repo / "config.json").read_text(encoding="utf-8")), use_transformers=False)
+    return derived_spec(repo, use_transformers=False)
 
 
 def rules(version: str = "0.5.10"):
@@ -104,7 +102,7 @@ def test_token_pool_reproduces_gt0038():
 def test_gt0038_weights_and_pool_through_the_profile():
     # the same run on a 288 GiB MI355X: weights per GPU 56.98 GB as logged; without the AITER workspace (a
     # backend buffer hfvram does not model) the pool is that much larger
-    spec = with_weights_or_derived(spec_of("Qwen/Qwen3-30B-A3B"), [])
+    spec = spec_of("Qwen/Qwen3-30B-A3B")
     result = run(spec, "mi355x", gpu_util=0.911, kv="bf16")
     assert result.per_gpu.weights / GiB == pytest.approx(56.98, rel=0.01)
     pool_bytes = result.capacity.kv_tokens * 98304
@@ -115,7 +113,7 @@ def test_qwen3_235b_fp8_on_4xh100_against_gt0001():
     # gt-0001/0002 (README "cross-engine"): Qwen3-235B-A22B-FP8 on 4 x H100, SGLang 367,404 tokens.
     # Its settings are not in this copy of the cases; mem_fraction_static 0.9 assumed. Cell: 94 layers x
     # 1 KV head per rank x 256 x 2 B = 48,128 B.
-    spec = with_weights_or_derived(spec_of("Qwen/Qwen3-235B-A22B-FP8"), [])
+    spec = spec_of("Qwen/Qwen3-235B-A22B-FP8")
     result = run(spec, "h100x4", gpu_util=0.9)
     assert result.engine["cell_size"] == 48128
     assert result.capacity.kv_tokens == pytest.approx(367_404, rel=0.06)
@@ -160,7 +158,7 @@ def test_hybrid_swa_pool_and_capacity():
 
 def test_hybrid_linear_attention_mamba_budget():
     # §3.3: mamba budget = rest x r/(1+r), r = 0.9; running requests <= max_mamba_cache_size // 3
-    spec = with_weights_or_derived(spec_of("Qwen/Qwen3-Next-80B-A3B-Thinking"), [])
+    spec = spec_of("Qwen/Qwen3-Next-80B-A3B-Thinking")
     result = run(spec, "h100x4", context=32768)
     cell = sglang.cell_size(spec, 4, 1, 2.0, 0.8, True)
     assert cell.cell == 12 * 1 * 256 * 2 * 2  # only the 12 full-attention layers (2 KV heads / 4 ranks -> 1)
@@ -180,7 +178,7 @@ def test_max_running_requests_and_req_to_token():
 
 
 def test_estimate_terms_and_verdicts():
-    spec = with_weights_or_derived(spec_of("Qwen/Qwen3-8B"), [])
+    spec = spec_of("Qwen/Qwen3-8B")
     fits = run(spec, "h100", context=32768, concurrency=4)
     assert fits.verdict == "fits"
     # the activations term is the share outside mem_fraction_static of the free memory
@@ -194,7 +192,7 @@ def test_estimate_terms_and_verdicts():
 
 
 def test_fp8_kv_halves_the_cell():
-    spec = with_weights_or_derived(spec_of("Qwen/Qwen3-8B"), [])
+    spec = spec_of("Qwen/Qwen3-8B")
     bf16 = run(spec, "h100", context=8192)
     fp8 = run(spec, "h100", context=8192, kv="fp8_e4m3")
     assert fp8.engine["cell_size"] == bf16.engine["cell_size"] / 2
@@ -202,8 +200,8 @@ def test_fp8_kv_halves_the_cell():
 
 
 def test_without_gpu_reports_footprint_only():
-    result = run(spec_of("Qwen/Qwen3-8B"), None, context=8192)  # no header: weights derived from the config
+    result = run(spec_of("Qwen/Qwen3-8B"), None, context=8192)  # weights derived from the config shapes
     assert result.verdict is None and result.capacity.kv_tokens is None
     assert result.per_gpu.weights > 15 * GiB
-    assert any("derived from config shapes" in w for w in result.warnings)
+    assert "derived" in result.explain["weights"]
     assert "approximation" in result.explain["budget"]

@@ -4,7 +4,6 @@ Golden figures from /work/shared/README.md (article figures): Llama-3-8B keeps 1
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -12,19 +11,17 @@ import pytest
 from hfvram.errors import UsageError
 from hfvram.estimate.core import estimate
 from hfvram.estimate.engines import get_profile, transformers_engine
-from hfvram.estimate.engines._weights import with_weights_or_derived
 from hfvram.estimate.hardware import parse_gpu_spec
 from hfvram.estimate.types import EngineChoice, Workload
-from hfvram.readers.config import read_config
 from hfvram.spec import ModelSpec
+from spec_support import derived_spec
 
 HUB = Path(__file__).resolve().parent.parent / "fixtures" / "hub"
 GiB = 1 << 30
 
 
 def spec_of(repo: str) -> ModelSpec:
-    spec = read_config(json.loads((HUB / repo / "config.json").read_text(encoding="utf-8")), use_transformers=False)
-    return with_weights_or_derived(spec, [])
+    return derived_spec(repo, use_transformers=False)
 
 
 def run(spec, gpu, context=8192, concurrency=1, kv="auto", gpu_util=None, **settings):

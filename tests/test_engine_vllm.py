@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -12,8 +11,8 @@ import pytest
 from hfvram.estimate.core import estimate
 from hfvram.estimate.engines import vllm
 from hfvram.estimate.types import GPU, EngineChoice, Hardware, Workload
-from hfvram.readers.config import read_config
-from hfvram.spec import ModelSpec, Quantization, Weights
+from hfvram.spec import ModelSpec, Weights
+from spec_support import derived_spec
 
 HUB = Path(__file__).resolve().parent.parent / "fixtures" / "hub"
 GiB = 1 << 30
@@ -23,7 +22,7 @@ H100_LOGGED = Hardware(GPU(id="h100-logged", name="NVIDIA H100 80GB HBM3", vendo
 
 
 def spec_of(repo: str) -> ModelSpec:
-    return read_config(json.loads((HUB / repo / "config.json").read_text(encoding="utf-8")))
+    return derived_spec(repo)
 
 
 def with_loaded_weights(spec: ModelSpec, gib: float) -> ModelSpec:

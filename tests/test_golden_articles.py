@@ -9,7 +9,6 @@ the checkpoint formats of design/engines.md §11.2 unless the article gives the 
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,8 +18,8 @@ from hfvram.estimate import inverse
 from hfvram.estimate.core import estimate
 from hfvram.estimate.hardware import parse_gpu_spec
 from hfvram.estimate.types import EngineChoice, Workload
-from hfvram.readers.config import read_config
 from hfvram.spec import ModelSpec, Quantization, Weights
+from spec_support import derived_spec
 
 HUB = Path(__file__).resolve().parent.parent / "fixtures" / "hub"
 GiB = 1 << 30
@@ -28,7 +27,7 @@ GB = 10**9
 
 
 def spec_of(repo: str) -> ModelSpec:
-    return read_config(json.loads((HUB / repo / "config.json").read_text(encoding="utf-8")))
+    return derived_spec(repo)
 
 
 def footprint(spec: ModelSpec, context: int, kv_dtype: str = "auto"):

@@ -164,3 +164,17 @@ def test_sharded_moe_headers_are_continued_never_restarted(hub):
         spans = [r.byte_range for r in hub.requests_to("/cdn/") if r.path.endswith(name)]
         assert spans == ["bytes=0-32767", f"bytes=32768-{size - 1}"]
     assert hub.bytes_sent("/cdn/") == sum(header_bytes.values())
+
+
+def test_default_path_splits_the_exact_total_like_the_headers(hub):
+    """Without headers, the Hub's exact per-dtype total is split over components in the proportions of the
+    config shapes; the real shard headers (fixtures/hub/Qwen/Qwen3-30B-A3B, SOURCES.md) are the yardstick."""
+    by_params = load_model("Qwen/Qwen3-30B-A3B").spec
+    by_headers = load_model("Qwen/Qwen3-30B-A3B", need_split=True).spec
+    split, real = by_params.weights, by_headers.weights
+    assert split.exact and split.total_bytes == real.total_bytes and split.params_total == real.params_total
+    assert sum(split.bytes_by_component.values()) == split.total_bytes
+    assert "component split derived from config shapes" in split.source
+    for component, size in real.bytes_by_component.items():
+        assert split.bytes_by_component[component] == pytest.approx(size, rel=0.01, abs=1 << 20), component
+    assert by_params.params_active == pytest.approx(by_headers.params_active, rel=0.01)

@@ -181,7 +181,9 @@ def test_llama4_scout_fused_experts_and_shared_expert():
     assert names["language_model.model.layers.0.feed_forward.experts.gate_up_proj"].shape == (16, 5120, 2 * 8192)
     assert "language_model.model.layers.0.feed_forward.shared_expert.down_proj.weight" in names
     weights = derived_weights(spec, config)
-    # config.json leaves tie_word_embeddings unstated, so the derived list assumes a tied head (with a
-    # warning); Scout's real lm_head is separate: add it back for the "17B active" of the name
-    assert "lm_head" not in weights.params_by_component
-    assert 16.5e9 < params_active(weights, spec) + 202_048 * 5_120 < 17.5e9
+    # config.json leaves tie_word_embeddings unstated; transformers' Llama4TextConfig default (False, kept in
+    # data/config_rules.toml for when transformers is not asked) gives Scout its separate lm_head: vocab × hidden
+    assert spec.tie_word_embeddings is False and "tie_word_embeddings" in spec.provenance
+    assert weights.params_by_component["lm_head"] == 202_048 * 5_120
+    assert "language_model.lm_head.weight" in names
+    assert 16.5e9 < params_active(weights, spec) < 17.5e9

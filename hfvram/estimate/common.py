@@ -15,7 +15,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any, Iterable, Mapping
 
-from hfvram.errors import UsageError
+from hfvram.errors import ModelReadError, UsageError
 from hfvram.estimate.types import (
     Capacity,
     EngineChoice,
@@ -25,7 +25,7 @@ from hfvram.estimate.types import (
     Workload,
     verdict_for,
 )
-from hfvram.spec import GROWING_KINDS, RECURRENT_KINDS, WINDOWED_KINDS, Layer, LayerKind, ModelSpec
+from hfvram.spec import GROWING_KINDS, RECURRENT_KINDS, WINDOWED_KINDS, Layer, LayerKind, ModelSpec, Weights
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -186,14 +186,29 @@ class WeightsSplit:
     explain: str
 
 
+class WeightsUnknownError(ModelReadError):
+    """The spec carries no weights: the estimator does not invent them (contract: never a made-up number)."""
+
+
+def require_weights(spec: ModelSpec) -> Weights:
+    """The checkpoint's weights as the sources attached them; :class:`WeightsUnknownError` (exit 3) when
+    nothing could size them (a hand-built spec, or a model without headers, counts or derivable shapes)."""
+    if spec.weights is None:
+        name = spec.architecture or spec.model_type or "the model"
+        raise WeightsUnknownError(
+            f"weights unknown for {name}: no safetensors header, Hub parameter count, index total_size or "
+            "config shapes sized them, so no memory figure can be given")
+    return spec.weights
+
+
 def weights_per_rank(
     spec: ModelSpec,
     tp: int,
     pp: int,
     vocab_padding: int = 64,
     component_scale: Mapping[str, float] | None = None,
-) -> WeightsSplit | None:
-    """Checkpoint weights on the worst GPU of a TP×PP set; None when the spec has no weights.
+) -> WeightsSplit:
+    """Checkpoint weights on the worst GPU of a TP×PP set (:class:`WeightsUnknownError` without weights).
 
     - TP divides every component except norms and router (replicated);
     - embeddings and lm_head rows are padded to ``vocab_padding`` before the split (vLLM
@@ -202,13 +217,12 @@ def weights_per_rank(
       stage and lm_head on the last (with PP = 1 both on the one rank); vision / mtp / other go with the
       first / last stage respectively;
     - ``component_scale`` multiplies a component (e.g. MXFP4 kernel padding of experts, §2.2)."""
-    if spec.weights is None:
-        return None
+    weights = require_weights(spec)
     tp, pp = max(1, tp), max(1, pp)
-    components = dict(spec.weights.bytes_by_component)
-    if not components or sum(components.values()) != spec.weights.total_bytes:
+    components = dict(weights.bytes_by_component)
+    if not components or sum(components.values()) != weights.total_bytes:
         known = sum(components.values())
-        components["other"] = components.get("other", 0) + max(0, spec.weights.total_bytes - known)
+        components["other"] = components.get("other", 0) + max(0, weights.total_bytes - known)
     scale = dict(component_scale or {})
     vocab = spec.vocab_size or 0
     if vocab and vocab_padding > 1:
@@ -241,8 +255,8 @@ def weights_per_rank(
         total = max(stage_totals)
         stage_note = f", worst of {pp} pipeline stages"
     explain = (
-        f"checkpoint weights {spec.weights.total_bytes / GiB:.2f} GiB "
-        f"({'summed from tensor headers' if spec.weights.exact else 'derived from config shapes'})"
+        f"checkpoint weights {weights.total_bytes / GiB:.2f} GiB "
+        f"({weights.source or ('exact' if weights.exact else 'derived from config shapes')})"
         f", split over TP={tp} except norms/router"
         + (f", vocab padded to a multiple of {vocab_padding}" if vocab and vocab_padding > 1 else "")
         + stage_note

@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 from hfvram.errors import MalformedFileError
 from hfvram.readers.config_fields import ConfigView, aliases, config_rules
-from hfvram.readers.config_hf import HfConfig, load_hf_config
+from hfvram.readers.config_hf import HfFacts, hf_facts_for
 from hfvram.readers.config_layers import (
     CSA,
     HCA,
@@ -27,6 +27,7 @@ from hfvram.readers.config_layers import (
     rule_layer_types,
 )
 from hfvram.readers.config_quant import read_quantization
+from hfvram.readers.shapes import shape_config
 from hfvram.spec import Layer, LayerKind, ModelSpec
 
 __all__ = ["COMPANION_FILES", "load_json_tolerant", "read_config", "read_config_files", "rule_layer_types", "hf_layer_types"]
@@ -58,9 +59,12 @@ def load_json_tolerant(raw: bytes, filename: str) -> dict:
 
 def hf_layer_types(config: Mapping[str, Any]) -> list[str] | None:
     """transformers' per-layer types for ``config`` in hfvram's vocabulary, or None where it gives none."""
-    hf = load_hf_config(config)
+    return _normalized_hf_types(hf_facts_for(config), config)
+
+
+def _normalized_hf_types(hf: HfFacts, config: Mapping[str, Any]) -> list[str] | None:
     text_model_type = _text_model_type(config)
-    types = hf.layer_types()
+    types = hf.layer_types
     if types is None:
         return None
     normalized = [normalize_layer_type(t, text_model_type) for t in types]
@@ -155,11 +159,11 @@ def _rope_scaling(view: ConfigView) -> Mapping[str, object] | None:
     return None
 
 
-def _layer_kinds(view: ConfigView, config: Mapping[str, Any], num_layers: int, hf: HfConfig) -> tuple[list[str], str]:
+def _layer_kinds(view: ConfigView, config: Mapping[str, Any], num_layers: int, hf: HfFacts) -> tuple[list[str], str]:
     """Per-layer types: transformers' when it derives them, hfvram rules otherwise (compared in tests)."""
     text_model_type = _text_model_type(config)
     rules, rules_source = rule_layer_types(view, num_layers, text_model_type)
-    hf_types = hf_layer_types(config) if hf.ok else None
+    hf_types = _normalized_hf_types(hf, config) if hf.ok else None
     if hf_types is None or len(hf_types) < num_layers:
         if hf.ok:
             return rules, f"{rules_source} ({hf.label} gives no layer_types)"
@@ -294,15 +298,20 @@ def read_config(
     filename: str = "config.json",
     companions: Mapping[str, dict] | None = None,
     use_transformers: bool = True,
+    hf_facts: HfFacts | Mapping[str, Any] | None = None,
 ) -> ModelSpec:
-    """A ModelSpec (weights=None) from a parsed config.json and its companion files."""
+    """A ModelSpec (weights=None) from a parsed config.json and its companion files.
+
+    ``hf_facts``: transformers' facts for this config computed earlier (an ``HfFacts`` or its JSON form, e.g.
+    from the embedded catalogue), used instead of asking transformers; otherwise they come from
+    ``config_hf.hf_facts_for`` (facts cache, catalogue, or transformers itself) unless use_transformers=False."""
     if not isinstance(config, Mapping):
         raise MalformedFileError(f"expected a JSON object, got {type(config).__name__}", file=filename)
     companions = dict(companions or {})
     text, prefix = _text_part(config, filename)
-    hf = load_hf_config(config) if use_transformers else HfConfig(None, "transformers", None, "not asked")
+    hf = _transformers_facts(config, use_transformers, hf_facts)
     view = ConfigView(text=text, top=config, filename=filename, text_prefix=prefix,
-                      hf_config=hf.text_config, hf_label=hf.label)
+                      hf_defaults=hf.defaults if hf.ok else None, hf_label=hf.label)
 
     model_type = config.get("model_type")
     if model_type is not None and not isinstance(model_type, str):
@@ -330,9 +339,14 @@ def read_config(
     tied = view.boolean("tie_word_embeddings", "tie_word_embeddings")
     if tied is None:
         default = view.hf_default("tie_word_embeddings")
+        rule = config_rules()["tie_word_embeddings_default"].get(text_model_type or "")
         if isinstance(default, bool):
             tied = default
             view.note("tie_word_embeddings", f"{hf.label}: tie_word_embeddings (default)")
+        elif isinstance(rule, bool):
+            tied = rule
+            view.note("tie_word_embeddings", f"hfvram rules: transformers' {text_model_type} config default "
+                                             f"(data/config_rules.toml tie_word_embeddings_default)")
         else:
             view.warn("tie_word_embeddings: not stated in config.json and no transformers default")
     dtype = _canonical_dtype(view)
@@ -348,6 +362,7 @@ def read_config(
     _indexer(view, types, layers, extra)
     if text_model_type and text_model_type != model_type:
         extra["text_model_type"] = text_model_type
+    extra["shape_config"] = shape_config(config)
 
     quant_config, quant_path = view.mapping("quantization_config")
     if quant_config is None:
@@ -360,6 +375,8 @@ def read_config(
 
     if hf.ok:
         decided_by = f"transformers {hf.version}"
+        if hf.origin:
+            view.note("decided_by", f"{hf.label}, from the {hf.origin}")
     else:
         decided_by = "hfvram rules"
         if use_transformers and hf.failure:
@@ -391,6 +408,23 @@ def read_config(
         decided_by=decided_by,
         extra=extra,
     )
+
+
+def _transformers_facts(config: Mapping[str, Any], use_transformers: bool,
+                        hf_facts: HfFacts | Mapping[str, Any] | None) -> HfFacts:
+    if hf_facts is not None:
+        if isinstance(hf_facts, HfFacts):
+            return hf_facts
+        try:
+            from hfvram.readers.config_hf import installed_transformers_version, precomputed_label
+
+            return precomputed_label(HfFacts.from_json(hf_facts, origin="precomputed facts"),
+                                     installed_transformers_version())
+        except ValueError as exc:
+            return HfFacts("transformers", None, f"precomputed transformers facts unusable ({exc})")
+    if not use_transformers:
+        return HfFacts("transformers", None, "not asked")
+    return hf_facts_for(config)
 
 
 def read_config_files(files: Mapping[str, bytes], *, use_transformers: bool = True) -> ModelSpec:

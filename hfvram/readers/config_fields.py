@@ -37,8 +37,8 @@ class ConfigView:
     top: Mapping[str, Any]
     filename: str
     text_prefix: str = ""  # "text_config." when the language model is nested
-    #: a transformers config object that supplies defaults for keys the file leaves out
-    hf_config: Any = None
+    #: transformers' int/bool values by key (its defaults for keys the file leaves out); see config_hf.HfFacts
+    hf_defaults: Mapping[str, Any] | None = None
     hf_label: str = ""
     provenance: dict[str, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
@@ -72,13 +72,9 @@ class ConfigView:
 
     def hf_default(self, key: str) -> Any:
         """The value transformers' config class gives ``key`` (its default when the file leaves it out)."""
-        if self.hf_config is None:
+        if self.hf_defaults is None:
             return _MISSING
-        try:
-            value = getattr(self.hf_config, key)
-        except Exception:  # transformers raises its own errors for ambiguous per-layer attributes
-            return _MISSING
-        return value
+        return self.hf_defaults.get(key, _MISSING)
 
     # ---- typed reads ----------------------------------------------------------------------
 

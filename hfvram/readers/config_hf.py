@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
+import os
+import tempfile
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, Mapping
 
 
@@ -39,10 +44,9 @@ def load_hf_config(config: Mapping[str, Any]) -> HfConfig:
     model_type = config.get("model_type")
     if not isinstance(model_type, str):
         return HfConfig(None, "transformers", None, "config.json has no model_type")
-    try:
-        canonical = json.dumps(config, sort_keys=True, allow_nan=True)
-    except (TypeError, ValueError) as exc:
-        return HfConfig(None, "transformers", None, f"config not serialisable: {exc}")
+    canonical = canonical_config(config)
+    if canonical is None:
+        return HfConfig(None, "transformers", None, "config not serialisable as JSON")
     return _load_canonical(canonical)
 
 
@@ -71,3 +75,225 @@ def _load_canonical(canonical: str) -> HfConfig:
     finally:
         transformers.logging.set_verbosity(verbosity)
     return HfConfig(text, f"transformers {version} {type(text).__name__}", version)
+
+
+# ---- transformers facts: the little read_config needs from transformers, as JSON ---------------------------
+
+#: bump when the facts' shape or meaning changes (old cache entries are then ignored)
+FACTS_FORMAT = 1
+#: keys asked of transformers' defaults besides every int/bool attribute its config serialises (attribute_map
+#: aliases and the per-family keys hfvram.readers.config_layers reads)
+_EXTRA_DEFAULT_KEYS = (
+    "head_dim", "tie_word_embeddings", "sliding_window", "sliding_window_size", "attention_chunk_size",
+    "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "linear_num_key_heads",
+    "linear_key_head_dim", "linear_num_value_heads", "linear_value_head_dim", "linear_conv_kernel_dim",
+    "ssm_state_size", "state_size", "d_state", "conv_kernel", "d_conv", "mamba_d_conv", "mamba_num_heads",
+    "mamba_head_dim", "expand", "intermediate_size", "mamba_intermediate_size", "d_inner", "n_groups", "ngroups",
+    "mamba_n_groups",
+)
+
+
+@dataclass(frozen=True)
+class HfFacts:
+    """transformers' reading of one config, reduced to JSON-able facts: its label, per-layer types and the
+    int/bool values its config class gives (defaults for keys the file leaves out)."""
+
+    label: str
+    version: str | None
+    failure: str | None = None
+    layer_types: tuple[str, ...] | None = None
+    defaults: Mapping[str, int | bool] | None = None
+    #: where the facts came from when not computed in this process ("facts cache", "hfvram catalogue …")
+    origin: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None and self.version is not None
+
+    def default(self, key: str, missing: Any = None) -> Any:
+        return (self.defaults or {}).get(key, missing)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": FACTS_FORMAT, "label": self.label, "version": self.version, "failure": self.failure,
+                "layer_types": list(self.layer_types) if self.layer_types is not None else None,
+                "defaults": dict(self.defaults or {})}
+
+    @staticmethod
+    def from_json(data: Mapping[str, Any], origin: str | None = None) -> "HfFacts":
+        """Facts from their JSON form; ValueError when it is not facts of this FACTS_FORMAT."""
+        if not isinstance(data, Mapping) or data.get("format") != FACTS_FORMAT:
+            raise ValueError("not transformers facts of format %d" % FACTS_FORMAT)
+        label, version, failure = data.get("label"), data.get("version"), data.get("failure")
+        types, defaults = data.get("layer_types"), data.get("defaults")
+        if not isinstance(label, str) or not isinstance(version, (str, type(None))) \
+                or not isinstance(failure, (str, type(None))):
+            raise ValueError("transformers facts: label/version/failure of the wrong type")
+        if types is not None and not (isinstance(types, list) and all(isinstance(t, str) for t in types)):
+            raise ValueError("transformers facts: layer_types is not a list of strings")
+        if not isinstance(defaults, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, (int, bool)) for k, v in defaults.items()):
+            raise ValueError("transformers facts: defaults are not int/bool values by key")
+        return HfFacts(label, version, failure, tuple(types) if types is not None else None, dict(defaults), origin)
+
+
+def canonical_config(config: Mapping[str, Any]) -> str | None:
+    """The config as canonical JSON (sorted keys), the identity of its transformers facts; None if not JSON-able."""
+    try:
+        return json.dumps(config, sort_keys=True, allow_nan=True, separators=(",", ":"))
+    except (TypeError, ValueError):
+        return None
+
+
+def config_sha256(config: Mapping[str, Any]) -> str | None:
+    canonical = canonical_config(config)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest() if canonical is not None else None
+
+
+def _int_or_bool(value: Any) -> bool:
+    return isinstance(value, (int, bool))
+
+
+def facts_from_hf_config(hf: HfConfig) -> HfFacts:
+    """The JSON-able facts of a live transformers reading (pure given ``hf``)."""
+    if not hf.ok:
+        return HfFacts(hf.label, hf.version, hf.failure or "transformers gave no config")
+    text = hf.text_config
+    try:
+        serialised = text.to_dict()
+    except Exception:  # a config class that cannot serialise itself still has attributes to ask
+        serialised = {}
+    from hfvram.readers.config_fields import config_rules
+
+    keys = set(serialised) | set(getattr(text, "attribute_map", {}) or {}) | set(_EXTRA_DEFAULT_KEYS)
+    keys |= {key for names in config_rules()["aliases"].values() for key in names}
+    defaults: dict[str, int | bool] = {}
+    for key in sorted(keys):
+        try:
+            value = getattr(text, key)
+        except Exception:  # transformers raises its own errors for ambiguous per-layer attributes
+            continue
+        if _int_or_bool(value):
+            defaults[key] = value
+    types = hf.layer_types()
+    return HfFacts(hf.label, hf.version, None, tuple(types) if types is not None else None, defaults)
+
+
+def compute_hf_facts(config: Mapping[str, Any]) -> HfFacts:
+    """transformers' facts for ``config``, computed now (imports transformers)."""
+    return facts_from_hf_config(load_hf_config(config))
+
+
+def installed_transformers_version() -> str | None:
+    """The installed transformers' version from its package metadata (cheap: transformers is not imported)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("transformers")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def facts_cache_dir() -> Path:
+    override = os.environ.get("HFVRAM_CACHE_DIR")
+    if override:
+        return Path(override) / "transformers-facts"
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("hfvram")) / "transformers-facts"
+
+
+def _cache_path(canonical: str, version: str) -> Path:
+    key = hashlib.sha256(f"{canonical}\ntransformers {version}".encode("utf-8")).hexdigest()
+    return facts_cache_dir() / f"{key}.json"
+
+
+def _read_cached(path: Path) -> HfFacts | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return HfFacts.from_json(data, origin="facts cache")
+    except (OSError, ValueError, UnicodeDecodeError):  # absent or corrupt: computed again and rewritten
+        return None
+
+
+def _write_cached(path: Path, facts: HfFacts) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                json.dump(facts.to_json(), handle, sort_keys=True)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+    except OSError:  # a read-only or full cache only costs the next run the transformers import
+        pass
+
+
+@lru_cache(maxsize=1)
+def _catalogue_facts() -> dict[str, Mapping[str, Any]]:
+    """Facts precomputed by scripts/build_catalog.py, by config sha256."""
+    from importlib import resources
+
+    try:
+        text = resources.files("hfvram").joinpath("data/catalog.json").read_text(encoding="utf-8")
+        repos = json.loads(text).get("repos", {})
+    except (OSError, ValueError, AttributeError):
+        return {}
+    found: dict[str, Mapping[str, Any]] = {}
+    for entry in repos.values() if isinstance(repos, Mapping) else ():
+        facts, sha = (entry.get("hf_facts"), entry.get("config_sha256")) if isinstance(entry, Mapping) else (None, None)
+        if isinstance(facts, Mapping) and isinstance(sha, str):
+            found[sha] = facts
+    return found
+
+
+def precomputed_label(facts: HfFacts, installed: str | None) -> HfFacts:
+    """Facts made by another transformers than the installed one say so in their label."""
+    if facts.version == installed:
+        return facts
+    now = f"installed: transformers {installed}" if installed else "transformers not installed"
+    return replace(facts, label=f"{facts.label} (precomputed; {now})")
+
+
+def hf_facts_for(config: Mapping[str, Any]) -> HfFacts:
+    """``cached_hf_facts``, remembered in this process too."""
+    canonical = canonical_config(config)
+    if canonical is None or not isinstance(config.get("model_type"), str):
+        return facts_from_hf_config(load_hf_config(config))
+    return _memo_facts(canonical)
+
+
+@lru_cache(maxsize=256)
+def _memo_facts(canonical: str) -> HfFacts:
+    return _facts_for_canonical(canonical)
+
+
+def cached_hf_facts(config: Mapping[str, Any]) -> HfFacts:
+    """transformers' facts for ``config``, the cheapest way: the on-disk facts cache for the installed
+    transformers version, the embedded catalogue's precomputed facts (any version, labelled so), else computed
+    now (importing transformers) and written to the cache (temporary file + os.replace; corrupt entries ignored)."""
+    canonical = canonical_config(config)
+    if canonical is None or not isinstance(config.get("model_type"), str):
+        return facts_from_hf_config(load_hf_config(config))
+    return _facts_for_canonical(canonical)
+
+
+def _facts_for_canonical(canonical: str) -> HfFacts:
+    installed = installed_transformers_version()
+    path = _cache_path(canonical, installed) if installed else None
+    if path is not None:
+        cached = _read_cached(path)
+        if cached is not None and cached.version == installed:
+            return cached
+    shipped = _catalogue_facts().get(hashlib.sha256(canonical.encode("utf-8")).hexdigest())
+    if shipped is not None:
+        try:
+            return precomputed_label(HfFacts.from_json(shipped, origin="hfvram catalogue"), installed)
+        except ValueError:
+            pass
+    facts = facts_from_hf_config(_load_canonical(canonical))
+    if path is not None and facts.version == installed:
+        _write_cached(path, facts)
+    return facts

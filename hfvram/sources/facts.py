@@ -43,13 +43,14 @@ def _parse_json(text: str, filename: str) -> dict:
 
 
 def spec_from_facts(facts: CheckpointFacts) -> ModelSpec:
-    """Config (+ companions) through the config reader, then weights from the best fact available."""
+    """Config (+ companions) through the config reader, then the best weights the facts give (see
+    :func:`best_weights`), so the estimator always reads weights from the spec."""
     from hfvram.readers.config import read_config
 
     config = _parse_json(facts.config_text, "config.json")
     companions = {name: _parse_json(text, name) for name, text in facts.companions.items()}
     spec = read_config(config, filename="config.json", companions=companions or None)
-    weights, warning = _weights(spec, facts)
+    weights, warning = best_weights(spec, facts, config)
     if weights is not None:
         spec = _with_weights(spec, weights)
     if warning:
@@ -67,20 +68,38 @@ def _with_weights(spec: ModelSpec, weights: Weights) -> ModelSpec:
     return spec.with_weights(weights, active)
 
 
-def _weights(spec: ModelSpec, facts: CheckpointFacts) -> tuple[Weights | None, str | None]:
+def best_weights(spec: ModelSpec, facts: CheckpointFacts,
+                 config: Mapping[str, object] | None = None) -> tuple[Weights | None, str | None]:
+    """Weights from the best fact available, and a warning when they are not exact.
+
+    Real safetensors headers (exact, per tensor) > the Hub's per-dtype parameter counts (exact total) >
+    the index ``total_size`` (exact total) > config shapes (estimate). An exact total without per-tensor
+    facts takes its component split from the config shapes, scaled to that total."""
     if facts.headers:
         return weights_from_headers(facts.headers, spec, origin=facts.origin), None
+    derived = derived_or_none(spec, config)
     if facts.dtype_parameters:
-        return weights_from_dtype_parameters(facts.dtype_parameters, origin=facts.origin), None
-    derived = derived_weights(spec)
-    if derived is None:
-        return None, "weights unknown: no safetensors headers were available and shapes cannot be derived"
+        exact = weights_from_dtype_parameters(facts.dtype_parameters, origin=facts.origin)
+        return (split_like(exact, derived) if derived is not None else exact), None
     total = (facts.index_metadata or {}).get("total_size")
     if isinstance(total, int) and total > 0:
+        if derived is None:
+            return None, "weights unknown: the index states a total_size but the config shapes give no split"
         return scaled_to_total(derived, facts.index_metadata or {}), None
-    return derived, (
-        "weights derived from config shapes (no safetensors headers were available); sizes are estimates"
-    )
+    if derived is None:
+        return None, "weights unknown: no safetensors headers were available and shapes cannot be derived"
+    return derived, "weights derived from config shapes (no safetensors headers were available); sizes are estimates"
+
+
+def derived_or_none(spec: ModelSpec, config: Mapping[str, object] | None = None) -> Weights | None:
+    """The readers' config-shape weights (``exact=False``); None when the shapes give no tensors."""
+    from hfvram.readers.shapes import derived_weights
+
+    try:
+        weights = derived_weights(spec, config)  # type: ignore[arg-type]
+    except (ValueError, KeyError, TypeError, ZeroDivisionError):
+        return None
+    return weights if weights is not None and weights.total_bytes > 0 else None
 
 
 def weights_from_headers(headers: Mapping[str, str], spec: ModelSpec, *, origin: str) -> Weights:
@@ -112,36 +131,48 @@ def weights_from_dtype_parameters(parameters: Mapping[str, int], *, origin: str)
     )
 
 
-def derived_weights(spec: ModelSpec) -> Weights | None:
-    from hfvram.readers.safetensors import weights_from_tensors
+def split_in_proportion(shares: Mapping[str, int], total: int) -> dict[str, int]:
+    """``total`` split over the keys of ``shares`` in their proportions; the parts sum to ``total`` exactly
+    (the rounding remainder goes to the largest part)."""
+    base = sum(shares.values())
+    if not shares or base <= 0:
+        return {}
+    split = {name: value * total // base for name, value in shares.items()}
+    largest = max(split, key=lambda k: split[k])
+    split[largest] += total - sum(split.values())
+    return split
 
-    try:
-        from hfvram.readers.shapes import tensors_from_spec
-    except ImportError:  # the shapes reader is optional: without it, derived weights stay unknown
-        return None
 
-    weights = weights_from_tensors(tensors_from_spec(spec), quantization=spec.quantization,
-                                   source="derived: tensor shapes from config.json", num_layers=spec.num_layers or None)
-    return replace(weights, exact=False)
+def split_like(exact: Weights, derived: Weights) -> Weights:
+    """Exact totals (bytes, parameters, bytes per dtype) with the component split of the config shapes."""
+    return replace(
+        exact,
+        bytes_by_component=split_in_proportion(derived.bytes_by_component, exact.total_bytes),
+        params_by_component=split_in_proportion(derived.params_by_component, exact.params_total),
+        source=exact.source + "; component split derived from config shapes, scaled to that total",
+    )
 
 
 def scaled_to_total(derived: Weights, metadata: Mapping[str, object]) -> Weights:
-    """The index's exact total_size, split over components in the proportions the config shapes give."""
+    """The index's exact total_size, split over components in the proportions the config shapes give.
+
+    Parameters: the index's total_parameters when it states one, else the shapes' count scaled like the bytes."""
     total = int(metadata["total_size"])  # type: ignore[arg-type]
-    shares = dict(derived.bytes_by_component)
-    base = sum(shares.values()) or 1
-    split = {name: value * total // base for name, value in shares.items()}
-    if split:
-        largest = max(split, key=lambda k: split[k])
-        split[largest] += total - sum(split.values())
-    params = metadata.get("total_parameters")
+    stated = metadata.get("total_parameters")
+    if isinstance(stated, int) and stated > 0:
+        params = stated
+    else:
+        params = derived.params_total * total // derived.total_bytes if derived.total_bytes else derived.params_total
     return replace(
         derived,
         total_bytes=total,
-        bytes_by_component=split,
-        params_total=int(params) if isinstance(params, int) and params > 0 else derived.params_total,
+        params_total=params,
+        bytes_by_component=split_in_proportion(derived.bytes_by_component, total),
+        params_by_component=split_in_proportion(derived.params_by_component, params),
+        bytes_by_dtype={},  # per-dtype bytes are not known from a total
         exact=True,
-        source="model.safetensors.index.json: metadata.total_size (component split derived from config shapes)",
+        source="model.safetensors.index.json: metadata.total_size; component split derived from config shapes, "
+               "scaled to that total",
     )
 
 

@@ -22,6 +22,7 @@ from hfvram.estimate.common import (
     finish_estimate,
     load_engine_data,
     pick_rule_version,
+    require_weights,
     rules_for_version,
     setting,
     setting_int,
@@ -123,11 +124,10 @@ class ExLlamaV2Profile:
 
         if spec.quantization is not None and spec.quantization.method == "gguf":
             warnings.append("ExLlamaV2 loads EXL2 / GPTQ safetensors, not GGUF: weights counted at the GGUF's size")
-        weights_total = spec.weights.total_bytes if spec.weights else 0
-        if spec.weights is None:
-            warnings.append("the model's tensor sizes are unknown: weights counted as 0")
-        embd = spec.weights.bytes_by_component.get("embeddings", 0) if spec.weights else 0
-        head = spec.weights.bytes_by_component.get("lm_head", 0) if spec.weights else 0
+        weights = require_weights(spec)
+        weights_total = weights.total_bytes
+        embd = weights.bytes_by_component.get("embeddings", 0)
+        head = weights.bytes_by_component.get("lm_head", 0)
         per_layer_weights = (weights_total - embd - head) / max(1, n_layers)
         totals = []
         for dev, layers in enumerate(per_gpu_layers):

@@ -27,6 +27,7 @@ from hfvram.estimate.common import (
     load_engine_data,
     pad_to_multiple,
     pick_rule_version,
+    require_weights,
     rules_for_version,
     setting,
     setting_bool,
@@ -626,17 +627,17 @@ class LlamaCppProfile:
         return version, resolve_settings(spec, choice, workload, rules), rules, compute
 
     def estimate(self, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload) -> Estimate:
+        require_weights(spec)
         version, s, rules, compute = self.settings_for(spec, hardware, choice, workload)
         return self.finish(spec, hardware, choice, workload, version, s, rules, compute)
 
     def finish(self, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload,
                version: str, s: Settings, rules: Mapping[str, object], compute: Mapping[str, float],
                extra_warnings: Sequence[str] = (), extra_explain: Mapping[str, str] | None = None) -> Estimate:
+        weights = require_weights(spec)
         b = breakdown(spec, hardware, s, rules, compute)
         warnings = list(extra_warnings)
-        if spec.weights is None:
-            warnings.append("the model's tensor sizes are unknown: weights counted as 0")
-        elif not spec.extra.get("gguf_arch") and not (spec.quantization and spec.quantization.method == "gguf"):
+        if not spec.extra.get("gguf_arch") and not (spec.quantization and spec.quantization.method == "gguf"):
             warnings.append(
                 "not a GGUF: weights counted as if converted to GGUF at the checkpoint's own dtype; a quantized GGUF "
                 "(Q4_K_M ≈ 4.9 bits per weight) is much smaller"
@@ -647,7 +648,7 @@ class LlamaCppProfile:
         usable = usable_bytes(hardware, s) if hardware else 0
         per_gpu = PerGpu(weights=p.gpu_weights[dev], kv_cache=p.gpu_kv[dev], activations=b.gpu_compute[dev],
                          overhead=b.overhead, usable=usable, memory=memory)
-        token_embd = spec.weights.bytes_by_component.get("embeddings", 0) if spec.weights else 0
+        token_embd = weights.bytes_by_component.get("embeddings", 0)
         if p.cpu_weights > token_embd or p.cpu_kv:
             warnings.append(
                 f"CPU RAM needed besides the GPUs: {(p.cpu_weights + p.cpu_kv + b.output_buffer) / GiB:.2f} GiB "
@@ -671,7 +672,7 @@ class LlamaCppProfile:
         context = s.n_ctx_seq
         capacity = self._capacity(spec, hardware, s, rules, compute, kv_tokens)
         active = active_weight_bytes(spec) or 0
-        embd = spec.weights.bytes_by_component.get("embeddings", 0) if spec.weights else 0
+        embd = weights.bytes_by_component.get("embeddings", 0)
         per_token_kv = b.kv.total / max(1, s.n_stream) / max(1, s.n_ctx_seq) * context if b.kv.total else 0
         decode = decode_tokens_per_second(max(0, active - embd) + per_token_kv, hardware.gpu.memory_bandwidth_gbs if hardware else None)
         explain = {

@@ -21,7 +21,6 @@ from typing import Any, Mapping
 from hfvram.errors import UsageError
 from hfvram.estimate import common
 from hfvram.estimate.common import GiB
-from hfvram.estimate.engines._weights import with_weights_or_derived
 from hfvram.estimate.types import Capacity, EngineChoice, Estimate, Hardware, PerGpu, Workload
 from hfvram.spec import GROWING_KINDS, RECURRENT_KINDS, WINDOWED_KINDS, Layer, LayerKind, ModelSpec
 
@@ -127,7 +126,7 @@ class LmdeployProfile:
         rules = common.rules_for_version(self.data, version)
         warnings: list[str] = []
         explain: dict[str, str] = {}
-        spec = with_weights_or_derived(spec, warnings)
+        common.require_weights(spec)
         s = resolve_settings(spec, hardware, choice, workload, rules, version)
         rules = {**rules, "max_prefill_token_num": s.max_prefill_token_num}
         context = workload.context or s.session_len
@@ -140,10 +139,8 @@ class LmdeployProfile:
             refuses = True
 
         split = common.weights_per_rank(spec, s.tp, 1, vocab_padding=1)
-        weights = split.bytes if split else 0
-        explain["weights"] = split.explain if split else "unknown: counted as 0"
-        if split is None:
-            warnings.append("the checkpoint's weights are unknown: weights counted as 0")
+        weights = split.bytes
+        explain["weights"] = split.explain
         overhead = int(rules["cuda_context_gib"] * GiB + (rules["nccl_init_gib"] * GiB if s.tp > 1 else 0))
         explain["overhead"] = (f"CUDA context {rules['cuda_context_gib']} GiB (§1.3)"
                                + (f" + NCCL {rules['nccl_init_gib']} GiB [unverified]" if s.tp > 1 else "")

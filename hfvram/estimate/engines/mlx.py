@@ -26,6 +26,7 @@ from hfvram.estimate.common import (
     kv_dtype_bytes,
     load_engine_data,
     pick_rule_version,
+    require_weights,
     rules_for_version,
     setting_int,
 )
@@ -104,9 +105,7 @@ class MlxProfile:
         per_seq = kv_bytes_per_sequence(spec, context, element, step, max_kv)
         kv = int(per_seq * workload.concurrency)
 
-        weights = spec.weights.total_bytes if spec.weights else 0
-        if spec.weights is None:
-            warnings.append("the model's tensor sizes are unknown: weights counted as 0")
+        weights = require_weights(spec).total_bytes
         prefill = min(context, setting_int(choice, "prefill_step_size", "prefill-step-size",
                                            default=int(rules["prefill_step_size"])) or 2048)
         activations = int(prefill * (float(rules["act_hidden_factor"]) * (spec.hidden_size or 0)

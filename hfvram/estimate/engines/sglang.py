@@ -22,7 +22,6 @@ from typing import Any, Mapping
 from hfvram.errors import UsageError
 from hfvram.estimate import common
 from hfvram.estimate.common import GiB, MiB
-from hfvram.estimate.engines._weights import with_weights_or_derived
 from hfvram.estimate.types import Capacity, EngineChoice, Estimate, Hardware, PerGpu, Workload
 from hfvram.spec import GROWING_KINDS, RECURRENT_KINDS, WINDOWED_KINDS, LayerKind, ModelSpec
 
@@ -259,7 +258,7 @@ class SglangProfile:
         rules = common.rules_for_version(self.data, rules_version)
         warnings: list[str] = []
         explain: dict[str, str] = {}
-        spec = with_weights_or_derived(spec, warnings)
+        common.require_weights(spec)
         s = resolve_settings(spec, hardware, choice, workload, rules, rules_version, warnings)
         context = workload.context or s.context_length
         if context > s.context_length:
@@ -269,10 +268,8 @@ class SglangProfile:
                             "refuses it unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1")
 
         split = common.weights_per_rank(spec, s.tp, s.pp, vocab_padding=rules["vocab_padding"])
-        if split is None:
-            warnings.append("the checkpoint's weights are unknown: weights counted as 0")
-        weights = split.bytes if split else 0
-        explain["weights"] = split.explain if split else "unknown"
+        weights = split.bytes
+        explain["weights"] = split.explain
 
         overhead = int(rules["cuda_context_gib"] * GiB + (rules["nccl_init_gib"] * GiB if s.tp * s.pp > 1 else 0))
         explain["overhead"] = (

@@ -23,7 +23,6 @@ from typing import Any, Mapping
 from hfvram.errors import UsageError
 from hfvram.estimate import common
 from hfvram.estimate.common import GiB
-from hfvram.estimate.engines._weights import with_weights_or_derived
 from hfvram.estimate.types import Capacity, EngineChoice, Estimate, Hardware, PerGpu, Workload
 from hfvram.spec import RECURRENT_KINDS, WINDOWED_KINDS, Layer, LayerKind, ModelSpec
 
@@ -137,7 +136,7 @@ class TransformersProfile:
         rules = common.rules_for_version(self.data, self.rule_versions[-1])
         warnings: list[str] = []
         explain: dict[str, str] = {}
-        spec = with_weights_or_derived(spec, warnings)
+        common.require_weights(spec)
         s = resolve_settings(spec, hardware, choice, workload, rules)
         context = workload.context or s.max_length
         if context is None:
@@ -147,11 +146,8 @@ class TransformersProfile:
                             "model dtype; counted at the quantized size only [approximation]")
 
         split = common.weights_per_rank(spec, s.tp, s.pp, vocab_padding=1)
-        weights = split.bytes if split else 0
-        explain["weights"] = (split.explain + (f"; device_map='auto' spreads the layers over {s.pp} GPUs" if s.pp > 1 else "")
-                              if split else "unknown: counted as 0")
-        if split is None:
-            warnings.append("the checkpoint's weights are unknown: weights counted as 0")
+        weights = split.bytes
+        explain["weights"] = split.explain + (f"; device_map='auto' spreads the layers over {s.pp} GPUs" if s.pp > 1 else "")
         overhead = int(rules["cuda_context_gib"] * GiB)
         explain["overhead"] = f"CUDA context {rules['cuda_context_gib']} GiB per GPU (§1.3)"
 

@@ -19,7 +19,6 @@ from typing import Any, Mapping
 from hfvram.errors import UsageError
 from hfvram.estimate import common
 from hfvram.estimate.common import GiB
-from hfvram.estimate.engines._weights import with_weights_or_derived
 from hfvram.estimate.types import Capacity, EngineChoice, Estimate, Hardware, PerGpu, Workload
 from hfvram.spec import RECURRENT_KINDS, WINDOWED_KINDS, ModelSpec
 
@@ -104,17 +103,15 @@ class TrtllmProfile:
         explain: dict[str, str] = {}
         if choice.version:
             warnings.append(f"TensorRT-LLM rules are not versioned in hfvram; {choice.version} uses the current rules")
-        spec = with_weights_or_derived(spec, warnings)
+        common.require_weights(spec)
         s = resolve_settings(spec, hardware, choice, workload, rules, version)
         context = workload.context or s.max_seq_len
         if context > s.max_seq_len:
             warnings.append(f"context {context} is longer than max_seq_len {s.max_seq_len}")
 
         split = common.weights_per_rank(spec, s.tp, s.pp, vocab_padding=rules["vocab_padding"])
-        weights = split.bytes if split else 0
-        explain["weights"] = split.explain if split else "unknown: counted as 0"
-        if split is None:
-            warnings.append("the checkpoint's weights are unknown: weights counted as 0")
+        weights = split.bytes
+        explain["weights"] = split.explain
         activations, explain["activations"] = activation_peak(spec, s, rules)
         overhead = int(rules["cuda_context_gib"] * GiB + (rules["tp_comm_gib"] * GiB if s.tp * s.pp > 1 else 0))
         explain["overhead"] = (f"CUDA context {rules['cuda_context_gib']} GiB" +

@@ -127,6 +127,7 @@ class VllmProfile:
         rules = common.rules_for_version(self.data, rules_version)
         warnings: list[str] = []
         explain: dict[str, str] = {}
+        common.require_weights(spec)
         settings = resolve_settings(spec, hardware, choice, workload, rules, rules_version, warnings)
         tp, pp = settings.tensor_parallel_size, settings.pipeline_parallel_size
         context = workload.context or settings.max_model_len
@@ -392,7 +393,6 @@ def weights_per_gpu(
 ) -> int:
     """"Model loading took X GiB" on the worst rank (§2.2): TP/PP split, vocab padding, MXFP4 padding,
     float32 checkpoints loaded as bfloat16, minus ``cpu-offload-gb``."""
-    spec = _with_derived_weights(spec, warnings)
     scale: dict[str, float] = {}
     notes = []
     quant = (spec.quantization.method if spec.quantization else "").lower()
@@ -405,7 +405,7 @@ def weights_per_gpu(
         notes.append(f"MXFP4 experts padded {hidden}×{inter} → kernel sizes (×{scale['experts']:.3f})")
     stored = spec.dtype_bytes()
     if spec.quantization is None and spec.weights is not None and stored != settings.dtype_bytes:
-        for component in spec.weights.bytes_by_component:
+        for component in {*spec.weights.bytes_by_component, "other"}:
             scale[component] = scale.get(component, 1.0) * settings.dtype_bytes / stored
         notes.append(f"{spec.dtype or 'bfloat16'} checkpoint loaded as {settings.dtype}")
     if settings.online_quantization == "fp8" and spec.weights is not None:
@@ -416,10 +416,6 @@ def weights_per_gpu(
     split = common.weights_per_rank(
         spec, settings.tensor_parallel_size, settings.pipeline_parallel_size, int(rules["vocab_padding"]), scale
     )
-    if split is None:
-        warnings.append("weights unknown (no tensor header and no derivable shapes): weights counted as 0")
-        explain["weights"] = "unknown"
-        return 0
     weights = split.bytes
     if settings.cpu_offload_gb:
         offload = int(settings.cpu_offload_gb * GiB)
@@ -427,26 +423,6 @@ def weights_per_gpu(
         notes.append(f"cpu-offload-gb {settings.cpu_offload_gb} moved to host memory")
     explain["weights"] = split.explain + ("; " + "; ".join(notes) if notes else "")
     return weights
-
-
-def _with_derived_weights(spec: ModelSpec, warnings: list[str]) -> ModelSpec:
-    """The spec with weights derived from config shapes when no header gave them (readers' own rules)."""
-    if spec.weights is not None:
-        return spec
-    try:
-        from hfvram.readers.safetensors import weights_from_tensors
-        from hfvram.readers.shapes import tensors_from_spec  # lazy: written by the readers helper
-    except ImportError:
-        return spec
-    try:
-        tensors = tensors_from_spec(spec)
-        weights = weights_from_tensors(tensors, quantization=spec.quantization, num_layers=spec.num_layers)
-        weights = replace(weights, exact=False, source="derived: config shapes")
-    except (ValueError, KeyError, TypeError) as exc:
-        warnings.append(f"could not derive weights from the config: {exc}")
-        return spec
-    warnings.append("weights derived from config shapes (no tensor header read)")
-    return spec.with_weights(weights)
 
 
 def activation_peak(spec: ModelSpec, settings: Settings, rules: Mapping[str, Any], explain: dict[str, str]) -> int:
