@@ -2,7 +2,9 @@
 """Build hfvram/data/catalog.json from the real repo files in fixtures/hub/.
 
 For each repo: config.json and its companion files as raw text (readers parse them at load time), and the
-safetensors index's metadata and a weight_map summary (shard names, tensor count). Usage:
+safetensors index's metadata and a weight_map summary (shard names, tensor count), and transformers' facts for
+the config (``hf_facts``, keyed by ``config_sha256``) so the offline catalogue never imports transformers; the
+build fails when transformers is not installed. Usage:
     python3 scripts/build_catalog.py [--hub DIR] [--date YYYY-MM-DD]
 """
 
@@ -17,6 +19,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from hfvram.readers.config import load_json_tolerant  # noqa: E402
+from hfvram.readers.config_hf import compute_hf_facts, config_sha256, installed_transformers_version  # noqa: E402
 from hfvram.sources.facts import COMPANION_FILES, INDEX_FILE  # noqa: E402
 
 OUT = ROOT / "hfvram" / "data" / "catalog.json"
@@ -41,6 +45,7 @@ def repo_entry(repo_id: str, folder: Path) -> dict | None:
         if (folder / name).is_file() and name not in derived:
             files[name] = (folder / name).read_bytes().decode("utf-8-sig")
     entry: dict = {"repo_id": repo_id, "files": files, "fixture": f"fixtures/hub/{repo_id}"}
+    entry.update(transformers_facts(config.read_bytes()))
     index_path = folder / INDEX_FILE
     if index_path.is_file() and INDEX_FILE not in derived:
         index = json.loads(index_path.read_text())
@@ -51,6 +56,23 @@ def repo_entry(repo_id: str, folder: Path) -> dict | None:
             "num_tensors": len(weight_map),
         }
     return entry
+
+
+def transformers_facts(config_bytes: bytes) -> dict:
+    """``config_sha256`` and ``hf_facts`` for one config.json (computed with the installed transformers)."""
+    config = load_json_tolerant(config_bytes, "config.json")
+    facts = compute_hf_facts(config)
+    if facts.version is None and isinstance(config.get("model_type"), str):
+        raise SystemExit(f"build_catalog: transformers could not read the config ({facts.failure})")
+    return {"config_sha256": config_sha256(config), "hf_facts": facts.to_json()}
+
+
+def require_transformers() -> str:
+    version = installed_transformers_version()
+    if version is None:
+        raise SystemExit("build_catalog: transformers is not installed; the catalogue's precomputed "
+                         "transformers facts cannot be built without it")
+    return version
 
 
 def build(hub: Path, date: str) -> dict:
@@ -72,6 +94,7 @@ def main() -> int:
     parser.add_argument("--date", default=dt.datetime.now(dt.timezone.utc).date().isoformat())
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
+    require_transformers()
     catalog = build(args.hub, args.date)
     args.out.write_text(json.dumps(catalog, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     print(f"{len(catalog['repos'])} repos -> {args.out}")

@@ -180,7 +180,21 @@ def facts_from_hf_config(hf: HfConfig) -> HfFacts:
 
 def compute_hf_facts(config: Mapping[str, Any]) -> HfFacts:
     """transformers' facts for ``config``, computed now (imports transformers)."""
-    return facts_from_hf_config(load_hf_config(config))
+    return _without_stated(facts_from_hf_config(load_hf_config(config)), config)
+
+
+def _without_stated(facts: HfFacts, config: Mapping[str, Any]) -> HfFacts:
+    """Facts less the values of keys the file states (not null) in its text config or top level: the reader
+    takes those from the file and asks transformers only about the others."""
+    if not facts.defaults:
+        return facts
+    text = config.get("text_config")
+    parts = [config] + [text] if isinstance(text, Mapping) else [config]
+    for key in ("llm_config", "language_config", "text_model_config"):
+        if isinstance(config.get(key), Mapping):
+            parts.append(config[key])
+    stated = {key for part in parts for key, value in part.items() if value is not None}
+    return replace(facts, defaults={k: v for k, v in facts.defaults.items() if k not in stated})
 
 
 def installed_transformers_version() -> str | None:
@@ -293,7 +307,7 @@ def _facts_for_canonical(canonical: str) -> HfFacts:
             return precomputed_label(HfFacts.from_json(shipped, origin="hfvram catalogue"), installed)
         except ValueError:
             pass
-    facts = facts_from_hf_config(_load_canonical(canonical))
+    facts = _without_stated(facts_from_hf_config(_load_canonical(canonical)), json.loads(canonical))
     if path is not None and facts.version == installed:
         _write_cached(path, facts)
     return facts
