@@ -254,11 +254,12 @@ def default_engine(loaded: Any) -> str:
     return "vllm"
 
 
-def load(request: Request, options: RunOptions, *, need_split: bool = True) -> Any:
+def load(request: Request, options: RunOptions, *, need_split: bool = False) -> Any:
     from hfvram.sources import load_model
 
+    # every tensor header only for --explain: otherwise the exact total is split like the config shapes
     return load_model(request.source, revision=request.revision, token=options.token, offline=options.offline,
-                      need_split=need_split)
+                      need_split=need_split or options.explain)
 
 
 def engine_choice(request: Request, loaded: Any) -> Any:

@@ -178,3 +178,22 @@ def test_default_path_splits_the_exact_total_like_the_headers(hub):
     for component, size in real.bytes_by_component.items():
         assert split.bytes_by_component[component] == pytest.approx(size, rel=0.01, abs=1 << 20), component
     assert by_params.params_active == pytest.approx(by_headers.params_active, rel=0.01)
+
+
+def test_cli_check_reads_headers_only_for_explain(hub):
+    """`check` sizes an unquantized repo from model info + config.json (one round trip, no weight bytes);
+    `check --explain` reads every shard header for the exact per-tensor split."""
+    import json
+
+    from cli_support import run_hfvram
+
+    plain = run_hfvram("check", "Qwen/Qwen3-30B-A3B", "--gpu", "h100", "--context", "4096", "--json")
+    assert plain.returncode in (0, 1), plain.stderr
+    assert not hub.requests_to("/cdn/") and hub.round_trips() == 1
+    weights_plain = json.loads(plain.stdout)["model"]["weights_bytes"]
+    hub.records.clear()
+    explained = run_hfvram("check", "Qwen/Qwen3-30B-A3B", "--gpu", "h100", "--context", "4096", "--json",
+                           "--explain")
+    assert explained.returncode in (0, 1), explained.stderr
+    assert len({r.path for r in hub.requests_to("/cdn/")}) == 16  # every shard's header
+    assert json.loads(explained.stdout)["model"]["weights_bytes"] == weights_plain
