@@ -1,0 +1,162 @@
+"""transformers facts (hfvram.readers.config_hf): computed once per config and transformers version, kept in
+the facts cache on disk and in the embedded catalogue, and read back so that a cached or catalogued config never
+imports transformers. Configs are the real files of fixtures/hub (sources in fixtures/README.md)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from hfvram.readers.config import load_json_tolerant, read_config
+from hfvram.readers.config_hf import (
+    FACTS_FORMAT,
+    HfFacts,
+    cached_hf_facts,
+    canonical_config,
+    compute_hf_facts,
+    config_sha256,
+    facts_cache_dir,
+    installed_transformers_version,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+HUB = ROOT / "fixtures" / "hub"
+REPOS = sorted(p.parent for p in HUB.glob("*/*/config.json"))
+CATALOG = json.loads((ROOT / "hfvram" / "data" / "catalog.json").read_text(encoding="utf-8"))
+VERSION = installed_transformers_version()
+
+needs_transformers = pytest.mark.skipif(VERSION is None, reason="transformers not installed")
+
+
+def _config(repo: str | Path) -> dict:
+    folder = repo if isinstance(repo, Path) else HUB / repo
+    return load_json_tolerant((folder / "config.json").read_bytes(), "config.json")
+
+
+def _cache_file(config: dict) -> Path:
+    key = hashlib.sha256(f"{canonical_config(config)}\ntransformers {VERSION}".encode()).hexdigest()
+    return facts_cache_dir() / f"{key}.json"
+
+
+def _without_decided_by_note(spec):
+    provenance = {k: v for k, v in spec.provenance.items() if k != "decided_by"}
+    return replace(spec, provenance=provenance)
+
+
+def _edited_config(repo: str) -> dict:
+    """A real config with one harmless key added, so the catalogue (keyed by config sha256) does not know it."""
+    return {**_config(repo), "hfvram_test_marker": 1}
+
+
+def test_facts_cache_dir_follows_hfvram_cache_dir(isolated_caches):
+    assert facts_cache_dir() == isolated_caches / "hfvram_cache" / "transformers-facts"
+
+
+@needs_transformers
+def test_facts_are_written_once_then_read_from_the_cache():
+    config = _edited_config("google/gemma-2-9b-it")
+    path = _cache_file(config)
+    assert not path.exists()
+    first = cached_hf_facts(config)
+    assert first.origin is None and first.version == VERSION and first.ok
+    stored = json.loads(path.read_text(encoding="utf-8"))
+    assert stored["format"] == FACTS_FORMAT and stored["version"] == VERSION
+    assert not [p for p in path.parent.iterdir() if p.suffix == ".tmp"]  # written through a temporary file
+    # the second reading is the stored one: an entry edited on disk is what comes back
+    stored["label"] = "transformers (edited cache entry)"
+    path.write_text(json.dumps(stored), encoding="utf-8")
+    second = cached_hf_facts(config)
+    assert second.origin == "facts cache" and second.label == "transformers (edited cache entry)"
+    assert second.layer_types == first.layer_types and second.defaults == first.defaults
+
+
+@needs_transformers
+@pytest.mark.parametrize("garbage", [b"", b"{not json", b'{"format": 999}', b"\xff\xfe", b'{"format": 1, "label": 3}'])
+def test_a_corrupt_cache_entry_is_ignored_and_rewritten(garbage: bytes):
+    config = _edited_config("Qwen/Qwen3-8B")
+    path = _cache_file(config)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(garbage)
+    facts = cached_hf_facts(config)
+    assert facts.ok and facts.origin is None
+    assert HfFacts.from_json(json.loads(path.read_text(encoding="utf-8"))).layer_types == facts.layer_types
+
+
+@needs_transformers
+@pytest.mark.parametrize("repo", REPOS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_facts_read_the_config_exactly_as_transformers_does(repo: Path):
+    """The JSON facts (as the cache and catalogue store them) give the same spec as asking transformers now."""
+    config = _config(repo)
+    live = read_config(config)
+    stored = json.loads(json.dumps(compute_hf_facts(config).to_json()))
+    from_json = read_config(config, hf_facts=stored)
+    assert _without_decided_by_note(from_json) == _without_decided_by_note(live)
+
+
+def test_every_catalogue_entry_carries_facts_for_its_config():
+    for repo_id, entry in CATALOG["repos"].items():
+        config = load_json_tolerant(entry["files"]["config.json"].encode("utf-8"), "config.json")
+        assert entry["config_sha256"] == config_sha256(config), repo_id
+        facts = HfFacts.from_json(entry["hf_facts"])
+        assert facts.version and facts.version.startswith("5."), repo_id
+
+
+@needs_transformers
+def test_catalogue_facts_are_current_for_the_installed_transformers():
+    """Rebuild the catalogue (scripts/build_catalog.py) when this fails after a transformers upgrade."""
+    versions = {entry["hf_facts"]["version"] for entry in CATALOG["repos"].values()}
+    if versions != {VERSION}:
+        pytest.skip(f"catalogue built with transformers {versions}, installed {VERSION}")
+    for repo_id, entry in CATALOG["repos"].items():
+        config = load_json_tolerant(entry["files"]["config.json"].encode("utf-8"), "config.json")
+        assert entry["hf_facts"] == compute_hf_facts(config).to_json(), repo_id
+
+
+def test_a_catalogued_config_takes_its_facts_from_the_catalogue():
+    config = _config("meta-llama/Llama-3.1-8B-Instruct")
+    facts = cached_hf_facts(config)
+    assert facts.origin == "hfvram catalogue" and facts.ok
+    spec = read_config(config)
+    assert "from the hfvram catalogue" in spec.provenance["decided_by"]
+    assert spec.decided_by.startswith("transformers 5.")
+
+
+def test_facts_from_another_transformers_version_are_used_and_say_so():
+    config = _config("google/gemma-2-9b-it")
+    entry = CATALOG["repos"]["google/gemma-2-9b-it"]["hf_facts"]
+    older = {**entry, "version": "4.99.0", "label": "transformers 4.99.0 Gemma2Config"}
+    spec = read_config(config, hf_facts=older)
+    assert spec.decided_by == "transformers 4.99.0"
+    assert spec.provenance["tie_word_embeddings"].startswith("transformers 4.99.0 Gemma2Config (precomputed; ")
+    assert [layer.kind for layer in spec.layers] == [layer.kind for layer in read_config(config, hf_facts=entry).layers]
+
+
+def test_unusable_precomputed_facts_fall_back_to_the_rules():
+    config = _config("google/gemma-2-9b-it")
+    spec = read_config(config, hf_facts={"format": FACTS_FORMAT + 1})
+    assert spec.decided_by == "hfvram rules"
+    assert "unusable" in spec.provenance["decided_by"]
+    assert spec.layers == read_config(config, use_transformers=False).layers
+
+
+def test_reading_a_catalogued_config_does_not_import_transformers(tmp_path):
+    """The start-up cost the facts remove: reading a catalogued config leaves transformers unimported."""
+    script = (
+        "import sys, json\n"
+        "from hfvram.readers.config import read_config\n"
+        f"config = json.loads(open({str(HUB / 'meta-llama/Llama-3.1-8B-Instruct/config.json')!r}).read())\n"
+        "spec = read_config(config)\n"
+        "print(spec.decided_by, 'transformers' in sys.modules)\n"
+    )
+    env = {**os.environ, "HFVRAM_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    decided_by, imported = done.stdout.rsplit(" ", 1)
+    assert decided_by.startswith("transformers 5.") and imported.strip() == "False"
