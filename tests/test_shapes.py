@@ -8,6 +8,7 @@ tensor names), see fixtures/README.md and /work/shared/corpus/SOURCES.md. Figure
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -187,3 +188,73 @@ def test_llama4_scout_fused_experts_and_shared_expert():
     assert weights.params_by_component["lm_head"] == 202_048 * 5_120
     assert "language_model.lm_head.weight" in names
     assert 16.5e9 < params_active(weights, spec) < 17.5e9
+
+
+def test_nemotron_super_block_configs_set_each_layer():
+    """Llama-3_3-Nemotron-Super-49B-v1 (DeciLM / nemotron-nas): 49B parameters (the name), from per-layer
+    block_configs — 31 layers without attention, FFN width int(2·ffn_mult·hidden/3) rounded up to a multiple of 256
+    (modeling_decilm._ffn_mult_to_intermediate_size)."""
+    spec, config = load("nvidia/Llama-3_3-Nemotron-Super-49B-v1")
+    weights = derived_weights(spec, config)
+    assert weights.params_total == pytest.approx(49e9, rel=0.02)
+    names = {t.name: t for t in tensors_from_spec(spec, config)}
+    blocks = config["block_configs"]
+    assert blocks[0]["ffn"]["ffn_mult"] == 2.625 and blocks[0]["attention"]["n_heads_in_group"] == 8
+    assert names["model.layers.0.mlp.up_proj.weight"].shape == (14_336, 8_192)  # 2·2.625·8192/3 = 14336
+    assert names["model.layers.0.self_attn.k_proj.weight"].shape == (8 * 128, 8_192)  # 64 heads / 8 per group
+    no_attention = [i for i, b in enumerate(blocks) if b["attention"]["no_op"]]
+    assert len(no_attention) == 31 == spec.layer_census()["none"]
+    for i in no_attention:
+        assert f"model.layers.{i}.self_attn.q_proj.weight" not in names
+        assert f"model.layers.{i}.input_layernorm.weight" not in names
+    widths = {names[f"model.layers.{i}.mlp.up_proj.weight"].shape[0] for i in range(len(blocks))}
+    assert widths == {1_024 * n // 4 for n in (11, 22, 28, 56, 70, 112)}  # ffn_mult 0.5 (2730 → 2816) … 5.25
+    assert "lm_head.weight" in names  # tie_word_embeddings: false
+
+
+@pytest.mark.parametrize("repo", sorted(f"{p.parent.parent.name}/{p.parent.name}" for p in HUB.glob("*/*/config.json")))
+def test_the_spec_alone_derives_what_the_config_does(repo):
+    """read_config keeps what the tensor list needs (spec.extra["shape_config"]): no raw config needed."""
+    spec, config = load(repo)
+    assert derived_weights(spec) == derived_weights(spec, config)
+    assert derive_warnings(spec) == derive_warnings(spec, config)
+
+
+@pytest.mark.parametrize("repo", ["mistralai/Mixtral-8x7B-v0.1", "Qwen/Qwen3-30B-A3B", "nvidia/Qwen3-30B-A3B-NVFP4",
+                                  "deepseek-ai/DeepSeek-V3", "meta-llama/Llama-4-Scout-17B-16E-Instruct",
+                                  "RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic",
+                                  "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"])
+def test_counted_experts_sum_like_the_full_tensor_list(repo):
+    """derived_weights counts each layer's experts instead of listing them: the same sums as the listed tensors."""
+    spec, config = load(repo)
+    tensors = tensors_from_spec(spec)
+    listed = weights_from_tensors(tensors, quantization=spec.quantization, num_layers=spec.num_layers)
+    counted = derived_weights(spec)
+    assert len({t.name for t in tensors}) == len(tensors) == counted.num_tensors
+    for field in ("total_bytes", "params_total", "bytes_by_component", "params_by_component", "bytes_by_dtype"):
+        assert getattr(counted, field) == getattr(listed, field), field
+
+
+def test_an_exclusion_naming_single_experts_builds_them_one_by_one():
+    """A quantization ignore list may keep some experts unquantized (here experts 0–9 of every layer, by regex);
+    those experts then differ from the rest and are derived one by one."""
+    spec, _ = load("Qwen/Qwen3-30B-A3B")
+    ignore = ["lm_head", r"re:.*mlp\.experts\.\d\..*"]
+    quant = Quantization(method="fp8", bits=8, details={"weight_block_size": [128, 128], "ignore": ignore})
+    fp8 = replace(spec, quantization=quant)
+    names = {t.name: t for t in tensors_from_spec(fp8)}
+    assert names["model.layers.0.mlp.experts.9.up_proj.weight"].dtype == "BF16"
+    assert names["model.layers.0.mlp.experts.10.up_proj.weight"].dtype == "F8_E4M3"
+    listed = weights_from_tensors(names.values(), quantization=quant, num_layers=fp8.num_layers)
+    assert derived_weights(fp8).bytes_by_dtype == listed.bytes_by_dtype
+
+
+def test_largest_corpus_model_derives_quickly():
+    """Kimi-K2.5 (61 layers × 384 experts, ~208k tensors listed): the counted derivation stays far under a second."""
+    import time
+
+    spec, _ = load("moonshotai/Kimi-K2.5")
+    start = time.perf_counter()
+    weights = derived_weights(spec)
+    assert time.perf_counter() - start < 1.0
+    assert weights.num_tensors > 200_000
