@@ -219,6 +219,12 @@ def parse_vllm_log(text: str) -> Measured:
         elif graphs is not None:
             warnings.append("the log does not tell whether CUDA graphs were deducted from the budget: "
                             "overhead counts them")
+    if kv is not None and kv < 0:
+        # after the budget identity above, which needs the signed figure. V0 printed "the rest of the memory reserved for KV Cache is -1.05GiB": the run had no KV cache at all
+        details["rest of the budget for the KV cache"] = f"{kv / GIB:.2f} GiB (negative: no KV cache)"
+        warnings.append(f"the engine found no memory for the KV cache (the rest of its budget was {kv / GIB:.2f} "
+                        "GiB): this run could not serve; KV cache counted as 0")
+        kv = 0
     tp_match = _last(VLLM_TP, text)
     version = _last(VLLM_VERSION, text)
     kv_dtype = _last(VLLM_KV_DTYPE_ARG, text)
@@ -438,13 +444,32 @@ def predicted_terms(est: Estimate) -> dict[str, int | None]:
     pool = est.engine.get("kv_pool_bytes")
     if not isinstance(pool, int) and est.hardware is not None:
         pool = per_gpu.usable - per_gpu.weights - per_gpu.activations - per_gpu.overhead
+    if isinstance(pool, int) and pool <= 0:
+        pool = 0  # the engine would find no memory for its KV cache, as a failed start-up log shows
     return {
         "weights": per_gpu.weights,
-        "kv_cache": pool if pool is not None and pool > 0 else per_gpu.kv_cache,
+        "kv_cache": pool if pool is not None else per_gpu.kv_cache,
         "activations": per_gpu.activations,
         "overhead": per_gpu.overhead,
         "kv_tokens": est.capacity.kv_tokens,
     }
+
+
+#: measured and predicted weights further apart than this share point at a different checkpoint or offload
+WEIGHTS_MISMATCH = 0.2
+
+
+def comparison_warnings(measured: Measured, predicted: Mapping[str, int | None]) -> list[str]:
+    """What to check when the prediction is far from the log: usually not hfvram's rules but the inputs."""
+    weights = predicted.get("weights")
+    if measured.weights is None or not weights:
+        return []
+    if abs(measured.weights - weights) <= WEIGHTS_MISMATCH * max(measured.weights, weights):
+        return []
+    return [f"the log's weights ({measured.weights / GIB:.2f} GiB per GPU) are far from --model's "
+            f"({weights / GIB:.2f} GiB): is --model the checkpoint that ran (same quantization / GGUF file), "
+            "and do --set / --engine match the run (tensor parallel, -ngl, -ot / --n-cpu-moe offload)? "
+            "The other differences follow from that one"]
 
 
 def measured_dict(measured: Measured) -> dict[str, object]:

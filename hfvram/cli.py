@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import traceback
 from dataclasses import dataclass, field
@@ -119,11 +120,19 @@ class RunOptions:
     tp: int | None = None
     pp: int | None = None
     gpu_util: float | None = None
+    unified_fraction: float | None = None
     revision: str | None = None
     token: str | None = field(default=None, repr=False)
     offline: bool | None = None
     explain: bool = False
     calibration: str | None = None
+
+
+UNIFIED_FRACTION_HELP = (
+    "Apple Silicon / unified-memory devices: the share of RAM the GPU may use, 0 < F <= 1 (default: the "
+    "catalogue's measured share, else macOS's rule: 2/3 of RAM up to 32 GiB, 3/4 above; raise it on a Mac with "
+    "`sudo sysctl iogpu.wired_limit_mb=…`). Ignored, with a warning, for discrete GPUs."
+)
 
 
 def run_options(function: Callable[..., Any]) -> Callable[..., Any]:
@@ -139,6 +148,8 @@ def run_options(function: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--tp", "tp", type=click.IntRange(min=1), help="Tensor-parallel degree."),
         click.option("--pp", "pp", type=click.IntRange(min=1), help="Pipeline-parallel degree."),
         click.option("--gpu-util", "gpu_util", type=click.FloatRange(0.0, 1.0, min_open=True), help="The engine's memory fraction."),
+        click.option("--unified-fraction", "unified_fraction", type=click.FloatRange(0.0, 1.0, min_open=True),
+                     metavar="F", help=UNIFIED_FRACTION_HELP),
         click.option("--revision", "revision", metavar="R", help="Hub revision (branch, tag, commit)."),
         click.option("--token", "token", metavar="T", help="Hub token (else HF_TOKEN / the saved token). Never printed."),
         click.option("--offline", "offline", is_flag=True, default=None, help="Never touch the network."),
@@ -220,7 +231,7 @@ def resolve_request(options: RunOptions, source: str | None) -> Request:
     from hfvram.estimate.common import kv_dtype_bytes
 
     kv_dtype_bytes(kv_dtype)  # validates the name (UsageError, exit 2)
-    hardware = parse_gpu_spec(options.gpu) if options.gpu else None
+    hardware = parse_gpu_spec(options.gpu, unified_fraction=options.unified_fraction) if options.gpu else None
     return Request(
         source=source,
         revision=options.revision,
@@ -234,16 +245,43 @@ def resolve_request(options: RunOptions, source: str | None) -> Request:
         concurrency=concurrency,
         kv_dtype=kv_dtype,
         hardware=hardware,
-        notes=tuple(f"--engine-args: ignored {redact(item)}" for item in (pasted.ignored if pasted else ())),
+        notes=tuple(f"--engine-args: ignored {redact(item)}" for item in (pasted.ignored if pasted else ()))
+        + unified_fraction_notes(options, hardware),
     )
 
 
-def redact(text: str) -> str:
-    """Hide the value of secret-looking flags (``--api-key abc`` -> ``--api-key ***``) before printing."""
-    import re
+def unified_fraction_notes(options: RunOptions, hardware: Any) -> tuple[str, ...]:
+    """--unified-fraction without a GPU, or on a discrete GPU, changes nothing: say so."""
+    if options.unified_fraction is None:
+        return ()
+    if hardware is None:
+        return ("--unified-fraction ignored: no --gpu given",)
+    if not hardware.gpu.unified_memory:
+        return (f"--unified-fraction ignored: {hardware.gpu.id} is a discrete GPU with its own memory",)
+    return ()
 
-    return re.sub(r"(--?[\w-]*(?:key|token|secret|password|auth)[\w-]*)([ =])(\S+?)(:?)(?=\s|$)", r"\1\2***\4",
-                  text, flags=re.IGNORECASE)
+
+SECRET_NAME = r"[\w.-]*(?:key(?![a-z])|keyfile|token(?![a-z])|secret|password|passwd|auth|credential)[\w.-]*"
+#: well-known token shapes, hidden wherever they appear (Hugging Face, OpenAI-style, GitHub)
+SECRET_VALUE = re.compile(r"\b(hf_|sk-|ghp_|github_pat_)[A-Za-z0-9_-]{4,}")
+
+
+def redact(text: str) -> str:
+    """Hide secrets before printing: the whole value of a secret-looking flag (``--api-key a b`` ->
+    ``--api-key ***``), of a secret-looking environment variable (``HF_TOKEN=x`` -> ``HF_TOKEN=***``), and any
+    token-shaped word (``hf_…``, ``sk-…``). ``text`` is one ignored item: ``FLAG VALUE…: reason``."""
+    body, sep, reason = text.rpartition(": ") if ": " in text else (text, "", "")
+    flag = re.match(rf"^(--?{SECRET_NAME})([ =])(.+)$", body, flags=re.IGNORECASE)
+    env = re.match(rf"^({SECRET_NAME})=(.+)$", body, flags=re.IGNORECASE)
+    if flag:
+        body = f"{flag[1]}{flag[2]}***"
+    elif env:
+        body = f"{env[1]}=***"
+    else:  # a launcher or program segment: secrets inside it, one word each
+        body = re.sub(rf"((?<!\S)--?{SECRET_NAME}[ =]|(?<![\w-]){SECRET_NAME}=)(\S+)", r"\1***", body,
+                      flags=re.IGNORECASE)
+    body = SECRET_VALUE.sub(lambda m: m[1] + "***", body)
+    return body + sep + SECRET_VALUE.sub(lambda m: m[1] + "***", reason)
 
 
 def default_engine(loaded: Any) -> str:
@@ -446,7 +484,7 @@ def scan(file: Any, fmt: str | None, as_json: bool, jobs: int, fail_on: str | No
     if options.gpu:
         from hfvram.estimate.hardware import parse_gpu_spec
 
-        parse_gpu_spec(options.gpu)  # a bad --gpu is one usage error, not an error row per source
+        parse_gpu_spec(options.gpu, unified_fraction=options.unified_fraction)  # a bad --gpu is one usage error, not an error row per source
     reports, interrupted = _scan_all(sources, options, jobs, output)
     reports.sort(key=scan_sort_key)
     _print_scan(reports, output, streamed=output in ("jsonl", "table"))
@@ -525,7 +563,7 @@ def fit_report(request: Request, options: RunOptions) -> dict[str, Any]:
     """The inverse view for one model on one GPU type."""
     from hfvram.estimate import inverse
     from hfvram.estimate.core import estimate
-    from hfvram.report.jsonout import source_dict
+    from hfvram.report.jsonout import source_dict, verdict_reason
 
     loaded = load(request, options)
     choice = engine_choice(request, loaded)
@@ -544,9 +582,14 @@ def fit_report(request: Request, options: RunOptions) -> dict[str, Any]:
         "context": context,
         "concurrency": wl.concurrency,
         "verdict": est.verdict,
+        "verdict_reason": verdict_reason(est),
+        "total": est.per_gpu.total,
+        "usable": est.per_gpu.usable,
         "max_context": inverse.max_context(loaded.spec, hardware, choice, wl),
         "max_concurrency": inverse.max_concurrency(loaded.spec, hardware, choice, wl),
-        "smallest_gpu_count": inverse.smallest_gpu_count(loaded.spec, hardware.gpu, choice, wl),
+        "smallest_gpu_count": inverse.smallest_gpu_count(loaded.spec, hardware.gpu, choice, wl,
+                                                         max_count=FIT_MAX_GPUS),
+        "max_gpu_count_tried": FIT_MAX_GPUS,
         "context_table": [_context_row(row) for row in rows],
         "warnings": list(dict.fromkeys(list(loaded.spec.warnings) + list(est.warnings))),
         "_spec": loaded.spec,
@@ -554,6 +597,8 @@ def fit_report(request: Request, options: RunOptions) -> dict[str, Any]:
     }
 
 
+#: the largest GPU count `fit` tries for the smallest set that fits
+FIT_MAX_GPUS = 64
 #: the table's columns: the engine's own default cache type, then its first accepted 8-bit type
 FIT_KV_CANDIDATES: tuple[tuple[str, ...], ...] = (("auto",), ("fp8", "q8_0", "int8"))
 
@@ -736,7 +781,7 @@ def calibrate(logfile: str, model: str | None, gpu: str | None, engine: str | No
     if model:
         est = _calibration_prediction(measured, model, hardware, engine_name, engine_version, settings, offline, token)
         result["predicted"] = cal.predicted_terms(est)
-        result["warnings"] += list(est.warnings)
+        result["warnings"] += cal.comparison_warnings(measured, result["predicted"]) + list(est.warnings)
     if save:
         from pathlib import Path
 

@@ -14,9 +14,9 @@ from cli_support import LLAMA_FOLDER
 from hfvram.estimate.core import estimate
 from hfvram.estimate.hardware import parse_gpu_spec
 from hfvram.estimate.types import EngineChoice, Workload
-from hfvram.readers.config import load_json_tolerant, read_config
 from hfvram.report import markdown, table, tabular, units
 from hfvram.report.jsonout import check_dict, error_dict, inspect_dict
+from hfvram.sources import load_model
 from hfvram.spec import SourceInfo
 
 SOURCE = SourceInfo(kind="local", files=(str(LLAMA_FOLDER / "config.json"),))
@@ -24,8 +24,8 @@ SOURCE = SourceInfo(kind="local", files=(str(LLAMA_FOLDER / "config.json"),))
 
 @pytest.fixture(scope="module")
 def spec():
-    raw = (LLAMA_FOLDER / "config.json").read_bytes()
-    return read_config(load_json_tolerant(raw, "config.json"))
+    """The folder's config and real safetensors headers (weights are attached by the source, not the config)."""
+    return load_model(str(LLAMA_FOLDER), offline=True).spec
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from hfvram.estimate.types import Estimate
+from hfvram.estimate.types import FITS_THRESHOLD, Estimate, verdict_for
 from hfvram.spec import ModelSpec, SourceInfo
 
 CHECK_SCHEMA = "hfvram.check/1"
@@ -122,6 +122,7 @@ def check_dict(source: SourceInfo, est: Estimate, *, explain: bool = False) -> d
         },
         "utilization": est.utilization,
         "verdict": est.verdict,
+        "verdict_reason": verdict_reason(est),
         "capacity": {
             "kv_tokens": est.capacity.kv_tokens,
             "max_concurrency": est.capacity.max_concurrency,
@@ -134,6 +135,22 @@ def check_dict(source: SourceInfo, est: Estimate, *, explain: bool = False) -> d
     if explain:
         out["explain"] = {"terms": dict(est.explain), "provenance": dict(est.spec.provenance)}
     return out
+
+
+def verdict_reason(est: Estimate) -> str | None:
+    """Why the verdict is what it is: the memory threshold, or an engine rule that overrides it."""
+    if est.hardware is None or est.verdict is None:
+        return None
+    per_gpu = est.per_gpu
+    share = per_gpu.total / per_gpu.usable if per_gpu.usable > 0 else None
+    used = "no usable memory" if share is None else f"the four terms take {share * 100:.0f}% of usable memory"
+    by_memory = verdict_for(per_gpu.total, per_gpu.usable)
+    if by_memory == est.verdict:
+        return f"memory: {used} (fits up to {FITS_THRESHOLD * 100:.0f}%, tight up to 100%)"
+    order = ("fits", "tight", "does_not_fit")
+    if order.index(est.verdict) > order.index(by_memory):
+        return f"engine rule: {used}, but the engine would not start with these settings (see the warnings)"
+    return f"engine rule: {used}, but the engine's own rules call it {est.verdict.replace('_', ' ')}"
 
 
 def inspect_dict(source: SourceInfo, spec: ModelSpec, kv_dtype: str | None = None) -> dict[str, Any]:

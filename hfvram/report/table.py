@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any, Iterable, Mapping, Sequence
 
 from rich import box
@@ -70,20 +71,35 @@ def bar_legend() -> Text:
 
 
 def capacity_line(report: Mapping[str, Any]) -> str | None:
+    """The KV pool the engine would allocate, the full-length requests memory has room for, the longest context.
+
+    The pool and the room differ for engines that size the pool from the context (llama.cpp's ``-c``), so both
+    are named; zero capacity is said in words."""
     capacity = report.get("capacity") or {}
     workload = report.get("workload") or {}
+    max_position = (report.get("model") or {}).get("max_position_embeddings")
     parts = []
-    if capacity.get("kv_tokens") is not None:
-        text = f"KV cache: {count(capacity['kv_tokens'])} tokens"
-        if capacity.get("max_concurrency") is not None and workload.get("context"):
-            text += f" — {capacity['max_concurrency']:.1f} concurrent {tokens_short(workload['context'])} requests"
-        parts.append(text)
-    elif capacity.get("max_concurrency") is not None and workload.get("context"):
-        parts.append(f"{capacity['max_concurrency']:.1f} concurrent {tokens_short(workload['context'])} requests")
-    if capacity.get("max_context") is not None:
-        parts.append(
-            f"Longest context at concurrency {workload.get('concurrency', 1)}: {count(capacity['max_context'])} tokens"
-        )
+    kv_tokens = capacity.get("kv_tokens")
+    max_conc = capacity.get("max_concurrency")
+    context = workload.get("context")
+    room = None
+    if max_conc is not None and context:
+        room = (f"room for {max_conc:.1f} concurrent {tokens_short(context)} requests" if max_conc > 0
+                else f"no room for a {tokens_short(context)} request")
+    if kv_tokens is not None:
+        pool = f"{count(kv_tokens)} tokens" if kv_tokens > 0 else "none (nothing is left for it)"
+        parts.append(f"KV cache pool: {pool}" + (f" · {room}" if room else ""))
+    elif room:
+        parts.append(room[0].upper() + room[1:])
+    max_context = capacity.get("max_context")
+    if max_context is not None:
+        if max_context <= 0:
+            longest = "none"
+        else:
+            longest = f"{count(max_context)} tokens"
+            if max_position and max_context >= max_position:
+                longest += " (the model's limit)"
+        parts.append(f"Longest context at concurrency {workload.get('concurrency', 1)}: {longest}")
     return "\n".join(parts) or None
 
 
@@ -107,7 +123,7 @@ def render_check(console: Console, report: Mapping[str, Any], *, explain: bool =
     )
     console.print(
         f"[dim]{model.get('architecture')} · {params(model.get('params_total'))} parameters"
-        f" ({params(model.get('params_active'))} active) · weights {gib(model.get('weights_bytes'))} · "
+        f" ({params(model.get('params_active'))} active) · checkpoint {gib(model.get('weights_bytes'))} · "
         f"KV {count(model.get('kv_bytes_per_token'))} B/token[/dim]",
         highlight=False,
     )
@@ -146,14 +162,17 @@ def render_check(console: Console, report: Mapping[str, Any], *, explain: bool =
     utilisation = report.get("utilization")
     verdict_text = Text("Verdict: ")
     verdict_text.append(VERDICT_LABEL.get(verdict, str(verdict)), style=VERDICT_STYLE.get(verdict, "bold"))
-    if utilisation is not None:
+    reason = report.get("verdict_reason") or ""
+    if reason.startswith("engine rule: "):
+        verdict_text.append(f" — {reason.removeprefix('engine rule: ')}")
+    elif utilisation is not None:
         verdict_text.append(f"  ({utilisation * 100:.0f}% of usable memory)")
     console.print(verdict_text)
     line = capacity_line(report)
     if line:
         console.print(line, highlight=False)
     speed = report.get("decode_tokens_per_second")
-    if speed is not None:
+    if speed is not None and verdict != "does_not_fit":
         console.print(f"Decode: ≤ {speed:,.1f} tokens/s per sequence (memory-bandwidth bound)", highlight=False)
     render_warnings(console, report.get("warnings") or [])
     if explain:
@@ -165,23 +184,54 @@ def render_check(console: Console, report: Mapping[str, Any], *, explain: bool =
 
 
 def render_warnings(console: Console, warnings: Sequence[str]) -> None:
+    """One bullet per warning; a long one wraps under its own text, not under the bullet."""
     if not warnings:
         return
     console.print("[yellow]Warnings:[/yellow]")
+    width = max(40, console.width)
     for warning in warnings:
-        console.print(f"  • {warning}", highlight=False, markup=False)
+        text = textwrap.fill(warning, width=width, initial_indent="  • ", subsequent_indent="    ",
+                             break_long_words=False, break_on_hyphens=False)
+        console.print(text, highlight=False, markup=False, soft_wrap=True)
+
+
+def split_provenance(where: str) -> tuple[str, str]:
+    """``config.json: num_key_value_heads`` -> (file, field); ``derived: …`` -> ("derived", …)."""
+    head, sep, rest = where.partition(": ")
+    if sep and head and " " not in head.strip():
+        return head, rest
+    return "", where
 
 
 def render_provenance(console: Console, provenance: Mapping[str, str], report: Mapping[str, Any] | None = None) -> None:
-    table = Table(title="Where each input figure came from", title_justify="left")
-    table.add_column("fact")
-    table.add_column("source", overflow="fold")
+    """Input figures with their file and field, then the engine settings the estimate assumed."""
+    console.print("[bold]Where each input figure came from[/bold]")
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("figure", no_wrap=True)
+    table.add_column("file", overflow="fold")
+    table.add_column("field / rule", overflow="fold")
     for fact, where in sorted(provenance.items()):
-        table.add_row(fact, where)
-    if report is not None:
-        for key, value in sorted((report.get("engine") or {}).items()):
-            table.add_row(f"engine.{key}", str(value))
+        table.add_row(fact, *split_provenance(str(where)))
     console.print(table)
+    settings = {key: value for key, value in ((report or {}).get("engine") or {}).items() if value is not None}
+    if settings:
+        console.print("[bold]Engine settings the estimate assumed[/bold]")
+        engine_table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+        engine_table.add_column("setting", no_wrap=True)
+        engine_table.add_column("value", overflow="fold")
+        for key, value in sorted(settings.items()):
+            engine_table.add_row(key, _setting_text(value))
+        console.print(engine_table)
+
+
+def _setting_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, Mapping):
+        return ", ".join(f"{k}={v}" for k, v in value.items()) or "—"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(str(item) for item in value) or "—"
+    return str(value)
 
 
 def render_inspect(console: Console, report: Mapping[str, Any]) -> None:
@@ -244,14 +294,11 @@ def scan_row(report: Mapping[str, Any]) -> list[str]:
 
 def render_scan(console: Console, reports: Iterable[Mapping[str, Any]], title: str = "Scan summary") -> None:
     reports = list(reports)
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    table.add_column("source", no_wrap=True)
-    for column, justify in (("verdict", "left"), ("per GPU", "right"), ("used", "right"),
-                            ("KV tokens", "right"), ("requests", "right")):
-        table.add_column(column, justify=justify, no_wrap=True)
-    for report in reports:
-        table.add_row(*scan_row(report))
-    console.print(table)
+    rows = [scan_row(report) for report in reports]
+    headers = (("source", "left"), ("verdict", "left"), ("per GPU", "right"), ("used", "right"),
+               ("KV tokens", "right"), ("requests", "right"))
+    console.print(f"[bold]{title}[/bold]")
+    console.print(narrow_table(console, headers, rows, flexible=(0,)))
     errors = [report for report in reports if "error" in report]
     if errors:
         console.print("[red]Could not be read:[/red]")
@@ -259,39 +306,81 @@ def render_scan(console: Console, reports: Iterable[Mapping[str, Any]], title: s
             console.print(f"  • {display_name(report)}: {report['error']['message']}", markup=False)
 
 
+#: aliases shown per GPU in the table (all of them are in --json)
+GPU_ALIASES_SHOWN = 2
+
+
+def narrow_table(console: Console, headers: Sequence[tuple[str, str]], rows: Sequence[Sequence[str]],
+                 flexible: Sequence[int]) -> Table:
+    """A borderless one-line-per-row table whose ``flexible`` columns (names) give way, cut with '…', when the
+    terminal is narrow; the other columns (numbers, verdicts) always keep their full width."""
+    natural = [max([Text.from_markup(str(row[index])).cell_len for row in rows] + [len(name)])
+               for index, (name, _) in enumerate(headers)]
+    widths = list(natural)
+    # each column's padding and divider, plus the two edges: 3 cells per column + 1
+    spare = console.width - 3 * len(headers) - 1 - sum(natural[i] for i in range(len(headers)) if i not in flexible)
+    wanted = sum(natural[i] for i in flexible)
+    if wanted > spare:
+        for i in flexible:
+            widths[i] = max(8, spare * natural[i] // max(1, wanted))
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for (name, justify), width in zip(headers, widths):
+        table.add_column(name, justify=justify, no_wrap=True, overflow="ellipsis", width=width)  # type: ignore[arg-type]
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
 def render_gpus(console: Console, gpus: Sequence[Mapping[str, Any]]) -> None:
-    table = Table(title=f"{len(gpus)} accelerators", title_justify="left")
-    for column, justify in (("id", "left"), ("name", "left"), ("vendor", "left"), ("memory", "right"),
-                            ("bandwidth GB/s", "right"), ("aliases", "left")):
-        table.add_column(column, justify=justify, overflow="fold")
+    """One line per accelerator: the id to type, its name, the memory the GPU can use, bandwidth, a few aliases."""
+    if not gpus:
+        return
+    console.print(f"[bold]{len(gpus)} accelerator{'s' if len(gpus) != 1 else ''}[/bold]")
+    rows: list[tuple[str, ...]] = []
+    unified = False
     for gpu in gpus:
         bandwidth = gpu.get("memory_bandwidth_gbs")
-        table.add_row(
-            gpu["id"], gpu["name"], gpu["vendor"], gib(gpu["gpu_memory_bytes"]),
-            "—" if bandwidth is None else f"{bandwidth:,.0f}", ", ".join(gpu.get("aliases") or ()),
-        )
-    console.print(table)
+        memory = gib(gpu["gpu_memory_bytes"])
+        if gpu.get("unified_memory") and gpu["gpu_memory_bytes"] != gpu["memory_bytes"]:
+            memory += "*"
+            unified = True
+        aliases = sorted(gpu.get("aliases") or (), key=len)[:GPU_ALIASES_SHOWN]
+        rows.append((gpu["id"], memory, "—" if bandwidth is None else f"{bandwidth:,.0f}", gpu["name"],
+                     ", ".join(aliases)))
+    headers = (("id (--gpu)", "left"), ("memory", "right"), ("GB/s", "right"), ("name", "left"), ("also", "left"))
+    console.print(narrow_table(console, headers, rows, flexible=(3, 4)))
+    if unified:
+        console.print("* unified memory: the share of RAM the GPU may use (macOS: 2/3 up to 32 GiB, 3/4 above); "
+                      "--unified-fraction F changes it", highlight=False)
 
 
 def render_fit(console: Console, fit: Mapping[str, Any]) -> None:
     console.print(f"[bold]{source_label(fit)}[/bold] on [bold]{fit['hardware']}[/bold] with {fit['engine']}")
-    console.print(
-        f"  longest context at concurrency {fit['concurrency']}: [bold]{count(fit.get('max_context'))}[/bold] tokens",
-        highlight=False,
-    )
+    verdict = fit.get("verdict")
+    context = tokens_short(fit.get("context"))
+    style = VERDICT_STYLE.get(verdict, "bold")
+    at = f"  at {context} × {fit['concurrency']}: [{style}]{VERDICT_LABEL.get(verdict, str(verdict))}[/{style}]"
+    if fit.get("total") is not None and fit.get("usable"):
+        at += f" ({gib(fit['total'])} of {gib(fit['usable'])} usable)"
+    console.print(at, highlight=False)
+    max_context = fit.get("max_context")
+    no_room = max_context is not None and max_context <= 0
+    longest = "[bold]none[/bold] (nothing is left for the KV cache)" if no_room else f"[bold]{count(max_context)}[/bold] tokens"
+    console.print(f"  longest context at concurrency {fit['concurrency']}: {longest}", highlight=False)
     max_conc = fit.get("max_concurrency")
     console.print(
-        f"  most concurrent {tokens_short(fit.get('context'))} requests: "
-        f"[bold]{'—' if max_conc is None else f'{max_conc:.1f}'}[/bold]",
+        f"  most concurrent {context} requests: [bold]{'—' if max_conc is None else f'{max_conc:.1f}'}[/bold]",
         highlight=False,
     )
     smallest = fit.get("smallest_gpu_count")
+    limit = fit.get("max_gpu_count_tried")
+    none_text = f"none up to {limit} (as tensor parallel, at {context})" if limit else "none up to the limit"
     console.print(
-        f"  smallest number of {fit['gpu']} that fits: [bold]{'none up to the limit' if smallest is None else smallest}[/bold]",
+        f"  smallest number of {fit['gpu']} that fits: [bold]{none_text if smallest is None else smallest}[/bold]",
         highlight=False,
     )
     rows = fit.get("context_table") or []
-    if rows:
+    if rows and not no_room:
         kv_dtypes = list(dict.fromkeys(row["kv_dtype"] for row in rows))
         console.print("Concurrent full-length requests by context and KV cache type:")
         table = Table(box=box.SIMPLE_HEAD)
@@ -321,7 +410,8 @@ def render_fit(console: Console, fit: Mapping[str, Any]) -> None:
 def render_calibration(console: Console, result: Mapping[str, Any]) -> None:
     measured = result["measured"]
     predicted = result.get("predicted") or {}
-    table = Table(title=f"{result['engine']} start-up log: per GPU", title_justify="left")
+    console.print(f"[bold]{result['engine']} start-up log: per GPU[/bold]")
+    table = Table()
     table.add_column("term")
     table.add_column("measured", justify="right")
     if predicted:
@@ -342,7 +432,8 @@ def render_calibration(console: Console, result: Mapping[str, Any]) -> None:
     console.print(table)
     details = measured.get("details") or {}
     if details:
-        detail_table = Table(title="figures read from the log", title_justify="left")
+        console.print("[bold]Figures read from the log[/bold]")
+        detail_table = Table()
         detail_table.add_column("figure")
         detail_table.add_column("value", justify="right")
         for key, value in details.items():
