@@ -570,10 +570,13 @@ def derive_warnings(spec: ModelSpec, config: Mapping[str, Any] | None = None) ->
     return list(dict.fromkeys(_build(spec, _facts(spec, config)).warnings))
 
 
-def derived_weights(spec: ModelSpec, config: Mapping[str, Any] | None = None) -> Weights:
+def derived_weights(spec: ModelSpec, config: Mapping[str, Any] | None = None) -> Weights | None:
     """``Weights`` summed from the derived tensor list (``exact=False``); the same sums as summing
-    ``tensors_from_spec`` tensor by tensor, with each layer's experts counted rather than listed."""
+    ``tensors_from_spec`` tensor by tensor, with each layer's experts counted rather than listed. None when no
+    tensor list can be derived (hidden_size or vocab_size unknown): unknown, never 0 bytes."""
     builder = _build(spec, _facts(spec, config))
+    if not builder.entries:
+        return None
     return weights_from_counted_tensors(
         ((entry.info, entry.copies) for entry in builder.entries),
         component_of=lambda n: hf_component(n, num_layers=spec.num_layers),
