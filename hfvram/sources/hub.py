@@ -131,15 +131,17 @@ def ranged_reader(repo_id: str, sha: str, filename: str, token: str | None, cap:
     return read
 
 
-def fetch_safetensors_header(repo_id: str, sha: str, filename: str, token: str | None) -> str:
-    """The JSON header text: one 64 KiB Range, then one more Range for the rest if the header is longer."""
+def fetch_safetensors_header(repo_id: str, sha: str, filename: str, token: str | None,
+                             first: int = FIRST_HEADER_RANGE) -> str:
+    """The JSON header text: one Range of ``first`` bytes, then one more Range for the rest if the header is
+    longer."""
     from hfvram.readers.safetensors import header_length
 
     read = ranged_reader(repo_id, sha, filename, token, SAFETENSORS_HEADER_CAP)
-    head = read(0, FIRST_HEADER_RANGE)
+    head = read(0, min(first, SAFETENSORS_HEADER_CAP))
     length = header_length(head[:8], filename=filename)
     if 8 + length > len(head):
-        if len(head) < FIRST_HEADER_RANGE:
+        if len(head) < first:
             raise MalformedFileError(f"file ends inside its {length}-byte header", file=filename, field="header")
         head += read(len(head), 8 + length - len(head))
     raw = head[8 : 8 + length]
@@ -289,9 +291,10 @@ def load_hub_checkpoint(repo_id: str, *, revision: str | None, token: str | None
     for name, text in companions.items():
         if text is None:
             wave2[name] = (lambda n=name: fetch_text(repo_id, sha, n, token)[0])
-    for shard, text in headers.items():
-        if text is None:
-            wave2[shard] = (lambda s=shard: fetch_safetensors_header(repo_id, sha, s, token))
+    missing_headers = [shard for shard, text in headers.items() if text is None]
+    first = _first_ranges(config_text, shards) if missing_headers else {}
+    for shard in missing_headers:
+        wave2[shard] = (lambda s=shard: fetch_safetensors_header(repo_id, sha, s, token, first[s]))
     if want_index and index_meta is None:
         wave2[INDEX_FILE] = lambda: _index_summary(fetch_text(repo_id, sha, INDEX_FILE, token)[0])
     fetched = in_parallel(wave2)
@@ -322,6 +325,13 @@ def load_hub_checkpoint(repo_id: str, *, revision: str | None, token: str | None
             cache.put(repo_id, sha, INDEX_FILE, index_meta)
     used = ("config.json", *companions, *headers, *((INDEX_FILE,) if index_meta else ()))
     return LoadedModel(spec, SourceInfo(kind="hub", repo_id=repo_id, revision=sha, files=tuple(used)))
+
+
+def _first_ranges(config_text: str, shards: Sequence[str]) -> dict[str, int]:
+    """First Range per shard sized from the header the config shapes predict (one request per shard)."""
+    from hfvram.sources.header_size import first_ranges, predicted_tensors
+
+    return first_ranges(predicted_tensors(config_text), shards, FIRST_HEADER_RANGE)
 
 
 def _header_or_none(repo_id: str, revision: str, filename: str, token: str | None) -> str | None:
