@@ -1,8 +1,10 @@
 """Reading a model from the Hub with as few round trips and bytes as possible.
 
 Wave 1 (parallel): one model-info call (``expand``: sha, siblings, gated, safetensors) and config.json by
-``resolve/<revision>``. Wave 2 (parallel, only when needed): companion quantization files, and the
-safetensors headers (one 64 KiB Range per shard, continued — never restarted — when a header is longer).
+``resolve/<revision>``; an unquantized repo is sized from these alone (the Hub's exact per-dtype counts,
+split over components like the config shapes). Wave 2 (parallel, only for the per-tensor split or a
+quantized checkpoint): companion quantization files, and the safetensors headers (one Range per shard, sized
+from the header the config shapes predict, continued — never restarted — when a header is longer).
 GGUF files are read with growing Range windows up to the end of their tensor infos. Everything read is
 stored in the facts cache under the commit sha, so checking the same repo again makes no request.
 """
