@@ -304,9 +304,12 @@ def _facts_for_canonical(canonical: str) -> HfFacts:
     shipped = _catalogue_facts().get(hashlib.sha256(canonical.encode("utf-8")).hexdigest())
     if shipped is not None:
         try:
-            return precomputed_label(HfFacts.from_json(shipped, origin="hfvram catalogue"), installed)
+            facts = HfFacts.from_json(shipped, origin="hfvram catalogue")
         except ValueError:
-            pass
+            facts = None
+        # a failure recorded by another transformers (e.g. an unknown model_type) is asked again of this one
+        if facts is not None and (facts.ok or installed is None or facts.version == installed):
+            return precomputed_label(facts, installed)
     facts = _without_stated(facts_from_hf_config(_load_canonical(canonical)), json.loads(canonical))
     if path is not None and facts.version == installed:
         _write_cached(path, facts)
