@@ -6,6 +6,7 @@ from 1,785,664)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -144,3 +145,24 @@ def test_partly_downloaded_shards_fall_back_to_the_index_total(tmp_path):
     partial = load_model(str(folder))
     assert partial.spec.weights.total_bytes == index["metadata"]["total_size"]
     assert "total_size" in partial.spec.weights.source
+
+
+def test_a_model_nothing_can_size_has_no_weights_and_check_exits_3(tmp_path):
+    """A config without hidden_size / vocab_size and no weight files: the sources attach no weights (and say
+    why); `check` refuses with exit 3 (contract.md: the model could not be read) instead of a made-up figure,
+    while `inspect` still reports the facts it has."""
+    from cli_support import run_hfvram
+
+    folder = tmp_path / "odd"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({
+        "architectures": ["FooForCausalLM"], "model_type": "foo", "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 4, "head_dim": 8}))
+    loaded = load_model(str(folder))
+    assert loaded.spec.weights is None
+    assert any(w.startswith("weights unknown") for w in loaded.spec.warnings)
+    checked = run_hfvram("check", str(folder), "--gpu", "h100", "--context", "4096", "--json")
+    assert checked.returncode == 3 and "weights unknown" in checked.stderr
+    inspected = run_hfvram("inspect", str(folder), "--json")
+    assert inspected.returncode == 0, inspected.stderr
+    assert json.loads(inspected.stdout)["model"]["weights_bytes"] is None
