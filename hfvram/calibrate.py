@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 from hfvram.errors import MalformedFileError, UsageError
-from hfvram.estimate.types import Capacity, Estimate, PerGpu, verdict_for
+from hfvram.estimate.types import Capacity, Estimate, verdict_for
 
 GIB = 1024**3
 MIB = 1024**2

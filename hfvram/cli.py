@@ -169,10 +169,17 @@ def _run_options(kwargs: dict[str, Any]) -> RunOptions:
     return RunOptions(**values)
 
 
-def _output_format(fmt: str | None, as_json: bool, default: str = "table") -> str:
+def _output_format(fmt: str | None, as_json: bool, default: str = "table", as_markdown: bool = False) -> str:
+    if as_json and as_markdown:
+        raise UsageError("--json and --markdown are exclusive: pick one output format")
     if as_json:
         return "json"
+    if as_markdown:
+        return "markdown"
     return fmt or default
+
+
+markdown_option = click.option("--markdown", "as_markdown", is_flag=True, help="Same as --format markdown.")
 
 
 # ---- request resolution (pure wiring of the parsers) -------------------------------------------------------------
@@ -398,14 +405,16 @@ def _echo_json(document: Any) -> None:
 @run_options
 @click.option("--format", "fmt", type=click.Choice(FORMATS), help="Output format (default: table).")
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json (schema hfvram.check/1).")
+@markdown_option
 @click.option("--fail-on", "fail_on", type=click.Choice(["tight"]), help="Exit 1 on Tight as well as on Doesn't fit.")
-def check(source: str | None, fmt: str | None, as_json: bool, fail_on: str | None, **kwargs: Any) -> None:
+def check(source: str | None, fmt: str | None, as_json: bool, as_markdown: bool, fail_on: str | None,
+          **kwargs: Any) -> None:
     """One model: the four memory terms on the worst GPU, the verdict and the capacity.
 
     SOURCE: org/name[@revision], org/name:Q4_K_M, a local folder, a .gguf file, or a cached repo.
     """
     options = _run_options(kwargs)
-    output = _output_format(fmt, as_json)
+    output = _output_format(fmt, as_json, as_markdown=as_markdown)
     request = resolve_request(options, source)
     report = check_report(request, options)
     if output == "json":
@@ -470,14 +479,16 @@ def scan_exit_code(reports: Sequence[dict[str, Any]], fail_on_tight: bool) -> in
 @click.option("--format", "fmt", type=click.Choice(SCAN_FORMATS), help="Output format (default: table).")
 @click.option("--json", "as_json", is_flag=True, help="JSON Lines: one hfvram.check/1 object per source.")
 @click.option("--jobs", "-j", type=click.IntRange(1, 64), default=DEFAULT_JOBS, show_default=True, help="Sources read at once.")
+@markdown_option
 @click.option("--fail-on", "fail_on", type=click.Choice(["tight"]), help="Exit 1 on Tight as well.")
-def scan(file: Any, fmt: str | None, as_json: bool, jobs: int, fail_on: str | None, **kwargs: Any) -> None:
+def scan(file: Any, fmt: str | None, as_json: bool, as_markdown: bool, jobs: int, fail_on: str | None,
+         **kwargs: Any) -> None:
     """Many models: one SOURCE per line of FILE ('-' = stdin), read concurrently.
 
     A source that cannot be read becomes an error row; the others are still reported.
     """
     options = _run_options(kwargs)
-    output = "jsonl" if as_json else (fmt or "table")
+    output = "jsonl" if as_json and not as_markdown else _output_format(fmt, as_json, as_markdown=as_markdown)
     sources = read_source_list(file.read())
     if not sources:
         raise UsageError("no sources in the list (one SOURCE per line, '#' comments)")
@@ -641,13 +652,15 @@ def _context_row(row: Any) -> dict[str, Any]:
 @run_options
 @click.option("--format", "fmt", type=click.Choice(FORMATS), help="Output format (default: table).")
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
+@markdown_option
 @click.option("--plot", "plot", metavar="FILE.png|svg", type=click.Path(dir_okay=False), help="Draw memory against context per term (needs the 'plot' extra).")
-def fit(sources: tuple[str, ...], fmt: str | None, as_json: bool, plot: str | None, **kwargs: Any) -> None:
+def fit(sources: tuple[str, ...], fmt: str | None, as_json: bool, as_markdown: bool, plot: str | None,
+        **kwargs: Any) -> None:
     """The inverse view: longest context, most concurrent requests and the smallest GPU count that fit."""
     options = _run_options(kwargs)
     if not options.gpu:
         raise UsageError("fit needs --gpu SPEC (for example --gpu rtx4090)")
-    output = _output_format(fmt, as_json)
+    output = _output_format(fmt, as_json, as_markdown=as_markdown)
     if plot:
         from hfvram.report.plot import require_matplotlib
 

@@ -110,7 +110,7 @@ def test_csv_markdown_and_json_formats(malformed_folder):
     assert rows[0]["verdict"] == "fits" and int(rows[0]["total"]) > 0
     assert rows[1]["error_kind"] and rows[1]["error_message"]
     as_md = runner.invoke(cli, [*args, "--format", "markdown"], input=listing)
-    assert "| source | verdict |" in as_md.stdout and "error:" in as_md.stdout
+    assert "| source | verdict |" in as_md.stdout and "error (malformed): " in as_md.stdout
     as_json = runner.invoke(cli, [*args, "--format", "json"], input=listing)
     document = json.loads(as_json.stdout)
     assert isinstance(document, list) and len(document) == 2

@@ -149,7 +149,7 @@ def verdict_reason(est: Estimate) -> str | None:
         return f"memory: {used} (fits up to {FITS_THRESHOLD * 100:.0f}%, tight up to 100%)"
     order = ("fits", "tight", "does_not_fit")
     if order.index(est.verdict) > order.index(by_memory):
-        return f"engine rule: {used}, but the engine would not start with these settings (see the warnings)"
+        return f"engine rule: {used}, but the engine would not start with these settings: see the warnings"
     return f"engine rule: {used}, but the engine's own rules call it {est.verdict.replace('_', ' ')}"
 
 

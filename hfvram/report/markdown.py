@@ -5,8 +5,14 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping
 
 from hfvram.report.units import count, gib, percent, tokens_short
+from hfvram.report.wording import capacity_lines, split_provenance, verdict_note
 
 VERDICT_MARK = {"fits": "✅ fits", "tight": "⚠️ tight", "does_not_fit": "❌ does not fit", None: "— (no GPU)"}
+
+
+def cell(text: object) -> str:
+    """Text safe inside a Markdown table cell: pipes escaped, line breaks as spaces."""
+    return str(text).replace("|", "\\|").replace("\r", " ").replace("\n", " ")
 
 
 def _name(report: Mapping[str, Any]) -> str:
@@ -23,7 +29,8 @@ def check_markdown(report: Mapping[str, Any], *, explain: bool = False) -> str:
     lines = [
         f"### {_name(report)}",
         "",
-        f"**{VERDICT_MARK.get(report.get('verdict'), report.get('verdict'))}** · engine `{engine.get('name')}` · "
+        f"**{VERDICT_MARK.get(report.get('verdict'), report.get('verdict'))}**"
+        f"{f' ({verdict_note(report)})' if verdict_note(report) else ''} · engine `{engine.get('name')}` · "
         f"GPU `{hardware['gpu']}` ×{hardware['count']} · context {tokens_short(workload.get('context'))} · "
         f"concurrency {workload.get('concurrency')} · KV `{workload.get('kv_dtype')}`"
         if hardware
@@ -41,24 +48,18 @@ def check_markdown(report: Mapping[str, Any], *, explain: bool = False) -> str:
     if hardware:
         lines.append(f"| usable | {gib(usable)} | |")
         lines.append(f"| GPU memory | {gib(per_gpu.get('memory'))} | |")
-    capacity = report.get("capacity") or {}
     lines.append("")
-    if capacity.get("kv_tokens") is not None:
-        lines.append(f"- KV cache: {count(capacity['kv_tokens'])} tokens")
-    if capacity.get("max_concurrency") is not None:
-        lines.append(
-            f"- concurrent {tokens_short(workload.get('context'))} requests: {capacity['max_concurrency']:.1f}"
-        )
-    if capacity.get("max_context") is not None:
-        lines.append(f"- longest context: {count(capacity['max_context'])} tokens")
+    lines += [f"- {line}" for line in capacity_lines(report)]
     for warning in report.get("warnings") or []:
         lines.append(f"- ⚠️ {warning}")
     if explain and report.get("explain"):
-        lines += ["", "| fact | source |", "|---|---|"]
-        for fact, where in sorted((report["explain"].get("provenance") or {}).items()):
-            lines.append(f"| {fact} | {where} |")
+        lines += ["", "**How each term was computed**", "", "| term | how |", "|---|---|"]
         for term, how in (report["explain"].get("terms") or {}).items():
-            lines.append(f"| term {term} | {how} |")
+            lines.append(f"| {cell(term)} | {cell(how)} |")
+        lines += ["", "**Where each input figure came from**", "", "| figure | file | field / rule |", "|---|---|---|"]
+        for fact, where in sorted((report["explain"].get("provenance") or {}).items()):
+            file, field = split_provenance(str(where))
+            lines.append(f"| {cell(fact)} | {cell(file)} | {cell(field)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -66,12 +67,13 @@ def scan_markdown(reports: Iterable[Mapping[str, Any]]) -> str:
     lines = ["| source | verdict | total / GPU | usable | KV tokens | concurrent |", "|---|---|---:|---:|---:|---:|"]
     for report in reports:
         if "error" in report:
-            lines.append(f"| {_name(report)} | error: {report['error']['kind']} | | | | {report['error']['message']} |")
+            lines.append(f"| {cell(_name(report))} | error ({cell(report['error']['kind'])}): "
+                         f"{cell(report['error']['message'])} | | | | |")
             continue
         capacity = report.get("capacity") or {}
         conc = capacity.get("max_concurrency")
         lines.append(
-            f"| {_name(report)} | {VERDICT_MARK.get(report.get('verdict'), report.get('verdict'))} | "
+            f"| {cell(_name(report))} | {VERDICT_MARK.get(report.get('verdict'), report.get('verdict'))} | "
             f"{gib(report['per_gpu']['total'])} | {gib(report['per_gpu'].get('usable'))} | "
             f"{count(capacity.get('kv_tokens'))} | {'—' if conc is None else f'{conc:.1f}'} |"
         )
@@ -80,15 +82,27 @@ def scan_markdown(reports: Iterable[Mapping[str, Any]]) -> str:
 
 def fit_markdown(fit: Mapping[str, Any]) -> str:
     conc = fit.get("max_concurrency")
+    max_context = fit.get("max_context")
+    no_room = max_context is not None and max_context <= 0
+    context = tokens_short(fit.get("context"))
+    smallest = fit.get("smallest_gpu_count")
+    limit = fit.get("max_gpu_count_tried")
+    at = f"- at {context} × {fit['concurrency']}: **{VERDICT_MARK.get(fit.get('verdict'), fit.get('verdict'))}**"
+    if fit.get("total") is not None and fit.get("usable"):
+        at += f" ({gib(fit['total'])} of {gib(fit['usable'])} usable)"
     lines = [
         f"### {_name(fit)} on {fit['hardware']} ({fit['engine']})",
         "",
-        f"- longest context at concurrency {fit['concurrency']}: {count(fit.get('max_context'))} tokens",
-        f"- concurrent {tokens_short(fit.get('context'))} requests: {'—' if conc is None else f'{conc:.1f}'}",
-        f"- smallest number of {fit['gpu']} that fits: {fit.get('smallest_gpu_count') or '—'}",
+        at,
+        f"- longest context at concurrency {fit['concurrency']}: "
+        + ("none (nothing is left for the KV cache)" if no_room else f"{count(max_context)} tokens"),
+        f"- concurrent {context} requests: {'—' if conc is None else f'{conc:.1f}'}",
+        f"- smallest number of {fit['gpu']} that fits: "
+        + (str(smallest) if smallest is not None else f"none up to {limit}" if limit else "none"),
     ]
+    lines += [f"- ⚠️ {warning}" for warning in fit.get("warnings") or []]
     rows = fit.get("context_table") or []
-    if rows:
+    if rows and not no_room:
         kv_dtypes = list(dict.fromkeys(row["kv_dtype"] for row in rows))
         lines += ["", "| context | " + " | ".join(f"KV {k}" for k in kv_dtypes) + " |",
                   "|---:|" + "---:|" * len(kv_dtypes)]

@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from hfvram.report.units import count, gib, params, percent, tokens_short
+from hfvram.report.wording import capacity_lines, split_provenance, verdict_note
 
 VERDICT_STYLE = {"fits": "bold green", "tight": "bold yellow", "does_not_fit": "bold red", None: "bold"}
 VERDICT_LABEL = {"fits": "FITS", "tight": "TIGHT", "does_not_fit": "DOES NOT FIT", None: "no verdict (no --gpu)"}
@@ -71,36 +72,7 @@ def bar_legend() -> Text:
 
 
 def capacity_line(report: Mapping[str, Any]) -> str | None:
-    """The KV pool the engine would allocate, the full-length requests memory has room for, the longest context.
-
-    The pool and the room differ for engines that size the pool from the context (llama.cpp's ``-c``), so both
-    are named; zero capacity is said in words."""
-    capacity = report.get("capacity") or {}
-    workload = report.get("workload") or {}
-    max_position = (report.get("model") or {}).get("max_position_embeddings")
-    parts = []
-    kv_tokens = capacity.get("kv_tokens")
-    max_conc = capacity.get("max_concurrency")
-    context = workload.get("context")
-    room = None
-    if max_conc is not None and context:
-        room = (f"room for {max_conc:.1f} concurrent {tokens_short(context)} requests" if max_conc > 0
-                else f"no room for a {tokens_short(context)} request")
-    if kv_tokens is not None:
-        pool = f"{count(kv_tokens)} tokens" if kv_tokens > 0 else "none (nothing is left for it)"
-        parts.append(f"KV cache pool: {pool}" + (f" · {room}" if room else ""))
-    elif room:
-        parts.append(room[0].upper() + room[1:])
-    max_context = capacity.get("max_context")
-    if max_context is not None:
-        if max_context <= 0:
-            longest = "none"
-        else:
-            longest = f"{count(max_context)} tokens"
-            if max_position and max_context >= max_position:
-                longest += " (the model's limit)"
-        parts.append(f"Longest context at concurrency {workload.get('concurrency', 1)}: {longest}")
-    return "\n".join(parts) or None
+    return "\n".join(capacity_lines(report)) or None
 
 
 def render_check(console: Console, report: Mapping[str, Any], *, explain: bool = False) -> None:
@@ -159,14 +131,13 @@ def render_check(console: Console, report: Mapping[str, Any], *, explain: bool =
         console.print(memory_bar(per_gpu))
         console.print(bar_legend())
     verdict = report.get("verdict")
-    utilisation = report.get("utilization")
     verdict_text = Text("Verdict: ")
     verdict_text.append(VERDICT_LABEL.get(verdict, str(verdict)), style=VERDICT_STYLE.get(verdict, "bold"))
-    reason = report.get("verdict_reason") or ""
-    if reason.startswith("engine rule: "):
-        verdict_text.append(f" — {reason.removeprefix('engine rule: ')}")
-    elif utilisation is not None:
-        verdict_text.append(f"  ({utilisation * 100:.0f}% of usable memory)")
+    note = verdict_note(report)
+    if note and (report.get("verdict_reason") or "").startswith("engine rule: "):
+        verdict_text.append(f" — {note}")
+    elif note:
+        verdict_text.append(f"  ({note})")
     console.print(verdict_text)
     line = capacity_line(report)
     if line:
@@ -193,14 +164,6 @@ def render_warnings(console: Console, warnings: Sequence[str]) -> None:
         text = textwrap.fill(warning, width=width, initial_indent="  • ", subsequent_indent="    ",
                              break_long_words=False, break_on_hyphens=False)
         console.print(text, highlight=False, markup=False, soft_wrap=True)
-
-
-def split_provenance(where: str) -> tuple[str, str]:
-    """``config.json: num_key_value_heads`` -> (file, field); ``derived: …`` -> ("derived", …)."""
-    head, sep, rest = where.partition(": ")
-    if sep and head and " " not in head.strip():
-        return head, rest
-    return "", where
 
 
 def render_provenance(console: Console, provenance: Mapping[str, str], report: Mapping[str, Any] | None = None) -> None:
