@@ -22,8 +22,12 @@ def kv_dtype_bytes(kv_dtype: str | None, spec: ModelSpec) -> float:
 
 
 def kv_dtype_name(kv_dtype: str | None, spec: ModelSpec) -> str:
+    """The KV cache type's name; a GGUF states no compute dtype, and llama.cpp's default cache type is f16."""
     from hfvram.estimate.common import canonical_kv_dtype
 
+    if kv_dtype in (None, "auto") and spec.dtype is None and spec.quantization is not None \
+            and spec.quantization.method == "gguf":
+        return "f16"
     return canonical_kv_dtype(kv_dtype or "auto", spec.dtype)
 
 

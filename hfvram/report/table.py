@@ -104,27 +104,18 @@ def render_check(console: Console, report: Mapping[str, Any], *, explain: bool =
     table.add_column("term")
     table.add_column("size", justify="right")
     table.add_column("of usable", justify="right")
-    if explain:
-        table.add_column("how", overflow="fold")
     usable = per_gpu.get("usable")
     terms_explain = ((report.get("explain") or {}).get("terms")) or {}
     for key, label, colour in TERMS:
         row = [f"[{colour}]{label}[/{colour}]", gib(per_gpu.get(key)), percent(per_gpu[key] / usable if usable else None)]
-        if explain:
-            row.append(terms_explain.get(key, ""))
         table.add_row(*row)
     total_row = ["[bold]total[/bold]", f"[bold]{gib(per_gpu['total'])}[/bold]", percent(report.get("utilization"))]
-    if explain:
-        total_row.append("")
     table.add_row(*total_row, end_section=True)
     if hardware:
         usable_row = ["usable", gib(usable), ""]
         reserve_row = ["reserve (engine keeps back)", gib(per_gpu.get("reserve")), ""]
         memory_row = ["GPU memory", gib(per_gpu.get("memory")), ""]
         for row, key in ((usable_row, "budget"), (reserve_row, "reserve"), (memory_row, "memory")):
-            if explain:
-                row.append(terms_explain.get(key, terms_explain.get("usable", "")) if key == "budget"
-                           else terms_explain.get(key, ""))
             table.add_row(*row)
     console.print(table)
     if hardware:
@@ -147,11 +138,26 @@ def render_check(console: Console, report: Mapping[str, Any], *, explain: bool =
         console.print(f"Decode: ≤ {speed:,.1f} tokens/s per sequence (memory-bandwidth bound)", highlight=False)
     render_warnings(console, report.get("warnings") or [])
     if explain:
-        shown = {key for key, _, _ in TERMS} | {"budget", "usable", "reserve", "memory"}
-        for key, how in terms_explain.items():
-            if key not in shown:
-                console.print(f"[bold]{key}[/bold]: {how}", highlight=False)
+        render_term_explanations(console, terms_explain)
         render_provenance(console, (report.get("explain") or {}).get("provenance") or {}, report)
+
+
+#: the order terms are explained in: the table's rows first, then whatever else the engine explained
+EXPLAIN_ORDER = ("weights", "kv_cache", "activations", "overhead", "budget", "usable", "reserve", "memory")
+EXPLAIN_LABEL = {"kv_cache": "KV cache", "budget": "usable (budget)"}
+
+
+def render_term_explanations(console: Console, terms: Mapping[str, str]) -> None:
+    """How each term was computed, one paragraph per term (readable at 80 columns, unlike a table column)."""
+    if not terms:
+        return
+    console.print("[bold]How each term was computed[/bold]")
+    keys = [key for key in EXPLAIN_ORDER if key in terms] + [key for key in terms if key not in EXPLAIN_ORDER]
+    width = max(40, console.width)
+    for key in keys:
+        text = textwrap.fill(f"{EXPLAIN_LABEL.get(key, key)}: {terms[key]}", width=width, initial_indent="  ",
+                             subsequent_indent="    ", break_long_words=False, break_on_hyphens=False)
+        console.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
 def render_warnings(console: Console, warnings: Sequence[str]) -> None:
@@ -183,11 +189,13 @@ def render_provenance(console: Console, provenance: Mapping[str, str], report: M
         engine_table.add_column("setting", no_wrap=True)
         engine_table.add_column("value", overflow="fold")
         for key, value in sorted(settings.items()):
-            engine_table.add_row(key, _setting_text(value))
+            engine_table.add_row(key, _setting_text(key, value))
         console.print(engine_table)
 
 
-def _setting_text(value: Any) -> str:
+def _setting_text(key: str, value: Any) -> str:
+    if key.endswith("_bytes") and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return f"{gib(value)} ({int(value):,} B)"
     if isinstance(value, bool):
         return "on" if value else "off"
     if isinstance(value, Mapping):
@@ -205,9 +213,9 @@ def render_inspect(console: Console, report: Mapping[str, Any]) -> None:
     table.add_column("value", overflow="fold")
     quant = model.get("quantization")
     rows: list[tuple[str, str]] = [
-        ("architecture", str(model.get("architecture"))),
-        ("model type", str(model.get("model_type"))),
-        ("dtype", str(model.get("dtype"))),
+        ("architecture", model.get("architecture") or "—"),
+        ("model type", model.get("model_type") or "—"),
+        ("dtype", model.get("dtype") or "— (not stated)"),
         ("parameters", f"{params(model.get('params_total'))} total, {params(model.get('params_active'))} active"),
         ("weights", gib(model.get("weights_bytes")) + ("" if model.get("weights_exact") in (None, True) else " (derived from config shapes)")),
         ("quantization", _quantization_text(quant)),
@@ -264,9 +272,14 @@ def render_scan(console: Console, reports: Iterable[Mapping[str, Any]], title: s
     console.print(narrow_table(console, headers, rows, flexible=(0,)))
     errors = [report for report in reports if "error" in report]
     if errors:
-        console.print("[red]Could not be read:[/red]")
+        unread = all(report["error"]["kind"] != "usage" for report in errors)
+        console.print("[red]Could not be read:[/red]" if unread else "[red]Could not be estimated:[/red]")
+        width = max(40, console.width)
         for report in errors:
-            console.print(f"  • {display_name(report)}: {report['error']['message']}", markup=False)
+            text = textwrap.fill(f"{display_name(report)}: {report['error']['message']}", width=width,
+                                 initial_indent="  • ", subsequent_indent="    ", break_long_words=False,
+                                 break_on_hyphens=False)
+            console.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
 #: aliases shown per GPU in the table (all of them are in --json)
