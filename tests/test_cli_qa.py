@@ -255,3 +255,36 @@ def test_calibrate_points_at_the_checkpoint_when_weights_are_far_apart():
     close = json.loads(invoke("calibrate", matching, "--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu",
                               "h100", "--offline", "--json").stdout)
     assert not any("is --model the checkpoint that ran" in w for w in close["warnings"])
+
+
+def test_explain_terms_are_paragraphs_readable_at_80_columns():
+    result = invoke("check", "Qwen/Qwen3-8B", "--gpu", "rtx4090", "--offline", "--context", "32k", "--explain",
+                    env=NARROW)
+    document = as_json("check", "Qwen/Qwen3-8B", "--gpu", "rtx4090", "--offline", "--context", "32k", "--explain")
+    section = result.stdout.split("How each term was computed\n", 1)[1].split("Where each input figure", 1)[0]
+    assert lines_fit(section)
+    for key, label in (("weights", "weights"), ("kv_cache", "KV cache"), ("activations", "activations"),
+                       ("overhead", "overhead")):
+        assert f"\n  {label}: " in "\n" + section
+        first_words = " ".join(document["explain"]["terms"][key].split()[:3])
+        assert first_words in " ".join(section.split())
+    assert "cudagraph_bytes          1.00 GiB (1,073,741,824 B)" in result.stdout
+
+
+def test_inspect_gguf_says_not_stated_and_f16_kv():
+    """A GGUF header has no compute dtype (general.file_type is the quantization); llama.cpp's KV default is f16."""
+    header = FIXTURES / "headers" / "DeepSeek-R1-Distill-Qwen-7B-Q4_K_M.gguf-header.gguf"
+    text = invoke("inspect", str(header)).stdout
+    document = json.loads(invoke("inspect", str(header), "--json").stdout)
+    validate(document, "inspect")
+    assert "None" not in text and "— (not stated)" in text
+    assert document["model"]["kv_dtype"] == "f16" and "KV per token (f16)" in text
+    # qwen2 7B: 28 layers × 4 KV heads × 128 × 2 (K and V) × 2 B = 57,344 B per token
+    assert document["model"]["kv_bytes_per_token"] == 57_344
+
+
+def test_scan_engine_refusal_is_not_called_unreadable():
+    result = runner.invoke(cli, ["scan", "-", "--gpu", "rtx4090", "--engine", "exllamav2", "--offline"],
+                           input="deepseek-ai/DeepSeek-V2-Lite\nQwen/Qwen3-0.6B\n")
+    assert "Could not be estimated:" in result.stdout and "Could not be read:" not in result.stdout
+    assert "ExLlamaV2 needs a standard attention model" in result.stdout
