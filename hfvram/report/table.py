@@ -293,8 +293,8 @@ def narrow_table(console: Console, headers: Sequence[tuple[str, str]], rows: Seq
     natural = [max([Text.from_markup(str(row[index])).cell_len for row in rows] + [len(name)])
                for index, (name, _) in enumerate(headers)]
     widths = list(natural)
-    # each column's padding and divider, plus the two edges: 3 cells per column + 1
-    spare = console.width - 3 * len(headers) - 1 - sum(natural[i] for i in range(len(headers)) if i not in flexible)
+    # the cells a borderless table adds: two per column (padding, divider) and three for the edges
+    spare = console.width - 2 * len(headers) - 3 - sum(natural[i] for i in range(len(headers)) if i not in flexible)
     wanted = sum(natural[i] for i in flexible)
     if wanted > spare:
         for i in flexible:
@@ -411,7 +411,7 @@ def render_calibration(console: Console, result: Mapping[str, Any]) -> None:
         console.print("[bold]Figures read from the log[/bold]")
         detail_table = Table()
         detail_table.add_column("figure")
-        detail_table.add_column("value", justify="right")
+        detail_table.add_column("value", overflow="fold")
         for key, value in details.items():
             detail_table.add_row(key, str(value))
         console.print(detail_table)
