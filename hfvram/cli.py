@@ -544,8 +544,8 @@ def _stream_result(report: dict[str, Any], output: str, console: Any) -> None:
         from hfvram.report.table import scan_row
 
         name, verdict, total, *_ = scan_row(report)
-        err = _console(stderr=True)
-        err.print(f"  {verdict}  {name}  {total}")
+        # through the progress bar's own console, so that the line goes above the bar, not onto it
+        console.print(f"  {verdict}  {name}  {total}", highlight=False, overflow="ellipsis", no_wrap=True)
 
 
 def _print_scan(reports: list[dict[str, Any]], output: str, *, streamed: bool) -> None:

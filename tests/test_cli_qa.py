@@ -5,12 +5,16 @@ reads, not only the JSON."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import select
+import subprocess
+import sys
 
 import pytest
 from click.testing import CliRunner
 
-from cli_support import FIXTURES, SMOLLM_GGUF, validate
+from cli_support import FIXTURES, ROOT, SMOLLM_GGUF, validate
 from hfvram.cli import cli
 from hfvram.report.units import gib
 
@@ -288,3 +292,33 @@ def test_scan_engine_refusal_is_not_called_unreadable():
                            input="deepseek-ai/DeepSeek-V2-Lite\nQwen/Qwen3-0.6B\n")
     assert "Could not be estimated:" in result.stdout and "Could not be read:" not in result.stdout
     assert "ExLlamaV2 needs a standard attention model" in result.stdout
+
+
+@pytest.mark.skipif(not hasattr(os, "openpty"), reason="needs a pseudo-terminal")
+def test_scan_progress_lines_go_above_the_bar_on_a_terminal():
+    """On a terminal, each finished model is printed through the progress bar's console: before the fix the
+    lines were written onto the bar's own line ('scanning ━━ 0/3 0:00:00  FITS  Qwen/…')."""
+    master, slave = os.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "hfvram", "scan", "-", "--gpu", "rtx4090", "--offline", "--context", "8k", "-j", "1"],
+        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=slave, cwd=ROOT,
+        env={**os.environ, "COLUMNS": "100", "TERM": "xterm"},
+    )
+    os.close(slave)
+    process.stdin.write(b"Qwen/Qwen3-0.6B\nQwen/Qwen3-8B\nnobody/nothing\n")
+    process.stdin.close()
+    raw = b""
+    while select.select([master], [], [], 60)[0]:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        raw += chunk
+    process.wait(timeout=60)
+    os.close(master)
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", raw.decode("utf-8", "replace"))
+    segments = [segment for segment in re.split(r"[\r\n]", text) if segment.strip()]
+    assert any(segment.startswith("  FITS  Qwen/Qwen3-0.6B") for segment in segments), segments
+    assert not any("scanning" in segment and ("FITS" in segment or "ERROR" in segment) for segment in segments)
