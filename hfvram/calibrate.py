@@ -435,7 +435,30 @@ def apply_calibration(est: Estimate, record: Mapping[str, object], origin: str) 
     verdict = verdict_for(new.total, new.usable) if est.hardware is not None else None
     utilization = new.total / new.usable if est.hardware is not None and new.usable else est.utilization
     return replace(est, per_gpu=new, verdict=verdict, utilization=utilization, capacity=capacity, explain=explain,
-                   warnings=est.warnings + (f"activations / overhead measured: {note}",))
+                   warnings=est.warnings + (f"activations / overhead measured: {note}",)
+                   + calibration_mismatches(est, record))
+
+
+def _minor(version: object) -> str | None:
+    """``0.19.0`` / ``v0.19`` -> ``0.19``: releases that share their memory rules."""
+    match = re.match(r"v?(\d+)\.(\d+)", str(version or ""))
+    return f"{match[1]}.{match[2]}" if match else None
+
+
+def calibration_mismatches(est: Estimate, record: Mapping[str, object]) -> tuple[str, ...]:
+    """A calibration measured with another engine, release or GPU than the estimate's: said, not refused."""
+    notes = []
+    engine = est.engine.get("name")
+    if record.get("engine") and engine and record["engine"] != engine:
+        notes.append(f"the calibration was measured with {record['engine']}, this estimate is for {engine}: "
+                     "its activation / overhead terms may not carry over")
+    measured, used = _minor(record.get("engine_version")), _minor(est.engine.get("version"))
+    if measured and used and measured != used and record.get("engine") == engine:
+        notes.append(f"the calibration was measured on {engine} {record.get('engine_version')}; this estimate "
+                     f"follows the {used} rules (pass --engine {engine}@{measured} to compare like with like)")
+    if est.hardware is not None and record.get("gpu") and record["gpu"] != est.hardware.gpu.id:
+        notes.append(f"the calibration was measured on {record['gpu']}, this estimate is for {est.hardware.gpu.id}")
+    return tuple(notes)
 
 
 def predicted_terms(est: Estimate) -> dict[str, int | None]:

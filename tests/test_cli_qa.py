@@ -322,3 +322,17 @@ def test_scan_progress_lines_go_above_the_bar_on_a_terminal():
     segments = [segment for segment in re.split(r"[\r\n]", text) if segment.strip()]
     assert any(segment.startswith("  FITS  Qwen/Qwen3-0.6B") for segment in segments), segments
     assert not any("scanning" in segment and ("FITS" in segment or "ERROR" in segment) for segment in segments)
+
+
+def test_calibration_from_another_release_or_gpu_is_said(tmp_path):
+    """gt-0062 is a vLLM 0.19.0 log on an H100: applied to the 0.21 rules or to an RTX 4090 it is flagged."""
+    log = str(FIXTURES / "logs" / "gt-0062-vllm-v0.19-llama31-8b-h100.log")
+    saved = tmp_path / "cal.json"
+    assert invoke("calibrate", log, "--gpu", "h100", "--save", "--output", str(saved)).exit_code == 0
+    base = ("check", "meta-llama/Llama-3.1-8B-Instruct", "--offline", "--context", "8k", "--calibration", str(saved))
+    other = as_json(*base, "--gpu", "rtx4090")["warnings"]
+    same = as_json(*base, "--gpu", "h100", "--engine", "vllm@0.19")["warnings"]
+    assert any("measured on vllm 0.19.0; this estimate follows the 0.21 rules" in w for w in other)
+    assert any("measured on h100-sxm, this estimate is for rtx4090" in w for w in other)
+    assert not any("the calibration was measured" in w for w in same)
+    assert any("calibrated from" in w for w in same)
