@@ -31,7 +31,6 @@ from hubserver import HubFiles, HubServer  # noqa: E402
 
 # socketserver's default accept backlog (5) drops the SYNs of 16 simultaneous first connections to the CDN
 # origin, which then wait a 1 s retransmit: a test-server artifact the real Hub / CDN do not have
-hubserver._QuietServer.request_queue_size = 128
 
 #: (hfvram SOURCE, hf-mem model id, hf-mem gguf_file): the fixture repos whose weight headers the test Hub holds
 REPOS: list[tuple[str, str, str | None]] = [

@@ -202,6 +202,8 @@ class HubFiles:
 
 class _QuietServer(ThreadingHTTPServer):
     daemon_threads = True
+    # socketserver's default backlog of 5 makes concurrent first connections (scans at 16 jobs) wait a 1 s SYN retransmit
+    request_queue_size = 128
 
     def handle_error(self, request, client_address) -> None:  # noqa: ANN001 - socketserver's signature
         import sys
