@@ -26,11 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-import hubserver  # noqa: E402
 from hubserver import HubFiles, HubServer  # noqa: E402
-
-# socketserver's default accept backlog (5) drops the SYNs of 16 simultaneous first connections to the CDN
-# origin, which then wait a 1 s retransmit: a test-server artifact the real Hub / CDN do not have
 
 #: (hfvram SOURCE, hf-mem model id, hf-mem gguf_file): the fixture repos whose weight headers the test Hub holds
 REPOS: list[tuple[str, str, str | None]] = [
