@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from hfvram.readers.config import load_json_tolerant, read_config
+from hfvram.readers import config_hf
 from hfvram.readers.config_hf import (
     FACTS_FORMAT,
     HfFacts,
@@ -123,6 +124,7 @@ def test_a_catalogued_config_takes_its_facts_from_the_catalogue():
     config = _config("meta-llama/Llama-3.1-8B-Instruct")
     facts = cached_hf_facts(config)
     assert facts.origin == "hfvram catalogue" and facts.ok
+    config_hf._memo_facts.cache_clear()  # an earlier test may have remembered this config's facts in-process
     spec = read_config(config)
     assert "from the hfvram catalogue" in spec.provenance["decided_by"]
     assert spec.decided_by.startswith("transformers 5.")
