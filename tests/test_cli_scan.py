@@ -156,7 +156,13 @@ def test_ctrl_c_prints_what_finished(hub):
     )
     process.stdin.write("\n".join(repos) + "\n")
     process.stdin.close()
-    first = process.stdout.readline()  # wait for one finished row
+    import select
+
+    # wait for one finished row, but never hang the suite if the scan stalls
+    if not select.select([process.stdout], [], [], 60)[0]:
+        process.kill()
+        pytest.fail(f"no row within 60 s; stderr: {process.stderr.read()[-2000:]}")
+    first = process.stdout.readline()
     process.send_signal(signal.SIGINT)
     rest = process.stdout.read()
     stderr = process.stderr.read()
