@@ -336,3 +336,16 @@ def test_calibration_from_another_release_or_gpu_is_said(tmp_path):
     assert any("measured on h100-sxm, this estimate is for rtx4090" in w for w in other)
     assert not any("the calibration was measured" in w for w in same)
     assert any("calibrated from" in w for w in same)
+
+
+@pytest.mark.parametrize("name", ["llama.cpp-ggml-vocab-llama-spm.gguf", "llama.cpp-ggml-vocab-phi-3.gguf"])
+def test_vocabulary_only_gguf_is_flagged(name):
+    """llama.cpp's ggml-vocab-*.gguf files carry a tokenizer and hyper-parameters but no tensors."""
+    path = str(FIXTURES / "headers" / name)
+    checked = as_json("check", path, "--gpu", "rtx4090")
+    inspected = json.loads(invoke("inspect", path, "--json").stdout)
+    for document in (checked, inspected):
+        assert document["model"]["weights_bytes"] == 0
+        assert any("holds no weight tensors" in w for w in document["warnings"])
+    assert not any("holds no weight tensors" in w
+                   for w in as_json("check", str(SMOLLM_GGUF), "--gpu", "rtx4090")["warnings"])
