@@ -100,23 +100,27 @@ def render_check(console: Console, report: Mapping[str, Any], *, explain: bool =
         highlight=False,
     )
 
-    table = Table(title="Memory on the worst GPU" if hardware else "Memory footprint per GPU", title_justify="left")
+    console.print(f"[bold]{'Memory on the worst GPU' if hardware else 'Memory footprint per GPU'}[/bold]")
+    table = Table()
     table.add_column("term")
     table.add_column("size", justify="right")
-    table.add_column("of usable", justify="right")
+    if hardware:  # without a GPU there is nothing to be a share of
+        table.add_column("of usable", justify="right")
     usable = per_gpu.get("usable")
     terms_explain = ((report.get("explain") or {}).get("terms")) or {}
     for key, label, colour in TERMS:
-        row = [f"[{colour}]{label}[/{colour}]", gib(per_gpu.get(key)), percent(per_gpu[key] / usable if usable else None)]
+        row = [f"[{colour}]{label}[/{colour}]", gib(per_gpu.get(key))]
+        if hardware:
+            row.append(percent(per_gpu[key] / usable if usable else None))
         table.add_row(*row)
-    total_row = ["[bold]total[/bold]", f"[bold]{gib(per_gpu['total'])}[/bold]", percent(report.get("utilization"))]
-    table.add_row(*total_row, end_section=True)
+    total_row = ["[bold]total[/bold]", f"[bold]{gib(per_gpu['total'])}[/bold]"]
     if hardware:
-        usable_row = ["usable", gib(usable), ""]
-        reserve_row = ["reserve (engine keeps back)", gib(per_gpu.get("reserve")), ""]
-        memory_row = ["GPU memory", gib(per_gpu.get("memory")), ""]
-        for row, key in ((usable_row, "budget"), (reserve_row, "reserve"), (memory_row, "memory")):
-            table.add_row(*row)
+        total_row.append(percent(report.get("utilization")))
+    table.add_row(*total_row, end_section=bool(hardware))
+    if hardware:
+        table.add_row("usable", gib(usable), "")
+        table.add_row("reserve (engine keeps back)", gib(per_gpu.get("reserve")), "")
+        table.add_row("GPU memory", gib(per_gpu.get("memory")), "")
     console.print(table)
     if hardware:
         console.print(memory_bar(per_gpu))
