@@ -349,3 +349,11 @@ def test_vocabulary_only_gguf_is_flagged(name):
         assert any("holds no weight tensors" in w for w in document["warnings"])
     assert not any("holds no weight tensors" in w
                    for w in as_json("check", str(SMOLLM_GGUF), "--gpu", "rtx4090")["warnings"])
+
+
+def test_footprint_without_gpu_has_no_share_column():
+    result = invoke("check", "Qwen/Qwen3-8B", "--offline", "--context", "8k")
+    document = as_json("check", "Qwen/Qwen3-8B", "--offline", "--context", "8k")
+    assert "Memory footprint per GPU" in result.stdout and "of usable" not in result.stdout
+    assert gib(document["per_gpu"]["total"]) in result.stdout
+    assert "no verdict (no --gpu)" in result.stdout and result.exit_code == 0
