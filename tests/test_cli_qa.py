@@ -357,3 +357,14 @@ def test_footprint_without_gpu_has_no_share_column():
     assert "Memory footprint per GPU" in result.stdout and "of usable" not in result.stdout
     assert gib(document["per_gpu"]["total"]) in result.stdout
     assert "no verdict (no --gpu)" in result.stdout and result.exit_code == 0
+
+
+def test_engine_release_outside_the_modelled_ones_is_said():
+    older = as_json("check", "Qwen/Qwen3-8B", "--gpu", "rtx4090", "--offline", "--engine", "vllm@0.1")
+    newer = as_json("check", "Qwen/Qwen3-8B", "--gpu", "rtx4090", "--offline", "--engine", "vllm@9.9")
+    exact = as_json("check", "Qwen/Qwen3-8B", "--gpu", "rtx4090", "--offline", "--engine", "vllm@0.19.0")
+    assert any(w.startswith("--engine vllm@0.1: older than any vllm release") and older["engine"]["version"] in w
+               for w in older["warnings"])
+    assert any(w.startswith("--engine vllm@9.9: hfvram uses the") for w in newer["warnings"])
+    assert exact["engine"]["version"] == "0.19"
+    assert not any(w.startswith("--engine") for w in exact["warnings"])
