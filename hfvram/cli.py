@@ -368,12 +368,24 @@ def check_report(request: Request, options: RunOptions) -> dict[str, Any]:
     est = run_estimate(request, options, loaded)
     report = check_dict(loaded.source, est, explain=options.explain)
     report["warnings"] = list(dict.fromkeys(report["warnings"] + list(request.notes) + empty_model_notes(report)
-                                            + version_notes(request, report)))
+                                            + version_notes(request, report) + default_engine_notes(request, est)))
     if options.explain and est.hardware is not None:
         from hfvram.estimate.hardware import memory_provenance
 
         report["explain"]["terms"].setdefault("memory", memory_provenance(est.hardware.gpu))
     return report
+
+
+def default_engine_notes(request: Request, est: Any) -> list[str]:
+    """The contract's default engine (vLLM for safetensors) does not run on Apple GPUs: say so when it was
+    picked by default for a Mac, rather than let its figures pass for what the Mac would do."""
+    if request.engine is not None or est.hardware is None or est.hardware.gpu.vendor != "apple":
+        return []
+    name = est.engine.get("name")
+    if name in ("mlx", "llama.cpp", "ollama", "transformers"):
+        return []
+    return [f"no --engine given: {name}'s rules are the default for this checkpoint, but {name} does not run on "
+            "Apple GPUs; --engine mlx or --engine llama.cpp describe a Mac"]
 
 
 def _version_tuple(text: object) -> tuple[int, ...]:

@@ -368,3 +368,13 @@ def test_engine_release_outside_the_modelled_ones_is_said():
     assert any(w.startswith("--engine vllm@9.9: hfvram uses the") for w in newer["warnings"])
     assert exact["engine"]["version"] == "0.19"
     assert not any(w.startswith("--engine") for w in exact["warnings"])
+
+
+def test_default_engine_on_a_mac_is_flagged():
+    """The contract's default for safetensors is vLLM, which has no Metal backend."""
+    default = as_json("check", "Qwen/Qwen3-8B", "--gpu", "m3-max-128", "--offline")
+    chosen = as_json("check", "Qwen/Qwen3-8B", "--gpu", "m3-max-128", "--offline", "--engine", "mlx")
+    nvidia = as_json("check", "Qwen/Qwen3-8B", "--gpu", "rtx4090", "--offline")
+    assert default["engine"]["name"] == "vllm"
+    assert any("does not run on Apple GPUs" in w for w in default["warnings"])
+    assert not any("does not run on Apple GPUs" in w for w in chosen["warnings"] + nvidia["warnings"])
