@@ -368,7 +368,7 @@ def check_report(request: Request, options: RunOptions) -> dict[str, Any]:
     est = run_estimate(request, options, loaded)
     report = check_dict(loaded.source, est, explain=options.explain)
     report["warnings"] = list(dict.fromkeys(report["warnings"] + list(request.notes) + empty_model_notes(report)
-                                            + version_notes(request, report) + default_engine_notes(request, est)))
+                                            + default_engine_notes(request, est)))
     if options.explain and est.hardware is not None:
         from hfvram.estimate.hardware import memory_provenance
 
@@ -386,28 +386,6 @@ def default_engine_notes(request: Request, est: Any) -> list[str]:
         return []
     return [f"no --engine given: {name}'s rules are the default for this checkpoint, but {name} does not run on "
             "Apple GPUs; --engine mlx or --engine llama.cpp describe a Mac"]
-
-
-def _version_tuple(text: object) -> tuple[int, ...]:
-    return tuple(int(part) for part in re.findall(r"\d+", str(text or ""))[:3])
-
-
-def version_notes(request: Request, report: dict[str, Any]) -> list[str]:
-    """``--engine vllm@0.1``: say which release's rules were used when it is not the one asked for."""
-    asked = request.engine_version
-    engine = report.get("engine") or {}
-    used = engine.get("version")
-    if not asked or not used:
-        return []
-    asked_t, used_t = _version_tuple(asked), _version_tuple(used)
-    width = min(len(asked_t), len(used_t), 2)
-    if not asked_t or not used_t or asked_t[:width] == used_t[:width]:
-        return []
-    name = engine.get("name")
-    if used_t > asked_t:
-        return [f"--engine {name}@{asked}: older than any {name} release hfvram models; the {used} rules are used"]
-    return [f"--engine {name}@{asked}: hfvram uses the {used} rules (the newest change to {name}'s memory "
-            f"accounting it knows at or before {asked})"]
 
 
 def empty_model_notes(report: dict[str, Any]) -> list[str]:
@@ -655,7 +633,7 @@ def fit_report(request: Request, options: RunOptions) -> dict[str, Any]:
 #: the largest GPU count `fit` tries for the smallest set that fits
 FIT_MAX_GPUS = 64
 #: the table's columns: the engine's own default cache type, then its first accepted 8-bit type
-FIT_KV_CANDIDATES: tuple[tuple[str, ...], ...] = (("auto",), ("fp8", "q8_0", "int8"))
+FIT_KV_CANDIDATES: tuple[tuple[str, ...], ...] = (("auto",), ("fp8", "fp8_e4m3", "q8_0", "int8"))
 
 
 def fit_kv_dtypes(spec: Any, hardware: Any, choice: Any, wl: Any) -> tuple[str, ...]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from hfvram.errors import UsageError
+from hfvram.estimate import engine_rules
 from hfvram.estimate.engines import get_profile, parse_engine_name
 from hfvram.estimate.types import EngineChoice, Estimate, Hardware, Workload
 from hfvram.spec import ModelSpec
@@ -40,4 +41,11 @@ def estimate(spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, w
     name, version = parse_engine_name(choice.name)
     if version and not choice.version:
         choice = replace(choice, name=name, version=version)
-    return get_profile(name).estimate(spec, hardware, choice, workload)
+    engine_rules.check_kv_dtype(name, choice, workload)
+    profile = get_profile(name)
+    result = profile.estimate(spec, hardware, choice, workload)
+    notes = engine_rules.unknown_setting_warnings(name, choice) + engine_rules.version_warnings(
+        name, choice.version, profile.rule_versions)
+    refusals = [engine_rules.platform_refusal(name, hardware), engine_rules.tp_refusal(
+        name, spec, result.tp, defaulted=choice.tp is None and not choice.settings)]
+    return engine_rules.with_refusals(result, [r for r in refusals if r], notes)

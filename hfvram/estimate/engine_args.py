@@ -153,7 +153,8 @@ def _match_at(tokens: list[str], index: int) -> tuple[str, int] | None:
     """(engine, index after the engine's program) when tokens[index] starts an engine."""
     token = tokens[index]
     for engine, table in _tables()["engines"].items():
-        if _program_name(token) in table["programs"]:
+        # `sglang.launch_server …` run as a console script or through `python -m` without the -m in the paste
+        if _program_name(token) in table["programs"] or token in table["modules"]:
             return engine, index + 1
         if token == "-m" and index + 1 < len(tokens) and tokens[index + 1] in table["modules"]:
             return engine, index + 2

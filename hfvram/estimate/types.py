@@ -121,6 +121,8 @@ class Estimate:
     #: parallel layout used
     tp: int = 1
     pp: int = 1
+    #: why the engine itself refuses this layout or hardware (an engine rule, not memory); None otherwise
+    refusal: str | None = None
 
 
 def verdict_for(total: int, usable: int) -> str:

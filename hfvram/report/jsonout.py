@@ -145,6 +145,8 @@ def verdict_reason(est: Estimate) -> str | None:
     """Why the verdict is what it is: the memory threshold, or an engine rule that overrides it."""
     if est.hardware is None or est.verdict is None:
         return None
+    if getattr(est, "refusal", None):
+        return f"engine rule: {est.refusal}"
     per_gpu = est.per_gpu
     share = per_gpu.total / per_gpu.usable if per_gpu.usable > 0 else None
     used = "no usable memory" if share is None else f"the four terms take {share * 100:.0f}% of usable memory"
