@@ -25,6 +25,7 @@ from hfvram.readers.gguf import (
     spec_from_gguf,
     split_gguf_names,
 )
+from hfvram.readers.provenance import missing_provenance
 from hfvram.spec import LayerKind
 
 HEADERS = Path(__file__).resolve().parent.parent / "fixtures" / "headers"
@@ -175,9 +176,24 @@ def test_vocab_only_gguf_skips_large_arrays():
     assert isinstance(tokens, SkippedArray) and tokens.length == 32000 and tokens.item_type == "string"
     assert header.tensors == () and header.header_end == 723_869
     spec = spec_from_gguf([header], filename=LLAMA_SPM.name)
-    assert spec.vocab_size == 32000 and spec.num_layers == 32 and spec.weights.params_total == 0
+    assert spec.vocab_size == 32000 and spec.num_layers == 32
     phi = spec_from_gguf([real(PHI3)], filename=PHI3.name)
     assert (phi.hidden_size, phi.intermediate_size, phi.layers[0].head_dim_k) == (3072, 8192, 96)
+
+
+@pytest.mark.parametrize("path", [LLAMA_SPM, PHI3], ids=lambda p: p.name)
+def test_a_gguf_without_tensors_has_unknown_weights_and_says_why(path):
+    """llama.cpp's ggml-vocab-*.gguf (fixtures/headers, SOURCES.md) carry hyper-parameters and a tokenizer but
+    no tensor: not a model checkpoint. Weights (and whether embeddings are tied) are null with a warning, never
+    0 parameters; the metadata facts are still read, so `inspect` can show them."""
+    spec = spec_from_gguf([real(path)], filename=path.name)
+    assert spec.weights is None and spec.params_total is None and spec.params_active is None
+    assert spec.tie_word_embeddings is None and "weights" not in spec.provenance
+    assert any(w.startswith("weights unknown") and "no tensors" in w and "vocabulary" in w for w in spec.warnings)
+    assert any(w.startswith("tie_word_embeddings") for w in spec.warnings)
+    assert spec.quantization is not None and spec.quantization.details["file_type"] == "F16"  # general.file_type 1
+    assert spec.extra["token_embd_bytes"] is None and spec.extra["file_size"] == real(path).header_end
+    assert spec.num_layers == 32 and spec.max_position_embeddings == 4096
 
 
 # ---- crafted files: ModelSpec rules --------------------------------------------------------------
@@ -187,6 +203,7 @@ def test_moe_counts_every_expert_and_active_share():
     data = gguf_bytes(llama_kvs("qwen3moe", expert_count=(U32, 8), expert_used_count=(U32, 2)),
                       block_tensors(2, experts=8))
     spec = spec_from_gguf([parse(data)], filename="moe.gguf")
+    assert missing_provenance(spec) == []
     experts = spec.weights.params_by_component["experts"]
     assert experts == 2 * 64 * 128 * 8  # every expert counted
     assert spec.weights.params_by_component["router"] == 2 * 64 * 8
@@ -199,6 +216,7 @@ def test_gpt_oss_even_layers_slide_and_per_layer_kv_heads():
                                                          "attention.head_count_kv": (ARR, (I32, [2, 2, 0, 2]))}),
                       [("token_embd.weight", (64, 10), 0)])
     spec = spec_from_gguf([parse(data)], filename="oss.gguf")
+    assert missing_provenance(spec) == []
     assert [l.kind for l in spec.layers] == [LayerKind.SLIDING, LayerKind.FULL, LayerKind.NONE, LayerKind.FULL]
     assert spec.layers[0].window == 128 and spec.layers[0].head_dim_k == 16
 
@@ -209,6 +227,7 @@ def test_bool_array_pattern_and_swa_head_dims():
         "attention.key_length": (U32, 512), "attention.key_length_swa": (U32, 256),
         "attention.head_count_kv": (ARR, (I32, [8, 8, 2]))}))
     spec = spec_from_gguf([parse(data)], filename="g4.gguf")
+    assert missing_provenance(spec) == []
     assert [(l.kind, l.head_dim_k, l.num_kv_heads) for l in spec.layers] == [
         (LayerKind.SLIDING, 256, 8), (LayerKind.SLIDING, 256, 8), (LayerKind.FULL, 512, 2)]
 
@@ -220,6 +239,7 @@ def test_mla_gguf_caches_the_latent():
         "attention.kv_lora_rank": (U32, 512), "rope.dimension_count": (U32, 64), "nextn_predict_layers": (U32, 1)}),
         [("blk.2.nextn.eh_proj.weight", (64, 64), 0)])
     spec = spec_from_gguf([parse(data)], filename="ds.gguf")
+    assert missing_provenance(spec) == []
     # DeepSeek (MLA): 576 elements per token per layer (article 000; engines.md §4.3)
     assert spec.num_layers == 1 and spec.num_mtp_layers == 1
     assert spec.layers[0].kind is LayerKind.MLA and spec.layers[0].kv_elems_per_token == 576
@@ -231,6 +251,7 @@ def test_old_non_mla_deepseek_gguf_warns_and_keeps_full_kv():
         "attention.head_count_kv": (U32, 4), "attention.key_length": (U32, 192),
         "attention.value_length": (U32, 128), "attention.kv_lora_rank": (U32, 512)}))
     spec = spec_from_gguf([parse(data)], filename="old.gguf")
+    assert missing_provenance(spec) == []
     assert spec.layers[0].kind is LayerKind.FULL and spec.layers[0].kv_elems_per_token == 4 * 320
     assert any("MLA" in w for w in spec.warnings)
 
@@ -240,17 +261,23 @@ def test_hybrid_recurrent_layers_from_ssm_keys():
         "attention.head_count_kv": (U32, 2), "ssm.conv_kernel": (U32, 4), "ssm.inner_size": (U32, 4096),
         "ssm.state_size": (U32, 128), "ssm.group_count": (U32, 16), "ssm.time_step_rank": (U32, 32)}))
     spec = spec_from_gguf([parse(data)], filename="next.gguf")
+    assert missing_provenance(spec) == []
     assert [l.kind for l in spec.layers] == [LayerKind.LINEAR] * 3 + [LayerKind.FULL]
     # llama.cpp n_embd_r = (d_conv−1)(d_inner + 2·n_group·d_state), n_embd_s = d_state·d_inner (engines.md §4.3)
     assert spec.layers[0].conv_state_elems == 3 * (4096 + 2 * 16 * 128)
     assert spec.layers[0].ssm_state_elems == 128 * 4096 and spec.layers[0].state_dtype_bytes == 4.0
+    assert spec.provenance["recurrent_state"].startswith("derived: conv (ssm.conv_kernel − 1)")
+    assert spec.provenance["layers"] == "derived: recurrent where qwen3next.attention.head_count_kv is 0 or " \
+                                       "outside every 4th block"
 
 
 def test_llama4_chunked_layers():
     data = gguf_bytes(llama_kvs("llama4", layers=4, **{"attention.head_count_kv": (U32, 1)}))
     spec = spec_from_gguf([parse(data)], filename="l4.gguf")
+    assert missing_provenance(spec) == []
     assert [l.kind for l in spec.layers] == [LayerKind.CHUNKED] * 3 + [LayerKind.FULL]
     assert spec.layers[0].window == 8192
+    assert spec.provenance["attention_chunk_size"].startswith("llama.cpp llama4: n_chunk 8192")
 
 
 def test_split_files_merge_all_parts():

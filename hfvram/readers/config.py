@@ -269,6 +269,7 @@ def _deepseek_v4_layer(view: ConfigView, name: str, dims: AttentionDims | None, 
         "sliding-window branch (sliding_window × head_dim) and compressor buffers are not counted — uncertain, newer than hfvram's sources"
     )
     view.note("deepseek_v4_layers", "derived: transformers DeepseekV4 cache (HCA/CSA caches: sliding K=V branch + one compressed entry per compress_rate tokens)")
+    view.note("head_dim_v", "derived: DeepSeek-V4 compressed layers cache one shared K=V entry (no separate V)")
     counts = extra.setdefault("deepseek_v4_compressed_layers", {CSA: 0, HCA: 0})
     assert isinstance(counts, dict)
     counts[name] += 1

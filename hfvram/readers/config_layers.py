@@ -232,6 +232,9 @@ def linear_layer(view: ConfigView, moe: bool) -> Layer:
     v_dim = view.integer("linear_value_head_dim", ["linear_value_head_dim"], required=True)
     kernel = view.integer("linear_conv_kernel_dim", ["linear_conv_kernel_dim"], required=True)
     ssm_dtype = _state_dtype_bytes(view, "mamba_ssm_dtype")
+    view.note("recurrent_state", "derived: conv (linear_conv_kernel_dim − 1) × (2 × linear_num_key_heads × "
+              "linear_key_head_dim + linear_num_value_heads × linear_value_head_dim) + ssm linear_num_value_heads × "
+              "linear_value_head_dim × linear_key_head_dim")
     return Layer(kind=LayerKind.LINEAR, conv_state_elems=(kernel - 1) * (2 * k_heads * k_dim + v_heads * v_dim),
                  ssm_state_elems=v_heads * v_dim * k_dim, state_dtype_bytes=ssm_dtype, state_heads=k_heads, moe=moe)
 
@@ -259,9 +262,12 @@ def mamba_layer(view: ConfigView, hidden_size: int | None, model_type: str | Non
     if model_type == "nemotron_h":
         view.note("state_dtype_bytes", "derived: NemotronH keeps the SSM state in float32 (vLLM default, design/engines.md §2.5); conv state counted at the same 4 bytes (small over-count)")
     if heads is None:  # Mamba1: conv (k−1)·d_inner, ssm d_inner·d_state
+        view.note("recurrent_state", "derived: conv (conv_kernel − 1) × d_inner + ssm d_inner × ssm_state_size")
         return Layer(kind=LayerKind.MAMBA, conv_state_elems=(kernel - 1) * d_inner, ssm_state_elems=d_inner * d_state,
                      state_dtype_bytes=ssm_dtype, state_heads=0, moe=moe)
     groups = view.integer("n_groups", ["n_groups", "ngroups", "mamba_n_groups"]) or 1
+    view.note("recurrent_state", "derived: conv (conv_kernel − 1) × (d_inner + 2 × n_groups × ssm_state_size) + "
+              "ssm mamba_num_heads × mamba_head_dim × ssm_state_size")
     return Layer(kind=LayerKind.MAMBA, conv_state_elems=(kernel - 1) * (d_inner + 2 * groups * d_state),
                  ssm_state_elems=heads * (head_dim or 0) * d_state, state_dtype_bytes=ssm_dtype, state_heads=heads, moe=moe)
 

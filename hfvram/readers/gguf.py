@@ -390,12 +390,14 @@ def _swa_layers(facts: _Facts, n_layers: int, warnings: list[str]) -> tuple[list
     chunked = table["chunked"].get(facts.arch)
     if chunked and window != 0:
         period = int(chunked["period"])
-        facts.provenance["layer_types"] = f"llama.cpp {facts.arch}: chunked attention period {period} " \
-                                          f"(design/engines.md §4.3)"
+        facts.provenance["layers"] = f"llama.cpp {facts.arch}: chunked attention period {period} " \
+                                     f"(design/engines.md §4.3)"
+        facts.provenance["attention_chunk_size"] = f"llama.cpp {facts.arch}: n_chunk {chunked['window']} " \
+                                                   f"(design/engines.md §4.3)"
         return [il % period < period - 1 for il in range(n_layers)], int(chunked["window"]), LayerKind.CHUNKED
     if not window:
         return [False] * n_layers, None, LayerKind.SLIDING
-    pattern = facts.get("attention.sliding_window_pattern", "layer_types")
+    pattern = facts.get("attention.sliding_window_pattern", "layers")
     if isinstance(pattern, list):
         if len(pattern) != n_layers:
             raise MalformedFileError(f"{len(pattern)} entries for {n_layers} layers", file=facts.filename,
@@ -405,11 +407,13 @@ def _swa_layers(facts: _Facts, n_layers: int, warnings: list[str]) -> tuple[list
         period = pattern
     elif facts.arch in table["swa_pattern"]:
         period = int(table["swa_pattern"][facts.arch])
-        facts.provenance["layer_types"] = f"llama.cpp {facts.arch}: set_swa_pattern({period}) " \
-                                          f"(design/engines.md §4.3)"
+        facts.provenance["layers"] = f"llama.cpp {facts.arch}: set_swa_pattern({period}) " \
+                                     f"(design/engines.md §4.3)"
     else:
         # llama.cpp applies the window to every layer when no pattern is known (set_swa_pattern default 1 → all)
         warnings.append(f"{facts.arch}: sliding_window {window} with no layer pattern; applied to every layer")
+        facts.provenance["layers"] = "derived: no sliding_window_pattern; the window applies to every layer " \
+                                     "(llama.cpp set_swa_pattern default)"
         return [True] * n_layers, window, LayerKind.SLIDING
     if period <= 0:
         return [True] * n_layers, window, LayerKind.SLIDING
@@ -424,6 +428,10 @@ def _recurrent_layer(facts: _Facts, kind: LayerKind, moe: bool) -> Layer:
     n_heads = facts.int("ssm.time_step_rank", "ssm_time_step_rank") or 0
     # llama.cpp src/llama-hparams.cpp n_embd_r / n_embd_s (design/engines.md §4.3); state kept in F32
     conv = max(d_conv - 1, 0) * (d_inner + 2 * n_group * d_state)
+    facts.provenance["recurrent_state"] = "derived: conv (ssm.conv_kernel − 1) × (ssm.inner_size + 2 × " \
+                                          "ssm.group_count × ssm.state_size) + ssm ssm.state_size × ssm.inner_size " \
+                                          "(llama.cpp n_embd_r / n_embd_s)"
+    facts.provenance["state_dtype_bytes"] = "derived: llama.cpp keeps the recurrent state in F32"
     return Layer(kind=kind, conv_state_elems=conv, ssm_state_elems=d_state * d_inner, state_dtype_bytes=4.0,
                  state_heads=n_heads, moe=moe)
 
@@ -433,17 +441,20 @@ def _layers(facts: _Facts, n_layers: int, moe_layers: set[int], warnings: list[s
     n_embd = facts.int("embedding_length", "hidden_size")
     heads = _per_layer(facts.get("attention.head_count", "num_attention_heads"), n_layers,
                        f"{arch}.attention.head_count", filename)
-    kv_heads = _per_layer(facts.get("attention.head_count_kv", "num_key_value_heads"), n_layers,
+    kv_heads = _per_layer(facts.get("attention.head_count_kv", "num_kv_heads"), n_layers,
                           f"{arch}.attention.head_count_kv", filename)
     if kv_heads is None:
         kv_heads = heads
+        facts.provenance["num_kv_heads"] = f"derived: no {arch}.attention.head_count_kv → multi-head attention " \
+                                           f"(= {arch}.attention.head_count)"
     key_length = facts.int("attention.key_length", "head_dim")
     value_length = facts.int("attention.value_length", "head_dim_v")
-    key_length_swa = facts.int("attention.key_length_swa")
-    value_length_swa = facts.int("attention.value_length_swa")
+    key_length_swa = facts.int("attention.key_length_swa", "head_dim_swa")
+    value_length_swa = facts.int("attention.value_length_swa", "head_dim_v_swa")
     kv_lora_rank = facts.int("attention.kv_lora_rank", "kv_lora_rank")
     has_mla_keys = f"{arch}.attention.key_length_mla" in metadata
     rope_dims = facts.int("rope.dimension_count", "qk_rope_head_dim") if kv_lora_rank else None
+    facts.provenance["layers"] = f"derived: {arch}.attention.head_count_kv per block (0 = no attention cache)"
     swa, window, windowed_kind = _swa_layers(facts, n_layers, warnings)
     has_ssm = f"{arch}.ssm.state_size" in metadata or f"{arch}.ssm.inner_size" in metadata
     table = _arch_table()["recurrent"]
@@ -451,6 +462,9 @@ def _layers(facts: _Facts, n_layers: int, moe_layers: set[int], warnings: list[s
     interval = facts.int("full_attention_interval", "full_attention_interval")
     if interval is None:
         interval = table["full_attention_interval_default"].get(arch)
+    if has_ssm:
+        facts.provenance["layers"] = f"derived: recurrent where {arch}.attention.head_count_kv is 0" + (
+            f" or outside every {interval}th block" if interval else "")
     ffn = _per_layer(facts.get("feed_forward_length"), n_layers, f"{arch}.feed_forward_length", filename)
 
     layers: list[Layer] = []
@@ -483,6 +497,10 @@ def _layers(facts: _Facts, n_layers: int, moe_layers: set[int], warnings: list[s
         else:
             layers.append(Layer(kind=LayerKind.FULL, num_kv_heads=n_kv, head_dim_k=head_k, head_dim_v=head_v,
                                 moe=moe))
+    if key_length is None and any(layer.head_dim_k for layer in layers):
+        facts.provenance["head_dim"] = f"derived: {arch}.embedding_length / {arch}.attention.head_count"
+    if value_length is None and any(layer.head_dim_v for layer in layers):
+        facts.provenance["head_dim_v"] = f"derived: no {arch}.attention.value_length → = head_dim"
     if kv_lora_rank and not has_mla_keys:
         warnings.append(f"{arch}: GGUF converted without MLA metadata; llama.cpp caches full per-head K/V")
     return tuple(layers)
@@ -549,6 +567,28 @@ def gguf_weights(tensors: Sequence[GGUFTensor], *, num_layers: int | None, sourc
                                     source=source, exact=True)
 
 
+def _weights_or_none(tensors: Sequence[GGUFTensor], num_layers: int, filename: str, provenance: dict[str, str],
+                     warnings: list[str]) -> Weights | None:
+    """The summed tensors; None (with a warning) for a GGUF without tensors, such as llama.cpp's
+    ``ggml-vocab-*.gguf`` tokenizer files: hyper-parameters and a vocabulary, but not a model to serve."""
+    if not tensors:
+        warnings.append(f"weights unknown: {filename} has no tensors: this GGUF holds only a vocabulary and "
+                        "metadata, not a model checkpoint")
+        return None
+    provenance["weights"] = f"{filename}: GGUF tensor infos (exact)"
+    return gguf_weights(tensors, num_layers=num_layers, source=f"{filename}: GGUF tensor infos")
+
+
+def _tied_embeddings(tensors: Sequence[GGUFTensor], provenance: dict[str, str], warnings: list[str]) -> bool | None:
+    """llama.cpp reuses token_embd.weight as the output matrix when the file has no output.weight."""
+    if not tensors:
+        warnings.append("tie_word_embeddings unknown: no tensors to tell whether output.weight exists")
+        return None
+    tied = not any(t.name == "output.weight" for t in tensors)
+    provenance["tie_word_embeddings"] = f"derived: {'no' if tied else 'an'} output.weight tensor"
+    return tied
+
+
 def spec_from_gguf(headers: Sequence[GGUFHeader], *, filename: str) -> ModelSpec:
     """The ModelSpec of a GGUF model: metadata from the first part, tensors from every part."""
     warnings: list[str] = []
@@ -573,14 +613,18 @@ def spec_from_gguf(headers: Sequence[GGUFHeader], *, filename: str) -> ModelSpec
                                  field=f"{arch}.nextn_predict_layers")
     n_layers -= num_mtp
     moe_layers = {int(m.group(1)) for t in tensors if (m := re.match(r"^blk\.(\d+)\.ffn_\w+_exps\.", t.name))}
+    if moe_layers:
+        facts.provenance["moe_layers"] = "derived: blocks with blk.N.ffn_*_exps tensors"
     layers = _layers(facts, n_layers + num_mtp, moe_layers, warnings)[:n_layers]
-    weights = gguf_weights(tensors, num_layers=n_layers, source=f"{filename}: GGUF tensor infos")
+    weights = _weights_or_none(tensors, n_layers, filename, facts.provenance, warnings)
 
     file_type_id = metadata.get("general.file_type")
     file_type = _file_type_name(file_type_id)
     if file_type is None:
         warnings.append(f"general.file_type {file_type_id!r} is absent or unknown")
-    bits_per_weight = (weights.total_bytes * 8 / weights.params_total) if weights.params_total else None
+    else:
+        facts.provenance["quantization"] = f"{filename}: general.file_type"
+    bits_per_weight = (weights.total_bytes * 8 / weights.params_total) if weights and weights.params_total else None
     num_experts = facts.int("expert_count", "num_experts")
     experts_used = facts.int("expert_used_count", "experts_per_token")
     head_k = facts.int("attention.key_length") or next((l.head_dim_k for l in layers if l.head_dim_k), None)
@@ -589,9 +633,7 @@ def spec_from_gguf(headers: Sequence[GGUFHeader], *, filename: str) -> ModelSpec
                      f"{arch}.feed_forward_length", filename)
     heads = _per_layer(facts.get("attention.head_count"), n_layers + num_mtp, f"{arch}.attention.head_count",
                        filename)
-    tied = not any(t.name == "output.weight" for t in tensors)
-    facts.provenance["tie_word_embeddings"] = f"derived: {'no' if tied else 'an'} output.weight tensor"
-    facts.provenance["weights"] = f"{filename}: GGUF tensor infos (exact)"
+    tied = _tied_embeddings(tensors, facts.provenance, warnings)
     warnings.append("GGUF states no compute dtype")
 
     extra: dict[str, object] = {
@@ -604,7 +646,7 @@ def spec_from_gguf(headers: Sequence[GGUFHeader], *, filename: str) -> ModelSpec
         "n_embd_head_v": head_v,
         "file_size": sum(gguf_file_size(h) for h in headers),
         "split_count": len(headers),
-        "token_embd_bytes": weights.bytes_by_component.get("embeddings", 0),
+        "token_embd_bytes": weights.bytes_by_component.get("embeddings", 0) if weights else None,
     }
     if "general.name" in metadata:
         extra["name"] = metadata["general.name"]
@@ -628,7 +670,7 @@ def spec_from_gguf(headers: Sequence[GGUFHeader], *, filename: str) -> ModelSpec
         num_mtp_layers=num_mtp,
         rope_scaling=_rope_scaling(facts),
         quantization=Quantization(method="gguf", bits=bits_per_weight, details={
-            "file_type": file_type, "ggml_types": dict(weights.bytes_by_dtype)},
+            "file_type": file_type, "ggml_types": dict(weights.bytes_by_dtype) if weights else {}},
             source=f"{filename}: general.file_type"),
         weights=weights,
         provenance=facts.provenance,
@@ -636,4 +678,4 @@ def spec_from_gguf(headers: Sequence[GGUFHeader], *, filename: str) -> ModelSpec
         decided_by="hfvram rules",
         extra=extra,
     )
-    return spec.with_weights(weights, params_active(weights, spec))
+    return spec.with_weights(weights, params_active(weights, spec)) if weights else spec
