@@ -12,6 +12,9 @@ import pytest
 from hfvram.readers.config import read_config
 from hfvram.readers.gguf import read_gguf_file, spec_from_gguf
 from hfvram.readers.provenance import missing_provenance, required_provenance
+from hfvram.readers.safetensors import file_reader, read_safetensors_header, weights_from_tensors
+from hfvram.readers.shapes import derived_weights
+from hfvram.readers.tensors import spec_with_weights
 from test_config_corpus import REPOS, _companions, _config, _repo_id
 
 HEADERS = Path(__file__).resolve().parent.parent / "fixtures" / "headers"
@@ -70,3 +73,25 @@ def test_the_walk_covers_each_layer_kind_and_catches_a_gap():
         for name in names:
             without = replace(spec, provenance={k: v for k, v in spec.provenance.items() if k != name})
             assert missing_provenance(without) == [name], (repo_id, name)
+
+
+def test_weights_attached_by_the_readers_name_their_source():
+    """sentence-transformers/all-MiniLM-L6-v2: config.json (fixtures/hub) plus the real safetensors header
+    (fixtures/headers); and Qwen3-8B's config with weights derived from its shapes. Either way the attached
+    weights add a `weights` provenance entry, so the walk over the whole spec passes."""
+    header = HEADERS / "sentence-transformers--all-MiniLM-L6-v2--model.safetensors-header"
+    by_repo = {_repo_id(repo): repo for repo in REPOS}
+    minilm = read_config(_config(by_repo["sentence-transformers/all-MiniLM-L6-v2"]), use_transformers=False)
+    tensors = read_safetensors_header(file_reader(header), filename="model.safetensors")
+    exact = weights_from_tensors(tensors.values(), source="model.safetensors: header (exact)",
+                                 num_layers=minilm.num_layers)
+    with_exact = spec_with_weights(minilm, exact)
+    assert with_exact.provenance["weights"] == "model.safetensors: header (exact)"
+    assert with_exact.params_total == 22_713_216  # as in test_safetensors: the header's 22.7M parameters
+    assert "weights" not in minilm.provenance and missing_provenance(with_exact) == []
+
+    qwen = read_config(_config(by_repo["Qwen/Qwen3-8B"]), use_transformers=False)
+    derived = derived_weights(qwen)
+    with_derived = spec_with_weights(qwen, derived)
+    assert with_derived.provenance["weights"] == derived.source and derived.exact is False
+    assert missing_provenance(with_derived) == []

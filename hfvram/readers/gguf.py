@@ -20,7 +20,7 @@ from importlib import resources
 from typing import Mapping, Protocol, Sequence
 
 from hfvram.errors import MalformedFileError
-from hfvram.readers.tensors import TensorInfo, gguf_component, params_active, weights_from_tensor_list
+from hfvram.readers.tensors import TensorInfo, gguf_component, spec_with_weights, weights_from_tensor_list
 from hfvram.spec import Layer, LayerKind, ModelSpec, Quantization, Weights
 
 if sys.version_info >= (3, 11):
@@ -567,7 +567,7 @@ def gguf_weights(tensors: Sequence[GGUFTensor], *, num_layers: int | None, sourc
                                     source=source, exact=True)
 
 
-def _weights_or_none(tensors: Sequence[GGUFTensor], num_layers: int, filename: str, provenance: dict[str, str],
+def _weights_or_none(tensors: Sequence[GGUFTensor], num_layers: int, filename: str,
                      warnings: list[str]) -> Weights | None:
     """The summed tensors; None (with a warning) for a GGUF without tensors, such as llama.cpp's
     ``ggml-vocab-*.gguf`` tokenizer files: hyper-parameters and a vocabulary, but not a model to serve."""
@@ -575,8 +575,7 @@ def _weights_or_none(tensors: Sequence[GGUFTensor], num_layers: int, filename: s
         warnings.append(f"weights unknown: {filename} has no tensors: this GGUF holds only a vocabulary and "
                         "metadata, not a model checkpoint")
         return None
-    provenance["weights"] = f"{filename}: GGUF tensor infos (exact)"
-    return gguf_weights(tensors, num_layers=num_layers, source=f"{filename}: GGUF tensor infos")
+    return gguf_weights(tensors, num_layers=num_layers, source=f"{filename}: GGUF tensor infos (exact)")
 
 
 def _tied_embeddings(tensors: Sequence[GGUFTensor], provenance: dict[str, str], warnings: list[str]) -> bool | None:
@@ -616,7 +615,7 @@ def spec_from_gguf(headers: Sequence[GGUFHeader], *, filename: str) -> ModelSpec
     if moe_layers:
         facts.provenance["moe_layers"] = "derived: blocks with blk.N.ffn_*_exps tensors"
     layers = _layers(facts, n_layers + num_mtp, moe_layers, warnings)[:n_layers]
-    weights = _weights_or_none(tensors, n_layers, filename, facts.provenance, warnings)
+    weights = _weights_or_none(tensors, n_layers, filename, warnings)
 
     file_type_id = metadata.get("general.file_type")
     file_type = _file_type_name(file_type_id)
@@ -678,4 +677,4 @@ def spec_from_gguf(headers: Sequence[GGUFHeader], *, filename: str) -> ModelSpec
         decided_by="hfvram rules",
         extra=extra,
     )
-    return spec.with_weights(weights, params_active(weights, spec)) if weights else spec
+    return spec_with_weights(spec, weights) if weights else spec

@@ -13,7 +13,7 @@ import math
 import re
 import sys
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from importlib import resources
 from typing import Iterable, Sequence
@@ -282,3 +282,10 @@ def params_active(weights: Weights | Iterable[TensorInfo], spec: ModelSpec) -> i
     inactive = expert_params * (1 - spec.experts_per_token / spec.num_experts)
     return int(round(weights.params_total - inactive))
 
+
+
+def spec_with_weights(spec: ModelSpec, weights: Weights) -> ModelSpec:
+    """``spec`` carrying ``weights``, with their provenance (``weights.source``, so --explain names where the
+    weights came from) and the active parameters per token."""
+    provenance = {**spec.provenance, "weights": weights.source or "derived: weights attached without a source"}
+    return replace(spec, provenance=provenance).with_weights(weights, params_active(weights, spec))
