@@ -43,7 +43,7 @@ def estimate(spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, w
         choice = replace(choice, name=name, version=version)
     engine_rules.check_kv_dtype(name, choice, workload)
     profile = get_profile(name)
-    result = profile.estimate(spec, hardware, choice, workload)
+    result = engine_rules.without_decode_speed(profile.estimate(spec, hardware, choice, workload))
     notes = engine_rules.unknown_setting_warnings(name, choice) + engine_rules.version_warnings(
         name, choice.version, profile.rule_versions)
     refusals = [engine_rules.platform_refusal(name, hardware), engine_rules.tp_refusal(

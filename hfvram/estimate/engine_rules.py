@@ -167,6 +167,26 @@ def version_warnings(engine: str, requested: str | None, rule_versions: Iterable
             f"accounting it knows at or before {requested})"]
 
 
+# ---- decode speed ----------------------------------------------------------------------------------------
+
+
+def generates_tokens(spec: ModelSpec) -> bool:
+    """False for a model whose every layer keeps nothing per sequence (an encoder such as BERT): an
+    autoregressive decoder needs a KV cache or a recurrent state somewhere. Unknown layers count as True."""
+    return not spec.layers or any(layer.kind is not LayerKind.NONE for layer in spec.layers)
+
+
+def without_decode_speed(result: Estimate) -> Estimate:
+    """An encoder-only model has no decode speed: None and a warning instead of a bandwidth bound."""
+    if generates_tokens(result.spec) or result.decode_tokens_per_second is None:
+        return result
+    note = ("the model keeps no KV cache or recurrent state in any layer (an encoder, not a decoder): it does "
+            "not generate tokens, so no decode speed is given")
+    explain = {**result.explain, "decode": note}
+    return replace(result, decode_tokens_per_second=None, warnings=tuple(dict.fromkeys([*result.warnings, note])),
+                   explain=explain)
+
+
 # ---- applying them ---------------------------------------------------------------------------------------
 
 

@@ -46,8 +46,9 @@ def has_repo(repo_id: str) -> bool:
     return _entry(repo_id) is not None
 
 
-def load_from_catalog(repo_id: str, *, reason: str) -> LoadedModel | None:
-    """The catalogue's entry for ``repo_id`` as a LoadedModel (None when the catalogue lacks it)."""
+def load_from_catalog(repo_id: str, *, reason: str, revision: str | None = None) -> LoadedModel | None:
+    """The catalogue's entry for ``repo_id`` as a LoadedModel (None when the catalogue lacks it). The catalogue
+    holds one revision of each repo: a ``revision`` asked for is said to be unchecked, not silently dropped."""
     entry = _entry(repo_id)
     if entry is None:
         return None
@@ -63,7 +64,11 @@ def load_from_catalog(repo_id: str, *, reason: str) -> LoadedModel | None:
     warning = f"using hfvram's embedded catalogue (built {catalog_date()}); {reason}"
     from dataclasses import replace
 
-    spec = replace(spec, warnings=(warning, *spec.warnings))
+    notes = (warning,)
+    if revision and revision != "main":
+        notes += (f"revision {revision!r} was asked for, but the embedded catalogue holds one revision of {repo_id} "
+                  f"(as of {catalog_date()}): the requested revision could not be checked",)
+    spec = replace(spec, warnings=(*notes, *spec.warnings))
     used = ("config.json", *companions, *(("model.safetensors.index.json",) if entry.get("index") else ()))
     return LoadedModel(spec, SourceInfo(kind="catalog", repo_id=str(entry.get("repo_id", repo_id)),
                                         revision=None, files=used, note=f"catalogue built {catalog_date()}"))

@@ -20,6 +20,7 @@ from huggingface_hub import errors as hf_errors
 from huggingface_hub import get_token
 from huggingface_hub.utils import get_session, hf_raise_for_status
 
+from hfvram.sources.repo_files import offline_requested  # noqa: F401  (re-exported)
 from hfvram.errors import GatedRepoError, HfvramError, MalformedFileError, NetworkError, RepoNotFoundError
 
 KIB = 1024
@@ -44,12 +45,6 @@ TOKEN_HELP = "pass a token with --token, set HF_TOKEN, or run `hf auth login`"
 def hub_endpoint() -> str:
     """The Hub base URL, read at call time (HF_ENDPOINT may be set after import)."""
     return (os.environ.get("HF_ENDPOINT") or hf_constants.ENDPOINT).rstrip("/")
-
-
-def offline_requested() -> bool:
-    """Whether HF_HUB_OFFLINE asks for no network, read at call time."""
-    value = os.environ.get("HF_HUB_OFFLINE", "")
-    return value.strip().upper() in {"1", "ON", "YES", "TRUE"} or bool(hf_constants.HF_HUB_OFFLINE)
 
 
 def _env_float(name: str, default: float) -> float:

@@ -11,9 +11,7 @@ stored in the facts cache under the commit sha, so checking the same repo again 
 
 from __future__ import annotations
 
-import re
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence, TypeVar
 from urllib.parse import quote
 
@@ -39,6 +37,14 @@ from hfvram.sources.http import (
     hub_endpoint,
 )
 from hfvram.sources.rangestream import RangeStream
+from hfvram.sources.repo_files import (  # noqa: F401  (re-exported: hub.RepoInfo, hub.safetensors_shards …)
+    _WEIGHT_SUFFIXES_UNSUPPORTED,
+    MODEL_INFO,
+    RepoInfo,
+    gguf_files,
+    quant_tags,
+    safetensors_shards,
+)
 from hfvram.spec import LoadedModel, SourceInfo
 
 EXPAND = ("sha", "siblings", "gated", "safetensors")
@@ -47,27 +53,8 @@ EXPAND = ("sha", "siblings", "gated", "safetensors")
 FIRST_HEADER_RANGE = 32 * KIB
 SINGLE_FILE = "model.safetensors"
 PARALLEL = 16
-MODEL_INFO = "model-info"
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class RepoInfo:
-    repo_id: str
-    sha: str
-    files: tuple[str, ...]
-    gated: object = False
-    #: `safetensors.parameters` of the model info: element count per dtype (None when the Hub has none)
-    dtype_parameters: Mapping[str, int] | None = None
-
-    def to_json(self) -> dict:
-        return {"sha": self.sha, "files": list(self.files), "gated": self.gated,
-                "dtype_parameters": dict(self.dtype_parameters) if self.dtype_parameters else None}
-
-    @classmethod
-    def from_json(cls, repo_id: str, data: Mapping) -> "RepoInfo":
-        return cls(repo_id, data["sha"], tuple(data["files"]), data.get("gated", False), data.get("dtype_parameters"))
 
 
 # ---- single requests ------------------------------------------------------------------------------
@@ -186,50 +173,6 @@ def in_parallel(jobs: Mapping[str, Callable[[], T]]) -> dict[str, T]:
 
 
 # ---- picking files -------------------------------------------------------------------------------
-
-_WEIGHT_SUFFIXES_UNSUPPORTED = (".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack")
-
-
-def safetensors_shards(files: Sequence[str]) -> list[str]:
-    """Top-level checkpoint shards (``model*.safetensors``; else any top-level ``*.safetensors`` except
-    Mistral's ``consolidated`` duplicate of the same weights)."""
-    top = [f for f in files if "/" not in f and f.endswith(".safetensors")]
-    preferred = [f for f in top if f.startswith("model")]
-    if preferred:
-        return sorted(preferred)
-    others = [f for f in top if not f.startswith("consolidated")]
-    return sorted(others or top)
-
-
-def gguf_files(files: Sequence[str], selector: str) -> list[str]:
-    """The GGUF file (or split set) a ``:QUANT`` or ``:file.gguf`` selector names."""
-    ggufs = [f for f in files if f.lower().endswith(".gguf")]
-    if selector.lower().endswith(".gguf"):
-        chosen = [f for f in ggufs if f == selector or f.rsplit("/", 1)[-1] == selector]
-        first = chosen[:1]
-        split = re.match(r"^(.*)-00001-of-(\d{5})\.gguf$", first[0]) if first else None
-        if split:
-            return sorted(f for f in ggufs if re.match(re.escape(split[1]) + r"-\d{5}-of-" + split[2] + r"\.gguf$", f))
-        return first
-    tag = re.compile(r"(^|[._\-/])" + re.escape(selector) + r"([._\-]|$)", re.IGNORECASE)
-    matches = sorted(f for f in ggufs if tag.search(f.rsplit("/", 1)[-1]) or tag.search(f))
-    if not matches:
-        return []
-    groups: dict[str, list[str]] = {}
-    for f in matches:
-        key = re.sub(r"-\d{5}-of-\d{5}\.gguf$", "", f)
-        groups.setdefault(key, []).append(f)
-    return groups[sorted(groups, key=lambda k: (k.count("/"), len(k)))[0]]
-
-
-def quant_tags(files: Sequence[str]) -> list[str]:
-    tags = set()
-    for f in files:
-        found = re.search(r"(?i)(I?Q\d_[A-Z0-9_]+|Q\d_\d|BF16|F16|F32)", f.rsplit("/", 1)[-1])
-        if found:
-            tags.add(found[1].upper().rstrip("_"))
-    return sorted(tags)
-
 
 # ---- loading -------------------------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from hfvram.errors import MalformedFileError, ModelReadError, UnsupportedLayoutError
 from hfvram.sources.facts import COMPANION_FILES, INDEX_FILE, CheckpointFacts, spec_from_facts
-from hfvram.sources.hub import safetensors_shards
+from hfvram.sources.repo_files import safetensors_shards
 from hfvram.spec import LoadedModel, SourceInfo
 
 JSON_CAP = 16 * 1024 * 1024
@@ -106,13 +106,21 @@ def hf_hub_cache() -> Path:
 
 
 def cached_snapshot(repo_id: str, revision: str | None) -> Path | None:
-    """The snapshot folder of ``repo_id`` at ``revision`` in the HF cache, when its config.json is there."""
-    from huggingface_hub import try_to_load_from_cache
+    """The snapshot folder of ``repo_id`` at ``revision`` in the HF cache, when its config.json is there.
 
-    found = try_to_load_from_cache(repo_id, "config.json", cache_dir=hf_hub_cache(), revision=revision or "main")
-    if isinstance(found, str) and os.path.isfile(found):
-        return Path(found).parent
-    return None
+    Read from the cache's own layout (``models--ORG--NAME/refs/REV`` → ``snapshots/SHA``, as huggingface_hub's
+    ``try_to_load_from_cache`` does) so that an offline run never imports the HTTP stack."""
+    repo_dir = hf_hub_cache() / ("models--" + repo_id.replace("/", "--"))
+    wanted = revision or "main"
+    ref = repo_dir / "refs" / wanted
+    try:
+        sha = ref.read_text(encoding="utf-8").strip() if ref.is_file() else wanted
+    except OSError:
+        return None
+    if not sha or "/" in sha or sha in (".", ".."):
+        return None
+    snapshot = repo_dir / "snapshots" / sha
+    return snapshot if (snapshot / "config.json").is_file() else None
 
 
 def snapshot_is_complete(snapshot: Path) -> bool:

@@ -9,7 +9,7 @@ from pathlib import Path
 from hfvram.errors import HfvramError, NetworkError, UsageError
 from hfvram.sources import catalog
 from hfvram.sources.cache import FactsCache
-from hfvram.sources.http import offline_requested
+from hfvram.sources.repo_files import offline_requested
 from hfvram.spec import LoadedModel
 
 _REPO = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.\-]*/[\w.\-]+)(?:@(?P<rev>[^:@\s]+))?(?::(?P<file>[^@\s]+))?$")
@@ -39,7 +39,7 @@ def parse_source(source: str) -> Path | HubSource:
 def load_model(source: str, *, revision: str | None = None, token: str | None = None, offline: bool | None = None,
                need_split: bool = False, cache_dir: Path | None = None) -> LoadedModel:
     """Read one model's facts from any SOURCE form (contract.md); raises HfvramError (exit 3) when it cannot."""
-    from hfvram.sources import hub, local
+    from hfvram.sources import local
 
     parsed = parse_source(source)
     if isinstance(parsed, Path):
@@ -56,6 +56,8 @@ def load_model(source: str, *, revision: str | None = None, token: str | None = 
 
     if offline:
         return _offline(parsed, revision, cache)
+    from hfvram.sources import hub  # the HTTP stack, only when the Hub is asked
+
     try:
         if parsed.gguf is not None:
             loaded = hub.load_hub_gguf(repo_id, parsed.gguf, revision=revision, token=token, cache=cache)
@@ -65,7 +67,8 @@ def load_model(source: str, *, revision: str | None = None, token: str | None = 
     except NetworkError as err:
         fallback = _from_facts_cache(parsed, revision, cache, reason="the Hub was not reachable")
         if fallback is None and parsed.gguf is None:
-            fallback = catalog.load_from_catalog(repo_id, reason=f"the Hub was not reachable ({err})")
+            fallback = catalog.load_from_catalog(repo_id, reason=f"the Hub was not reachable ({err})",
+                                                 revision=revision)
         if fallback is None:
             raise
         return fallback
@@ -91,7 +94,7 @@ def _from_facts_cache(parsed: HubSource, revision: str | None, cache: FactsCache
     from dataclasses import replace
 
     from hfvram.sources.facts import INDEX_FILE, CheckpointFacts, spec_from_facts
-    from hfvram.sources.hub import MODEL_INFO, RepoInfo, safetensors_shards
+    from hfvram.sources.repo_files import MODEL_INFO, RepoInfo, safetensors_shards
     from hfvram.spec import SourceInfo
 
     repo_id = parsed.repo_id
@@ -137,7 +140,8 @@ def _offline(parsed: HubSource, revision: str | None, cache: FactsCache) -> Load
     if found is not None:
         return found
     if parsed.gguf is None:
-        found = catalog.load_from_catalog(parsed.repo_id, reason="offline mode: the Hub was not asked")
+        found = catalog.load_from_catalog(parsed.repo_id, reason="offline mode: the Hub was not asked",
+                                          revision=revision)
     if found is not None:
         return found
     raise ModelReadError(

@@ -178,12 +178,16 @@ class LmdeployProfile:
                 slack = max(0.0, free * (1 - s.cache_max_entry_count))
             blocks = int(pool // block_bytes) if block_bytes > 0 else 0
             explain["budget"] = (
-                f"{s.backend}: free after weights{' and state cache' if state_cache else ''} {free / GiB:.2f} GiB"
+                f"{s.backend}: " + (f"free after weights{' and state cache' if state_cache else ''} {free / GiB:.2f} GiB"
+                                    if free >= 0 else f"weights{' and state cache' if state_cache else ''} exceed "
+                                    f"the free memory by {-free / GiB:.2f} GiB (no cache possible)")
                 + (f" (state cache {state_cache / GiB:.2f} GiB)" if state_cache else "")
                 + (f" − runtime {runtime / GiB:.2f} GiB" if runtime else "")
-                + f", × cache_max_entry_count {s.cache_max_entry_count} = {pool / GiB:.2f} GiB → {blocks} blocks"
+                + (f", × cache_max_entry_count {s.cache_max_entry_count} = {pool / GiB:.2f} GiB → {blocks} blocks"
+                   if free >= 0 else "")
             )
-            if blocks <= 0 or free <= 0:
+            # a model that keeps nothing per sequence (encoder-only) needs no cache blocks to start
+            if free <= 0 or (blocks <= 0 and (block_bytes > 0 or state_cache > 0)):
                 warnings.append("no memory is left for LMDeploy's KV cache after the weights")
                 refuses = True
         else:

@@ -287,6 +287,8 @@ class SglangProfile:
         )
 
         memory = hardware.gpu.gpu_memory_bytes if hardware else 0
+        #: a model that keeps nothing per sequence (encoder-only, attention-free) needs no token pool to start
+        no_cache = cell.cell <= 0 and cell.state_bytes_per_request <= 0
         tokens, running, mamba_size, slack = None, s.max_running_requests, None, 0.0
         if hardware is not None:
             pre = memory - overhead
@@ -310,7 +312,7 @@ class SglangProfile:
                 f"{pre / GiB:.2f} GiB; weights + KV pool ≤ {pre * s.mem_fraction_static / GiB:.2f} GiB; pool = "
                 f"{max(rest, 0) / GiB:.2f} GiB → {tokens} tokens (page {s.page_size})"
             )
-            if tokens <= 0:
+            if tokens <= 0 and not no_cache:
                 warnings.append(
                     f"the weights leave no memory for the KV cache under mem_fraction_static={s.mem_fraction_static}: "
                     "SGLang stops at start-up ('Not enough memory' / 'leave no GPU memory for the KV cache')"
@@ -327,7 +329,8 @@ class SglangProfile:
         explain["activations"] = (
             f"the {1 - s.mem_fraction_static:.3f} of free memory outside mem_fraction_static, left for activations, "
             f"CUDA graphs (chunked_prefill_size {s.chunked_prefill_size}, cuda_graph_max_bs {s.cuda_graph_max_bs}) and "
-            f"req_to_token ({running} + 1) × ({s.context_length} + 4) × 4 B = {table / GiB:.2f} GiB (§3.1, §3.2)"
+            + (f"req_to_token ({running} + 1) × ({s.context_length} + 4) × 4 B = {table / GiB:.2f} GiB (§3.1, §3.2)"
+               if running is not None else "the req_to_token table (none: no token pool to size it)")
         )
         if hardware is not None and table > slack:
             warnings.append(f"req_to_token table {table / GiB:.2f} GiB exceeds the {slack / GiB:.2f} GiB outside "
@@ -366,7 +369,7 @@ class SglangProfile:
             spec=spec, hardware=hardware, engine=engine,
             workload=replace(workload, context=context, kv_dtype=s.kv_cache_dtype), per_gpu=per_gpu,
             capacity=capacity, decode=decode, warnings=warnings, explain=explain, tp=s.tp, pp=s.pp,
-            force_does_not_fit=hardware is not None and not tokens,
+            force_does_not_fit=hardware is not None and not tokens and not no_cache,
         )
 
 

@@ -167,8 +167,9 @@ class VllmProfile:
             pool = budget - weights - activations - overhead_in_budget
             explain["budget"] = (
                 f"ceil({memory / GiB:.2f} GiB × gpu_memory_utilization {settings.gpu_memory_utilization}) = "
-                f"{budget / GiB:.2f} GiB per GPU; KV pool = budget − weights − activations − overhead "
-                f"= {pool / GiB:.2f} GiB"
+                f"{budget / GiB:.2f} GiB per GPU; KV pool = budget − weights − activations − overhead"
+                + (f" = {pool / GiB:.2f} GiB" if pool >= 0 else f": none, short by {-pool / GiB:.2f} GiB (the three "
+                   "exceed the budget)")
             )
         else:
             budget, pool = 0, 0.0
@@ -465,11 +466,16 @@ def non_torch_bytes(tp: int, pp: int, rules: Mapping[str, Any]) -> int:
 
 
 def cudagraph_bytes(spec: ModelSpec, settings: Settings, rules: Mapping[str, Any]) -> int:
-    """CUDA-graph memory per GPU (§2.4 defaults; hybrid linear-attention scaled from article 003); 0 eager."""
+    """CUDA-graph memory per GPU (§2.4 defaults; hybrid linear-attention scaled from article 003); 0 eager.
+
+    The hybrid scale was measured on Qwen3.5/3.6, where every decoder layer is a token mixer plus an MLP; models
+    that list the MLP as a block of its own (Nemotron-H: 118 blocks = 54 Mamba + 10 attention + 54 MLP) count
+    only their mixer blocks, else each mixer+MLP pair would be charged twice."""
     if settings.enforce_eager:
         return 0
     if any(layer.kind in RECURRENT_KINDS for layer in spec.layers) and spec.hidden_size:
-        per_rank = float(rules["cudagraph_hybrid_bytes_per_layer_hidden"]) * spec.num_layers * spec.hidden_size
+        mixers = sum(1 for layer in spec.layers if layer.kind is not LayerKind.NONE)
+        per_rank = float(rules["cudagraph_hybrid_bytes_per_layer_hidden"]) * mixers * spec.hidden_size
         per_rank /= settings.pipeline_parallel_size
         return int(max(per_rank, float(rules["cudagraph_hybrid_min_gib"]) * GiB))
     params = spec.params_total or 0

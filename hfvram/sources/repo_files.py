@@ -1,0 +1,84 @@
+"""What a Hub repository holds, without the HTTP stack: the model-info record kept in the facts cache and the
+rules that pick checkpoint files from a file list. Kept apart from ``hub`` so that offline runs (facts cache,
+embedded catalogue) never import the HTTP client."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+#: facts-cache entry holding a repo's model info (sha, files, gated, dtype parameters)
+MODEL_INFO = "model-info"
+
+
+def offline_requested() -> bool:
+    """Whether HF_HUB_OFFLINE asks for no network, read at call time."""
+    from huggingface_hub import constants as hf_constants
+
+    value = os.environ.get("HF_HUB_OFFLINE", "")
+    return value.strip().upper() in {"1", "ON", "YES", "TRUE"} or bool(hf_constants.HF_HUB_OFFLINE)
+
+
+@dataclass(frozen=True)
+class RepoInfo:
+    repo_id: str
+    sha: str
+    files: tuple[str, ...]
+    gated: object = False
+    #: `safetensors.parameters` of the model info: element count per dtype (None when the Hub has none)
+    dtype_parameters: Mapping[str, int] | None = None
+
+    def to_json(self) -> dict:
+        return {"sha": self.sha, "files": list(self.files), "gated": self.gated,
+                "dtype_parameters": dict(self.dtype_parameters) if self.dtype_parameters else None}
+
+    @classmethod
+    def from_json(cls, repo_id: str, data: Mapping) -> "RepoInfo":
+        return cls(repo_id, data["sha"], tuple(data["files"]), data.get("gated", False), data.get("dtype_parameters"))
+
+
+
+_WEIGHT_SUFFIXES_UNSUPPORTED = (".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack")
+
+
+def safetensors_shards(files: Sequence[str]) -> list[str]:
+    """Top-level checkpoint shards (``model*.safetensors``; else any top-level ``*.safetensors`` except
+    Mistral's ``consolidated`` duplicate of the same weights)."""
+    top = [f for f in files if "/" not in f and f.endswith(".safetensors")]
+    preferred = [f for f in top if f.startswith("model")]
+    if preferred:
+        return sorted(preferred)
+    others = [f for f in top if not f.startswith("consolidated")]
+    return sorted(others or top)
+
+
+def gguf_files(files: Sequence[str], selector: str) -> list[str]:
+    """The GGUF file (or split set) a ``:QUANT`` or ``:file.gguf`` selector names."""
+    ggufs = [f for f in files if f.lower().endswith(".gguf")]
+    if selector.lower().endswith(".gguf"):
+        chosen = [f for f in ggufs if f == selector or f.rsplit("/", 1)[-1] == selector]
+        first = chosen[:1]
+        split = re.match(r"^(.*)-00001-of-(\d{5})\.gguf$", first[0]) if first else None
+        if split:
+            return sorted(f for f in ggufs if re.match(re.escape(split[1]) + r"-\d{5}-of-" + split[2] + r"\.gguf$", f))
+        return first
+    tag = re.compile(r"(^|[._\-/])" + re.escape(selector) + r"([._\-]|$)", re.IGNORECASE)
+    matches = sorted(f for f in ggufs if tag.search(f.rsplit("/", 1)[-1]) or tag.search(f))
+    if not matches:
+        return []
+    groups: dict[str, list[str]] = {}
+    for f in matches:
+        key = re.sub(r"-\d{5}-of-\d{5}\.gguf$", "", f)
+        groups.setdefault(key, []).append(f)
+    return groups[sorted(groups, key=lambda k: (k.count("/"), len(k)))[0]]
+
+
+def quant_tags(files: Sequence[str]) -> list[str]:
+    tags = set()
+    for f in files:
+        found = re.search(r"(?i)(I?Q\d_[A-Z0-9_]+|Q\d_\d|BF16|F16|F32)", f.rsplit("/", 1)[-1])
+        if found:
+            tags.add(found[1].upper().rstrip("_"))
+    return sorted(tags)
