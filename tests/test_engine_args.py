@@ -181,3 +181,16 @@ def test_short_flags_with_attached_values():
     assert vllm.settings["optimization-level"] == "3" and vllm.tp == 2
     llama = parse_engine_args("llama-server -m x.gguf -c8192 -np4")
     assert llama.context == 8192 and llama.settings["parallel"] == "4"
+
+
+@pytest.mark.parametrize("cmdline", [
+    "sglang.launch_server --model-path Qwen/Qwen3-8B --tp 2 --mem-fraction-static 0.8",
+    "python sglang.launch_server --model-path Qwen/Qwen3-8B --tp 2 --mem-fraction-static 0.8",
+])
+def test_sglang_module_named_without_python_m(cmdline):
+    """QA round 3: the module name pasted without `python -m` still names SGLang (sglang/launch_server.py)."""
+    parsed = parse_engine_args(cmdline)
+    assert parsed.engine == "sglang"
+    assert parsed.model == "Qwen/Qwen3-8B"
+    assert parsed.tp == 2
+    assert parsed.settings["mem-fraction-static"] == "0.8"
