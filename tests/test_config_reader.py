@@ -439,3 +439,19 @@ def test_mutated_real_configs_read_or_raise_malformed(repo: str, key: str, value
     target[key] = value
     json.dumps(cfg)  # still a JSON document
     _read_or_malformed(cfg, use_transformers=True)
+
+
+@pytest.mark.parametrize("extra, field, message", [
+    ({"layer_types": ["full_attention", "bogus"]}, "layer_types[1]", "unknown layer type 'bogus'"),
+    ({"layer_types": ["full_attention"]}, "layer_types", "has 1 entries for 2 layers"),
+    ({"compress_ratios": [0, 7]}, "compress_ratios[1]", "unknown compress ratio 7 (known: 0, 4, 128)"),
+    ({"compress_ratios": [4]}, "compress_ratios", "has 1 entries for 2 layers"),
+])
+def test_per_layer_lists_name_the_bad_entry(extra, field, message):
+    """A per-layer list (layer_types, DeepSeek-V4 compress_ratios) too short or with an unknown entry fails
+    on that entry's path rather than guessing a layer kind."""
+    config = {"architectures": ["FooForCausalLM"], "model_type": "foo", "num_hidden_layers": 2, "hidden_size": 64,
+              "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 100, **extra}
+    with pytest.raises(MalformedFileError) as raised:
+        read_config(config, use_transformers=False)
+    assert raised.value.field == field and message in str(raised.value)

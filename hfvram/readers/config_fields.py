@@ -3,22 +3,18 @@
 from __future__ import annotations
 
 import math
-import tomllib
 from dataclasses import dataclass, field
-from functools import lru_cache
-from importlib import resources
 from typing import Any, Mapping, Sequence
 
 from hfvram.errors import MalformedFileError
+from hfvram.readers.datafiles import data_table
 
 _MISSING = object()
 
 
-@lru_cache(maxsize=1)
 def config_rules() -> dict[str, Any]:
     """The alias tables of hfvram/data/config_rules.toml."""
-    text = resources.files("hfvram").joinpath("data/config_rules.toml").read_text(encoding="utf-8")
-    return tomllib.loads(text)
+    return data_table("config_rules.toml")
 
 
 def aliases(fact: str) -> list[str]:

@@ -7,7 +7,7 @@ derives ``layer_types``), then ``build_layers`` turns names into ``Layer`` shape
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from hfvram.readers.config_fields import ConfigView, aliases, config_rules
 from hfvram.spec import Layer, LayerKind
@@ -50,22 +50,33 @@ def _is_mla(view: ConfigView) -> bool:
     return view.has("kv_lora_rank")
 
 
+def _per_layer_kinds(view: ConfigView, values: Sequence[Any], path: str, num_layers: int,
+                     kind_of: Callable[[Any], str | None], unknown: str) -> list[str]:
+    """One layer kind per entry of a per-layer list (at least ``num_layers`` entries; an entry ``kind_of``
+    does not know fails with ``unknown`` formatted with it)."""
+    if len(values) < num_layers:
+        raise view.fail(path, f"has {len(values)} entries for {num_layers} layers")
+    kinds = []
+    for i, value in enumerate(values[:num_layers]):
+        kind = kind_of(value)
+        if kind is None:
+            raise view.fail(f"{path}[{i}]", unknown.format(value))
+        kinds.append(kind)
+    return kinds
+
+
 def rule_layer_types(view: ConfigView, num_layers: int, model_type: str | None) -> tuple[list[str], str]:
     """hfvram's own per-layer types, and where they came from."""
     # 1. the file lists them
     listed, path = view.str_list("layer_types")
     if listed is not None:
-        if len(listed) < num_layers:
-            raise view.fail(path, f"has {len(listed)} entries for {num_layers} layers")
-        types = []
-        for i, name in enumerate(listed[:num_layers]):
+        mla = _is_mla(view)
+
+        def listed_kind(name: str) -> str | None:
             kind = normalize_layer_type(name, model_type)
-            if kind is None:
-                raise view.fail(f"{path}[{i}]", f"unknown layer type {name!r}")
-            if kind == LayerKind.FULL.value and _is_mla(view):
-                kind = LayerKind.MLA.value
-            types.append(kind)
-        return types, view.where(path)
+            return LayerKind.MLA.value if mla and kind == LayerKind.FULL.value else kind
+
+        return _per_layer_kinds(view, listed, path, num_layers, listed_kind, "unknown layer type {!r}"), view.where(path)
 
     pattern, path = _pattern(view, num_layers)
     if pattern is not None:
@@ -77,13 +88,8 @@ def rule_layer_types(view: ConfigView, num_layers: int, model_type: str | None) 
 
     ratios, path = view.int_list("compress_ratios")
     if ratios is not None:
-        if len(ratios) < num_layers:
-            raise view.fail(path, f"has {len(ratios)} entries for {num_layers} layers")
-        types = []
-        for i, ratio in enumerate(ratios[:num_layers]):
-            if ratio not in _V4_RATIO_TYPES:
-                raise view.fail(f"{path}[{i}]", f"unknown compress ratio {ratio} (known: 0, 4, 128)")
-            types.append(_V4_RATIO_TYPES[ratio])
+        types = _per_layer_kinds(view, ratios, path, num_layers, _V4_RATIO_TYPES.get,
+                                 "unknown compress ratio {} (known: 0, 4, 128)")
         return types, view.where(path) + " (0 → sliding only, 4 → compressed-sparse, 128 → heavily-compressed)"
 
     if _is_mla(view):

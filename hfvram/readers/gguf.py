@@ -13,20 +13,14 @@ from __future__ import annotations
 import math
 import re
 import struct
-import sys
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
 from typing import Mapping, Protocol, Sequence
 
 from hfvram.errors import MalformedFileError
+from hfvram.readers.datafiles import data_table
 from hfvram.readers.tensors import TensorInfo, gguf_component, spec_with_weights, weights_from_tensor_list
 from hfvram.spec import Layer, LayerKind, ModelSpec, Quantization, Weights
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
@@ -323,10 +317,8 @@ def split_gguf_names(filename: str) -> list[str]:
 # ---- ModelSpec from the header ------------------------------------------------------------------
 
 
-@lru_cache(maxsize=1)
 def _arch_table() -> dict:
-    text = resources.files("hfvram.data").joinpath("gguf_arch.toml").read_text(encoding="utf-8")
-    return tomllib.loads(text)
+    return data_table("gguf_arch.toml")
 
 
 def _file_type_name(value: object) -> str | None:

@@ -11,19 +11,13 @@ from __future__ import annotations
 
 import math
 import re
-import sys
 from collections import defaultdict
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from importlib import resources
 from typing import Iterable, Sequence
 
+from hfvram.readers.datafiles import data_table
 from hfvram.spec import COMPONENTS, ModelSpec, Quantization, Weights
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 
 @dataclass(frozen=True)
@@ -45,10 +39,8 @@ class TensorInfo:
 # ---- dtype sizes --------------------------------------------------------------------------------
 
 
-@lru_cache(maxsize=1)
 def _dtype_table() -> dict[str, int]:
-    text = resources.files("hfvram.data").joinpath("dtypes.toml").read_text(encoding="utf-8")
-    return dict(tomllib.loads(text)["safetensors_bits"])
+    return data_table("dtypes.toml")["safetensors_bits"]
 
 
 def safetensors_dtypes() -> frozenset[str]:
