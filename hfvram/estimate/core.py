@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from hfvram.errors import UsageError
-from hfvram.estimate import engine_rules
+from hfvram.estimate import common, engine_rules
 from hfvram.estimate.engines import get_profile, parse_engine_name
 from hfvram.estimate.types import EngineChoice, Estimate, Hardware, Workload
 from hfvram.spec import ModelSpec
@@ -46,6 +46,7 @@ def estimate(spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, w
     result = engine_rules.without_decode_speed(profile.estimate(spec, hardware, choice, workload))
     notes = engine_rules.unknown_setting_warnings(name, choice) + engine_rules.version_warnings(
         name, choice.version, profile.rule_versions)
-    refusals = [engine_rules.platform_refusal(name, hardware), engine_rules.tp_refusal(
-        name, spec, result.tp, defaulted=choice.tp is None and not choice.settings)]
+    tp_defaulted = choice.tp is None and common.setting(choice, "tp", "tp-size", "tensor-parallel-size") is None
+    refusals = [engine_rules.platform_refusal(name, hardware),
+                engine_rules.tp_refusal(name, spec, result.tp, defaulted=tp_defaulted)]
     return engine_rules.with_refusals(result, [r for r in refusals if r], notes)
