@@ -367,7 +367,7 @@ def check_report(request: Request, options: RunOptions) -> dict[str, Any]:
     loaded = load(request, options)
     est = run_estimate(request, options, loaded)
     report = check_dict(loaded.source, est, explain=options.explain)
-    report["warnings"] = list(dict.fromkeys(report["warnings"] + list(request.notes) + empty_model_notes(report)
+    report["warnings"] = list(dict.fromkeys(report["warnings"] + list(request.notes)
                                             + default_engine_notes(request, est)))
     if options.explain and est.hardware is not None:
         from hfvram.estimate.hardware import memory_provenance
@@ -386,15 +386,6 @@ def default_engine_notes(request: Request, est: Any) -> list[str]:
         return []
     return [f"no --engine given: {name}'s rules are the default for this checkpoint, but {name} does not run on "
             "Apple GPUs; --engine mlx or --engine llama.cpp describe a Mac"]
-
-
-def empty_model_notes(report: dict[str, Any]) -> list[str]:
-    """A checkpoint without a single weight (a tokenizer-only GGUF such as llama.cpp's ggml-vocab-*.gguf) is
-    not a model to serve: say so rather than let 'fits' stand unexplained."""
-    if (report.get("model") or {}).get("weights_bytes") == 0:
-        return ["the checkpoint holds no weight tensors (a vocabulary-only file?): the figures cover only the KV "
-                "cache and the engine's overhead for its shapes"]
-    return []
 
 
 def exit_code_for(verdicts: Iterable[str | None], fail_on_tight: bool) -> int:
@@ -765,7 +756,6 @@ def inspect(source: str, kv_dtype: str | None, revision: str | None, token: str 
     loaded = load_model(source, revision=revision, token=token, offline=offline, need_split=True)
     kv_dtype_bytes(kv_dtype, loaded.spec)  # validate before printing
     report = inspect_dict(loaded.source, loaded.spec, kv_dtype)
-    report["warnings"] = list(dict.fromkeys(report["warnings"] + empty_model_notes(report)))
     if _output_format(fmt, as_json) == "json":
         _echo_json(report)
     else:
