@@ -291,11 +291,14 @@ def redact(text: str) -> str:
     return body + sep + SECRET_VALUE.sub(lambda m: m[1] + "***", reason)
 
 
-def default_engine(loaded: Any) -> str:
-    """vLLM for safetensors checkpoints, llama.cpp for GGUF (contract table)."""
+def default_engine(loaded: Any, hardware: Any = None) -> str:
+    """vLLM for safetensors checkpoints, llama.cpp for GGUF (contract table); on Apple Silicon, where vLLM does not
+    run, MLX for safetensors checkpoints."""
     quant = loaded.spec.quantization
     if loaded.source.kind == "gguf" or (quant is not None and quant.method == "gguf"):
         return "llama.cpp"
+    if hardware is not None and hardware.gpu.vendor == "apple":
+        return "mlx"
     return "vllm"
 
 
@@ -311,7 +314,7 @@ def engine_choice(request: Request, loaded: Any) -> Any:
     from hfvram.estimate.types import EngineChoice
 
     return EngineChoice(
-        name=request.engine or default_engine(loaded),
+        name=request.engine or default_engine(loaded, request.hardware),
         version=request.engine_version,
         settings=dict(request.settings),
         tp=request.tp,
@@ -377,15 +380,11 @@ def check_report(request: Request, options: RunOptions) -> dict[str, Any]:
 
 
 def default_engine_notes(request: Request, est: Any) -> list[str]:
-    """The contract's default engine (vLLM for safetensors) does not run on Apple GPUs: say so when it was
-    picked by default for a Mac, rather than let its figures pass for what the Mac would do."""
-    if request.engine is not None or est.hardware is None or est.hardware.gpu.vendor != "apple":
-        return []
-    name = est.engine.get("name")
-    if name in ("mlx", "llama.cpp", "ollama", "transformers"):
-        return []
-    return [f"no --engine given: {name}'s rules are the default for this checkpoint, but {name} does not run on "
-            "Apple GPUs; --engine mlx or --engine llama.cpp describe a Mac"]
+    """Say when the engine was chosen for the hardware rather than by the contract's plain default."""
+    if request.engine is None and est.hardware is not None and est.engine.get("name") == "mlx":
+        return ["no --engine given: MLX is the default on Apple Silicon (vLLM does not run on Metal); "
+                "--engine llama.cpp describes the other common Mac runtime"]
+    return []
 
 
 def exit_code_for(verdicts: Iterable[str | None], fail_on_tight: bool) -> int:

@@ -372,11 +372,13 @@ def test_engine_release_outside_the_modelled_ones_is_said():
     assert not any(w.startswith("--engine") for w in exact["warnings"])
 
 
-def test_default_engine_on_a_mac_is_flagged():
-    """The contract's default for safetensors is vLLM, which has no Metal backend."""
+def test_default_engine_on_a_mac_is_mlx():
+    """The contract's default for safetensors is vLLM, which has no Metal backend: on Apple Silicon the default is
+    MLX, and the output says why; an explicit --engine is kept, and NVIDIA keeps vLLM."""
     default = as_json("check", "Qwen/Qwen3-8B", "--gpu", "m3-max-128", "--offline")
-    chosen = as_json("check", "Qwen/Qwen3-8B", "--gpu", "m3-max-128", "--offline", "--engine", "mlx")
+    chosen = as_json("check", "Qwen/Qwen3-8B", "--gpu", "m3-max-128", "--offline", "--engine", "llama.cpp")
     nvidia = as_json("check", "Qwen/Qwen3-8B", "--gpu", "rtx4090", "--offline")
-    assert default["engine"]["name"] == "vllm"
-    assert any("does not run on Apple GPUs" in w for w in default["warnings"])
-    assert not any("does not run on Apple GPUs" in w for w in chosen["warnings"] + nvidia["warnings"])
+    assert default["engine"]["name"] == "mlx" and default["verdict"] == "fits"
+    assert any("MLX is the default on Apple Silicon" in w for w in default["warnings"])
+    assert chosen["engine"]["name"] == "llama.cpp" and nvidia["engine"]["name"] == "vllm"
+    assert not any("MLX is the default" in w for w in chosen["warnings"] + nvidia["warnings"])
