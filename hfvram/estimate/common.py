@@ -9,12 +9,10 @@ Sources: ``design/engines.md`` §1 (shared blocks), §2.8 (parallelism), §10 (r
 from __future__ import annotations
 
 import math
-import tomllib
 from dataclasses import dataclass
-from functools import lru_cache
-from importlib import resources
 from typing import Any, Iterable, Mapping
 
+from hfvram.datafiles import data_table
 from hfvram.errors import ModelReadError, UsageError
 from hfvram.estimate.types import (
     Capacity,
@@ -194,6 +192,9 @@ def require_weights(spec: ModelSpec) -> Weights:
     """The checkpoint's weights as the sources attached them; :class:`WeightsUnknownError` (exit 3) when
     nothing could size them (a hand-built spec, or a model without headers, counts or derivable shapes)."""
     if spec.weights is None:
+        said = next((w for w in spec.warnings if w.startswith("weights unknown")), None)
+        if said:  # the reader already said why (e.g. a GGUF holding only a vocabulary)
+            raise WeightsUnknownError(f"{said}; no memory figure can be given")
         name = spec.architecture or spec.model_type or "the model"
         raise WeightsUnknownError(
             f"weights unknown for {name}: no safetensors header, Hub parameter count, index total_size or "
@@ -433,12 +434,9 @@ def resolve_parallel(
 # ---------------------------------------------------------------------------------------------------------
 
 
-@lru_cache(maxsize=None)
 def load_engine_data(name: str) -> Mapping[str, Any]:
     """The parsed ``hfvram/data/engines/<name>.toml`` (cached)."""
-    path = resources.files("hfvram").joinpath("data", "engines", f"{name}.toml")
-    with path.open("rb") as handle:
-        return tomllib.load(handle)
+    return data_table(f"engines/{name}.toml")
 
 
 def version_key(version: str) -> tuple[int, ...]:

@@ -13,17 +13,11 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import sys
 from dataclasses import dataclass, field
 from functools import lru_cache
-from importlib import resources
 from typing import Any, Iterable, Mapping
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on Python 3.10 only
-    import tomli as tomllib
-
+from hfvram.datafiles import data_table
 from hfvram.errors import UsageError
 from hfvram.estimate.types import EngineChoice
 
@@ -79,8 +73,7 @@ class ParsedEngineArgs:
 
 @lru_cache(maxsize=1)
 def _tables() -> Mapping[str, Any]:
-    data = resources.files("hfvram").joinpath("data", "engine_args.toml").read_bytes()
-    return tomllib.loads(data.decode("utf-8"))
+    return data_table("engine_args.toml")
 
 
 def _engine_table(engine: str | None) -> Mapping[str, Any] | None:

@@ -11,16 +11,10 @@ from __future__ import annotations
 
 import difflib
 import re
-import sys
 from functools import lru_cache
-from importlib import resources
 from typing import Any, Mapping
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on Python 3.10 only
-    import tomli as tomllib
-
+from hfvram.datafiles import data_table
 from hfvram.errors import UsageError
 from hfvram.estimate.types import GPU, Hardware
 
@@ -47,8 +41,7 @@ _RAW_UNITS = {"m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20, "g": GIB, "gb": GIB, 
 
 @lru_cache(maxsize=1)
 def _catalog_rows() -> tuple[Mapping[str, Any], ...]:
-    data = resources.files("hfvram").joinpath("data", "gpus.toml").read_bytes()
-    return tuple(tomllib.loads(data.decode("utf-8"))["device"])
+    return tuple(data_table("gpus.toml")["device"])
 
 
 def unified_fraction_rule(ram_bytes: int) -> float:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from hfvram.errors import MalformedFileError
-from hfvram.readers.datafiles import data_table
+from hfvram.datafiles import data_table
 
 _MISSING = object()
 

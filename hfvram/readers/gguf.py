@@ -18,7 +18,7 @@ from functools import lru_cache
 from typing import Mapping, Protocol, Sequence
 
 from hfvram.errors import MalformedFileError
-from hfvram.readers.datafiles import data_table
+from hfvram.datafiles import data_table
 from hfvram.readers.tensors import TensorInfo, gguf_component, spec_with_weights, weights_from_tensor_list
 from hfvram.spec import Layer, LayerKind, ModelSpec, Quantization, Weights
 

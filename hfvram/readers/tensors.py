@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Iterable, Sequence
 
-from hfvram.readers.datafiles import data_table
+from hfvram.datafiles import data_table
 from hfvram.spec import COMPONENTS, ModelSpec, Quantization, Weights
 
 

@@ -59,13 +59,9 @@ def spec_from_facts(facts: CheckpointFacts) -> ModelSpec:
 
 
 def _with_weights(spec: ModelSpec, weights: Weights) -> ModelSpec:
-    from hfvram.readers.tensors import params_active
+    from hfvram.readers.tensors import spec_with_weights
 
-    try:
-        active = params_active(weights, spec)
-    except Exception:  # noqa: BLE001 - an active count the reader cannot give stays unknown
-        active = None
-    return spec.with_weights(weights, active)
+    return spec_with_weights(spec, weights)
 
 
 def best_weights(spec: ModelSpec, facts: CheckpointFacts,
