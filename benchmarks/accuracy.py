@@ -416,16 +416,40 @@ def print_report(results: list[CaseResult], out=sys.stdout) -> None:
     print(f"cases: {len(results)} vLLM, {len(results) - skipped} evaluated, {skipped} skipped", file=out)
 
 
+def print_markdown(results: list[CaseResult], out=sys.stdout) -> None:
+    """The summaries as Markdown tables: the vLLM section of docs/accuracy.md is this output."""
+    for which, label in (("predicted", "end-to-end"), ("given_weights", "measured weights given")):
+        for key in ("engine", "family"):
+            groups = summarize(results, which, key)
+            metrics = sorted({m for values in groups.values() for m in values})
+            print(f"\n**{label}, by {key}**: median \\|error\\| / worst error (n)\n", file=out)
+            print(f"| {key} | " + " | ".join(metrics) + " |", file=out)
+            print("|---|" + "---|" * len(metrics), file=out)
+            for group, values in groups.items():
+                cells = [f"{values[m]['median'] * 100:.1f} % / {values[m]['worst'] * 100:+.1f} % ({values[m]['n']})"
+                         if m in values else "—" for m in metrics]
+                print(f"| {group} | " + " | ".join(cells) + " |", file=out)
+    flips = [r.case_id for r in results if r.verdict_flipped]
+    failures = [r.case_id for r in results if r.failure and not r.skipped]
+    skipped = sum(1 for r in results if r.skipped)
+    print(f"\nCases: {len(results)}, {len(results) - skipped} evaluated, {skipped} skipped (no fixture config of "
+          f"that checkpoint). Failure cases evaluated: {', '.join(failures) or 'none'}; verdicts flipped: "
+          f"{', '.join(flips) or 'none'}.", file=out)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", type=Path, default=CASES)
     parser.add_argument("--engine", default="vllm")
     parser.add_argument("--json", action="store_true", help="one JSON object per case")
+    parser.add_argument("--markdown", action="store_true", help="the summaries as Markdown (docs/accuracy.md)")
     args = parser.parse_args(argv)
     results = run_benchmark(load_cases(args.cases), args.engine)
     if args.json:
         for r in results:
             print(json.dumps({**r.__dict__, "errors": r.errors(), "errors_given_weights": r.errors("given_weights")}))
+    elif args.markdown:
+        print_markdown(results)
     else:
         print_report(results)
     return 0
