@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping
 
 from hfvram.report.units import count, gib, percent, tokens_short
-from hfvram.report.wording import capacity_lines, split_provenance, verdict_note
+from hfvram.report.wording import capacity_lines, context_grid, split_provenance, verdict_note
 
 VERDICT_MARK = {"fits": "✅ fits", "tight": "⚠️ tight", "does_not_fit": "❌ does not fit", None: "— (no GPU)"}
 
@@ -103,16 +103,11 @@ def fit_markdown(fit: Mapping[str, Any]) -> str:
     lines += [f"- ⚠️ {warning}" for warning in fit.get("warnings") or []]
     rows = fit.get("context_table") or []
     if rows and not no_room:
-        kv_dtypes = list(dict.fromkeys(row["kv_dtype"] for row in rows))
+        kv_dtypes, grid = context_grid(rows)
         lines += ["", "| context | " + " | ".join(f"KV {k}" for k in kv_dtypes) + " |",
                   "|---:|" + "---:|" * len(kv_dtypes)]
-        by_context: dict[int, dict[str, Mapping[str, Any]]] = {}
-        for row in rows:
-            by_context.setdefault(row["context"], {})[row["kv_dtype"]] = row
-        for context, cells in sorted(by_context.items()):
-            values = []
-            for kv_dtype in kv_dtypes:
-                value = (cells.get(kv_dtype) or {}).get("max_concurrency")
-                values.append("—" if value is None else f"{value:.1f}")
+        for context, cells in grid:
+            values = ["—" if (cell or {}).get("max_concurrency") is None else f"{cell['max_concurrency']:.1f}"
+                      for cell in cells]
             lines.append(f"| {tokens_short(context)} | " + " | ".join(values) + " |")
     return "\n".join(lines) + "\n"

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from hfvram.report.units import count, gib, params, percent, tokens_short
-from hfvram.report.wording import capacity_lines, split_provenance, verdict_note
+from hfvram.report.wording import capacity_lines, context_grid, split_provenance, verdict_note
 
 VERDICT_STYLE = {"fits": "bold green", "tight": "bold yellow", "does_not_fit": "bold red", None: "bold"}
 VERDICT_LABEL = {"fits": "FITS", "tight": "TIGHT", "does_not_fit": "DOES NOT FIT", None: "no verdict (no --gpu)"}
@@ -361,24 +361,19 @@ def render_fit(console: Console, fit: Mapping[str, Any]) -> None:
     )
     rows = fit.get("context_table") or []
     if rows and not no_room:
-        kv_dtypes = list(dict.fromkeys(row["kv_dtype"] for row in rows))
+        kv_dtypes, grid = context_grid(rows)
         console.print("Concurrent full-length requests by context and KV cache type:")
         table = Table(box=box.SIMPLE_HEAD)
         table.add_column("context", justify="right")
         for kv_dtype in kv_dtypes:
             table.add_column(f"KV {kv_dtype}", justify="right")
-        by_context: dict[int, dict[str, Mapping[str, Any]]] = {}
-        for row in rows:
-            by_context.setdefault(row["context"], {})[row["kv_dtype"]] = row
-        for context, cells in sorted(by_context.items()):
+        for context, cells in grid:
             values = []
-            for kv_dtype in kv_dtypes:
-                cell = cells.get(kv_dtype)
+            for cell in cells:
                 if cell is None:
                     values.append("")
                     continue
-                verdict = cell.get("verdict")
-                style = VERDICT_STYLE.get(verdict, "")
+                style = VERDICT_STYLE.get(cell.get("verdict"), "")
                 conc = cell.get("max_concurrency")
                 text = "—" if conc is None else f"{conc:.1f}"
                 values.append(f"[{style}]{text}[/{style}]" if style else text)

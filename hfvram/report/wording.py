@@ -55,3 +55,13 @@ def split_provenance(where: str) -> tuple[str, str]:
     if sep and head and " " not in head.strip():
         return head, rest
     return "", where
+
+
+def context_grid(rows: list[Mapping[str, Any]]) -> tuple[list[str], list[tuple[int, list[Mapping[str, Any] | None]]]]:
+    """The fit command's context table pivoted for display: the KV dtypes (columns, in first-seen order) and, per
+    context (ascending), the row of each KV dtype (None where that pair was not computed)."""
+    kv_dtypes = list(dict.fromkeys(row["kv_dtype"] for row in rows))
+    by_context: dict[int, dict[str, Mapping[str, Any]]] = {}
+    for row in rows:
+        by_context.setdefault(row["context"], {})[row["kv_dtype"]] = row
+    return kv_dtypes, [(context, [cells.get(k) for k in kv_dtypes]) for context, cells in sorted(by_context.items())]
