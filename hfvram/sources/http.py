@@ -20,7 +20,6 @@ from huggingface_hub import errors as hf_errors
 from huggingface_hub import get_token
 from huggingface_hub.utils import get_session, hf_raise_for_status
 
-from hfvram.sources.repo_files import offline_requested  # noqa: F401  (re-exported)
 from hfvram.errors import GatedRepoError, HfvramError, MalformedFileError, NetworkError, RepoNotFoundError
 
 KIB = 1024
