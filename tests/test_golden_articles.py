@@ -161,12 +161,59 @@ def test_article_003_two_4090_breakdown(qwen27b_4bit):
     assert cards * per_gpu.reserve / GiB == pytest.approx(3.8, abs=0.1)
     graphs = cards * result.engine["cudagraph_bytes"] / GiB
     buffers = cards * (per_gpu.activations + per_gpu.overhead + result.engine["outside_budget_bytes"]) / GiB - graphs
+    # achieved: graphs 6.33 (−8 %), buffers 7.01 (−8 %), overhead 13.34 (−8 %); see docs/methodology.md §2
     assert graphs == pytest.approx(6.9, rel=0.10)
-    assert buffers == pytest.approx(7.6, rel=0.15)
+    assert buffers == pytest.approx(7.6, rel=0.10)
     assert graphs + buffers == pytest.approx(14.5, rel=0.10)
-    # our KV pool per card excludes the CUDA context (vLLM keeps it outside its budget, inside the 8 % reserve)
-    assert cards * result.engine["kv_pool_bytes"] / GiB == pytest.approx(10.3, rel=0.25)
+    # our KV pool per card excludes the CUDA context (vLLM keeps it outside its budget, inside the 8 % reserve);
+    # achieved 12.39 (+20 %) and 25.3 requests (−23 %): the 1.0 GiB of CUDA context the article counts inside
+    # its 14.5 sits in our reserve, and ~1.1 GiB of buffers stays unexplained (docs/methodology.md §2)
+    assert cards * result.engine["kv_pool_bytes"] / GiB == pytest.approx(10.3, rel=0.22)
     assert result.capacity.max_concurrency == pytest.approx(33, rel=0.25)  # "für 33 gleichzeitige Anfragen"
+
+
+@pytest.fixture(scope="module")
+def qwen36_35b_a3b_4bit() -> ModelSpec:
+    """Qwen3.6-35B-A3B (40 layers, 10 full attention + 30 Gated DeltaNet, 256 experts, top 8) at 4 bit. Article
+    003 prints no weight figure for it; its weights are derived from the article's own balance on two cards:
+    48.0 × 0.92 (budget) − 13.3 (engine overhead) − 8.2 (KV implied by the measured token capacity) = 22.66 GB
+    (GB = GiB, as in vLLM's log)."""
+    spec = spec_of("Qwen/Qwen3.6-35B-A3B")
+    total = int((48.0 * 0.92 - 13.3 - 8.2) * GiB)
+    vocab_rows = spec.vocab_size * spec.hidden_size * 2
+    weights = Weights(total_bytes=total, params_total=35_000_000_000,
+                      bytes_by_component={"embeddings": vocab_rows, "mlp": total - vocab_rows})
+    return replace(spec, quantization=Quantization("awq", 4, 128)).with_weights(weights)
+
+
+def test_article_003_kv_per_1000_tokens_of_the_two_hybrids(qwen27b_4bit, qwen36_35b_a3b_4bit):
+    """Article 003, table "Schichten mit KV-Cache / KV je 1'000 Tokens": Qwen3.6-27B 16 of 64 layers, 32 MB;
+    Qwen3.6-35B-A3B 10 of 40 layers, 10 MB (FP8 KV); "Acht Nutzer mit je 10'000 Tokens Kontext brauchen beim
+    einen 2.6 GB, beim anderen 0.8 GB"."""
+    for spec, layers, total, mb_per_1000, eight_users in ((qwen27b_4bit, 64, 16, 32, 2.6),
+                                                          (qwen36_35b_a3b_4bit, 40, 10, 10, 0.8)):
+        assert len(spec.layers) == layers
+        assert sum(1 for layer in spec.layers if layer.kv_elems_per_token) == total
+        per_token = spec.kv_bytes_per_token(1.0)
+        assert per_token * 1000 / 1e6 == pytest.approx(mb_per_1000, rel=0.05)
+        assert 8 * 10_000 * per_token / 1e9 == pytest.approx(eight_users, rel=0.05)
+
+
+@pytest.mark.xfail(strict=True, reason="known gap: hfvram predicts 8.75 GB of overhead (−34 %) and 13.73 GB of KV "
+                   "(+67 %) for the hybrid MoE; no principled term explains the missing ~2 GB per card "
+                   "(docs/methodology.md §2, 'Hybrid linear-attention overhead')")
+def test_article_003_35b_a3b_overhead_and_kv(qwen36_35b_a3b_4bit):
+    """Article 003: Qwen3.6-35B-A3B on two RTX 4090 — "Aufschlag der Engine 13.3 GB"; "Dort sagt dieselbe
+    Rechnung 7.8 GB voraus, und aus der gemessenen Token-Kapazität folgen 8.2 GB". Target: both within 10 %.
+    Strict xfail: the day a rule reaches it, this test fails and the marker must go."""
+    hardware = parse_gpu_spec("rtx4090x2")
+    result = estimate(qwen36_35b_a3b_4bit, hardware,
+                      EngineChoice("vllm", settings={"gpu-memory-utilization": "0.92"}),
+                      Workload(context=10000, kv_dtype="fp8"))
+    per_gpu, cards = result.per_gpu, hardware.count
+    overhead = cards * (per_gpu.activations + per_gpu.overhead + result.engine["outside_budget_bytes"]) / GiB
+    assert overhead == pytest.approx(13.3, rel=0.10)
+    assert cards * result.engine["kv_pool_bytes"] / GiB == pytest.approx(8.2, rel=0.10)
 
 
 def test_article_003_context_sweep_shape(qwen27b_4bit):
