@@ -214,3 +214,19 @@ def test_cli_check_reads_headers_only_for_explain(hub):
     assert explained.returncode in (0, 1), explained.stderr
     assert len({r.path for r in hub.requests_to("/cdn/")}) == 16  # every shard's header
     assert json.loads(explained.stdout)["model"]["weights_bytes"] == weights_plain
+
+
+@pytest.mark.parametrize("repo", ["TheBloke/Llama-2-13B-chat-GPTQ", "openai/gpt-oss-20b"])
+def test_quantized_repo_default_path_is_at_most_two_round_trips(hub, repo):
+    """A quantized repo (GPTQ int32-packed, MXFP4 blocks) is sized from the Hub's per-dtype element counts (exact
+    bytes, no weight bytes read); its parameters are counted unpacked from the config shapes, so they agree with
+    what the real headers give (read with need_split)."""
+    hub.latency = 0.05
+    plain = load_model(repo)
+    assert not hub.requests_to("/cdn/") and hub.round_trips() <= 2
+    assert plain.spec.weights.exact and "parameters counted unpacked" in plain.spec.weights.source
+    hub.records.clear()
+    by_headers = load_model(repo, need_split=True)
+    assert hub.requests_to("/cdn/") and by_headers.spec.weights.num_tensors > 0  # the real headers were read
+    assert plain.spec.weights.total_bytes == by_headers.spec.weights.total_bytes
+    assert plain.spec.params_total == pytest.approx(by_headers.spec.params_total, rel=0.01)

@@ -76,7 +76,16 @@ def best_weights(spec: ModelSpec, facts: CheckpointFacts,
     derived = derived_or_none(spec, config)
     if facts.dtype_parameters:
         exact = weights_from_dtype_parameters(facts.dtype_parameters, origin=facts.origin)
-        return (split_like(exact, derived) if derived is not None else exact), None
+        if derived is None:
+            return exact, None
+        weights = split_like(exact, derived)
+        if spec.quantization is not None:
+            # a quantized tensor packs several weights per stored element: the Hub's element counts give exact
+            # bytes but not parameters, which the config shapes count unpacked
+            weights = replace(weights, params_total=derived.params_total,
+                              params_by_component=dict(derived.params_by_component),
+                              source=weights.source + "; parameters counted unpacked from config shapes")
+        return weights, None
     total = (facts.index_metadata or {}).get("total_size")
     if isinstance(total, int) and total > 0:
         if derived is None:

@@ -1,10 +1,11 @@
 """Reading a model from the Hub with as few round trips and bytes as possible.
 
 Wave 1 (parallel): one model-info call (``expand``: sha, siblings, gated, safetensors) and config.json by
-``resolve/<revision>``; an unquantized repo is sized from these alone (the Hub's exact per-dtype counts,
-split over components like the config shapes). Wave 2 (parallel, only for the per-tensor split or a
-quantized checkpoint): companion quantization files, and the safetensors headers (one Range per shard, sized
-from the header the config shapes predict, continued — never restarted — when a header is longer).
+``resolve/<revision>``; a repo is sized from these alone (the Hub's exact per-dtype counts, split over
+components like the config shapes; a quantized repo's parameters counted unpacked from those shapes). Wave 2
+(parallel): companion quantization files where the repo has them, and — only for the per-tensor split, or when
+the Hub gives no per-dtype counts — the safetensors headers (one Range per shard, sized from the header the
+config shapes predict, continued — never restarted — when a header is longer).
 GGUF files are read with growing Range windows up to the end of their tensor infos. Everything read is
 stored in the facts cache under the commit sha, so checking the same repo again makes no request.
 """
@@ -181,10 +182,6 @@ def _cached_or(cache: FactsCache | None, repo_id: str, sha: str | None, name: st
     return cache.get(repo_id, sha, name) if cache is not None and sha else None
 
 
-def _is_quantized(config_text: str, companions: Mapping[str, str]) -> bool:
-    return bool(companions) or '"quantization_config"' in config_text
-
-
 def load_hub_checkpoint(repo_id: str, *, revision: str | None, token: str | None, need_split: bool,
                         cache: FactsCache | None) -> LoadedModel:
     """A safetensors repo: config.json (+ companions) and weights facts, in at most two waves."""
@@ -224,8 +221,7 @@ def load_hub_checkpoint(repo_id: str, *, revision: str | None, token: str | None
             raise UnsupportedLayoutError(
                 f"{repo_id} ships its weights only as {', '.join(sorted({f.rsplit('.', 1)[-1] for f in unsupported}))} "
                 "files (pickled PyTorch); hfvram reads safetensors or GGUF checkpoints")
-    quantized = _is_quantized(config_text, {n: "" for n in companion_names})
-    want_headers = bool(shards) and (need_split or quantized or not info.dtype_parameters)
+    want_headers = bool(shards) and (need_split or not info.dtype_parameters)
     headers = {s: _cached_or(cache, repo_id, sha, s) for s in shards} if want_headers else {}
     if SINGLE_FILE in headers and headers[SINGLE_FILE] is None and got.get(SINGLE_FILE):
         headers[SINGLE_FILE] = got[SINGLE_FILE]
