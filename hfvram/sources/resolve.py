@@ -66,9 +66,8 @@ def load_model(source: str, *, revision: str | None = None, token: str | None = 
         return hub.load_hub_checkpoint(repo_id, revision=revision, token=token, need_split=need_split, cache=cache)
     except NetworkError as err:
         fallback = _from_facts_cache(parsed, revision, cache, reason="the Hub was not reachable")
-        if fallback is None and parsed.gguf is None:
-            fallback = catalog.load_from_catalog(repo_id, reason=f"the Hub was not reachable ({err})",
-                                                 revision=revision)
+        if fallback is None:
+            fallback = _from_catalog(parsed, revision, reason=f"the Hub was not reachable ({err})")
         if fallback is None:
             raise
         return fallback
@@ -133,15 +132,19 @@ def _from_facts_cache(parsed: HubSource, revision: str | None, cache: FactsCache
                                         note="facts cache"))
 
 
+def _from_catalog(parsed: HubSource, revision: str | None, *, reason: str) -> LoadedModel | None:
+    if parsed.gguf is not None:
+        return catalog.load_gguf_from_catalog(parsed.repo_id, parsed.gguf, reason=reason, revision=revision)
+    return catalog.load_from_catalog(parsed.repo_id, reason=reason, revision=revision)
+
+
 def _offline(parsed: HubSource, revision: str | None, cache: FactsCache) -> LoadedModel:
     from hfvram.errors import ModelReadError
 
     found = _from_facts_cache(parsed, revision, cache, reason="offline mode")
     if found is not None:
         return found
-    if parsed.gguf is None:
-        found = catalog.load_from_catalog(parsed.repo_id, reason="offline mode: the Hub was not asked",
-                                          revision=revision)
+    found = _from_catalog(parsed, revision, reason="offline mode: the Hub was not asked")
     if found is not None:
         return found
     raise ModelReadError(
