@@ -441,3 +441,35 @@ def test_file_size_counts_the_padding_after_the_last_tensor(tmp_path):
     writer.write_tensors_to_file()
     writer.close()
     assert gguf_file_size(read_gguf_file(path)) == path.stat().st_size
+
+
+def test_skipped_string_array_is_read_in_bulk_without_reading_past_the_header():
+    """A vocabulary-sized string array (5,000 strings, one longer than the 64 KiB read-ahead) is skipped in bulk:
+    the keys after it still parse, and the stream is never asked for a byte past the end of the header."""
+    import io
+    import struct
+
+    from hfvram.readers.gguf import SkippedArray, read_gguf_header
+
+    def gguf_string(text: bytes) -> bytes:
+        return struct.pack("<Q", len(text)) + text
+
+    strings = [b"t%d" % i for i in range(5000)]
+    strings[2500] = b"x" * 70_000
+    body = b"GGUF" + struct.pack("<IQQ", 3, 0, 2)
+    body += gguf_string(b"tokenizer.ggml.tokens") + struct.pack("<IIQ", 9, 8, len(strings))
+    body += b"".join(gguf_string(s) for s in strings)
+    body += gguf_string(b"general.alignment") + struct.pack("<II", 4, 32)
+
+    class Counting(io.BytesIO):
+        furthest = 0
+
+        def read(self, n=-1):
+            data = super().read(n)
+            Counting.furthest = max(Counting.furthest, self.tell())
+            return data
+
+    header = read_gguf_header(Counting(body + b"\0" * 4096), filename="crafted.gguf")
+    assert header.metadata["tokenizer.ggml.tokens"] == SkippedArray(length=5000, item_type="string")
+    assert header.metadata["general.alignment"] == 32
+    assert header.header_end == len(body) and Counting.furthest == len(body)

@@ -37,6 +37,8 @@ MAX_DIMS = 4  # GGML_MAX_DIMS
 MAX_NESTING = 4
 DEFAULT_ALIGNMENT = 32
 _READ_CHUNK = 1 << 20
+#: bytes read ahead at most while skipping a string array
+_SKIP_AHEAD = 64 * 1024
 
 
 class Stream(Protocol):
@@ -100,12 +102,25 @@ class _Reader:
         self.stream = stream
         self.filename = filename
         self.pos = 0
+        #: bytes read from the stream ahead of the parse (only inside a skipped string array), consumed first
+        self.pending = b""
 
     def fail(self, message: str, where: str) -> MalformedFileError:
         return MalformedFileError(f"{message} (at byte {self.pos})", file=self.filename, field=where)
 
     def exact(self, n: int, where: str) -> bytes:
         """Exactly ``n`` bytes; a stream may return fewer per call (network), so read until EOF."""
+        if self.pending:
+            head, self.pending = self.pending[:n], self.pending[n:]
+            if len(head) == n:
+                self.pos += n
+                return head
+            self.pos += len(head)
+            try:
+                return head + self.exact(n - len(head), where)
+            except MalformedFileError:
+                self.pos -= len(head)
+                raise
         data = self.stream.read(n) if n else b""
         if data is not None and len(data) < n:
             parts = [bytes(data)]
@@ -179,13 +194,35 @@ class _Reader:
             return [self.value(item_type, f"{where}[{i}]", depth) for i in range(length)]
         if item_type in _SCALARS:
             self.skip(length * struct.calcsize(_SCALARS[item_type][1]), where)
+        elif item_type == _STRING:
+            self.skip_strings(length, where)
         else:
             for i in range(length):
-                if item_type == _STRING:
-                    self.string(f"{where}[{i}]", keep_limit=0)
-                else:
-                    self.array(f"{where}[{i}]", depth + 1)
+                self.array(f"{where}[{i}]", depth + 1)
         return SkippedArray(length=length, item_type=_TYPE_NAMES[item_type])
+
+    def skip_strings(self, count: int, where: str) -> None:
+        """Skip ``count`` strings (a tokenizer's vocabulary: ~10^5 short strings) in bulk. Each string takes at
+        least its 8-byte length, so reading up to ``8 × strings left`` bytes ahead never passes the array's end:
+        no byte beyond what the header holds is asked of the stream, and what is read ahead is parsed next."""
+        buf, off = b"", 0
+        for left in range(count - 1, -1, -1):
+            if len(buf) - off < 8:
+                buf, off = buf[off:], 0
+                buf += self.exact(8 - len(buf) + min(_SKIP_AHEAD, 8 * left), f"{where}[{count - 1 - left}]")
+            (length,) = struct.unpack_from("<Q", buf, off)
+            off += 8
+            if length > MAX_STRING:
+                raise self.fail(f"string length {length} exceeds {MAX_STRING}", f"{where}[{count - 1 - left}]")
+            if length <= len(buf) - off:
+                off += length
+                continue
+            missing = length - (len(buf) - off)
+            self.skip(missing, f"{where}[{count - 1 - left}]")
+            buf, off = self.exact(min(_SKIP_AHEAD, 8 * left), where) if left else b"", 0
+        unread = buf[off:]
+        self.pos -= len(unread)
+        self.pending = unread + self.pending
 
 
 # ---- the header ---------------------------------------------------------------------------------
