@@ -468,6 +468,14 @@ def pick_rule_version(requested: str | None, rule_versions: Iterable[str]) -> st
     return chosen
 
 
+def engine_rules(name: str, requested: str | None) -> tuple[str, dict[str, Any]]:
+    """The rule version ``requested`` maps to and the rules in force at it. The versions are the toml's
+    ``rule_versions`` list, else the keys of its ``[versions]`` tables (``data/engines/<name>.toml``)."""
+    data = load_engine_data(name)
+    version = pick_rule_version(requested, data.get("rule_versions") or data.get("versions", {}))
+    return version, rules_for_version(data, version)
+
+
 def rules_for_version(data: Mapping[str, Any], version: str) -> dict[str, Any]:
     """Merge ``data["defaults"]`` with every ``data["versions"][v]`` for v ≤ ``version``, oldest first, so a
     TOML file lists only what changed at each release."""

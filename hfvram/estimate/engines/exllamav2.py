@@ -16,14 +16,13 @@ from typing import Mapping, Sequence
 
 from hfvram.errors import UsageError
 from hfvram.estimate.common import (
-    MiB,
     active_weight_bytes,
     decode_tokens_per_second,
+    engine_rules,
     finish_estimate,
     load_engine_data,
-    pick_rule_version,
+    MiB,
     require_weights,
-    rules_for_version,
     setting,
     setting_int,
 )
@@ -92,8 +91,7 @@ class ExLlamaV2Profile:
 
     def estimate(self, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload) -> Estimate:
         data = load_engine_data(ENGINE)
-        version = pick_rule_version(choice.version, data["rule_versions"])
-        rules = rules_for_version(data, version)
+        version, rules = engine_rules(ENGINE, choice.version)
         modes: Mapping[str, Mapping[str, object]] = data["cache_modes"]
         wanted = setting(choice, "cache_mode", "cache-mode") or (
             workload.kv_dtype if workload.kv_dtype not in ("auto", "") else str(rules["cache_mode"]))

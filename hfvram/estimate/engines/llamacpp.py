@@ -23,12 +23,11 @@ from hfvram.estimate.common import (
     MiB,
     active_weight_bytes,
     decode_tokens_per_second,
+    engine_rules,
     finish_estimate,
     load_engine_data,
     pad_to_multiple,
-    pick_rule_version,
     require_weights,
-    rules_for_version,
     setting,
     setting_bool,
     setting_int,
@@ -553,11 +552,9 @@ def place(spec: ModelSpec, s: Settings, kv: KvBytes, n_gpus: int) -> Placement:
 
 
 def rules_for(choice: EngineChoice, engine: str = ENGINE) -> tuple[str, dict[str, object], dict[str, float]]:
-    data = load_engine_data(engine)
-    version = pick_rule_version(choice.version, data["rule_versions"])
-    rules = rules_for_version(data, version)
+    version, rules = engine_rules(engine, choice.version)
     compute = dict(load_engine_data(ENGINE)["compute"])
-    compute.update(data.get("compute", {}))
+    compute.update(load_engine_data(engine).get("compute", {}))
     return version, rules, compute
 
 

@@ -122,8 +122,7 @@ class LmdeployProfile:
         self.rule_versions: tuple[str, ...] = tuple(sorted(self.data.get("versions", {}), key=common.version_key))
 
     def estimate(self, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload) -> Estimate:
-        version = common.pick_rule_version(choice.version, self.rule_versions)
-        rules = common.rules_for_version(self.data, version)
+        version, rules = common.engine_rules(ENGINE, choice.version)
         warnings: list[str] = []
         explain: dict[str, str] = {}
         common.require_weights(spec)

@@ -14,20 +14,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import Mapping
 
 from hfvram.errors import UsageError
 from hfvram.estimate.common import (
-    MiB,
     active_weight_bytes,
     canonical_kv_dtype,
     decode_tokens_per_second,
+    engine_rules,
     finish_estimate,
     kv_dtype_bytes,
     load_engine_data,
-    pick_rule_version,
+    MiB,
     require_weights,
-    rules_for_version,
     setting_int,
 )
 from hfvram.estimate.types import Capacity, EngineChoice, Estimate, Hardware, PerGpu, Workload
@@ -81,9 +79,7 @@ class MlxProfile:
     rule_versions: tuple[str, ...] = tuple(load_engine_data(ENGINE)["rule_versions"])
 
     def estimate(self, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload) -> Estimate:
-        data = load_engine_data(ENGINE)
-        version = pick_rule_version(choice.version, data["rule_versions"])
-        rules: Mapping[str, object] = rules_for_version(data, version)
+        version, rules = engine_rules(ENGINE, choice.version)
         warnings: list[str] = []
         context = workload.context or spec.max_position_embeddings
         if context is None:

@@ -23,14 +23,13 @@ from typing import Mapping
 
 from hfvram.errors import UsageError
 from hfvram.estimate.common import (
-    GiB,
-    MiB,
-    decode_tokens_per_second,
     active_weight_bytes,
+    decode_tokens_per_second,
+    engine_rules,
     finish_estimate,
+    GiB,
     load_engine_data,
-    pick_rule_version,
-    rules_for_version,
+    MiB,
     setting,
     setting_bool,
     setting_int,
@@ -193,8 +192,7 @@ class OllamaProfile:
 
     def estimate(self, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload) -> Estimate:
         data = load_engine_data(ENGINE)
-        version = pick_rule_version(choice.version, data["rule_versions"])
-        rules = rules_for_version(data, version)
+        version, rules = engine_rules(ENGINE, choice.version)
         rules["model_type_to_arch"] = data.get("model_type_to_arch", {})
         num_ctx, parallel, num_batch, kv, flash, notes = resolve(spec, hardware, choice, workload, rules)
         if rules["legacy"]:

@@ -123,8 +123,7 @@ class VllmProfile:
     def estimate(
         self, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload
     ) -> Estimate:
-        rules_version = common.pick_rule_version(choice.version, self.rule_versions)
-        rules = common.rules_for_version(self.data, rules_version)
+        rules_version, rules = common.engine_rules(ENGINE, choice.version)
         warnings: list[str] = []
         explain: dict[str, str] = {}
         common.require_weights(spec)
