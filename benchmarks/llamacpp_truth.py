@@ -22,12 +22,13 @@ import re
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
-import numpy as np
 import gguf
+import numpy as np
 from gguf import GGMLQuantizationType as T
 
 REPO = Path(__file__).resolve().parents[1]
@@ -147,8 +148,12 @@ def recipe_llama(corpus: Path) -> ModelRecipe:
     repo = "meta-llama/Llama-3.1-8B-Instruct"
     c = _cfg(corpus, repo)
     e, hd = c["hidden_size"], c["hidden_size"] // c["num_attention_heads"]
-    r = ModelRecipe("llama-3.1-8b", f"corpus/hub/{repo}/config.json", "llama",
-                    _common_kv("llama", c, c["max_position_embeddings"], c["intermediate_size"]))
+    r = ModelRecipe(
+        "llama-3.1-8b",
+        f"corpus/hub/{repo}/config.json",
+        "llama",
+        _common_kv("llama", c, c["max_position_embeddings"], c["intermediate_size"]),
+    )
     _io(r, e, c["vocab_size"], tied=c.get("tie_word_embeddings", False))
     for i in range(c["num_hidden_layers"]):
         _attn(r, i, e, hd * c["num_attention_heads"], hd * c["num_key_value_heads"])
@@ -162,8 +167,13 @@ def recipe_qwen3moe(corpus: Path) -> ModelRecipe:
     c = _cfg(corpus, repo)
     e, hd, nx, ff = c["hidden_size"], c["head_dim"], c["num_experts"], c["moe_intermediate_size"]
     kv = _common_kv("qwen3moe", c, c["max_position_embeddings"], c["intermediate_size"])
-    kv.update({"qwen3moe.expert_count": nx, "qwen3moe.expert_used_count": c["num_experts_per_tok"],
-               "qwen3moe.expert_feed_forward_length": ff})
+    kv.update(
+        {
+            "qwen3moe.expert_count": nx,
+            "qwen3moe.expert_used_count": c["num_experts_per_tok"],
+            "qwen3moe.expert_feed_forward_length": ff,
+        }
+    )
     r = ModelRecipe("qwen3-30b-a3b", f"corpus/hub/{repo}/config.json", "qwen3moe", kv)
     _io(r, e, c["vocab_size"], tied=c.get("tie_word_embeddings", False))
     for i in range(c["num_hidden_layers"]):
@@ -184,9 +194,13 @@ def recipe_gemma2(corpus: Path) -> ModelRecipe:
     c = _cfg(corpus, repo)
     e, hd = c["hidden_size"], c["head_dim"]
     kv = _common_kv("gemma2", c, c["max_position_embeddings"], c["intermediate_size"])
-    kv.update({"gemma2.attention.sliding_window": c["sliding_window"],
-               "gemma2.attn_logit_softcapping": float(c["attn_logit_softcapping"]),
-               "gemma2.final_logit_softcapping": float(c["final_logit_softcapping"])})
+    kv.update(
+        {
+            "gemma2.attention.sliding_window": c["sliding_window"],
+            "gemma2.attn_logit_softcapping": float(c["attn_logit_softcapping"]),
+            "gemma2.final_logit_softcapping": float(c["final_logit_softcapping"]),
+        }
+    )
     r = ModelRecipe("gemma-2-9b", f"corpus/hub/{repo}/config.json", "gemma2", kv)
     _io(r, e, c["vocab_size"], tied=True)
     for i in range(c["num_hidden_layers"]):
@@ -203,8 +217,12 @@ def recipe_gemma3(corpus: Path) -> ModelRecipe:
     c = _cfg(corpus, repo)
     e, hd = c["hidden_size"], c["head_dim"]
     kv = _common_kv("gemma3", c, c["max_position_embeddings"], c["intermediate_size"])
-    kv.update({"gemma3.attention.sliding_window": c["sliding_window"],
-               "gemma3.rope.freq_base_swa": float(c.get("rope_local_base_freq", 10000))})
+    kv.update(
+        {
+            "gemma3.attention.sliding_window": c["sliding_window"],
+            "gemma3.rope.freq_base_swa": float(c.get("rope_local_base_freq", 10000)),
+        }
+    )
     r = ModelRecipe("gemma-3-27b", f"corpus/hub/{repo}/config.json (text_config)", "gemma3", kv)
     _io(r, e, c["vocab_size"], tied=True)
     for i in range(c["num_hidden_layers"]):
@@ -226,8 +244,14 @@ def recipe_gpt_oss(corpus: Path) -> ModelRecipe:
     nh, nkv = c["num_attention_heads"], c["num_key_value_heads"]
     arch = "gpt-oss"
     kv = _common_kv(arch, c, c["max_position_embeddings"], ff)
-    kv.update({f"{arch}.expert_count": nx, f"{arch}.expert_used_count": c["experts_per_token"],
-               f"{arch}.expert_feed_forward_length": ff, f"{arch}.attention.sliding_window": c["sliding_window"]})
+    kv.update(
+        {
+            f"{arch}.expert_count": nx,
+            f"{arch}.expert_used_count": c["experts_per_token"],
+            f"{arch}.expert_feed_forward_length": ff,
+            f"{arch}.attention.sliding_window": c["sliding_window"],
+        }
+    )
     r = ModelRecipe("gpt-oss-20b", f"corpus/hub/{repo}/config.json", arch, kv)
     r.add("token_embd.weight", [e, c["vocab_size"]], T.Q8_0)
     r.add("output_norm.weight", [e])
@@ -265,21 +289,23 @@ def recipe_deepseek2(corpus: Path) -> ModelRecipe:
     nx, ffx, nsh = c["n_routed_experts"], c["moe_intermediate_size"], c["n_shared_experts"]
     arch = "deepseek2"
     kv = _common_kv(arch, c, c["max_position_embeddings"], c["intermediate_size"])
-    kv.update({
-        f"{arch}.attention.head_count_kv": 1,
-        f"{arch}.attention.key_length": rank + rope,
-        f"{arch}.attention.value_length": rank,
-        f"{arch}.attention.key_length_mla": nope + rope,
-        f"{arch}.attention.value_length_mla": vdim,
-        f"{arch}.attention.kv_lora_rank": rank,
-        f"{arch}.rope.dimension_count": rope,
-        f"{arch}.leading_dense_block_count": c["first_k_dense_replace"],
-        f"{arch}.expert_count": nx,
-        f"{arch}.expert_used_count": c["num_experts_per_tok"],
-        f"{arch}.expert_feed_forward_length": ffx,
-        f"{arch}.expert_shared_count": nsh,
-        f"{arch}.expert_weights_scale": float(c.get("routed_scaling_factor", 1.0)),
-    })
+    kv.update(
+        {
+            f"{arch}.attention.head_count_kv": 1,
+            f"{arch}.attention.key_length": rank + rope,
+            f"{arch}.attention.value_length": rank,
+            f"{arch}.attention.key_length_mla": nope + rope,
+            f"{arch}.attention.value_length_mla": vdim,
+            f"{arch}.attention.kv_lora_rank": rank,
+            f"{arch}.rope.dimension_count": rope,
+            f"{arch}.leading_dense_block_count": c["first_k_dense_replace"],
+            f"{arch}.expert_count": nx,
+            f"{arch}.expert_used_count": c["num_experts_per_tok"],
+            f"{arch}.expert_feed_forward_length": ffx,
+            f"{arch}.expert_shared_count": nsh,
+            f"{arch}.expert_weights_scale": float(c.get("routed_scaling_factor", 1.0)),
+        }
+    )
     r = ModelRecipe("deepseek-v2-lite", f"corpus/hub/{repo}/config.json", arch, kv)
     _io(r, e, c["vocab_size"], tied=False)
     for i in range(c["num_hidden_layers"]):
@@ -316,14 +342,21 @@ def recipe_nemotron_h(corpus: Path) -> ModelRecipe:
     n_ssm_head, d_inner = c["mamba_num_heads"], c["mamba_num_heads"] * c["mamba_head_dim"]
     arch = "nemotron_h"
     kv = _common_kv(arch, c, c["max_position_embeddings"], None)
-    kv.update({
-        f"{arch}.attention.head_count_kv": [nkv if ch == "*" else 0 for ch in pattern],
-        f"{arch}.feed_forward_length": [c["intermediate_size"] if ch == "-" else 0 for ch in pattern],
-        f"{arch}.attention.key_length": hd, f"{arch}.attention.value_length": hd, f"{arch}.rope.dimension_count": hd,
-        f"{arch}.ssm.conv_kernel": d_conv, f"{arch}.ssm.inner_size": d_inner, f"{arch}.ssm.state_size": d_state,
-        f"{arch}.ssm.time_step_rank": n_ssm_head, f"{arch}.ssm.group_count": n_group,
-        f"{arch}.attention.layer_norm_epsilon": float(c["layer_norm_epsilon"]),
-    })
+    kv.update(
+        {
+            f"{arch}.attention.head_count_kv": [nkv if ch == "*" else 0 for ch in pattern],
+            f"{arch}.feed_forward_length": [c["intermediate_size"] if ch == "-" else 0 for ch in pattern],
+            f"{arch}.attention.key_length": hd,
+            f"{arch}.attention.value_length": hd,
+            f"{arch}.rope.dimension_count": hd,
+            f"{arch}.ssm.conv_kernel": d_conv,
+            f"{arch}.ssm.inner_size": d_inner,
+            f"{arch}.ssm.state_size": d_state,
+            f"{arch}.ssm.time_step_rank": n_ssm_head,
+            f"{arch}.ssm.group_count": n_group,
+            f"{arch}.attention.layer_norm_epsilon": float(c["layer_norm_epsilon"]),
+        }
+    )
     r = ModelRecipe("nemotron-h-56b", f"corpus/hub/{repo}/config.json", arch, kv)
     _io(r, e, c["vocab_size"], tied=c.get("tie_word_embeddings", False))
     d_in_proj = 2 * d_inner + 2 * n_group * d_state + n_ssm_head
@@ -390,7 +423,9 @@ def write_sparse_gguf(recipe: ModelRecipe, path: Path, header_copy: Path | None 
         else:
             writer.add_array(key, value)
     for t in recipe.tensors:
-        writer.add_tensor_info(t.name, tuple(reversed(t.ne)), np.dtype(np.float32), nbytes(t.ne, t.ggml_type), raw_dtype=t.ggml_type)
+        writer.add_tensor_info(
+            t.name, tuple(reversed(t.ne)), np.dtype(np.float32), nbytes(t.ne, t.ggml_type), raw_dtype=t.ggml_type
+        )
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_ti_data_to_file()
@@ -452,7 +487,7 @@ def facts_from_gguf(path: Path) -> dict[str, Any]:
         by_type[t.tensor_type.name] = by_type.get(t.tensor_type.name, 0) + size
         if t.name == "token_embd.weight":
             by_role["token_embd"] += size
-        elif t.name.startswith("output.") :
+        elif t.name.startswith("output."):
             by_role["output"] += size
         elif t.name.startswith("blk.") and "_exps" in t.name:
             by_role["experts"] += size
@@ -463,19 +498,36 @@ def facts_from_gguf(path: Path) -> dict[str, Any]:
     n_swa = get("attention.sliding_window")
     pattern = SWA_PATTERN.get(arch) if n_swa else None
     facts = {
-        "arch": arch, "n_layer": n_layer, "n_embd": get("embedding_length"), "n_head": get("attention.head_count"),
-        "n_head_kv": get("attention.head_count_kv"), "key_length": get("attention.key_length"),
-        "value_length": get("attention.value_length"), "n_ff": get("feed_forward_length"), "n_vocab": n_vocab,
-        "n_ctx_train": get("context_length"), "n_swa": n_swa,
+        "arch": arch,
+        "n_layer": n_layer,
+        "n_embd": get("embedding_length"),
+        "n_head": get("attention.head_count"),
+        "n_head_kv": get("attention.head_count_kv"),
+        "key_length": get("attention.key_length"),
+        "value_length": get("attention.value_length"),
+        "n_ff": get("feed_forward_length"),
+        "n_vocab": n_vocab,
+        "n_ctx_train": get("context_length"),
+        "n_swa": n_swa,
         "swa_layers": [il for il in range(n_layer) if pattern and il % pattern < pattern - 1],
-        "n_expert": get("expert_count"), "n_expert_used": get("expert_used_count"),
-        "n_ff_exp": get("expert_feed_forward_length"), "n_expert_shared": get("expert_shared_count"),
-        "n_layer_dense_lead": get("leading_dense_block_count"), "kv_lora_rank": get("attention.kv_lora_rank"),
-        "key_length_mla": get("attention.key_length_mla"), "rope_dims": get("rope.dimension_count"),
-        "ssm_d_conv": get("ssm.conv_kernel"), "ssm_d_inner": get("ssm.inner_size"), "ssm_d_state": get("ssm.state_size"),
-        "ssm_n_group": get("ssm.group_count"), "ssm_dt_rank": get("ssm.time_step_rank"),
-        "tied_embeddings": by_role["output"] == 0, "tensor_bytes": sum(by_role.values()),
-        "tensor_bytes_by_role": by_role, "tensor_bytes_by_type": by_type, "n_tensors": len(reader.tensors),
+        "n_expert": get("expert_count"),
+        "n_expert_used": get("expert_used_count"),
+        "n_ff_exp": get("expert_feed_forward_length"),
+        "n_expert_shared": get("expert_shared_count"),
+        "n_layer_dense_lead": get("leading_dense_block_count"),
+        "kv_lora_rank": get("attention.kv_lora_rank"),
+        "key_length_mla": get("attention.key_length_mla"),
+        "rope_dims": get("rope.dimension_count"),
+        "ssm_d_conv": get("ssm.conv_kernel"),
+        "ssm_d_inner": get("ssm.inner_size"),
+        "ssm_d_state": get("ssm.state_size"),
+        "ssm_n_group": get("ssm.group_count"),
+        "ssm_dt_rank": get("ssm.time_step_rank"),
+        "tied_embeddings": by_role["output"] == 0,
+        "tensor_bytes": sum(by_role.values()),
+        "tensor_bytes_by_role": by_role,
+        "tensor_bytes_by_type": by_type,
+        "n_tensors": len(reader.tensors),
     }
     return facts
 
@@ -562,13 +614,28 @@ def parse_log(text: str) -> dict[str, Any]:
     m = PATTERNS["output_buffer"].search(text)
     out["output_buffer_mib"] = float(m["mib"]) if m else None
     out["kv_caches"] = [
-        {"mib": float(m["mib"]), "cells": int(m["cells"]), "layers": int(m["layers"]), "seqs": int(m["seqs"]),
-         "streams": int(m["streams"]), "type_k": m["tk"], "k_mib": float(m["k"]), "type_v": m["tv"], "v_mib": float(m["v"])}
+        {
+            "mib": float(m["mib"]),
+            "cells": int(m["cells"]),
+            "layers": int(m["layers"]),
+            "seqs": int(m["seqs"]),
+            "streams": int(m["streams"]),
+            "type_k": m["tk"],
+            "k_mib": float(m["k"]),
+            "type_v": m["tv"],
+            "v_mib": float(m["v"]),
+        }
         for m in PATTERNS["kv_size"].finditer(text)
     ]
     out["rs_caches"] = [
-        {"mib": float(m["mib"]), "cells": int(m["cells"]), "layers": int(m["layers"]), "seqs": int(m["seqs"]),
-         "r_mib": float(m["r"]), "s_mib": float(m["s"])}
+        {
+            "mib": float(m["mib"]),
+            "cells": int(m["cells"]),
+            "layers": int(m["layers"]),
+            "seqs": int(m["seqs"]),
+            "r_mib": float(m["r"]),
+            "s_mib": float(m["s"]),
+        }
         for m in PATTERNS["rs_size"].finditer(text)
     ]
     out["swa_cells"] = {m["kind"]: int(m["cells"]) for m in PATTERNS["swa_cells"].finditer(text)}
@@ -583,7 +650,9 @@ def parse_log(text: str) -> dict[str, Any]:
 
 
 def load_and_measure(path: Path, settings: dict[str, Any]) -> tuple[int, str]:
-    args = dict(settings, path=str(path), type_k_id=KV_TYPES[settings["type_k"]], type_v_id=KV_TYPES[settings["type_v"]])
+    args = dict(
+        settings, path=str(path), type_k_id=KV_TYPES[settings["type_k"]], type_v_id=KV_TYPES[settings["type_v"]]
+    )
     proc = subprocess.run([sys.executable, "-c", LOADER, json.dumps(args)], capture_output=True, text=True, timeout=600)
     return proc.returncode, proc.stderr
 
@@ -593,12 +662,33 @@ def load_and_measure(path: Path, settings: dict[str, Any]) -> tuple[int, str]:
 # ---------------------------------------------------------------------------------------------------------
 
 
-def setting(n_ctx: int, *, n_ubatch: int = 512, n_batch: int | None = None, flash_attn: str = "on",
-            type_k: str = "f16", type_v: str = "f16", swa_full: bool = False, n_seq_max: int = 1,
-            kv_unified: bool = False, no_alloc: bool = True, n_outputs_max: int | None = None) -> dict[str, Any]:
-    return {"n_ctx": n_ctx, "n_batch": n_batch or max(n_ubatch, 2048), "n_ubatch": n_ubatch, "flash_attn": flash_attn,
-            "type_k": type_k, "type_v": type_v, "swa_full": swa_full, "n_seq_max": n_seq_max, "kv_unified": kv_unified,
-            "no_alloc": no_alloc, "n_outputs_max": n_outputs_max}
+def setting(
+    n_ctx: int,
+    *,
+    n_ubatch: int = 512,
+    n_batch: int | None = None,
+    flash_attn: str = "on",
+    type_k: str = "f16",
+    type_v: str = "f16",
+    swa_full: bool = False,
+    n_seq_max: int = 1,
+    kv_unified: bool = False,
+    no_alloc: bool = True,
+    n_outputs_max: int | None = None,
+) -> dict[str, Any]:
+    return {
+        "n_ctx": n_ctx,
+        "n_batch": n_batch or max(n_ubatch, 2048),
+        "n_ubatch": n_ubatch,
+        "flash_attn": flash_attn,
+        "type_k": type_k,
+        "type_v": type_v,
+        "swa_full": swa_full,
+        "n_seq_max": n_seq_max,
+        "kv_unified": kv_unified,
+        "no_alloc": no_alloc,
+        "n_outputs_max": n_outputs_max,
+    }
 
 
 #: real-allocation loads map the whole file and llama.cpp prefetches it (madvise WILLNEED): page cache the size
@@ -610,19 +700,32 @@ def grid_for(name: str, file_size: int = 0) -> list[dict[str, Any]]:
     """Settings per model: context sizes incl. 32k / 128k, ubatch, FA on/off, K/V types, sequences, unified,
     swa_full; a few small ones with real allocation to show no_alloc sizes equal real ones."""
     base = [
-        setting(4096), setting(5000), setting(32768), setting(131072),
-        setting(32768, flash_attn="off"), setting(8192, flash_attn="off"),
-        setting(32768, n_ubatch=2048), setting(8192, n_ubatch=128, n_batch=128),
-        setting(32768, type_k="q8_0", type_v="q8_0"), setting(32768, type_k="q4_0", type_v="q4_0"),
-        setting(32768, type_k="q8_0", type_v="f16"), setting(16384, type_k="q5_1", type_v="q5_1"),
-        setting(16384, n_seq_max=4, kv_unified=True), setting(16384, n_seq_max=4, kv_unified=False),
-        setting(10000, n_seq_max=3, kv_unified=False), setting(16384, n_seq_max=4, kv_unified=True, n_outputs_max=4),
+        setting(4096),
+        setting(5000),
+        setting(32768),
+        setting(131072),
+        setting(32768, flash_attn="off"),
+        setting(8192, flash_attn="off"),
+        setting(32768, n_ubatch=2048),
+        setting(8192, n_ubatch=128, n_batch=128),
+        setting(32768, type_k="q8_0", type_v="q8_0"),
+        setting(32768, type_k="q4_0", type_v="q4_0"),
+        setting(32768, type_k="q8_0", type_v="f16"),
+        setting(16384, type_k="q5_1", type_v="q5_1"),
+        setting(16384, n_seq_max=4, kv_unified=True),
+        setting(16384, n_seq_max=4, kv_unified=False),
+        setting(10000, n_seq_max=3, kv_unified=False),
+        setting(16384, n_seq_max=4, kv_unified=True, n_outputs_max=4),
         setting(16384, n_seq_max=4, kv_unified=False, flash_attn="off"),
-        setting(2048, no_alloc=False), setting(4096, flash_attn="off", no_alloc=False),
+        setting(2048, no_alloc=False),
+        setting(4096, flash_attn="off", no_alloc=False),
     ]
     if name in ("gemma-2-9b", "gemma-3-27b", "gpt-oss-20b", "gemma-3-270m-q4_k_m"):
-        base += [setting(32768, swa_full=True), setting(16384, n_seq_max=4, kv_unified=True, swa_full=False),
-                 setting(8192, swa_full=True, flash_attn="off")]
+        base += [
+            setting(32768, swa_full=True),
+            setting(16384, n_seq_max=4, kv_unified=True, swa_full=False),
+            setting(8192, swa_full=True, flash_attn="off"),
+        ]
     if name in ("smollm2-135m-q4_1", "gemma-3-270m-q4_k_m"):
         base = [s for s in base if s["n_ctx"] <= 32768]
     if file_size > REAL_ALLOC_MAX_BYTES:
@@ -638,17 +741,33 @@ def model_paths(corpus: Path, workdir: Path, only: set[str] | None) -> Iterator[
         path = workdir / f"{name}.gguf"
         header = HEADERS_DIR / f"{name}.gguf-header"
         size = write_sparse_gguf(recipe, path, header)
-        yield name, path, {"source": recipe.source, "header": str(header.relative_to(REPO)), "file_size": size,
-                           "written_by": "gguf.GGUFWriter",
-                           "facts": facts_from_gguf(path)}
+        yield (
+            name,
+            path,
+            {
+                "source": recipe.source,
+                "header": str(header.relative_to(REPO)),
+                "file_size": size,
+                "written_by": "gguf.GGUFWriter",
+                "facts": facts_from_gguf(path),
+            },
+        )
     for name, rel in REAL_HEADERS.items():
         if only and name not in only:
             continue
         path = workdir / f"{name}.gguf"
         size = extend_real_header(corpus / rel, path)
-        yield name, path, {"source": f"fixtures/{rel}", "header": f"fixtures/{rel}", "file_size": size,
-                           "written_by": "real header, sparse-extended",
-                           "facts": facts_from_gguf(path)}
+        yield (
+            name,
+            path,
+            {
+                "source": f"fixtures/{rel}",
+                "header": f"fixtures/{rel}",
+                "file_size": size,
+                "written_by": "real header, sparse-extended",
+                "facts": facts_from_gguf(path),
+            },
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -658,8 +777,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", action="append")
     parser.add_argument("--keep", type=Path, help="keep the sparse GGUFs in this folder")
     parser.add_argument("--append", action="store_true", help="append to --out instead of rewriting it")
-    parser.add_argument("--llama-cpp-commit", default="0c1e57098bba43ac29e6e3b677cdceebdd22334f (2026-10-01)",
-                        help="the llama.cpp commit llama-cpp-python vendors (its sdist's vendor/llama.cpp); recorded per row")
+    parser.add_argument(
+        "--llama-cpp-commit",
+        default="0c1e57098bba43ac29e6e3b677cdceebdd22334f (2026-10-01)",
+        help="the llama.cpp commit llama-cpp-python vendors (its sdist's vendor/llama.cpp); recorded per row",
+    )
     args = parser.parse_args(argv)
     workdir = args.keep or Path(tempfile.mkdtemp(prefix="hfvram-gguf-"))
     workdir.mkdir(parents=True, exist_ok=True)
@@ -670,15 +792,35 @@ def main(argv: list[str] | None = None) -> int:
             for s in grid_for(name, model["file_size"]):
                 rc, log = load_and_measure(path, s)
                 parsed = parse_log(log)
-                row = {"model": name, **model, "llama_cpp_commit": args.llama_cpp_commit, "settings": s, "rc": rc,
-                       "measured": parsed}
+                row = {
+                    "model": name,
+                    **model,
+                    "llama_cpp_commit": args.llama_cpp_commit,
+                    "settings": s,
+                    "rc": rc,
+                    "measured": parsed,
+                }
                 if rc != 0:
                     row["log_tail"] = log[-1500:]
                 out.write(json.dumps(row) + "\n")
                 out.flush()
                 rows += 1
-                print(name, s["n_ctx"], s["n_ubatch"], s["flash_attn"], s["type_k"], s["type_v"], s["n_seq_max"],
-                      s["kv_unified"], s["swa_full"], "rc", rc, parsed["compute_buffer_mib"], [k["mib"] for k in parsed["kv_caches"]], flush=True)
+                print(
+                    name,
+                    s["n_ctx"],
+                    s["n_ubatch"],
+                    s["flash_attn"],
+                    s["type_k"],
+                    s["type_v"],
+                    s["n_seq_max"],
+                    s["kv_unified"],
+                    s["swa_full"],
+                    "rc",
+                    rc,
+                    parsed["compute_buffer_mib"],
+                    [k["mib"] for k in parsed["kv_caches"]],
+                    flush=True,
+                )
             if not args.keep:
                 path.unlink()
     print(f"{rows} rows -> {args.out}")

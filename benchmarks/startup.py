@@ -24,8 +24,17 @@ COMMANDS: dict[str, list[str]] = {
     "python -c pass": [sys.executable, "-c", "pass"],
     "hfvram --help": [sys.executable, "-m", "hfvram", "--help"],
     "hfvram check (cached, offline)": [
-        sys.executable, "-m", "hfvram", "check", "meta-llama/Llama-3.1-8B-Instruct", "--offline",
-        "--gpu", "rtx4090", "--context", "32k", "--json",
+        sys.executable,
+        "-m",
+        "hfvram",
+        "check",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "--offline",
+        "--gpu",
+        "rtx4090",
+        "--context",
+        "32k",
+        "--json",
     ],
 }
 
@@ -47,8 +56,10 @@ def main() -> None:
         env = {**os.environ, "HF_HOME": home, "HFVRAM_CACHE_DIR": str(Path(home) / "facts")}
         for command in COMMANDS.values():  # warm the OS file cache and the facts cache once
             wall_time(command, env)
-        medians = {name: statistics.median(wall_time(command, env) for _ in range(args.repeat))
-                   for name, command in COMMANDS.items()}
+        medians = {
+            name: statistics.median(wall_time(command, env) for _ in range(args.repeat))
+            for name, command in COMMANDS.items()
+        }
     base = medians["python -c pass"]
     print(f"{'command':34} {'median s':>9} {'× python -c pass':>17}")
     for name, seconds in medians.items():

@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Iterable, Mapping
 
 from hfvram.errors import MalformedFileError, UsageError
 from hfvram.estimate.types import Capacity, Estimate, verdict_for
@@ -134,9 +134,19 @@ def _last(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
 
 def detect_engine(text: str) -> str | None:
     """Which engine wrote this log: ``vllm``, ``llama.cpp`` or ``sglang`` (None when nothing is recognised)."""
-    if VLLM_WEIGHTS.search(text) or VLLM_KV_MEMORY.search(text) or VLLM_V0_BLOCKS.search(text) or VLLM_V0_BUDGET.search(text):
+    if (
+        VLLM_WEIGHTS.search(text)
+        or VLLM_KV_MEMORY.search(text)
+        or VLLM_V0_BLOCKS.search(text)
+        or VLLM_V0_BUDGET.search(text)
+    ):
         return "vllm"
-    if LLAMA_MODEL_BUFFER.search(text) or LLAMA_MODEL_BUFFER_OLD.search(text) or LLAMA_KV_BUFFER.search(text) or LLAMA_KV_SIZE.search(text):
+    if (
+        LLAMA_MODEL_BUFFER.search(text)
+        or LLAMA_MODEL_BUFFER_OLD.search(text)
+        or LLAMA_KV_BUFFER.search(text)
+        or LLAMA_KV_SIZE.search(text)
+    ):
         return "llama.cpp"
     if SGLANG_WEIGHTS.search(text) or SGLANG_KV.search(text):
         return "sglang"
@@ -155,8 +165,13 @@ def parse_vllm_log(text: str) -> Measured:
     if match := _last(VLLM_PROFILE, text):
         activations, non_torch = _gib(match["act"]), _gib(match["non_torch"])
         weights = weights if weights is not None else _gib(match["w"])
-        details.update({"torch peak increase": f"{match['act']} GiB", "non-torch increase": f"{match['non_torch']} GiB",
-                        "total non-KV": f"{match['non_kv']} GiB"})
+        details.update(
+            {
+                "torch peak increase": f"{match['act']} GiB",
+                "non-torch increase": f"{match['non_torch']} GiB",
+                "total non-KV": f"{match['non_kv']} GiB",
+            }
+        )
     if match := _last(VLLM_ACTUAL_USAGE, text):
         activations, non_torch, graphs = _gib(match["act"]), _gib(match["nt"]), _gib(match["cg"])
         details["actual usage line"] = match.group(0)
@@ -217,27 +232,47 @@ def parse_vllm_log(text: str) -> Measured:
         if note:
             details["CUDA graphs inside the budget"] = note
         elif graphs is not None:
-            warnings.append("the log does not tell whether CUDA graphs were deducted from the budget: "
-                            "overhead counts them")
+            warnings.append(
+                "the log does not tell whether CUDA graphs were deducted from the budget: overhead counts them"
+            )
     if kv is not None and kv < 0:
         # after the budget identity above, which needs the signed figure. V0 printed "the rest of the memory reserved for KV Cache is -1.05GiB": the run had no KV cache at all
         details["rest of the budget for the KV cache"] = f"{kv / GIB:.2f} GiB (negative: no KV cache)"
-        warnings.append(f"the engine found no memory for the KV cache (the rest of its budget was {kv / GIB:.2f} "
-                        "GiB): this run could not serve; KV cache counted as 0")
+        warnings.append(
+            f"the engine found no memory for the KV cache (the rest of its budget was {kv / GIB:.2f} "
+            "GiB): this run could not serve; KV cache counted as 0"
+        )
         kv = 0
     tp_match = _last(VLLM_TP, text)
     version = _last(VLLM_VERSION, text)
     kv_dtype = _last(VLLM_KV_DTYPE_ARG, text)
     return Measured(
-        engine="vllm", weights=weights, kv_cache=kv, activations=activations, overhead=overhead,
-        kv_tokens=kv_tokens, max_concurrency=conc, context=context, gpu_util=util, total_memory=total,
-        tp=int(tp_match["tp"]) if tp_match else None, kv_dtype=kv_dtype["kv"] if kv_dtype else None,
-        engine_version=version["version"] if version else None, details=details, warnings=tuple(warnings),
+        engine="vllm",
+        weights=weights,
+        kv_cache=kv,
+        activations=activations,
+        overhead=overhead,
+        kv_tokens=kv_tokens,
+        max_concurrency=conc,
+        context=context,
+        gpu_util=util,
+        total_memory=total,
+        tp=int(tp_match["tp"]) if tp_match else None,
+        kv_dtype=kv_dtype["kv"] if kv_dtype else None,
+        engine_version=version["version"] if version else None,
+        details=details,
+        warnings=tuple(warnings),
     )
 
 
-def _budget_overhead(requested: int | None, weights: int | None, activations: int | None, non_torch: int,
-                     kv: int | None, graphs: int | None) -> tuple[int, str | None]:
+def _budget_overhead(
+    requested: int | None,
+    weights: int | None,
+    activations: int | None,
+    non_torch: int,
+    kv: int | None,
+    graphs: int | None,
+) -> tuple[int, str | None]:
     """Overhead the engine deducted from its budget: non-torch memory plus the CUDA graphs *applied*.
 
     engines.md §12.1 identity: requested − weights − activations − non_torch − graphs_applied = KV; the applied
@@ -277,8 +312,9 @@ def parse_llamacpp_log(text: str) -> Measured:
             details[f"{device} {name} buffer"] = f"{size / MIB:.2f} MiB"
     overhead = None
     breakdowns = {m["dev"]: m for m in LLAMA_BREAKDOWN.finditer(text)}
-    worst = max(devices, key=lambda d: model.get(d, 0) + kv.get(d, 0) + recurrent.get(d, 0) + compute.get(d, 0),
-                default=None)
+    worst = max(
+        devices, key=lambda d: model.get(d, 0) + kv.get(d, 0) + recurrent.get(d, 0) + compute.get(d, 0), default=None
+    )
     if worst is not None:
         for dev, match in breakdowns.items():
             if dev.startswith(worst) or worst.startswith(dev):
@@ -321,15 +357,25 @@ def parse_sglang_log(text: str) -> Measured:
         tokens = int(match["tok"])
         kv = _gib(match["kv"]) if match["kv"] else _gib(match["k"]) + _gib(match["v"])
         details["KV cache"] = match.group(0)
-    return Measured(engine="sglang", weights=weights, kv_cache=kv, kv_tokens=tokens, details=details,
-                    warnings=("SGLang logs do not split activations from overhead",))
+    return Measured(
+        engine="sglang",
+        weights=weights,
+        kv_cache=kv,
+        kv_tokens=tokens,
+        details=details,
+        warnings=("SGLang logs do not split activations from overhead",),
+    )
 
 
 def parse_log(text: str, engine: str | None = None) -> Measured:
     """Parse a start-up log; ``engine`` forces the parser, else it is detected. UsageError when unrecognised."""
     engine = engine or detect_engine(text)
-    parsers = {"vllm": parse_vllm_log, "llama.cpp": parse_llamacpp_log, "ollama": parse_llamacpp_log,
-               "sglang": parse_sglang_log}
+    parsers = {
+        "vllm": parse_vllm_log,
+        "llama.cpp": parse_llamacpp_log,
+        "ollama": parse_llamacpp_log,
+        "sglang": parse_sglang_log,
+    }
     if engine not in parsers:
         raise UsageError(
             "no vLLM, llama.cpp or SGLang start-up lines found in the log "
@@ -419,8 +465,16 @@ def apply_calibration(est: Estimate, record: Mapping[str, object], origin: str) 
     )
     explain = dict(est.explain)
     note = f"calibrated from {origin}"
-    explain["activations"] = f"{note} (was {old.activations / GIB:.2f} GiB by the rules)" if activations is not None else explain.get("activations", "")
-    explain["overhead"] = f"{note} (was {old.overhead / GIB:.2f} GiB by the rules)" if overhead is not None else explain.get("overhead", "")
+    explain["activations"] = (
+        f"{note} (was {old.activations / GIB:.2f} GiB by the rules)"
+        if activations is not None
+        else explain.get("activations", "")
+    )
+    explain["overhead"] = (
+        f"{note} (was {old.overhead / GIB:.2f} GiB by the rules)"
+        if overhead is not None
+        else explain.get("overhead", "")
+    )
     capacity = est.capacity
     old_pool = old.usable - old.weights - old.activations - old.overhead
     new_pool = new.usable - new.weights - new.activations - new.overhead
@@ -434,9 +488,15 @@ def apply_calibration(est: Estimate, record: Mapping[str, object], origin: str) 
         explain["capacity"] = f"derived: scaled by the KV pool change after calibration (× {ratio:.3f})"
     verdict = verdict_for(new.total, new.usable) if est.hardware is not None else None
     utilization = new.total / new.usable if est.hardware is not None and new.usable else est.utilization
-    return replace(est, per_gpu=new, verdict=verdict, utilization=utilization, capacity=capacity, explain=explain,
-                   warnings=est.warnings + (f"activations / overhead measured: {note}",)
-                   + calibration_mismatches(est, record))
+    return replace(
+        est,
+        per_gpu=new,
+        verdict=verdict,
+        utilization=utilization,
+        capacity=capacity,
+        explain=explain,
+        warnings=est.warnings + (f"activations / overhead measured: {note}",) + calibration_mismatches(est, record),
+    )
 
 
 def _minor(version: object) -> str | None:
@@ -450,12 +510,16 @@ def calibration_mismatches(est: Estimate, record: Mapping[str, object]) -> tuple
     notes = []
     engine = est.engine.get("name")
     if record.get("engine") and engine and record["engine"] != engine:
-        notes.append(f"the calibration was measured with {record['engine']}, this estimate is for {engine}: "
-                     "its activation / overhead terms may not carry over")
+        notes.append(
+            f"the calibration was measured with {record['engine']}, this estimate is for {engine}: "
+            "its activation / overhead terms may not carry over"
+        )
     measured, used = _minor(record.get("engine_version")), _minor(est.engine.get("version"))
     if measured and used and measured != used and record.get("engine") == engine:
-        notes.append(f"the calibration was measured on {engine} {record.get('engine_version')}; this estimate "
-                     f"follows the {used} rules (pass --engine {engine}@{measured} to compare like with like)")
+        notes.append(
+            f"the calibration was measured on {engine} {record.get('engine_version')}; this estimate "
+            f"follows the {used} rules (pass --engine {engine}@{measured} to compare like with like)"
+        )
     if est.hardware is not None and record.get("gpu") and record["gpu"] != est.hardware.gpu.id:
         notes.append(f"the calibration was measured on {record['gpu']}, this estimate is for {est.hardware.gpu.id}")
     return tuple(notes)
@@ -489,10 +553,12 @@ def comparison_warnings(measured: Measured, predicted: Mapping[str, int | None])
         return []
     if abs(measured.weights - weights) <= WEIGHTS_MISMATCH * max(measured.weights, weights):
         return []
-    return [f"the log's weights ({measured.weights / GIB:.2f} GiB per GPU) are far from --model's "
-            f"({weights / GIB:.2f} GiB): is --model the checkpoint that ran (same quantization / GGUF file), "
-            "and do --set / --engine match the run (tensor parallel, -ngl, -ot / --n-cpu-moe offload)? "
-            "The other differences follow from that one"]
+    return [
+        f"the log's weights ({measured.weights / GIB:.2f} GiB per GPU) are far from --model's "
+        f"({weights / GIB:.2f} GiB): is --model the checkpoint that ran (same quantization / GGUF file), "
+        "and do --set / --engine match the run (tensor parallel, -ngl, -ot / --n-cpu-moe offload)? "
+        "The other differences follow from that one"
+    ]
 
 
 def measured_dict(measured: Measured) -> dict[str, object]:

@@ -11,8 +11,9 @@ import os
 import re
 import sys
 import traceback
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import click
 
@@ -62,8 +63,9 @@ class HfvramGroup(click.Group):
         except Exception as error:  # a bug of ours: still one line, unless --debug
             if _debug_enabled(ctx):
                 traceback.print_exc()
-            _fail(f"internal error: {type(error).__name__}: {error} (run with --debug for the traceback)",
-                  EXIT_UNREADABLE)
+            _fail(
+                f"internal error: {type(error).__name__}: {error} (run with --debug for the traceback)", EXIT_UNREADABLE
+            )
 
 
 def _set_debug(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
@@ -73,7 +75,11 @@ def _set_debug(ctx: click.Context, _param: click.Parameter, value: bool) -> bool
 
 
 debug_option = click.option(
-    "--debug", is_flag=True, expose_value=False, is_eager=True, callback=_set_debug,
+    "--debug",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_set_debug,
     help="Show Python tracebacks on errors.",
 )
 
@@ -138,23 +144,58 @@ UNIFIED_FRACTION_HELP = (
 def run_options(function: Callable[..., Any]) -> Callable[..., Any]:
     """Decorate a command with the contract's shared options (check / scan / fit)."""
     options = [
-        click.option("--gpu", "gpu", metavar="SPEC", help="GPU id or alias with optional count (rtx4090, h100x8, 24GiB)."),
-        click.option("--engine", "engine", metavar="NAME[@VER]", help="vllm, sglang, llama.cpp, ollama, … (default: vllm; llama.cpp for GGUF)."),
-        click.option("--context", "context", metavar="N", help="Tokens per sequence: 8k, 32k, 131072 (default: the engine's)."),
+        click.option(
+            "--gpu", "gpu", metavar="SPEC", help="GPU id or alias with optional count (rtx4090, h100x8, 24GiB)."
+        ),
+        click.option(
+            "--engine",
+            "engine",
+            metavar="NAME[@VER]",
+            help="vllm, sglang, llama.cpp, ollama, … (default: vllm; llama.cpp for GGUF).",
+        ),
+        click.option(
+            "--context", "context", metavar="N", help="Tokens per sequence: 8k, 32k, 131072 (default: the engine's)."
+        ),
         click.option("--concurrency", "concurrency", metavar="N", help="Sequences held at full context (default 1)."),
         click.option("--kv-dtype", "kv_dtype", metavar="T", help="KV cache type: auto, bf16, fp16, fp8, q8_0, q4_0, …"),
-        click.option("--set", "settings", metavar="NAME=VALUE", multiple=True, help="An engine setting under the engine's own name (repeatable)."),
-        click.option("--engine-args", "engine_args", metavar='"…"', help="A pasted engine command line (vllm serve … -tp 2)."),
+        click.option(
+            "--set",
+            "settings",
+            metavar="NAME=VALUE",
+            multiple=True,
+            help="An engine setting under the engine's own name (repeatable).",
+        ),
+        click.option(
+            "--engine-args", "engine_args", metavar='"…"', help="A pasted engine command line (vllm serve … -tp 2)."
+        ),
         click.option("--tp", "tp", type=click.IntRange(min=1), help="Tensor-parallel degree."),
         click.option("--pp", "pp", type=click.IntRange(min=1), help="Pipeline-parallel degree."),
-        click.option("--gpu-util", "gpu_util", type=click.FloatRange(0.0, 1.0, min_open=True), help="The engine's memory fraction."),
-        click.option("--unified-fraction", "unified_fraction", type=click.FloatRange(0.0, 1.0, min_open=True),
-                     metavar="F", help=UNIFIED_FRACTION_HELP),
+        click.option(
+            "--gpu-util",
+            "gpu_util",
+            type=click.FloatRange(0.0, 1.0, min_open=True),
+            help="The engine's memory fraction.",
+        ),
+        click.option(
+            "--unified-fraction",
+            "unified_fraction",
+            type=click.FloatRange(0.0, 1.0, min_open=True),
+            metavar="F",
+            help=UNIFIED_FRACTION_HELP,
+        ),
         click.option("--revision", "revision", metavar="R", help="Hub revision (branch, tag, commit)."),
-        click.option("--token", "token", metavar="T", help="Hub token (else HF_TOKEN / the saved token). Never printed."),
+        click.option(
+            "--token", "token", metavar="T", help="Hub token (else HF_TOKEN / the saved token). Never printed."
+        ),
         click.option("--offline", "offline", is_flag=True, default=None, help="Never touch the network."),
         click.option("--explain", "explain", is_flag=True, help="List every input figure with where it came from."),
-        click.option("--calibration", "calibration", metavar="FILE", type=click.Path(dir_okay=False), help="A calibration file from `hfvram calibrate --save`."),
+        click.option(
+            "--calibration",
+            "calibration",
+            metavar="FILE",
+            type=click.Path(dir_okay=False),
+            help="A calibration file from `hfvram calibrate --save`.",
+        ),
         debug_option,
     ]
     for option in reversed(options):
@@ -285,8 +326,9 @@ def redact(text: str) -> str:
     elif env:
         body = f"{env[1]}=***"
     else:  # a launcher or program segment: secrets inside it, one word each
-        body = re.sub(rf"((?<!\S)--?{SECRET_NAME}[ =]|(?<![\w-]){SECRET_NAME}=)(\S+)", r"\1***", body,
-                      flags=re.IGNORECASE)
+        body = re.sub(
+            rf"((?<!\S)--?{SECRET_NAME}[ =]|(?<![\w-]){SECRET_NAME}=)(\S+)", r"\1***", body, flags=re.IGNORECASE
+        )
     body = SECRET_VALUE.sub(lambda m: m[1] + "***", body)
     return body + sep + SECRET_VALUE.sub(lambda m: m[1] + "***", reason)
 
@@ -306,8 +348,13 @@ def load(request: Request, options: RunOptions, *, need_split: bool = False) -> 
     from hfvram.sources import load_model
 
     # every tensor header only for --explain: otherwise the exact total is split like the config shapes
-    return load_model(request.source, revision=request.revision, token=options.token, offline=options.offline,
-                      need_split=need_split or options.explain)
+    return load_model(
+        request.source,
+        revision=request.revision,
+        token=options.token,
+        offline=options.offline,
+        need_split=need_split or options.explain,
+    )
 
 
 def engine_choice(request: Request, loaded: Any) -> Any:
@@ -326,8 +373,11 @@ def engine_choice(request: Request, loaded: Any) -> Any:
 def workload(request: Request, *, context: int | None = None, kv_dtype: str | None = None) -> Any:
     from hfvram.estimate.types import Workload
 
-    return Workload(context=context if context is not None else request.context, concurrency=request.concurrency,
-                    kv_dtype=kv_dtype or request.kv_dtype)
+    return Workload(
+        context=context if context is not None else request.context,
+        concurrency=request.concurrency,
+        kv_dtype=kv_dtype or request.kv_dtype,
+    )
 
 
 def run_estimate(request: Request, options: RunOptions, loaded: Any) -> Any:
@@ -370,8 +420,9 @@ def check_report(request: Request, options: RunOptions) -> dict[str, Any]:
     loaded = load(request, options)
     est = run_estimate(request, options, loaded)
     report = check_dict(loaded.source, est, explain=options.explain)
-    report["warnings"] = list(dict.fromkeys(report["warnings"] + list(request.notes)
-                                            + default_engine_notes(request, est)))
+    report["warnings"] = list(
+        dict.fromkeys(report["warnings"] + list(request.notes) + default_engine_notes(request, est))
+    )
     if options.explain and est.hardware is not None:
         from hfvram.estimate.hardware import memory_provenance
 
@@ -382,8 +433,10 @@ def check_report(request: Request, options: RunOptions) -> dict[str, Any]:
 def default_engine_notes(request: Request, est: Any) -> list[str]:
     """Say when the engine was chosen for the hardware rather than by the contract's plain default."""
     if request.engine is None and est.hardware is not None and est.engine.get("name") == "mlx":
-        return ["no --engine given: MLX is the default on Apple Silicon (vLLM does not run on Metal); "
-                "--engine llama.cpp describes the other common Mac runtime"]
+        return [
+            "no --engine given: MLX is the default on Apple Silicon (vLLM does not run on Metal); "
+            "--engine llama.cpp describes the other common Mac runtime"
+        ]
     return []
 
 
@@ -419,8 +472,9 @@ def _echo_json(document: Any) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json (schema hfvram.check/1).")
 @markdown_option
 @click.option("--fail-on", "fail_on", type=click.Choice(["tight"]), help="Exit 1 on Tight as well as on Doesn't fit.")
-def check(source: str | None, fmt: str | None, as_json: bool, as_markdown: bool, fail_on: str | None,
-          **kwargs: Any) -> None:
+def check(
+    source: str | None, fmt: str | None, as_json: bool, as_markdown: bool, fail_on: str | None, **kwargs: Any
+) -> None:
     """One model: the four memory terms on the worst GPU, the verdict and the capacity.
 
     SOURCE: org/name[@revision], org/name:Q4_K_M, a local folder, a .gguf file, or a cached repo.
@@ -475,8 +529,11 @@ def scan_sort_key(report: dict[str, Any]) -> tuple[int, int, str]:
     """Sorted by verdict (fits first, errors last) then by memory per GPU."""
     if "error" in report:
         return (4, 0, report["source"].get("text") or "")
-    return (VERDICT_ORDER.get(report.get("verdict"), 3), report["per_gpu"]["total"],
-            report["source"].get("repo_id") or "")
+    return (
+        VERDICT_ORDER.get(report.get("verdict"), 3),
+        report["per_gpu"]["total"],
+        report["source"].get("repo_id") or "",
+    )
 
 
 def scan_exit_code(reports: Sequence[dict[str, Any]], fail_on_tight: bool) -> int:
@@ -490,11 +547,14 @@ def scan_exit_code(reports: Sequence[dict[str, Any]], fail_on_tight: bool) -> in
 @run_options
 @click.option("--format", "fmt", type=click.Choice(SCAN_FORMATS), help="Output format (default: table).")
 @click.option("--json", "as_json", is_flag=True, help="JSON Lines: one hfvram.check/1 object per source.")
-@click.option("--jobs", "-j", type=click.IntRange(1, 64), default=DEFAULT_JOBS, show_default=True, help="Sources read at once.")
+@click.option(
+    "--jobs", "-j", type=click.IntRange(1, 64), default=DEFAULT_JOBS, show_default=True, help="Sources read at once."
+)
 @markdown_option
 @click.option("--fail-on", "fail_on", type=click.Choice(["tight"]), help="Exit 1 on Tight as well.")
-def scan(file: Any, fmt: str | None, as_json: bool, as_markdown: bool, jobs: int, fail_on: str | None,
-         **kwargs: Any) -> None:
+def scan(
+    file: Any, fmt: str | None, as_json: bool, as_markdown: bool, jobs: int, fail_on: str | None, **kwargs: Any
+) -> None:
     """Many models: one SOURCE per line of FILE ('-' = stdin), read concurrently.
 
     A source that cannot be read becomes an error row; the others are still reported.
@@ -507,7 +567,9 @@ def scan(file: Any, fmt: str | None, as_json: bool, as_markdown: bool, jobs: int
     if options.gpu:
         from hfvram.estimate.hardware import parse_gpu_spec
 
-        parse_gpu_spec(options.gpu, unified_fraction=options.unified_fraction)  # a bad --gpu is one usage error, not an error row per source
+        parse_gpu_spec(
+            options.gpu, unified_fraction=options.unified_fraction
+        )  # a bad --gpu is one usage error, not an error row per source
     reports, interrupted = _scan_all(sources, options, jobs, output)
     reports.sort(key=scan_sort_key)
     _print_scan(reports, output, streamed=output in ("jsonl", "table"))
@@ -524,8 +586,15 @@ def _scan_all(sources: list[str], options: RunOptions, jobs: int, output: str) -
 
     reports: list[dict[str, Any]] = []
     stderr = _console(stderr=True)
-    progress = Progress(TextColumn("scanning"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                        console=stderr, transient=True, disable=not stderr.is_terminal)
+    progress = Progress(
+        TextColumn("scanning"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=stderr,
+        transient=True,
+        disable=not stderr.is_terminal,
+    )
     pool = ThreadPoolExecutor(max_workers=jobs)
     interrupted = False
     try:
@@ -594,8 +663,9 @@ def fit_report(request: Request, options: RunOptions) -> dict[str, Any]:
     hardware = request.hardware
     est = estimate(loaded.spec, hardware, choice, wl)
     context = est.workload.context
-    rows = inverse.context_table(loaded.spec, hardware, choice, wl, kv_dtypes=fit_kv_dtypes(loaded.spec, hardware,
-                                                                                         choice, wl))
+    rows = inverse.context_table(
+        loaded.spec, hardware, choice, wl, kv_dtypes=fit_kv_dtypes(loaded.spec, hardware, choice, wl)
+    )
     return {
         "schema": "hfvram.fit/1",
         "source": source_dict(loaded.source),
@@ -610,8 +680,7 @@ def fit_report(request: Request, options: RunOptions) -> dict[str, Any]:
         "usable": est.per_gpu.usable,
         "max_context": inverse.max_context(loaded.spec, hardware, choice, wl),
         "max_concurrency": inverse.max_concurrency(loaded.spec, hardware, choice, wl),
-        "smallest_gpu_count": inverse.smallest_gpu_count(loaded.spec, hardware.gpu, choice, wl,
-                                                         max_count=FIT_MAX_GPUS),
+        "smallest_gpu_count": inverse.smallest_gpu_count(loaded.spec, hardware.gpu, choice, wl, max_count=FIT_MAX_GPUS),
         "max_gpu_count_tried": FIT_MAX_GPUS,
         "context_table": [_context_row(row) for row in rows],
         "warnings": list(dict.fromkeys(list(loaded.spec.warnings) + list(est.warnings))),
@@ -652,8 +721,13 @@ def _context_row(row: Any) -> dict[str, Any]:
     from dataclasses import asdict, is_dataclass
 
     if hasattr(row, "per_gpu") and hasattr(row, "workload"):
-        return {"context": row.workload.context, "kv_dtype": row.workload.kv_dtype, "verdict": row.verdict,
-                "total": row.per_gpu.total, "max_concurrency": row.capacity.max_concurrency}
+        return {
+            "context": row.workload.context,
+            "kv_dtype": row.workload.kv_dtype,
+            "verdict": row.verdict,
+            "total": row.per_gpu.total,
+            "max_concurrency": row.capacity.max_concurrency,
+        }
     if is_dataclass(row):
         return asdict(row)
     raise TypeError(f"unexpected context_table row {row!r}")
@@ -665,9 +739,16 @@ def _context_row(row: Any) -> dict[str, Any]:
 @click.option("--format", "fmt", type=click.Choice(FORMATS), help="Output format (default: table).")
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @markdown_option
-@click.option("--plot", "plot", metavar="FILE.png|svg", type=click.Path(dir_okay=False), help="Draw memory against context per term (needs the 'plot' extra).")
-def fit(sources: tuple[str, ...], fmt: str | None, as_json: bool, as_markdown: bool, plot: str | None,
-        **kwargs: Any) -> None:
+@click.option(
+    "--plot",
+    "plot",
+    metavar="FILE.png|svg",
+    type=click.Path(dir_okay=False),
+    help="Draw memory against context per term (needs the 'plot' extra).",
+)
+def fit(
+    sources: tuple[str, ...], fmt: str | None, as_json: bool, as_markdown: bool, plot: str | None, **kwargs: Any
+) -> None:
     """The inverse view: longest context, most concurrent requests and the smallest GPU count that fit."""
     options = _run_options(kwargs)
     if not options.gpu:
@@ -683,8 +764,14 @@ def fit(sources: tuple[str, ...], fmt: str | None, as_json: bool, as_markdown: b
 
         request = resolve_request(options, sources[0])
         source = reports[0]["source"]
-        plot_memory_against_context(reports[0]["_spec"], request.hardware, reports[0]["_choice"],
-                                    workload(request), plot, title=source.get("repo_id") or sources[0])
+        plot_memory_against_context(
+            reports[0]["_spec"],
+            request.hardware,
+            reports[0]["_choice"],
+            workload(request),
+            plot,
+            title=source.get("repo_id") or sources[0],
+        )
         click.echo(f"wrote {plot}", err=True)
     public = [{k: v for k, v in report.items() if not k.startswith("_")} for report in reports]
     if output == "json":
@@ -706,9 +793,14 @@ def fit(sources: tuple[str, ...], fmt: str | None, as_json: bool, as_markdown: b
 
 def gpu_dict(gpu: Any) -> dict[str, Any]:
     return {
-        "id": gpu.id, "name": gpu.name, "vendor": gpu.vendor, "memory_bytes": gpu.memory_bytes,
-        "gpu_memory_bytes": gpu.gpu_memory_bytes, "memory_bandwidth_gbs": gpu.memory_bandwidth_gbs,
-        "bf16_tflops_dense": gpu.bf16_tflops_dense, "unified_memory": gpu.unified_memory,
+        "id": gpu.id,
+        "name": gpu.name,
+        "vendor": gpu.vendor,
+        "memory_bytes": gpu.memory_bytes,
+        "gpu_memory_bytes": gpu.gpu_memory_bytes,
+        "memory_bandwidth_gbs": gpu.memory_bandwidth_gbs,
+        "bf16_tflops_dense": gpu.bf16_tflops_dense,
+        "unified_memory": gpu.unified_memory,
         "aliases": list(gpu.aliases),
     }
 
@@ -746,8 +838,15 @@ def gpus(query: str | None, vendor: str | None, as_json: bool) -> None:
 @click.option("--format", "fmt", type=click.Choice(("table", "json")), help="Output format.")
 @click.option("--json", "as_json", is_flag=True, help="JSON (schema hfvram.inspect/1).")
 @debug_option
-def inspect(source: str, kv_dtype: str | None, revision: str | None, token: str | None, offline: bool | None,
-            fmt: str | None, as_json: bool) -> None:
+def inspect(
+    source: str,
+    kv_dtype: str | None,
+    revision: str | None,
+    token: str | None,
+    offline: bool | None,
+    fmt: str | None,
+    as_json: bool,
+) -> None:
     """The model's facts only (no GPU, no engine), each with the file and field it came from."""
     from hfvram.report.jsonout import inspect_dict, kv_dtype_bytes
     from hfvram.sources import load_model
@@ -773,13 +872,25 @@ def inspect(source: str, kv_dtype: str | None, revision: str | None, token: str 
 @click.option("--engine", metavar="NAME[@VER]", help="Force the log parser / the rules (default: detected).")
 @click.option("--set", "settings", metavar="NAME=VALUE", multiple=True, help="Engine settings of that run.")
 @click.option("--save", is_flag=True, help="Write the measured overhead as a calibration file for later checks.")
-@click.option("--output", "output_path", type=click.Path(dir_okay=False), help="Where --save writes (default: the config folder).")
+@click.option(
+    "--output", "output_path", type=click.Path(dir_okay=False), help="Where --save writes (default: the config folder)."
+)
 @click.option("--offline", is_flag=True, default=None, help="Never touch the network.")
 @click.option("--token", metavar="T", help="Hub token (never printed).")
 @click.option("--json", "as_json", is_flag=True, help="JSON output.")
 @debug_option
-def calibrate(logfile: str, model: str | None, gpu: str | None, engine: str | None, settings: tuple[str, ...],
-              save: bool, output_path: str | None, offline: bool | None, token: str | None, as_json: bool) -> None:
+def calibrate(
+    logfile: str,
+    model: str | None,
+    gpu: str | None,
+    engine: str | None,
+    settings: tuple[str, ...],
+    save: bool,
+    output_path: str | None,
+    offline: bool | None,
+    token: str | None,
+    as_json: bool,
+) -> None:
     """Read a vLLM / llama.cpp start-up log: what the engine really reserved, next to hfvram's prediction."""
     from hfvram import calibrate as cal
 
@@ -828,9 +939,16 @@ def calibrate(logfile: str, model: str | None, gpu: str | None, engine: str | No
             click.echo(f"saved calibration: {result['saved']}")
 
 
-def _calibration_prediction(measured: Any, model: str, hardware: Any, engine_name: str | None,
-                            engine_version: str | None, settings: tuple[str, ...], offline: bool | None,
-                            token: str | None) -> Any:
+def _calibration_prediction(
+    measured: Any,
+    model: str,
+    hardware: Any,
+    engine_name: str | None,
+    engine_version: str | None,
+    settings: tuple[str, ...],
+    offline: bool | None,
+    token: str | None,
+) -> Any:
     """hfvram's estimate for the run the log describes (context, memory fraction, TP and KV dtype from the log)."""
     from hfvram.estimate.core import estimate
     from hfvram.estimate.engine_args import parse_set_options

@@ -4,7 +4,7 @@ once per process."""
 from __future__ import annotations
 
 import sys
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 from typing import Any
 
@@ -14,7 +14,7 @@ else:  # pragma: no cover - Python 3.10 (pyproject: tomli for python_version < '
     import tomli as tomllib
 
 
-@lru_cache(maxsize=None)
+@cache
 def data_table(name: str) -> dict[str, Any]:
     """``hfvram/data/<name>`` parsed (``name`` may hold a sub-folder: ``engines/vllm.toml``); shared between
     callers, so treat it as read-only."""

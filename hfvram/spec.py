@@ -6,9 +6,9 @@ A fact that no file states is ``None`` with a warning: it is never guessed.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import Mapping
 
 
 class LayerKind(str, Enum):
@@ -214,8 +214,10 @@ class ModelSpec:
             census[layer.kind.value] += 1
         return census
 
-    def with_weights(self, weights: Weights, params_active: int | None = None) -> "ModelSpec":
-        return replace(self, weights=weights, params_active=params_active if params_active is not None else self.params_active)
+    def with_weights(self, weights: Weights, params_active: int | None = None) -> ModelSpec:
+        return replace(
+            self, weights=weights, params_active=params_active if params_active is not None else self.params_active
+        )
 
 
 @dataclass(frozen=True)

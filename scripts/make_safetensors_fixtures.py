@@ -40,8 +40,11 @@ def header_file(tensors: list[TensorInfo]) -> bytes:
     table: dict[str, object] = {"__metadata__": {"format": "pt"}}
     offset = 0
     for tensor in sorted(tensors, key=lambda t: t.name):
-        table[tensor.name] = {"dtype": tensor.dtype, "shape": list(tensor.shape),
-                              "data_offsets": [offset, offset + tensor.nbytes]}
+        table[tensor.name] = {
+            "dtype": tensor.dtype,
+            "shape": list(tensor.shape),
+            "data_offsets": [offset, offset + tensor.nbytes],
+        }
         offset += tensor.nbytes
     raw = json.dumps(table, separators=(",", ":")).encode()
     raw += b" " * ((-len(raw)) % 8)
@@ -90,14 +93,18 @@ def write_repo(repo: str, out: Path, hub: Path) -> list[str]:
             (target / shard).write_bytes(header_file(part))
             written.append(shard)
             weight_map.update({t.name: shard for t in part})
-        index = {"metadata": {"total_size": sum(t.nbytes for t in tensors), "note": "DERIVED by hfvram"},
-                 "weight_map": dict(sorted(weight_map.items()))}
+        index = {
+            "metadata": {"total_size": sum(t.nbytes for t in tensors), "note": "DERIVED by hfvram"},
+            "weight_map": dict(sorted(weight_map.items())),
+        }
         (target / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
         written.append("model.safetensors.index.json")
-    note = (f"# DERIVED fixture files\n\n{', '.join(written)}: header-only safetensors (no tensor data) written by "
-            f"`scripts/make_safetensors_fixtures.py` from this folder's real config.json ({DERIVED_SOURCE}).\n"
-            "They are NOT upstream bytes; only config.json (and any real index / quantize config listed in "
-            "fixtures/README.md) came from the corpus.\n")
+    note = (
+        f"# DERIVED fixture files\n\n{', '.join(written)}: header-only safetensors (no tensor data) written by "
+        f"`scripts/make_safetensors_fixtures.py` from this folder's real config.json ({DERIVED_SOURCE}).\n"
+        "They are NOT upstream bytes; only config.json (and any real index / quantize config listed in "
+        "fixtures/README.md) came from the corpus.\n"
+    )
     (target / "DERIVED.md").write_text(note)
     return written
 

@@ -7,7 +7,7 @@ import json
 import os
 import subprocess
 import sys
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 from pathlib import Path
 
@@ -20,7 +20,7 @@ GGUF_HEADERS = sorted((FIXTURES / "headers").glob("*.gguf-header.gguf"))
 SMOLLM_GGUF = FIXTURES / "headers" / "SmolLM2-135M-Instruct.Q4_1.gguf-header.gguf"
 
 
-@lru_cache(maxsize=None)
+@cache
 def schema(name: str) -> dict:
     text = resources.files("hfvram").joinpath("data", "schema", f"{name}.schema.json").read_text(encoding="utf-8")
     return json.loads(text)
@@ -33,6 +33,11 @@ def validate(document: dict, name: str = "check") -> None:
 def run_hfvram(*args: str, env: dict | None = None, stdin: str | None = None, timeout: float = 120):
     """``python -m hfvram ARGS`` in a fresh interpreter (the console script's code path)."""
     return subprocess.run(
-        [sys.executable, "-m", "hfvram", *args], capture_output=True, text=True, input=stdin, timeout=timeout,
-        env={**os.environ, **(env or {})}, cwd=ROOT,
+        [sys.executable, "-m", "hfvram", *args],
+        capture_output=True,
+        text=True,
+        input=stdin,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        cwd=ROOT,
     )

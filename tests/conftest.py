@@ -5,7 +5,6 @@ no token and no offline switch from the developer's environment; ``hub`` is the 
 from __future__ import annotations
 
 import pytest
-
 from hubserver import HubFiles, HubServer
 
 

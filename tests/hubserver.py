@@ -21,10 +21,10 @@ import re
 import struct
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Callable
 from urllib.parse import parse_qs, unquote, urlsplit
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -54,8 +54,24 @@ HEADER_FILES: dict[tuple[str, str], tuple[str, int | None]] = {
 LFS_SUFFIXES = (".safetensors", ".gguf", ".bin", ".pt", ".pth")
 PADDING = 256 * 1024 * 1024
 HUGE_BODY = 2 * 1024**3
-_DTYPE_SIZES = {"F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "F16": 2, "BF16": 2, "I16": 2,
-                "U16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "I8": 1, "U8": 1, "BOOL": 1}
+_DTYPE_SIZES = {
+    "F64": 8,
+    "I64": 8,
+    "U64": 8,
+    "F32": 4,
+    "I32": 4,
+    "U32": 4,
+    "F16": 2,
+    "BF16": 2,
+    "I16": 2,
+    "U16": 2,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
+    "F8_E8M0": 1,
+    "I8": 1,
+    "U8": 1,
+    "BOOL": 1,
+}
 
 
 @dataclass
@@ -205,7 +221,7 @@ class _QuietServer(ThreadingHTTPServer):
     # socketserver's default backlog of 5 makes concurrent first connections (scans at 16 jobs) wait a 1 s SYN retransmit
     request_queue_size = 128
 
-    def handle_error(self, request, client_address) -> None:  # noqa: ANN001 - socketserver's signature
+    def handle_error(self, request, client_address) -> None:
         import sys
 
         if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
@@ -227,7 +243,7 @@ class HubServer:
         self._cdn: ThreadingHTTPServer | None = None
 
     # ---- lifecycle ---------------------------------------------------------------------------
-    def start(self) -> "HubServer":
+    def start(self) -> HubServer:
         """The Hub and its CDN listen on two ports (two origins, as huggingface.co and its CDN are)."""
         handler = type("BoundHubHandler", (HubHandler,), {"hub": self})
         self._httpd = _QuietServer(("127.0.0.1", 0), handler)
@@ -301,8 +317,13 @@ class HubServer:
         return max((d for _, d in depth), default=0)
 
 
-def _plain(handler: "HubHandler", status: int, body: bytes = b"", headers: dict[str, str] | None = None,
-           content_type: str = "application/json") -> None:
+def _plain(
+    handler: HubHandler,
+    status: int,
+    body: bytes = b"",
+    headers: dict[str, str] | None = None,
+    content_type: str = "application/json",
+) -> None:
     handler.send_response(status)
     handler.send_header("Content-Type", content_type)
     handler.send_header("Content-Length", str(len(body)))
@@ -317,7 +338,7 @@ class HubHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     hub: HubServer
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - silence the default stderr log
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
     # ---- plumbing ----------------------------------------------------------------------------
@@ -332,9 +353,13 @@ class HubHandler(BaseHTTPRequestHandler):
     def _handle(self) -> None:
         split = urlsplit(self.path)
         path = unquote(split.path)
-        self._record = RequestRecord(self.command, path, time.monotonic(),
-                                     authorized=bool(self.headers.get("Authorization")),
-                                     byte_range=self.headers.get("Range"))
+        self._record = RequestRecord(
+            self.command,
+            path,
+            time.monotonic(),
+            authorized=bool(self.headers.get("Authorization")),
+            byte_range=self.headers.get("Range"),
+        )
         self.hub.record(self._record)  # counted from its start: a client may see the answer before `finally`
         try:
             if self.hub.latency:
@@ -359,7 +384,9 @@ class HubHandler(BaseHTTPRequestHandler):
         if fault.kind == "status":
             headers = {}
             if fault.retry_after is not None:
-                headers["Retry-After"] = str(int(fault.retry_after)) if float(fault.retry_after).is_integer() else str(fault.retry_after)
+                headers["Retry-After"] = (
+                    str(int(fault.retry_after)) if float(fault.retry_after).is_integer() else str(fault.retry_after)
+                )
             _plain(self, fault.status, b'{"error": "fault"}', headers)
             return True
         if fault.kind == "redirect_loop":
@@ -390,24 +417,36 @@ class HubHandler(BaseHTTPRequestHandler):
     def _repo_or_error(self, repo_id: str, *, files_access: bool) -> Repo | None:
         repo = self.hub.files.get(repo_id)
         if repo is None:
-            _plain(self, 404, b'{"error": "Repository not found"}',
-                   {"X-Error-Code": "RepoNotFound", "X-Error-Message": "Repository not found"})
+            _plain(
+                self,
+                404,
+                b'{"error": "Repository not found"}',
+                {"X-Error-Code": "RepoNotFound", "X-Error-Message": "Repository not found"},
+            )
             return None
         if files_access and repo_id in self.hub.gated:
             auth = self.headers.get("Authorization", "")
             token = auth.removeprefix("Bearer ").strip()
             if token not in self.hub.tokens:
                 message = f"Access to model {repo_id} is restricted. You must have access to it and be authenticated to access it. Please log in."
-                _plain(self, 401, json.dumps({"error": message}).encode(),
-                       {"X-Error-Code": "GatedRepo", "X-Error-Message": message})
+                _plain(
+                    self,
+                    401,
+                    json.dumps({"error": message}).encode(),
+                    {"X-Error-Code": "GatedRepo", "X-Error-Message": message},
+                )
                 return None
         return repo
 
     def _revision_ok(self, repo: Repo, rev: str) -> bool:
         if rev in ("main", repo.sha):
             return True
-        _plain(self, 404, b'{"error": "Invalid rev id"}',
-               {"X-Error-Code": "RevisionNotFound", "X-Error-Message": "Invalid rev id"})
+        _plain(
+            self,
+            404,
+            b'{"error": "Invalid rev id"}',
+            {"X-Error-Code": "RevisionNotFound", "X-Error-Message": "Invalid rev id"},
+        )
         return False
 
     def _api(self, rest: str, query: dict[str, list[str]], fault: Fault | None) -> None:
@@ -420,9 +459,23 @@ class HubHandler(BaseHTTPRequestHandler):
             return
         if match["kind"] == "tree":
             body = [
-                {"type": "file", "path": f.path, "size": f.size, "oid": hashlib.sha1(f.path.encode()).hexdigest(),
-                 **({"lfs": {"oid": hashlib.sha256(f.path.encode()).hexdigest(), "size": f.size, "pointerSize": 134}}
-                    if f.lfs else {})}
+                {
+                    "type": "file",
+                    "path": f.path,
+                    "size": f.size,
+                    "oid": hashlib.sha1(f.path.encode()).hexdigest(),
+                    **(
+                        {
+                            "lfs": {
+                                "oid": hashlib.sha256(f.path.encode()).hexdigest(),
+                                "size": f.size,
+                                "pointerSize": 134,
+                            }
+                        }
+                        if f.lfs
+                        else {}
+                    ),
+                }
                 for f in repo.files.values()
             ]
             self._send_json(body, fault)
@@ -458,8 +511,12 @@ class HubHandler(BaseHTTPRequestHandler):
             return
         entry = repo.files.get(name)
         if entry is None:
-            _plain(self, 404, b'{"error": "Entry not found"}',
-                   {"X-Error-Code": "EntryNotFound", "X-Error-Message": "Entry not found"})
+            _plain(
+                self,
+                404,
+                b'{"error": "Entry not found"}',
+                {"X-Error-Code": "EntryNotFound", "X-Error-Message": "Entry not found"},
+            )
             return
         etag = '"' + hashlib.sha256((repo.sha + name).encode()).hexdigest() + '"'
         common = {"X-Repo-Commit": repo.sha, "ETag": etag, "Accept-Ranges": "bytes"}
@@ -485,8 +542,9 @@ class HubHandler(BaseHTTPRequestHandler):
         self._send_lazy(entry, {"ETag": '"' + match["sha"] + '"', "Accept-Ranges": "bytes"}, fault)
 
     # ---- bodies ------------------------------------------------------------------------------
-    def _send_bytes(self, status: int, data: bytes, headers: dict[str, str], fault: Fault | None,
-                    byte_range: str | None) -> None:
+    def _send_bytes(
+        self, status: int, data: bytes, headers: dict[str, str], fault: Fault | None, byte_range: str | None
+    ) -> None:
         entry = RepoFile("", len(data), lambda: data, False)
         if byte_range is None and (fault is None or fault.kind not in ("reset", "wrong_length", "ignore_range")):
             _plain(self, status, data, headers)

@@ -51,8 +51,11 @@ def test_weights_within_two_percent(results):
 def test_kv_tokens_within_five_percent_median(results):
     _, cases = results
     end_to_end = [r.errors()["kv_tokens"] for r in cases if not r.skipped and "kv_tokens" in r.errors()]
-    given = [r.errors("given_weights")["kv_tokens"] for r in cases
-             if not r.skipped and "kv_tokens" in r.errors("given_weights")]
+    given = [
+        r.errors("given_weights")["kv_tokens"]
+        for r in cases
+        if not r.skipped and "kv_tokens" in r.errors("given_weights")
+    ]
     assert len(end_to_end) >= 20 and len(given) >= 20
     assert _median_abs(end_to_end) <= 0.05
     assert _median_abs(given) <= 0.05

@@ -75,8 +75,11 @@ cache.put("org/name", "a" * 40, "config.json", "x" * 200_000_000)
 def test_crash_mid_write_leaves_old_entry_or_none(tmp_path):
     cache = FactsCache(tmp_path)
     cache.put("org/name", SHA, "config.json", "old")
-    proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(tmp_path)], stdout=subprocess.PIPE,
-                            cwd=Path(__file__).resolve().parent.parent)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _WRITER, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
     assert proc.stdout.readline().strip() == b"ready"
     time.sleep(0.3)
     proc.kill()

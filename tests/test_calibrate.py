@@ -132,8 +132,9 @@ def test_calibration_file_round_trip_and_use(tmp_path, monkeypatch):
     assert calibrated.per_gpu.activations == measured.activations
     assert calibrated.per_gpu.overhead == measured.overhead
     assert calibrated.per_gpu.weights == est.per_gpu.weights
-    assert calibrated.per_gpu.total == (est.per_gpu.weights + est.per_gpu.kv_cache + measured.activations
-                                        + measured.overhead)
+    assert calibrated.per_gpu.total == (
+        est.per_gpu.weights + est.per_gpu.kv_cache + measured.activations + measured.overhead
+    )
     assert "calibrated" in calibrated.explain["activations"]
 
 
@@ -173,7 +174,9 @@ def test_cli_calibrate_failures():
 def test_calibrate_as_subprocess():
     result = subprocess.run(
         [sys.executable, "-m", "hfvram", "calibrate", str(LOGS / "gt-0016-llamacpp-qwen3-30b-a3b-2gpu.log"), "--json"],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["measured"]["activations"] == 1080 * MIB
@@ -186,8 +189,15 @@ def llama31_8b_spec():
 
     layers = tuple(Layer(LayerKind.FULL, num_kv_heads=8, head_dim_k=128, head_dim_v=128) for _ in range(32))
     return ModelSpec(
-        architecture="LlamaForCausalLM", model_type="llama", dtype="bfloat16", num_layers=32, layers=layers,
-        hidden_size=4096, intermediate_size=14336, num_attention_heads=32, vocab_size=128256,
+        architecture="LlamaForCausalLM",
+        model_type="llama",
+        dtype="bfloat16",
+        num_layers=32,
+        layers=layers,
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_attention_heads=32,
+        vocab_size=128256,
         max_position_embeddings=131072,
         weights=Weights(total_bytes=16_060_522_496, params_total=8_030_261_248),
     )
@@ -204,13 +214,38 @@ def test_cli_calibrate_against_prediction_gt0062():
     the prediction for the same run sits next to the measurement, term by term. Measured: weights 14.99 GiB,
     952,032 KV tokens; hfvram's rules must land within a few percent of both."""
     log = str(LOGS / "gt-0062-vllm-v0.19-llama31-8b-h100.log")
-    result = CliRunner().invoke(cli, ["calibrate", log, "--model", "meta-llama/Llama-3.1-8B-Instruct", "--offline",
-                                      "--gpu", "h100", "--engine", "vllm@0.19", "--json"])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "calibrate",
+            log,
+            "--model",
+            "meta-llama/Llama-3.1-8B-Instruct",
+            "--offline",
+            "--gpu",
+            "h100",
+            "--engine",
+            "vllm@0.19",
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     document = json.loads(result.stdout)
     measured, predicted = document["measured"], document["predicted"]
     assert abs(predicted["weights"] - measured["weights"]) / measured["weights"] < 0.01
     assert abs(predicted["kv_tokens"] - 952_032) / 952_032 < 0.03
-    table = CliRunner().invoke(cli, ["calibrate", log, "--model", "meta-llama/Llama-3.1-8B-Instruct", "--offline",
-                                     "--gpu", "h100", "--engine", "vllm@0.19"])
+    table = CliRunner().invoke(
+        cli,
+        [
+            "calibrate",
+            log,
+            "--model",
+            "meta-llama/Llama-3.1-8B-Instruct",
+            "--offline",
+            "--gpu",
+            "h100",
+            "--engine",
+            "vllm@0.19",
+        ],
+    )
     assert "measured" in table.stdout and "hfvram" in table.stdout and "difference" in table.stdout

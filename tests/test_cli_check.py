@@ -8,9 +8,9 @@ import json
 from pathlib import Path
 
 import pytest
+from cli_support import LLAMA_FOLDER, SMOLLM_GGUF, run_hfvram, validate
 from click.testing import CliRunner
 
-from cli_support import LLAMA_FOLDER, SMOLLM_GGUF, run_hfvram, validate
 from hfvram.cli import cli
 
 runner = CliRunner()
@@ -73,9 +73,23 @@ def test_kv_dtype_fp8_halves_kv_per_token():
 
 
 def test_options_reach_the_estimate():
-    _, document = check_json(str(LLAMA_FOLDER), "--gpu", "rtx4090x2", "--tp", "2", "--context", "16k",
-                             "--concurrency", "4", "--gpu-util", "0.8", "--engine", "vllm@0.19",
-                             "--set", "max-num-batched-tokens=4096")
+    _, document = check_json(
+        str(LLAMA_FOLDER),
+        "--gpu",
+        "rtx4090x2",
+        "--tp",
+        "2",
+        "--context",
+        "16k",
+        "--concurrency",
+        "4",
+        "--gpu-util",
+        "0.8",
+        "--engine",
+        "vllm@0.19",
+        "--set",
+        "max-num-batched-tokens=4096",
+    )
     assert document["hardware"]["count"] == 2
     assert document["parallel"]["tp"] == 2
     assert document["workload"]["context"] == 16384 and document["workload"]["concurrency"] == 4
@@ -118,8 +132,7 @@ def test_exit_0_fits():
 def test_exit_1_does_not_fit():
     """Llama-3.1-405B at 128k: 126 layers × 8 KV heads × 128 × 2 × 2 B = 504 KiB/token -> 63 GiB of KV alone,
     more than an RTX 4090 holds (figures from the catalogue's config)."""
-    code, document = check_json("meta-llama/Meta-Llama-3.1-405B", "--offline", "--gpu", "rtx4090",
-                                "--context", "128k")
+    code, document = check_json("meta-llama/Meta-Llama-3.1-405B", "--offline", "--gpu", "rtx4090", "--context", "128k")
     assert document["model"]["kv_bytes_per_token"] == 516096
     assert document["verdict"] == "does_not_fit" and code == 1
 

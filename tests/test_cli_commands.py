@@ -7,9 +7,9 @@ import subprocess
 import sys
 
 import pytest
+from cli_support import GGUF_HEADERS, LLAMA_FOLDER, ROOT, run_hfvram, validate
 from click.testing import CliRunner
 
-from cli_support import GGUF_HEADERS, LLAMA_FOLDER, ROOT, run_hfvram, validate
 from hfvram.cli import cli
 
 runner = CliRunner()
@@ -106,13 +106,27 @@ def test_fit_json_answers_the_inverse_questions():
 
 
 def test_fit_table_several_models_and_smallest_count():
-    result = runner.invoke(cli, ["fit", "--gpu", "rtx4090", "--offline", "Qwen/Qwen3-0.6B",
-                                 "meta-llama/Meta-Llama-3.1-405B", "--context", "8k"])
+    result = runner.invoke(
+        cli,
+        [
+            "fit",
+            "--gpu",
+            "rtx4090",
+            "--offline",
+            "Qwen/Qwen3-0.6B",
+            "meta-llama/Meta-Llama-3.1-405B",
+            "--context",
+            "8k",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "Qwen/Qwen3-0.6B" in result.stdout and "Meta-Llama-3.1-405B" in result.stdout
     assert "smallest number of rtx4090" in result.stdout
-    as_json = json.loads(runner.invoke(cli, ["fit", "--gpu", "rtx4090", "--offline", "Qwen/Qwen3-0.6B",
-                                             "--context", "8k", "--json"]).stdout)
+    as_json = json.loads(
+        runner.invoke(
+            cli, ["fit", "--gpu", "rtx4090", "--offline", "Qwen/Qwen3-0.6B", "--context", "8k", "--json"]
+        ).stdout
+    )
     assert as_json["smallest_gpu_count"] == 1
 
 

@@ -12,9 +12,9 @@ import subprocess
 import sys
 
 import pytest
+from cli_support import FIXTURES, ROOT, SMOLLM_GGUF, validate
 from click.testing import CliRunner
 
-from cli_support import FIXTURES, ROOT, SMOLLM_GGUF, validate
 from hfvram.cli import cli
 from hfvram.report.units import gib
 
@@ -48,8 +48,11 @@ def lines_fit(text: str, width: int = 80) -> bool:
         ("HF_TOKEN=plainsecret42 vllm serve Qwen/Qwen3-8B", "plainsecret42"),
         ('vllm serve Qwen/Qwen3-8B --api-key "two words"', "words"),
         ("vllm serve Qwen/Qwen3-8B --hf-token=opaque-value-9", "opaque-value-9"),
-        ("docker run -e MY_API_KEY=launchersecret vllm/vllm-openai:latest python3 -m vllm.entrypoints.openai."
-         "api_server --model Qwen/Qwen3-8B", "launchersecret"),
+        (
+            "docker run -e MY_API_KEY=launchersecret vllm/vllm-openai:latest python3 -m vllm.entrypoints.openai."
+            "api_server --model Qwen/Qwen3-8B",
+            "launchersecret",
+        ),
         ("vllm serve Qwen/Qwen3-8B --served-model-name hf_abcdefgh12345", "hf_abcdefgh12345"),
     ],
 )
@@ -63,8 +66,14 @@ def test_engine_args_secrets_hidden_in_table_and_json(cmdline, secret):
 
 def test_engine_args_keeps_harmless_values_visible():
     """--tokenizer and --max-num-batched-tokens contain 'token' but are not secrets."""
-    document = as_json("check", "--gpu", "h100", "--offline", "--engine-args",
-                       "llama-server -hf Qwen/Qwen3-8B --port 8080 --tokenizer-file tok.json")
+    document = as_json(
+        "check",
+        "--gpu",
+        "h100",
+        "--offline",
+        "--engine-args",
+        "llama-server -hf Qwen/Qwen3-8B --port 8080 --tokenizer-file tok.json",
+    )
     ignored = [w for w in document["warnings"] if "--engine-args: ignored" in w]
     assert any("--port 8080" in w for w in ignored), ignored
 
@@ -77,8 +86,9 @@ def test_unified_fraction_sets_the_gpu_share_of_ram():
     default; `--unified-fraction` replaces that share (sysctl iogpu.wired_limit_mb on a real Mac)."""
     ram = json.loads(invoke("gpus", "m3-max-128", "--json").stdout)[0]["memory_bytes"]
     default = as_json("check", "Qwen/Qwen3-32B", "--gpu", "m3-max-128", "--offline", "--engine", "mlx")
-    raised = as_json("check", "Qwen/Qwen3-32B", "--gpu", "m3-max-128", "--offline", "--engine", "mlx",
-                     "--unified-fraction", "0.9")
+    raised = as_json(
+        "check", "Qwen/Qwen3-32B", "--gpu", "m3-max-128", "--offline", "--engine", "mlx", "--unified-fraction", "0.9"
+    )
     assert default["hardware"]["memory_bytes"] == ram * 3 // 4
     assert raised["hardware"]["memory_bytes"] == int(ram * 0.9)
     assert raised["per_gpu"]["usable"] > default["per_gpu"]["usable"]
@@ -90,13 +100,18 @@ def test_unified_fraction_on_a_discrete_gpu_is_a_warning_and_out_of_range_a_usag
     plain = as_json("check", "Qwen/Qwen3-8B", "--gpu", "rtx4090", "--offline")
     assert discrete["per_gpu"] == plain["per_gpu"]
     assert any("--unified-fraction ignored: rtx4090" in w for w in discrete["warnings"])
-    assert invoke("check", "Qwen/Qwen3-8B", "--gpu", "m3-max-128", "--offline", "--unified-fraction", "1.5"
-                  ).exit_code == 2
-    assert invoke("check", "Qwen/Qwen3-8B", "--gpu", "m3-max-128", "--offline", "--unified-fraction", "0"
-                  ).exit_code == 2
+    assert (
+        invoke("check", "Qwen/Qwen3-8B", "--gpu", "m3-max-128", "--offline", "--unified-fraction", "1.5").exit_code == 2
+    )
+    assert (
+        invoke("check", "Qwen/Qwen3-8B", "--gpu", "m3-max-128", "--offline", "--unified-fraction", "0").exit_code == 2
+    )
     assert "--unified-fraction" in invoke("check", "--help").output
-    scanned = runner.invoke(cli, ["scan", "-", "--gpu", "m3-max-128", "--offline", "--unified-fraction", "0.5",
-                                  "--json"], input="Qwen/Qwen3-0.6B\n")
+    scanned = runner.invoke(
+        cli,
+        ["scan", "-", "--gpu", "m3-max-128", "--offline", "--unified-fraction", "0.5", "--json"],
+        input="Qwen/Qwen3-0.6B\n",
+    )
     assert json.loads(scanned.stdout.splitlines()[0])["hardware"]["memory_bytes"] == 64 * GIB
 
 
@@ -120,8 +135,10 @@ def test_memory_verdict_reason_matches_the_numbers():
     document = as_json("check", "Qwen/Qwen3-8B", "--gpu", "h100", "--offline", "--context", "8k")
     share = document["per_gpu"]["total"] / document["per_gpu"]["usable"]
     assert document["verdict"] == "fits" and share <= 0.9
-    assert document["verdict_reason"] == f"memory: the four terms take {share * 100:.0f}% of usable memory " \
-                                         "(fits up to 90%, tight up to 100%)"
+    assert (
+        document["verdict_reason"] == f"memory: the four terms take {share * 100:.0f}% of usable memory "
+        "(fits up to 90%, tight up to 100%)"
+    )
     assert as_json("check", "Qwen/Qwen3-8B", "--offline")["verdict_reason"] is None
 
 
@@ -156,11 +173,15 @@ def test_longest_context_at_the_model_limit_says_so():
 def test_scan_table_at_80_columns_keeps_every_number_whole():
     sources = ["Qwen/Qwen3-8B", "meta-llama/Llama-3.3-70B-Instruct", "openai/gpt-oss-20b", str(SMOLLM_GGUF)]
     stdin = "\n".join(sources) + "\n"
-    table = runner.invoke(cli, ["scan", "-", "--gpu", "rtx4090", "--offline", "--context", "8k"], input=stdin,
-                          env=NARROW)
-    reports = [json.loads(line) for line in runner.invoke(
-        cli, ["scan", "-", "--gpu", "rtx4090", "--offline", "--context", "8k", "--json"], input=stdin).stdout
-        .splitlines()]
+    table = runner.invoke(
+        cli, ["scan", "-", "--gpu", "rtx4090", "--offline", "--context", "8k"], input=stdin, env=NARROW
+    )
+    reports = [
+        json.loads(line)
+        for line in runner.invoke(
+            cli, ["scan", "-", "--gpu", "rtx4090", "--offline", "--context", "8k", "--json"], input=stdin
+        ).stdout.splitlines()
+    ]
     assert lines_fit(table.stdout)
     for report in reports:
         assert gib(report["per_gpu"]["total"]) in table.stdout
@@ -227,8 +248,9 @@ def test_markdown_flag_and_its_conflict_with_json():
 
 
 def test_markdown_scan_escapes_pipes_in_error_messages():
-    result = runner.invoke(cli, ["scan", "-", "--gpu", "rtx4090", "--offline", "--markdown"],
-                           input="no|such/repo\nQwen/Qwen3-0.6B\n")
+    result = runner.invoke(
+        cli, ["scan", "-", "--gpu", "rtx4090", "--offline", "--markdown"], input="no|such/repo\nQwen/Qwen3-0.6B\n"
+    )
     assert result.exit_code == 3
     error_row = next(line for line in result.stdout.splitlines() if line.startswith("| no"))
     assert "no\\|such/repo" in error_row
@@ -251,24 +273,33 @@ def test_calibrate_failed_v0_start_shows_no_negative_kv():
 def test_calibrate_points_at_the_checkpoint_when_weights_are_far_apart():
     """gt-0016: a Q4_K_M GGUF with the experts on the CPU (0.63 GiB on CUDA1) against the bf16 repo."""
     log = str(FIXTURES / "logs" / "gt-0016-llamacpp-qwen3-30b-a3b-2gpu.log")
-    document = json.loads(invoke("calibrate", log, "--model", "Qwen/Qwen3-30B-A3B", "--gpu", "rtx4090x2",
-                                 "--offline", "--json").stdout)
+    document = json.loads(
+        invoke("calibrate", log, "--model", "Qwen/Qwen3-30B-A3B", "--gpu", "rtx4090x2", "--offline", "--json").stdout
+    )
     assert document["measured"]["weights"] < document["predicted"]["weights"] / 10
     assert any("is --model the checkpoint that ran" in w for w in document["warnings"])
     matching = str(FIXTURES / "logs" / "gt-0062-vllm-v0.19-llama31-8b-h100.log")
-    close = json.loads(invoke("calibrate", matching, "--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu",
-                              "h100", "--offline", "--json").stdout)
+    close = json.loads(
+        invoke(
+            "calibrate", matching, "--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "h100", "--offline", "--json"
+        ).stdout
+    )
     assert not any("is --model the checkpoint that ran" in w for w in close["warnings"])
 
 
 def test_explain_terms_are_paragraphs_readable_at_80_columns():
-    result = invoke("check", "Qwen/Qwen3-8B", "--gpu", "rtx4090", "--offline", "--context", "32k", "--explain",
-                    env=NARROW)
+    result = invoke(
+        "check", "Qwen/Qwen3-8B", "--gpu", "rtx4090", "--offline", "--context", "32k", "--explain", env=NARROW
+    )
     document = as_json("check", "Qwen/Qwen3-8B", "--gpu", "rtx4090", "--offline", "--context", "32k", "--explain")
     section = result.stdout.split("How each term was computed\n", 1)[1].split("Where each input figure", 1)[0]
     assert lines_fit(section)
-    for key, label in (("weights", "weights"), ("kv_cache", "KV cache"), ("activations", "activations"),
-                       ("overhead", "overhead")):
+    for key, label in (
+        ("weights", "weights"),
+        ("kv_cache", "KV cache"),
+        ("activations", "activations"),
+        ("overhead", "overhead"),
+    ):
         assert f"\n  {label}: " in "\n" + section
         first_words = " ".join(document["explain"]["terms"][key].split()[:3])
         assert first_words in " ".join(section.split())
@@ -288,8 +319,11 @@ def test_inspect_gguf_says_not_stated_and_f16_kv():
 
 
 def test_scan_engine_refusal_is_not_called_unreadable():
-    result = runner.invoke(cli, ["scan", "-", "--gpu", "rtx4090", "--engine", "exllamav2", "--offline"],
-                           input="deepseek-ai/DeepSeek-V2-Lite\nQwen/Qwen3-0.6B\n")
+    result = runner.invoke(
+        cli,
+        ["scan", "-", "--gpu", "rtx4090", "--engine", "exllamav2", "--offline"],
+        input="deepseek-ai/DeepSeek-V2-Lite\nQwen/Qwen3-0.6B\n",
+    )
     assert "Could not be estimated:" in result.stdout and "Could not be read:" not in result.stdout
     assert "ExLlamaV2 needs a standard attention model" in result.stdout
 
@@ -301,7 +335,10 @@ def test_scan_progress_lines_go_above_the_bar_on_a_terminal():
     master, slave = os.openpty()
     process = subprocess.Popen(
         [sys.executable, "-m", "hfvram", "scan", "-", "--gpu", "rtx4090", "--offline", "--context", "8k", "-j", "1"],
-        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=slave, cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=slave,
+        cwd=ROOT,
         env={**os.environ, "COLUMNS": "100", "TERM": "xterm"},
     )
     os.close(slave)
@@ -365,8 +402,10 @@ def test_engine_release_outside_the_modelled_ones_is_said():
     older = as_json("check", "Qwen/Qwen3-8B", "--gpu", "rtx4090", "--offline", "--engine", "vllm@0.1")
     newer = as_json("check", "Qwen/Qwen3-8B", "--gpu", "rtx4090", "--offline", "--engine", "vllm@9.9")
     exact = as_json("check", "Qwen/Qwen3-8B", "--gpu", "rtx4090", "--offline", "--engine", "vllm@0.19.0")
-    assert any(w.startswith("--engine vllm@0.1: older than any vllm release") and older["engine"]["version"] in w
-               for w in older["warnings"])
+    assert any(
+        w.startswith("--engine vllm@0.1: older than any vllm release") and older["engine"]["version"] in w
+        for w in older["warnings"]
+    )
     assert any(w.startswith("--engine vllm@9.9: hfvram uses the") for w in newer["warnings"])
     assert exact["engine"]["version"] == "0.19"
     assert not any(w.startswith("--engine") for w in exact["warnings"])

@@ -7,9 +7,9 @@ import io
 import json
 
 import pytest
+from cli_support import LLAMA_FOLDER, SMOLLM_GGUF, run_hfvram, validate
 from click.testing import CliRunner
 
-from cli_support import LLAMA_FOLDER, SMOLLM_GGUF, run_hfvram, validate
 from hfvram.cli import cli, read_source_list, scan_sort_key
 from hfvram.sources.catalog import catalog_repos
 
@@ -43,8 +43,9 @@ def test_whole_catalogue_offline_with_broken_entries(malformed_folder):
     become error rows, every catalogue repo is still reported, and the exit code is 3."""
     repos = catalog_repos()
     listing = "\n".join(["# the whole catalogue", *repos, "nobody/does-not-exist", str(malformed_folder)])
-    result = runner.invoke(cli, ["scan", "-", "--offline", "--gpu", "h100", "--context", "8k", "--format", "jsonl"],
-                           input=listing)
+    result = runner.invoke(
+        cli, ["scan", "-", "--offline", "--gpu", "h100", "--context", "8k", "--format", "jsonl"], input=listing
+    )
     assert result.exit_code == 3, result.output
     rows = [json.loads(line) for line in result.stdout.splitlines()]
     for row in rows:
@@ -71,16 +72,22 @@ def test_sort_key_orders_fits_tight_does_not_fit_errors():
     def row(verdict, total):
         return {"verdict": verdict, "per_gpu": {"total": total}, "source": {"repo_id": verdict}}
 
-    rows = [row("does_not_fit", 1), {"error": {}, "source": {"text": "x"}}, row("fits", 9), row("tight", 5),
-            row("fits", 2)]
+    rows = [
+        row("does_not_fit", 1),
+        {"error": {}, "source": {"text": "x"}},
+        row("fits", 9),
+        row("tight", 5),
+        row("fits", 2),
+    ]
     ordered = sorted(rows, key=scan_sort_key)
     assert [r.get("verdict") for r in ordered] == ["fits", "fits", "tight", "does_not_fit", None]
     assert ordered[0]["per_gpu"]["total"] == 2
 
 
 def test_exit_1_when_all_read_and_one_does_not_fit():
-    code, rows = scan_jsonl("Qwen/Qwen3-0.6B\nmeta-llama/Meta-Llama-3.1-405B\n", "--offline", "--gpu", "rtx4090",
-                            "--context", "128k")
+    code, rows = scan_jsonl(
+        "Qwen/Qwen3-0.6B\nmeta-llama/Meta-Llama-3.1-405B\n", "--offline", "--gpu", "rtx4090", "--context", "128k"
+    )
     assert code == 1
     assert sorted(row["verdict"] for row in rows) == ["does_not_fit", "fits"]
 
@@ -98,7 +105,9 @@ def test_hub_gated_and_missing_do_not_stop_the_others(hub):
     kinds = {row["source"].get("text"): row["error"]["kind"] for row in rows if "error" in row}
     assert kinds == {"meta-llama/Llama-3.2-1B": "gated", "nobody/nothing": "not_found"}
     assert {row["source"]["repo_id"] for row in rows if "error" not in row} == {
-        "Qwen/Qwen3-8B", "meta-llama/Llama-3.1-8B-Instruct"}
+        "Qwen/Qwen3-8B",
+        "meta-llama/Llama-3.1-8B-Instruct",
+    }
 
 
 def test_csv_markdown_and_json_formats(malformed_folder):
@@ -117,8 +126,17 @@ def test_csv_markdown_and_json_formats(malformed_folder):
 
 
 def test_scan_as_subprocess_streams_jsonl(malformed_folder):
-    result = run_hfvram("scan", "-", "--offline", "--gpu", "h100", "--context", "8k", "--json",
-                        stdin=f"Qwen/Qwen3-0.6B\n{malformed_folder}\n")
+    result = run_hfvram(
+        "scan",
+        "-",
+        "--offline",
+        "--gpu",
+        "h100",
+        "--context",
+        "8k",
+        "--json",
+        stdin=f"Qwen/Qwen3-0.6B\n{malformed_folder}\n",
+    )
     assert result.returncode == 3, result.stderr
     rows = [json.loads(line) for line in result.stdout.splitlines()]
     assert len(rows) == 2 and sum("error" in row for row in rows) == 1
@@ -148,11 +166,23 @@ def test_ctrl_c_prints_what_finished(hub):
     from cli_support import ROOT
 
     hub.latency = 0.4
-    repos = ["Qwen/Qwen3-8B", "Qwen/Qwen3-14B", "Qwen/Qwen3-32B", "Qwen/Qwen2.5-7B", "Qwen/Qwen2.5-32B",
-             "Qwen/Qwen2.5-72B", "meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.2-1B"] * 2
+    repos = [
+        "Qwen/Qwen3-8B",
+        "Qwen/Qwen3-14B",
+        "Qwen/Qwen3-32B",
+        "Qwen/Qwen2.5-7B",
+        "Qwen/Qwen2.5-32B",
+        "Qwen/Qwen2.5-72B",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "meta-llama/Llama-3.2-1B",
+    ] * 2
     process = subprocess.Popen(
         [sys.executable, "-m", "hfvram", "scan", "-", "--json", "--jobs", "1", "--gpu", "h100"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
     )
     process.stdin.write("\n".join(repos) + "\n")
     process.stdin.close()

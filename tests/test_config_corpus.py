@@ -17,8 +17,17 @@ HUB = Path(__file__).resolve().parent.parent / "fixtures" / "hub"
 REPOS = sorted(p.parent for p in HUB.glob("*/*/config.json"))
 COMPANIONS = ("hf_quant_config.json", "quantize_config.json", "model.safetensors.index.json")
 #: ModelSpec facts that are a gap when None (MoE facts are checked only for MoE models)
-FACTS = ("architecture", "model_type", "dtype", "hidden_size", "intermediate_size", "num_attention_heads",
-         "vocab_size", "max_position_embeddings", "tie_word_embeddings")
+FACTS = (
+    "architecture",
+    "model_type",
+    "dtype",
+    "hidden_size",
+    "intermediate_size",
+    "num_attention_heads",
+    "vocab_size",
+    "max_position_embeddings",
+    "tie_word_embeddings",
+)
 MOE_FACTS = ("num_shared_experts", "experts_per_token", "moe_intermediate_size")
 
 
@@ -119,14 +128,23 @@ def test_rules_agree_with_transformers_on_layer_kinds(repo: Path):
         view = ConfigView(text=text, top=config, filename="config.json")
         rules, _ = rule_layer_types(view, with_hf.num_layers, text.get("model_type"))
         mla = "kv_lora_rank" in text
-        hf_kinds = [LayerKind.MLA.value if mla and t == LayerKind.FULL.value else t for t in hf_types[: with_hf.num_layers]]
+        hf_kinds = [
+            LayerKind.MLA.value if mla and t == LayerKind.FULL.value else t for t in hf_types[: with_hf.num_layers]
+        ]
         assert rules == hf_kinds
 
 
 def test_transformers_derives_layer_types_for_the_hybrid_families():
     """The comparison above is not vacuous: transformers gives layer_types for these corpus configs."""
     derived = {_repo_id(repo) for repo in REPOS if hf_layer_types(_config(repo)) is not None}
-    for repo_id in ("google/gemma-2-9b-it", "google/medgemma-27b-it", "openai/gpt-oss-20b",
-                    "meta-llama/Llama-4-Scout-17B-16E-Instruct", "Qwen/Qwen3-Next-80B-A3B-Thinking",
-                    "nvidia/Nemotron-H-56B-Base-8K", "deepseek-ai/DeepSeek-V4-Flash", "Qwen/Qwen2.5-7B"):
+    for repo_id in (
+        "google/gemma-2-9b-it",
+        "google/medgemma-27b-it",
+        "openai/gpt-oss-20b",
+        "meta-llama/Llama-4-Scout-17B-16E-Instruct",
+        "Qwen/Qwen3-Next-80B-A3B-Thinking",
+        "nvidia/Nemotron-H-56B-Base-8K",
+        "deepseek-ai/DeepSeek-V4-Flash",
+        "Qwen/Qwen2.5-7B",
+    ):
         assert repo_id in derived

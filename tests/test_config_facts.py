@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from hfvram.readers.config import load_json_tolerant, read_config
 from hfvram.readers import config_hf
+from hfvram.readers.config import load_json_tolerant, read_config
 from hfvram.readers.config_hf import (
     FACTS_FORMAT,
     HfFacts,

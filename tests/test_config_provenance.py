@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from test_config_corpus import REPOS, _companions, _config, _repo_id
 
 from hfvram.readers.config import read_config
 from hfvram.readers.gguf import read_gguf_file, spec_from_gguf
@@ -15,7 +16,6 @@ from hfvram.readers.provenance import missing_provenance, required_provenance
 from hfvram.readers.safetensors import file_reader, read_safetensors_header, weights_from_tensors
 from hfvram.readers.shapes import derived_weights
 from hfvram.readers.tensors import spec_with_weights
-from test_config_corpus import REPOS, _companions, _config, _repo_id
 
 HEADERS = Path(__file__).resolve().parent.parent / "fixtures" / "headers"
 GGUFS = sorted(HEADERS.glob("*.gguf"))
@@ -83,8 +83,9 @@ def test_weights_attached_by_the_readers_name_their_source():
     by_repo = {_repo_id(repo): repo for repo in REPOS}
     minilm = read_config(_config(by_repo["sentence-transformers/all-MiniLM-L6-v2"]), use_transformers=False)
     tensors = read_safetensors_header(file_reader(header), filename="model.safetensors")
-    exact = weights_from_tensors(tensors.values(), source="model.safetensors: header (exact)",
-                                 num_layers=minilm.num_layers)
+    exact = weights_from_tensors(
+        tensors.values(), source="model.safetensors: header (exact)", num_layers=minilm.num_layers
+    )
     with_exact = spec_with_weights(minilm, exact)
     assert with_exact.provenance["weights"] == "model.safetensors: header (exact)"
     assert with_exact.params_total == 22_713_216  # as in test_safetensors: the header's 22.7M parameters

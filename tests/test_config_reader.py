@@ -239,7 +239,10 @@ def test_deepseek_v32_indexer_and_glm5():
 def test_deepseek_v4_reading_is_recorded(use_transformers: bool):
     s = spec("deepseek-ai/DeepSeek-V4-Flash", use_transformers)
     assert s.layer_census()["sliding_attention"] == 2  # compress ratio 0: sliding window only
-    assert s.extra["deepseek_v4_compressed_layers"] == {"compressed_sparse_attention": 21, "heavily_compressed_attention": 20}
+    assert s.extra["deepseek_v4_compressed_layers"] == {
+        "compressed_sparse_attention": 21,
+        "heavily_compressed_attention": 20,
+    }
     assert s.kv_bytes_per_token(2) == (21 * 512 // 4 + 20 * 512 // 128) * 2
     assert any("DeepSeek-V4" in w for w in s.warnings) and "deepseek_v4_layers" in s.provenance
 
@@ -284,7 +287,9 @@ def test_gptq_with_quantize_config():
     assert (q.method, q.bits, q.group_size) == ("gptq", 4.0, 128)
     cfg = config("TheBloke/Llama-2-13B-chat-GPTQ")
     del cfg["quantization_config"]
-    q = read_config(cfg, companions={"quantize_config.json": config("TheBloke/Llama-2-13B-chat-GPTQ", "quantize_config.json")}).quantization
+    q = read_config(
+        cfg, companions={"quantize_config.json": config("TheBloke/Llama-2-13B-chat-GPTQ", "quantize_config.json")}
+    ).quantization
     assert (q.method, q.bits, q.group_size) == ("gptq", 4.0, 128) and q.source.startswith("quantize_config.json")
 
 
@@ -317,7 +322,13 @@ def test_modelopt_fp8_and_nvfp4():
 def test_awq_and_unknown_methods():
     """No AWQ checkpoint is in the corpus: the GPTQ repo's config is rewritten in AutoAWQ's field names."""
     cfg = config("TheBloke/Llama-2-13B-chat-GPTQ")
-    cfg["quantization_config"] = {"quant_method": "awq", "w_bit": 4, "q_group_size": 128, "version": "gemm", "zero_point": True}
+    cfg["quantization_config"] = {
+        "quant_method": "awq",
+        "w_bit": 4,
+        "q_group_size": 128,
+        "version": "gemm",
+        "zero_point": True,
+    }
     q = read_config(cfg).quantization
     assert (q.method, q.bits, q.group_size, q.details["version"]) == ("awq", 4.0, 128, "gemm")
     cfg["quantization_config"] = {"quant_method": "hqq", "bits": 3}
@@ -331,7 +342,9 @@ def test_transformers_supplies_defaults_the_file_leaves_out():
     del cfg["sliding_window"], cfg["sliding_window_size"]
     s = read_config(cfg)
     assert {layer.window for layer in s.layers if layer.kind is LayerKind.SLIDING} == {4096}
-    assert s.provenance["sliding_window"].startswith("transformers 5.") and s.provenance["sliding_window"].endswith("(default)")
+    assert s.provenance["sliding_window"].startswith("transformers 5.") and s.provenance["sliding_window"].endswith(
+        "(default)"
+    )
 
 
 def test_read_config_files_takes_the_companions_from_a_folder():
@@ -410,11 +423,36 @@ def test_wrong_length_layer_types():
 
 CORPUS = sorted(str(p.parent.relative_to(HUB)) for p in HUB.glob("*/*/config.json"))
 json_leaf = st.one_of(st.none(), st.booleans(), st.integers(-5, 300), st.floats(allow_nan=False), st.text(max_size=6))
-json_value = st.recursive(json_leaf, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4), max_leaves=12)
-KEYS = ["num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "sliding_window",
-        "layer_types", "kv_lora_rank", "qk_rope_head_dim", "num_experts", "num_local_experts", "num_experts_per_tok",
-        "full_attention_interval", "hybrid_override_pattern", "quantization_config", "text_config", "torch_dtype",
-        "block_configs", "compress_ratios", "use_sliding_window", "max_window_layers", "model_type", "attention_chunk_size"]
+json_value = st.recursive(
+    json_leaf,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+    max_leaves=12,
+)
+KEYS = [
+    "num_hidden_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "sliding_window",
+    "layer_types",
+    "kv_lora_rank",
+    "qk_rope_head_dim",
+    "num_experts",
+    "num_local_experts",
+    "num_experts_per_tok",
+    "full_attention_interval",
+    "hybrid_override_pattern",
+    "quantization_config",
+    "text_config",
+    "torch_dtype",
+    "block_configs",
+    "compress_ratios",
+    "use_sliding_window",
+    "max_window_layers",
+    "model_type",
+    "attention_chunk_size",
+]
 
 
 def _read_or_malformed(cfg: object, use_transformers: bool) -> None:
@@ -441,17 +479,28 @@ def test_mutated_real_configs_read_or_raise_malformed(repo: str, key: str, value
     _read_or_malformed(cfg, use_transformers=True)
 
 
-@pytest.mark.parametrize("extra, field, message", [
-    ({"layer_types": ["full_attention", "bogus"]}, "layer_types[1]", "unknown layer type 'bogus'"),
-    ({"layer_types": ["full_attention"]}, "layer_types", "has 1 entries for 2 layers"),
-    ({"compress_ratios": [0, 7]}, "compress_ratios[1]", "unknown compress ratio 7 (known: 0, 4, 128)"),
-    ({"compress_ratios": [4]}, "compress_ratios", "has 1 entries for 2 layers"),
-])
+@pytest.mark.parametrize(
+    "extra, field, message",
+    [
+        ({"layer_types": ["full_attention", "bogus"]}, "layer_types[1]", "unknown layer type 'bogus'"),
+        ({"layer_types": ["full_attention"]}, "layer_types", "has 1 entries for 2 layers"),
+        ({"compress_ratios": [0, 7]}, "compress_ratios[1]", "unknown compress ratio 7 (known: 0, 4, 128)"),
+        ({"compress_ratios": [4]}, "compress_ratios", "has 1 entries for 2 layers"),
+    ],
+)
 def test_per_layer_lists_name_the_bad_entry(extra, field, message):
     """A per-layer list (layer_types, DeepSeek-V4 compress_ratios) too short or with an unknown entry fails
     on that entry's path rather than guessing a layer kind."""
-    config = {"architectures": ["FooForCausalLM"], "model_type": "foo", "num_hidden_layers": 2, "hidden_size": 64,
-              "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 100, **extra}
+    config = {
+        "architectures": ["FooForCausalLM"],
+        "model_type": "foo",
+        "num_hidden_layers": 2,
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "vocab_size": 100,
+        **extra,
+    }
     with pytest.raises(MalformedFileError) as raised:
         read_config(config, use_transformers=False)
     assert raised.value.field == field and message in str(raised.value)

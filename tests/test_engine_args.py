@@ -37,7 +37,12 @@ def test_vllm_module_entry_point_with_env_and_line_continuations():
         "CUDA_VISIBLE_DEVICES=0,1 python -m vllm.entrypoints.openai.api_server \\\n"
         "  --model meta-llama/Llama-3.1-8B-Instruct --tensor-parallel-size 2 \\\n  --max-model-len 20000"
     )
-    assert (parsed.engine, parsed.model, parsed.tp, parsed.context) == ("vllm", "meta-llama/Llama-3.1-8B-Instruct", 2, 20000)
+    assert (parsed.engine, parsed.model, parsed.tp, parsed.context) == (
+        "vllm",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        2,
+        20000,
+    )
     assert any("CUDA_VISIBLE_DEVICES" in line for line in parsed.ignored)
 
 
@@ -58,8 +63,13 @@ def test_llama_server_short_flags():
     assert parsed.engine == "llama.cpp"
     assert parsed.model == "/models/Qwen3-30B-A3B-Q4_K_M.gguf"
     assert parsed.settings == {
-        "ctx-size": "32768", "ubatch-size": "512", "flash-attn": "on", "cache-type-k": "q8_0",
-        "cache-type-v": "q8_0", "n-gpu-layers": "99", "parallel": "4",
+        "ctx-size": "32768",
+        "ubatch-size": "512",
+        "flash-attn": "on",
+        "cache-type-k": "q8_0",
+        "cache-type-v": "q8_0",
+        "n-gpu-layers": "99",
+        "parallel": "4",
     }
     assert parsed.context == 32768 and parsed.kv_dtype == "q8_0" and parsed.tp is None
     assert len(parsed.ignored) == 3
@@ -80,18 +90,28 @@ def test_sglang_launch_server():
         "--mem-fraction-static 0.911 --context-length 32768 --kv-cache-dtype bfloat16 --trust-remote-code"
     )
     assert (parsed.engine, parsed.model, parsed.tp, parsed.gpu_util, parsed.context, parsed.kv_dtype) == (
-        "sglang", "Qwen/Qwen3-30B-A3B-Instruct-2507", 1, 0.911, 32768, "bfloat16")
+        "sglang",
+        "Qwen/Qwen3-30B-A3B-Instruct-2507",
+        1,
+        0.911,
+        32768,
+        "bfloat16",
+    )
     assert "tp-size" in parsed.settings and "mem-fraction-static" in parsed.settings
 
 
 def test_sglang_inside_docker():
-    parsed = parse_engine_args("docker run --gpus all --ipc=host lmsysorg/sglang:latest python3 -m sglang.launch_server --model-path X --tp 2")
+    parsed = parse_engine_args(
+        "docker run --gpus all --ipc=host lmsysorg/sglang:latest python3 -m sglang.launch_server --model-path X --tp 2"
+    )
     assert (parsed.engine, parsed.model, parsed.tp) == ("sglang", "X", 2)
     assert any(line.startswith("docker run") for line in parsed.ignored)
 
 
 def test_vllm_docker_image_takes_the_arguments():
-    parsed = parse_engine_args("docker run --gpus all -p 8000:8000 vllm/vllm-openai:v0.19.0 --model Qwen/Qwen3-8B -tp 2")
+    parsed = parse_engine_args(
+        "docker run --gpus all -p 8000:8000 vllm/vllm-openai:v0.19.0 --model Qwen/Qwen3-8B -tp 2"
+    )
     assert (parsed.engine, parsed.model, parsed.tp) == ("vllm", "Qwen/Qwen3-8B", 2)
 
 
@@ -101,7 +121,13 @@ def test_lmdeploy_api_server_quant_policy_is_the_kv_dtype():
         "--quant-policy 8 --session-len 8192 --server-port 23333"
     )
     assert (parsed.engine, parsed.model, parsed.tp, parsed.gpu_util, parsed.context, parsed.kv_dtype) == (
-        "lmdeploy", "internlm/internlm2_5-7b-chat", 2, 0.5, 8192, "int8")
+        "lmdeploy",
+        "internlm/internlm2_5-7b-chat",
+        2,
+        0.5,
+        8192,
+        "int8",
+    )
     assert parse_engine_args("lmdeploy serve api_server m --quant-policy 0").kv_dtype is None
     with pytest.raises(UsageError):
         parse_engine_args("lmdeploy serve api_server m --quant-policy 3")
@@ -113,12 +139,19 @@ def test_trtllm_serve_underscored_flags():
         "--max_num_tokens 4096 --max_seq_len 8192 --port 8000"
     )
     assert (parsed.engine, parsed.model, parsed.tp, parsed.gpu_util, parsed.context) == (
-        "tensorrt-llm", "meta-llama/Llama-3.1-8B", 2, 0.8, 8192)
+        "tensorrt-llm",
+        "meta-llama/Llama-3.1-8B",
+        2,
+        0.8,
+        8192,
+    )
     assert parsed.settings["max-num-tokens"] == "4096"
 
 
 def test_ollama_reads_its_environment():
-    parsed = parse_engine_args("OLLAMA_CONTEXT_LENGTH=8192 OLLAMA_KV_CACHE_TYPE=q8_0 OLLAMA_FLASH_ATTENTION=1 ollama run llama3.1:8b")
+    parsed = parse_engine_args(
+        "OLLAMA_CONTEXT_LENGTH=8192 OLLAMA_KV_CACHE_TYPE=q8_0 OLLAMA_FLASH_ATTENTION=1 ollama run llama3.1:8b"
+    )
     assert (parsed.engine, parsed.model, parsed.context, parsed.kv_dtype) == ("ollama", "llama3.1:8b", 8192, "q8_0")
     assert parsed.settings["flash-attention"] == "1"
 
@@ -137,22 +170,36 @@ def test_to_choice_merges_set_options():
     assert (choice.name, choice.version, choice.tp, choice.settings["max-num-seqs"]) == ("vllm", "0.19", 2, "128")
 
 
-@pytest.mark.parametrize("bad", ["", "vllm serve m --max-model-len lots", "vllm serve 'unbalanced", "sglang serve --tp two"])
+@pytest.mark.parametrize(
+    "bad", ["", "vllm serve m --max-model-len lots", "vllm serve 'unbalanced", "sglang serve --tp two"]
+)
 def test_bad_command_lines_are_usage_errors(bad):
     with pytest.raises(UsageError):
         parse_engine_args(bad)
 
 
 def test_parse_set_options():
-    assert parse_set_options(["max-num-batched-tokens=8192", "--flash_attn=on", "swa-full=true", "max-num-batched-tokens=4096"]) == {
-        "max-num-batched-tokens": "4096", "flash-attn": "on", "swa-full": "true"}
+    assert parse_set_options(
+        ["max-num-batched-tokens=8192", "--flash_attn=on", "swa-full=true", "max-num-batched-tokens=4096"]
+    ) == {"max-num-batched-tokens": "4096", "flash-attn": "on", "swa-full": "true"}
     for bad in (["max-num-batched-tokens"], ["=3"], ["a="], ["a b=1"]):
         with pytest.raises(UsageError):
             parse_set_options(bad)
 
 
-@pytest.mark.parametrize(("text", "tokens"), [("8k", 8192), ("32k", 32768), ("128k", 131072), ("131072", 131072),
-                                             ("1m", 1048576), ("32K", 32768), ("131,072", 131072), ("1.5k", 1536)])
+@pytest.mark.parametrize(
+    ("text", "tokens"),
+    [
+        ("8k", 8192),
+        ("32k", 32768),
+        ("128k", 131072),
+        ("131072", 131072),
+        ("1m", 1048576),
+        ("32K", 32768),
+        ("131,072", 131072),
+        ("1.5k", 1536),
+    ],
+)
 def test_parse_size_tokens(text, tokens):
     assert parse_size_tokens(text) == tokens
 
@@ -163,8 +210,17 @@ def test_parse_size_tokens_rejects(text):
         parse_size_tokens(text)
 
 
-@pytest.mark.parametrize(("text", "size"), [("24GiB", 24 << 30), ("80GB", 80 * 10**9), ("512MiB", 512 << 20),
-                                            ("24g", 24 << 30), ("1024", 1024), ("1.5 TiB", 3 << 39)])
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [
+        ("24GiB", 24 << 30),
+        ("80GB", 80 * 10**9),
+        ("512MiB", 512 << 20),
+        ("24g", 24 << 30),
+        ("1024", 1024),
+        ("1.5 TiB", 3 << 39),
+    ],
+)
 def test_parse_bytes(text, size):
     assert parse_bytes(text) == size
 
@@ -183,10 +239,13 @@ def test_short_flags_with_attached_values():
     assert llama.context == 8192 and llama.settings["parallel"] == "4"
 
 
-@pytest.mark.parametrize("cmdline", [
-    "sglang.launch_server --model-path Qwen/Qwen3-8B --tp 2 --mem-fraction-static 0.8",
-    "python sglang.launch_server --model-path Qwen/Qwen3-8B --tp 2 --mem-fraction-static 0.8",
-])
+@pytest.mark.parametrize(
+    "cmdline",
+    [
+        "sglang.launch_server --model-path Qwen/Qwen3-8B --tp 2 --mem-fraction-static 0.8",
+        "python sglang.launch_server --model-path Qwen/Qwen3-8B --tp 2 --mem-fraction-static 0.8",
+    ],
+)
 def test_sglang_module_named_without_python_m(cmdline):
     """QA round 3: the module name pasted without `python -m` still names SGLang (sglang/launch_server.py)."""
     parsed = parse_engine_args(cmdline)

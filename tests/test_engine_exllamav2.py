@@ -24,8 +24,13 @@ MiB, GiB = 1 << 20, 1 << 30
 def llama8b() -> ModelSpec:
     spec = read_config(json.loads((HUB / "meta-llama/Llama-3.1-8B-Instruct/config.json").read_text()))
     total = int(5.6 * GiB)  # an EXL2 ~5 bpw checkpoint
-    return spec.with_weights(Weights(total_bytes=total, params_total=0,
-                                     bytes_by_component={"embeddings": 525336576, "lm_head": 525336576, "mlp": total - 2 * 525336576}))
+    return spec.with_weights(
+        Weights(
+            total_bytes=total,
+            params_total=0,
+            bytes_by_component={"embeddings": 525336576, "lm_head": 525336576, "mlp": total - 2 * 525336576},
+        )
+    )
 
 
 def run(spec, gpu="rtx4090", context=32768, **settings):
@@ -39,12 +44,15 @@ def test_fp16_cache_is_128_kib_per_token_for_llama3_8b(llama8b):
     assert result.per_gpu.activations == 0  # no temporaries for the FP16 cache
 
 
-@pytest.mark.parametrize("mode, per_token_layer", [
-    ("Q4", 1024 * 0.5 * 2 + 2 * 2 * 1024 // 32),   # 0.5625 B per element of K and of V incl. scales
-    ("Q6", 1024 * 1.0 + 1024 * 0.5 + 2 * 2 * 1024 // 32),
-    ("Q8", 1024 * 2 + 2 * 2 * 1024 // 32),
-    ("FP8", 1024 * 2),
-])
+@pytest.mark.parametrize(
+    "mode, per_token_layer",
+    [
+        ("Q4", 1024 * 0.5 * 2 + 2 * 2 * 1024 // 32),  # 0.5625 B per element of K and of V incl. scales
+        ("Q6", 1024 * 1.0 + 1024 * 0.5 + 2 * 2 * 1024 // 32),
+        ("Q8", 1024 * 2 + 2 * 2 * 1024 // 32),
+        ("FP8", 1024 * 2),
+    ],
+)
 def test_quantized_cache_classes(llama8b, mode, per_token_layer):
     # engines.md §8 table: K/V bytes per class, fp16 scale per 32 elements for the Q caches
     result = run(llama8b, cache_mode=mode)
@@ -67,11 +75,17 @@ def test_batch_multiplies_the_static_cache(llama8b):
 
 
 def test_gpu_split_places_layers_in_order(llama8b):
-    two = estimate(llama8b, parse_gpu_spec("rtx4090x2"), EngineChoice("exllamav2", settings={"gpu_split": "1,1"}),
-                   Workload(context=32768))
+    two = estimate(
+        llama8b,
+        parse_gpu_spec("rtx4090x2"),
+        EngineChoice("exllamav2", settings={"gpu_split": "1,1"}),
+        Workload(context=32768),
+    )
     assert two.per_gpu.kv_cache == 16 * 4096 * 32768
     with pytest.raises(UsageError):
-        estimate(llama8b, parse_gpu_spec("rtx4090x2"), EngineChoice("exllamav2", settings={"gpu_split": "1,1,1"}), Workload())
+        estimate(
+            llama8b, parse_gpu_spec("rtx4090x2"), EngineChoice("exllamav2", settings={"gpu_split": "1,1,1"}), Workload()
+        )
 
 
 def test_unknown_cache_mode_is_a_usage_error(llama8b):

@@ -22,7 +22,9 @@ ROOT = Path(__file__).resolve().parent.parent
 HUB = ROOT / "fixtures" / "hub"
 HEADERS = ROOT / "fixtures" / "headers"
 MiB, GiB = 1 << 20, 1 << 30
-RTX4090 = Hardware(GPU(id="rtx4090", name="RTX 4090", vendor="nvidia", memory_bytes=24564 * MiB, memory_bandwidth_gbs=1008.0))
+RTX4090 = Hardware(
+    GPU(id="rtx4090", name="RTX 4090", vendor="nvidia", memory_bytes=24564 * MiB, memory_bandwidth_gbs=1008.0)
+)
 
 
 def spec_of(repo: str, weights_gib: float | None = None) -> ModelSpec:
@@ -31,8 +33,13 @@ def spec_of(repo: str, weights_gib: float | None = None) -> ModelSpec:
         return spec
     total = int(weights_gib * GiB)
     embd = (spec.vocab_size or 0) * (spec.hidden_size or 0)  # ~1 byte per weight: a Q8-ish embedding
-    return spec.with_weights(Weights(total_bytes=total, params_total=0,
-                                     bytes_by_component={"embeddings": embd, "lm_head": embd, "mlp": total - 2 * embd}))
+    return spec.with_weights(
+        Weights(
+            total_bytes=total,
+            params_total=0,
+            bytes_by_component={"embeddings": embd, "lm_head": embd, "mlp": total - 2 * embd},
+        )
+    )
 
 
 def settings_of(spec: ModelSpec, workload: Workload = Workload(), **values: str) -> llamacpp.Settings:
@@ -91,8 +98,12 @@ def test_qwen3_30b_kv_at_32k_matches_the_log(qwen3moe):
 def test_qwen3_235b_q8_0_kv_matches_the_log():
     # gt-0015: --ctx-size 40960 -ctk q8_0 -ctv q8_0 -> "KV self size = 3995.00 MiB, K (q8_0): 1997.50 MiB"
     spec = spec_of("Qwen/Qwen3-235B-A22B", 100)
-    kv = llamacpp.kv_bytes(spec, settings_of(spec, ctx_size=40960, cache_type_k="q8_0", cache_type_v="q8_0",
-                                                 flash_attn="on", binary="llama-cli"))
+    kv = llamacpp.kv_bytes(
+        spec,
+        settings_of(
+            spec, ctx_size=40960, cache_type_k="q8_0", cache_type_v="q8_0", flash_attn="on", binary="llama-cli"
+        ),
+    )
     assert kv.k / MiB == 1997.5 and kv.total / MiB == 3995.0
 
 
@@ -139,20 +150,26 @@ def test_compute_buffer_logits_term(llama8b):
 
 def test_compute_buffer_without_flash_attention_grows_with_context(llama8b):
     # engines.md §4.4: 8B, V = 128 256, ub 512, FA off, ctx 131072 -> 8492.01 MiB
-    assert compute_mib(llama8b, ctx_size=131072, flash_attn="off", binary="llama-cli") == pytest.approx(8492.01, rel=0.001)
+    assert compute_mib(llama8b, ctx_size=131072, flash_attn="off", binary="llama-cli") == pytest.approx(
+        8492.01, rel=0.001
+    )
 
 
 def test_qwen3_moe_compute_buffers_match_cuda_logs(qwen3moe):
     # gt-0043: Qwen3-30B-A3B, FA, ub 512 -> "CUDA0 compute buffer size = 304.75 MiB"
     assert compute_mib(qwen3moe, ctx_size=32768, binary="llama-cli") == pytest.approx(304.75, abs=0.01)
     # gt-0016: FA off, -c 16384 -> CUDA0/CUDA1 compute buffer 1080.00 MiB (formula within 1 %)
-    assert compute_mib(qwen3moe, ctx_size=16384, flash_attn="off", binary="llama-cli") == pytest.approx(1080.0, rel=0.01)
+    assert compute_mib(qwen3moe, ctx_size=16384, flash_attn="off", binary="llama-cli") == pytest.approx(
+        1080.0, rel=0.01
+    )
 
 
 def test_qwen3_235b_ubatch_4096_compute_buffer():
     # gt-0015: -b 4096 -ub 4096 -fa -> "CUDA0 compute buffer size = 2502.00 MiB"
     spec = spec_of("Qwen/Qwen3-235B-A22B", 100)
-    assert compute_mib(spec, ctx_size=40960, batch_size=4096, ubatch_size=4096, binary="llama-cli") == pytest.approx(2502.0, rel=0.001)
+    assert compute_mib(spec, ctx_size=40960, batch_size=4096, ubatch_size=4096, binary="llama-cli") == pytest.approx(
+        2502.0, rel=0.001
+    )
 
 
 def test_server_reserves_only_one_logits_row_per_slot(llama8b):
@@ -167,16 +184,28 @@ def test_server_reserves_only_one_logits_row_per_slot(llama8b):
 
 def test_token_embeddings_stay_on_the_cpu_and_cpu_moe_moves_experts():
     # engines.md §4.2: token_embd always on the CPU; --cpu-moe keeps every expert tensor there
-    spec = spec_from_gguf([read_gguf_file(HEADERS / "DeepSeek-R1-Distill-Qwen-7B-Q4_K_M.gguf-header.gguf")],
-                          filename="DeepSeek-R1-Distill-Qwen-7B-Q4_K_M.gguf")
+    spec = spec_from_gguf(
+        [read_gguf_file(HEADERS / "DeepSeek-R1-Distill-Qwen-7B-Q4_K_M.gguf-header.gguf")],
+        filename="DeepSeek-R1-Distill-Qwen-7B-Q4_K_M.gguf",
+    )
     result = estimate(spec, RTX4090, EngineChoice("llama.cpp", settings={"ctx-size": "8192"}), Workload())
     embd = spec.weights.bytes_by_component["embeddings"]
     assert result.per_gpu.weights == spec.weights.total_bytes - embd
     moe = spec_of("Qwen/Qwen3-30B-A3B", 17.28)
-    moe = moe.with_weights(Weights(total_bytes=moe.weights.total_bytes, params_total=0,
-                                   bytes_by_component={**moe.weights.bytes_by_component, "mlp": 0,
-                                                       "experts": moe.weights.bytes_by_component["mlp"]}))
-    on_cpu = estimate(moe, RTX4090, EngineChoice("llama.cpp", settings={"ctx-size": "8192", "cpu-moe": "true"}), Workload())
+    moe = moe.with_weights(
+        Weights(
+            total_bytes=moe.weights.total_bytes,
+            params_total=0,
+            bytes_by_component={
+                **moe.weights.bytes_by_component,
+                "mlp": 0,
+                "experts": moe.weights.bytes_by_component["mlp"],
+            },
+        )
+    )
+    on_cpu = estimate(
+        moe, RTX4090, EngineChoice("llama.cpp", settings={"ctx-size": "8192", "cpu-moe": "true"}), Workload()
+    )
     assert on_cpu.per_gpu.weights == moe.weights.bytes_by_component["lm_head"]
     assert any("CPU RAM" in w for w in on_cpu.warnings)
 
@@ -228,9 +257,12 @@ def test_cuda_pads_quantized_rows_to_512():
     assert llamacpp.cuda_row_padding_bytes(llama) == 0  # 4096 / 14336 are multiples of 512
 
 
-@pytest.mark.parametrize("used, ff, measured", [(8, 768, 92.01), (8, 1536, 96.01), (8, 3072, 168.01),
-                                                (16, 768, 160.01), (16, 1536, 168.01)])
+@pytest.mark.parametrize(
+    "used, ff, measured", [(8, 768, 92.01), (8, 1536, 96.01), (8, 3072, 168.01), (16, 768, 160.01), (16, 1536, 168.01)]
+)
 def test_moe_layer_term_on_measured_qwen3moe_headers(used, ff, measured):
     # engines.md §4.4 [measured]: qwen3moe headers, n_embd 2048, V = 32 000 (so the layer term shows), ub 512, FA on
-    spec = replace(spec_of("Qwen/Qwen3-30B-A3B", 17.3), vocab_size=32000, experts_per_token=used, moe_intermediate_size=ff)
+    spec = replace(
+        spec_of("Qwen/Qwen3-30B-A3B", 17.3), vocab_size=32000, experts_per_token=used, moe_intermediate_size=ff
+    )
     assert compute_mib(spec, ctx_size=4096, binary="llama-cli") == pytest.approx(measured, abs=0.05)

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from spec_support import derived_spec
 
 from hfvram.errors import UsageError
 from hfvram.estimate.common import load_engine_data, rules_for_version
@@ -16,7 +17,6 @@ from hfvram.estimate.hardware import parse_gpu_spec
 from hfvram.estimate.types import EngineChoice, Workload
 from hfvram.readers.config import read_config
 from hfvram.spec import ModelSpec
-from spec_support import derived_spec
 
 HUB = Path(__file__).resolve().parent.parent / "fixtures" / "hub"
 GiB = 1 << 30
@@ -31,8 +31,15 @@ def rules(version: str = "0.2.1"):
 
 
 def run(spec, gpu, context=8192, concurrency=1, kv="auto", version=None, gpu_util=None, **settings):
-    choice = EngineChoice("lmdeploy", version, {k.replace("_", "-"): str(v) for k, v in settings.items()}, gpu_util=gpu_util)
-    return estimate(spec, parse_gpu_spec(gpu) if gpu else None, choice, Workload(context=context, concurrency=concurrency, kv_dtype=kv))
+    choice = EngineChoice(
+        "lmdeploy", version, {k.replace("_", "-"): str(v) for k, v in settings.items()}, gpu_util=gpu_util
+    )
+    return estimate(
+        spec,
+        parse_gpu_spec(gpu) if gpu else None,
+        choice,
+        Workload(context=context, concurrency=concurrency, kv_dtype=kv),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +63,8 @@ def test_runtime_reserve_and_block_pool_pytorch_engine(llama8b):
     assert result.capacity.kv_tokens == result.engine["num_gpu_blocks"] * 64
     # activations = runtime + the other 0.2 of (free - runtime) (§10)
     assert result.per_gpu.activations == pytest.approx(
-        result.engine["runtime_bytes"] + 0.2 * (free - result.engine["runtime_bytes"]), abs=1)
+        result.engine["runtime_bytes"] + 0.2 * (free - result.engine["runtime_bytes"]), abs=1
+    )
 
 
 def test_runtime_halves_prefill_until_16_blocks_fit():
@@ -98,11 +106,23 @@ def test_large_head_dim_uses_32_token_blocks():
     spec = read_config(config, use_transformers=False)
     assert (spec.head_dim or 0) >= 512
     hardware = parse_gpu_spec("h200x8")
-    settings = lmdeploy.resolve_settings(spec, hardware, EngineChoice("lmdeploy", settings={"backend": "pytorch"}),
-                                         Workload(context=8192), rules(), "0.2.1")
+    settings = lmdeploy.resolve_settings(
+        spec,
+        hardware,
+        EngineChoice("lmdeploy", settings={"backend": "pytorch"}),
+        Workload(context=8192),
+        rules(),
+        "0.2.1",
+    )
     assert settings.block_size == 32
-    turbomind = lmdeploy.resolve_settings(spec, hardware, EngineChoice("lmdeploy", settings={"backend": "turbomind"}),
-                                          Workload(context=8192), rules(), "0.2.1")
+    turbomind = lmdeploy.resolve_settings(
+        spec,
+        hardware,
+        EngineChoice("lmdeploy", settings={"backend": "turbomind"}),
+        Workload(context=8192),
+        rules(),
+        "0.2.1",
+    )
     assert turbomind.block_size == 64
 
 
@@ -115,7 +135,8 @@ def test_kv_heads_must_divide_tp():
     # its linear-attention state is reserved first: (max_batches + 2) slots
     assert result.engine["state_cache_bytes"] > 0
     assert run(spec, "h100x2").engine["state_cache_bytes"] == pytest.approx(
-        2 * result.engine["state_cache_bytes"], rel=1e-6)
+        2 * result.engine["state_cache_bytes"], rel=1e-6
+    )
 
 
 def test_cache_ratio_is_a_fraction(llama8b):

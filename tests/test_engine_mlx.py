@@ -26,7 +26,9 @@ def spec_of(repo: str, weights_gib: float) -> ModelSpec:
 
 
 def run(spec, gpu, context=8192, kv="auto", **settings):
-    return estimate(spec, parse_gpu_spec(gpu), EngineChoice("mlx", settings=settings), Workload(context=context, kv_dtype=kv))
+    return estimate(
+        spec, parse_gpu_spec(gpu), EngineChoice("mlx", settings=settings), Workload(context=context, kv_dtype=kv)
+    )
 
 
 def test_usable_is_the_wired_limit_of_unified_memory():
@@ -58,7 +60,9 @@ def test_quantized_kv_adds_scale_and_bias_per_group():
     assert mlx.kv_element_bytes(2.0, 8, 64) == pytest.approx(1.0625)
     assert mlx.kv_element_bytes(2.0, 4, 64) == pytest.approx(0.5625)
     spec = spec_of("meta-llama/Llama-3.1-8B-Instruct", 16.0)
-    assert run(spec, "m3-max-128", kv_bits="4").per_gpu.kv_cache == int(64 * 1024 * 0.5625 * 8192)  # 65536 K+V elements per token
+    assert run(spec, "m3-max-128", kv_bits="4").per_gpu.kv_cache == int(
+        64 * 1024 * 0.5625 * 8192
+    )  # 65536 K+V elements per token
 
 
 def test_sliding_layers_rotate_at_their_window():

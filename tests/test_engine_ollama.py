@@ -25,8 +25,13 @@ def spec_of(repo: str, weights_gib: float = 5.0) -> ModelSpec:
     spec = read_config(json.loads((HUB / repo / "config.json").read_text(encoding="utf-8")))
     total = int(weights_gib * GiB)
     embd = (spec.vocab_size or 0) * (spec.hidden_size or 0)
-    return spec.with_weights(Weights(total_bytes=total, params_total=0,
-                                     bytes_by_component={"embeddings": embd, "lm_head": embd, "mlp": total - 2 * embd}))
+    return spec.with_weights(
+        Weights(
+            total_bytes=total,
+            params_total=0,
+            bytes_by_component={"embeddings": embd, "lm_head": embd, "mlp": total - 2 * embd},
+        )
+    )
 
 
 def run(spec, gpu, version=None, workload=Workload(), **settings):

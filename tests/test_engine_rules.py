@@ -13,6 +13,7 @@ Rules and their sources:
 from __future__ import annotations
 
 import pytest
+from spec_support import derived_spec
 
 from hfvram.errors import UsageError
 from hfvram.estimate import engine_rules
@@ -21,16 +22,25 @@ from hfvram.estimate.hardware import find_gpu, parse_gpu_spec
 from hfvram.estimate.inverse import smallest_gpu_count
 from hfvram.estimate.types import EngineChoice, Workload
 from hfvram.spec import LayerKind
-from spec_support import derived_spec
 
 GiB = 1 << 30
 
 
-def run(repo: str, gpu: str | None, engine: str = "vllm", *, tp: int | None = None, context: int = 8192,
-        kv: str = "auto", version: str | None = None, **settings: str):
+def run(
+    repo: str,
+    gpu: str | None,
+    engine: str = "vllm",
+    *,
+    tp: int | None = None,
+    context: int = 8192,
+    kv: str = "auto",
+    version: str | None = None,
+    **settings: str,
+):
     choice = EngineChoice(engine, version, dict(settings), tp=tp)
-    return estimate(derived_spec(repo), parse_gpu_spec(gpu) if gpu else None, choice,
-                    Workload(context=context, kv_dtype=kv))
+    return estimate(
+        derived_spec(repo), parse_gpu_spec(gpu) if gpu else None, choice, Workload(context=context, kv_dtype=kv)
+    )
 
 
 # ---- 1. tensor-parallel sizes --------------------------------------------------------------------------------
@@ -78,15 +88,28 @@ def test_smallest_gpu_count_only_returns_sizes_the_engine_accepts():
     count = smallest_gpu_count(spec, find_gpu("rtx4090"), EngineChoice("vllm"), Workload(context=8192))
     assert count is not None
     assert engine_rules.tp_accepted(spec, count)
-    assert estimate(spec, parse_gpu_spec(f"rtx4090x{count}"), EngineChoice("vllm", tp=count),
-                    Workload(context=8192)).refusal is None
+    assert (
+        estimate(
+            spec, parse_gpu_spec(f"rtx4090x{count}"), EngineChoice("vllm", tp=count), Workload(context=8192)
+        ).refusal
+        is None
+    )
 
 
 # ---- 2. KV dtypes ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("engine,kv", [("vllm", "q4_0"), ("vllm", "int4"), ("sglang", "q8_0"),
-                                       ("tensorrt-llm", "q4_0"), ("lmdeploy", "q4_0"), ("mlx", "fp8_e5m2")])
+@pytest.mark.parametrize(
+    "engine,kv",
+    [
+        ("vllm", "q4_0"),
+        ("vllm", "int4"),
+        ("sglang", "q8_0"),
+        ("tensorrt-llm", "q4_0"),
+        ("lmdeploy", "q4_0"),
+        ("mlx", "fp8_e5m2"),
+    ],
+)
 def test_kv_dtype_the_engine_lacks_is_a_usage_error_listing_its_own(engine, kv):
     with pytest.raises(UsageError) as caught:
         run("Qwen/Qwen2.5-7B", "h100", engine, kv=kv)
@@ -94,9 +117,18 @@ def test_kv_dtype_the_engine_lacks_is_a_usage_error_listing_its_own(engine, kv):
     assert "accepts:" in str(caught.value) and "auto" in str(caught.value)
 
 
-@pytest.mark.parametrize("engine,kv", [("vllm", "fp8"), ("vllm", "fp8_e5m2"), ("vllm", "bf16"),
-                                       ("sglang", "fp8_e4m3"), ("tensorrt-llm", "fp8"), ("lmdeploy", "int4"),
-                                       ("mlx", "q4_0")])
+@pytest.mark.parametrize(
+    "engine,kv",
+    [
+        ("vllm", "fp8"),
+        ("vllm", "fp8_e5m2"),
+        ("vllm", "bf16"),
+        ("sglang", "fp8_e4m3"),
+        ("tensorrt-llm", "fp8"),
+        ("lmdeploy", "int4"),
+        ("mlx", "q4_0"),
+    ],
+)
 def test_kv_dtype_the_engine_has_is_accepted(engine, kv):
     gpu = "m3-max-128" if engine == "mlx" else "h100"
     assert run("Qwen/Qwen2.5-7B", gpu, engine, kv=kv).verdict is not None
@@ -116,12 +148,15 @@ def test_unknown_setting_is_warned_with_the_closest_known_name():
     assert any("'foo'" in w and "ignored" in w for w in result.warnings)
 
 
-@pytest.mark.parametrize("engine,settings", [
-    ("vllm", {"max-num-seqs": "8", "gpu_memory_utilization": "0.8", "enforce-eager": "true"}),
-    ("sglang", {"mem-fraction-static": "0.8", "chunked-prefill-size": "4096"}),
-    ("llama.cpp", {"ctx-size": "8192", "ngl": "99", "flash-attn": "on"}),
-    ("lmdeploy", {"cache-max-entry-count": "0.5", "session-len": "8192"}),
-])
+@pytest.mark.parametrize(
+    "engine,settings",
+    [
+        ("vllm", {"max-num-seqs": "8", "gpu_memory_utilization": "0.8", "enforce-eager": "true"}),
+        ("sglang", {"mem-fraction-static": "0.8", "chunked-prefill-size": "4096"}),
+        ("llama.cpp", {"ctx-size": "8192", "ngl": "99", "flash-attn": "on"}),
+        ("lmdeploy", {"cache-max-entry-count": "0.5", "session-len": "8192"}),
+    ],
+)
 def test_known_settings_raise_no_warning(engine, settings):
     repo = "Qwen/Qwen2.5-7B"
     result = run(repo, "h100", engine, **settings)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from spec_support import derived_spec
 
 from hfvram.estimate.common import load_engine_data, rules_for_version
 from hfvram.estimate.core import estimate
@@ -13,7 +14,6 @@ from hfvram.estimate.engines import get_profile, sglang
 from hfvram.estimate.hardware import parse_gpu_spec
 from hfvram.estimate.types import EngineChoice, Workload
 from hfvram.spec import ModelSpec, Weights
-from spec_support import derived_spec
 
 HUB = Path(__file__).resolve().parent.parent / "fixtures" / "hub"
 GiB = 1 << 30
@@ -30,8 +30,15 @@ def rules(version: str = "0.5.10"):
 
 
 def run(spec, gpu, context=None, concurrency=1, version=None, gpu_util=None, kv="auto", **settings):
-    choice = EngineChoice("sglang", version, {k.replace("_", "-"): str(v) for k, v in settings.items()}, gpu_util=gpu_util)
-    return estimate(spec, parse_gpu_spec(gpu) if gpu else None, choice, Workload(context=context, concurrency=concurrency, kv_dtype=kv))
+    choice = EngineChoice(
+        "sglang", version, {k.replace("_", "-"): str(v) for k, v in settings.items()}, gpu_util=gpu_util
+    )
+    return estimate(
+        spec,
+        parse_gpu_spec(gpu) if gpu else None,
+        choice,
+        Workload(context=context, concurrency=concurrency, kv_dtype=kv),
+    )
 
 
 def test_profile_is_registered():
@@ -81,10 +88,12 @@ def test_history_of_the_default_fraction():
     assert sglang.default_mem_fraction(rules("0.4.0"), H100, 8, 1, 8192, 512, False, [])[0] == 0.81
     warnings: list[str] = []
     assert sglang.default_mem_fraction(rules("0.4.7"), H100, 4, 1, 8192, 512, False, warnings)[0] == round(
-        (H100 - 14 * 1024) / H100, 3)
+        (H100 - 14 * 1024) / H100, 3
+    )
     assert warnings
     assert sglang.default_mem_fraction(rules("0.5.3"), H100, 4, 1, 8192, 512, False, [])[0] == round(
-        (H100 - (1024 + 12288 + 1024 + 1024 + 464)) / H100, 3)
+        (H100 - (1024 + 12288 + 1024 + 1024 + 464)) / H100, 3
+    )
     spec = spec_of("Qwen/Qwen3-8B")
     assert run(spec, "h100x4", version="0.4.9").engine["version"] == "0.4.7"
 

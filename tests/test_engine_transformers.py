@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from spec_support import derived_spec
 
 from hfvram.errors import UsageError
 from hfvram.estimate.core import estimate
@@ -14,7 +15,6 @@ from hfvram.estimate.engines import get_profile, transformers_engine
 from hfvram.estimate.hardware import parse_gpu_spec
 from hfvram.estimate.types import EngineChoice, Workload
 from hfvram.spec import ModelSpec
-from spec_support import derived_spec
 
 HUB = Path(__file__).resolve().parent.parent / "fixtures" / "hub"
 GiB = 1 << 30
@@ -25,8 +25,15 @@ def spec_of(repo: str) -> ModelSpec:
 
 
 def run(spec, gpu, context=8192, concurrency=1, kv="auto", gpu_util=None, **settings):
-    choice = EngineChoice("transformers", None, {k.replace("_", "-"): str(v) for k, v in settings.items()}, gpu_util=gpu_util)
-    return estimate(spec, parse_gpu_spec(gpu) if gpu else None, choice, Workload(context=context, concurrency=concurrency, kv_dtype=kv))
+    choice = EngineChoice(
+        "transformers", None, {k.replace("_", "-"): str(v) for k, v in settings.items()}, gpu_util=gpu_util
+    )
+    return estimate(
+        spec,
+        parse_gpu_spec(gpu) if gpu else None,
+        choice,
+        Workload(context=context, concurrency=concurrency, kv_dtype=kv),
+    )
 
 
 @pytest.fixture(scope="module")

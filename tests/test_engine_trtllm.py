@@ -6,13 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from spec_support import derived_spec
 
 from hfvram.estimate.core import estimate
 from hfvram.estimate.engines import get_profile, trtllm
 from hfvram.estimate.hardware import parse_gpu_spec
 from hfvram.estimate.types import EngineChoice, Workload
 from hfvram.spec import ModelSpec
-from spec_support import derived_spec
 
 HUB = Path(__file__).resolve().parent.parent / "fixtures" / "hub"
 GiB = 1 << 30
@@ -23,8 +23,15 @@ def spec_of(repo: str) -> ModelSpec:
 
 
 def run(spec, gpu, context=8192, concurrency=1, kv="auto", gpu_util=None, **settings):
-    choice = EngineChoice("tensorrt-llm", None, {k.replace("_", "-"): str(v) for k, v in settings.items()}, gpu_util=gpu_util)
-    return estimate(spec, parse_gpu_spec(gpu) if gpu else None, choice, Workload(context=context, concurrency=concurrency, kv_dtype=kv))
+    choice = EngineChoice(
+        "tensorrt-llm", None, {k.replace("_", "-"): str(v) for k, v in settings.items()}, gpu_util=gpu_util
+    )
+    return estimate(
+        spec,
+        parse_gpu_spec(gpu) if gpu else None,
+        choice,
+        Workload(context=context, concurrency=concurrency, kv_dtype=kv),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -54,8 +61,12 @@ def test_pool_is_the_fraction_of_memory_after_the_peak(llama8b):
 
 def test_defaults_from_llm_args(llama8b):
     engine = run(llama8b, "h100").engine
-    assert (engine["free_gpu_memory_fraction"], engine["tokens_per_block"], engine["max_num_tokens"],
-            engine["max_batch_size"]) == (0.9, 32, 8192, 2048)
+    assert (
+        engine["free_gpu_memory_fraction"],
+        engine["tokens_per_block"],
+        engine["max_num_tokens"],
+        engine["max_batch_size"],
+    ) == (0.9, 32, 8192, 2048)
 
 
 def test_fraction_and_max_tokens_caps(llama8b):

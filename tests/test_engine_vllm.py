@@ -7,18 +7,25 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from spec_support import derived_spec
 
 from hfvram.estimate.core import estimate
 from hfvram.estimate.engines import vllm
 from hfvram.estimate.types import GPU, EngineChoice, Hardware, Workload
 from hfvram.spec import ModelSpec, Weights
-from spec_support import derived_spec
 
 HUB = Path(__file__).resolve().parent.parent / "fixtures" / "hub"
 GiB = 1 << 30
 #: "total_gpu_memory_logged: 79.19 GiB" in the llm-d v0.19.0 H100 logs (gt-0046 … gt-0106)
-H100_LOGGED = Hardware(GPU(id="h100-logged", name="NVIDIA H100 80GB HBM3", vendor="nvidia",
-                           memory_bytes=int(79.19 * GiB), memory_bandwidth_gbs=3350.0))
+H100_LOGGED = Hardware(
+    GPU(
+        id="h100-logged",
+        name="NVIDIA H100 80GB HBM3",
+        vendor="nvidia",
+        memory_bytes=int(79.19 * GiB),
+        memory_bandwidth_gbs=3350.0,
+    )
+)
 
 
 def spec_of(repo: str) -> ModelSpec:
@@ -77,13 +84,18 @@ def test_sliding_window_groups_and_old_token_formula():
     result = run(spec, H100_LOGGED, gpu_memory_utilization=0.95, max_model_len=8192)
     assert result.engine["kv_pool_bytes"] / GiB == pytest.approx(54.12, abs=0.15)
     assert result.capacity.kv_tokens == pytest.approx(168880, rel=0.005)
-    layout = vllm.kv_layout(spec, vllm.resolve_settings(spec, H100_LOGGED, EngineChoice("vllm"),
-                                                          Workload(context=8192), _rules("0.19"), "0.19", []))
+    layout = vllm.kv_layout(
+        spec,
+        vllm.resolve_settings(
+            spec, H100_LOGGED, EngineChoice("vllm"), Workload(context=8192), _rules("0.19"), "0.19", []
+        ),
+    )
     assert (layout.group_size, layout.num_groups) == (21, 2)
 
 
 def _rules(version):
     from hfvram.estimate import common
+
     return common.rules_for_version(common.load_engine_data("vllm"), version)
 
 
@@ -92,8 +104,12 @@ def test_sliding_window_reserves_window_plus_batched_tokens():
     spec = spec_of("openai/gpt-oss-20b")
     assert vllm._blocks_for("sliding_attention", 16, 131072, 128, 8192) == 521
     assert vllm._blocks_for("sliding_attention", 16, 100, 128, 8192) == 8  # capped by the request length
-    layout = vllm.kv_layout(spec, vllm.resolve_settings(spec, H100_LOGGED, EngineChoice("vllm"),
-                                                          Workload(context=131072), _rules("0.21"), "0.21", []))
+    layout = vllm.kv_layout(
+        spec,
+        vllm.resolve_settings(
+            spec, H100_LOGGED, EngineChoice("vllm"), Workload(context=131072), _rules("0.21"), "0.21", []
+        ),
+    )
     assert layout.blocks_per_request(131072) == 8192 + 521
 
 
@@ -109,7 +125,9 @@ def test_cuda_graphs_enter_the_budget_from_v021(llama8b):
     graphs = new.engine["cudagraph_bytes"]
     assert graphs > 0 and not old.engine["cudagraph_in_budget"] and new.engine["cudagraph_in_budget"]
     assert old.engine["kv_pool_bytes"] - new.engine["kv_pool_bytes"] == pytest.approx(graphs, abs=1 << 20)
-    eager = run(llama8b, H100_LOGGED, version="0.21", gpu_memory_utilization=0.95, max_model_len=8192, enforce_eager="true")
+    eager = run(
+        llama8b, H100_LOGGED, version="0.21", gpu_memory_utilization=0.95, max_model_len=8192, enforce_eager="true"
+    )
     assert eager.engine["cudagraph_bytes"] == 0
 
 
@@ -164,8 +182,9 @@ def test_mla_uses_block_64_and_whole_latent():
 def test_hybrid_linear_attention_raises_the_attention_block():
     # engines.md §2.7: attention page >= one mamba state; Qwen3.5-27B logs block sizes of several hundred tokens
     spec = spec_of("Qwen/Qwen3.5-27B")
-    settings = vllm.resolve_settings(spec, None, EngineChoice("vllm", tp=2), Workload(context=8192, kv_dtype="fp8"),
-                                     _rules("0.21"), "0.21", [])
+    settings = vllm.resolve_settings(
+        spec, None, EngineChoice("vllm", tp=2), Workload(context=8192, kv_dtype="fp8"), _rules("0.21"), "0.21", []
+    )
     layout = vllm.kv_layout(spec, settings)
     assert layout.min_block_size % 16 == 0 and layout.min_block_size > 512
     assert (layout.group_size, layout.num_groups) == (16, 4)  # 16 full + 48 linear -> 1 + 3 groups
@@ -176,7 +195,9 @@ def test_mxfp4_experts_are_padded_for_the_kernels():
     # engines.md §2.2 (Marlin: hidden to 256, intermediate to 128): 2880 x 2880 -> 3072 x 2944
     spec = spec_of("openai/gpt-oss-20b")
     experts = 12 * GiB
-    weights = Weights(total_bytes=experts + GiB, params_total=0, bytes_by_component={"experts": experts, "attention": GiB})
+    weights = Weights(
+        total_bytes=experts + GiB, params_total=0, bytes_by_component={"experts": experts, "attention": GiB}
+    )
     spec = spec.with_weights(weights)
     result = run(spec, H100_LOGGED, context=8192)
     assert result.per_gpu.weights == pytest.approx(experts * 3072 * 2944 / 2880**2 + GiB, rel=0.01)
@@ -198,7 +219,9 @@ def test_startup_fails_when_the_budget_leaves_no_room_for_the_cuda_context(llama
 
 def test_decode_speed_is_an_upper_bound_from_bandwidth(llama8b):
     result = run(llama8b, H100_LOGGED, context=8192)
-    assert result.decode_tokens_per_second == pytest.approx(3350e9 / (llama8b.weights.total_bytes + 8192 * 131072), rel=1e-6)
+    assert result.decode_tokens_per_second == pytest.approx(
+        3350e9 / (llama8b.weights.total_bytes + 8192 * 131072), rel=1e-6
+    )
     assert "upper bound" in result.explain["decode"]
 
 
@@ -226,10 +249,18 @@ def test_dtype_and_online_fp8_change_what_is_loaded():
     assert fp32.workload.kv_dtype == "fp32"
     assert fp32.capacity.kv_tokens == pytest.approx(175296, rel=0.02)
     vocab_bytes = 2 * spec.vocab_size * spec.hidden_size * 2
-    split = Weights(total_bytes=int(14.99 * GiB), params_total=0,
-                    bytes_by_component={"embeddings": vocab_bytes // 2, "lm_head": vocab_bytes // 2,
-                                        "attention": int(14.99 * GiB) - vocab_bytes})
-    fp8 = run(spec.with_weights(split), H100_LOGGED, gpu_memory_utilization=0.95, max_model_len=8192, quantization="fp8")
+    split = Weights(
+        total_bytes=int(14.99 * GiB),
+        params_total=0,
+        bytes_by_component={
+            "embeddings": vocab_bytes // 2,
+            "lm_head": vocab_bytes // 2,
+            "attention": int(14.99 * GiB) - vocab_bytes,
+        },
+    )
+    fp8 = run(
+        spec.with_weights(split), H100_LOGGED, gpu_memory_utilization=0.95, max_model_len=8192, quantization="fp8"
+    )
     assert fp8.per_gpu.weights / GiB == pytest.approx(8.49, rel=0.01)
 
 

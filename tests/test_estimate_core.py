@@ -7,6 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from spec_support import bare_spec, derived_spec
 
 from hfvram.errors import UsageError
 from hfvram.estimate import common, inverse
@@ -15,7 +16,6 @@ from hfvram.estimate.engines import ENGINE_MODULES
 from hfvram.estimate.hardware import parse_gpu_spec
 from hfvram.estimate.types import Capacity, EngineChoice, PerGpu, Workload
 from hfvram.spec import Layer, LayerKind, ModelSpec, Weights
-from spec_support import bare_spec, derived_spec
 
 HUB = Path(__file__).resolve().parent.parent / "fixtures" / "hub"
 GiB = 1 << 30
@@ -39,8 +39,13 @@ def dense_weights(spec: ModelSpec, bytes_per_param: float = 2.0) -> Weights:
         "norms": (2 * spec.num_layers + 1) * hidden,
     }
     by_component = {k: int(v * bytes_per_param) for k, v in params.items() if v}
-    return Weights(total_bytes=sum(by_component.values()), params_total=sum(params.values()),
-                   bytes_by_component=by_component, exact=False, source="derived: test shapes")
+    return Weights(
+        total_bytes=sum(by_component.values()),
+        params_total=sum(params.values()),
+        bytes_by_component=by_component,
+        exact=False,
+        source="derived: test shapes",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -138,7 +143,9 @@ def test_pipeline_parallel_reports_the_heaviest_stage(llama8b):
 
 def test_active_weights_of_a_moe_count_only_routed_experts():
     spec = spec_of("Qwen/Qwen3-30B-A3B")
-    weights = Weights(total_bytes=1000 + 12800, params_total=0, bytes_by_component={"attention": 1000, "experts": 12800})
+    weights = Weights(
+        total_bytes=1000 + 12800, params_total=0, bytes_by_component={"attention": 1000, "experts": 12800}
+    )
     spec = spec.with_weights(weights)
     assert common.active_weight_bytes(spec) == 1000 + 12800 * spec.experts_per_token // spec.num_experts
 
@@ -191,8 +198,19 @@ def test_parallel_layout_defaults_to_all_gpus_as_tp():
 
 def test_finish_estimate_without_hardware_has_no_verdict(llama8b):
     per_gpu = PerGpu(weights=10, kv_cache=5, activations=1, overhead=1, usable=0, memory=0)
-    result = common.finish_estimate(spec=llama8b, hardware=None, engine={}, workload=Workload(), per_gpu=per_gpu,
-                                    capacity=Capacity(), decode=None, warnings=(), explain={}, tp=1, pp=1)
+    result = common.finish_estimate(
+        spec=llama8b,
+        hardware=None,
+        engine={},
+        workload=Workload(),
+        per_gpu=per_gpu,
+        capacity=Capacity(),
+        decode=None,
+        warnings=(),
+        explain={},
+        tp=1,
+        pp=1,
+    )
     assert result.verdict is None and result.utilization is None and result.per_gpu.total == 17
 
 
@@ -232,8 +250,12 @@ def test_smallest_gpu_count_uses_valid_tp_sizes():
     count = inverse.smallest_gpu_count(spec, gpu, EngineChoice("vllm"), Workload(context=8192))
     assert count == 2
     assert 3 not in inverse.valid_tp_sizes(spec, 8)  # 64 attention heads: 3 does not divide
-    assert inverse.smallest_gpu_count(spec, parse_gpu_spec("rtx3060").gpu, EngineChoice("vllm"),
-                                      Workload(context=8192), max_count=4) is None
+    assert (
+        inverse.smallest_gpu_count(
+            spec, parse_gpu_spec("rtx3060").gpu, EngineChoice("vllm"), Workload(context=8192), max_count=4
+        )
+        is None
+    )
 
 
 def test_context_table_walks_contexts_and_kv_dtypes(llama8b):
@@ -241,7 +263,9 @@ def test_context_table_walks_contexts_and_kv_dtypes(llama8b):
     contexts = sorted({row.context for row in rows})
     assert contexts[0] == 4096 and contexts[-1] == llama8b.max_position_embeddings
     by_key = {(row.kv_dtype, row.context): row for row in rows}
-    assert by_key[("fp8", 32768)].max_concurrency == pytest.approx(2 * by_key[("bf16", 32768)].max_concurrency, rel=0.01)
+    assert by_key[("fp8", 32768)].max_concurrency == pytest.approx(
+        2 * by_key[("bf16", 32768)].max_concurrency, rel=0.01
+    )
 
 
 @pytest.mark.parametrize("engine", sorted(ENGINE_MODULES))

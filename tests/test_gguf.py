@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import io
 import struct
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import gguf
@@ -39,8 +39,19 @@ PHI3 = HEADERS / "llama.cpp-ggml-vocab-phi-3.gguf"
 # ---- a raw GGUF writer for crafted files (independent of the parser) -----------------------------
 
 U8, I8, U16, I16, U32, I32, F32, BOOL, STR, ARR, U64, I64, F64 = range(13)
-_FMT = {U8: "<B", I8: "<b", U16: "<H", I16: "<h", U32: "<I", I32: "<i", F32: "<f", BOOL: "<?", U64: "<Q",
-        I64: "<q", F64: "<d"}
+_FMT = {
+    U8: "<B",
+    I8: "<b",
+    U16: "<H",
+    I16: "<h",
+    U32: "<I",
+    I32: "<i",
+    F32: "<f",
+    BOOL: "<?",
+    U64: "<Q",
+    I64: "<q",
+    F64: "<d",
+}
 
 
 def gguf_string(text: str | bytes) -> bytes:
@@ -57,8 +68,13 @@ def gguf_value(vtype: int, value) -> bytes:
     return struct.pack(_FMT[vtype], value)
 
 
-def gguf_bytes(kvs: list[tuple[str, int, object]], tensors: list[tuple[str, tuple[int, ...], int]] = (),
-               *, version: int = 3, alignment: int = 32) -> bytes:
+def gguf_bytes(
+    kvs: list[tuple[str, int, object]],
+    tensors: list[tuple[str, tuple[int, ...], int]] = (),
+    *,
+    version: int = 3,
+    alignment: int = 32,
+) -> bytes:
     """A header-only GGUF: kvs = [(key, value type, value)], tensors = [(name, ggml shape, ggml type)];
     tensor offsets laid out contiguously with alignment padding, as writers do."""
     out = [b"GGUF", struct.pack("<IQQ", version, len(tensors), len(kvs))]
@@ -67,8 +83,12 @@ def gguf_bytes(kvs: list[tuple[str, int, object]], tensors: list[tuple[str, tupl
     offset = 0
     for name, shape, gtype in tensors:
         block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(gtype)]
-        out += [gguf_string(name), struct.pack("<I", len(shape)), struct.pack(f"<{len(shape)}Q", *shape),
-                struct.pack("<IQ", gtype, offset)]
+        out += [
+            gguf_string(name),
+            struct.pack("<I", len(shape)),
+            struct.pack(f"<{len(shape)}Q", *shape),
+            struct.pack("<IQ", gtype, offset),
+        ]
         nbytes = int(np.prod(shape)) // block * size
         offset += nbytes + (-nbytes) % alignment
     return b"".join(out)
@@ -79,21 +99,31 @@ def parse(data: bytes, name: str = "t.gguf") -> GGUFHeader:
 
 
 def llama_kvs(arch: str = "llama", layers: int = 2, **extra) -> list:
-    kvs = [("general.architecture", STR, arch), (f"{arch}.block_count", U32, layers),
-           (f"{arch}.embedding_length", U32, 64), (f"{arch}.attention.head_count", U32, 4),
-           (f"{arch}.context_length", U32, 4096), ("general.file_type", U32, 15)]
+    kvs = [
+        ("general.architecture", STR, arch),
+        (f"{arch}.block_count", U32, layers),
+        (f"{arch}.embedding_length", U32, 64),
+        (f"{arch}.attention.head_count", U32, 4),
+        (f"{arch}.context_length", U32, 4096),
+        ("general.file_type", U32, 15),
+    ]
     return kvs + [(f"{arch}.{k}", t, v) for k, (t, v) in extra.items()]
 
 
 def block_tensors(layers: int, *, experts: int = 0) -> list:
     tensors = [("token_embd.weight", (64, 100), 1), ("output_norm.weight", (64,), 0)]
     for il in range(layers):
-        tensors += [(f"blk.{il}.attn_norm.weight", (64,), 0), (f"blk.{il}.attn_q.weight", (64, 64), 8),
-                    (f"blk.{il}.attn_k.weight", (64, 32), 8)]
+        tensors += [
+            (f"blk.{il}.attn_norm.weight", (64,), 0),
+            (f"blk.{il}.attn_q.weight", (64, 64), 8),
+            (f"blk.{il}.attn_k.weight", (64, 32), 8),
+        ]
         if experts:
-            tensors += [(f"blk.{il}.ffn_gate_inp.weight", (64, experts), 0),
-                        (f"blk.{il}.ffn_up_exps.weight", (64, 128, experts), 8),
-                        (f"blk.{il}.ffn_up_shexp.weight", (64, 128), 8)]
+            tensors += [
+                (f"blk.{il}.ffn_gate_inp.weight", (64, experts), 0),
+                (f"blk.{il}.ffn_up_exps.weight", (64, 128, experts), 8),
+                (f"blk.{il}.ffn_up_shexp.weight", (64, 128), 8),
+            ]
         else:
             tensors += [(f"blk.{il}.ffn_up.weight", (64, 128), 8)]
     return tensors
@@ -102,7 +132,7 @@ def block_tensors(layers: int, *, experts: int = 0) -> list:
 # ---- golden figures from the real headers --------------------------------------------------------
 
 
-@lru_cache(maxsize=None)
+@cache
 def real(path: Path) -> GGUFHeader:
     """Each real header is parsed once per test session (the 262k-token vocabularies take a moment)."""
     return read_gguf_file(path)
@@ -200,8 +230,9 @@ def test_a_gguf_without_tensors_has_unknown_weights_and_says_why(path):
 
 
 def test_moe_counts_every_expert_and_active_share():
-    data = gguf_bytes(llama_kvs("qwen3moe", expert_count=(U32, 8), expert_used_count=(U32, 2)),
-                      block_tensors(2, experts=8))
+    data = gguf_bytes(
+        llama_kvs("qwen3moe", expert_count=(U32, 8), expert_used_count=(U32, 2)), block_tensors(2, experts=8)
+    )
     spec = spec_from_gguf([parse(data)], filename="moe.gguf")
     assert missing_provenance(spec) == []
     experts = spec.weights.params_by_component["experts"]
@@ -212,9 +243,14 @@ def test_moe_counts_every_expert_and_active_share():
 
 
 def test_gpt_oss_even_layers_slide_and_per_layer_kv_heads():
-    data = gguf_bytes(llama_kvs("gpt-oss", layers=4, **{"attention.sliding_window": (U32, 128),
-                                                         "attention.head_count_kv": (ARR, (I32, [2, 2, 0, 2]))}),
-                      [("token_embd.weight", (64, 10), 0)])
+    data = gguf_bytes(
+        llama_kvs(
+            "gpt-oss",
+            layers=4,
+            **{"attention.sliding_window": (U32, 128), "attention.head_count_kv": (ARR, (I32, [2, 2, 0, 2]))},
+        ),
+        [("token_embd.weight", (64, 10), 0)],
+    )
     spec = spec_from_gguf([parse(data)], filename="oss.gguf")
     assert missing_provenance(spec) == []
     assert [l.kind for l in spec.layers] == [LayerKind.SLIDING, LayerKind.FULL, LayerKind.NONE, LayerKind.FULL]
@@ -222,22 +258,45 @@ def test_gpt_oss_even_layers_slide_and_per_layer_kv_heads():
 
 
 def test_bool_array_pattern_and_swa_head_dims():
-    data = gguf_bytes(llama_kvs("gemma4", layers=3, **{
-        "attention.sliding_window": (U32, 1024), "attention.sliding_window_pattern": (ARR, (BOOL, [1, 1, 0])),
-        "attention.key_length": (U32, 512), "attention.key_length_swa": (U32, 256),
-        "attention.head_count_kv": (ARR, (I32, [8, 8, 2]))}))
+    data = gguf_bytes(
+        llama_kvs(
+            "gemma4",
+            layers=3,
+            **{
+                "attention.sliding_window": (U32, 1024),
+                "attention.sliding_window_pattern": (ARR, (BOOL, [1, 1, 0])),
+                "attention.key_length": (U32, 512),
+                "attention.key_length_swa": (U32, 256),
+                "attention.head_count_kv": (ARR, (I32, [8, 8, 2])),
+            },
+        )
+    )
     spec = spec_from_gguf([parse(data)], filename="g4.gguf")
     assert missing_provenance(spec) == []
     assert [(l.kind, l.head_dim_k, l.num_kv_heads) for l in spec.layers] == [
-        (LayerKind.SLIDING, 256, 8), (LayerKind.SLIDING, 256, 8), (LayerKind.FULL, 512, 2)]
+        (LayerKind.SLIDING, 256, 8),
+        (LayerKind.SLIDING, 256, 8),
+        (LayerKind.FULL, 512, 2),
+    ]
 
 
 def test_mla_gguf_caches_the_latent():
-    data = gguf_bytes(llama_kvs("deepseek2", layers=2, **{
-        "attention.head_count_kv": (U32, 1), "attention.key_length": (U32, 576),
-        "attention.value_length": (U32, 512), "attention.key_length_mla": (U32, 192),
-        "attention.kv_lora_rank": (U32, 512), "rope.dimension_count": (U32, 64), "nextn_predict_layers": (U32, 1)}),
-        [("blk.2.nextn.eh_proj.weight", (64, 64), 0)])
+    data = gguf_bytes(
+        llama_kvs(
+            "deepseek2",
+            layers=2,
+            **{
+                "attention.head_count_kv": (U32, 1),
+                "attention.key_length": (U32, 576),
+                "attention.value_length": (U32, 512),
+                "attention.key_length_mla": (U32, 192),
+                "attention.kv_lora_rank": (U32, 512),
+                "rope.dimension_count": (U32, 64),
+                "nextn_predict_layers": (U32, 1),
+            },
+        ),
+        [("blk.2.nextn.eh_proj.weight", (64, 64), 0)],
+    )
     spec = spec_from_gguf([parse(data)], filename="ds.gguf")
     assert missing_provenance(spec) == []
     # DeepSeek (MLA): 576 elements per token per layer (article 000; engines.md §4.3)
@@ -247,9 +306,18 @@ def test_mla_gguf_caches_the_latent():
 
 
 def test_old_non_mla_deepseek_gguf_warns_and_keeps_full_kv():
-    data = gguf_bytes(llama_kvs("deepseek2", layers=1, **{
-        "attention.head_count_kv": (U32, 4), "attention.key_length": (U32, 192),
-        "attention.value_length": (U32, 128), "attention.kv_lora_rank": (U32, 512)}))
+    data = gguf_bytes(
+        llama_kvs(
+            "deepseek2",
+            layers=1,
+            **{
+                "attention.head_count_kv": (U32, 4),
+                "attention.key_length": (U32, 192),
+                "attention.value_length": (U32, 128),
+                "attention.kv_lora_rank": (U32, 512),
+            },
+        )
+    )
     spec = spec_from_gguf([parse(data)], filename="old.gguf")
     assert missing_provenance(spec) == []
     assert spec.layers[0].kind is LayerKind.FULL and spec.layers[0].kv_elems_per_token == 4 * 320
@@ -257,9 +325,20 @@ def test_old_non_mla_deepseek_gguf_warns_and_keeps_full_kv():
 
 
 def test_hybrid_recurrent_layers_from_ssm_keys():
-    data = gguf_bytes(llama_kvs("qwen3next", layers=4, **{
-        "attention.head_count_kv": (U32, 2), "ssm.conv_kernel": (U32, 4), "ssm.inner_size": (U32, 4096),
-        "ssm.state_size": (U32, 128), "ssm.group_count": (U32, 16), "ssm.time_step_rank": (U32, 32)}))
+    data = gguf_bytes(
+        llama_kvs(
+            "qwen3next",
+            layers=4,
+            **{
+                "attention.head_count_kv": (U32, 2),
+                "ssm.conv_kernel": (U32, 4),
+                "ssm.inner_size": (U32, 4096),
+                "ssm.state_size": (U32, 128),
+                "ssm.group_count": (U32, 16),
+                "ssm.time_step_rank": (U32, 32),
+            },
+        )
+    )
     spec = spec_from_gguf([parse(data)], filename="next.gguf")
     assert missing_provenance(spec) == []
     assert [l.kind for l in spec.layers] == [LayerKind.LINEAR] * 3 + [LayerKind.FULL]
@@ -267,8 +346,10 @@ def test_hybrid_recurrent_layers_from_ssm_keys():
     assert spec.layers[0].conv_state_elems == 3 * (4096 + 2 * 16 * 128)
     assert spec.layers[0].ssm_state_elems == 128 * 4096 and spec.layers[0].state_dtype_bytes == 4.0
     assert spec.provenance["recurrent_state"].startswith("derived: conv (ssm.conv_kernel − 1)")
-    assert spec.provenance["layers"] == "derived: recurrent where qwen3next.attention.head_count_kv is 0 or " \
-                                       "outside every 4th block"
+    assert (
+        spec.provenance["layers"] == "derived: recurrent where qwen3next.attention.head_count_kv is 0 or "
+        "outside every 4th block"
+    )
 
 
 def test_llama4_chunked_layers():
@@ -282,8 +363,10 @@ def test_llama4_chunked_layers():
 
 def test_split_files_merge_all_parts():
     tensors = block_tensors(2)
-    first = gguf_bytes(llama_kvs() + [("split.no", U16, 0), ("split.count", U16, 2),
-                                      ("split.tensors.count", I32, len(tensors))], tensors[:3])
+    first = gguf_bytes(
+        llama_kvs() + [("split.no", U16, 0), ("split.count", U16, 2), ("split.tensors.count", I32, len(tensors))],
+        tensors[:3],
+    )
     second = gguf_bytes([("split.no", U16, 1), ("split.count", U16, 2)], tensors[3:])
     parts = [parse(first, "m-00001-of-00002.gguf"), parse(second, "m-00002-of-00002.gguf")]
     spec = spec_from_gguf(parts, filename="m-00001-of-00002.gguf")
@@ -293,8 +376,10 @@ def test_split_files_merge_all_parts():
     with pytest.raises(MalformedFileError, match="split.tensors.count"):
         spec_from_gguf(parts[:1], filename="m-00001-of-00002.gguf")
     assert split_gguf_names("Qwen3-235B-Q4_K_M-00002-of-00003.gguf") == [
-        "Qwen3-235B-Q4_K_M-00001-of-00003.gguf", "Qwen3-235B-Q4_K_M-00002-of-00003.gguf",
-        "Qwen3-235B-Q4_K_M-00003-of-00003.gguf"]
+        "Qwen3-235B-Q4_K_M-00001-of-00003.gguf",
+        "Qwen3-235B-Q4_K_M-00002-of-00003.gguf",
+        "Qwen3-235B-Q4_K_M-00003-of-00003.gguf",
+    ]
     assert split_gguf_names("model.gguf") == ["model.gguf"]
     with pytest.raises(MalformedFileError):
         split_gguf_names("x-00004-of-00003.gguf")
@@ -309,8 +394,9 @@ def test_gguf_writer_output_round_trips(tmp_path):
     writer.add_float64("custom.f64", 1.5)
     writer.add_bool("custom.flag", True)
     writer.add_tensor_info("token_embd.weight", (100, 64), np.dtype(np.float32), 100 * 64 * 4)
-    writer.add_tensor_info("blk.0.attn_q.weight", (64, 144), np.dtype(np.uint8), 64 * 144,
-                           raw_dtype=gguf.GGMLQuantizationType.Q4_K)
+    writer.add_tensor_info(
+        "blk.0.attn_q.weight", (64, 144), np.dtype(np.uint8), 64 * 144, raw_dtype=gguf.GGMLQuantizationType.Q4_K
+    )
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_ti_data_to_file()
@@ -318,19 +404,45 @@ def test_gguf_writer_output_round_trips(tmp_path):
     header = read_gguf_file(path)
     assert header.metadata["custom.f64"] == 1.5 and header.metadata["custom.flag"] is True
     assert [(t.name, t.type_name, t.shape, t.nbytes) for t in header.tensors] == [
-        ("token_embd.weight", "F32", (64, 100), 25600), ("blk.0.attn_q.weight", "Q4_K", (256, 64), 9216)]
+        ("token_embd.weight", "F32", (64, 100), 25600),
+        ("blk.0.attn_q.weight", "Q4_K", (256, 64), 9216),
+    ]
     assert header.data_start == path.stat().st_size + (-path.stat().st_size) % 32
 
 
 def test_every_value_type_and_nested_arrays_and_version_2():
-    kvs = [("u8", U8, 255), ("i8", I8, -1), ("u16", U16, 65535), ("i16", I16, -2), ("u32", U32, 7), ("i32", I32, -3),
-           ("f32", F32, 0.5), ("b", BOOL, True), ("s", STR, "héllo"), ("u64", U64, 1 << 40), ("i64", I64, -(1 << 40)),
-           ("f64", F64, 0.25), ("nested", ARR, (ARR, [(I32, [1, 2]), (STR, ["a"])]))]
+    kvs = [
+        ("u8", U8, 255),
+        ("i8", I8, -1),
+        ("u16", U16, 65535),
+        ("i16", I16, -2),
+        ("u32", U32, 7),
+        ("i32", I32, -3),
+        ("f32", F32, 0.5),
+        ("b", BOOL, True),
+        ("s", STR, "héllo"),
+        ("u64", U64, 1 << 40),
+        ("i64", I64, -(1 << 40)),
+        ("f64", F64, 0.25),
+        ("nested", ARR, (ARR, [(I32, [1, 2]), (STR, ["a"])])),
+    ]
     for version in (2, 3):
         header = parse(gguf_bytes(kvs, version=version))
         assert header.version == version
         assert [header.metadata[k] for k, _, _ in kvs[:-1]] == [
-            255, -1, 65535, -2, 7, -3, 0.5, True, "héllo", 1 << 40, -(1 << 40), 0.25]
+            255,
+            -1,
+            65535,
+            -2,
+            7,
+            -3,
+            0.5,
+            True,
+            "héllo",
+            1 << 40,
+            -(1 << 40),
+            0.25,
+        ]
         assert header.metadata["nested"] == [[1, 2], ["a"]]
 
 
@@ -358,18 +470,30 @@ def test_big_endian_file_from_gguf_writer_is_rejected(tmp_path):
         read_gguf_file(path)
 
 
-@pytest.mark.parametrize("data, field", [
-    (b"GGUF" + struct.pack("<IQQ", 3, 1 << 40, 0), "tensor_count"),
-    (b"GGUF" + struct.pack("<IQQ", 3, 0, 1 << 40), "kv_count"),
-    (b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + gguf_string("k") + struct.pack("<I", 13), "k"),  # unknown type
-    (b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + gguf_string("k") + struct.pack("<IQ", 8, 1 << 60), "k"),  # string
-    (b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + gguf_string("k") + struct.pack("<IIQ", 9, 5, 1 << 60), "k"),  # array
-    (b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + gguf_string("k") + struct.pack("<IB", 7, 2), "k"),  # bool 2
-    (b"GGUF" + struct.pack("<IQQ", 3, 0, 2) + gguf_string("k") + struct.pack("<IB", 0, 1)
-     + gguf_string("k") + struct.pack("<IB", 0, 1), "k"),  # duplicate key
-    (b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + gguf_string(b"\xff\xfe") + struct.pack("<IB", 0, 1),
-     "metadata[0].key"),  # non-UTF-8 key
-])
+@pytest.mark.parametrize(
+    "data, field",
+    [
+        (b"GGUF" + struct.pack("<IQQ", 3, 1 << 40, 0), "tensor_count"),
+        (b"GGUF" + struct.pack("<IQQ", 3, 0, 1 << 40), "kv_count"),
+        (b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + gguf_string("k") + struct.pack("<I", 13), "k"),  # unknown type
+        (b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + gguf_string("k") + struct.pack("<IQ", 8, 1 << 60), "k"),  # string
+        (b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + gguf_string("k") + struct.pack("<IIQ", 9, 5, 1 << 60), "k"),  # array
+        (b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + gguf_string("k") + struct.pack("<IB", 7, 2), "k"),  # bool 2
+        (
+            b"GGUF"
+            + struct.pack("<IQQ", 3, 0, 2)
+            + gguf_string("k")
+            + struct.pack("<IB", 0, 1)
+            + gguf_string("k")
+            + struct.pack("<IB", 0, 1),
+            "k",
+        ),  # duplicate key
+        (
+            b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + gguf_string(b"\xff\xfe") + struct.pack("<IB", 0, 1),
+            "metadata[0].key",
+        ),  # non-UTF-8 key
+    ],
+)
 def test_malformed_metadata(data, field):
     with pytest.raises(MalformedFileError) as info:
         parse(data, "m.gguf")
@@ -378,8 +502,14 @@ def test_malformed_metadata(data, field):
 
 def test_malformed_tensor_infos_name_the_tensor():
     def one_tensor(n_dims: int, dims: list[int], gtype: int, offset: int = 0) -> bytes:
-        return (b"GGUF" + struct.pack("<IQQ", 3, 1, 0) + gguf_string("blk.0.attn_q.weight")
-                + struct.pack("<I", n_dims) + struct.pack(f"<{len(dims)}Q", *dims) + struct.pack("<IQ", gtype, offset))
+        return (
+            b"GGUF"
+            + struct.pack("<IQQ", 3, 1, 0)
+            + gguf_string("blk.0.attn_q.weight")
+            + struct.pack("<I", n_dims)
+            + struct.pack(f"<{len(dims)}Q", *dims)
+            + struct.pack("<IQ", gtype, offset)
+        )
 
     cases = [
         (one_tensor(5, [1, 1, 1, 1, 1], 0), "dimensions"),  # dims > 4
@@ -408,8 +538,7 @@ def test_bad_alignment_and_block_count():
     with pytest.raises(MalformedFileError, match="block_count"):
         spec_from_gguf([parse(gguf_bytes([("general.architecture", STR, "llama")]))], filename="x")
     with pytest.raises(MalformedFileError, match="layers|numbers"):
-        spec_from_gguf([parse(gguf_bytes(llama_kvs(**{"attention.head_count_kv": (ARR, (I32, [1]))})))],
-                       filename="x")
+        spec_from_gguf([parse(gguf_bytes(llama_kvs(**{"attention.head_count_kv": (ARR, (I32, [1]))})))], filename="x")
 
 
 class _TrickleStream:

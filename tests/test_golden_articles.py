@@ -13,13 +13,13 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from spec_support import derived_spec
 
 from hfvram.estimate import inverse
 from hfvram.estimate.core import estimate
 from hfvram.estimate.hardware import parse_gpu_spec
 from hfvram.estimate.types import EngineChoice, Workload
 from hfvram.spec import ModelSpec, Quantization, Weights
-from spec_support import derived_spec
 
 HUB = Path(__file__).resolve().parent.parent / "fixtures" / "hub"
 GiB = 1 << 30
@@ -60,7 +60,12 @@ def test_deepseek_v3_mla_serves_128k_with_about_8_6_gib():
 def gpt_oss_weights(spec: ModelSpec, expert_bits: float) -> Weights:
     """gpt-oss tensors from config shapes: experts gate_up [E, 2I, H] + down [E, H, I] at ``expert_bits``
     (MXFP4 = 4.25 bits: 4-bit values + one E8M0 scale per 32), everything else bf16 (modules_to_not_convert)."""
-    hidden, inter, experts, layers = spec.hidden_size, spec.moe_intermediate_size or spec.intermediate_size, spec.num_experts, spec.num_layers
+    hidden, inter, experts, layers = (
+        spec.hidden_size,
+        spec.moe_intermediate_size or spec.intermediate_size,
+        spec.num_experts,
+        spec.num_layers,
+    )
     heads, head_dim, kv_heads = spec.num_attention_heads, spec.layers[0].head_dim_k, spec.layers[0].num_kv_heads
     expert_params = layers * experts * 3 * hidden * inter
     attention_params = layers * (2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim)
@@ -74,7 +79,9 @@ def gpt_oss_weights(spec: ModelSpec, expert_bits: float) -> Weights:
         "router": router_params * 2,
     }
     params = expert_params + attention_params + 2 * vocab_params + router_params
-    return Weights(total_bytes=sum(components.values()), params_total=params, bytes_by_component=components, exact=False)
+    return Weights(
+        total_bytes=sum(components.values()), params_total=params, bytes_by_component=components, exact=False
+    )
 
 
 def test_gpt_oss_120b_mxfp4_is_about_63_gb_and_fits_one_80_gb_card():
@@ -113,8 +120,12 @@ def awq_weights(spec: ModelSpec, group: int = 128) -> Weights:
         "norms": (2 * layers + 1) * hidden * 2,
     }
     params = layers * (2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim + 3 * hidden * inter)
-    return Weights(total_bytes=sum(components.values()), params_total=params + 2 * spec.vocab_size * hidden,
-                   bytes_by_component=components, exact=False)
+    return Weights(
+        total_bytes=sum(components.values()),
+        params_total=params + 2 * spec.vocab_size * hidden,
+        bytes_by_component=components,
+        exact=False,
+    )
 
 
 def test_a_70b_at_4_bit_needs_two_24_gb_cards_at_short_context():
@@ -143,8 +154,11 @@ def qwen27b_4bit() -> ModelSpec:
     spec = spec_of("Qwen/Qwen3.5-27B")
     total = int(19.4 * GiB)
     vocab_rows = spec.vocab_size * spec.hidden_size * 2
-    weights = Weights(total_bytes=total, params_total=27_800_000_000,
-                      bytes_by_component={"embeddings": vocab_rows, "mlp": total - vocab_rows})
+    weights = Weights(
+        total_bytes=total,
+        params_total=27_800_000_000,
+        bytes_by_component={"embeddings": vocab_rows, "mlp": total - vocab_rows},
+    )
     return replace(spec, quantization=Quantization("awq", 4, 128)).with_weights(weights)
 
 
@@ -153,8 +167,12 @@ def test_article_003_two_4090_breakdown(qwen27b_4bit):
     (CUDA-Graphen 6.9 + Puffer 7.6): Für Gespräche bleiben 10.3 GB" at --gpu-memory-utilization 0.92 with an
     FP8 KV cache (32 MB per 1,000 tokens over both cards = 16 layers × 4 KV heads × 512 × 1 B)."""
     hardware = parse_gpu_spec("rtx4090x2")
-    result = estimate(qwen27b_4bit, hardware, EngineChoice("vllm", settings={"gpu-memory-utilization": "0.92"}),
-                      Workload(context=10000, kv_dtype="fp8"))
+    result = estimate(
+        qwen27b_4bit,
+        hardware,
+        EngineChoice("vllm", settings={"gpu-memory-utilization": "0.92"}),
+        Workload(context=10000, kv_dtype="fp8"),
+    )
     per_gpu, cards = result.per_gpu, hardware.count
     assert qwen27b_4bit.kv_bytes_per_token(1.0) * 1000 / 1e6 == pytest.approx(32.8, abs=0.1)
     assert cards * per_gpu.weights / GiB == pytest.approx(19.4, rel=0.01)
@@ -183,8 +201,11 @@ def qwen36_35b_a3b_4bit() -> ModelSpec:
     spec = spec_of("Qwen/Qwen3.6-35B-A3B")
     total = int((48.0 * 0.92 - 13.3 - 8.2) * GiB)
     vocab_rows = spec.vocab_size * spec.hidden_size * 2
-    weights = Weights(total_bytes=total, params_total=35_000_000_000,
-                      bytes_by_component={"embeddings": vocab_rows, "mlp": total - vocab_rows})
+    weights = Weights(
+        total_bytes=total,
+        params_total=35_000_000_000,
+        bytes_by_component={"embeddings": vocab_rows, "mlp": total - vocab_rows},
+    )
     return replace(spec, quantization=Quantization("awq", 4, 128)).with_weights(weights)
 
 
@@ -192,8 +213,10 @@ def test_article_003_kv_per_1000_tokens_of_the_two_hybrids(qwen27b_4bit, qwen36_
     """Article 003, table "Schichten mit KV-Cache / KV je 1'000 Tokens": Qwen3.6-27B 16 of 64 layers, 32 MB;
     Qwen3.6-35B-A3B 10 of 40 layers, 10 MB (FP8 KV); "Acht Nutzer mit je 10'000 Tokens Kontext brauchen beim
     einen 2.6 GB, beim anderen 0.8 GB"."""
-    for spec, layers, total, mb_per_1000, eight_users in ((qwen27b_4bit, 64, 16, 32, 2.6),
-                                                          (qwen36_35b_a3b_4bit, 40, 10, 10, 0.8)):
+    for spec, layers, total, mb_per_1000, eight_users in (
+        (qwen27b_4bit, 64, 16, 32, 2.6),
+        (qwen36_35b_a3b_4bit, 40, 10, 10, 0.8),
+    ):
         assert len(spec.layers) == layers
         assert sum(1 for layer in spec.layers if layer.kv_elems_per_token) == total
         per_token = spec.kv_bytes_per_token(1.0)
@@ -201,9 +224,12 @@ def test_article_003_kv_per_1000_tokens_of_the_two_hybrids(qwen27b_4bit, qwen36_
         assert 8 * 10_000 * per_token / 1e9 == pytest.approx(eight_users, rel=0.05)
 
 
-@pytest.mark.xfail(strict=True, reason="known gap: hfvram predicts 8.75 GB of overhead (−34 %) and 13.73 GB of KV "
-                   "(+67 %) for the hybrid MoE; no principled term explains the missing ~2 GB per card "
-                   "(docs/methodology.md §2, 'Hybrid linear-attention overhead')")
+@pytest.mark.xfail(
+    strict=True,
+    reason="known gap: hfvram predicts 8.75 GB of overhead (−34 %) and 13.73 GB of KV "
+    "(+67 %) for the hybrid MoE; no principled term explains the missing ~2 GB per card "
+    "(docs/methodology.md §2, 'Hybrid linear-attention overhead')",
+)
 def test_article_003_35b_a3b_overhead_and_kv(qwen36_35b_a3b_4bit):
     """Article 003: Qwen3.6-35B-A3B on two RTX 4090 — "Aufschlag der Engine 13.3 GB"; "Dort sagt dieselbe
     Rechnung 7.8 GB voraus, und aus der gemessenen Token-Kapazität folgen 8.2 GB". Target: both within 10 %.
@@ -211,9 +237,12 @@ def test_article_003_35b_a3b_overhead_and_kv(qwen36_35b_a3b_4bit):
     left out; the run's max-model-len is not given). Strict xfail: the day a rule reaches it, this test fails
     and the marker must go."""
     hardware = parse_gpu_spec("rtx4090x2")
-    result = estimate(qwen36_35b_a3b_4bit, hardware,
-                      EngineChoice("vllm", settings={"gpu-memory-utilization": "0.92"}),
-                      Workload(context=10000, kv_dtype="fp8"))
+    result = estimate(
+        qwen36_35b_a3b_4bit,
+        hardware,
+        EngineChoice("vllm", settings={"gpu-memory-utilization": "0.92"}),
+        Workload(context=10000, kv_dtype="fp8"),
+    )
     per_gpu, cards = result.per_gpu, hardware.count
     overhead = cards * (per_gpu.activations + per_gpu.overhead + result.engine["outside_budget_bytes"]) / GiB
     assert overhead == pytest.approx(13.3, rel=0.10)
@@ -258,7 +287,9 @@ def test_article_003_fp8_kv_gain_is_below_two_on_the_hybrid_model(qwen27b_4bit):
     hardware = parse_gpu_spec("rtx4090x2")
 
     def concurrency(context, kv):
-        return estimate(qwen27b_4bit, hardware, EngineChoice("vllm"), Workload(context=context, kv_dtype=kv)).capacity.max_concurrency
+        return estimate(
+            qwen27b_4bit, hardware, EngineChoice("vllm"), Workload(context=context, kv_dtype=kv)
+        ).capacity.max_concurrency
 
     short_gain = concurrency(8192, "fp8") / concurrency(8192, "bf16")
     long_gain = concurrency(131072, "fp8") / concurrency(131072, "bf16")
@@ -275,7 +306,9 @@ def test_a_70b_at_q4_k_m_fits_two_24_gb_cards_under_llama_cpp():
     vocab_params = spec.vocab_size * spec.hidden_size
     by_param = {"embeddings": vocab_params, "lm_head": vocab_params, "mlp": params - 2 * vocab_params}
     components = {name: int(count * 0.61) for name, count in by_param.items()}
-    weights = Weights(total_bytes=sum(components.values()), params_total=params, bytes_by_component=components, exact=False)
+    weights = Weights(
+        total_bytes=sum(components.values()), params_total=params, bytes_by_component=components, exact=False
+    )
     spec = replace(spec, quantization=Quantization("gguf", 4.9)).with_weights(weights)
     assert weights.total_bytes / GB == pytest.approx(43, rel=0.02)
     one, two = parse_gpu_spec("rtx4090"), parse_gpu_spec("rtx4090x2")

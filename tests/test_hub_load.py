@@ -166,7 +166,7 @@ def test_a_header_longer_than_the_first_range_is_continued_never_restarted(hub):
     """TheBloke/Llama-2-13B-chat-GPTQ's model.safetensors header (fixtures/hub) is 162 KiB; asked for next to
     the model info (before config.json tells its shapes) with the fixed 32 KiB Range, it is continued from
     byte 32768 to its end."""
-    (name, size), = _header_bytes("TheBloke/Llama-2-13B-chat-GPTQ").items()
+    ((name, size),) = _header_bytes("TheBloke/Llama-2-13B-chat-GPTQ").items()
     loaded = load_model("TheBloke/Llama-2-13B-chat-GPTQ", need_split=True)
     assert loaded.spec.weights.exact and loaded.spec.weights.num_tensors > 0
     spans = [r.byte_range for r in hub.requests_to("/cdn/") if r.path.endswith(name)]
@@ -209,8 +209,7 @@ def test_cli_check_reads_headers_only_for_explain(hub):
     assert not hub.requests_to("/cdn/") and hub.round_trips() == 1
     weights_plain = json.loads(plain.stdout)["model"]["weights_bytes"]
     hub.records.clear()
-    explained = run_hfvram("check", "Qwen/Qwen3-30B-A3B", "--gpu", "h100", "--context", "4096", "--json",
-                           "--explain")
+    explained = run_hfvram("check", "Qwen/Qwen3-30B-A3B", "--gpu", "h100", "--context", "4096", "--json", "--explain")
     assert explained.returncode in (0, 1), explained.stderr
     assert len({r.path for r in hub.requests_to("/cdn/")}) == 16  # every shard's header
     assert json.loads(explained.stdout)["model"]["weights_bytes"] == weights_plain

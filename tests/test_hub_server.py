@@ -7,12 +7,12 @@ import shutil
 from pathlib import Path
 
 import pytest
+from hubserver import HubFiles, HubServer
 from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_download, hf_hub_url
 from huggingface_hub import errors as hf_errors
 
 from hfvram.errors import UnsupportedLayoutError
 from hfvram.sources import load_model
-from hubserver import HubFiles, HubServer
 
 ROOT = Path(__file__).resolve().parent.parent
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"

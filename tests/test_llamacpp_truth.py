@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import accuracy_llamacpp as acc  # noqa: E402
+
 from hfvram.errors import UsageError  # noqa: E402
 
 
@@ -33,7 +34,18 @@ def comparisons(rows):
 
 def test_truth_file_parses_and_records_versions_and_settings(rows):
     assert len(rows) >= 100
-    keys = {"n_ctx", "n_batch", "n_ubatch", "flash_attn", "type_k", "type_v", "swa_full", "n_seq_max", "kv_unified", "no_alloc"}
+    keys = {
+        "n_ctx",
+        "n_batch",
+        "n_ubatch",
+        "flash_attn",
+        "type_k",
+        "type_v",
+        "swa_full",
+        "n_seq_max",
+        "kv_unified",
+        "no_alloc",
+    }
     for row in rows:
         assert keys <= set(row["settings"])
         if row["rc"] != 0:

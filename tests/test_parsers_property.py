@@ -16,18 +16,19 @@ from pathlib import Path
 import gguf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_gguf import ARR, BOOL, F32, F64, I8, I16, I32, I64, STR, U8, U16, U32, U64, gguf_bytes
 
 from hfvram.errors import MalformedFileError
 from hfvram.readers.gguf import SkippedArray, read_gguf_file, read_gguf_header, spec_from_gguf
 from hfvram.readers.safetensors import parse_header, read_safetensors_header
 from hfvram.readers.tensors import safetensors_dtypes, tensor_nbytes
-from test_gguf import ARR, BOOL, F32, F64, I8, I16, I32, I64, STR, U8, U16, U32, U64, gguf_bytes
 
 HEADERS = Path(__file__).resolve().parent.parent / "fixtures" / "headers"
 MINILM = (HEADERS / "sentence-transformers--all-MiniLM-L6-v2--model.safetensors-header").read_bytes()
 EXAMPLES = 300
-PROPERTY = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                                 HealthCheck.data_too_large])
+PROPERTY = settings(
+    max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 RUNS: dict[str, int] = {}
 
 
@@ -54,7 +55,7 @@ def gguf_outcome(data: bytes):
 
 def safetensors_outcome(data: bytes):
     try:
-        return read_safetensors_header(lambda offset, length: data[offset:offset + length], filename="f.st")
+        return read_safetensors_header(lambda offset, length: data[offset : offset + length], filename="f.st")
     except MalformedFileError as exc:
         assert exc.file == "f.st"
         return None
@@ -79,8 +80,11 @@ def _vtype(value) -> tuple[int, object]:
 @lru_cache(maxsize=1)
 def real_gguf() -> bytes:
     header = read_gguf_file(HEADERS / "SmolLM2-135M-Instruct.Q4_1.gguf-header.gguf")
-    kvs = [(key, *_vtype(value)) for key, value in header.metadata.items()
-           if not isinstance(value, SkippedArray) and isinstance(value, (str, int, float, list))]
+    kvs = [
+        (key, *_vtype(value))
+        for key, value in header.metadata.items()
+        if not isinstance(value, SkippedArray) and isinstance(value, (str, int, float, list))
+    ]
     tensors = [(t.name, t.shape, t.ggml_type) for t in header.tensors]
     return gguf_bytes(kvs, tensors)
 
@@ -120,26 +124,37 @@ def _mutate(base: bytes, edits: list[tuple[int, int]], cut: int | None) -> bytes
 
 
 @PROPERTY
-@given(st.lists(st.tuples(st.integers(0, 1 << 20), st.integers(0, 255)), min_size=1, max_size=8),
-       st.none() | st.integers(0, 40_000))
+@given(
+    st.lists(st.tuples(st.integers(0, 1 << 20), st.integers(0, 255)), min_size=1, max_size=8),
+    st.none() | st.integers(0, 40_000),
+)
 def test_gguf_mutated_real_header(edits, cut):
     _count("gguf mutated real header")
     gguf_outcome(_mutate(real_gguf(), edits, cut))
 
 
 @PROPERTY
-@given(st.lists(st.tuples(st.integers(0, 11_415), st.integers(0, 255)), min_size=1, max_size=8),
-       st.none() | st.integers(0, 11_416))
+@given(
+    st.lists(st.tuples(st.integers(0, 11_415), st.integers(0, 255)), min_size=1, max_size=8),
+    st.none() | st.integers(0, 11_416),
+)
 def test_safetensors_mutated_real_header(edits, cut):
     _count("safetensors mutated real header")
     safetensors_outcome(_mutate(MINILM, edits, cut))
 
 
 @PROPERTY
-@given(st.sampled_from(["dtype", "shape", "data_offsets"]),
-       st.one_of(st.integers(-(1 << 70), 1 << 70), st.text(max_size=5), st.none(), st.booleans(),
-                 st.lists(st.one_of(st.integers(-(1 << 70), 1 << 70), st.floats(), st.text(max_size=3)), max_size=5)),
-       st.integers(0, 103))
+@given(
+    st.sampled_from(["dtype", "shape", "data_offsets"]),
+    st.one_of(
+        st.integers(-(1 << 70), 1 << 70),
+        st.text(max_size=5),
+        st.none(),
+        st.booleans(),
+        st.lists(st.one_of(st.integers(-(1 << 70), 1 << 70), st.floats(), st.text(max_size=3)), max_size=5),
+    ),
+    st.integers(0, 103),
+)
 def test_safetensors_mutated_real_json_field(field, value, which):
     """Replace one field of one real tensor entry with an arbitrary JSON value."""
     _count("safetensors mutated real field")
@@ -156,15 +171,24 @@ def test_safetensors_mutated_real_json_field(field, value, which):
 # ---- structured random valid headers round-trip -------------------------------------------------
 
 _SCALAR_VALUES = {
-    U8: st.integers(0, 255), I8: st.integers(-128, 127), U16: st.integers(0, 65535), I16: st.integers(-32768, 32767),
-    U32: st.integers(0, (1 << 32) - 1), I32: st.integers(-(1 << 31), (1 << 31) - 1),
-    U64: st.integers(0, (1 << 64) - 1), I64: st.integers(-(1 << 63), (1 << 63) - 1),
-    F32: st.floats(width=32, allow_nan=False), F64: st.floats(allow_nan=False), BOOL: st.booleans(),
+    U8: st.integers(0, 255),
+    I8: st.integers(-128, 127),
+    U16: st.integers(0, 65535),
+    I16: st.integers(-32768, 32767),
+    U32: st.integers(0, (1 << 32) - 1),
+    I32: st.integers(-(1 << 31), (1 << 31) - 1),
+    U64: st.integers(0, (1 << 64) - 1),
+    I64: st.integers(-(1 << 63), (1 << 63) - 1),
+    F32: st.floats(width=32, allow_nan=False),
+    F64: st.floats(allow_nan=False),
+    BOOL: st.booleans(),
     STR: st.text(max_size=20),
 }
 _value = st.sampled_from(sorted(_SCALAR_VALUES)).flatmap(
-    lambda t: st.one_of(_SCALAR_VALUES[t].map(lambda v: (t, v)),
-                        st.lists(_SCALAR_VALUES[t], max_size=6).map(lambda vs: (ARR, (t, vs)))))
+    lambda t: st.one_of(
+        _SCALAR_VALUES[t].map(lambda v: (t, v)), st.lists(_SCALAR_VALUES[t], max_size=6).map(lambda vs: (ARR, (t, vs)))
+    )
+)
 _QUANT_TYPES = sorted(int(t) for t in gguf.GGML_QUANT_SIZES)
 
 
@@ -180,8 +204,7 @@ def gguf_tensors(draw):
 
 
 @PROPERTY
-@given(st.dictionaries(st.text(min_size=1, max_size=12), _value, max_size=8), gguf_tensors(),
-       st.sampled_from([2, 3]))
+@given(st.dictionaries(st.text(min_size=1, max_size=12), _value, max_size=8), gguf_tensors(), st.sampled_from([2, 3]))
 def test_gguf_random_valid_headers_round_trip(metadata, tensors, version):
     _count("gguf valid round trip")
     kvs = [(key, vtype, value) for key, (vtype, value) in metadata.items()]
@@ -197,9 +220,14 @@ _DTYPES = sorted(d for d in safetensors_dtypes() if (tensor_nbytes(d, (8,)) or 0
 
 
 @PROPERTY
-@given(st.dictionaries(st.text(min_size=1, max_size=12).filter(lambda k: k != "__metadata__"),
-                       st.tuples(st.sampled_from(_DTYPES), st.lists(st.integers(0, 64), max_size=4)), max_size=8),
-       st.dictionaries(st.text(max_size=5), st.text(max_size=5), max_size=3))
+@given(
+    st.dictionaries(
+        st.text(min_size=1, max_size=12).filter(lambda k: k != "__metadata__"),
+        st.tuples(st.sampled_from(_DTYPES), st.lists(st.integers(0, 64), max_size=4)),
+        max_size=8,
+    ),
+    st.dictionaries(st.text(max_size=5), st.text(max_size=5), max_size=3),
+)
 def test_safetensors_random_valid_headers_round_trip(entries, metadata):
     _count("safetensors valid round trip")
     table: dict = {"__metadata__": metadata}
@@ -209,31 +237,60 @@ def test_safetensors_random_valid_headers_round_trip(entries, metadata):
         table[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + size]}
         offset += size
     raw = json.dumps(table).encode()
-    parsed = read_safetensors_header(lambda o, n: (struct.pack("<Q", len(raw)) + raw)[o:o + n], filename="r")
+    parsed = read_safetensors_header(lambda o, n: (struct.pack("<Q", len(raw)) + raw)[o : o + n], filename="r")
     assert {name: (info.dtype, list(info.shape)) for name, info in parsed.items()} == entries
 
 
 def test_examples_were_run():
     """Runs last in this file (pytest keeps file order): every property ran its examples."""
-    for name in ("gguf random bytes", "safetensors random bytes", "gguf mutated real header",
-                 "safetensors mutated real header", "safetensors mutated real field", "gguf valid round trip",
-                 "safetensors valid round trip"):
+    for name in (
+        "gguf random bytes",
+        "safetensors random bytes",
+        "gguf mutated real header",
+        "safetensors mutated real header",
+        "safetensors mutated real field",
+        "gguf valid round trip",
+        "safetensors valid round trip",
+    ):
         _report(name)
 
 
-_ARCH_SUFFIXES = ["block_count", "embedding_length", "feed_forward_length", "attention.head_count",
-                  "attention.head_count_kv", "attention.key_length", "attention.value_length",
-                  "attention.key_length_mla", "attention.kv_lora_rank", "rope.dimension_count",
-                  "attention.sliding_window", "attention.sliding_window_pattern", "expert_count",
-                  "expert_used_count", "ssm.conv_kernel", "ssm.inner_size", "ssm.state_size", "ssm.group_count",
-                  "ssm.time_step_rank", "context_length", "vocab_size", "nextn_predict_layers",
-                  "full_attention_interval", "rope.scaling.type", "rope.scaling.factor"]
+_ARCH_SUFFIXES = [
+    "block_count",
+    "embedding_length",
+    "feed_forward_length",
+    "attention.head_count",
+    "attention.head_count_kv",
+    "attention.key_length",
+    "attention.value_length",
+    "attention.key_length_mla",
+    "attention.kv_lora_rank",
+    "rope.dimension_count",
+    "attention.sliding_window",
+    "attention.sliding_window_pattern",
+    "expert_count",
+    "expert_used_count",
+    "ssm.conv_kernel",
+    "ssm.inner_size",
+    "ssm.state_size",
+    "ssm.group_count",
+    "ssm.time_step_rank",
+    "context_length",
+    "vocab_size",
+    "nextn_predict_layers",
+    "full_attention_interval",
+    "rope.scaling.type",
+    "rope.scaling.factor",
+]
 
 
 @PROPERTY
-@given(st.sampled_from(["llama", "gemma3", "gpt-oss", "deepseek2", "qwen3next", "nemotron_h", "llama4"]),
-       st.dictionaries(st.sampled_from(_ARCH_SUFFIXES), _value, max_size=10),
-       st.one_of(st.none(), _value), gguf_tensors())
+@given(
+    st.sampled_from(["llama", "gemma3", "gpt-oss", "deepseek2", "qwen3next", "nemotron_h", "llama4"]),
+    st.dictionaries(st.sampled_from(_ARCH_SUFFIXES), _value, max_size=10),
+    st.one_of(st.none(), _value),
+    gguf_tensors(),
+)
 def test_spec_from_random_hparams(arch, hparams, file_type, tensors):
     """Any types and values under the architecture keys: a ModelSpec or MalformedFileError, nothing else."""
     _count("spec from random hparams")
@@ -254,44 +311,109 @@ from hfvram.readers.shapes import derive_warnings, derived_weights  # noqa: E402
 from hfvram.spec import Layer, LayerKind, ModelSpec, Quantization  # noqa: E402
 
 _small = st.one_of(st.none(), st.integers(0, 300))
-_layer = st.builds(Layer, kind=st.sampled_from(list(LayerKind)), num_kv_heads=st.integers(0, 8),
-                   head_dim_k=st.integers(0, 64), head_dim_v=st.integers(0, 64), kv_lora_rank=st.integers(0, 64),
-                   qk_rope_head_dim=st.integers(0, 16), moe=st.booleans())
-_quant = st.one_of(st.none(), st.builds(
-    Quantization, method=st.sampled_from(["fp8", "gptq", "awq", "compressed-tensors", "nvfp4", "modelopt", "mxfp4",
-                                          "bitsandbytes", "gguf", "hqq"]),
-    bits=st.one_of(st.none(), st.sampled_from([0.0, 2.0, 3.0, 4.0, 8.0, 64.0])),
-    group_size=st.one_of(st.none(), st.integers(-1, 256)),
-    details=st.fixed_dictionaries({}, optional={
-        "weight_block_size": st.one_of(st.lists(st.integers(-1, 256), max_size=3), st.text(max_size=3)),
-        "modules_to_not_convert": st.lists(st.text(max_size=12), max_size=4),
-        "ignore": st.lists(st.text(max_size=12), max_size=4),
-        "format": st.sampled_from(["pack-quantized", "float-quantized", "int-quantized", "x"]),
-        "schemes": st.lists(st.fixed_dictionaries({}, optional={
-            "group_size": st.one_of(st.none(), st.integers(-4, 256)), "strategy": st.sampled_from(["tensor", "channel"]),
-            "type": st.sampled_from(["int", "float"])}), min_size=1, max_size=2)})))
+_layer = st.builds(
+    Layer,
+    kind=st.sampled_from(list(LayerKind)),
+    num_kv_heads=st.integers(0, 8),
+    head_dim_k=st.integers(0, 64),
+    head_dim_v=st.integers(0, 64),
+    kv_lora_rank=st.integers(0, 64),
+    qk_rope_head_dim=st.integers(0, 16),
+    moe=st.booleans(),
+)
+_quant = st.one_of(
+    st.none(),
+    st.builds(
+        Quantization,
+        method=st.sampled_from(
+            ["fp8", "gptq", "awq", "compressed-tensors", "nvfp4", "modelopt", "mxfp4", "bitsandbytes", "gguf", "hqq"]
+        ),
+        bits=st.one_of(st.none(), st.sampled_from([0.0, 2.0, 3.0, 4.0, 8.0, 64.0])),
+        group_size=st.one_of(st.none(), st.integers(-1, 256)),
+        details=st.fixed_dictionaries(
+            {},
+            optional={
+                "weight_block_size": st.one_of(st.lists(st.integers(-1, 256), max_size=3), st.text(max_size=3)),
+                "modules_to_not_convert": st.lists(st.text(max_size=12), max_size=4),
+                "ignore": st.lists(st.text(max_size=12), max_size=4),
+                "format": st.sampled_from(["pack-quantized", "float-quantized", "int-quantized", "x"]),
+                "schemes": st.lists(
+                    st.fixed_dictionaries(
+                        {},
+                        optional={
+                            "group_size": st.one_of(st.none(), st.integers(-4, 256)),
+                            "strategy": st.sampled_from(["tensor", "channel"]),
+                            "type": st.sampled_from(["int", "float"]),
+                        },
+                    ),
+                    min_size=1,
+                    max_size=2,
+                ),
+            },
+        ),
+    ),
+)
 
 
 @settings(max_examples=EXAMPLES, deadline=None)
-@given(st.lists(_layer, max_size=3), _small, _small, _small, _small, _small, _small, _small, _quant,
-       st.sampled_from([None, "llama", "qwen2", "qwen3_moe", "mixtral", "gpt_oss", "deepseek_v3", "gemma3"]),
-       st.one_of(st.none(), st.booleans()), st.integers(0, 2),
-       st.one_of(st.just({}), st.fixed_dictionaries({}, optional={
-           "q_lora_rank": _small, "attention_bias": st.booleans(), "shared_expert_intermediate_size": _small,
-           "vision_config": st.fixed_dictionaries({"model_type": st.just("siglip_vision_model")}, optional={
-               "hidden_size": st.integers(0, 16), "intermediate_size": st.integers(0, 16),
-               "patch_size": st.integers(0, 4), "image_size": st.integers(0, 16),
-               "num_hidden_layers": st.integers(0, 2)})})))
-def test_derived_tensors_from_odd_specs(layers, hidden, inter, heads, vocab, experts, per_token, moe_size, quant,
-                                        model_type, tied, mtp, config):
+@given(
+    st.lists(_layer, max_size=3),
+    _small,
+    _small,
+    _small,
+    _small,
+    _small,
+    _small,
+    _small,
+    _quant,
+    st.sampled_from([None, "llama", "qwen2", "qwen3_moe", "mixtral", "gpt_oss", "deepseek_v3", "gemma3"]),
+    st.one_of(st.none(), st.booleans()),
+    st.integers(0, 2),
+    st.one_of(
+        st.just({}),
+        st.fixed_dictionaries(
+            {},
+            optional={
+                "q_lora_rank": _small,
+                "attention_bias": st.booleans(),
+                "shared_expert_intermediate_size": _small,
+                "vision_config": st.fixed_dictionaries(
+                    {"model_type": st.just("siglip_vision_model")},
+                    optional={
+                        "hidden_size": st.integers(0, 16),
+                        "intermediate_size": st.integers(0, 16),
+                        "patch_size": st.integers(0, 4),
+                        "image_size": st.integers(0, 16),
+                        "num_hidden_layers": st.integers(0, 2),
+                    },
+                ),
+            },
+        ),
+    ),
+)
+def test_derived_tensors_from_odd_specs(
+    layers, hidden, inter, heads, vocab, experts, per_token, moe_size, quant, model_type, tied, mtp, config
+):
     """Any ModelSpec (odd sizes, zeros, unknowns, odd quantization details): a tensor list and warnings,
     never an exception."""
     _count("derived from odd specs")
-    spec = ModelSpec(architecture=None, model_type=model_type, dtype=None, num_layers=len(layers),
-                     layers=tuple(layers), hidden_size=hidden, intermediate_size=inter, num_attention_heads=heads,
-                     vocab_size=vocab, num_experts=experts, experts_per_token=per_token,
-                     moe_intermediate_size=moe_size, quantization=quant, tie_word_embeddings=tied,
-                     num_mtp_layers=mtp)
+    spec = ModelSpec(
+        architecture=None,
+        model_type=model_type,
+        dtype=None,
+        num_layers=len(layers),
+        layers=tuple(layers),
+        hidden_size=hidden,
+        intermediate_size=inter,
+        num_attention_heads=heads,
+        vocab_size=vocab,
+        num_experts=experts,
+        experts_per_token=per_token,
+        moe_intermediate_size=moe_size,
+        quantization=quant,
+        tie_word_embeddings=tied,
+        num_mtp_layers=mtp,
+    )
     weights = derived_weights(spec, config)
     if not hidden or not vocab:  # nothing to derive from: unknown, not zero bytes
         assert weights is None

@@ -8,9 +8,9 @@ import io
 import json
 
 import pytest
+from cli_support import LLAMA_FOLDER
 from rich.console import Console
 
-from cli_support import LLAMA_FOLDER
 from hfvram.estimate.core import estimate
 from hfvram.estimate.hardware import parse_gpu_spec
 from hfvram.estimate.types import EngineChoice, Workload
@@ -69,8 +69,16 @@ def test_memory_bar_is_proportional(report):
 
 
 def test_memory_bar_marks_overflow():
-    per_gpu = {"weights": 30, "kv_cache": 0, "activations": 0, "overhead": 0, "total": 30, "usable": 20,
-               "memory": 24, "reserve": 4}
+    per_gpu = {
+        "weights": 30,
+        "kv_cache": 0,
+        "activations": 0,
+        "overhead": 0,
+        "total": 30,
+        "usable": 20,
+        "memory": 24,
+        "reserve": 4,
+    }
     assert "over by" in table.memory_bar(per_gpu).plain
 
 

@@ -53,7 +53,7 @@ def table(*entries: tuple[str, str, list[int]]) -> dict:
 
 
 def reader_of(data: bytes):
-    return lambda offset, length: data[offset:offset + length]
+    return lambda offset, length: data[offset : offset + length]
 
 
 # ---- the real header ----------------------------------------------------------------------------
@@ -121,14 +121,16 @@ def test_truncated_header_is_malformed():
         (b'{"a": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}}', "a.shape"),  # negative
         (b'{"a": {"dtype": "F32", "shape": [1.5], "data_offsets": [0, 4]}}', "a.shape"),  # non-int
         (b'{"a": {"dtype": "F32", "shape": [true], "data_offsets": [0, 4]}}', "a.shape"),  # bool
-        (b'{"a": {"dtype": "F32", "shape": [4294967296, 4294967296, 4294967296], "data_offsets": [0, 4]}}',
-         "a.shape"),  # overflowing
+        (
+            b'{"a": {"dtype": "F32", "shape": [4294967296, 4294967296, 4294967296], "data_offsets": [0, 4]}}',
+            "a.shape",
+        ),  # overflowing
         (b'{"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}}', "a.data_offsets"),  # mismatch
         (b'{"a": {"dtype": "F32", "shape": [1], "data_offsets": [4, 0]}}', "a.data_offsets"),
         (b'{"a": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}', "a.data_offsets"),  # gap at 0
         (b'{"a": {"dtype": "F32", "shape": [1]}}', "a"),  # missing key
         (b'{"a": [1, 2]}', "a"),
-        (b'[1, 2]', "header"),
+        (b"[1, 2]", "header"),
         (b'{"a": {"dtype": "F32", "shape": [NaN], "data_offsets": [0, 4]}}', "header"),
         (b'{"__metadata__": {"k": 1}}', "__metadata__"),
         (b"[" * 100_000, "header"),  # deeply nested
@@ -151,15 +153,19 @@ def test_padding_spaces_after_json_are_accepted():
 
 def test_sharded_headers_merge_and_reject_duplicates(tmp_path):
     shard_a = header_bytes(table(("model.embed_tokens.weight", "BF16", [10, 8])))
-    shard_b = header_bytes(table(("model.layers.0.self_attn.q_proj.weight", "BF16", [8, 8]),
-                                 ("lm_head.weight", "BF16", [10, 8])))
+    shard_b = header_bytes(
+        table(("model.layers.0.self_attn.q_proj.weight", "BF16", [8, 8]), ("lm_head.weight", "BF16", [10, 8]))
+    )
     (tmp_path / "model-00001-of-00002.safetensors").write_bytes(shard_a)
     (tmp_path / "model-00002-of-00002.safetensors").write_bytes(shard_b)
-    index = {"metadata": {"total_size": 160 + 128 + 160}, "weight_map": {
-        "model.embed_tokens.weight": "model-00001-of-00002.safetensors",
-        "model.layers.0.self_attn.q_proj.weight": "model-00002-of-00002.safetensors",
-        "lm_head.weight": "model-00002-of-00002.safetensors",
-    }}
+    index = {
+        "metadata": {"total_size": 160 + 128 + 160},
+        "weight_map": {
+            "model.embed_tokens.weight": "model-00001-of-00002.safetensors",
+            "model.layers.0.self_attn.q_proj.weight": "model-00002-of-00002.safetensors",
+            "lm_head.weight": "model-00002-of-00002.safetensors",
+        },
+    }
     assert shard_files(index) == ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
     merged = read_sharded_headers(index, lambda name: file_reader(tmp_path / name))
     weights = weights_from_tensors(merged.values())
@@ -182,7 +188,9 @@ def test_gptq_packed_int32_unpacks_to_eight_weights_each():
     n_in, n_out, g = 4096, 4096, 128
     tensors = [
         TensorInfo("model.layers.0.self_attn.q_proj.qweight", "I32", (n_in // 8, n_out), n_in // 8 * n_out * 4),
-        TensorInfo("model.layers.0.self_attn.q_proj.qzeros", "I32", (n_in // g, n_out // 8), n_in // g * n_out // 8 * 4),
+        TensorInfo(
+            "model.layers.0.self_attn.q_proj.qzeros", "I32", (n_in // g, n_out // 8), n_in // g * n_out // 8 * 4
+        ),
         TensorInfo("model.layers.0.self_attn.q_proj.scales", "F16", (n_in // g, n_out), n_in // g * n_out * 2),
         TensorInfo("model.layers.0.self_attn.q_proj.g_idx", "I32", (n_in,), n_in * 4),
     ]
@@ -219,19 +227,36 @@ def test_mxfp4_blocks_nvfp4_bnb_and_fp8_scales():
 
 
 def test_moe_components_and_active_params():
-    tensors = [
-        TensorInfo("model.embed_tokens.weight", "BF16", (100, 16), 3200),
-        TensorInfo("model.layers.0.mlp.gate.weight", "BF16", (8, 16), 256),
-        TensorInfo("model.layers.0.mlp.shared_experts.up_proj.weight", "BF16", (32, 16), 1024),
-    ] + [
-        TensorInfo(f"model.layers.0.mlp.experts.{e}.{p}.weight", "BF16", (32, 16), 1024)
-        for e in range(8) for p in ("gate_proj", "up_proj", "down_proj")
-    ] + [TensorInfo("model.layers.1.self_attn.q_proj.weight", "BF16", (16, 16), 512)]  # layer 1 = MTP
+    tensors = (
+        [
+            TensorInfo("model.embed_tokens.weight", "BF16", (100, 16), 3200),
+            TensorInfo("model.layers.0.mlp.gate.weight", "BF16", (8, 16), 256),
+            TensorInfo("model.layers.0.mlp.shared_experts.up_proj.weight", "BF16", (32, 16), 1024),
+        ]
+        + [
+            TensorInfo(f"model.layers.0.mlp.experts.{e}.{p}.weight", "BF16", (32, 16), 1024)
+            for e in range(8)
+            for p in ("gate_proj", "up_proj", "down_proj")
+        ]
+        + [TensorInfo("model.layers.1.self_attn.q_proj.weight", "BF16", (16, 16), 512)]
+    )  # layer 1 = MTP
     weights = weights_from_tensors(tensors, num_layers=1)
-    assert weights.params_by_component == {"embeddings": 1600, "mlp": 512, "experts": 8 * 3 * 512,
-                                           "router": 128, "mtp": 256}
-    spec = ModelSpec(architecture="X", model_type="x", dtype="bfloat16", num_layers=1,
-                     layers=(Layer(LayerKind.FULL, 1, 16, 16, moe=True),), num_experts=8, experts_per_token=2)
+    assert weights.params_by_component == {
+        "embeddings": 1600,
+        "mlp": 512,
+        "experts": 8 * 3 * 512,
+        "router": 128,
+        "mtp": 256,
+    }
+    spec = ModelSpec(
+        architecture="X",
+        model_type="x",
+        dtype="bfloat16",
+        num_layers=1,
+        layers=(Layer(LayerKind.FULL, 1, 16, 16, moe=True),),
+        num_experts=8,
+        experts_per_token=2,
+    )
     # total − experts × (1 − k/E)
     assert params_active(weights, spec) == weights.params_total - 8 * 3 * 512 * 6 // 8
     assert params_active(tensors, spec) == params_active(weights, spec)
@@ -239,25 +264,28 @@ def test_moe_components_and_active_params():
     assert params_active(weights, unknown) is None
 
 
-@pytest.mark.parametrize("name, component", [
-    ("model.embed_tokens.weight", "embeddings"),
-    ("transformer.wte.weight", "embeddings"),
-    ("model.layers.3.self_attn.kv_a_proj_with_mqa.weight", "attention"),
-    ("model.layers.3.self_attn.indexer.wk.weight", "attention"),
-    ("model.layers.3.mlp.gate_proj.weight", "mlp"),
-    ("model.layers.3.block_sparse_moe.experts.7.w1.weight", "experts"),
-    ("model.layers.3.block_sparse_moe.gate.weight", "router"),
-    ("model.layers.3.mlp.router.weight", "router"),
-    ("model.layers.3.mlp.gate.e_score_correction_bias", "router"),
-    ("model.layers.3.mlp.shared_experts.down_proj.weight", "mlp"),
-    ("model.layers.3.input_layernorm.weight", "norms"),
-    ("model.norm.weight", "norms"),
-    ("lm_head.weight", "lm_head"),
-    ("vision_tower.vision_model.encoder.layers.0.mlp.fc1.weight", "vision"),
-    ("multi_modal_projector.mm_input_projection_weight", "vision"),
-    ("model.visual.blocks.0.attn.qkv.weight", "vision"),
-    ("mtp.layers.0.mlp.experts.0.up_proj.weight", "mtp"),
-])
+@pytest.mark.parametrize(
+    "name, component",
+    [
+        ("model.embed_tokens.weight", "embeddings"),
+        ("transformer.wte.weight", "embeddings"),
+        ("model.layers.3.self_attn.kv_a_proj_with_mqa.weight", "attention"),
+        ("model.layers.3.self_attn.indexer.wk.weight", "attention"),
+        ("model.layers.3.mlp.gate_proj.weight", "mlp"),
+        ("model.layers.3.block_sparse_moe.experts.7.w1.weight", "experts"),
+        ("model.layers.3.block_sparse_moe.gate.weight", "router"),
+        ("model.layers.3.mlp.router.weight", "router"),
+        ("model.layers.3.mlp.gate.e_score_correction_bias", "router"),
+        ("model.layers.3.mlp.shared_experts.down_proj.weight", "mlp"),
+        ("model.layers.3.input_layernorm.weight", "norms"),
+        ("model.norm.weight", "norms"),
+        ("lm_head.weight", "lm_head"),
+        ("vision_tower.vision_model.encoder.layers.0.mlp.fc1.weight", "vision"),
+        ("multi_modal_projector.mm_input_projection_weight", "vision"),
+        ("model.visual.blocks.0.attn.qkv.weight", "vision"),
+        ("mtp.layers.0.mlp.experts.0.up_proj.weight", "mtp"),
+    ],
+)
 def test_component_names(name, component):
     assert hf_component(name, num_layers=61) == component
 
@@ -279,10 +307,15 @@ def test_full_header_file_size_of_crafted_file():
 HUB = FIXTURES / "hub"
 
 
-@pytest.mark.parametrize("repo, shards", [
-    ("google/gemma-2-9b-it", 4), ("meta-llama/Llama-3.1-8B-Instruct", 4), ("Qwen/Qwen3-30B-A3B", 16),
-    ("openai/gpt-oss-20b", 3),
-])
+@pytest.mark.parametrize(
+    "repo, shards",
+    [
+        ("google/gemma-2-9b-it", 4),
+        ("meta-llama/Llama-3.1-8B-Instruct", 4),
+        ("Qwen/Qwen3-30B-A3B", 16),
+        ("openai/gpt-oss-20b", 3),
+    ],
+)
 def test_derived_sharded_fixtures_read_back(repo, shards):
     folder = HUB / repo
     assert "DERIVED" in (folder / "DERIVED.md").read_text()

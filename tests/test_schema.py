@@ -7,9 +7,9 @@ import json
 
 import jsonschema
 import pytest
+from cli_support import LLAMA_FOLDER, SMOLLM_GGUF, schema, validate
 from click.testing import CliRunner
 
-from cli_support import LLAMA_FOLDER, SMOLLM_GGUF, schema, validate
 from hfvram.cli import cli
 
 
@@ -53,8 +53,11 @@ def test_schema_rejects_a_renamed_verdict(llama_check):
 
 
 def test_error_row_validates():
-    row = {"schema": "hfvram.check/1", "source": {"text": "nobody/nothing"},
-           "error": {"kind": "not_found", "message": "repository nobody/nothing not found"}}
+    row = {
+        "schema": "hfvram.check/1",
+        "source": {"text": "nobody/nothing"},
+        "error": {"kind": "not_found", "message": "repository nobody/nothing not found"},
+    }
     validate(row)
     with pytest.raises(jsonschema.ValidationError):
         validate({**row, "error": {"kind": "not_found"}})

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -24,7 +24,7 @@ HUB = Path(__file__).resolve().parent.parent / "fixtures" / "hub"
 COMPANIONS = ("quantize_config.json", "hf_quant_config.json")
 
 
-@lru_cache(maxsize=None)
+@cache
 def load(repo: str) -> tuple[ModelSpec, dict]:
     folder = HUB / repo
     config = json.loads((folder / "config.json").read_text())
@@ -59,8 +59,10 @@ def test_medgemma_vision_tower_is_in_the_vision_component():
 
 def test_devstral_parameters_match_index_total_parameters():
     spec, config = load("mistralai/Devstral-Small-2507")
-    assert derived_weights(spec, config).params_total == index_of("mistralai/Devstral-Small-2507")["metadata"][
-        "total_parameters"]
+    assert (
+        derived_weights(spec, config).params_total
+        == index_of("mistralai/Devstral-Small-2507")["metadata"]["total_parameters"]
+    )
 
 
 def test_gptq_int4_bytes_per_parameter():
@@ -138,10 +140,19 @@ def test_fp8_per_tensor_nvfp4_and_compressed_tensors_layouts():
 
 def test_hand_built_spec_and_warnings():
     layer = Layer(LayerKind.FULL, num_kv_heads=2, head_dim_k=8, head_dim_v=8)
-    spec = ModelSpec(architecture="LlamaForCausalLM", model_type="llama", dtype=None, num_layers=2,
-                     layers=(layer, Layer(LayerKind.MAMBA)), hidden_size=32, intermediate_size=64,
-                     num_attention_heads=4, vocab_size=100, tie_word_embeddings=False,
-                     quantization=Quantization(method="awq", bits=4, group_size=32))
+    spec = ModelSpec(
+        architecture="LlamaForCausalLM",
+        model_type="llama",
+        dtype=None,
+        num_layers=2,
+        layers=(layer, Layer(LayerKind.MAMBA)),
+        hidden_size=32,
+        intermediate_size=64,
+        num_attention_heads=4,
+        vocab_size=100,
+        tie_word_embeddings=False,
+        quantization=Quantization(method="awq", bits=4, group_size=32),
+    )
     tensors = {t.name: t for t in tensors_from_spec(spec)}
     # AWQ (engines.md §11.2): qweight int32 [in, out/8], qzeros [in/g, out/8], scales fp16 [in/g, out]
     assert tensors["model.layers.0.mlp.up_proj.qweight"].shape == (32, 8)
@@ -220,10 +231,18 @@ def test_the_spec_alone_derives_what_the_config_does(repo):
     assert derive_warnings(spec) == derive_warnings(spec, config)
 
 
-@pytest.mark.parametrize("repo", ["mistralai/Mixtral-8x7B-v0.1", "Qwen/Qwen3-30B-A3B", "nvidia/Qwen3-30B-A3B-NVFP4",
-                                  "deepseek-ai/DeepSeek-V3", "meta-llama/Llama-4-Scout-17B-16E-Instruct",
-                                  "RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic",
-                                  "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"])
+@pytest.mark.parametrize(
+    "repo",
+    [
+        "mistralai/Mixtral-8x7B-v0.1",
+        "Qwen/Qwen3-30B-A3B",
+        "nvidia/Qwen3-30B-A3B-NVFP4",
+        "deepseek-ai/DeepSeek-V3",
+        "meta-llama/Llama-4-Scout-17B-16E-Instruct",
+        "RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic",
+        "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16",
+    ],
+)
 def test_counted_experts_sum_like_the_full_tensor_list(repo):
     """derived_weights counts each layer's experts instead of listing them: the same sums as the listed tensors."""
     spec, config = load(repo)

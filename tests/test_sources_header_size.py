@@ -14,8 +14,13 @@ from hfvram.sources.header_size import first_ranges, header_bytes, predicted_ten
 from hfvram.sources.hub import FIRST_HEADER_RANGE
 
 HUB = Path(__file__).resolve().parent.parent / "fixtures" / "hub"
-REPOS = ["meta-llama/Llama-3.1-8B-Instruct", "google/gemma-2-9b-it", "Qwen/Qwen3-30B-A3B", "openai/gpt-oss-20b",
-         "TheBloke/Llama-2-13B-chat-GPTQ"]
+REPOS = [
+    "meta-llama/Llama-3.1-8B-Instruct",
+    "google/gemma-2-9b-it",
+    "Qwen/Qwen3-30B-A3B",
+    "openai/gpt-oss-20b",
+    "TheBloke/Llama-2-13B-chat-GPTQ",
+]
 
 
 def real_header_bytes(repo: str) -> dict[str, int]:

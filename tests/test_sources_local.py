@@ -155,9 +155,18 @@ def test_a_model_nothing_can_size_has_no_weights_and_check_exits_3(tmp_path):
 
     folder = tmp_path / "odd"
     folder.mkdir()
-    (folder / "config.json").write_text(json.dumps({
-        "architectures": ["FooForCausalLM"], "model_type": "foo", "num_hidden_layers": 2,
-        "num_attention_heads": 4, "num_key_value_heads": 4, "head_dim": 8}))
+    (folder / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["FooForCausalLM"],
+                "model_type": "foo",
+                "num_hidden_layers": 2,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 4,
+                "head_dim": 8,
+            }
+        )
+    )
     loaded = load_model(str(folder))
     assert loaded.spec.weights is None
     assert any(w.startswith("weights unknown") for w in loaded.spec.warnings)

@@ -8,9 +8,9 @@ import os
 import subprocess
 import sys
 
+from cli_support import ROOT
 from click.testing import CliRunner
 
-from cli_support import ROOT
 from hfvram.cli import cli
 from hfvram.sources import catalog
 from hfvram.sources.resolve import load_model
@@ -35,11 +35,18 @@ def test_check_json_carries_the_revision_warning():
 
 
 def test_offline_catalogue_read_does_not_import_the_http_client(tmp_path):
-    code = ("import sys; from hfvram.sources import load_model; load_model('Qwen/Qwen3-8B', offline=True); "
-            "loaded = [m for m in ('httpx', 'httpx2', 'hfvram.sources.hub', 'hfvram.sources.http') if m in sys.modules]; "
-            "print(','.join(loaded))")
-    env = {**os.environ, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_CACHE": str(tmp_path / "hf" / "hub"),
-           "HFVRAM_CACHE_DIR": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1"}
+    code = (
+        "import sys; from hfvram.sources import load_model; load_model('Qwen/Qwen3-8B', offline=True); "
+        "loaded = [m for m in ('httpx', 'httpx2', 'hfvram.sources.hub', 'hfvram.sources.http') if m in sys.modules]; "
+        "print(','.join(loaded))"
+    )
+    env = {
+        **os.environ,
+        "HF_HOME": str(tmp_path / "hf"),
+        "HF_HUB_CACHE": str(tmp_path / "hf" / "hub"),
+        "HFVRAM_CACHE_DIR": str(tmp_path / "cache"),
+        "HF_HUB_OFFLINE": "1",
+    }
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == ""

@@ -9,8 +9,9 @@ Sources: ``design/engines.md`` §1 (shared blocks), §2.8 (parallelism), §10 (r
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from hfvram.datafiles import data_table
 from hfvram.errors import ModelReadError, UsageError
@@ -198,7 +199,8 @@ def require_weights(spec: ModelSpec) -> Weights:
         name = spec.architecture or spec.model_type or "the model"
         raise WeightsUnknownError(
             f"weights unknown for {name}: no safetensors header, Hub parameter count, index total_size or "
-            "config shapes sized them, so no memory figure can be given")
+            "config shapes sized them, so no memory figure can be given"
+        )
     return spec.weights
 
 
@@ -425,7 +427,9 @@ def resolve_parallel(
         count = hardware.count if hardware else 1
         tp = max(1, count // pp)
     if hardware is not None and tp * pp > hardware.count:
-        raise UsageError(f"tensor parallel {tp} x pipeline parallel {pp} needs {tp * pp} GPUs, only {hardware.count} given")
+        raise UsageError(
+            f"tensor parallel {tp} x pipeline parallel {pp} needs {tp * pp} GPUs, only {hardware.count} given"
+        )
     return max(1, tp), max(1, pp)
 
 

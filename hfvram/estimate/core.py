@@ -45,8 +45,11 @@ def estimate(spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, w
     profile = get_profile(name)
     result = engine_rules.without_decode_speed(profile.estimate(spec, hardware, choice, workload))
     notes = engine_rules.unknown_setting_warnings(name, choice) + engine_rules.version_warnings(
-        name, choice.version, profile.rule_versions)
+        name, choice.version, profile.rule_versions
+    )
     tp_defaulted = choice.tp is None and common.setting(choice, "tp", "tp-size", "tensor-parallel-size") is None
-    refusals = [engine_rules.platform_refusal(name, hardware),
-                engine_rules.tp_refusal(name, spec, result.tp, defaulted=tp_defaulted)]
+    refusals = [
+        engine_rules.platform_refusal(name, hardware),
+        engine_rules.tp_refusal(name, spec, result.tp, defaulted=tp_defaulted),
+    ]
     return engine_rules.with_refusals(result, [r for r in refusals if r], notes)

@@ -13,9 +13,10 @@ from __future__ import annotations
 import os
 import re
 import shlex
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from hfvram.datafiles import data_table
 from hfvram.errors import UsageError
@@ -31,10 +32,20 @@ _SETTING_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 _LAUNCHERS = frozenset({"python", "python3", "uv", "run", "sudo", "env", "exec", "nohup", "time", "-u", "-m"})
 
 _BYTE_UNITS = {
-    "": 1, "b": 1,
-    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-    "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20,
-    "g": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tib": 1 << 40,
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "k": 1 << 10,
+    "kib": 1 << 10,
+    "m": 1 << 20,
+    "mib": 1 << 20,
+    "g": 1 << 30,
+    "gib": 1 << 30,
+    "t": 1 << 40,
+    "tib": 1 << 40,
 }
 #: LMDeploy ``--quant-policy`` -> KV dtype (lmdeploy/messages.py QuantPolicy: 0 none, 4 int4, 8 int8, 16 fp8 e4m3,
 #: 17 fp8 e5m2)
@@ -64,8 +75,9 @@ class ParsedEngineArgs:
         if self.engine is None:
             raise UsageError("could not tell which engine the command line starts; give --engine")
         settings = {**self.settings, **(extra_settings or {})}
-        return EngineChoice(name=self.engine, version=version, settings=settings, tp=self.tp, pp=self.pp,
-                            gpu_util=self.gpu_util)
+        return EngineChoice(
+            name=self.engine, version=version, settings=settings, tp=self.tp, pp=self.pp, gpu_util=self.gpu_util
+        )
 
 
 # ---- tables --------------------------------------------------------------------------------------
@@ -347,5 +359,6 @@ def parse_engine_args(cmdline: str) -> ParsedEngineArgs:
         else:
             ignored.append(f"{name}={value}: environment variable not modelled")
 
-    return ParsedEngineArgs(engine=engine, model=model, settings=settings, ignored=ignored,
-                            **_fields(engine, settings, ignored))
+    return ParsedEngineArgs(
+        engine=engine, model=model, settings=settings, ignored=ignored, **_fields(engine, settings, ignored)
+    )

@@ -12,8 +12,9 @@ with their sources); this module only applies them.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from hfvram.errors import UsageError
 from hfvram.estimate import common
@@ -93,8 +94,11 @@ def unknown_setting_warnings(engine: str, choice: EngineChoice) -> list[str]:
 
 def kv_head_counts(spec: ModelSpec) -> set[int]:
     """Distinct KV head counts of the attention layers (MLA keeps one latent on every rank: not split)."""
-    return {layer.num_kv_heads for layer in spec.layers
-            if layer.kind is not LayerKind.MLA and layer.num_kv_heads and layer.kv_elems_per_token}
+    return {
+        layer.num_kv_heads
+        for layer in spec.layers
+        if layer.kind is not LayerKind.MLA and layer.num_kv_heads and layer.kv_elems_per_token
+    }
 
 
 def tp_refusal(engine: str, spec: ModelSpec, tp: int, defaulted: bool = False) -> str | None:
@@ -109,12 +113,16 @@ def tp_refusal(engine: str, spec: ModelSpec, tp: int, defaulted: bool = False) -
     size = f"tensor parallel size {tp}" + (" (all GPUs given, as no --tp was set)" if defaulted else "")
     heads = spec.num_attention_heads
     if heads and heads % tp:
-        return (f"{engine} refuses {size}: the {heads} attention heads do not divide by it "
-                f"({rule}); {valid_tp_hint(spec, tp)}")
+        return (
+            f"{engine} refuses {size}: the {heads} attention heads do not divide by it "
+            f"({rule}); {valid_tp_hint(spec, tp)}"
+        )
     for kv in sorted(kv_head_counts(spec)):
         if kv % tp and tp % kv:
-            return (f"{engine} refuses {size}: {kv} KV heads neither divide by it nor divide it "
-                    f"({rule}); {valid_tp_hint(spec, tp)}")
+            return (
+                f"{engine} refuses {size}: {kv} KV heads neither divide by it nor divide it "
+                f"({rule}); {valid_tp_hint(spec, tp)}"
+            )
     return None
 
 
@@ -158,13 +166,18 @@ def version_warnings(engine: str, requested: str | None, rule_versions: Iterable
     if want[:width] == common.version_key(used)[:width]:
         return []
     if want < common.version_key(ordered[0]):
-        return [f"--engine {engine}@{requested}: older than any {engine} release hfvram models; the {used} rules "
-                "are used"]
+        return [
+            f"--engine {engine}@{requested}: older than any {engine} release hfvram models; the {used} rules are used"
+        ]
     if used == ordered[-1]:
-        return [f"--engine {engine}@{requested}: hfvram uses the {used} rules, the newest {engine} release whose "
-                f"memory accounting it models; a later change in {requested} would not be reflected"]
-    return [f"--engine {engine}@{requested}: hfvram uses the {used} rules (the newest change to {engine}'s memory "
-            f"accounting it knows at or before {requested})"]
+        return [
+            f"--engine {engine}@{requested}: hfvram uses the {used} rules, the newest {engine} release whose "
+            f"memory accounting it models; a later change in {requested} would not be reflected"
+        ]
+    return [
+        f"--engine {engine}@{requested}: hfvram uses the {used} rules (the newest change to {engine}'s memory "
+        f"accounting it knows at or before {requested})"
+    ]
 
 
 # ---- decode speed ----------------------------------------------------------------------------------------
@@ -180,11 +193,14 @@ def without_decode_speed(result: Estimate) -> Estimate:
     """An encoder-only model has no decode speed: None and a warning instead of a bandwidth bound."""
     if generates_tokens(result.spec) or result.decode_tokens_per_second is None:
         return result
-    note = ("the model keeps no KV cache or recurrent state in any layer (an encoder, not a decoder): it does "
-            "not generate tokens, so no decode speed is given")
+    note = (
+        "the model keeps no KV cache or recurrent state in any layer (an encoder, not a decoder): it does "
+        "not generate tokens, so no decode speed is given"
+    )
     explain = {**result.explain, "decode": note}
-    return replace(result, decode_tokens_per_second=None, warnings=tuple(dict.fromkeys([*result.warnings, note])),
-                   explain=explain)
+    return replace(
+        result, decode_tokens_per_second=None, warnings=tuple(dict.fromkeys([*result.warnings, note])), explain=explain
+    )
 
 
 # ---- applying them ---------------------------------------------------------------------------------------
@@ -200,5 +216,6 @@ def with_refusals(result: Estimate, refusals: list[str], notes: list[str]) -> Es
     if not refusals:
         return replace(result, warnings=warnings)
     verdict = VERDICT_DOES_NOT_FIT if result.verdict is not None else None
-    return replace(result, warnings=warnings, verdict=verdict,
-                   refusal=refusals[0] if verdict is not None else result.refusal)
+    return replace(
+        result, warnings=warnings, verdict=verdict, refusal=refusals[0] if verdict is not None else result.refusal
+    )

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Mapping
 from functools import lru_cache
-from typing import Any, Mapping
+from typing import Any
 
 from hfvram.datafiles import data_table
 from hfvram.errors import UsageError
@@ -32,8 +33,17 @@ _COUNT_PREFIX = re.compile(r"^(?P<count>\d+)\s*[x×*]\s*(?P<rest>.+)$")
 _COUNT_AFTER_X_ID = re.compile(r"^(?P<rest>.+x)(?P<count>\d+)$")
 _RAW_SIZE = re.compile(r"^(?P<number>\d+(?:\.\d+)?)\s*(?P<unit>gib|gb|g|tib|tb|t|mib|mb|m)$")
 #: units of a raw ``--gpu`` size; GPU vendors' "GB" are binary (gpus/README.md caveat 1), so GB = GiB here
-_RAW_UNITS = {"m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20, "g": GIB, "gb": GIB, "gib": GIB,
-              "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
+_RAW_UNITS = {
+    "m": 1 << 20,
+    "mb": 1 << 20,
+    "mib": 1 << 20,
+    "g": GIB,
+    "gb": GIB,
+    "gib": GIB,
+    "t": 1 << 40,
+    "tb": 1 << 40,
+    "tib": 1 << 40,
+}
 
 
 # ---- catalogue -----------------------------------------------------------------------------------

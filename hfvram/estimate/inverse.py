@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, replace
 
 from hfvram.estimate.core import estimate
-from hfvram.estimate.types import VERDICT_DOES_NOT_FIT, GPU, EngineChoice, Estimate, Hardware, Workload
+from hfvram.estimate.types import GPU, VERDICT_DOES_NOT_FIT, EngineChoice, Estimate, Hardware, Workload
 from hfvram.spec import LayerKind, ModelSpec
 
 #: contexts the fit table walks through (then the model's own maximum)
@@ -143,7 +143,9 @@ def context_table(
             result = _at(spec, hardware, choice, workload, context=context, kv_dtype=kv_dtype)
             concurrency = result.capacity.max_concurrency
             if concurrency is None:
-                concurrency = max_concurrency(spec, hardware, choice, replace(workload, context=context, kv_dtype=kv_dtype))
+                concurrency = max_concurrency(
+                    spec, hardware, choice, replace(workload, context=context, kv_dtype=kv_dtype)
+                )
             rows.append(
                 ContextRow(
                     context=context,

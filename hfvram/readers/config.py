@@ -8,7 +8,8 @@ checked against transformers over the test corpus.
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from hfvram.errors import MalformedFileError
 from hfvram.readers.config_fields import ConfigView, aliases, config_rules
@@ -30,7 +31,14 @@ from hfvram.readers.config_quant import read_quantization
 from hfvram.readers.shapes import shape_config
 from hfvram.spec import Layer, LayerKind, ModelSpec
 
-__all__ = ["COMPANION_FILES", "load_json_tolerant", "read_config", "read_config_files", "rule_layer_types", "hf_layer_types"]
+__all__ = [
+    "COMPANION_FILES",
+    "hf_layer_types",
+    "load_json_tolerant",
+    "read_config",
+    "read_config_files",
+    "rule_layer_types",
+]
 
 #: files next to config.json that read_config uses when present
 COMPANION_FILES = ("hf_quant_config.json", "quantize_config.json", "model.safetensors.index.json")
@@ -41,7 +49,7 @@ _UTF8_BOM = b"\xef\xbb\xbf"
 def load_json_tolerant(raw: bytes, filename: str) -> dict:
     """Parse a JSON object as Hub files really are: BOM, CRLF, Infinity/-Infinity/NaN, no trailing newline."""
     if raw.startswith(_UTF8_BOM):
-        raw = raw[len(_UTF8_BOM):]
+        raw = raw[len(_UTF8_BOM) :]
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -49,7 +57,9 @@ def load_json_tolerant(raw: bytes, filename: str) -> dict:
     try:
         value = json.loads(text)  # the json module accepts Infinity / -Infinity / NaN literals
     except json.JSONDecodeError as exc:
-        raise MalformedFileError(f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})", file=filename) from None
+        raise MalformedFileError(
+            f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})", file=filename
+        ) from None
     except RecursionError:
         raise MalformedFileError("JSON nested too deeply", file=filename) from None
     if not isinstance(value, dict):
@@ -133,7 +143,9 @@ def _experts(view: ConfigView) -> tuple[int | None, int | None, int | None, int 
         view.warn("experts_per_token: a MoE config without num_experts_per_tok; active parameters cannot be counted")
     shared = view.integer("num_shared_experts", aliases("num_shared_experts"), minimum=0, use_hf_default=False)
     if shared is None:
-        shared_size = view.integer("shared_expert_intermediate_size", ["shared_expert_intermediate_size"], minimum=0, use_hf_default=False)
+        shared_size = view.integer(
+            "shared_expert_intermediate_size", ["shared_expert_intermediate_size"], minimum=0, use_hf_default=False
+        )
         if shared_size:
             shared = 1
             view.note("num_shared_experts", "derived: shared_expert_intermediate_size is set → one shared expert")
@@ -173,7 +185,9 @@ def _layer_kinds(view: ConfigView, config: Mapping[str, Any], num_layers: int, h
         hf_types = [LayerKind.MLA.value if t == LayerKind.FULL.value else t for t in hf_types]
     differ = [i for i, (a, b) in enumerate(zip(rules, hf_types)) if a != b]
     if differ:
-        view.warn(f"layers: transformers and hfvram rules differ at layers {differ[:8]}; using transformers ({hf.label})")
+        view.warn(
+            f"layers: transformers and hfvram rules differ at layers {differ[:8]}; using transformers ({hf.label})"
+        )
     return hf_types, f"{hf.label}: layer_types"
 
 
@@ -195,16 +209,26 @@ def _per_layer_kv_heads(view: ConfigView, heads: int | None, num_layers: int) ->
         if heads is None:
             raise view.fail(view.text_prefix + "num_attention_heads", "block_configs need num_attention_heads")
         result.append(max(1, heads // group))
-    view.note("num_kv_heads", view.where(path) + "[*].attention.n_heads_in_group (KV heads = num_attention_heads / n_heads_in_group)")
+    view.note(
+        "num_kv_heads",
+        view.where(path) + "[*].attention.n_heads_in_group (KV heads = num_attention_heads / n_heads_in_group)",
+    )
     return result
 
 
-def _build_layers(view: ConfigView, types: list[str], moe: list[bool], hidden: int | None, heads: int | None,
-                  model_type: str | None) -> tuple[list[Layer], dict[str, object]]:
+def _build_layers(
+    view: ConfigView, types: list[str], moe: list[bool], hidden: int | None, heads: int | None, model_type: str | None
+) -> tuple[list[Layer], dict[str, object]]:
     extra: dict[str, object] = {}
-    needs_attention = any(t in (LayerKind.FULL.value, LayerKind.SLIDING.value, LayerKind.CHUNKED.value, CSA, HCA) for t in types)
+    needs_attention = any(
+        t in (LayerKind.FULL.value, LayerKind.SLIDING.value, LayerKind.CHUNKED.value, CSA, HCA) for t in types
+    )
     dims = attention_dims(view, hidden, heads) if needs_attention else None
-    window = view.integer("sliding_window", ["sliding_window", "sliding_window_size"]) if LayerKind.SLIDING.value in types else None
+    window = (
+        view.integer("sliding_window", ["sliding_window", "sliding_window_size"])
+        if LayerKind.SLIDING.value in types
+        else None
+    )
     if LayerKind.SLIDING.value in types and window is None:
         raise view.fail(view.text_prefix + "sliding_window", "sliding layers without a sliding_window size")
     chunk = view.integer("attention_chunk_size", ["attention_chunk_size"]) if LayerKind.CHUNKED.value in types else None
@@ -221,8 +245,16 @@ def _build_layers(view: ConfigView, types: list[str], moe: list[bool], hidden: i
         if name in (CSA, HCA):
             layers.append(_deepseek_v4_layer(view, name, dims, is_moe, extra))
         elif name == LayerKind.SLIDING.value and dims is not None and model_type == "deepseek_v4":
-            layers.append(Layer(kind=LayerKind.SLIDING, num_kv_heads=dims.num_kv_heads, head_dim_k=dims.head_dim,
-                                head_dim_v=0, window=window, moe=is_moe))
+            layers.append(
+                Layer(
+                    kind=LayerKind.SLIDING,
+                    num_kv_heads=dims.num_kv_heads,
+                    head_dim_k=dims.head_dim,
+                    head_dim_v=0,
+                    window=window,
+                    moe=is_moe,
+                )
+            )
         elif name in (LayerKind.FULL.value, LayerKind.SLIDING.value, LayerKind.CHUNKED.value):
             kind = LayerKind(name)
             layer_dims = global_dims if kind is LayerKind.FULL and global_dims is not None else dims
@@ -240,7 +272,10 @@ def _build_layers(view: ConfigView, types: list[str], moe: list[bool], hidden: i
         else:
             layers.append(Layer(kind=LayerKind.NONE, moe=is_moe))
     if shared_kv:
-        view.note("num_kv_shared_layers", view.where(view.locate("num_kv_shared_layers")[1]) + " (last layers reuse earlier caches → none)")
+        view.note(
+            "num_kv_shared_layers",
+            view.where(view.locate("num_kv_shared_layers")[1]) + " (last layers reuse earlier caches → none)",
+        )
     return layers, extra
 
 
@@ -249,13 +284,20 @@ def _global_dims(view: ConfigView, dims: AttentionDims | None) -> AttentionDims 
     if dims is None or not (view.has("global_head_dim") or view.has("num_global_key_value_heads")):
         return None
     head_dim = view.integer("global_head_dim", ["global_head_dim"], use_hf_default=False) or dims.head_dim
-    kv_heads = view.integer("num_global_key_value_heads", ["num_global_key_value_heads"], use_hf_default=False) or dims.num_kv_heads
+    kv_heads = (
+        view.integer("num_global_key_value_heads", ["num_global_key_value_heads"], use_hf_default=False)
+        or dims.num_kv_heads
+    )
     if view.boolean("attention_k_eq_v", "attention_k_eq_v"):
-        view.warn("layers: attention_k_eq_v — full layers derive V from K, but K (with RoPE) and V (without) are cached separately, so both are counted")
+        view.warn(
+            "layers: attention_k_eq_v — full layers derive V from K, but K (with RoPE) and V (without) are cached separately, so both are counted"
+        )
     return AttentionDims(dims.num_attention_heads, kv_heads, head_dim)
 
 
-def _deepseek_v4_layer(view: ConfigView, name: str, dims: AttentionDims | None, moe: bool, extra: dict[str, object]) -> Layer:
+def _deepseek_v4_layer(
+    view: ConfigView, name: str, dims: AttentionDims | None, moe: bool, extra: dict[str, object]
+) -> Layer:
     """DeepSeek-V4 compressed layer as hfvram reads it: one shared K=V entry of head_dim per `ratio` tokens,
     counted as a full-attention layer of head_dim / ratio elements per token."""
     assert dims is not None
@@ -268,7 +310,10 @@ def _deepseek_v4_layer(view: ConfigView, name: str, dims: AttentionDims | None, 
         "(counted as full attention with head_dim/ratio elements per token); each compressed layer's extra "
         "sliding-window branch (sliding_window × head_dim) and compressor buffers are not counted — uncertain, newer than hfvram's sources"
     )
-    view.note("deepseek_v4_layers", "derived: transformers DeepseekV4 cache (HCA/CSA caches: sliding K=V branch + one compressed entry per compress_rate tokens)")
+    view.note(
+        "deepseek_v4_layers",
+        "derived: transformers DeepseekV4 cache (HCA/CSA caches: sliding K=V branch + one compressed entry per compress_rate tokens)",
+    )
     view.note("head_dim_v", "derived: DeepSeek-V4 compressed layers cache one shared K=V entry (no separate V)")
     counts = extra.setdefault("deepseek_v4_compressed_layers", {CSA: 0, HCA: 0})
     assert isinstance(counts, dict)
@@ -290,7 +335,9 @@ def _indexer(view: ConfigView, types: list[str], layers: list[Layer], extra: dic
         how = "derived: index_head_dim per MLA layer (one indexer key per token; index_n_heads are query heads only)"
     extra["indexer_elems_per_token"] = elems
     view.note("indexer_elems_per_token", f"{view.where(view.locate('index_head_dim')[1])}; {how}")
-    view.warn(f"indexer: the sparse-attention indexer caches {elems} more elements per token (extra.indexer_elems_per_token), not in kv_bytes_per_token")
+    view.warn(
+        f"indexer: the sparse-attention indexer caches {elems} more elements per token (extra.indexer_elems_per_token), not in kv_bytes_per_token"
+    )
 
 
 def read_config(
@@ -311,8 +358,14 @@ def read_config(
     companions = dict(companions or {})
     text, prefix = _text_part(config, filename)
     hf = _transformers_facts(config, use_transformers, hf_facts)
-    view = ConfigView(text=text, top=config, filename=filename, text_prefix=prefix,
-                      hf_defaults=hf.defaults if hf.ok else None, hf_label=hf.label)
+    view = ConfigView(
+        text=text,
+        top=config,
+        filename=filename,
+        text_prefix=prefix,
+        hf_defaults=hf.defaults if hf.ok else None,
+        hf_label=hf.label,
+    )
 
     model_type = config.get("model_type")
     if model_type is not None and not isinstance(model_type, str):
@@ -333,8 +386,12 @@ def read_config(
         view.warn(f"intermediate_size: {reason} in config.json")
     vocab = view.integer("vocab_size", aliases("vocab_size"))
     max_positions = view.integer("max_position_embeddings", aliases("max_position_embeddings"))
-    for fact, value in (("hidden_size", hidden), ("num_attention_heads", heads), ("vocab_size", vocab),
-                        ("max_position_embeddings", max_positions)):
+    for fact, value in (
+        ("hidden_size", hidden),
+        ("num_attention_heads", heads),
+        ("vocab_size", vocab),
+        ("max_position_embeddings", max_positions),
+    ):
         if value is None:
             view.warn(f"{fact}: not stated in config.json")
     tied = view.boolean("tie_word_embeddings", "tie_word_embeddings")
@@ -346,8 +403,11 @@ def read_config(
             view.note("tie_word_embeddings", f"{hf.label}: tie_word_embeddings (default)")
         elif isinstance(rule, bool):
             tied = rule
-            view.note("tie_word_embeddings", f"hfvram rules: transformers' {text_model_type} config default "
-                                             f"(data/config_rules.toml tie_word_embeddings_default)")
+            view.note(
+                "tie_word_embeddings",
+                f"hfvram rules: transformers' {text_model_type} config default "
+                f"(data/config_rules.toml tie_word_embeddings_default)",
+            )
         else:
             view.warn("tie_word_embeddings: not stated in config.json and no transformers default")
     dtype = _canonical_dtype(view)
@@ -411,16 +471,18 @@ def read_config(
     )
 
 
-def _transformers_facts(config: Mapping[str, Any], use_transformers: bool,
-                        hf_facts: HfFacts | Mapping[str, Any] | None) -> HfFacts:
+def _transformers_facts(
+    config: Mapping[str, Any], use_transformers: bool, hf_facts: HfFacts | Mapping[str, Any] | None
+) -> HfFacts:
     if hf_facts is not None:
         if isinstance(hf_facts, HfFacts):
             return hf_facts
         try:
             from hfvram.readers.config_hf import installed_transformers_version, precomputed_label
 
-            return precomputed_label(HfFacts.from_json(hf_facts, origin="precomputed facts"),
-                                     installed_transformers_version())
+            return precomputed_label(
+                HfFacts.from_json(hf_facts, origin="precomputed facts"), installed_transformers_version()
+            )
         except ValueError as exc:
             return HfFacts("transformers", None, f"precomputed transformers facts unusable ({exc})")
     if not use_transformers:
@@ -433,5 +495,8 @@ def read_config_files(files: Mapping[str, bytes], *, use_transformers: bool = Tr
     if "config.json" not in files:
         raise MalformedFileError("no config.json among the model's files", file="config.json")
     companions = {name: load_json_tolerant(files[name], name) for name in COMPANION_FILES if name in files}
-    return read_config(load_json_tolerant(files["config.json"], "config.json"), companions=companions,
-                       use_transformers=use_transformers)
+    return read_config(
+        load_json_tolerant(files["config.json"], "config.json"),
+        companions=companions,
+        use_transformers=use_transformers,
+    )

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
-from hfvram.errors import MalformedFileError
 from hfvram.datafiles import data_table
+from hfvram.errors import MalformedFileError
 
 _MISSING = object()
 
@@ -106,7 +107,9 @@ class ConfigView:
                     return value
         if required:
             path = first_null_path or (self.text_prefix + keys[0])
-            raise self.fail(path, "required number is missing" if first_null_path is None else "required number is null")
+            raise self.fail(
+                path, "required number is missing" if first_null_path is None else "required number is null"
+            )
         return None
 
     def to_int(self, path: str, value: Any, minimum: int = 0) -> int:

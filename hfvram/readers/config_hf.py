@@ -8,10 +8,11 @@ import json
 import os
 import tempfile
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,9 @@ def _load_canonical(canonical: str) -> HfConfig:
     config = json.loads(canonical)
     model_type = config.pop("model_type")
     if model_type not in CONFIG_MAPPING_NAMES:
-        return HfConfig(None, f"transformers {version}", version, f"transformers {version} does not know model_type {model_type!r}")
+        return HfConfig(
+            None, f"transformers {version}", version, f"transformers {version} does not know model_type {model_type!r}"
+        )
     verbosity = transformers.logging.get_verbosity()
     transformers.logging.set_verbosity_error()
     try:
@@ -71,7 +74,12 @@ def _load_canonical(canonical: str) -> HfConfig:
             hf = AutoConfig.for_model(model_type, **config)
         text = hf.get_text_config() if hasattr(hf, "get_text_config") else hf
     except Exception as exc:  # strict dataclass validation, bad values: fall back to hfvram rules
-        return HfConfig(None, f"transformers {version}", version, f"transformers {version} rejected the config ({type(exc).__name__}: {str(exc)[:120]})")
+        return HfConfig(
+            None,
+            f"transformers {version}",
+            version,
+            f"transformers {version} rejected the config ({type(exc).__name__}: {str(exc)[:120]})",
+        )
     finally:
         transformers.logging.set_verbosity(verbosity)
     return HfConfig(text, f"transformers {version} {type(text).__name__}", version)
@@ -84,11 +92,34 @@ FACTS_FORMAT = 1
 #: keys asked of transformers' defaults besides every int/bool attribute its config serialises (attribute_map
 #: aliases and the per-family keys hfvram.readers.config_layers reads)
 _EXTRA_DEFAULT_KEYS = (
-    "head_dim", "tie_word_embeddings", "sliding_window", "sliding_window_size", "attention_chunk_size",
-    "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "linear_num_key_heads",
-    "linear_key_head_dim", "linear_num_value_heads", "linear_value_head_dim", "linear_conv_kernel_dim",
-    "ssm_state_size", "state_size", "d_state", "conv_kernel", "d_conv", "mamba_d_conv", "mamba_num_heads",
-    "mamba_head_dim", "expand", "intermediate_size", "mamba_intermediate_size", "d_inner", "n_groups", "ngroups",
+    "head_dim",
+    "tie_word_embeddings",
+    "sliding_window",
+    "sliding_window_size",
+    "attention_chunk_size",
+    "kv_lora_rank",
+    "qk_rope_head_dim",
+    "qk_nope_head_dim",
+    "v_head_dim",
+    "linear_num_key_heads",
+    "linear_key_head_dim",
+    "linear_num_value_heads",
+    "linear_value_head_dim",
+    "linear_conv_kernel_dim",
+    "ssm_state_size",
+    "state_size",
+    "d_state",
+    "conv_kernel",
+    "d_conv",
+    "mamba_d_conv",
+    "mamba_num_heads",
+    "mamba_head_dim",
+    "expand",
+    "intermediate_size",
+    "mamba_intermediate_size",
+    "d_inner",
+    "n_groups",
+    "ngroups",
     "mamba_n_groups",
 )
 
@@ -114,24 +145,33 @@ class HfFacts:
         return (self.defaults or {}).get(key, missing)
 
     def to_json(self) -> dict[str, Any]:
-        return {"format": FACTS_FORMAT, "label": self.label, "version": self.version, "failure": self.failure,
-                "layer_types": list(self.layer_types) if self.layer_types is not None else None,
-                "defaults": dict(self.defaults or {})}
+        return {
+            "format": FACTS_FORMAT,
+            "label": self.label,
+            "version": self.version,
+            "failure": self.failure,
+            "layer_types": list(self.layer_types) if self.layer_types is not None else None,
+            "defaults": dict(self.defaults or {}),
+        }
 
     @staticmethod
-    def from_json(data: Mapping[str, Any], origin: str | None = None) -> "HfFacts":
+    def from_json(data: Mapping[str, Any], origin: str | None = None) -> HfFacts:
         """Facts from their JSON form; ValueError when it is not facts of this FACTS_FORMAT."""
         if not isinstance(data, Mapping) or data.get("format") != FACTS_FORMAT:
             raise ValueError("not transformers facts of format %d" % FACTS_FORMAT)
         label, version, failure = data.get("label"), data.get("version"), data.get("failure")
         types, defaults = data.get("layer_types"), data.get("defaults")
-        if not isinstance(label, str) or not isinstance(version, (str, type(None))) \
-                or not isinstance(failure, (str, type(None))):
+        if (
+            not isinstance(label, str)
+            or not isinstance(version, (str, type(None)))
+            or not isinstance(failure, (str, type(None)))
+        ):
             raise ValueError("transformers facts: label/version/failure of the wrong type")
         if types is not None and not (isinstance(types, list) and all(isinstance(t, str) for t in types)):
             raise ValueError("transformers facts: layer_types is not a list of strings")
         if not isinstance(defaults, Mapping) or not all(
-                isinstance(k, str) and isinstance(v, (int, bool)) for k, v in defaults.items()):
+            isinstance(k, str) and isinstance(v, (int, bool)) for k, v in defaults.items()
+        ):
             raise ValueError("transformers facts: defaults are not int/bool values by key")
         return HfFacts(label, version, failure, tuple(types) if types is not None else None, dict(defaults), origin)
 
@@ -217,7 +257,7 @@ def facts_cache_dir() -> Path:
 
 
 def _cache_path(canonical: str, version: str) -> Path:
-    key = hashlib.sha256(f"{canonical}\ntransformers {version}".encode("utf-8")).hexdigest()
+    key = hashlib.sha256(f"{canonical}\ntransformers {version}".encode()).hexdigest()
     return facts_cache_dir() / f"{key}.json"
 
 

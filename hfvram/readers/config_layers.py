@@ -6,8 +6,9 @@ derives ``layer_types``), then ``build_layers`` turns names into ``Layer`` shape
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from hfvram.readers.config_fields import ConfigView, aliases, config_rules
 from hfvram.spec import Layer, LayerKind
@@ -34,15 +35,26 @@ _LAYER_TYPE_NAMES = {
 }
 
 #: Nemotron-H hybrid_override_pattern symbols (transformers NemotronHConfig): the mixer of each block
-_NEMOTRON_H_SYMBOLS = {"M": LayerKind.MAMBA.value, "*": LayerKind.FULL.value, "-": LayerKind.NONE.value, "E": LayerKind.NONE.value}
+_NEMOTRON_H_SYMBOLS = {
+    "M": LayerKind.MAMBA.value,
+    "*": LayerKind.FULL.value,
+    "-": LayerKind.NONE.value,
+    "E": LayerKind.NONE.value,
+}
 
 
 def normalize_layer_type(name: str, model_type: str | None) -> str | None:
     """A transformers / config.json layer-type name in hfvram's vocabulary (LayerKind values, CSA, HCA)."""
     if model_type == "nemotron_h":
         # NemotronHConfig calls its Mamba2 mixers "linear_attention" and MLP / MoE blocks "mlp" / "moe"
-        return {"linear_attention": LayerKind.MAMBA.value, "mamba": LayerKind.MAMBA.value, "mlp": LayerKind.NONE.value,
-                "moe": LayerKind.NONE.value, "full_attention": LayerKind.FULL.value, "attention": LayerKind.FULL.value}.get(name)
+        return {
+            "linear_attention": LayerKind.MAMBA.value,
+            "mamba": LayerKind.MAMBA.value,
+            "mlp": LayerKind.NONE.value,
+            "moe": LayerKind.NONE.value,
+            "full_attention": LayerKind.FULL.value,
+            "attention": LayerKind.FULL.value,
+        }.get(name)
     return _LAYER_TYPE_NAMES.get(name)
 
 
@@ -50,8 +62,14 @@ def _is_mla(view: ConfigView) -> bool:
     return view.has("kv_lora_rank")
 
 
-def _per_layer_kinds(view: ConfigView, values: Sequence[Any], path: str, num_layers: int,
-                     kind_of: Callable[[Any], str | None], unknown: str) -> list[str]:
+def _per_layer_kinds(
+    view: ConfigView,
+    values: Sequence[Any],
+    path: str,
+    num_layers: int,
+    kind_of: Callable[[Any], str | None],
+    unknown: str,
+) -> list[str]:
     """One layer kind per entry of a per-layer list (at least ``num_layers`` entries; an entry ``kind_of``
     does not know fails with ``unknown`` formatted with it)."""
     if len(values) < num_layers:
@@ -76,7 +94,9 @@ def rule_layer_types(view: ConfigView, num_layers: int, model_type: str | None) 
             kind = normalize_layer_type(name, model_type)
             return LayerKind.MLA.value if mla and kind == LayerKind.FULL.value else kind
 
-        return _per_layer_kinds(view, listed, path, num_layers, listed_kind, "unknown layer type {!r}"), view.where(path)
+        return _per_layer_kinds(view, listed, path, num_layers, listed_kind, "unknown layer type {!r}"), view.where(
+            path
+        )
 
     pattern, path = _pattern(view, num_layers)
     if pattern is not None:
@@ -84,19 +104,24 @@ def rule_layer_types(view: ConfigView, num_layers: int, model_type: str | None) 
 
     blocks, path = view.sequence("block_configs")
     if blocks is not None:
-        return _block_types(view, blocks, path, num_layers), view.where(path) + " (attention.no_op / replace_with_linear → none)"
+        return _block_types(view, blocks, path, num_layers), view.where(
+            path
+        ) + " (attention.no_op / replace_with_linear → none)"
 
     ratios, path = view.int_list("compress_ratios")
     if ratios is not None:
-        types = _per_layer_kinds(view, ratios, path, num_layers, _V4_RATIO_TYPES.get,
-                                 "unknown compress ratio {} (known: 0, 4, 128)")
+        types = _per_layer_kinds(
+            view, ratios, path, num_layers, _V4_RATIO_TYPES.get, "unknown compress ratio {} (known: 0, 4, 128)"
+        )
         return types, view.where(path) + " (0 → sliding only, 4 → compressed-sparse, 128 → heavily-compressed)"
 
     if _is_mla(view):
         return [LayerKind.MLA.value] * num_layers, view.where(view.locate("kv_lora_rank")[1])
 
     if model_type in config_rules()["encoder_only"]["model_types"]:
-        return [LayerKind.NONE.value] * num_layers, f"derived: model_type {model_type!r} is an encoder (no generation cache)"
+        return [
+            LayerKind.NONE.value
+        ] * num_layers, f"derived: model_type {model_type!r} is an encoder (no generation cache)"
 
     if model_type in ("mamba", "mamba2", "falcon_mamba"):
         return [LayerKind.MAMBA.value] * num_layers, f"derived: model_type {model_type!r} is attention-free"
@@ -112,7 +137,9 @@ def rule_layer_types(view: ConfigView, num_layers: int, model_type: str | None) 
 
     window = view.integer("sliding_window", ["sliding_window"], use_hf_default=False)
     if window is None:
-        return [LayerKind.FULL.value] * num_layers, "derived: no layer_types and no sliding_window → every layer full attention"
+        return [
+            LayerKind.FULL.value
+        ] * num_layers, "derived: no layer_types and no sliding_window → every layer full attention"
     return _sliding_types(view, num_layers, model_type)
 
 
@@ -156,7 +183,10 @@ def _chunked_types(view: ConfigView, num_layers: int) -> tuple[list[str], str]:
         return types, view.where(path) + " (1 = RoPE → chunked, 0 = NoPE → full)"
     interval = view.integer("no_rope_layer_interval", ["no_rope_layer_interval"], use_hf_default=False) or 4
     types = [LayerKind.FULL.value if (i + 1) % interval == 0 else LayerKind.CHUNKED.value for i in range(num_layers)]
-    return types, f"derived: attention_chunk_size with no no_rope_layers → every {interval}th layer NoPE full, others chunked (Llama4TextConfig rule)"
+    return (
+        types,
+        f"derived: attention_chunk_size with no no_rope_layers → every {interval}th layer NoPE full, others chunked (Llama4TextConfig rule)",
+    )
 
 
 def _sliding_types(view: ConfigView, num_layers: int, model_type: str | None) -> tuple[list[str], str]:
@@ -164,7 +194,9 @@ def _sliding_types(view: ConfigView, num_layers: int, model_type: str | None) ->
     use_sliding = view.boolean("use_sliding_window", "use_sliding_window")
     if use_sliding is not None:  # Qwen2 family: SWA only when switched on, and only from max_window_layers up
         if not use_sliding:
-            return [full] * num_layers, view.where(view.locate("use_sliding_window")[1]) + " is false → every layer full"
+            return [full] * num_layers, view.where(
+                view.locate("use_sliding_window")[1]
+            ) + " is false → every layer full"
         start = view.integer("max_window_layers", ["max_window_layers"], minimum=0, use_hf_default=False) or 0
         types = [sliding if i >= start else full for i in range(num_layers)]
         return types, view.where(view.locate("max_window_layers")[1]) + " (layers >= max_window_layers slide)"
@@ -177,7 +209,9 @@ def _sliding_types(view: ConfigView, num_layers: int, model_type: str | None) ->
     if model_type in ("gemma2", "cohere2"):
         types = [sliding if i % 2 == 0 else full for i in range(num_layers)]
         return types, f"derived: {model_type} alternates (even layers sliding, odd layers full)"
-    return [sliding] * num_layers, view.where(view.locate("sliding_window")[1]) + " with no layer pattern → every layer sliding"
+    return [sliding] * num_layers, view.where(
+        view.locate("sliding_window")[1]
+    ) + " with no layer pattern → every layer sliding"
 
 
 # ---- shapes -------------------------------------------------------------------------------------
@@ -200,10 +234,14 @@ def attention_dims(view: ConfigView, hidden_size: int | None, heads: int | None)
             view.note("head_dim", f"{view.hf_label}: head_dim (default)")
     if head_dim is None:
         if hidden_size is None or heads is None:
-            raise view.fail(view.text_prefix + "head_dim", "no head_dim and no hidden_size / num_attention_heads to derive it")
+            raise view.fail(
+                view.text_prefix + "head_dim", "no head_dim and no hidden_size / num_attention_heads to derive it"
+            )
         head_dim = hidden_size // heads
         if head_dim == 0:
-            raise view.fail(view.text_prefix + "num_attention_heads", f"{heads} heads do not fit hidden_size {hidden_size}")
+            raise view.fail(
+                view.text_prefix + "num_attention_heads", f"{heads} heads do not fit hidden_size {hidden_size}"
+            )
         view.note("head_dim", "derived: hidden_size / num_attention_heads")
         if hidden_size % heads:
             view.warn(f"head_dim: hidden_size {hidden_size} is not a multiple of {heads} heads; using {head_dim}")
@@ -217,8 +255,14 @@ def attention_dims(view: ConfigView, hidden_size: int | None, heads: int | None)
 
 
 def attention_layer(kind: LayerKind, dims: AttentionDims, window: int | None, moe: bool) -> Layer:
-    return Layer(kind=kind, num_kv_heads=dims.num_kv_heads, head_dim_k=dims.head_dim, head_dim_v=dims.head_dim,
-                 window=window if kind in (LayerKind.SLIDING, LayerKind.CHUNKED) else None, moe=moe)
+    return Layer(
+        kind=kind,
+        num_kv_heads=dims.num_kv_heads,
+        head_dim_k=dims.head_dim,
+        head_dim_v=dims.head_dim,
+        window=window if kind in (LayerKind.SLIDING, LayerKind.CHUNKED) else None,
+        moe=moe,
+    )
 
 
 def mla_layer(view: ConfigView, heads: int | None, moe: bool) -> Layer:
@@ -226,8 +270,15 @@ def mla_layer(view: ConfigView, heads: int | None, moe: bool) -> Layer:
     rope = view.integer("qk_rope_head_dim", ["qk_rope_head_dim"], required=True)
     nope = view.integer("qk_nope_head_dim", ["qk_nope_head_dim"], minimum=0) or 0
     v_dim = view.integer("v_head_dim", ["v_head_dim"]) or 0
-    return Layer(kind=LayerKind.MLA, num_kv_heads=heads or 0, head_dim_k=nope + rope, head_dim_v=v_dim,
-                 kv_lora_rank=rank, qk_rope_head_dim=rope, moe=moe)
+    return Layer(
+        kind=LayerKind.MLA,
+        num_kv_heads=heads or 0,
+        head_dim_k=nope + rope,
+        head_dim_v=v_dim,
+        kv_lora_rank=rank,
+        qk_rope_head_dim=rope,
+        moe=moe,
+    )
 
 
 def linear_layer(view: ConfigView, moe: bool) -> Layer:
@@ -238,11 +289,20 @@ def linear_layer(view: ConfigView, moe: bool) -> Layer:
     v_dim = view.integer("linear_value_head_dim", ["linear_value_head_dim"], required=True)
     kernel = view.integer("linear_conv_kernel_dim", ["linear_conv_kernel_dim"], required=True)
     ssm_dtype = _state_dtype_bytes(view, "mamba_ssm_dtype")
-    view.note("recurrent_state", "derived: conv (linear_conv_kernel_dim − 1) × (2 × linear_num_key_heads × "
-              "linear_key_head_dim + linear_num_value_heads × linear_value_head_dim) + ssm linear_num_value_heads × "
-              "linear_value_head_dim × linear_key_head_dim")
-    return Layer(kind=LayerKind.LINEAR, conv_state_elems=(kernel - 1) * (2 * k_heads * k_dim + v_heads * v_dim),
-                 ssm_state_elems=v_heads * v_dim * k_dim, state_dtype_bytes=ssm_dtype, state_heads=k_heads, moe=moe)
+    view.note(
+        "recurrent_state",
+        "derived: conv (linear_conv_kernel_dim − 1) × (2 × linear_num_key_heads × "
+        "linear_key_head_dim + linear_num_value_heads × linear_value_head_dim) + ssm linear_num_value_heads × "
+        "linear_value_head_dim × linear_key_head_dim",
+    )
+    return Layer(
+        kind=LayerKind.LINEAR,
+        conv_state_elems=(kernel - 1) * (2 * k_heads * k_dim + v_heads * v_dim),
+        ssm_state_elems=v_heads * v_dim * k_dim,
+        state_dtype_bytes=ssm_dtype,
+        state_heads=k_heads,
+        moe=moe,
+    )
 
 
 def mamba_layer(view: ConfigView, hidden_size: int | None, model_type: str | None, moe: bool) -> Layer:
@@ -263,19 +323,40 @@ def mamba_layer(view: ConfigView, hidden_size: int | None, model_type: str | Non
             d_inner = expand * hidden_size
             view.note("mamba_d_inner", "derived: expand × hidden_size")
         else:
-            raise view.fail(view.text_prefix + "mamba_num_heads", "no Mamba inner size (mamba_num_heads × mamba_head_dim or expand × hidden_size)")
+            raise view.fail(
+                view.text_prefix + "mamba_num_heads",
+                "no Mamba inner size (mamba_num_heads × mamba_head_dim or expand × hidden_size)",
+            )
     ssm_dtype = 4.0 if model_type == "nemotron_h" else _state_dtype_bytes(view, "mamba_ssm_cache_dtype")
     if model_type == "nemotron_h":
-        view.note("state_dtype_bytes", "derived: NemotronH keeps the SSM state in float32 (vLLM default, design/engines.md §2.5); conv state counted at the same 4 bytes (small over-count)")
+        view.note(
+            "state_dtype_bytes",
+            "derived: NemotronH keeps the SSM state in float32 (vLLM default, design/engines.md §2.5); conv state counted at the same 4 bytes (small over-count)",
+        )
     if heads is None:  # Mamba1: conv (k−1)·d_inner, ssm d_inner·d_state
         view.note("recurrent_state", "derived: conv (conv_kernel − 1) × d_inner + ssm d_inner × ssm_state_size")
-        return Layer(kind=LayerKind.MAMBA, conv_state_elems=(kernel - 1) * d_inner, ssm_state_elems=d_inner * d_state,
-                     state_dtype_bytes=ssm_dtype, state_heads=0, moe=moe)
+        return Layer(
+            kind=LayerKind.MAMBA,
+            conv_state_elems=(kernel - 1) * d_inner,
+            ssm_state_elems=d_inner * d_state,
+            state_dtype_bytes=ssm_dtype,
+            state_heads=0,
+            moe=moe,
+        )
     groups = view.integer("n_groups", ["n_groups", "ngroups", "mamba_n_groups"]) or 1
-    view.note("recurrent_state", "derived: conv (conv_kernel − 1) × (d_inner + 2 × n_groups × ssm_state_size) + "
-              "ssm mamba_num_heads × mamba_head_dim × ssm_state_size")
-    return Layer(kind=LayerKind.MAMBA, conv_state_elems=(kernel - 1) * (d_inner + 2 * groups * d_state),
-                 ssm_state_elems=heads * (head_dim or 0) * d_state, state_dtype_bytes=ssm_dtype, state_heads=heads, moe=moe)
+    view.note(
+        "recurrent_state",
+        "derived: conv (conv_kernel − 1) × (d_inner + 2 × n_groups × ssm_state_size) + "
+        "ssm mamba_num_heads × mamba_head_dim × ssm_state_size",
+    )
+    return Layer(
+        kind=LayerKind.MAMBA,
+        conv_state_elems=(kernel - 1) * (d_inner + 2 * groups * d_state),
+        ssm_state_elems=heads * (head_dim or 0) * d_state,
+        state_dtype_bytes=ssm_dtype,
+        state_heads=heads,
+        moe=moe,
+    )
 
 
 def _state_dtype_bytes(view: ConfigView, key: str) -> float | None:
@@ -286,14 +367,20 @@ def _state_dtype_bytes(view: ConfigView, key: str) -> float | None:
     if size is None:
         view.warn(f"state_dtype: {key} {name!r} is not a dtype hfvram knows; state counted at the cache dtype")
     elif size == 4.0:
-        view.note("state_dtype_bytes", view.where(view.locate(key)[1]) + " (SSM state fp32; conv state counted at the same 4 bytes, a small over-count)")
+        view.note(
+            "state_dtype_bytes",
+            view.where(view.locate(key)[1])
+            + " (SSM state fp32; conv state counted at the same 4 bytes, a small over-count)",
+        )
     return size
 
 
 # ---- MoE ----------------------------------------------------------------------------------------
 
 
-def moe_flags(view: ConfigView, types: list[str], num_experts: int | None, pattern_symbols: str | None) -> tuple[list[bool], str]:
+def moe_flags(
+    view: ConfigView, types: list[str], num_experts: int | None, pattern_symbols: str | None
+) -> tuple[list[bool], str]:
     """Which layers' FFN is a mixture of experts."""
     n = len(types)
     if pattern_symbols is not None:
@@ -306,7 +393,9 @@ def moe_flags(view: ConfigView, types: list[str], num_experts: int | None, patte
         dense.update(mlp_only)
     first_dense = view.integer("first_k_dense_replace", ["first_k_dense_replace"], minimum=0, use_hf_default=False)
     freq = view.integer("moe_layer_freq", ["moe_layer_freq"], use_hf_default=False)
-    step = view.integer("decoder_sparse_step", ["decoder_sparse_step", "interleave_moe_layer_step"], use_hf_default=False)
+    step = view.integer(
+        "decoder_sparse_step", ["decoder_sparse_step", "interleave_moe_layer_step"], use_hf_default=False
+    )
     flags = []
     for i in range(n):
         moe = i not in dense
@@ -315,6 +404,14 @@ def moe_flags(view: ConfigView, types: list[str], num_experts: int | None, patte
         elif step is not None:
             moe = moe and (i + 1) % step == 0
         flags.append(moe)
-    parts = [k for k, v in (("mlp_only_layers", mlp_only), ("first_k_dense_replace", first_dense),
-                            ("moe_layer_freq", freq), ("decoder_sparse_step", step)) if v]
+    parts = [
+        k
+        for k, v in (
+            ("mlp_only_layers", mlp_only),
+            ("first_k_dense_replace", first_dense),
+            ("moe_layer_freq", freq),
+            ("decoder_sparse_step", step),
+        )
+        if v
+    ]
     return flags, "derived: " + (", ".join(parts) if parts else "every layer MoE")

@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from hfvram.errors import MalformedFileError
 from hfvram.spec import Quantization
@@ -13,7 +14,15 @@ HF_QUANT_CONFIG = "hf_quant_config.json"
 QUANTIZE_CONFIG = "quantize_config.json"
 
 #: nominal weight bits of ModelOpt / config quant algorithms (design/engines.md §11.2)
-_ALGO_BITS = {"FP8": 8.0, "FP8_PB_WO": 8.0, "NVFP4": 4.0, "W4A8_AWQ": 4.0, "W4A16_AWQ": 4.0, "INT8_SQ": 8.0, "MXFP4": 4.0}
+_ALGO_BITS = {
+    "FP8": 8.0,
+    "FP8_PB_WO": 8.0,
+    "NVFP4": 4.0,
+    "W4A8_AWQ": 4.0,
+    "W4A16_AWQ": 4.0,
+    "INT8_SQ": 8.0,
+    "MXFP4": 4.0,
+}
 
 
 def _bits(value: Any, file: str, path: str) -> float | None:
@@ -44,9 +53,15 @@ def _keep(qc: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, object]:
 def _fp8(qc: Mapping[str, Any], file: str, path: str) -> Quantization:
     block = qc.get("weight_block_size")
     if block is not None:
-        if not isinstance(block, list) or not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block):
-            raise MalformedFileError("expected a list of positive integers", file=file, field=f"{path}.weight_block_size")
-    details = _keep(qc, ("weight_block_size", "activation_scheme", "fmt", "scale_fmt", "modules_to_not_convert", "ignored_layers"))
+        if not isinstance(block, list) or not all(
+            isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block
+        ):
+            raise MalformedFileError(
+                "expected a list of positive integers", file=file, field=f"{path}.weight_block_size"
+            )
+    details = _keep(
+        qc, ("weight_block_size", "activation_scheme", "fmt", "scale_fmt", "modules_to_not_convert", "ignored_layers")
+    )
     return Quantization("fp8", 8.0, None, details, f"{file}: {path}.quant_method")
 
 
@@ -119,7 +134,14 @@ def _bitsandbytes(qc: Mapping[str, Any], file: str, path: str) -> Quantization:
     four = qc.get("load_in_4bit", qc.get("_load_in_4bit"))
     eight = qc.get("load_in_8bit", qc.get("_load_in_8bit"))
     details = _keep(
-        qc, ("bnb_4bit_quant_type", "bnb_4bit_use_double_quant", "bnb_4bit_compute_dtype", "bnb_4bit_quant_storage", "llm_int8_skip_modules")
+        qc,
+        (
+            "bnb_4bit_quant_type",
+            "bnb_4bit_use_double_quant",
+            "bnb_4bit_compute_dtype",
+            "bnb_4bit_quant_storage",
+            "llm_int8_skip_modules",
+        ),
     )
     if four is True:
         details.setdefault("bnb_4bit_quant_type", "fp4")  # bitsandbytes' default quant type

@@ -13,12 +13,13 @@ from __future__ import annotations
 import math
 import re
 import struct
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Mapping, Protocol, Sequence
+from typing import Protocol
 
-from hfvram.errors import MalformedFileError
 from hfvram.datafiles import data_table
+from hfvram.errors import MalformedFileError
 from hfvram.readers.tensors import TensorInfo, gguf_component, spec_with_weights, weights_from_tensor_list
 from hfvram.spec import Layer, LayerKind, ModelSpec, Quantization, Weights
 
@@ -89,9 +90,17 @@ class GGUFHeader:
 
 # value type id -> (name, struct format or None for string/array)
 _SCALARS: dict[int, tuple[str, str]] = {
-    0: ("uint8", "<B"), 1: ("int8", "<b"), 2: ("uint16", "<H"), 3: ("int16", "<h"),
-    4: ("uint32", "<I"), 5: ("int32", "<i"), 6: ("float32", "<f"), 7: ("bool", "<B"),
-    10: ("uint64", "<Q"), 11: ("int64", "<q"), 12: ("float64", "<d"),
+    0: ("uint8", "<B"),
+    1: ("int8", "<b"),
+    2: ("uint16", "<H"),
+    3: ("int16", "<h"),
+    4: ("uint32", "<I"),
+    5: ("int32", "<i"),
+    6: ("float32", "<f"),
+    7: ("bool", "<B"),
+    10: ("uint64", "<Q"),
+    11: ("int64", "<q"),
+    12: ("float64", "<d"),
 }
 _STRING, _ARRAY = 8, 9
 _TYPE_NAMES = {**{k: v[0] for k, v in _SCALARS.items()}, _STRING: "string", _ARRAY: "array"}
@@ -259,13 +268,15 @@ def read_gguf_header(stream: Stream, *, filename: str) -> GGUFHeader:
         swapped = int.from_bytes(version.to_bytes(4, "little"), "big")
         if swapped in (1, 2, 3):
             raise MalformedFileError("big-endian GGUF is not supported", file=filename, field="version")
-        raise MalformedFileError(f"unsupported GGUF version {version} (supported: 2, 3)",
-                                 file=filename, field="version")
+        raise MalformedFileError(
+            f"unsupported GGUF version {version} (supported: 2, 3)", file=filename, field="version"
+        )
     tensor_count = reader.u64("tensor_count")
     kv_count = reader.u64("kv_count")
     if tensor_count > MAX_TENSORS:
-        raise MalformedFileError(f"tensor_count {tensor_count} exceeds {MAX_TENSORS}", file=filename,
-                                 field="tensor_count")
+        raise MalformedFileError(
+            f"tensor_count {tensor_count} exceeds {MAX_TENSORS}", file=filename, field="tensor_count"
+        )
     if kv_count > MAX_KV:
         raise MalformedFileError(f"kv_count {kv_count} exceeds {MAX_KV}", file=filename, field="kv_count")
 
@@ -280,10 +291,10 @@ def read_gguf_header(stream: Stream, *, filename: str) -> GGUFHeader:
         metadata[key] = reader.value(value_type, key)
 
     alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
-    if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment <= 0 \
-            or alignment & (alignment - 1):
-        raise MalformedFileError(f"alignment {alignment!r} is not a power of two", file=filename,
-                                 field="general.alignment")
+    if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
+        raise MalformedFileError(
+            f"alignment {alignment!r} is not a power of two", file=filename, field="general.alignment"
+        )
 
     tensors: list[GGUFTensor] = []
     names: set[str] = set()
@@ -309,12 +320,20 @@ def read_gguf_header(stream: Stream, *, filename: str) -> GGUFHeader:
         if offset != expected_offset:
             raise reader.fail(f"offset {offset}, expected {expected_offset}", name)
         expected_offset = _align(offset + nbytes, alignment)
-        tensors.append(GGUFTensor(name=name, ggml_type=type_id, type_name=type_name, shape=shape,
-                                  offset=offset, nbytes=nbytes))
+        tensors.append(
+            GGUFTensor(name=name, ggml_type=type_id, type_name=type_name, shape=shape, offset=offset, nbytes=nbytes)
+        )
 
     header_end = reader.pos
-    return GGUFHeader(version=version, metadata=metadata, tensors=tuple(tensors), header_end=header_end,
-                      alignment=alignment, data_start=_align(header_end, alignment), filename=filename)
+    return GGUFHeader(
+        version=version,
+        metadata=metadata,
+        tensors=tuple(tensors),
+        header_end=header_end,
+        alignment=alignment,
+        data_start=_align(header_end, alignment),
+        filename=filename,
+    )
 
 
 def read_gguf_file(path) -> GGUFHeader:
@@ -345,8 +364,9 @@ def split_gguf_names(filename: str) -> list[str]:
         return [filename]
     count = int(match.group("count"))
     if count < 1 or int(match.group("no")) > count or int(match.group("no")) < 1:
-        raise MalformedFileError(f"invalid split name (part {match.group('no')} of {count})", file=filename,
-                                 field="file name")
+        raise MalformedFileError(
+            f"invalid split name (part {match.group('no')} of {count})", file=filename, field="file name"
+        )
     prefix = match.group("prefix")
     return [f"{prefix}-{i:05d}-of-{count:05d}.gguf" for i in range(1, count + 1)]
 
@@ -380,8 +400,9 @@ def _per_layer(value: object, n_layers: int, key: str, filename: str) -> list[in
         return [int(value)] * n_layers
     if isinstance(value, list) and len(value) == n_layers and all(_finite_number(v) for v in value):
         return [int(v) for v in value]
-    raise MalformedFileError(f"expected a number or {n_layers} numbers, got {str(value)[:80]}",
-                             file=filename, field=key)
+    raise MalformedFileError(
+        f"expected a number or {n_layers} numbers, got {str(value)[:80]}", file=filename, field=key
+    )
 
 
 def _finite_number(value: object) -> bool:
@@ -407,8 +428,9 @@ class _Facts:
         if value is None:
             return None
         if not _finite_number(value):
-            raise MalformedFileError(f"expected a number, got {str(value)[:80]}", file=self.filename,
-                                     field=f"{self.arch}.{suffix}")
+            raise MalformedFileError(
+                f"expected a number, got {str(value)[:80]}", file=self.filename, field=f"{self.arch}.{suffix}"
+            )
         return int(value)
 
 
@@ -419,30 +441,35 @@ def _swa_layers(facts: _Facts, n_layers: int, warnings: list[str]) -> tuple[list
     chunked = table["chunked"].get(facts.arch)
     if chunked and window != 0:
         period = int(chunked["period"])
-        facts.provenance["layers"] = f"llama.cpp {facts.arch}: chunked attention period {period} " \
-                                     f"(design/engines.md §4.3)"
-        facts.provenance["attention_chunk_size"] = f"llama.cpp {facts.arch}: n_chunk {chunked['window']} " \
-                                                   f"(design/engines.md §4.3)"
+        facts.provenance["layers"] = (
+            f"llama.cpp {facts.arch}: chunked attention period {period} (design/engines.md §4.3)"
+        )
+        facts.provenance["attention_chunk_size"] = (
+            f"llama.cpp {facts.arch}: n_chunk {chunked['window']} (design/engines.md §4.3)"
+        )
         return [il % period < period - 1 for il in range(n_layers)], int(chunked["window"]), LayerKind.CHUNKED
     if not window:
         return [False] * n_layers, None, LayerKind.SLIDING
     pattern = facts.get("attention.sliding_window_pattern", "layers")
     if isinstance(pattern, list):
         if len(pattern) != n_layers:
-            raise MalformedFileError(f"{len(pattern)} entries for {n_layers} layers", file=facts.filename,
-                                     field=f"{facts.arch}.attention.sliding_window_pattern")
+            raise MalformedFileError(
+                f"{len(pattern)} entries for {n_layers} layers",
+                file=facts.filename,
+                field=f"{facts.arch}.attention.sliding_window_pattern",
+            )
         return [bool(v) for v in pattern], window, LayerKind.SLIDING
     if isinstance(pattern, int) and not isinstance(pattern, bool):
         period = pattern
     elif facts.arch in table["swa_pattern"]:
         period = int(table["swa_pattern"][facts.arch])
-        facts.provenance["layers"] = f"llama.cpp {facts.arch}: set_swa_pattern({period}) " \
-                                     f"(design/engines.md §4.3)"
+        facts.provenance["layers"] = f"llama.cpp {facts.arch}: set_swa_pattern({period}) (design/engines.md §4.3)"
     else:
         # llama.cpp applies the window to every layer when no pattern is known (set_swa_pattern default 1 → all)
         warnings.append(f"{facts.arch}: sliding_window {window} with no layer pattern; applied to every layer")
-        facts.provenance["layers"] = "derived: no sliding_window_pattern; the window applies to every layer " \
-                                     "(llama.cpp set_swa_pattern default)"
+        facts.provenance["layers"] = (
+            "derived: no sliding_window_pattern; the window applies to every layer (llama.cpp set_swa_pattern default)"
+        )
         return [True] * n_layers, window, LayerKind.SLIDING
     if period <= 0:
         return [True] * n_layers, window, LayerKind.SLIDING
@@ -457,25 +484,36 @@ def _recurrent_layer(facts: _Facts, kind: LayerKind, moe: bool) -> Layer:
     n_heads = facts.int("ssm.time_step_rank", "ssm_time_step_rank") or 0
     # llama.cpp src/llama-hparams.cpp n_embd_r / n_embd_s (design/engines.md §4.3); state kept in F32
     conv = max(d_conv - 1, 0) * (d_inner + 2 * n_group * d_state)
-    facts.provenance["recurrent_state"] = "derived: conv (ssm.conv_kernel − 1) × (ssm.inner_size + 2 × " \
-                                          "ssm.group_count × ssm.state_size) + ssm ssm.state_size × ssm.inner_size " \
-                                          "(llama.cpp n_embd_r / n_embd_s)"
+    facts.provenance["recurrent_state"] = (
+        "derived: conv (ssm.conv_kernel − 1) × (ssm.inner_size + 2 × "
+        "ssm.group_count × ssm.state_size) + ssm ssm.state_size × ssm.inner_size "
+        "(llama.cpp n_embd_r / n_embd_s)"
+    )
     facts.provenance["state_dtype_bytes"] = "derived: llama.cpp keeps the recurrent state in F32"
-    return Layer(kind=kind, conv_state_elems=conv, ssm_state_elems=d_state * d_inner, state_dtype_bytes=4.0,
-                 state_heads=n_heads, moe=moe)
+    return Layer(
+        kind=kind,
+        conv_state_elems=conv,
+        ssm_state_elems=d_state * d_inner,
+        state_dtype_bytes=4.0,
+        state_heads=n_heads,
+        moe=moe,
+    )
 
 
 def _layers(facts: _Facts, n_layers: int, moe_layers: set[int], warnings: list[str]) -> tuple[Layer, ...]:
     metadata, arch, filename = facts.metadata, facts.arch, facts.filename
     n_embd = facts.int("embedding_length", "hidden_size")
-    heads = _per_layer(facts.get("attention.head_count", "num_attention_heads"), n_layers,
-                       f"{arch}.attention.head_count", filename)
-    kv_heads = _per_layer(facts.get("attention.head_count_kv", "num_kv_heads"), n_layers,
-                          f"{arch}.attention.head_count_kv", filename)
+    heads = _per_layer(
+        facts.get("attention.head_count", "num_attention_heads"), n_layers, f"{arch}.attention.head_count", filename
+    )
+    kv_heads = _per_layer(
+        facts.get("attention.head_count_kv", "num_kv_heads"), n_layers, f"{arch}.attention.head_count_kv", filename
+    )
     if kv_heads is None:
         kv_heads = heads
-        facts.provenance["num_kv_heads"] = f"derived: no {arch}.attention.head_count_kv → multi-head attention " \
-                                           f"(= {arch}.attention.head_count)"
+        facts.provenance["num_kv_heads"] = (
+            f"derived: no {arch}.attention.head_count_kv → multi-head attention (= {arch}.attention.head_count)"
+        )
     key_length = facts.int("attention.key_length", "head_dim")
     value_length = facts.int("attention.value_length", "head_dim_v")
     key_length_swa = facts.int("attention.key_length_swa", "head_dim_swa")
@@ -493,7 +531,8 @@ def _layers(facts: _Facts, n_layers: int, moe_layers: set[int], warnings: list[s
         interval = table["full_attention_interval_default"].get(arch)
     if has_ssm:
         facts.provenance["layers"] = f"derived: recurrent where {arch}.attention.head_count_kv is 0" + (
-            f" or outside every {interval}th block" if interval else "")
+            f" or outside every {interval}th block" if interval else ""
+        )
     ffn = _per_layer(facts.get("feed_forward_length"), n_layers, f"{arch}.feed_forward_length", filename)
 
     layers: list[Layer] = []
@@ -514,18 +553,33 @@ def _layers(facts: _Facts, n_layers: int, moe_layers: set[int], warnings: list[s
         default_head = (n_embd // n_head) if n_embd and n_head else 0
         if kv_lora_rank and has_mla_keys:
             # MLA-converted GGUF: llama.cpp caches one latent of kv_lora_rank + rope dims per token (no V)
-            layers.append(Layer(kind=LayerKind.MLA, num_kv_heads=n_kv, head_dim_k=key_length or default_head,
-                                head_dim_v=value_length or 0, kv_lora_rank=kv_lora_rank,
-                                qk_rope_head_dim=rope_dims or 0, moe=moe))
+            layers.append(
+                Layer(
+                    kind=LayerKind.MLA,
+                    num_kv_heads=n_kv,
+                    head_dim_k=key_length or default_head,
+                    head_dim_v=value_length or 0,
+                    kv_lora_rank=kv_lora_rank,
+                    qk_rope_head_dim=rope_dims or 0,
+                    moe=moe,
+                )
+            )
             continue
         head_k = key_length or default_head
         head_v = value_length or head_k
         if swa[il]:
-            layers.append(Layer(kind=windowed_kind, num_kv_heads=n_kv, head_dim_k=key_length_swa or head_k,
-                                head_dim_v=value_length_swa or head_v, window=window, moe=moe))
+            layers.append(
+                Layer(
+                    kind=windowed_kind,
+                    num_kv_heads=n_kv,
+                    head_dim_k=key_length_swa or head_k,
+                    head_dim_v=value_length_swa or head_v,
+                    window=window,
+                    moe=moe,
+                )
+            )
         else:
-            layers.append(Layer(kind=LayerKind.FULL, num_kv_heads=n_kv, head_dim_k=head_k, head_dim_v=head_v,
-                                moe=moe))
+            layers.append(Layer(kind=LayerKind.FULL, num_kv_heads=n_kv, head_dim_k=head_k, head_dim_v=head_v, moe=moe))
     if key_length is None and any(layer.head_dim_k for layer in layers):
         facts.provenance["head_dim"] = f"derived: {arch}.embedding_length / {arch}.attention.head_count"
     if value_length is None and any(layer.head_dim_v for layer in layers):
@@ -555,8 +609,10 @@ def _rope_scaling(facts: _Facts) -> dict[str, object] | None:
     if not kind or kind == "none":
         return None
     scaling: dict[str, object] = {"rope_type": kind}
-    for suffix, name in (("rope.scaling.factor", "factor"),
-                         ("rope.scaling.original_context_length", "original_max_position_embeddings")):
+    for suffix, name in (
+        ("rope.scaling.factor", "factor"),
+        ("rope.scaling.original_context_length", "original_max_position_embeddings"),
+    ):
         value = facts.get(suffix)
         if value is not None:
             scaling[name] = value
@@ -573,16 +629,20 @@ def _primary(headers: Sequence[GGUFHeader], filename: str) -> GGUFHeader:
     return headers[0]
 
 
-def _check_split(headers: Sequence[GGUFHeader], tensors: Sequence[GGUFTensor], filename: str,
-                 warnings: list[str]) -> None:
+def _check_split(
+    headers: Sequence[GGUFHeader], tensors: Sequence[GGUFTensor], filename: str, warnings: list[str]
+) -> None:
     primary = _primary(headers, filename)
     count = primary.metadata.get("split.count")
     if count is not None and count != len(headers):
         warnings.append(f"split.count says {count} parts, {len(headers)} were read")
     expected = primary.metadata.get("split.tensors.count")
     if isinstance(expected, int) and expected != len(tensors):
-        raise MalformedFileError(f"split.tensors.count {expected} but the parts hold {len(tensors)} tensors",
-                                 file=filename, field="split.tensors.count")
+        raise MalformedFileError(
+            f"split.tensors.count {expected} but the parts hold {len(tensors)} tensors",
+            file=filename,
+            field="split.tensors.count",
+        )
     seen: set[str] = set()
     for tensor in tensors:
         if tensor.name in seen:
@@ -592,17 +652,21 @@ def _check_split(headers: Sequence[GGUFHeader], tensors: Sequence[GGUFTensor], f
 
 def gguf_weights(tensors: Sequence[GGUFTensor], *, num_layers: int | None, source: str) -> Weights:
     infos = [TensorInfo(name=t.name, dtype=t.type_name, shape=t.shape, nbytes=t.nbytes) for t in tensors]
-    return weights_from_tensor_list(infos, component_of=lambda n: gguf_component(n, num_layers=num_layers),
-                                    source=source, exact=True)
+    return weights_from_tensor_list(
+        infos, component_of=lambda n: gguf_component(n, num_layers=num_layers), source=source, exact=True
+    )
 
 
-def _weights_or_none(tensors: Sequence[GGUFTensor], num_layers: int, filename: str,
-                     warnings: list[str]) -> Weights | None:
+def _weights_or_none(
+    tensors: Sequence[GGUFTensor], num_layers: int, filename: str, warnings: list[str]
+) -> Weights | None:
     """The summed tensors; None (with a warning) for a GGUF without tensors, such as llama.cpp's
     ``ggml-vocab-*.gguf`` tokenizer files: hyper-parameters and a vocabulary, but not a model to serve."""
     if not tensors:
-        warnings.append(f"weights unknown: {filename} has no tensors: this GGUF holds only a vocabulary and "
-                        "metadata, not a model checkpoint")
+        warnings.append(
+            f"weights unknown: {filename} has no tensors: this GGUF holds only a vocabulary and "
+            "metadata, not a model checkpoint"
+        )
         return None
     return gguf_weights(tensors, num_layers=num_layers, source=f"{filename}: GGUF tensor infos (exact)")
 
@@ -631,14 +695,16 @@ def spec_from_gguf(headers: Sequence[GGUFHeader], *, filename: str) -> ModelSpec
     facts.provenance["architecture"] = f"{filename}: general.architecture"
     n_layers = facts.int("block_count", "num_layers")
     if n_layers is None or n_layers < 0 or n_layers > 100_000:
-        raise MalformedFileError(f"missing or invalid block_count {n_layers}", file=filename,
-                                 field=f"{arch}.block_count")
+        raise MalformedFileError(
+            f"missing or invalid block_count {n_layers}", file=filename, field=f"{arch}.block_count"
+        )
 
     # llama.cpp counts next-token-prediction blocks in block_count and puts them last
     num_mtp = facts.int("nextn_predict_layers", "num_mtp_layers") or 0
     if not 0 <= num_mtp <= n_layers:
-        raise MalformedFileError(f"nextn_predict_layers {num_mtp} for {n_layers} blocks", file=filename,
-                                 field=f"{arch}.nextn_predict_layers")
+        raise MalformedFileError(
+            f"nextn_predict_layers {num_mtp} for {n_layers} blocks", file=filename, field=f"{arch}.nextn_predict_layers"
+        )
     n_layers -= num_mtp
     moe_layers = {int(m.group(1)) for t in tensors if (m := re.match(r"^blk\.(\d+)\.ffn_\w+_exps\.", t.name))}
     if moe_layers:
@@ -657,10 +723,13 @@ def spec_from_gguf(headers: Sequence[GGUFHeader], *, filename: str) -> ModelSpec
     experts_used = facts.int("expert_used_count", "experts_per_token")
     head_k = facts.int("attention.key_length") or next((l.head_dim_k for l in layers if l.head_dim_k), None)
     head_v = facts.int("attention.value_length") or head_k
-    ffn = _per_layer(facts.get("feed_forward_length", "intermediate_size"), n_layers + num_mtp,
-                     f"{arch}.feed_forward_length", filename)
-    heads = _per_layer(facts.get("attention.head_count"), n_layers + num_mtp, f"{arch}.attention.head_count",
-                       filename)
+    ffn = _per_layer(
+        facts.get("feed_forward_length", "intermediate_size"),
+        n_layers + num_mtp,
+        f"{arch}.feed_forward_length",
+        filename,
+    )
+    heads = _per_layer(facts.get("attention.head_count"), n_layers + num_mtp, f"{arch}.attention.head_count", filename)
     tied = _tied_embeddings(tensors, facts.provenance, warnings)
     warnings.append("GGUF states no compute dtype")
 
@@ -697,9 +766,12 @@ def spec_from_gguf(headers: Sequence[GGUFHeader], *, filename: str) -> ModelSpec
         moe_intermediate_size=facts.int("expert_feed_forward_length", "moe_intermediate_size"),
         num_mtp_layers=num_mtp,
         rope_scaling=_rope_scaling(facts),
-        quantization=Quantization(method="gguf", bits=bits_per_weight, details={
-            "file_type": file_type, "ggml_types": dict(weights.bytes_by_dtype) if weights else {}},
-            source=f"{filename}: general.file_type"),
+        quantization=Quantization(
+            method="gguf",
+            bits=bits_per_weight,
+            details={"file_type": file_type, "ggml_types": dict(weights.bytes_by_dtype) if weights else {}},
+            source=f"{filename}: general.file_type",
+        ),
         weights=weights,
         provenance=facts.provenance,
         warnings=tuple(warnings),

@@ -12,9 +12,21 @@ _ATTENTION_KINDS = frozenset({LayerKind.FULL, LayerKind.SLIDING, LayerKind.CHUNK
 
 #: scalar facts the estimator reads whenever they are stated (a None fact carries a warning instead)
 SCALAR_FACTS: tuple[str, ...] = (
-    "architecture", "dtype", "hidden_size", "intermediate_size", "num_attention_heads", "vocab_size",
-    "max_position_embeddings", "tie_word_embeddings", "num_experts", "num_shared_experts", "experts_per_token",
-    "moe_intermediate_size", "rope_scaling", "quantization", "weights",
+    "architecture",
+    "dtype",
+    "hidden_size",
+    "intermediate_size",
+    "num_attention_heads",
+    "vocab_size",
+    "max_position_embeddings",
+    "tie_word_embeddings",
+    "num_experts",
+    "num_shared_experts",
+    "experts_per_token",
+    "moe_intermediate_size",
+    "rope_scaling",
+    "quantization",
+    "weights",
 )
 
 

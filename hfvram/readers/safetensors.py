@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping
 
 from hfvram.errors import MalformedFileError
 from hfvram.readers.tensors import (
@@ -24,20 +24,20 @@ from hfvram.readers.tensors import (
 from hfvram.spec import Quantization, Weights
 
 __all__ = [
-    "TensorInfo",
-    "SafetensorsHeader",
     "MAX_HEADER_BYTES",
+    "SafetensorsHeader",
+    "TensorInfo",
+    "file_reader",
     "header_length",
+    "merge_shards",
+    "params_active",
     "parse_header",
     "parse_header_full",
     "read_safetensors_header",
     "read_safetensors_header_full",
-    "file_reader",
-    "shard_files",
-    "merge_shards",
     "read_sharded_headers",
+    "shard_files",
     "weights_from_tensors",
-    "params_active",
 ]
 
 #: The safetensors reference implementation refuses headers above 100 MB (``MAX_HEADER_SIZE``).
@@ -69,18 +69,22 @@ class SafetensorsHeader:
 def header_length(first8: bytes, *, filename: str, available: int | None = None) -> int:
     """The JSON header's length from the file's first 8 bytes; checks the 100 MB limit and the bytes available."""
     if len(first8) < 8:
-        raise MalformedFileError(f"file too short for a safetensors header ({len(first8)} bytes)",
-                                 file=filename, field="header length")
+        raise MalformedFileError(
+            f"file too short for a safetensors header ({len(first8)} bytes)", file=filename, field="header length"
+        )
     length = int.from_bytes(first8[:8], "little")
     if length < 2:
-        raise MalformedFileError(f"header length {length} is too small for a JSON object",
-                                 file=filename, field="header length")
+        raise MalformedFileError(
+            f"header length {length} is too small for a JSON object", file=filename, field="header length"
+        )
     if length > MAX_HEADER_BYTES:
-        raise MalformedFileError(f"header length {length} exceeds the 100 MB safetensors limit",
-                                 file=filename, field="header length")
+        raise MalformedFileError(
+            f"header length {length} exceeds the 100 MB safetensors limit", file=filename, field="header length"
+        )
     if available is not None and 8 + length > available:
-        raise MalformedFileError(f"header length {length} exceeds the {available} bytes available",
-                                 file=filename, field="header length")
+        raise MalformedFileError(
+            f"header length {length} exceeds the {available} bytes available", file=filename, field="header length"
+        )
     return length
 
 
@@ -102,8 +106,9 @@ def _decode_json(raw_json: bytes, filename: str) -> dict:
     except UnicodeDecodeError as exc:
         raise MalformedFileError(f"header is not UTF-8 (byte {exc.start})", file=filename, field="header") from None
     try:
-        parsed = json.loads(text, object_pairs_hook=_no_duplicates(filename),
-                            parse_constant=lambda c: _bad_constant(c, filename))
+        parsed = json.loads(
+            text, object_pairs_hook=_no_duplicates(filename), parse_constant=lambda c: _bad_constant(c, filename)
+        )
     except MalformedFileError:
         raise
     except RecursionError:
@@ -131,14 +136,15 @@ def _tensor_info(name: str, entry: object, filename: str) -> TensorInfo:
     unknown = set(entry) - {"dtype", "shape", "data_offsets"}
     missing = {"dtype", "shape", "data_offsets"} - set(entry)
     if missing or unknown:
-        raise MalformedFileError(f"tensor entry has missing {sorted(missing)} / unknown {sorted(unknown)} keys",
-                                 file=filename, field=name)
+        raise MalformedFileError(
+            f"tensor entry has missing {sorted(missing)} / unknown {sorted(unknown)} keys", file=filename, field=name
+        )
     dtype = entry["dtype"]
     if not isinstance(dtype, str) or dtype_bits(dtype) is None:
         raise MalformedFileError(f"unknown dtype {str(dtype)[:40]!r}", file=filename, field=f"{name}.dtype")
     shape = _int_list(entry["shape"], filename=filename, where=f"{name}.shape")
     if len(shape) > MAX_RANK or any(d < 0 for d in shape):
-        raise MalformedFileError(f"invalid shape {shape[:MAX_RANK + 1]}", file=filename, field=f"{name}.shape")
+        raise MalformedFileError(f"invalid shape {shape[: MAX_RANK + 1]}", file=filename, field=f"{name}.shape")
     if math.prod(shape) * (dtype_bits(dtype) or 0) > MAX_TENSOR_BYTES * 8:
         raise MalformedFileError(f"shape {shape} overflows", file=filename, field=f"{name}.shape")
     offsets = _int_list(entry["data_offsets"], filename=filename, where=f"{name}.data_offsets")
@@ -149,19 +155,23 @@ def _tensor_info(name: str, entry: object, filename: str) -> TensorInfo:
     if offsets[1] - offsets[0] != nbytes:
         raise MalformedFileError(
             f"data_offsets span {offsets[1] - offsets[0]} bytes but {dtype} {shape} needs {nbytes}",
-            file=filename, field=f"{name}.data_offsets")
+            file=filename,
+            field=f"{name}.data_offsets",
+        )
     return TensorInfo(name=name, dtype=dtype, shape=tuple(shape), nbytes=nbytes, offsets=(offsets[0], offsets[1]))
 
 
 def _check_contiguous(tensors: Iterable[TensorInfo], filename: str) -> None:
     """The format requires the data section to be covered exactly, without gaps or overlaps."""
     expected = 0
-    for tensor in sorted(tensors, key=lambda t: (t.offsets or (0, 0))):
+    for tensor in sorted(tensors, key=lambda t: t.offsets or (0, 0)):
         assert tensor.offsets is not None
         if tensor.offsets[0] != expected:
             raise MalformedFileError(
                 f"data_offsets start at {tensor.offsets[0]}, expected {expected} (gap or overlap)",
-                file=filename, field=f"{tensor.name}.data_offsets")
+                file=filename,
+                field=f"{tensor.name}.data_offsets",
+            )
         expected = tensor.offsets[1]
 
 
@@ -172,8 +182,9 @@ def parse_header_full(raw_json: bytes, *, filename: str, length: int | None = No
         raise MalformedFileError("__metadata__ must map strings to strings", file=filename, field="__metadata__")
     tensors = {name: _tensor_info(name, entry, filename) for name, entry in parsed.items()}
     _check_contiguous(tensors.values(), filename)
-    return SafetensorsHeader(tensors=tensors, metadata=metadata,
-                             header_length=length if length is not None else len(raw_json))
+    return SafetensorsHeader(
+        tensors=tensors, metadata=metadata, header_length=length if length is not None else len(raw_json)
+    )
 
 
 def parse_header(raw_json: bytes, *, filename: str) -> dict[str, TensorInfo]:
@@ -185,8 +196,9 @@ def read_safetensors_header_full(read: Reader, *, filename: str, available: int 
     length = header_length(read(0, 8), filename=filename, available=available)
     raw = read(8, length)
     if len(raw) < length:
-        raise MalformedFileError(f"truncated: header needs {length} bytes, only {len(raw)} available",
-                                 file=filename, field="header")
+        raise MalformedFileError(
+            f"truncated: header needs {length} bytes, only {len(raw)} available", file=filename, field="header"
+        )
     return parse_header_full(raw[:length], filename=filename, length=length)
 
 
@@ -216,15 +228,23 @@ def shard_files(index: Mapping[str, object], *, filename: str = "model.safetenso
         raise MalformedFileError("missing or empty weight_map", file=filename, field="weight_map")
     files: dict[str, None] = {}
     for tensor, shard in weight_map.items():
-        if not isinstance(shard, str) or not shard or shard.startswith("/") \
-                or ".." in shard.replace("\\", "/").split("/"):
+        if (
+            not isinstance(shard, str)
+            or not shard
+            or shard.startswith("/")
+            or ".." in shard.replace("\\", "/").split("/")
+        ):
             raise MalformedFileError(f"invalid shard name {shard!r}", file=filename, field=f"weight_map.{tensor}")
         files[shard] = None
     return list(files)
 
 
-def merge_shards(headers: Mapping[str, Mapping[str, TensorInfo]], *, index: Mapping[str, object] | None = None,
-                 filename: str = "model.safetensors.index.json") -> dict[str, TensorInfo]:
+def merge_shards(
+    headers: Mapping[str, Mapping[str, TensorInfo]],
+    *,
+    index: Mapping[str, object] | None = None,
+    filename: str = "model.safetensors.index.json",
+) -> dict[str, TensorInfo]:
     """One tensor table from every shard's header; a tensor in two shards, or in a shard the index
     does not name for it, is malformed."""
     merged: dict[str, TensorInfo] = {}
@@ -235,18 +255,22 @@ def merge_shards(headers: Mapping[str, Mapping[str, TensorInfo]], *, index: Mapp
             if name in merged:
                 raise MalformedFileError(f"tensor in both {owner[name]} and {shard}", file=filename, field=name)
             if weight_map and name in weight_map and weight_map[name] != shard:
-                raise MalformedFileError(f"index maps it to {weight_map[name]} but it is in {shard}",
-                                         file=filename, field=name)
+                raise MalformedFileError(
+                    f"index maps it to {weight_map[name]} but it is in {shard}", file=filename, field=name
+                )
             merged[name] = info
             owner[name] = shard
     return merged
 
 
-def read_sharded_headers(index: Mapping[str, object], open_shard: Callable[[str], Reader], *,
-                         filename: str = "model.safetensors.index.json") -> dict[str, TensorInfo]:
+def read_sharded_headers(
+    index: Mapping[str, object], open_shard: Callable[[str], Reader], *, filename: str = "model.safetensors.index.json"
+) -> dict[str, TensorInfo]:
     """Read every shard's header (``open_shard(name)`` gives its ``read(offset, length)``) and merge them."""
-    headers = {shard: read_safetensors_header(open_shard(shard), filename=shard)
-               for shard in shard_files(index, filename=filename)}
+    headers = {
+        shard: read_safetensors_header(open_shard(shard), filename=shard)
+        for shard in shard_files(index, filename=filename)
+    }
     return merge_shards(headers, index=index, filename=filename)
 
 

@@ -16,8 +16,9 @@ from __future__ import annotations
 import fnmatch
 import math
 import re
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any
 
 from hfvram.readers.tensors import TensorInfo, hf_component, tensor_nbytes, weights_from_counted_tensors
 from hfvram.spec import Layer, LayerKind, ModelSpec, Quantization, Weights
@@ -26,8 +27,7 @@ DERIVED_SOURCE = "derived: tensor shapes from config.json"
 
 _DTYPES = {"bfloat16": "BF16", "float16": "F16", "float32": "F32"}
 #: model types whose attention has per-head q/k RMSNorm (modelling code: q_norm / k_norm of head_dim)
-_QK_NORM = {"qwen3", "qwen3_moe", "gemma3", "gemma3_text", "olmo2", "qwen3_next", "qwen3_5_text",
-            "qwen3_5_moe_text"}
+_QK_NORM = {"qwen3", "qwen3_moe", "gemma3", "gemma3_text", "olmo2", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"}
 #: model types whose full-attention q_proj also produces the output gate (Qwen3-Next / Qwen3.5 gated attention)
 _GATED_Q = {"qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"}
 #: model types with a bias on q/k/v only (Qwen2 attention: bias=True on q_proj, k_proj, v_proj)
@@ -36,11 +36,31 @@ _QKV_BIAS = {"qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl"}
 _FOUR_NORMS = {"gemma2", "gemma3", "gemma3_text"}
 #: text-config keys the derived tensor list reads beyond the ModelSpec's own fields
 SHAPE_KEYS = (
-    "attention_bias", "q_lora_rank", "attn_output_gate", "shared_expert_intermediate_size", "topk_method",
-    "intermediate_size_mlp", "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
-    "linear_value_head_dim", "linear_conv_kernel_dim", "mamba_num_heads", "mamba_head_dim", "n_groups",
-    "ssm_state_size", "use_bias", "conv_kernel", "use_conv_bias", "hybrid_override_pattern", "attention_head_dim",
-    "head_dim", "num_key_value_heads", "mlp_bias", "moe_shared_expert_intermediate_size", "block_configs",
+    "attention_bias",
+    "q_lora_rank",
+    "attn_output_gate",
+    "shared_expert_intermediate_size",
+    "topk_method",
+    "intermediate_size_mlp",
+    "linear_num_key_heads",
+    "linear_num_value_heads",
+    "linear_key_head_dim",
+    "linear_value_head_dim",
+    "linear_conv_kernel_dim",
+    "mamba_num_heads",
+    "mamba_head_dim",
+    "n_groups",
+    "ssm_state_size",
+    "use_bias",
+    "conv_kernel",
+    "use_conv_bias",
+    "hybrid_override_pattern",
+    "attention_head_dim",
+    "head_dim",
+    "num_key_value_heads",
+    "mlp_bias",
+    "moe_shared_expert_intermediate_size",
+    "block_configs",
 )
 #: DeciLM (nemotron-nas) rounds each layer's FFN width up to this multiple (modeling_decilm._find_multiple)
 _DECI_FFN_MULTIPLE = 256
@@ -88,7 +108,7 @@ class _Builder:
     dtype: str
     entries: list[_Entry] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    _excluded: "_Exclusions | None" = None
+    _excluded: _Exclusions | None = None
     #: while building expert 0 of ``count`` experts: (name prefix "….experts.", count); None otherwise
     _expert_group: tuple[str, int] | None = None
     #: set when a quantization exclusion treats expert 0 and the last expert differently
@@ -108,8 +128,9 @@ class _Builder:
 
     def linear(self, name: str, n_out: int, n_in: int, *, bias: bool = False) -> None:
         """A Linear layer ``name`` (without ``.weight``) stored as the checkpoint's quantization says."""
-        self.quantized_linear(name, n_out, n_in) if self._quantized(name) else self.plain(f"{name}.weight",
-                                                                                          (n_out, n_in))
+        self.quantized_linear(name, n_out, n_in) if self._quantized(name) else self.plain(
+            f"{name}.weight", (n_out, n_in)
+        )
         if bias:
             self.plain(f"{name}.bias", (n_out,))
 
@@ -122,7 +143,7 @@ class _Builder:
         excluded = self._excluded.match(name)
         if self._expert_group is not None:
             head, count = self._expert_group
-            last = head + str(count - 1) + name[len(head) + 1:]
+            last = head + str(count - 1) + name[len(head) + 1 :]
             if self._excluded.match(last) != excluded:
                 self._experts_differ = True
         return not excluded
@@ -140,7 +161,7 @@ class _Builder:
             if not self._experts_differ:
                 head = f"{base}."
                 for entry in self.entries[start:]:
-                    entry.copies, entry.slot = count, (head, entry.info.name[len(head) + 1:])
+                    entry.copies, entry.slot = count, (head, entry.info.name[len(head) + 1 :])
                 return
             del self.entries[start:]
         for e in range(count):
@@ -164,10 +185,12 @@ class _Builder:
         if method == "fp8":
             block = details.get("weight_block_size")
             self.plain(f"{name}.weight", (n_out, n_in), "F8_E4M3")
-            if isinstance(block, (list, tuple)) and len(block) == 2 \
-                    and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in block):
-                self.plain(f"{name}.weight_scale_inv", (math.ceil(n_out / block[0]), math.ceil(n_in / block[1])),
-                           "F32")
+            if (
+                isinstance(block, (list, tuple))
+                and len(block) == 2
+                and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in block)
+            ):
+                self.plain(f"{name}.weight_scale_inv", (math.ceil(n_out / block[0]), math.ceil(n_in / block[1])), "F32")
             else:  # per-tensor scales (ModelOpt FP8): weight_scale and input_scale scalars
                 self.plain(f"{name}.weight_scale", (), "F32")
                 self.plain(f"{name}.input_scale", (), "F32")
@@ -204,8 +227,9 @@ class _Builder:
             self.warnings.append(f"quantization {method!r}: tensor layout unknown, counted at the model dtype")
             self.plain(f"{name}.weight", (n_out, n_in))
 
-    def _compressed_tensors_linear(self, name: str, n_out: int, n_in: int, details: Mapping[str, Any],
-                                   bits: int) -> None:
+    def _compressed_tensors_linear(
+        self, name: str, n_out: int, n_in: int, details: Mapping[str, Any], bits: int
+    ) -> None:
         fmt = str(details.get("format", ""))
         schemes = details.get("schemes") or [{}]
         scheme = schemes[0] if isinstance(schemes[0], Mapping) else {}
@@ -580,7 +604,10 @@ def derived_weights(spec: ModelSpec, config: Mapping[str, Any] | None = None) ->
     return weights_from_counted_tensors(
         ((entry.info, entry.copies) for entry in builder.entries),
         component_of=lambda n: hf_component(n, num_layers=spec.num_layers),
-        quantization=spec.quantization, source=DERIVED_SOURCE, exact=False)
+        quantization=spec.quantization,
+        source=DERIVED_SOURCE,
+        exact=False,
+    )
 
 
 def _build(spec: ModelSpec, facts: Mapping[str, Any]) -> _Builder:
@@ -641,8 +668,12 @@ def _build(spec: ModelSpec, facts: Mapping[str, Any]) -> _Builder:
 
 def deci_ffn_width(ffn_mult: Any, hidden: int) -> int | None:
     """DeciLM ``_ffn_mult_to_intermediate_size``: int(2 · ffn_mult · hidden / 3) rounded up to a multiple of 256."""
-    if isinstance(ffn_mult, bool) or not isinstance(ffn_mult, (int, float)) or not math.isfinite(ffn_mult) \
-            or ffn_mult <= 0:
+    if (
+        isinstance(ffn_mult, bool)
+        or not isinstance(ffn_mult, (int, float))
+        or not math.isfinite(ffn_mult)
+        or ffn_mult <= 0
+    ):
         return None
     width = int(2 * ffn_mult * hidden / 3)
     return -(-width // _DECI_FFN_MULTIPLE) * _DECI_FFN_MULTIPLE

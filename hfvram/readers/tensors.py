@@ -12,9 +12,9 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import Iterable, Sequence
 
 from hfvram.datafiles import data_table
 from hfvram.spec import COMPONENTS, ModelSpec, Quantization, Weights
@@ -65,10 +65,29 @@ def tensor_nbytes(dtype: str, shape: Sequence[int]) -> int | None:
 _LAYER_INDEX = re.compile(r"(?:^|\.)(?:layers|layer|h|blocks|block)\.(\d+)\.")
 _GGUF_BLOCK = re.compile(r"^blk\.(\d+)\.")
 
-_VISION_MARKERS = ("vision_tower", "visual.", "vision_backbone", "vision_model", "multi_modal_projector", "mm_projector",
-                   "vision_embed", "image_newline", "vision_encoder", "vision.")
-_EMBEDDING_SEGMENTS = {"embed_tokens", "wte", "wpe", "word_embeddings", "tok_embeddings", "position_embeddings",
-                       "token_type_embeddings", "embedding", "embeddings"}
+_VISION_MARKERS = (
+    "vision_tower",
+    "visual.",
+    "vision_backbone",
+    "vision_model",
+    "multi_modal_projector",
+    "mm_projector",
+    "vision_embed",
+    "image_newline",
+    "vision_encoder",
+    "vision.",
+)
+_EMBEDDING_SEGMENTS = {
+    "embed_tokens",
+    "wte",
+    "wpe",
+    "word_embeddings",
+    "tok_embeddings",
+    "position_embeddings",
+    "token_type_embeddings",
+    "embedding",
+    "embeddings",
+}
 _NORM_SEGMENTS = {"ln_1", "ln_2", "ln_f", "ln_attn", "ln_mlp", "norm"}
 _ATTENTION_SEGMENTS = {"self_attn", "attn", "attention", "self_attention", "cross_attn", "linear_attn", "indexer"}
 _MLP_SEGMENTS = {"mlp", "feed_forward", "ffn", "intermediate", "output", "block_sparse_moe", "moe"}
@@ -89,8 +108,12 @@ def hf_component(name: str, *, num_layers: int | None = None) -> str:
     """Component (a key of ``hfvram.spec.COMPONENTS``) of a Hugging Face checkpoint tensor name."""
     if num_layers is not None:
         layer = _LAYER_INDEX.search(name)
-        if layer and int(layer.group(1)) >= num_layers and ".layers." in f".{name}" \
-                and not any(marker in name for marker in _VISION_MARKERS):
+        if (
+            layer
+            and int(layer.group(1)) >= num_layers
+            and ".layers." in f".{name}"
+            and not any(marker in name for marker in _VISION_MARKERS)
+        ):
             return "mtp"
     return _hf_component_by_pattern(_DIGITS.sub(".#.", name))
 
@@ -110,8 +133,12 @@ def _hf_component_by_pattern(name: str) -> str:
         return "mlp"
     if "experts" in segments or any(seg.endswith("_exps") for seg in segments):
         return "experts"
-    if "gate" in segments or "router" in segments or "shared_expert_gate" in segments \
-            or segments[-1] == "e_score_correction_bias":
+    if (
+        "gate" in segments
+        or "router" in segments
+        or "shared_expert_gate" in segments
+        or segments[-1] == "e_score_correction_bias"
+    ):
         return "router"
     if any(seg in _EMBEDDING_SEGMENTS for seg in segments):
         return "embeddings"
@@ -131,7 +158,7 @@ def gguf_component(name: str, *, num_layers: int | None = None) -> str:
         return "mtp"
     if "nextn" in name:
         return "mtp"
-    base = name[block.end():] if block else name
+    base = name[block.end() :] if block else name
     stem = base.rsplit(".", 1)[0] if base.endswith((".weight", ".bias")) else base
     if stem in ("token_embd", "per_layer_token_embd", "token_types", "position_embd"):
         return "embeddings"
@@ -156,9 +183,25 @@ def gguf_component(name: str, *, num_layers: int | None = None) -> str:
 
 #: tensor-name suffixes that store quantization metadata, never model parameters
 _NOT_PARAMETER_SUFFIXES = (
-    ".qzeros", ".scales", ".g_idx", ".weight_scale", ".weight_scale_inv", ".weight_scale_2", ".input_scale",
-    ".weight_zero_point", ".weight_shape", ".weight_g_idx", ".output_scale", ".k_scale", ".v_scale",
-    ".absmax", ".quant_map", ".nested_absmax", ".nested_quant_map", ".SCB", ".weight_format",
+    ".qzeros",
+    ".scales",
+    ".g_idx",
+    ".weight_scale",
+    ".weight_scale_inv",
+    ".weight_scale_2",
+    ".input_scale",
+    ".weight_zero_point",
+    ".weight_shape",
+    ".weight_g_idx",
+    ".output_scale",
+    ".k_scale",
+    ".v_scale",
+    ".absmax",
+    ".quant_map",
+    ".nested_absmax",
+    ".nested_quant_map",
+    ".SCB",
+    ".weight_format",
     ".position_ids",  # a registered buffer (BERT), stored but not a parameter
     "_scales",  # MXFP4 `*_scales` (E8M0 block scales)
 )
@@ -213,8 +256,9 @@ def weights_from_tensor_list(
     exact: bool = True,
 ) -> Weights:
     """Sum tensors into ``Weights``; ``component_of(name)`` names each tensor's component."""
-    return weights_from_counted_tensors(((t, 1) for t in tensors), component_of=component_of,
-                                        quantization=quantization, source=source, exact=exact)
+    return weights_from_counted_tensors(
+        ((t, 1) for t in tensors), component_of=component_of, quantization=quantization, source=source, exact=exact
+    )
 
 
 def weights_from_counted_tensors(
@@ -263,7 +307,8 @@ def params_active(weights: Weights | Iterable[TensorInfo], spec: ModelSpec) -> i
     """
     if not isinstance(weights, Weights):
         weights = weights_from_tensor_list(
-            weights, component_of=lambda n: hf_component(n, num_layers=spec.num_layers),
+            weights,
+            component_of=lambda n: hf_component(n, num_layers=spec.num_layers),
             quantization=spec.quantization,
         )
     expert_params = weights.params_by_component.get("experts", 0)
@@ -273,7 +318,6 @@ def params_active(weights: Weights | Iterable[TensorInfo], spec: ModelSpec) -> i
         return None
     inactive = expert_params * (1 - spec.experts_per_token / spec.num_experts)
     return int(round(weights.params_total - inactive))
-
 
 
 def spec_with_weights(spec: ModelSpec, weights: Weights) -> ModelSpec:

@@ -6,13 +6,15 @@ Fields beyond the contract's are additions (the contract allows adding, never re
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from hfvram.estimate.types import FITS_THRESHOLD, Estimate, verdict_for
 from hfvram.spec import ModelSpec, SourceInfo
 
 CHECK_SCHEMA = "hfvram.check/1"
 INSPECT_SCHEMA = "hfvram.inspect/1"
+
 
 def kv_dtype_bytes(kv_dtype: str | None, spec: ModelSpec) -> float:
     """Bytes per KV element for a dtype name; ``auto``/None -> the model's compute dtype (UsageError if unknown)."""
@@ -25,8 +27,12 @@ def kv_dtype_name(kv_dtype: str | None, spec: ModelSpec) -> str:
     """The KV cache type's name; a GGUF states no compute dtype, and llama.cpp's default cache type is f16."""
     from hfvram.estimate.common import canonical_kv_dtype
 
-    if kv_dtype in (None, "auto") and spec.dtype is None and spec.quantization is not None \
-            and spec.quantization.method == "gguf":
+    if (
+        kv_dtype in (None, "auto")
+        and spec.dtype is None
+        and spec.quantization is not None
+        and spec.quantization.method == "gguf"
+    ):
         return "f16"
     return canonical_kv_dtype(kv_dtype or "auto", spec.dtype)
 

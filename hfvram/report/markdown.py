@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from hfvram.report.units import count, gib, percent, tokens_short
 from hfvram.report.wording import capacity_lines, context_grid, split_provenance, verdict_note
@@ -39,8 +40,13 @@ def check_markdown(report: Mapping[str, Any], *, explain: bool = False) -> str:
         "| term | per GPU | of usable |",
         "|---|---:|---:|",
     ]
-    for key, label in (("weights", "weights"), ("kv_cache", "KV cache"), ("activations", "activations"),
-                       ("overhead", "overhead"), ("total", "**total**")):
+    for key, label in (
+        ("weights", "weights"),
+        ("kv_cache", "KV cache"),
+        ("activations", "activations"),
+        ("overhead", "overhead"),
+        ("total", "**total**"),
+    ):
         value = per_gpu.get(key)
         share = percent(value / usable) if usable and value is not None else "—"
         size = f"**{gib(value)}**" if key == "total" else gib(value)
@@ -67,8 +73,10 @@ def scan_markdown(reports: Iterable[Mapping[str, Any]]) -> str:
     lines = ["| source | verdict | total / GPU | usable | KV tokens | concurrent |", "|---|---|---:|---:|---:|---:|"]
     for report in reports:
         if "error" in report:
-            lines.append(f"| {cell(_name(report))} | error ({cell(report['error']['kind'])}): "
-                         f"{cell(report['error']['message'])} | | | | |")
+            lines.append(
+                f"| {cell(_name(report))} | error ({cell(report['error']['kind'])}): "
+                f"{cell(report['error']['message'])} | | | | |"
+            )
             continue
         capacity = report.get("capacity") or {}
         conc = capacity.get("max_concurrency")
@@ -104,10 +112,15 @@ def fit_markdown(fit: Mapping[str, Any]) -> str:
     rows = fit.get("context_table") or []
     if rows and not no_room:
         kv_dtypes, grid = context_grid(rows)
-        lines += ["", "| context | " + " | ".join(f"KV {k}" for k in kv_dtypes) + " |",
-                  "|---:|" + "---:|" * len(kv_dtypes)]
+        lines += [
+            "",
+            "| context | " + " | ".join(f"KV {k}" for k in kv_dtypes) + " |",
+            "|---:|" + "---:|" * len(kv_dtypes),
+        ]
         for context, cells in grid:
-            values = ["—" if (cell or {}).get("max_concurrency") is None else f"{cell['max_concurrency']:.1f}"
-                      for cell in cells]
+            values = [
+                "—" if (cell or {}).get("max_concurrency") is None else f"{cell['max_concurrency']:.1f}"
+                for cell in cells
+            ]
             lines.append(f"| {tokens_short(context)} | " + " | ".join(values) + " |")
     return "\n".join(lines) + "\n"

@@ -30,8 +30,9 @@ def plot_contexts(max_context: int, start: int = 4096) -> list[int]:
     return contexts
 
 
-def plot_memory_against_context(spec: Any, hardware: Any, choice: Any, workload: Any, path: str,
-                                title: str | None = None) -> None:
+def plot_memory_against_context(
+    spec: Any, hardware: Any, choice: Any, workload: Any, path: str, title: str | None = None
+) -> None:
     require_matplotlib()
     import matplotlib
 
@@ -52,9 +53,12 @@ def plot_memory_against_context(spec: Any, hardware: Any, choice: Any, workload:
             series[term].append(getattr(est.per_gpu, term) / GIB)
         usable = est.per_gpu.usable / GIB
     figure, axes = plt.subplots(figsize=(8, 4.5))
-    axes.stackplot(contexts, *(series[term] for term, _ in TERM_COLOURS),
-                   labels=[term.replace("_", " ") for term, _ in TERM_COLOURS],
-                   colors=[colour for _, colour in TERM_COLOURS])
+    axes.stackplot(
+        contexts,
+        *(series[term] for term, _ in TERM_COLOURS),
+        labels=[term.replace("_", " ") for term, _ in TERM_COLOURS],
+        colors=[colour for _, colour in TERM_COLOURS],
+    )
     if usable:
         axes.axhline(usable, color="red", linestyle="--", label="usable")
         axes.axhline(usable * 0.9, color="orange", linestyle=":", label="tight from here")
@@ -62,8 +66,9 @@ def plot_memory_against_context(spec: Any, hardware: Any, choice: Any, workload:
     axes.set_xticks(contexts, [tokens_short(context) for context in contexts])
     axes.set_xlabel("context (tokens)")
     axes.set_ylabel("GiB on the worst GPU")
-    axes.set_title(f"{title or spec.architecture} on {hardware.label} ({choice.name}), "
-                   f"concurrency {workload.concurrency}")
+    axes.set_title(
+        f"{title or spec.architecture} on {hardware.label} ({choice.name}), concurrency {workload.concurrency}"
+    )
     axes.legend(loc="upper left", fontsize="small")
     figure.tight_layout()
     figure.savefig(path)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import textwrap
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from rich import box
 from rich.console import Console
@@ -159,8 +160,14 @@ def render_term_explanations(console: Console, terms: Mapping[str, str]) -> None
     keys = [key for key in EXPLAIN_ORDER if key in terms] + [key for key in terms if key not in EXPLAIN_ORDER]
     width = max(40, console.width)
     for key in keys:
-        text = textwrap.fill(f"{EXPLAIN_LABEL.get(key, key)}: {terms[key]}", width=width, initial_indent="  ",
-                             subsequent_indent="    ", break_long_words=False, break_on_hyphens=False)
+        text = textwrap.fill(
+            f"{EXPLAIN_LABEL.get(key, key)}: {terms[key]}",
+            width=width,
+            initial_indent="  ",
+            subsequent_indent="    ",
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
         console.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
@@ -171,8 +178,14 @@ def render_warnings(console: Console, warnings: Sequence[str]) -> None:
     console.print("[yellow]Warnings:[/yellow]")
     width = max(40, console.width)
     for warning in warnings:
-        text = textwrap.fill(warning, width=width, initial_indent="  • ", subsequent_indent="    ",
-                             break_long_words=False, break_on_hyphens=False)
+        text = textwrap.fill(
+            warning,
+            width=width,
+            initial_indent="  • ",
+            subsequent_indent="    ",
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
         console.print(text, highlight=False, markup=False, soft_wrap=True)
 
 
@@ -221,7 +234,11 @@ def render_inspect(console: Console, report: Mapping[str, Any]) -> None:
         ("model type", model.get("model_type") or "—"),
         ("dtype", model.get("dtype") or "— (not stated)"),
         ("parameters", f"{params(model.get('params_total'))} total, {params(model.get('params_active'))} active"),
-        ("weights", gib(model.get("weights_bytes")) + ("" if model.get("weights_exact") in (None, True) else " (derived from config shapes)")),
+        (
+            "weights",
+            gib(model.get("weights_bytes"))
+            + ("" if model.get("weights_exact") in (None, True) else " (derived from config shapes)"),
+        ),
         ("quantization", _quantization_text(quant)),
         ("layers", str(model.get("num_layers"))),
         ("layer census", ", ".join(f"{k} {v}" for k, v in (model.get("layers") or {}).items() if v)),
@@ -270,8 +287,14 @@ def scan_row(report: Mapping[str, Any]) -> list[str]:
 def render_scan(console: Console, reports: Iterable[Mapping[str, Any]], title: str = "Scan summary") -> None:
     reports = list(reports)
     rows = [scan_row(report) for report in reports]
-    headers = (("source", "left"), ("verdict", "left"), ("per GPU", "right"), ("used", "right"),
-               ("KV tokens", "right"), ("requests", "right"))
+    headers = (
+        ("source", "left"),
+        ("verdict", "left"),
+        ("per GPU", "right"),
+        ("used", "right"),
+        ("KV tokens", "right"),
+        ("requests", "right"),
+    )
     console.print(f"[bold]{title}[/bold]")
     console.print(narrow_table(console, headers, rows, flexible=(0,)))
     errors = [report for report in reports if "error" in report]
@@ -280,9 +303,14 @@ def render_scan(console: Console, reports: Iterable[Mapping[str, Any]], title: s
         console.print("[red]Could not be read:[/red]" if unread else "[red]Could not be estimated:[/red]")
         width = max(40, console.width)
         for report in errors:
-            text = textwrap.fill(f"{display_name(report)}: {report['error']['message']}", width=width,
-                                 initial_indent="  • ", subsequent_indent="    ", break_long_words=False,
-                                 break_on_hyphens=False)
+            text = textwrap.fill(
+                f"{display_name(report)}: {report['error']['message']}",
+                width=width,
+                initial_indent="  • ",
+                subsequent_indent="    ",
+                break_long_words=False,
+                break_on_hyphens=False,
+            )
             console.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
@@ -290,12 +318,15 @@ def render_scan(console: Console, reports: Iterable[Mapping[str, Any]], title: s
 GPU_ALIASES_SHOWN = 2
 
 
-def narrow_table(console: Console, headers: Sequence[tuple[str, str]], rows: Sequence[Sequence[str]],
-                 flexible: Sequence[int]) -> Table:
+def narrow_table(
+    console: Console, headers: Sequence[tuple[str, str]], rows: Sequence[Sequence[str]], flexible: Sequence[int]
+) -> Table:
     """A borderless one-line-per-row table whose ``flexible`` columns (names) give way, cut with '…', when the
     terminal is narrow; the other columns (numbers, verdicts) always keep their full width."""
-    natural = [max([Text.from_markup(str(row[index])).cell_len for row in rows] + [len(name)])
-               for index, (name, _) in enumerate(headers)]
+    natural = [
+        max([Text.from_markup(str(row[index])).cell_len for row in rows] + [len(name)])
+        for index, (name, _) in enumerate(headers)
+    ]
     widths = list(natural)
     # the cells a borderless table adds: two per column (padding, divider) and three for the edges
     spare = console.width - 2 * len(headers) - 3 - sum(natural[i] for i in range(len(headers)) if i not in flexible)
@@ -325,13 +356,17 @@ def render_gpus(console: Console, gpus: Sequence[Mapping[str, Any]]) -> None:
             memory += "*"
             unified = True
         aliases = sorted(gpu.get("aliases") or (), key=len)[:GPU_ALIASES_SHOWN]
-        rows.append((gpu["id"], memory, "—" if bandwidth is None else f"{bandwidth:,.0f}", gpu["name"],
-                     ", ".join(aliases)))
+        rows.append(
+            (gpu["id"], memory, "—" if bandwidth is None else f"{bandwidth:,.0f}", gpu["name"], ", ".join(aliases))
+        )
     headers = (("id (--gpu)", "left"), ("memory", "right"), ("GB/s", "right"), ("name", "left"), ("also", "left"))
     console.print(narrow_table(console, headers, rows, flexible=(3, 4)))
     if unified:
-        console.print("* unified memory: the share of RAM the GPU may use (macOS: 2/3 up to 32 GiB, 3/4 above); "
-                      "--unified-fraction F changes it", highlight=False)
+        console.print(
+            "* unified memory: the share of RAM the GPU may use (macOS: 2/3 up to 32 GiB, 3/4 above); "
+            "--unified-fraction F changes it",
+            highlight=False,
+        )
 
 
 def render_fit(console: Console, fit: Mapping[str, Any]) -> None:
@@ -345,7 +380,11 @@ def render_fit(console: Console, fit: Mapping[str, Any]) -> None:
     console.print(at, highlight=False)
     max_context = fit.get("max_context")
     no_room = max_context is not None and max_context <= 0
-    longest = "[bold]none[/bold] (nothing is left for the KV cache)" if no_room else f"[bold]{count(max_context)}[/bold] tokens"
+    longest = (
+        "[bold]none[/bold] (nothing is left for the KV cache)"
+        if no_room
+        else f"[bold]{count(max_context)}[/bold] tokens"
+    )
     console.print(f"  longest context at concurrency {fit['concurrency']}: {longest}", highlight=False)
     max_conc = fit.get("max_concurrency")
     console.print(
@@ -392,8 +431,13 @@ def render_calibration(console: Console, result: Mapping[str, Any]) -> None:
     if predicted:
         table.add_column("hfvram", justify="right")
         table.add_column("difference", justify="right")
-    for key, label in (("weights", "weights"), ("kv_cache", "KV cache"), ("activations", "activations"),
-                       ("overhead", "overhead"), ("kv_tokens", "KV cache tokens")):
+    for key, label in (
+        ("weights", "weights"),
+        ("kv_cache", "KV cache"),
+        ("activations", "activations"),
+        ("overhead", "overhead"),
+        ("kv_tokens", "KV cache tokens"),
+    ):
         value = measured.get(key)
         if value is None and predicted.get(key) is None:
             continue

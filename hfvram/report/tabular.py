@@ -5,12 +5,32 @@ from __future__ import annotations
 import csv
 import io
 import json
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 CSV_COLUMNS: tuple[str, ...] = (
-    "source", "kind", "revision", "verdict", "gpu", "gpu_count", "engine", "context", "concurrency", "kv_dtype",
-    "weights", "kv_cache", "activations", "overhead", "total", "usable", "utilization", "kv_tokens",
-    "max_concurrency", "max_context", "error_kind", "error_message",
+    "source",
+    "kind",
+    "revision",
+    "verdict",
+    "gpu",
+    "gpu_count",
+    "engine",
+    "context",
+    "concurrency",
+    "kv_dtype",
+    "weights",
+    "kv_cache",
+    "activations",
+    "overhead",
+    "total",
+    "usable",
+    "utilization",
+    "kv_tokens",
+    "max_concurrency",
+    "max_context",
+    "error_kind",
+    "error_message",
 )
 
 
@@ -44,8 +64,12 @@ def csv_row(report: Mapping[str, Any]) -> dict[str, Any]:
         max_concurrency=capacity.get("max_concurrency"),
         max_context=capacity.get("max_context"),
     )
-    row.update({key: report["per_gpu"].get(key) for key in ("weights", "kv_cache", "activations", "overhead",
-                                                             "total", "usable")})
+    row.update(
+        {
+            key: report["per_gpu"].get(key)
+            for key in ("weights", "kv_cache", "activations", "overhead", "total", "usable")
+        }
+    )
     return row
 
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from hfvram.report.units import count, tokens_short
 
@@ -21,8 +22,11 @@ def capacity_lines(report: Mapping[str, Any]) -> list[str]:
     context = workload.get("context")
     room = None
     if max_conc is not None and context:
-        room = (f"room for {max_conc:.1f} concurrent {tokens_short(context)} requests" if max_conc > 0
-                else f"no room for a {tokens_short(context)} request")
+        room = (
+            f"room for {max_conc:.1f} concurrent {tokens_short(context)} requests"
+            if max_conc > 0
+            else f"no room for a {tokens_short(context)} request"
+        )
     if kv_tokens is not None:
         pool = f"{count(kv_tokens)} tokens" if kv_tokens > 0 else "none (nothing is left for it)"
         lines.append(f"KV cache pool: {pool}" + (f" · {room}" if room else ""))

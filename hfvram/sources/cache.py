@@ -92,8 +92,7 @@ class FactsCache:
         return entry.get("value")
 
     def put(self, repo_id: str, sha: str, name: str, value: object) -> bool:
-        entry = {"format": FORMAT, "repo": repo_id, "sha": sha, "file": name, "value": value,
-                 "stored": self._time()}
+        entry = {"format": FORMAT, "repo": repo_id, "sha": sha, "file": name, "value": value, "stored": self._time()}
         return self._write(self._fact_path(repo_id, sha, name), entry)
 
     # ---- refs ---------------------------------------------------------------------------------

@@ -7,9 +7,9 @@ facts are re-derived by the readers at load time, so reader fixes apply to catal
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Mapping
 
 from hfvram.sources.facts import CheckpointFacts, spec_from_facts
 from hfvram.spec import LoadedModel, SourceInfo
@@ -49,13 +49,16 @@ def has_repo(repo_id: str) -> bool:
 def _notes(repo_id: str, reason: str, revision: str | None) -> tuple[str, ...]:
     notes: tuple[str, ...] = (f"using hfvram's embedded catalogue (built {catalog_date()}); {reason}",)
     if revision and revision != "main":
-        notes += (f"revision {revision!r} was asked for, but the embedded catalogue holds one revision of {repo_id} "
-                  f"(as of {catalog_date()}): the requested revision could not be checked",)
+        notes += (
+            f"revision {revision!r} was asked for, but the embedded catalogue holds one revision of {repo_id} "
+            f"(as of {catalog_date()}): the requested revision could not be checked",
+        )
     return notes
 
 
-def load_gguf_from_catalog(repo_id: str, selector: str, *, reason: str,
-                           revision: str | None = None) -> LoadedModel | None:
+def load_gguf_from_catalog(
+    repo_id: str, selector: str, *, reason: str, revision: str | None = None
+) -> LoadedModel | None:
     """One GGUF file of a catalogued GGUF repo (``org/name:Q4_K_M`` or ``org/name:file.gguf``), from its stored
     header facts; None when the catalogue lacks the repo or the file."""
     from dataclasses import replace
@@ -73,8 +76,16 @@ def load_gguf_from_catalog(repo_id: str, selector: str, *, reason: str,
     headers = [gguf_header_from_json(files[name]) for name in chosen]  # type: ignore[index, arg-type]
     spec = spec_from_gguf(headers, filename=chosen[0])
     spec = replace(spec, warnings=(*_notes(repo_id, reason, revision), *spec.warnings))
-    return LoadedModel(spec, SourceInfo(kind="catalog", repo_id=folded[repo_id.lower()], revision=None,
-                                        files=tuple(chosen), note=f"catalogue built {catalog_date()}"))
+    return LoadedModel(
+        spec,
+        SourceInfo(
+            kind="catalog",
+            repo_id=folded[repo_id.lower()],
+            revision=None,
+            files=tuple(chosen),
+            note=f"catalogue built {catalog_date()}",
+        ),
+    )
 
 
 def load_from_catalog(repo_id: str, *, reason: str, revision: str | None = None) -> LoadedModel | None:
@@ -96,5 +107,13 @@ def load_from_catalog(repo_id: str, *, reason: str, revision: str | None = None)
 
     spec = replace(spec, warnings=(*_notes(repo_id, reason, revision), *spec.warnings))
     used = ("config.json", *companions, *(("model.safetensors.index.json",) if entry.get("index") else ()))
-    return LoadedModel(spec, SourceInfo(kind="catalog", repo_id=str(entry.get("repo_id", repo_id)),
-                                        revision=None, files=used, note=f"catalogue built {catalog_date()}"))
+    return LoadedModel(
+        spec,
+        SourceInfo(
+            kind="catalog",
+            repo_id=str(entry.get("repo_id", repo_id)),
+            revision=None,
+            files=used,
+            note=f"catalogue built {catalog_date()}",
+        ),
+    )

@@ -6,8 +6,8 @@ the readers derive the spec from them at load time, so a reader fix applies to c
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Mapping
 
 from hfvram.errors import MalformedFileError
 from hfvram.spec import ModelSpec, Weights
@@ -64,8 +64,9 @@ def _with_weights(spec: ModelSpec, weights: Weights) -> ModelSpec:
     return spec_with_weights(spec, weights)
 
 
-def best_weights(spec: ModelSpec, facts: CheckpointFacts,
-                 config: Mapping[str, object] | None = None) -> tuple[Weights | None, str | None]:
+def best_weights(
+    spec: ModelSpec, facts: CheckpointFacts, config: Mapping[str, object] | None = None
+) -> tuple[Weights | None, str | None]:
     """Weights from the best fact available, and a warning when they are not exact.
 
     Real safetensors headers (exact, per tensor) > the Hub's per-dtype parameter counts (exact total) >
@@ -82,9 +83,12 @@ def best_weights(spec: ModelSpec, facts: CheckpointFacts,
         if spec.quantization is not None:
             # a quantized tensor packs several weights per stored element: the Hub's element counts give exact
             # bytes but not parameters, which the config shapes count unpacked
-            weights = replace(weights, params_total=derived.params_total,
-                              params_by_component=dict(derived.params_by_component),
-                              source=weights.source + "; parameters counted unpacked from config shapes")
+            weights = replace(
+                weights,
+                params_total=derived.params_total,
+                params_by_component=dict(derived.params_by_component),
+                source=weights.source + "; parameters counted unpacked from config shapes",
+            )
         return weights, None
     total = (facts.index_metadata or {}).get("total_size")
     if isinstance(total, int) and total > 0:
@@ -112,9 +116,12 @@ def weights_from_headers(headers: Mapping[str, str], spec: ModelSpec, *, origin:
 
     tables = {name: parse_header(text.encode("utf-8"), filename=name) for name, text in headers.items()}
     tensors = merge_shards(tables)
-    source = f"safetensors headers ({len(headers)} file{'s' if len(headers) != 1 else ''}{', ' + origin if origin else ''})"
-    return weights_from_tensors(tensors.values(), quantization=spec.quantization, source=source,
-                                num_layers=spec.num_layers or None)
+    source = (
+        f"safetensors headers ({len(headers)} file{'s' if len(headers) != 1 else ''}{', ' + origin if origin else ''})"
+    )
+    return weights_from_tensors(
+        tensors.values(), quantization=spec.quantization, source=source, num_layers=spec.num_layers or None
+    )
 
 
 def weights_from_dtype_parameters(parameters: Mapping[str, int], *, origin: str) -> Weights:
@@ -177,7 +184,7 @@ def scaled_to_total(derived: Weights, metadata: Mapping[str, object]) -> Weights
         bytes_by_dtype={},  # per-dtype bytes are not known from a total
         exact=True,
         source="model.safetensors.index.json: metadata.total_size; component split derived from config shapes, "
-               "scaled to that total",
+        "scaled to that total",
     )
 
 
@@ -230,8 +237,10 @@ def gguf_header_to_json(header) -> dict:
 def gguf_header_from_json(data: Mapping[str, object]):
     from hfvram.readers.gguf import GGUFHeader, GGUFTensor
 
-    tensors = tuple(GGUFTensor(name, int(gt), tn, tuple(shape), int(off), int(nb))
-                    for name, gt, tn, shape, off, nb in data["tensors"])  # type: ignore[union-attr]
+    tensors = tuple(
+        GGUFTensor(name, int(gt), tn, tuple(shape), int(off), int(nb))
+        for name, gt, tn, shape, off, nb in data["tensors"]
+    )  # type: ignore[union-attr]
     return GGUFHeader(
         version=int(data["version"]),  # type: ignore[arg-type]
         metadata={key: _decode_value(value) for key, value in data["metadata"].items()},  # type: ignore[union-attr]

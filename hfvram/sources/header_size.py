@@ -10,7 +10,7 @@ continuation; nothing here decides a fact of the model.
 from __future__ import annotations
 
 import json
-from typing import Sequence
+from collections.abc import Sequence
 
 from hfvram.readers.tensors import TensorInfo
 
@@ -28,8 +28,9 @@ def header_bytes(tensors: Sequence[TensorInfo], shard_data_bytes: int) -> int:
     """Predicted length of a safetensors file's header (length prefix included) holding ``tensors``; data
     offsets are written with as many digits as the shard's data size has."""
     digits = len(str(max(1, shard_data_bytes)))
-    entries = sum(len(t.name) + len(t.dtype) + len(",".join(map(str, t.shape))) + ENTRY_OVERHEAD + 2 * digits
-                  for t in tensors)
+    entries = sum(
+        len(t.name) + len(t.dtype) + len(",".join(map(str, t.shape))) + ENTRY_OVERHEAD + 2 * digits for t in tensors
+    )
     return HEADER_OVERHEAD + entries
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 import random
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 import httpx2
 from huggingface_hub import constants as hf_constants
@@ -33,6 +33,7 @@ GGUF_HEADER_CAP = 64 * MIB
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 MAX_TRIES = 4
 CONNECT_TRIES = 2
+
 
 class EntryMissingError(RepoNotFoundError):
     """The repo exists but the file does not (Hub X-Error-Code: EntryNotFound)."""
@@ -268,8 +269,14 @@ def _transport_problem(err: Exception) -> str:
     return type(err).__name__
 
 
-def fetch_json(url: str, *, token: str | None, repo_id: str | None, filename: str | None,
-               params: Mapping[str, object] | None = None) -> tuple[object, Fetched]:
+def fetch_json(
+    url: str,
+    *,
+    token: str | None,
+    repo_id: str | None,
+    filename: str | None,
+    params: Mapping[str, object] | None = None,
+) -> tuple[object, Fetched]:
     """GET a JSON document (capped at 16 MiB) and decode it."""
     import json
 

@@ -12,8 +12,9 @@ stored in the facts cache under the commit sha, so checking the same repo again 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Mapping, Sequence, TypeVar
+from typing import TypeVar
 from urllib.parse import quote
 
 from huggingface_hub import hf_hub_url
@@ -29,16 +30,16 @@ from hfvram.sources.facts import (
     spec_from_facts,
 )
 from hfvram.sources.http import (
-    EntryMissingError,
     GGUF_HEADER_CAP,
     KIB,
     SAFETENSORS_HEADER_CAP,
+    EntryMissingError,
     fetch,
     fetch_json,
     hub_endpoint,
 )
 from hfvram.sources.rangestream import RangeStream
-from hfvram.sources.repo_files import (  # noqa: F401  (re-exported: hub.RepoInfo, hub.safetensors_shards …)
+from hfvram.sources.repo_files import (
     _WEIGHT_SUFFIXES_UNSUPPORTED,
     MODEL_INFO,
     RepoInfo,
@@ -84,8 +85,7 @@ def fetch_text(repo_id: str, revision: str, filename: str, token: str | None) ->
     """A small JSON file's text (capped at 16 MiB) and the commit the Hub served it from."""
     from hfvram.sources.http import JSON_CAP
 
-    answer = fetch(file_url(repo_id, revision, filename), token=token, cap=JSON_CAP, repo_id=repo_id,
-                   filename=filename)
+    answer = fetch(file_url(repo_id, revision, filename), token=token, cap=JSON_CAP, repo_id=repo_id, filename=filename)
     if answer.truncated:
         raise MalformedFileError("larger than the 16 MiB cap for JSON files", file=filename)
     try:
@@ -121,8 +121,9 @@ def ranged_reader(repo_id: str, sha: str, filename: str, token: str | None, cap:
     return read
 
 
-def fetch_safetensors_header(repo_id: str, sha: str, filename: str, token: str | None,
-                             first: int = FIRST_HEADER_RANGE) -> str:
+def fetch_safetensors_header(
+    repo_id: str, sha: str, filename: str, token: str | None, first: int = FIRST_HEADER_RANGE
+) -> str:
     """The JSON header text: one Range of ``first`` bytes, then one more Range for the rest if the header is
     longer."""
     from hfvram.readers.safetensors import header_length
@@ -147,8 +148,9 @@ def fetch_gguf_header(repo_id: str, sha: str, filename: str, token: str | None):
     """Parse a GGUF header from growing Range windows; returns (header, bytes fetched)."""
     from hfvram.readers.gguf import read_gguf_header
 
-    stream = RangeStream(ranged_reader(repo_id, sha, filename, token, GGUF_HEADER_CAP), filename=filename,
-                         cap=GGUF_HEADER_CAP)
+    stream = RangeStream(
+        ranged_reader(repo_id, sha, filename, token, GGUF_HEADER_CAP), filename=filename, cap=GGUF_HEADER_CAP
+    )
     return read_gguf_header(stream, filename=filename), stream.bytes_fetched
 
 
@@ -166,7 +168,7 @@ def in_parallel(jobs: Mapping[str, Callable[[], T]]) -> dict[str, T]:
         for name, future in futures.items():
             try:
                 results[name] = future.result()
-            except BaseException as err:  # noqa: BLE001 - re-raised below, after every thread finished
+            except BaseException as err:
                 first_error = first_error or err
         if first_error is not None:
             raise first_error
@@ -182,8 +184,9 @@ def _cached_or(cache: FactsCache | None, repo_id: str, sha: str | None, name: st
     return cache.get(repo_id, sha, name) if cache is not None and sha else None
 
 
-def load_hub_checkpoint(repo_id: str, *, revision: str | None, token: str | None, need_split: bool,
-                        cache: FactsCache | None) -> LoadedModel:
+def load_hub_checkpoint(
+    repo_id: str, *, revision: str | None, token: str | None, need_split: bool, cache: FactsCache | None
+) -> LoadedModel:
     """A safetensors repo: config.json (+ companions) and weights facts, in at most two waves."""
     rev = revision or "main"
     sha = cache.resolve(repo_id, rev) if cache is not None else None
@@ -220,7 +223,8 @@ def load_hub_checkpoint(repo_id: str, *, revision: str | None, token: str | None
         if unsupported:
             raise UnsupportedLayoutError(
                 f"{repo_id} ships its weights only as {', '.join(sorted({f.rsplit('.', 1)[-1] for f in unsupported}))} "
-                "files (pickled PyTorch); hfvram reads safetensors or GGUF checkpoints")
+                "files (pickled PyTorch); hfvram reads safetensors or GGUF checkpoints"
+            )
     want_headers = bool(shards) and (need_split or not info.dtype_parameters)
     headers = {s: _cached_or(cache, repo_id, sha, s) for s in shards} if want_headers else {}
     if SINGLE_FILE in headers and headers[SINGLE_FILE] is None and got.get(SINGLE_FILE):
@@ -231,11 +235,11 @@ def load_hub_checkpoint(repo_id: str, *, revision: str | None, token: str | None
     wave2: dict[str, Callable[[], object]] = {}
     for name, text in companions.items():
         if text is None:
-            wave2[name] = (lambda n=name: fetch_text(repo_id, sha, n, token)[0])
+            wave2[name] = lambda n=name: fetch_text(repo_id, sha, n, token)[0]
     missing_headers = [shard for shard, text in headers.items() if text is None]
     first = _first_ranges(config_text, shards) if missing_headers else {}
     for shard in missing_headers:
-        wave2[shard] = (lambda s=shard: fetch_safetensors_header(repo_id, sha, s, token, first[s]))
+        wave2[shard] = lambda s=shard: fetch_safetensors_header(repo_id, sha, s, token, first[s])
     if want_index and index_meta is None:
         wave2[INDEX_FILE] = lambda: _index_summary(fetch_text(repo_id, sha, INDEX_FILE, token)[0])
     fetched = in_parallel(wave2)
@@ -304,12 +308,20 @@ def _no_config(repo_id: str, info: RepoInfo) -> HfvramError:
         hint = f"{repo_id}:{tags[0]}" if tags else f"{repo_id}:{ggufs[0]}"
         return RepoNotFoundError(
             f"{repo_id} has no config.json but holds GGUF files: name one, e.g. `{hint}`"
-            + (f" (available: {', '.join(tags)})" if tags else ""))
+            + (f" (available: {', '.join(tags)})" if tags else "")
+        )
     return RepoNotFoundError(f"{repo_id} has no config.json, so it is not a transformers model repo hfvram can read")
 
 
-def load_hub_gguf(repo_id: str, selector: str, *, revision: str | None, token: str | None,
-                  cache: FactsCache | None, cache_only: bool = False) -> LoadedModel | None:
+def load_hub_gguf(
+    repo_id: str,
+    selector: str,
+    *,
+    revision: str | None,
+    token: str | None,
+    cache: FactsCache | None,
+    cache_only: bool = False,
+) -> LoadedModel | None:
     """One GGUF file or split set of a Hub repo, read up to the end of its tensor infos.
 
     ``cache_only``: answer from the facts cache alone (even past the branch TTL), None when it lacks a part."""
@@ -326,7 +338,8 @@ def load_hub_gguf(repo_id: str, selector: str, *, revision: str | None, token: s
         tags = quant_tags([f for f in info.files if f.lower().endswith(".gguf")])
         raise ModelReadError(
             f"no GGUF file matching {selector!r} in {repo_id}"
-            + (f"; available: {', '.join(tags)}" if tags else "; the repo holds no .gguf files"))
+            + (f"; available: {', '.join(tags)}" if tags else "; the repo holds no .gguf files")
+        )
     cached = {f: _cached_or(cache, repo_id, info.sha, f) for f in chosen}
     if cache_only and any(v is None for v in cached.values()):
         return None

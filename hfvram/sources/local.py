@@ -100,8 +100,9 @@ def hf_hub_cache() -> Path:
     """HF_HUB_CACHE, else HF_HOME/hub, else ~/.cache/huggingface/hub — read at call time."""
     if os.environ.get("HF_HUB_CACHE"):
         return Path(os.environ["HF_HUB_CACHE"])
-    home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"),
-                                                    "huggingface")
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"), "huggingface"
+    )
     return Path(home) / "hub"
 
 
@@ -140,5 +141,6 @@ def snapshot_is_complete(snapshot: Path) -> bool:
 def load_cached_repo(repo_id: str, snapshot: Path) -> LoadedModel:
     facts, used = folder_facts(snapshot, origin=f"HF cache {snapshot}")
     spec = spec_from_facts(facts)
-    return LoadedModel(spec, SourceInfo(kind="cache", repo_id=repo_id, revision=snapshot.name,
-                                        files=tuple(used), note=str(snapshot)))
+    return LoadedModel(
+        spec, SourceInfo(kind="cache", repo_id=repo_id, revision=snapshot.name, files=tuple(used), note=str(snapshot))
+    )

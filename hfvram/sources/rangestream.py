@@ -6,7 +6,7 @@ previous one, and bytes already handed to the reader are forgotten. A hard cap b
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from hfvram.errors import MalformedFileError
 
@@ -75,9 +75,7 @@ class RangeStream:
             raise ValueError("RangeStream.read needs a size: the remote file is never read whole")
         self._fill(n)
         if len(self._buffer) - self._start < n:
-            raise MalformedFileError(
-                f"file ends after {self._fetched} bytes, inside its header", file=self._filename
-            )
+            raise MalformedFileError(f"file ends after {self._fetched} bytes, inside its header", file=self._filename)
         out = bytes(self._buffer[self._start : self._start + n])
         self._start += n
         self._position += n

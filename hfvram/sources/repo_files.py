@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 #: facts-cache entry holding a repo's model info (sha, files, gated, dtype parameters)
 MODEL_INFO = "model-info"
@@ -31,13 +31,16 @@ class RepoInfo:
     dtype_parameters: Mapping[str, int] | None = None
 
     def to_json(self) -> dict:
-        return {"sha": self.sha, "files": list(self.files), "gated": self.gated,
-                "dtype_parameters": dict(self.dtype_parameters) if self.dtype_parameters else None}
+        return {
+            "sha": self.sha,
+            "files": list(self.files),
+            "gated": self.gated,
+            "dtype_parameters": dict(self.dtype_parameters) if self.dtype_parameters else None,
+        }
 
     @classmethod
-    def from_json(cls, repo_id: str, data: Mapping) -> "RepoInfo":
+    def from_json(cls, repo_id: str, data: Mapping) -> RepoInfo:
         return cls(repo_id, data["sha"], tuple(data["files"]), data.get("gated", False), data.get("dtype_parameters"))
-
 
 
 _WEIGHT_SUFFIXES_UNSUPPORTED = (".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack")

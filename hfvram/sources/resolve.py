@@ -28,7 +28,7 @@ def parse_source(source: str) -> Path | HubSource:
     if not text:
         raise UsageError("empty SOURCE")
     path = Path(text).expanduser()
-    if path.exists() or text.startswith((".", "/", "~")) or text.lower().endswith(".gguf") and "/" not in text:
+    if path.exists() or text.startswith((".", "/", "~")) or (text.lower().endswith(".gguf") and "/" not in text):
         return path
     match = _REPO.match(text)
     if not match:
@@ -36,8 +36,15 @@ def parse_source(source: str) -> Path | HubSource:
     return HubSource(match["repo"], match["rev"], match["file"])
 
 
-def load_model(source: str, *, revision: str | None = None, token: str | None = None, offline: bool | None = None,
-               need_split: bool = False, cache_dir: Path | None = None) -> LoadedModel:
+def load_model(
+    source: str,
+    *,
+    revision: str | None = None,
+    token: str | None = None,
+    offline: bool | None = None,
+    need_split: bool = False,
+    cache_dir: Path | None = None,
+) -> LoadedModel:
     """Read one model's facts from any SOURCE form (contract.md); raises HfvramError (exit 3) when it cannot."""
     from hfvram.sources import local
 
@@ -128,8 +135,9 @@ def _from_facts_cache(parsed: HubSource, revision: str | None, cache: FactsCache
     )
     spec = spec_from_facts(facts)
     spec = replace(spec, warnings=(f"{reason}: using hfvram's facts cached for commit {sha}", *spec.warnings))
-    return LoadedModel(spec, SourceInfo(kind="hub", repo_id=repo_id, revision=sha, files=("config.json",),
-                                        note="facts cache"))
+    return LoadedModel(
+        spec, SourceInfo(kind="hub", repo_id=repo_id, revision=sha, files=("config.json",), note="facts cache")
+    )
 
 
 def _from_catalog(parsed: HubSource, revision: str | None, *, reason: str) -> LoadedModel | None:
@@ -149,7 +157,8 @@ def _offline(parsed: HubSource, revision: str | None, cache: FactsCache) -> Load
         return found
     raise ModelReadError(
         f"{parsed.repo_id} is not in the HF cache, hfvram's facts cache or its embedded catalogue, and offline mode "
-        "forbids asking the Hub (drop --offline / HF_HUB_OFFLINE, or download the repo first)")
+        "forbids asking the Hub (drop --offline / HF_HUB_OFFLINE, or download the repo first)"
+    )
 
 
-__all__ = ["load_model", "parse_source", "HubSource", "HfvramError"]
+__all__ = ["HfvramError", "HubSource", "load_model", "parse_source"]

@@ -11,17 +11,17 @@ Settings (TabbyAPI / ExLlamaV2 names): ``cache_mode`` (FP16 | FP8 | Q8 | Q6 | Q4
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Mapping, Sequence
 
 from hfvram.errors import UsageError
 from hfvram.estimate.common import (
+    MiB,
     active_weight_bytes,
     decode_tokens_per_second,
     engine_rules,
     finish_estimate,
     load_engine_data,
-    MiB,
     require_weights,
     setting,
     setting_int,
@@ -32,8 +32,21 @@ from hfvram.spec import LayerKind, ModelSpec
 ENGINE = "exllamav2"
 
 #: --kv-dtype spellings -> cache mode
-KV_DTYPE_TO_MODE = {"fp16": "FP16", "f16": "FP16", "bf16": "FP16", "auto": "FP16", "fp8": "FP8", "8bit": "FP8",
-                    "q8": "Q8", "q8_0": "Q8", "int8": "Q8", "q6": "Q6", "q4": "Q4", "q4_0": "Q4", "int4": "Q4"}
+KV_DTYPE_TO_MODE = {
+    "fp16": "FP16",
+    "f16": "FP16",
+    "bf16": "FP16",
+    "auto": "FP16",
+    "fp8": "FP8",
+    "8bit": "FP8",
+    "q8": "Q8",
+    "q8_0": "Q8",
+    "int8": "Q8",
+    "q6": "Q6",
+    "q4": "Q4",
+    "q4_0": "Q4",
+    "int4": "Q4",
+}
 
 
 def cache_mode(name: str, modes: Mapping[str, object]) -> str:
@@ -89,24 +102,35 @@ class ExLlamaV2Profile:
     name = ENGINE
     rule_versions: tuple[str, ...] = tuple(load_engine_data(ENGINE)["rule_versions"])
 
-    def estimate(self, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload) -> Estimate:
+    def estimate(
+        self, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload
+    ) -> Estimate:
         data = load_engine_data(ENGINE)
         version, rules = engine_rules(ENGINE, choice.version)
         modes: Mapping[str, Mapping[str, object]] = data["cache_modes"]
         wanted = setting(choice, "cache_mode", "cache-mode") or (
-            workload.kv_dtype if workload.kv_dtype not in ("auto", "") else str(rules["cache_mode"]))
+            workload.kv_dtype if workload.kv_dtype not in ("auto", "") else str(rules["cache_mode"])
+        )
         mode_name = cache_mode(wanted, modes)
         mode = modes[mode_name]
         warnings: list[str] = []
 
-        seq_len = setting_int(choice, "max_seq_len", "max-seq-len", "cache_size") or workload.context or spec.max_position_embeddings
+        seq_len = (
+            setting_int(choice, "max_seq_len", "max-seq-len", "cache_size")
+            or workload.context
+            or spec.max_position_embeddings
+        )
         if seq_len is None:
             raise UsageError("the model states no max length; pass --context or --set max_seq_len=N")
-        batch = setting_int(choice, "max_batch_size", "max-batch-size") or max(int(rules["max_batch_size"]), workload.concurrency)
+        batch = setting_int(choice, "max_batch_size", "max-batch-size") or max(
+            int(rules["max_batch_size"]), workload.concurrency
+        )
         dim = kv_dim(spec)
         block = q_block(dim, int(rules["q_cache_blocksize"])) if mode["scales"] else 1
         if block > 1 and seq_len % block:
-            warnings.append(f"Q cache: max_seq_len reported as {-(-seq_len // block) * block} (kv dim {dim} × {block} tokens per 512-element block)")
+            warnings.append(
+                f"Q cache: max_seq_len reported as {-(-seq_len // block) * block} (kv dim {dim} × {block} tokens per 512-element block)"
+            )
         if any(layer.kind in (LayerKind.SLIDING, LayerKind.CHUNKED) for layer in spec.layers):
             warnings.append("ExLlamaV2 allocates every layer at max_seq_len, sliding-window layers included")
 
@@ -136,8 +160,14 @@ class ExLlamaV2Profile:
         overhead = int(float(rules["cuda_context_mib"]) * MiB)
         memory = hardware.gpu.gpu_memory_bytes if hardware else 0
         warnings.append("ExLlamaV2's scratch buffers for max_input_len (prefill chunk) are not modelled")
-        per_gpu = PerGpu(weights=totals[worst][1], kv_cache=layer_cache * per_gpu_layers[worst],
-                         activations=temp if per_gpu_layers[worst] else 0, overhead=overhead, usable=memory, memory=memory)
+        per_gpu = PerGpu(
+            weights=totals[worst][1],
+            kv_cache=layer_cache * per_gpu_layers[worst],
+            activations=temp if per_gpu_layers[worst] else 0,
+            overhead=overhead,
+            usable=memory,
+            memory=memory,
+        )
 
         per_seq_token = layer_cache / max(1, batch * seq_len)
         capacity = Capacity(kv_tokens=seq_len * batch)
@@ -145,26 +175,59 @@ class ExLlamaV2Profile:
             per_token_dev = per_seq_token * per_gpu_layers[worst]
             temp_per_token = temp / max(1, batch * seq_len)
             if per_token_dev > 0:
-                max_conc = max(0.0, (memory - per_gpu.weights - overhead) / (seq_len * (per_token_dev + temp_per_token / batch)))
-                max_ctx = int(max(0.0, (memory - per_gpu.weights - overhead) / (batch * (per_token_dev + temp_per_token))))
-                capacity = Capacity(kv_tokens=seq_len * batch, max_concurrency=max_conc,
-                                    max_context=min(max_ctx, spec.max_position_embeddings or max_ctx))
-        decode = decode_tokens_per_second((active_weight_bytes(spec) or 0) / count + per_seq_token * n_layers * seq_len,
-                                          hardware.gpu.memory_bandwidth_gbs if hardware else None)
+                max_conc = max(
+                    0.0, (memory - per_gpu.weights - overhead) / (seq_len * (per_token_dev + temp_per_token / batch))
+                )
+                max_ctx = int(
+                    max(0.0, (memory - per_gpu.weights - overhead) / (batch * (per_token_dev + temp_per_token)))
+                )
+                capacity = Capacity(
+                    kv_tokens=seq_len * batch,
+                    max_concurrency=max_conc,
+                    max_context=min(max_ctx, spec.max_position_embeddings or max_ctx),
+                )
+        decode = decode_tokens_per_second(
+            (active_weight_bytes(spec) or 0) / count + per_seq_token * n_layers * seq_len,
+            hardware.gpu.memory_bandwidth_gbs if hardware else None,
+        )
         explain = {
             "weights": f"checkpoint tensors (EXL2 / GPTQ as stored), {per_gpu_layers[worst]} of {n_layers} layers on this GPU",
-            "kv_cache": (f"{mode['class']}: {batch} × {seq_len} tokens × kv dim {dim} × "
-                         f"({mode['k']} + {mode['v']} B{' + fp16 scale per 32' if mode['scales'] else ''}) per layer"),
-            "activations": (f"one layer of FP16 K/V temporaries per device: {temp / MiB:.1f} MiB" if temp
-                            else "FP16 cache: no temporaries"),
+            "kv_cache": (
+                f"{mode['class']}: {batch} × {seq_len} tokens × kv dim {dim} × "
+                f"({mode['k']} + {mode['v']} B{' + fp16 scale per 32' if mode['scales'] else ''}) per layer"
+            ),
+            "activations": (
+                f"one layer of FP16 K/V temporaries per device: {temp / MiB:.1f} MiB"
+                if temp
+                else "FP16 cache: no temporaries"
+            ),
             "overhead": "PyTorch CUDA context (exllamav2.toml cuda_context_mib, engines.md §1.3)",
             "usable": "all of the GPU's memory (ExLlamaV2 has no memory fraction)",
         }
-        engine = {"name": ENGINE, "version": choice.version, "rules": version, "cache_mode": mode_name,
-                  "max_seq_len": seq_len, "max_batch_size": batch, "gpu_split": shares, "q_block": block}
+        engine = {
+            "name": ENGINE,
+            "version": choice.version,
+            "rules": version,
+            "cache_mode": mode_name,
+            "max_seq_len": seq_len,
+            "max_batch_size": batch,
+            "gpu_split": shares,
+            "q_block": block,
+        }
         resolved = replace(workload, context=seq_len, kv_dtype=mode_name.lower())
-        return finish_estimate(spec=spec, hardware=hardware, engine=engine, workload=resolved, per_gpu=per_gpu,
-                               capacity=capacity, decode=decode, warnings=warnings, explain=explain, tp=1, pp=count)
+        return finish_estimate(
+            spec=spec,
+            hardware=hardware,
+            engine=engine,
+            workload=resolved,
+            per_gpu=per_gpu,
+            capacity=capacity,
+            decode=decode,
+            warnings=warnings,
+            explain=explain,
+            tp=1,
+            pp=count,
+        )
 
 
 PROFILE = ExLlamaV2Profile()

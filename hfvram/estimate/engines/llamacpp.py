@@ -14,8 +14,8 @@ Settings use llama.cpp's own option names (long or short): ``ctx-size``/``c``, `
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Mapping, Sequence
 
 from hfvram.errors import UsageError
 from hfvram.estimate.common import (
@@ -39,10 +39,22 @@ ENGINE = "llama.cpp"
 
 #: ggml type name -> (block elements, bytes per block) — engines.md §11.1 (ggml-common.h static_asserts)
 GGML_BLOCKS: Mapping[str, tuple[int, int]] = {
-    "f32": (1, 4), "f16": (1, 2), "bf16": (1, 2),
-    "q4_0": (32, 18), "q4_1": (32, 20), "q5_0": (32, 22), "q5_1": (32, 24), "q8_0": (32, 34), "iq4_nl": (32, 18),
-    "q2_k": (256, 84), "q3_k": (256, 110), "q4_k": (256, 144), "q5_k": (256, 176), "q6_k": (256, 210),
-    "iq4_xs": (256, 136), "mxfp4": (32, 17),
+    "f32": (1, 4),
+    "f16": (1, 2),
+    "bf16": (1, 2),
+    "q4_0": (32, 18),
+    "q4_1": (32, 20),
+    "q5_0": (32, 22),
+    "q5_1": (32, 24),
+    "q8_0": (32, 34),
+    "iq4_nl": (32, 18),
+    "q2_k": (256, 84),
+    "q3_k": (256, 110),
+    "q4_k": (256, 144),
+    "q5_k": (256, 176),
+    "q6_k": (256, 210),
+    "iq4_xs": (256, 136),
+    "mxfp4": (32, 17),
 }
 #: KV cache types llama.cpp accepts (common/arg.cpp::kv_cache_types)
 KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
@@ -103,14 +115,26 @@ class Settings:
 
     def as_dict(self) -> dict[str, object]:
         return {
-            "binary": self.binary, "ctx-size": self.n_ctx, "n_ctx_seq": self.n_ctx_seq, "parallel": self.n_seq_max,
-            "kv-unified": self.kv_unified, "batch-size": self.n_batch, "ubatch-size": self.n_ubatch,
-            "n_outputs_max": self.n_outputs_max, "flash-attn": "on" if self.flash_attn else "off",
-            "cache-type-k": self.type_k, "cache-type-v": self.type_v, "swa-full": self.swa_full,
-            "n-gpu-layers": self.n_gpu_layers, "n-cpu-moe": self.cpu_moe_layers,
+            "binary": self.binary,
+            "ctx-size": self.n_ctx,
+            "n_ctx_seq": self.n_ctx_seq,
+            "parallel": self.n_seq_max,
+            "kv-unified": self.kv_unified,
+            "batch-size": self.n_batch,
+            "ubatch-size": self.n_ubatch,
+            "n_outputs_max": self.n_outputs_max,
+            "flash-attn": "on" if self.flash_attn else "off",
+            "cache-type-k": self.type_k,
+            "cache-type-v": self.type_v,
+            "swa-full": self.swa_full,
+            "n-gpu-layers": self.n_gpu_layers,
+            "n-cpu-moe": self.cpu_moe_layers,
             "override-tensor": ",".join(f"{a}={b}" for a, b in self.override_tensor) or None,
-            "split-mode": self.split_mode, "tensor-split": list(self.tensor_split) or None,
-            "kv-offload": self.kv_offload, "fit": self.fit, "fit-target-mib": self.fit_target_bytes // MiB,
+            "split-mode": self.split_mode,
+            "tensor-split": list(self.tensor_split) or None,
+            "kv-offload": self.kv_offload,
+            "fit": self.fit,
+            "fit-target-mib": self.fit_target_bytes // MiB,
         }
 
 
@@ -146,14 +170,28 @@ def _parse_override(text: str | None) -> tuple[tuple[str, str], ...]:
 
 def _on_off_auto(value: str | None, default: str) -> str:
     raw = (value if value is not None else default).strip().lower()
-    mapping = {"": "on", "1": "on", "true": "on", "on": "on", "yes": "on", "enabled": "on",
-               "0": "off", "false": "off", "off": "off", "no": "off", "disabled": "off", "auto": "auto"}
+    mapping = {
+        "": "on",
+        "1": "on",
+        "true": "on",
+        "on": "on",
+        "yes": "on",
+        "enabled": "on",
+        "0": "off",
+        "false": "off",
+        "off": "off",
+        "no": "off",
+        "disabled": "off",
+        "auto": "auto",
+    }
     if raw not in mapping:
         raise UsageError(f"flash-attn={value!r}: use on, off or auto")
     return mapping[raw]
 
 
-def resolve_settings(spec: ModelSpec, choice: EngineChoice, workload: Workload, rules: Mapping[str, object]) -> Settings:
+def resolve_settings(
+    spec: ModelSpec, choice: EngineChoice, workload: Workload, rules: Mapping[str, object]
+) -> Settings:
     """Apply llama.cpp's defaults (§4.1) to the user's settings and workload.
 
     Context: ``ctx-size`` is the whole cache (all sequences); without it, n_ctx = workload.context (default the
@@ -179,8 +217,11 @@ def resolve_settings(spec: ModelSpec, choice: EngineChoice, workload: Workload, 
                 notes.append(f"llama-server -np auto: {parallel} slots sharing one unified KV cache")
         else:
             parallel = 1
-    kv_unified = setting_bool(choice, "kv-unified", "kvu", default=bool(rules["kv_unified"])) if unified_setting is None \
+    kv_unified = (
+        setting_bool(choice, "kv-unified", "kvu", default=bool(rules["kv_unified"]))
+        if unified_setting is None
         else unified_setting.strip().lower() in ("", "1", "true", "on", "yes")
+    )
 
     ctx_size = setting_int(choice, "ctx-size", "c", "n-ctx", "num-ctx")
     if ctx_size is None or ctx_size <= 0:
@@ -235,15 +276,29 @@ def resolve_settings(spec: ModelSpec, choice: EngineChoice, workload: Workload, 
     fit = setting_bool(choice, "fit", default=bool(rules["fit"]))
     fit_target = setting_int(choice, "fit-target", "fitt", default=int(rules["fit_target_mib"]))
     return Settings(
-        binary=binary, n_ctx=n_ctx, n_ctx_seq=n_ctx_seq, n_stream=n_stream, n_seq_max=parallel,
-        kv_unified=kv_unified, n_batch=n_batch, n_ubatch=n_ubatch, n_outputs_max=n_outputs_max,
-        flash_attn=flash_attn, type_k=type_k, type_v=type_v,
+        binary=binary,
+        n_ctx=n_ctx,
+        n_ctx_seq=n_ctx_seq,
+        n_stream=n_stream,
+        n_seq_max=parallel,
+        kv_unified=kv_unified,
+        n_batch=n_batch,
+        n_ubatch=n_ubatch,
+        n_outputs_max=n_outputs_max,
+        flash_attn=flash_attn,
+        type_k=type_k,
+        type_v=type_v,
         swa_full=setting_bool(choice, "swa-full", default=bool(rules["swa_full"])),
-        n_gpu_layers=ngl, cpu_moe_layers=min(cpu_moe, n_layer),
+        n_gpu_layers=ngl,
+        cpu_moe_layers=min(cpu_moe, n_layer),
         override_tensor=_parse_override(setting(choice, "override-tensor", "ot")),
-        split_mode=split_mode, tensor_split=tensor_split,
-        kv_offload=not setting_bool(choice, "no-kv-offload", "nkvo"), fit=fit,
-        fit_target_bytes=(fit_target or 0) * MiB, n_rs_seq=int(rules["n_rs_seq"]), notes=tuple(notes),
+        split_mode=split_mode,
+        tensor_split=tensor_split,
+        kv_offload=not setting_bool(choice, "no-kv-offload", "nkvo"),
+        fit=fit,
+        fit_target_bytes=(fit_target or 0) * MiB,
+        n_rs_seq=int(rules["n_rs_seq"]),
+        notes=tuple(notes),
     )
 
 
@@ -328,9 +383,12 @@ def layer_live_elems(spec: ModelSpec, c: Mapping[str, float]) -> float:
     n_embd = spec.hidden_size or 0
     if any(layer.moe for layer in spec.layers) and spec.experts_per_token:
         n_used, n_ff_exp = _n_used_and_ff_exp(spec)
-        return max(c["moe_ff_factor"] * n_used * n_ff_exp,
-                   c["moe_used_embd_factor"] * n_used * n_embd + c["moe_embd_factor"] * n_embd
-                   + c["moe_used_ff_factor"] * n_used * n_ff_exp)
+        return max(
+            c["moe_ff_factor"] * n_used * n_ff_exp,
+            c["moe_used_embd_factor"] * n_used * n_embd
+            + c["moe_embd_factor"] * n_embd
+            + c["moe_used_ff_factor"] * n_used * n_ff_exp,
+        )
     return c["dense_ff_factor"] * (spec.intermediate_size or 0) + c["dense_embd_factor"] * n_embd
 
 
@@ -356,8 +414,9 @@ def attention_masks(spec: ModelSpec, s: Settings, pad: int = 256) -> list[int]:
     return masks
 
 
-def compute_buffer_bytes(spec: ModelSpec, s: Settings, c: Mapping[str, float], *, with_output: bool = True,
-                         pad: int = 256) -> tuple[int, str]:
+def compute_buffer_bytes(
+    spec: ModelSpec, s: Settings, c: Mapping[str, float], *, with_output: bool = True, pad: int = 256
+) -> tuple[int, str]:
     """The backend compute buffer of the worst-case graph (llama_context::sched_reserve), engines.md §4.4:
 
     ``4 · ub · max(logits, layer + masks)`` with ``logits = n_out·V/ub + 2·n_embd``; FA on: masks f16
@@ -441,7 +500,11 @@ def _layer_weight_bytes(spec: ModelSpec) -> tuple[list[int], list[int], int, int
     extra_experts = spec.extra.get("gguf_block_expert_bytes") if spec.extra else None
     if isinstance(extra_blocks, (list, tuple)) and len(extra_blocks) == n:
         dense = [int(x) for x in extra_blocks]
-        experts = [int(x) for x in extra_experts] if isinstance(extra_experts, (list, tuple)) and len(extra_experts) == n else [0] * n
+        experts = (
+            [int(x) for x in extra_experts]
+            if isinstance(extra_experts, (list, tuple)) and len(extra_experts) == n
+            else [0] * n
+        )
         return dense, experts, embd, output
     total = w.total_bytes if w else 0
     expert_total = comps.get("experts", 0)
@@ -565,8 +628,13 @@ def is_metal(hardware: Hardware | None) -> bool:
 def overhead_bytes(hardware: Hardware | None, rules: Mapping[str, object]) -> tuple[int, str]:
     """CUDA / Metal context and backend pool per GPU (outside llama.cpp's logged buffers)."""
     if is_metal(hardware):
-        return int(float(rules["metal_overhead_mib"]) * MiB), "Metal context (constant, llama.cpp.toml metal_overhead_mib)"
-    return int(float(rules["cuda_overhead_mib"]) * MiB), "CUDA context + backend memory pool (constant, llama.cpp.toml cuda_overhead_mib; llama.cpp logs it only as 'unaccounted')"
+        return int(
+            float(rules["metal_overhead_mib"]) * MiB
+        ), "Metal context (constant, llama.cpp.toml metal_overhead_mib)"
+    return (
+        int(float(rules["cuda_overhead_mib"]) * MiB),
+        "CUDA context + backend memory pool (constant, llama.cpp.toml cuda_overhead_mib; llama.cpp logs it only as 'unaccounted')",
+    )
 
 
 @dataclass(frozen=True)
@@ -584,8 +652,13 @@ class Breakdown:
     explain: Mapping[str, str] = field(default_factory=dict)
 
 
-def breakdown(spec: ModelSpec, hardware: Hardware | None, s: Settings, rules: Mapping[str, object],
-              compute_consts: Mapping[str, float]) -> Breakdown:
+def breakdown(
+    spec: ModelSpec,
+    hardware: Hardware | None,
+    s: Settings,
+    rules: Mapping[str, object],
+    compute_consts: Mapping[str, float],
+) -> Breakdown:
     pad = int(rules["n_ctx_pad"])
     if is_metal(hardware):
         s = replace(s, cuda=False)
@@ -594,7 +667,9 @@ def breakdown(spec: ModelSpec, hardware: Hardware | None, s: Settings, rules: Ma
     placement = place(spec, s, kv, n_gpus)
     computes, rule = [], ""
     for dev, has_output in enumerate(placement.gpu_has_output):
-        size, rule_dev = compute_buffer_bytes(spec, s, compute_consts, with_output=has_output or len(placement.gpu_has_output) == 1, pad=pad)
+        size, rule_dev = compute_buffer_bytes(
+            spec, s, compute_consts, with_output=has_output or len(placement.gpu_has_output) == 1, pad=pad
+        )
         computes.append(size if placement.gpu_layers[dev] or dev == 0 else 0)
         rule = rule if rule and not has_output else rule_dev
     overhead, _ = overhead_bytes(hardware, rules)
@@ -618,19 +693,32 @@ class LlamaCppProfile:
     rule_versions: tuple[str, ...] = tuple(load_engine_data(ENGINE)["rule_versions"])
     data_name = ENGINE
 
-    def settings_for(self, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload
-                     ) -> tuple[str, Settings, dict[str, object], dict[str, float]]:
+    def settings_for(
+        self, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload
+    ) -> tuple[str, Settings, dict[str, object], dict[str, float]]:
         version, rules, compute = rules_for(choice, self.data_name)
         return version, resolve_settings(spec, choice, workload, rules), rules, compute
 
-    def estimate(self, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload) -> Estimate:
+    def estimate(
+        self, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload
+    ) -> Estimate:
         require_weights(spec)
         version, s, rules, compute = self.settings_for(spec, hardware, choice, workload)
         return self.finish(spec, hardware, choice, workload, version, s, rules, compute)
 
-    def finish(self, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload,
-               version: str, s: Settings, rules: Mapping[str, object], compute: Mapping[str, float],
-               extra_warnings: Sequence[str] = (), extra_explain: Mapping[str, str] | None = None) -> Estimate:
+    def finish(
+        self,
+        spec: ModelSpec,
+        hardware: Hardware | None,
+        choice: EngineChoice,
+        workload: Workload,
+        version: str,
+        s: Settings,
+        rules: Mapping[str, object],
+        compute: Mapping[str, float],
+        extra_warnings: Sequence[str] = (),
+        extra_explain: Mapping[str, str] | None = None,
+    ) -> Estimate:
         weights = require_weights(spec)
         b = breakdown(spec, hardware, s, rules, compute)
         warnings = list(extra_warnings)
@@ -643,8 +731,14 @@ class LlamaCppProfile:
         dev = b.worst
         memory = hardware.gpu.gpu_memory_bytes if hardware else 0
         usable = usable_bytes(hardware, s) if hardware else 0
-        per_gpu = PerGpu(weights=p.gpu_weights[dev], kv_cache=p.gpu_kv[dev], activations=b.gpu_compute[dev],
-                         overhead=b.overhead, usable=usable, memory=memory)
+        per_gpu = PerGpu(
+            weights=p.gpu_weights[dev],
+            kv_cache=p.gpu_kv[dev],
+            activations=b.gpu_compute[dev],
+            overhead=b.overhead,
+            usable=usable,
+            memory=memory,
+        )
         token_embd = weights.bytes_by_component.get("embeddings", 0)
         if p.cpu_weights > token_embd or p.cpu_kv:
             warnings.append(
@@ -653,7 +747,9 @@ class LlamaCppProfile:
                 f"logits buffer {b.output_buffer / MiB:.0f} MiB); mmap'd weights live in the page cache"
             )
         if s.n_gpu_layers < spec.num_layers + 1:
-            warnings.append(f"only {s.n_gpu_layers} of {spec.num_layers + 1} layers on the GPU: the rest runs on the CPU (slow)")
+            warnings.append(
+                f"only {s.n_gpu_layers} of {spec.num_layers + 1} layers on the GPU: the rest runs on the CPU (slow)"
+            )
         if hardware is not None and s.fit and per_gpu.total > usable:
             warnings.append(
                 f"llama.cpp --fit would not load this as asked: it keeps {s.fit_target_bytes // MiB} MiB free per GPU and "
@@ -661,7 +757,9 @@ class LlamaCppProfile:
                 "move layers / experts to the CPU"
             )
         if hardware is not None and hardware.count > 1 and s.split_mode == "layer":
-            warnings.append("multi-GPU layer split: pipeline parallelism keeps up to 4 copies of split inputs in each compute buffer (not modelled)")
+            warnings.append(
+                "multi-GPU layer split: pipeline parallelism keeps up to 4 copies of split inputs in each compute buffer (not modelled)"
+            )
         for note in s.notes + p.notes:
             warnings.append(note)
 
@@ -671,28 +769,61 @@ class LlamaCppProfile:
         active = active_weight_bytes(spec) or 0
         embd = weights.bytes_by_component.get("embeddings", 0)
         per_token_kv = b.kv.total / max(1, s.n_stream) / max(1, s.n_ctx_seq) * context if b.kv.total else 0
-        decode = decode_tokens_per_second(max(0, active - embd) + per_token_kv, hardware.gpu.memory_bandwidth_gbs if hardware else None)
+        decode = decode_tokens_per_second(
+            max(0, active - embd) + per_token_kv, hardware.gpu.memory_bandwidth_gbs if hardware else None
+        )
         explain = {
-            "weights": (f"GGUF tensor bytes of the {p.gpu_layers[dev]} layers on this GPU (of {spec.num_layers}+1 incl. output); "
-                        f"token_embd {embd / MiB:.0f} MiB stays on the CPU; CPU holds {p.cpu_weights / GiB:.2f} GiB"),
-            "kv_cache": (f"{s.n_stream} stream(s) × {s.n_ctx_seq} cells (ctx-size {s.n_ctx}, padded to 256), "
-                         f"K {s.type_k} {b.kv.k / MiB:.2f} MiB + V {s.type_v} {b.kv.v / MiB:.2f} MiB"
-                         + (f" + recurrent state F32 {b.kv.state / MiB:.2f} MiB" if b.kv.state else "")
-                         + (" (windowed layers: n_swa + ubatch cells)" if any(layer.kind in WINDOWED_KINDS for layer in spec.layers) and not s.swa_full else "")),
+            "weights": (
+                f"GGUF tensor bytes of the {p.gpu_layers[dev]} layers on this GPU (of {spec.num_layers}+1 incl. output); "
+                f"token_embd {embd / MiB:.0f} MiB stays on the CPU; CPU holds {p.cpu_weights / GiB:.2f} GiB"
+            ),
+            "kv_cache": (
+                f"{s.n_stream} stream(s) × {s.n_ctx_seq} cells (ctx-size {s.n_ctx}, padded to 256), "
+                f"K {s.type_k} {b.kv.k / MiB:.2f} MiB + V {s.type_v} {b.kv.v / MiB:.2f} MiB"
+                + (f" + recurrent state F32 {b.kv.state / MiB:.2f} MiB" if b.kv.state else "")
+                + (
+                    " (windowed layers: n_swa + ubatch cells)"
+                    if any(layer.kind in WINDOWED_KINDS for layer in spec.layers) and not s.swa_full
+                    else ""
+                )
+            ),
             "activations": f"compute buffer {b.gpu_compute[dev] / MiB:.2f} MiB = {b.compute_rule}; host: logits buffer {b.output_buffer / MiB:.2f} MiB (not VRAM)",
             "overhead": overhead_bytes(hardware, rules)[1],
-            "usable": (f"device memory − {s.fit_target_bytes // MiB} MiB that --fit keeps free" if s.fit else "device memory (--fit off)"),
+            "usable": (
+                f"device memory − {s.fit_target_bytes // MiB} MiB that --fit keeps free"
+                if s.fit
+                else "device memory (--fit off)"
+            ),
             "decode": "bandwidth-bound upper bound: active weights on the GPU + KV at the context, per token",
         }
         explain.update(extra_explain or {})
         engine = {"name": self.name, "version": choice.version, "rules": version, **s.as_dict()}
-        resolved_workload = replace(workload, context=context, kv_dtype=s.type_k if s.type_k == s.type_v else f"{s.type_k}/{s.type_v}")
-        return finish_estimate(spec=spec, hardware=hardware, engine=engine, workload=resolved_workload, per_gpu=per_gpu,
-                               capacity=capacity, decode=decode, warnings=warnings, explain=explain, tp=1,
-                               pp=hardware.count if hardware and s.split_mode == "layer" else 1)
+        resolved_workload = replace(
+            workload, context=context, kv_dtype=s.type_k if s.type_k == s.type_v else f"{s.type_k}/{s.type_v}"
+        )
+        return finish_estimate(
+            spec=spec,
+            hardware=hardware,
+            engine=engine,
+            workload=resolved_workload,
+            per_gpu=per_gpu,
+            capacity=capacity,
+            decode=decode,
+            warnings=warnings,
+            explain=explain,
+            tp=1,
+            pp=hardware.count if hardware and s.split_mode == "layer" else 1,
+        )
 
-    def _capacity(self, spec: ModelSpec, hardware: Hardware | None, s: Settings, rules: Mapping[str, object],
-                  compute: Mapping[str, float], kv_tokens: int) -> Capacity:
+    def _capacity(
+        self,
+        spec: ModelSpec,
+        hardware: Hardware | None,
+        s: Settings,
+        rules: Mapping[str, object],
+        compute: Mapping[str, float],
+        kv_tokens: int,
+    ) -> Capacity:
         """kv_tokens = cells the cache holds; max_context / max_concurrency by searching the whole breakdown (the
         compute buffer grows with n_kv without flash attention), in steps of the 256-cell padding."""
         if hardware is None:

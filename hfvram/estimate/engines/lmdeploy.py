@@ -15,8 +15,9 @@ activations term, the context as overhead and the whole device as usable.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Mapping
+from typing import Any
 
 from hfvram.errors import UsageError
 from hfvram.estimate import common
@@ -41,8 +42,14 @@ class Settings:
     kv_cache_dtype: str
 
 
-def kv_bytes_per_token_rank(layers: tuple[Layer, ...], tp: int, data_bytes: float, quantized: bool,
-                            model_dtype_bytes: float, scale_zero_elems: int) -> float:
+def kv_bytes_per_token_rank(
+    layers: tuple[Layer, ...],
+    tp: int,
+    data_bytes: float,
+    quantized: bool,
+    model_dtype_bytes: float,
+    scale_zero_elems: int,
+) -> float:
     """K+V bytes per token on one rank over every attention layer (LMDeploy's PyTorch cache keeps every layer
     at full length; §6 and §1.2): data at the KV dtype plus, for INT4/INT8, scale+zero per token-head for K and V."""
     total = 0.0
@@ -56,8 +63,9 @@ def kv_bytes_per_token_rank(layers: tuple[Layer, ...], tp: int, data_bytes: floa
     return total
 
 
-def runtime_bytes(rules: Mapping[str, Any], free: float, block_bytes: float, max_batches: int,
-                  vocab: int, ratio: float) -> tuple[int, int]:
+def runtime_bytes(
+    rules: Mapping[str, Any], free: float, block_bytes: float, max_batches: int, vocab: int, ratio: float
+) -> tuple[int, int]:
     """(runtime bytes, max_prefill_token_num after halving) — ``_get_runtime_size`` (§6)."""
     prefill = rules["max_prefill_token_num"]
     runtime = 0
@@ -79,8 +87,14 @@ def default_max_batch_size(rules: Mapping[str, Any], hardware: Hardware | None) 
     return int(rules["max_batch_size_default"])
 
 
-def resolve_settings(spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload,
-                     rules: Mapping[str, Any], version: str) -> Settings:
+def resolve_settings(
+    spec: ModelSpec,
+    hardware: Hardware | None,
+    choice: EngineChoice,
+    workload: Workload,
+    rules: Mapping[str, Any],
+    version: str,
+) -> Settings:
     tp, _ = common.resolve_parallel(choice, hardware, ("tp",), ())
     ratio = choice.gpu_util if choice.gpu_util is not None else common.setting_float(choice, "cache-max-entry-count")
     ratio = ratio if ratio is not None else float(rules["cache_max_entry_count"])
@@ -106,11 +120,20 @@ def resolve_settings(spec: ModelSpec, hardware: Hardware | None, choice: EngineC
     if session is None:
         raise UsageError("the model does not state its maximum length; give --context")
     return Settings(
-        rules=version, backend=backend, tp=tp, cache_max_entry_count=float(ratio), block_size=int(block),
+        rules=version,
+        backend=backend,
+        tp=tp,
+        cache_max_entry_count=float(ratio),
+        block_size=int(block),
         session_len=int(session),
-        max_batch_size=int(common.setting_int(choice, "max-batch-size", default=default_max_batch_size(rules, hardware))),
-        max_prefill_token_num=int(common.setting_int(choice, "max-prefill-token-num", default=rules["max_prefill_token_num"])),
-        quant_policy=int(policy), kv_cache_dtype=common.canonical_kv_dtype(kv_name, spec.dtype),
+        max_batch_size=int(
+            common.setting_int(choice, "max-batch-size", default=default_max_batch_size(rules, hardware))
+        ),
+        max_prefill_token_num=int(
+            common.setting_int(choice, "max-prefill-token-num", default=rules["max_prefill_token_num"])
+        ),
+        quant_policy=int(policy),
+        kv_cache_dtype=common.canonical_kv_dtype(kv_name, spec.dtype),
     )
 
 
@@ -121,7 +144,9 @@ class LmdeployProfile:
         self.data: Mapping[str, Any] = common.load_engine_data(ENGINE)
         self.rule_versions: tuple[str, ...] = tuple(sorted(self.data.get("versions", {}), key=common.version_key))
 
-    def estimate(self, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload) -> Estimate:
+    def estimate(
+        self, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload
+    ) -> Estimate:
         version, rules = common.engine_rules(ENGINE, choice.version)
         warnings: list[str] = []
         explain: dict[str, str] = {}
@@ -141,21 +166,31 @@ class LmdeployProfile:
         weights = split.bytes
         explain["weights"] = split.explain
         overhead = int(rules["cuda_context_gib"] * GiB + (rules["nccl_init_gib"] * GiB if s.tp > 1 else 0))
-        explain["overhead"] = (f"CUDA context {rules['cuda_context_gib']} GiB (§1.3)"
-                               + (f" + NCCL {rules['nccl_init_gib']} GiB [unverified]" if s.tp > 1 else "")
-                               + ", in use before LMDeploy measures free memory")
+        explain["overhead"] = (
+            f"CUDA context {rules['cuda_context_gib']} GiB (§1.3)"
+            + (f" + NCCL {rules['nccl_init_gib']} GiB [unverified]" if s.tp > 1 else "")
+            + ", in use before LMDeploy measures free memory"
+        )
 
         quantized = s.quant_policy in (4, 8) or s.kv_cache_dtype in ("int4", "int8")
         kv_bytes = common.kv_dtype_bytes(s.kv_cache_dtype, spec.dtype_bytes())
-        per_token = kv_bytes_per_token_rank(spec.layers, s.tp, kv_bytes, quantized, spec.dtype_bytes(),
-                                            rules["quant_scale_zero_elems"])
+        per_token = kv_bytes_per_token_rank(
+            spec.layers, s.tp, kv_bytes, quantized, spec.dtype_bytes(), rules["quant_scale_zero_elems"]
+        )
         if any(layer.kind in WINDOWED_KINDS for layer in spec.layers):
             warnings.append("LMDeploy's paged cache keeps sliding-window layers at full length here [unverified]")
         block_bytes = per_token * s.block_size
-        state = sum(common.layer_state_bytes_rank(l, s.tp, spec.dtype_bytes()) for l in spec.layers if l.kind in RECURRENT_KINDS)
-        state_cache = int(state * (s.max_batch_size + rules["state_cache_extra_slots"])) if s.backend == "pytorch" else 0
-        explain["cache_block"] = (f"{block_bytes:.0f} B per block of {s.block_size} tokens ({s.kv_cache_dtype}"
-                                  + (", + scale/zero per token-head" if quantized else "") + ", §6, §1.2)")
+        state = sum(
+            common.layer_state_bytes_rank(l, s.tp, spec.dtype_bytes()) for l in spec.layers if l.kind in RECURRENT_KINDS
+        )
+        state_cache = (
+            int(state * (s.max_batch_size + rules["state_cache_extra_slots"])) if s.backend == "pytorch" else 0
+        )
+        explain["cache_block"] = (
+            f"{block_bytes:.0f} B per block of {s.block_size} tokens ({s.kv_cache_dtype}"
+            + (", + scale/zero per token-head" if quantized else "")
+            + ", §6, §1.2)"
+        )
 
         memory = hardware.gpu.gpu_memory_bytes if hardware else 0
         blocks = None
@@ -166,24 +201,34 @@ class LmdeployProfile:
                 pool = memory * s.cache_max_entry_count
                 slack = max(0.0, free - pool)
             elif s.backend == "pytorch":
-                runtime, prefill = runtime_bytes(rules, free, block_bytes, s.max_batch_size, spec.vocab_size or 0,
-                                                 s.cache_max_entry_count)
+                runtime, prefill = runtime_bytes(
+                    rules, free, block_bytes, s.max_batch_size, spec.vocab_size or 0, s.cache_max_entry_count
+                )
                 pool = max(0.0, (free - runtime) * s.cache_max_entry_count)
                 slack = runtime + max(0.0, (free - runtime) * (1 - s.cache_max_entry_count))
-                explain["runtime"] = (f"({prefill} prefill tokens + 2 × {s.max_batch_size} batches) × vocab "
-                                      f"{spec.vocab_size} × 2 B = {runtime / GiB:.2f} GiB (§6 _get_runtime_size)")
+                explain["runtime"] = (
+                    f"({prefill} prefill tokens + 2 × {s.max_batch_size} batches) × vocab "
+                    f"{spec.vocab_size} × 2 B = {runtime / GiB:.2f} GiB (§6 _get_runtime_size)"
+                )
             else:
                 pool = max(0.0, free * s.cache_max_entry_count)
                 slack = max(0.0, free * (1 - s.cache_max_entry_count))
             blocks = int(pool // block_bytes) if block_bytes > 0 else 0
             explain["budget"] = (
-                f"{s.backend}: " + (f"free after weights{' and state cache' if state_cache else ''} {free / GiB:.2f} GiB"
-                                    if free >= 0 else f"weights{' and state cache' if state_cache else ''} exceed "
-                                    f"the free memory by {-free / GiB:.2f} GiB (no cache possible)")
+                f"{s.backend}: "
+                + (
+                    f"free after weights{' and state cache' if state_cache else ''} {free / GiB:.2f} GiB"
+                    if free >= 0
+                    else f"weights{' and state cache' if state_cache else ''} exceed "
+                    f"the free memory by {-free / GiB:.2f} GiB (no cache possible)"
+                )
                 + (f" (state cache {state_cache / GiB:.2f} GiB)" if state_cache else "")
                 + (f" − runtime {runtime / GiB:.2f} GiB" if runtime else "")
-                + (f", × cache_max_entry_count {s.cache_max_entry_count} = {pool / GiB:.2f} GiB → {blocks} blocks"
-                   if free >= 0 else "")
+                + (
+                    f", × cache_max_entry_count {s.cache_max_entry_count} = {pool / GiB:.2f} GiB → {blocks} blocks"
+                    if free >= 0
+                    else ""
+                )
             )
             # a model that keeps nothing per sequence (encoder-only) needs no cache blocks to start
             if free <= 0 or (blocks <= 0 and (block_bytes > 0 or state_cache > 0)):
@@ -201,33 +246,63 @@ class LmdeployProfile:
 
         blocks_per_seq = math.ceil(context / s.block_size)
         kv_needed = int(workload.concurrency * blocks_per_seq * block_bytes + state_cache)
-        explain["kv_cache"] = (f"{workload.concurrency} × {blocks_per_seq} blocks × {block_bytes:.0f} B"
-                               + (f" + state cache {state_cache} B" if state_cache else ""))
+        explain["kv_cache"] = f"{workload.concurrency} × {blocks_per_seq} blocks × {block_bytes:.0f} B" + (
+            f" + state cache {state_cache} B" if state_cache else ""
+        )
         capacity = Capacity()
         if blocks is not None:
             concurrency = min(blocks / blocks_per_seq, float(s.max_batch_size)) if blocks_per_seq else 0.0
             max_context = min(blocks // max(1, workload.concurrency) * s.block_size, s.session_len)
-            capacity = Capacity(kv_tokens=blocks * s.block_size, max_concurrency=concurrency,
-                                max_context=0 if workload.concurrency > s.max_batch_size else max_context)
-        per_gpu = PerGpu(weights=weights, kv_cache=kv_needed, activations=activations, overhead=overhead,
-                         usable=memory, memory=memory)
+            capacity = Capacity(
+                kv_tokens=blocks * s.block_size,
+                max_concurrency=concurrency,
+                max_context=0 if workload.concurrency > s.max_batch_size else max_context,
+            )
+        per_gpu = PerGpu(
+            weights=weights,
+            kv_cache=kv_needed,
+            activations=activations,
+            overhead=overhead,
+            usable=memory,
+            memory=memory,
+        )
         decode = None
         active = common.active_weight_bytes(spec)
         if hardware is not None and active is not None:
-            decode = common.decode_tokens_per_second(active / s.tp + per_token * context, hardware.gpu.memory_bandwidth_gbs)
+            decode = common.decode_tokens_per_second(
+                active / s.tp + per_token * context, hardware.gpu.memory_bandwidth_gbs
+            )
             explain["decode"] = "upper bound: bandwidth / (active weights per GPU + KV at the context), one sequence"
         engine = {
-            "name": ENGINE, "version": version, "requested_version": choice.version, "backend": s.backend,
-            "gpu_util": s.cache_max_entry_count, "cache_max_entry_count": s.cache_max_entry_count,
-            "block_size": s.block_size, "session_len": s.session_len, "max_batch_size": s.max_batch_size,
-            "max_prefill_token_num": s.max_prefill_token_num, "quant_policy": s.quant_policy,
-            "kv_cache_dtype": s.kv_cache_dtype, "num_gpu_blocks": blocks, "runtime_bytes": runtime,
-            "state_cache_bytes": state_cache, "tp": s.tp,
+            "name": ENGINE,
+            "version": version,
+            "requested_version": choice.version,
+            "backend": s.backend,
+            "gpu_util": s.cache_max_entry_count,
+            "cache_max_entry_count": s.cache_max_entry_count,
+            "block_size": s.block_size,
+            "session_len": s.session_len,
+            "max_batch_size": s.max_batch_size,
+            "max_prefill_token_num": s.max_prefill_token_num,
+            "quant_policy": s.quant_policy,
+            "kv_cache_dtype": s.kv_cache_dtype,
+            "num_gpu_blocks": blocks,
+            "runtime_bytes": runtime,
+            "state_cache_bytes": state_cache,
+            "tp": s.tp,
         }
         return common.finish_estimate(
-            spec=spec, hardware=hardware, engine=engine,
-            workload=replace(workload, context=context, kv_dtype=s.kv_cache_dtype), per_gpu=per_gpu,
-            capacity=capacity, decode=decode, warnings=warnings, explain=explain, tp=s.tp, pp=1,
+            spec=spec,
+            hardware=hardware,
+            engine=engine,
+            workload=replace(workload, context=context, kv_dtype=s.kv_cache_dtype),
+            per_gpu=per_gpu,
+            capacity=capacity,
+            decode=decode,
+            warnings=warnings,
+            explain=explain,
+            tp=s.tp,
+            pp=1,
             force_does_not_fit=hardware is not None and refuses,
         )
 

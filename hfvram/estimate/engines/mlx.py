@@ -17,6 +17,7 @@ from dataclasses import replace
 
 from hfvram.errors import UsageError
 from hfvram.estimate.common import (
+    MiB,
     active_weight_bytes,
     canonical_kv_dtype,
     decode_tokens_per_second,
@@ -24,7 +25,6 @@ from hfvram.estimate.common import (
     finish_estimate,
     kv_dtype_bytes,
     load_engine_data,
-    MiB,
     require_weights,
     setting_int,
 )
@@ -49,7 +49,9 @@ def cache_tokens(context: int, step: int, cap: int | None) -> int:
     return min(tokens, cap) if cap else tokens
 
 
-def kv_bytes_per_sequence(spec: ModelSpec, context: int, element_bytes: float, step: int, max_kv_size: int | None) -> float:
+def kv_bytes_per_sequence(
+    spec: ModelSpec, context: int, element_bytes: float, step: int, max_kv_size: int | None
+) -> float:
     """KV of one sequence: full / MLA layers at the (stepped) context, sliding layers in a rotating cache of their
     window, recurrent layers their state (layer dtype, else the model dtype)."""
     total = 0.0
@@ -78,7 +80,9 @@ class MlxProfile:
     name = ENGINE
     rule_versions: tuple[str, ...] = tuple(load_engine_data(ENGINE)["rule_versions"])
 
-    def estimate(self, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload) -> Estimate:
+    def estimate(
+        self, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload
+    ) -> Estimate:
         version, rules = engine_rules(ENGINE, choice.version)
         warnings: list[str] = []
         context = workload.context or spec.max_position_embeddings
@@ -102,15 +106,25 @@ class MlxProfile:
         kv = int(per_seq * workload.concurrency)
 
         weights = require_weights(spec).total_bytes
-        prefill = min(context, setting_int(choice, "prefill_step_size", "prefill-step-size",
-                                           default=int(rules["prefill_step_size"])) or 2048)
-        activations = int(prefill * (float(rules["act_hidden_factor"]) * (spec.hidden_size or 0)
-                                     + float(rules["act_ff_factor"]) * (spec.moe_intermediate_size or spec.intermediate_size or 0))
-                          * spec.dtype_bytes())
+        prefill = min(
+            context,
+            setting_int(choice, "prefill_step_size", "prefill-step-size", default=int(rules["prefill_step_size"]))
+            or 2048,
+        )
+        activations = int(
+            prefill
+            * (
+                float(rules["act_hidden_factor"]) * (spec.hidden_size or 0)
+                + float(rules["act_ff_factor"]) * (spec.moe_intermediate_size or spec.intermediate_size or 0)
+            )
+            * spec.dtype_bytes()
+        )
         overhead = int(float(rules["metal_overhead_mib"]) * MiB)
         if hardware is not None:
             if not (hardware.gpu.unified_memory or hardware.gpu.vendor == "apple"):
-                warnings.append(f"{hardware.gpu.name} is not Apple Silicon: MLX's CUDA backend is not what these rules describe")
+                warnings.append(
+                    f"{hardware.gpu.name} is not Apple Silicon: MLX's CUDA backend is not what these rules describe"
+                )
             usable, usable_note = wired_limit(hardware, choice)
             memory = hardware.gpu.memory_bytes
             fraction = float(rules["wired_warning_fraction"])
@@ -121,16 +135,24 @@ class MlxProfile:
                 )
         else:
             usable, usable_note, memory = 0, "", 0
-        per_gpu = PerGpu(weights=weights, kv_cache=kv, activations=activations, overhead=overhead, usable=usable, memory=memory)
+        per_gpu = PerGpu(
+            weights=weights, kv_cache=kv, activations=activations, overhead=overhead, usable=usable, memory=memory
+        )
         capacity = Capacity(kv_tokens=cache_tokens(context, step, max_kv) * workload.concurrency)
         if hardware is not None and per_seq > 0:
             budget = usable - weights - activations - overhead
             per_token = per_seq / cache_tokens(context, step, max_kv)
-            capacity = Capacity(kv_tokens=capacity.kv_tokens, max_concurrency=max(0.0, budget / per_seq),
-                                max_context=min(max(0, int(budget / workload.concurrency / per_token) // step * step),
-                                                spec.max_position_embeddings or 1 << 40))
-        decode = decode_tokens_per_second((active_weight_bytes(spec) or 0) + per_seq,
-                                          hardware.gpu.memory_bandwidth_gbs if hardware else None)
+            capacity = Capacity(
+                kv_tokens=capacity.kv_tokens,
+                max_concurrency=max(0.0, budget / per_seq),
+                max_context=min(
+                    max(0, int(budget / workload.concurrency / per_token) // step * step),
+                    spec.max_position_embeddings or 1 << 40,
+                ),
+            )
+        decode = decode_tokens_per_second(
+            (active_weight_bytes(spec) or 0) + per_seq, hardware.gpu.memory_bandwidth_gbs if hardware else None
+        )
         warnings.append("MLX activations are an approximation (prefill chunk × hidden/FFN width), not a measured rule")
         kv_name = f"{kv_bits}-bit (group {group})" if kv_bits else canonical_kv_dtype(workload.kv_dtype, spec.dtype)
         explain = {
@@ -140,11 +162,33 @@ class MlxProfile:
             "overhead": "Metal context (mlx.toml metal_overhead_mib)",
             "usable": f"wired limit: {usable_note}" if hardware else "",
         }
-        engine = {"name": ENGINE, "version": choice.version, "rules": version, "kv_bits": kv_bits, "kv_group_size": group,
-                  "max_kv_size": max_kv, "prefill_step_size": prefill}
-        resolved = replace(workload, context=context, kv_dtype=f"q{kv_bits}" if kv_bits else canonical_kv_dtype(workload.kv_dtype, spec.dtype))
-        return finish_estimate(spec=spec, hardware=hardware, engine=engine, workload=resolved, per_gpu=per_gpu,
-                               capacity=capacity, decode=decode, warnings=warnings, explain=explain, tp=1, pp=1)
+        engine = {
+            "name": ENGINE,
+            "version": choice.version,
+            "rules": version,
+            "kv_bits": kv_bits,
+            "kv_group_size": group,
+            "max_kv_size": max_kv,
+            "prefill_step_size": prefill,
+        }
+        resolved = replace(
+            workload,
+            context=context,
+            kv_dtype=f"q{kv_bits}" if kv_bits else canonical_kv_dtype(workload.kv_dtype, spec.dtype),
+        )
+        return finish_estimate(
+            spec=spec,
+            hardware=hardware,
+            engine=engine,
+            workload=resolved,
+            per_gpu=per_gpu,
+            capacity=capacity,
+            decode=decode,
+            warnings=warnings,
+            explain=explain,
+            tp=1,
+            pp=1,
+        )
 
 
 PROFILE = MlxProfile()

@@ -18,18 +18,18 @@ Settings (Ollama's names): ``num_ctx`` (``OLLAMA_CONTEXT_LENGTH``), ``num_parall
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
-from typing import Mapping
 
 from hfvram.errors import UsageError
 from hfvram.estimate.common import (
+    GiB,
+    MiB,
     active_weight_bytes,
     decode_tokens_per_second,
     engine_rules,
     finish_estimate,
-    GiB,
     load_engine_data,
-    MiB,
     setting,
     setting_bool,
     setting_int,
@@ -47,7 +47,11 @@ def gguf_arch(spec: ModelSpec, rules: Mapping[str, object]) -> str:
     if isinstance(arch, str) and arch:
         return arch
     mapping = rules.get("model_type_to_arch", {})
-    return str(mapping.get(spec.model_type or "", spec.model_type or "")) if isinstance(mapping, Mapping) else (spec.model_type or "")
+    return (
+        str(mapping.get(spec.model_type or "", spec.model_type or ""))
+        if isinstance(mapping, Mapping)
+        else (spec.model_type or "")
+    )
 
 
 def default_num_ctx(hardware: Hardware | None, rules: Mapping[str, object]) -> int:
@@ -72,8 +76,9 @@ def minimum_memory(hardware: Hardware | None, rules: Mapping[str, object]) -> in
     return mib * MiB
 
 
-def resolve(spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload,
-            rules: Mapping[str, object]) -> tuple[int, int, int, str, bool, list[str]]:
+def resolve(
+    spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload, rules: Mapping[str, object]
+) -> tuple[int, int, int, str, bool, list[str]]:
     """(num_ctx per sequence, num_parallel, num_batch, kv type, flash attention, notes) with Ollama's defaults."""
     notes: list[str] = []
     num_ctx = setting_int(choice, "num_ctx", "OLLAMA_CONTEXT_LENGTH") or workload.context
@@ -90,8 +95,11 @@ def resolve(spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, wo
     num_batch = setting_int(choice, "num_batch", default=int(rules["num_batch"])) or int(rules["num_batch"])
     fa_default = flash_attention_default(spec, rules)
     flash = setting_bool(choice, "flash_attention", "OLLAMA_FLASH_ATTENTION", default=fa_default)
-    kv = (setting(choice, "kv_cache_type", "OLLAMA_KV_CACHE_TYPE")
-          or (workload.kv_dtype if workload.kv_dtype not in ("auto", "") else None) or str(rules["kv_cache_type"]))
+    kv = (
+        setting(choice, "kv_cache_type", "OLLAMA_KV_CACHE_TYPE")
+        or (workload.kv_dtype if workload.kv_dtype not in ("auto", "") else None)
+        or str(rules["kv_cache_type"])
+    )
     kv = llamacpp.KV_ALIASES.get(kv.lower(), kv.lower())
     if kv not in tuple(rules["kv_cache_types"]):  # type: ignore[arg-type]
         raise UsageError(f"Ollama KV cache type {kv!r} is not one of {', '.join(rules['kv_cache_types'])}")  # type: ignore[arg-type]
@@ -106,8 +114,9 @@ def resolve(spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, wo
 # ---------------------------------------------------------------------------------------------------------
 
 
-def legacy_kv_per_layer(spec: ModelSpec, arch: str, context: int, parallel: int, batch: int, kv: str,
-                        rules: Mapping[str, object]) -> list[int]:
+def legacy_kv_per_layer(
+    spec: ModelSpec, arch: str, context: int, parallel: int, batch: int, kv: str, rules: Mapping[str, object]
+) -> list[int]:
     """KV bytes per layer as GraphSize estimates them (engines.md §5): ``ctx × parallel × (k + v) × kv_heads ×
     bytes`` with q8_0 = 1.0 and q4_0 = 0.5; recurrent layers F32 conv + SSM state; Gemma 3 local layers
     ``parallel × window + batch`` cells; gpt-oss even layers ``parallel × 4096 + batch``."""
@@ -121,7 +130,9 @@ def legacy_kv_per_layer(spec: ModelSpec, arch: str, context: int, parallel: int,
         if layer.kind is LayerKind.NONE:
             out.append(0)
             continue
-        width = layer.kv_elems_per_token if layer.kind is not LayerKind.MLA else layer.kv_lora_rank + layer.qk_rope_head_dim
+        width = (
+            layer.kv_elems_per_token if layer.kind is not LayerKind.MLA else layer.kv_lora_rank + layer.qk_rope_head_dim
+        )
         n = cells
         if arch == "gemma3" and (il + 1) % 6 != 0 and layer.window:
             n = parallel * layer.window + batch
@@ -131,8 +142,9 @@ def legacy_kv_per_layer(spec: ModelSpec, arch: str, context: int, parallel: int,
     return out
 
 
-def legacy_graph(spec: ModelSpec, arch: str, context: int, parallel: int, batch: int, kv_total: int,
-                 flash: bool) -> tuple[int, int, str]:
+def legacy_graph(
+    spec: ModelSpec, arch: str, context: int, parallel: int, batch: int, kv_total: int, flash: bool
+) -> tuple[int, int, str]:
     """(partialOffload, fullOffload, rule) of fs/ggml/ggml.go::GraphSize; unknown architectures fall back to
     memory.go's ``gqa × kvTotal / 6`` for both."""
     c = context * parallel
@@ -147,17 +159,23 @@ def legacy_graph(spec: ModelSpec, arch: str, context: int, parallel: int, batch:
     rule = arch
     if arch in ("llama", "llama4"):
         full = max(4 * b * (1 + 4 * e + c * (1 + h)), 4 * b * (e + v))
-        partial = 4 * b * e + max(4 * b * (1 + e + max(c, e)) + e * e * 9 // 16 + 4 * c * (b * h + e_h * h_kv),
-                                  4 * b * (e + v) + e * v * 105 // 128)
+        partial = 4 * b * e + max(
+            4 * b * (1 + e + max(c, e)) + e * e * 9 // 16 + 4 * c * (b * h + e_h * h_kv),
+            4 * b * (e + v) + e * v * 105 // 128,
+        )
     elif arch in ("gemma", "gemma2", "gemma3", "gemma3n"):
         full = max(4 * b * (e + v), 4 * b * (2 + c + c * h + 2 * e + 2 * e_h * h))
-        partial = max(4 * e * b + e * v * 105 // 128 + 4 * v * b,
-                      4 * b * (2 * e + 1 + 2 * e_h * h + c + c * h) + 4 * e_h * c * 8 + e * e_h * h * 9 // 16)
+        partial = max(
+            4 * e * b + e * v * 105 // 128 + 4 * v * b,
+            4 * b * (2 * e + 1 + 2 * e_h * h + c + c * h) + 4 * e_h * c * 8 + e * e_h * h * 9 // 16,
+        )
         if arch == "gemma3n":
             full, partial = full * 4, partial * 4
     elif arch == "command-r":
         full = max(4 * b * (e + v), 4 * b * (2 + 4 * e + c * (1 + h)))
-        partial = max(4 * b * (e + v) + e * v * 105 // 128, 4 * b * (1 + 2 * e + c * (1 + h)) + 4 * e * c + e * e * 9 // 16)
+        partial = max(
+            4 * b * (e + v) + e * v * 105 // 128, 4 * b * (1 + 2 * e + c * (1 + h)) + 4 * e * c + e * e * 9 // 16
+        )
     elif arch == "qwen2":
         full = max(4 * b * (e + v), 4 * b * (1 + 2 * e + c + c * h))
         partial = max(4 * b * (e + v) + e * v * 105 // 128, 4 * (b * (1 + 2 * e + c * (1 + h)) + e * (1 + c)))
@@ -169,8 +187,10 @@ def legacy_graph(spec: ModelSpec, arch: str, context: int, parallel: int, batch:
         partial = max(4 * b * (v + 2 * e), full)
     elif arch == "deepseek2":
         full = max(4 * b * (3 * e + v), 4 * b * (3 * e + 2 + c * (1 + h_kv) + 2 * e_h * h_kv))
-        partial = max(4 * b * (3 * e + v) + e * v * 105 // 128,
-                      4 * b * (2 * e + 1 + 2 * e_h * h_kv + c + c * h_kv) + 4 * e_h * c * h_kv + e * e_h * h_kv * 9 // 16)
+        partial = max(
+            4 * b * (3 * e + v) + e * v * 105 // 128,
+            4 * b * (2 * e + 1 + 2 * e_h * h_kv + c + c * h_kv) + 4 * e_h * c * h_kv + e * e_h * h_kv * 9 // 16,
+        )
     elif arch in ("gptoss", "gpt-oss"):
         h_kv_min = min((layer.num_kv_heads for layer in kv_layers), default=1) or 1
         partial = 2 * h // h_kv_min * kv_total // 6
@@ -190,23 +210,47 @@ class OllamaProfile:
     name = ENGINE
     rule_versions: tuple[str, ...] = tuple(load_engine_data(ENGINE)["rule_versions"])
 
-    def estimate(self, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload) -> Estimate:
+    def estimate(
+        self, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload
+    ) -> Estimate:
         data = load_engine_data(ENGINE)
         version, rules = engine_rules(ENGINE, choice.version)
         rules["model_type_to_arch"] = data.get("model_type_to_arch", {})
         num_ctx, parallel, num_batch, kv, flash, notes = resolve(spec, hardware, choice, workload, rules)
         if rules["legacy"]:
-            return self._legacy(spec, hardware, choice, workload, version, rules, num_ctx, parallel, num_batch, kv, flash, notes)
-        return self._current(spec, hardware, choice, workload, version, rules, num_ctx, parallel, num_batch, kv, flash, notes)
+            return self._legacy(
+                spec, hardware, choice, workload, version, rules, num_ctx, parallel, num_batch, kv, flash, notes
+            )
+        return self._current(
+            spec, hardware, choice, workload, version, rules, num_ctx, parallel, num_batch, kv, flash, notes
+        )
 
-    def _current(self, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload, version: str,
-                 rules: Mapping[str, object], num_ctx: int, parallel: int, num_batch: int, kv: str, flash: bool,
-                 notes: list[str]) -> Estimate:
+    def _current(
+        self,
+        spec: ModelSpec,
+        hardware: Hardware | None,
+        choice: EngineChoice,
+        workload: Workload,
+        version: str,
+        rules: Mapping[str, object],
+        num_ctx: int,
+        parallel: int,
+        num_batch: int,
+        kv: str,
+        flash: bool,
+        notes: list[str],
+    ) -> Estimate:
         """llama-server with Ollama's arguments: -c num_ctx×num_parallel -np num_parallel -b/-ub num_batch, -fa, -ctk/-ctv."""
         settings = {
-            "binary": "llama-server", "ctx-size": str(num_ctx * parallel), "parallel": str(parallel),
-            "kv-unified": "false", "batch-size": str(num_batch), "ubatch-size": str(num_batch),
-            "flash-attn": "on" if flash else "off", "cache-type-k": kv, "cache-type-v": kv,
+            "binary": "llama-server",
+            "ctx-size": str(num_ctx * parallel),
+            "parallel": str(parallel),
+            "kv-unified": "false",
+            "batch-size": str(num_batch),
+            "ubatch-size": str(num_batch),
+            "flash-attn": "on" if flash else "off",
+            "cache-type-k": kv,
+            "cache-type-v": kv,
         }
         num_gpu = setting_int(choice, "num_gpu")
         if num_gpu is not None:
@@ -214,23 +258,56 @@ class OllamaProfile:
         lc_choice = EngineChoice(name="llama.cpp", settings=settings)
         lc_version, lc_rules, compute = llamacpp.rules_for(lc_choice)
         lc_rules = dict(lc_rules)
-        overhead = minimum_memory(hardware, rules) + (setting_int(choice, "gpu_overhead", "OLLAMA_GPU_OVERHEAD",
-                                                                  default=int(rules["gpu_overhead_bytes"])) or 0)
+        overhead = minimum_memory(hardware, rules) + (
+            setting_int(choice, "gpu_overhead", "OLLAMA_GPU_OVERHEAD", default=int(rules["gpu_overhead_bytes"])) or 0
+        )
         lc_rules["cuda_overhead_mib"] = lc_rules["metal_overhead_mib"] = overhead / MiB
         s = llamacpp.resolve_settings(spec, lc_choice, Workload(kv_dtype=kv), lc_rules)
         estimate = llamacpp.PROFILE.finish(
-            spec, hardware, lc_choice, workload, lc_version, s, lc_rules, compute, extra_warnings=notes,
-            extra_explain={"overhead": f"Ollama's per-GPU minimum {overhead / MiB:.0f} MiB (ml/device.go MinimumMemory + OLLAMA_GPU_OVERHEAD)"},
+            spec,
+            hardware,
+            lc_choice,
+            workload,
+            lc_version,
+            s,
+            lc_rules,
+            compute,
+            extra_warnings=notes,
+            extra_explain={
+                "overhead": f"Ollama's per-GPU minimum {overhead / MiB:.0f} MiB (ml/device.go MinimumMemory + OLLAMA_GPU_OVERHEAD)"
+            },
         )
         engine = dict(estimate.engine)
-        engine.update({"name": ENGINE, "version": choice.version, "rules": version, "num_ctx": num_ctx,
-                       "num_parallel": parallel, "num_batch": num_batch, "kv_cache_type": kv,
-                       "flash_attention": flash, "runs": f"llama-server (llama.cpp rules {lc_version})"})
+        engine.update(
+            {
+                "name": ENGINE,
+                "version": choice.version,
+                "rules": version,
+                "num_ctx": num_ctx,
+                "num_parallel": parallel,
+                "num_batch": num_batch,
+                "kv_cache_type": kv,
+                "flash_attention": flash,
+                "runs": f"llama-server (llama.cpp rules {lc_version})",
+            }
+        )
         return replace(estimate, engine=engine)
 
-    def _legacy(self, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload, version: str,
-                rules: Mapping[str, object], num_ctx: int, parallel: int, num_batch: int, kv: str, flash: bool,
-                notes: list[str]) -> Estimate:
+    def _legacy(
+        self,
+        spec: ModelSpec,
+        hardware: Hardware | None,
+        choice: EngineChoice,
+        workload: Workload,
+        version: str,
+        rules: Mapping[str, object],
+        num_ctx: int,
+        parallel: int,
+        num_batch: int,
+        kv: str,
+        flash: bool,
+        notes: list[str],
+    ) -> Estimate:
         arch = gguf_arch(spec, rules)
         batch = min(num_ctx, num_batch)
         kv_layers = legacy_kv_per_layer(spec, arch, num_ctx, parallel, batch, kv, rules)
@@ -247,8 +324,12 @@ class OllamaProfile:
         spare = (layer_bytes[0] if layer_bytes else 0) + (kv_layers[0] if kv_layers else 0)
         overhead = minimum_memory(hardware, rules) + int(rules["gpu_overhead_bytes"]) + spare
         memory = hardware.gpu.gpu_memory_bytes if hardware else 0
-        per_gpu = PerGpu(weights=weights, kv_cache=kv_gpu, activations=graph, overhead=overhead, usable=memory, memory=memory)
-        warnings = list(notes) + ["ollama@0.12: Ollama's own pre-load estimate (memory.required.*), not what llama.cpp allocates"]
+        per_gpu = PerGpu(
+            weights=weights, kv_cache=kv_gpu, activations=graph, overhead=overhead, usable=memory, memory=memory
+        )
+        warnings = list(notes) + [
+            "ollama@0.12: Ollama's own pre-load estimate (memory.required.*), not what llama.cpp allocates"
+        ]
         explain = {
             "weights": f"all {spec.num_layers} repeating layers + output layer ({output / MiB:.0f} MiB); token_embd on the CPU",
             "kv_cache": f"legacy GraphSize KV: {num_ctx} × {parallel} cells × (k+v) × kv_heads × {rules['legacy_kv_bytes'][kv]} B ({kv})",  # type: ignore[index]
@@ -257,15 +338,38 @@ class OllamaProfile:
             "usable": "all of the GPU's memory (the legacy estimator compares against free memory)",
         }
         context_total = num_ctx
-        decode = decode_tokens_per_second((active_weight_bytes(spec) or 0) - embd + kv_total / max(1, count),
-                                          hardware.gpu.memory_bandwidth_gbs if hardware else None)
-        engine = {"name": ENGINE, "version": choice.version, "rules": version, "num_ctx": num_ctx, "num_parallel": parallel,
-                  "num_batch": num_batch, "kv_cache_type": kv, "flash_attention": flash, "arch": arch,
-                  "graph_partial": partial, "graph_full": full, "kv_total": kv_total}
+        decode = decode_tokens_per_second(
+            (active_weight_bytes(spec) or 0) - embd + kv_total / max(1, count),
+            hardware.gpu.memory_bandwidth_gbs if hardware else None,
+        )
+        engine = {
+            "name": ENGINE,
+            "version": choice.version,
+            "rules": version,
+            "num_ctx": num_ctx,
+            "num_parallel": parallel,
+            "num_batch": num_batch,
+            "kv_cache_type": kv,
+            "flash_attention": flash,
+            "arch": arch,
+            "graph_partial": partial,
+            "graph_full": full,
+            "kv_total": kv_total,
+        }
         resolved = replace(workload, context=context_total, kv_dtype=kv)
-        return finish_estimate(spec=spec, hardware=hardware, engine=engine, workload=resolved, per_gpu=per_gpu,
-                               capacity=Capacity(kv_tokens=num_ctx * parallel), decode=decode, warnings=warnings,
-                               explain=explain, tp=1, pp=count)
+        return finish_estimate(
+            spec=spec,
+            hardware=hardware,
+            engine=engine,
+            workload=resolved,
+            per_gpu=per_gpu,
+            capacity=Capacity(kv_tokens=num_ctx * parallel),
+            decode=decode,
+            warnings=warnings,
+            explain=explain,
+            tp=1,
+            pp=count,
+        )
 
 
 PROFILE = OllamaProfile()

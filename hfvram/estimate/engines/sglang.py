@@ -16,8 +16,9 @@ the context and NCCL as overhead, and the whole device as usable.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Mapping
+from typing import Any
 
 from hfvram.errors import UsageError
 from hfvram.estimate import common
@@ -88,8 +89,13 @@ def prefill_graph_count(rules: Mapping[str, Any], max_tokens: int) -> int:
 
 
 def reserved_mib(
-    rules: Mapping[str, Any], gpu_mem_mib: float, tp: int, pp: int, chunked_prefill_size: int,
-    cuda_graph_max_bs: int, mla: bool,
+    rules: Mapping[str, Any],
+    gpu_mem_mib: float,
+    tp: int,
+    pp: int,
+    chunked_prefill_size: int,
+    cuda_graph_max_bs: int,
+    mla: bool,
 ) -> tuple[float, str]:
     """The memory SGLang keeps outside the static fraction, in MiB, by the current formula (§3.1)."""
     chunk = max(chunked_prefill_size, rules["reserve_chunk_floor"])
@@ -105,7 +111,11 @@ def reserved_mib(
     text = (
         f"{rules['reserve_base_mib']} + {rules['reserve_chunk_factor']}×{chunk} + {tp * pp}/"
         f"{rules['reserve_tp_pp_divisor']}×1024 + {rules['reserve_decode_graph_factor']}×{cuda_graph_max_bs} + "
-        + (f"{prefill} (MLA prefill graphs)" if mla else f"{rules['reserve_prefill_graph_mib']}×{graphs} prefill graphs")
+        + (
+            f"{prefill} (MLA prefill graphs)"
+            if mla
+            else f"{rules['reserve_prefill_graph_mib']}×{graphs} prefill graphs"
+        )
     )
     if gpu_mem_mib > rules["reserve_large_gpu_threshold_gib"] * 1024 and reserved < rules["reserve_large_gpu_min_mib"]:
         reserved = rules["reserve_large_gpu_min_mib"]
@@ -114,8 +124,14 @@ def reserved_mib(
 
 
 def default_mem_fraction(
-    rules: Mapping[str, Any], gpu_mem_mib: float | None, tp: int, pp: int, chunked_prefill_size: int,
-    cuda_graph_max_bs: int, mla: bool, warnings: list[str],
+    rules: Mapping[str, Any],
+    gpu_mem_mib: float | None,
+    tp: int,
+    pp: int,
+    chunked_prefill_size: int,
+    cuda_graph_max_bs: int,
+    mla: bool,
+    warnings: list[str],
 ) -> tuple[float, str]:
     """SGLang's default ``mem_fraction_static`` under the rule of the chosen release (§3.1 + history)."""
     if gpu_mem_mib is None:
@@ -131,12 +147,16 @@ def default_mem_fraction(
         return float(fraction), f"fixed table by tp×pp={tp * pp} (before 2025-06-10)"
     if rule == "gpu_class":
         reserve_gib = rules["gpu_class_reserve_gib"] + rules["gpu_class_reserve_per_tp_pp_gib"] * tp * pp
-        warnings.append("SGLang 2025-06..09 reserved memory by GPU class; only the H100 class rule is known, "
-                        "used here for every GPU [unverified]")
+        warnings.append(
+            "SGLang 2025-06..09 reserved memory by GPU class; only the H100 class rule is known, "
+            "used here for every GPU [unverified]"
+        )
         fraction = round((gpu_mem_mib - reserve_gib * 1024) / gpu_mem_mib, 3)
         return fraction, f"GPU-class reserve ({reserve_gib:g} GiB, H100 rule, #7054)"
     reserved, text = reserved_mib(rules, gpu_mem_mib, tp, pp, chunked_prefill_size, cuda_graph_max_bs, mla)
-    return round((gpu_mem_mib - reserved) / gpu_mem_mib, 3), f"round(({gpu_mem_mib:.0f} − reserved) / {gpu_mem_mib:.0f}, 3), reserved = {text}"
+    return round(
+        (gpu_mem_mib - reserved) / gpu_mem_mib, 3
+    ), f"round(({gpu_mem_mib:.0f} − reserved) / {gpu_mem_mib:.0f}, 3), reserved = {text}"
 
 
 # ---- token pool --------------------------------------------------------------------------------------------
@@ -155,7 +175,11 @@ def cell_size(spec: ModelSpec, tp: int, pp: int, kv_bytes: float, swa_ratio: flo
 
 
 def token_pool(
-    pre_load_free: float, post_load_free: float, mem_fraction_static: float, cell: float, page_size: int,
+    pre_load_free: float,
+    post_load_free: float,
+    mem_fraction_static: float,
+    cell: float,
+    page_size: int,
     extra_reserved: float = 0.0,
 ) -> tuple[int, float]:
     """(max_total_num_tokens, rest bytes) from free memory before and after loading weights (§3.1):
@@ -194,8 +218,13 @@ def _is_mla(spec: ModelSpec) -> bool:
 
 
 def resolve_settings(
-    spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload,
-    rules: Mapping[str, Any], rules_version: str, warnings: list[str],
+    spec: ModelSpec,
+    hardware: Hardware | None,
+    choice: EngineChoice,
+    workload: Workload,
+    rules: Mapping[str, Any],
+    rules_version: str,
+    warnings: list[str],
 ) -> Settings:
     tp, pp = common.resolve_parallel(choice, hardware, ("tp-size", "tp", "tensor-parallel-size"), ("pp-size", "pp"))
     gpu_mem_mib = hardware.gpu.gpu_memory_bytes / MiB if hardware else None
@@ -213,8 +242,10 @@ def resolve_settings(
     if not 0 < fraction < 1:
         raise UsageError(f"mem-fraction-static must be in (0, 1), got {fraction}")
     if spec.multimodal:
-        warnings.append("SGLang lowers mem_fraction_static further for vision-language models "
-                        "(adjust_mem_fraction_for_vlm); not modelled [unverified]")
+        warnings.append(
+            "SGLang lowers mem_fraction_static further for vision-language models "
+            "(adjust_mem_fraction_for_vlm); not modelled [unverified]"
+        )
 
     context = common.setting_int(choice, "context-length") or workload.context or spec.max_position_embeddings
     if context is None:
@@ -235,8 +266,12 @@ def resolve_settings(
         kv_cache_dtype=common.canonical_kv_dtype(kv_name, spec.dtype),
         kv_bytes=kv_bytes,
         page_size=int(common.setting_int(choice, "page-size", default=page_default)),
-        swa_full_tokens_ratio=common.setting_float(choice, "swa-full-tokens-ratio", default=rules["swa_full_tokens_ratio"]),
-        mamba_full_memory_ratio=common.setting_float(choice, "mamba-full-memory-ratio", default=rules["mamba_full_memory_ratio"]),
+        swa_full_tokens_ratio=common.setting_float(
+            choice, "swa-full-tokens-ratio", default=rules["swa_full_tokens_ratio"]
+        ),
+        mamba_full_memory_ratio=common.setting_float(
+            choice, "mamba-full-memory-ratio", default=rules["mamba_full_memory_ratio"]
+        ),
         max_running_requests=common.setting_int(choice, "max-running-requests"),
         max_total_tokens=common.setting_int(choice, "max-total-tokens"),
         disable_cuda_graph=disable_graphs,
@@ -253,7 +288,9 @@ class SglangProfile:
         self.data: Mapping[str, Any] = common.load_engine_data(ENGINE)
         self.rule_versions: tuple[str, ...] = tuple(sorted(self.data.get("versions", {}), key=common.version_key))
 
-    def estimate(self, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload) -> Estimate:
+    def estimate(
+        self, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload
+    ) -> Estimate:
         rules_version, rules = common.engine_rules(ENGINE, choice.version)
         warnings: list[str] = []
         explain: dict[str, str] = {}
@@ -263,8 +300,10 @@ class SglangProfile:
         if context > s.context_length:
             warnings.append(f"context {context} is longer than SGLang's context_length {s.context_length}")
         if spec.max_position_embeddings and s.context_length > spec.max_position_embeddings:
-            warnings.append(f"context_length {s.context_length} exceeds the model's {spec.max_position_embeddings}: SGLang "
-                            "refuses it unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1")
+            warnings.append(
+                f"context_length {s.context_length} exceeds the model's {spec.max_position_embeddings}: SGLang "
+                "refuses it unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1"
+            )
 
         split = common.weights_per_rank(spec, s.tp, s.pp, vocab_padding=rules["vocab_padding"])
         weights = split.bytes
@@ -272,8 +311,8 @@ class SglangProfile:
 
         overhead = int(rules["cuda_context_gib"] * GiB + (rules["nccl_init_gib"] * GiB if s.tp * s.pp > 1 else 0))
         explain["overhead"] = (
-            f"CUDA context {rules['cuda_context_gib']} GiB" + (f" + NCCL init {rules['nccl_init_gib']} GiB [unverified]"
-                                                              if s.tp * s.pp > 1 else "")
+            f"CUDA context {rules['cuda_context_gib']} GiB"
+            + (f" + NCCL init {rules['nccl_init_gib']} GiB [unverified]" if s.tp * s.pp > 1 else "")
             + ", taken before SGLang's baseline and so charged implicitly (§1.3, §3.1)"
         )
         hybrid_swa = not common.setting_bool(choice, "disable-hybrid-swa-memory")
@@ -281,7 +320,11 @@ class SglangProfile:
         explain["cell_size"] = (
             f"{cell.cell:.0f} B per token on the worst rank ({s.kv_cache_dtype}): full/MLA layers {cell.full_bytes:.0f} B"
             + (f" + {s.swa_full_tokens_ratio} × SWA layers {cell.swa_bytes:.0f} B" if cell.hybrid_swa else "")
-            + (f"; recurrent state {cell.state_bytes_per_request:.0f} B per request" if cell.state_bytes_per_request else "")
+            + (
+                f"; recurrent state {cell.state_bytes_per_request:.0f} B per request"
+                if cell.state_bytes_per_request
+                else ""
+            )
             + " (§3.2)"
         )
 
@@ -294,15 +337,23 @@ class SglangProfile:
             post = pre - weights
             tokens, rest = token_pool(pre, post, s.mem_fraction_static, cell.cell, s.page_size)
             if cell.state_bytes_per_request > 0:
-                warnings.append("recurrent state counted at the layer's dtype (else the model's); SGLang's "
-                                "mamba_ssm_dtype and per-model state shapes were not cross-checked [unverified]")
+                warnings.append(
+                    "recurrent state counted at the layer's dtype (else the model's); SGLang's "
+                    "mamba_ssm_dtype and per-model state shapes were not cross-checked [unverified]"
+                )
             if cell.state_bytes_per_request > 0 and rest > 0:
-                budget, mamba_size, cap = mamba_split(rest, s.mamba_full_memory_ratio, cell.state_bytes_per_request,
-                                                     rules["mamba_cache_per_running_request"])
+                budget, mamba_size, cap = mamba_split(
+                    rest,
+                    s.mamba_full_memory_ratio,
+                    cell.state_bytes_per_request,
+                    rules["mamba_cache_per_running_request"],
+                )
                 tokens, rest = token_pool(pre, post, s.mem_fraction_static, cell.cell, s.page_size, budget)
                 running = min(running, cap) if running else cap
-                explain["mamba"] = (f"mamba budget = rest × {s.mamba_full_memory_ratio}/(1+{s.mamba_full_memory_ratio})"
-                                    f" = {budget / GiB:.2f} GiB → {mamba_size} request states; running ≤ {cap} (§3.3)")
+                explain["mamba"] = (
+                    f"mamba budget = rest × {s.mamba_full_memory_ratio}/(1+{s.mamba_full_memory_ratio})"
+                    f" = {budget / GiB:.2f} GiB → {mamba_size} request states; running ≤ {cap} (§3.3)"
+                )
             if s.max_total_tokens is not None:
                 tokens = min(tokens, s.max_total_tokens)
             slack = pre * (1 - s.mem_fraction_static)
@@ -317,7 +368,9 @@ class SglangProfile:
                     "SGLang stops at start-up ('Not enough memory' / 'leave no GPU memory for the KV cache')"
                 )
         else:
-            reserved, text = reserved_mib(rules, 0, s.tp, s.pp, s.chunked_prefill_size, s.cuda_graph_max_bs, _is_mla(spec))
+            reserved, text = reserved_mib(
+                rules, 0, s.tp, s.pp, s.chunked_prefill_size, s.cuda_graph_max_bs, _is_mla(spec)
+            )
             slack = reserved * MiB
             explain["budget"] = f"no GPU: activations taken as SGLang's own reserve estimate {text} [approximation]"
 
@@ -328,46 +381,85 @@ class SglangProfile:
         explain["activations"] = (
             f"the {1 - s.mem_fraction_static:.3f} of free memory outside mem_fraction_static, left for activations, "
             f"CUDA graphs (chunked_prefill_size {s.chunked_prefill_size}, cuda_graph_max_bs {s.cuda_graph_max_bs}) and "
-            + (f"req_to_token ({running} + 1) × ({s.context_length} + 4) × 4 B = {table / GiB:.2f} GiB (§3.1, §3.2)"
-               if running is not None else "the req_to_token table (none: no token pool to size it)")
+            + (
+                f"req_to_token ({running} + 1) × ({s.context_length} + 4) × 4 B = {table / GiB:.2f} GiB (§3.1, §3.2)"
+                if running is not None
+                else "the req_to_token table (none: no token pool to size it)"
+            )
         )
         if hardware is not None and table > slack:
-            warnings.append(f"req_to_token table {table / GiB:.2f} GiB exceeds the {slack / GiB:.2f} GiB outside "
-                            "mem_fraction_static: lower --max-running-requests or context-length")
+            warnings.append(
+                f"req_to_token table {table / GiB:.2f} GiB exceeds the {slack / GiB:.2f} GiB outside "
+                "mem_fraction_static: lower --max-running-requests or context-length"
+            )
 
         window = _window(spec)
-        kv_needed = int(pool_bytes_needed(cell, window, context, workload.concurrency, s.page_size,
-                                          s.mamba_full_memory_ratio))
+        kv_needed = int(
+            pool_bytes_needed(cell, window, context, workload.concurrency, s.page_size, s.mamba_full_memory_ratio)
+        )
         explain["kv_cache"] = (
             f"pool bytes for {workload.concurrency} × {context} tokens at {cell.cell:.0f} B"
-            + (f"; SWA pool ({s.swa_full_tokens_ratio} of the tokens) holds min(window {window}, context) per request"
-               if cell.hybrid_swa else "")
-            + (f"; mamba share 1 : {s.mamba_full_memory_ratio} with {cell.state_bytes_per_request:.0f} B state per request"
-               if cell.state_bytes_per_request else "")
+            + (
+                f"; SWA pool ({s.swa_full_tokens_ratio} of the tokens) holds min(window {window}, context) per request"
+                if cell.hybrid_swa
+                else ""
+            )
+            + (
+                f"; mamba share 1 : {s.mamba_full_memory_ratio} with {cell.state_bytes_per_request:.0f} B state per request"
+                if cell.state_bytes_per_request
+                else ""
+            )
         )
         capacity = _capacity(tokens, cell, window, running, mamba_size, workload, s, context)
 
-        per_gpu = PerGpu(weights=weights, kv_cache=kv_needed, activations=activations, overhead=overhead,
-                         usable=memory, memory=memory)
+        per_gpu = PerGpu(
+            weights=weights,
+            kv_cache=kv_needed,
+            activations=activations,
+            overhead=overhead,
+            usable=memory,
+            memory=memory,
+        )
         decode = None
         active = common.active_weight_bytes(spec)
         if hardware is not None and active is not None:
-            decode = common.decode_tokens_per_second(active / s.tp + cell.cell * context, hardware.gpu.memory_bandwidth_gbs)
+            decode = common.decode_tokens_per_second(
+                active / s.tp + cell.cell * context, hardware.gpu.memory_bandwidth_gbs
+            )
             explain["decode"] = "upper bound: bandwidth / (active weights per GPU + KV at the context), one sequence"
         engine = {
-            "name": ENGINE, "version": rules_version, "requested_version": choice.version,
-            "gpu_util": s.mem_fraction_static, "mem_fraction_static": s.mem_fraction_static,
-            "mem_fraction_static_source": s.fraction_source, "chunked_prefill_size": s.chunked_prefill_size,
-            "cuda_graph_max_bs": s.cuda_graph_max_bs, "context_length": s.context_length,
-            "kv_cache_dtype": s.kv_cache_dtype, "page_size": s.page_size, "cell_size": cell.cell,
+            "name": ENGINE,
+            "version": rules_version,
+            "requested_version": choice.version,
+            "gpu_util": s.mem_fraction_static,
+            "mem_fraction_static": s.mem_fraction_static,
+            "mem_fraction_static_source": s.fraction_source,
+            "chunked_prefill_size": s.chunked_prefill_size,
+            "cuda_graph_max_bs": s.cuda_graph_max_bs,
+            "context_length": s.context_length,
+            "kv_cache_dtype": s.kv_cache_dtype,
+            "page_size": s.page_size,
+            "cell_size": cell.cell,
             "swa_full_tokens_ratio": s.swa_full_tokens_ratio if cell.hybrid_swa else None,
-            "max_total_num_tokens": tokens, "max_running_requests": running,
-            "max_mamba_cache_size": mamba_size, "req_to_token_bytes": table, "tp_size": s.tp, "pp_size": s.pp,
+            "max_total_num_tokens": tokens,
+            "max_running_requests": running,
+            "max_mamba_cache_size": mamba_size,
+            "req_to_token_bytes": table,
+            "tp_size": s.tp,
+            "pp_size": s.pp,
         }
         return common.finish_estimate(
-            spec=spec, hardware=hardware, engine=engine,
-            workload=replace(workload, context=context, kv_dtype=s.kv_cache_dtype), per_gpu=per_gpu,
-            capacity=capacity, decode=decode, warnings=warnings, explain=explain, tp=s.tp, pp=s.pp,
+            spec=spec,
+            hardware=hardware,
+            engine=engine,
+            workload=replace(workload, context=context, kv_dtype=s.kv_cache_dtype),
+            per_gpu=per_gpu,
+            capacity=capacity,
+            decode=decode,
+            warnings=warnings,
+            explain=explain,
+            tp=s.tp,
+            pp=s.pp,
             force_does_not_fit=hardware is not None and not tokens and not no_cache,
         )
 
@@ -377,8 +469,9 @@ def _window(spec: ModelSpec) -> int | None:
     return max(windows) if windows else None
 
 
-def pool_bytes_needed(cell: CellSize, window: int | None, context: int, concurrency: int, page_size: int,
-                      mamba_ratio: float) -> float:
+def pool_bytes_needed(
+    cell: CellSize, window: int | None, context: int, concurrency: int, page_size: int, mamba_ratio: float
+) -> float:
     """Bytes of SGLang's pool (the ``rest`` it splits) that ``concurrency`` requests of ``context`` tokens need.
 
     The full pool must hold every token; the SWA pool (``ratio`` × the full pool's tokens) holds
@@ -390,11 +483,21 @@ def pool_bytes_needed(cell: CellSize, window: int | None, context: int, concurre
     full_part = tokens * cell.cell
     if cell.state_bytes_per_request <= 0:
         return full_part
-    return max(full_part * (1 + mamba_ratio), concurrency * cell.state_bytes_per_request * (1 + mamba_ratio) / mamba_ratio)
+    return max(
+        full_part * (1 + mamba_ratio), concurrency * cell.state_bytes_per_request * (1 + mamba_ratio) / mamba_ratio
+    )
 
 
-def _capacity(tokens: int | None, cell: CellSize, window: int | None, running: int | None, mamba_size: int | None,
-              workload: Workload, s: Settings, context: int) -> Capacity:
+def _capacity(
+    tokens: int | None,
+    cell: CellSize,
+    window: int | None,
+    running: int | None,
+    mamba_size: int | None,
+    workload: Workload,
+    s: Settings,
+    context: int,
+) -> Capacity:
     """Pool tokens, full-length requests that fit (also bounded by max_running_requests and the mamba pool)
     and the longest context at the workload's concurrency (bounded by context_length)."""
     if tokens is None:
@@ -409,7 +512,9 @@ def _capacity(tokens: int | None, cell: CellSize, window: int | None, running: i
         limits.append(float(mamba_size))
     concurrency = max(0.0, min(limits))
     max_context = min(tokens // max(1, workload.concurrency) // s.page_size * s.page_size, s.context_length)
-    if (running is not None and workload.concurrency > running) or (mamba_size is not None and workload.concurrency > mamba_size):
+    if (running is not None and workload.concurrency > running) or (
+        mamba_size is not None and workload.concurrency > mamba_size
+    ):
         max_context = 0
     return Capacity(kv_tokens=tokens, max_concurrency=concurrency, max_context=max_context)
 

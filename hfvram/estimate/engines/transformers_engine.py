@@ -17,8 +17,9 @@ built on transformers' documented defaults and say so in --explain.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Mapping
+from typing import Any
 
 from hfvram.errors import UsageError
 from hfvram.estimate import common
@@ -48,7 +49,9 @@ def cache_elems_per_token(layer: Layer, tp: int) -> int:
     return common.layer_kv_elems_per_token_rank(layer, tp)
 
 
-def kv_bytes(layers: tuple[Layer, ...], tp: int, kv_bytes_per_elem: float, context: int, state_bytes: float) -> tuple[float, float]:
+def kv_bytes(
+    layers: tuple[Layer, ...], tp: int, kv_bytes_per_elem: float, context: int, state_bytes: float
+) -> tuple[float, float]:
     """(bytes per token that grow with context, bytes per sequence that do not) on one rank."""
     growing = fixed = 0.0
     for layer in layers:
@@ -74,8 +77,9 @@ def _widths(spec: ModelSpec, tp: int) -> tuple[float, float, float]:
     return attention, mlp, hidden
 
 
-def prefill_activations(spec: ModelSpec, s: Settings, rules: Mapping[str, Any], batch: int, context: int,
-                        last_stage: bool = True) -> tuple[float, str]:
+def prefill_activations(
+    spec: ModelSpec, s: Settings, rules: Mapping[str, Any], batch: int, context: int, last_stage: bool = True
+) -> tuple[float, str]:
     """Peak transient bytes of one prefill forward of ``batch`` × ``context`` tokens on one GPU."""
     dtype = spec.dtype_bytes()
     tokens = batch * context
@@ -89,14 +93,17 @@ def prefill_activations(spec: ModelSpec, s: Settings, rules: Mapping[str, Any], 
     kept = context if s.logits_to_keep <= 0 else min(s.logits_to_keep, context)
     logits = batch * kept * (spec.vocab_size or 0) * rules["logits_bytes"] if last_stage else 0.0
     largest = max(("attention", attention), ("mlp", mlp), ("logits", logits), key=lambda item: item[1])
-    text = (f"[approximation] prefill of {batch} × {context} tokens: residual {residual / GiB:.2f} GiB + the largest of "
-            f"attention ({s.attn_implementation}) {attention / GiB:.2f}, MLP {mlp / GiB:.2f}, logits "
-            f"({batch} × {kept} positions × vocab × {rules['logits_bytes']} B) {logits / GiB:.2f} GiB → {largest[0]}")
+    text = (
+        f"[approximation] prefill of {batch} × {context} tokens: residual {residual / GiB:.2f} GiB + the largest of "
+        f"attention ({s.attn_implementation}) {attention / GiB:.2f}, MLP {mlp / GiB:.2f}, logits "
+        f"({batch} × {kept} positions × vocab × {rules['logits_bytes']} B) {logits / GiB:.2f} GiB → {largest[0]}"
+    )
     return residual + largest[1], text
 
 
-def resolve_settings(spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload,
-                     rules: Mapping[str, Any]) -> Settings:
+def resolve_settings(
+    spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload, rules: Mapping[str, Any]
+) -> Settings:
     count = hardware.count if hardware else 1
     tp = choice.tp or common.setting_int(choice, "tp", "tp-size") or 1
     pp = choice.pp or max(1, count // tp)  # device_map="auto": layers spread over the GPUs
@@ -111,7 +118,9 @@ def resolve_settings(spec: ModelSpec, hardware: Hardware | None, choice: EngineC
     if common.canonical_kv_dtype(kv_name, None) not in rules["kv_dtypes"] and kv_name.lower() not in rules["kv_dtypes"]:
         raise UsageError(f"transformers' caches hold the model dtype or a quantized cache (int8/int4), not {kv_name!r}")
     return Settings(
-        tp=tp, pp=pp, attn_implementation=attn,
+        tp=tp,
+        pp=pp,
+        attn_implementation=attn,
         logits_to_keep=int(common.setting_int(choice, "logits-to-keep", default=rules["logits_to_keep"])),
         kv_cache_dtype=common.canonical_kv_dtype(kv_name, spec.dtype),
         kv_bytes=common.kv_dtype_bytes(kv_name, spec.dtype_bytes()),
@@ -126,13 +135,17 @@ class TransformersProfile:
     def __init__(self) -> None:
         self.data: Mapping[str, Any] = common.load_engine_data(ENGINE)
 
-    def _terms(self, spec: ModelSpec, s: Settings, rules: Mapping[str, Any], batch: int, context: int) -> tuple[float, float, str]:
+    def _terms(
+        self, spec: ModelSpec, s: Settings, rules: Mapping[str, Any], batch: int, context: int
+    ) -> tuple[float, float, str]:
         layers = common.worst_stage_layers(spec, s.pp)
         growing, fixed = kv_bytes(layers, s.tp, s.kv_bytes, context, spec.dtype_bytes())
         activations, text = prefill_activations(spec, s, rules, batch, context)
         return batch * (growing * context + fixed), activations, text
 
-    def estimate(self, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload) -> Estimate:
+    def estimate(
+        self, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload
+    ) -> Estimate:
         rules = common.rules_for_version(self.data, self.rule_versions[-1])
         warnings: list[str] = []
         explain: dict[str, str] = {}
@@ -142,22 +155,31 @@ class TransformersProfile:
         if context is None:
             raise UsageError("the model does not state its maximum length; give --context")
         if s.kv_cache_dtype in ("int8", "int4"):
-            warnings.append("quantized KV cache (cache_implementation='quantized') keeps a residual window in the "
-                            "model dtype; counted at the quantized size only [approximation]")
+            warnings.append(
+                "quantized KV cache (cache_implementation='quantized') keeps a residual window in the "
+                "model dtype; counted at the quantized size only [approximation]"
+            )
 
         split = common.weights_per_rank(spec, s.tp, s.pp, vocab_padding=1)
         weights = split.bytes
-        explain["weights"] = split.explain + (f"; device_map='auto' spreads the layers over {s.pp} GPUs" if s.pp > 1 else "")
+        explain["weights"] = split.explain + (
+            f"; device_map='auto' spreads the layers over {s.pp} GPUs" if s.pp > 1 else ""
+        )
         overhead = int(rules["cuda_context_gib"] * GiB)
         explain["overhead"] = f"CUDA context {rules['cuda_context_gib']} GiB per GPU (§1.3)"
 
         kv, activations, explain["activations"] = self._terms(spec, s, rules, workload.concurrency, context)
         layers = common.worst_stage_layers(spec, s.pp)
         growing, fixed = kv_bytes(layers, s.tp, s.kv_bytes, context, spec.dtype_bytes())
-        mla_note = " (MLA cached decompressed: heads × (qk_head_dim + v_head_dim))" if any(
-            l.kind is LayerKind.MLA for l in spec.layers) else ""
-        explain["kv_cache"] = (f"DynamicCache at {s.kv_cache_dtype}: {workload.concurrency} × ({context} tokens × "
-                               f"{growing:.0f} B + {fixed:.0f} B windowed/state){mla_note}; no paging, no pool")
+        mla_note = (
+            " (MLA cached decompressed: heads × (qk_head_dim + v_head_dim))"
+            if any(l.kind is LayerKind.MLA for l in spec.layers)
+            else ""
+        )
+        explain["kv_cache"] = (
+            f"DynamicCache at {s.kv_cache_dtype}: {workload.concurrency} × ({context} tokens × "
+            f"{growing:.0f} B + {fixed:.0f} B windowed/state){mla_note}; no paging, no pool"
+        )
         memory = hardware.gpu.gpu_memory_bytes if hardware else 0
         explain["budget"] = "no memory fraction: the process may use the whole device (usable = memory)"
 
@@ -169,29 +191,55 @@ class TransformersProfile:
             max_concurrency = max(0.0, free / per_sequence) if per_sequence > 0 else 0.0
             max_context = self._max_context(spec, s, rules, workload.concurrency, free)
             capacity = Capacity(kv_tokens=None, max_concurrency=max_concurrency, max_context=max_context)
-            explain["capacity"] = ("max_concurrency = memory left after weights and context / (KV + prefill activations "
-                                   "of one sequence); max_context by search; no KV pool, so kv_tokens is null")
-        per_gpu = PerGpu(weights=weights, kv_cache=int(kv), activations=int(activations), overhead=overhead,
-                         usable=memory, memory=memory)
+            explain["capacity"] = (
+                "max_concurrency = memory left after weights and context / (KV + prefill activations "
+                "of one sequence); max_context by search; no KV pool, so kv_tokens is null"
+            )
+        per_gpu = PerGpu(
+            weights=weights,
+            kv_cache=int(kv),
+            activations=int(activations),
+            overhead=overhead,
+            usable=memory,
+            memory=memory,
+        )
         decode = None
         active = common.active_weight_bytes(spec)
         if hardware is not None and active is not None:
-            decode = common.decode_tokens_per_second(active / (s.tp * s.pp) + growing * context + fixed,
-                                                     hardware.gpu.memory_bandwidth_gbs)
-            explain["decode"] = ("upper bound: bandwidth / (active weights on one GPU + KV at the context); with "
-                                 "device_map='auto' GPUs run one after another, so the whole model is read per token")
+            decode = common.decode_tokens_per_second(
+                active / (s.tp * s.pp) + growing * context + fixed, hardware.gpu.memory_bandwidth_gbs
+            )
+            explain["decode"] = (
+                "upper bound: bandwidth / (active weights on one GPU + KV at the context); with "
+                "device_map='auto' GPUs run one after another, so the whole model is read per token"
+            )
             if s.pp > 1 and decode is not None:
                 decode /= s.pp
         engine = {
-            "name": ENGINE, "version": self.rule_versions[-1], "requested_version": choice.version,
-            "gpu_util": None, "attn_implementation": s.attn_implementation, "logits_to_keep": s.logits_to_keep,
-            "kv_cache_dtype": s.kv_cache_dtype, "cache": "DynamicCache", "device_map": "auto" if s.pp > 1 else None,
-            "tp": s.tp, "layer_split": s.pp,
+            "name": ENGINE,
+            "version": self.rule_versions[-1],
+            "requested_version": choice.version,
+            "gpu_util": None,
+            "attn_implementation": s.attn_implementation,
+            "logits_to_keep": s.logits_to_keep,
+            "kv_cache_dtype": s.kv_cache_dtype,
+            "cache": "DynamicCache",
+            "device_map": "auto" if s.pp > 1 else None,
+            "tp": s.tp,
+            "layer_split": s.pp,
         }
         return common.finish_estimate(
-            spec=spec, hardware=hardware, engine=engine,
-            workload=replace(workload, context=context, kv_dtype=s.kv_cache_dtype), per_gpu=per_gpu,
-            capacity=capacity, decode=decode, warnings=warnings, explain=explain, tp=s.tp, pp=s.pp,
+            spec=spec,
+            hardware=hardware,
+            engine=engine,
+            workload=replace(workload, context=context, kv_dtype=s.kv_cache_dtype),
+            per_gpu=per_gpu,
+            capacity=capacity,
+            decode=decode,
+            warnings=warnings,
+            explain=explain,
+            tp=s.tp,
+            pp=s.pp,
         )
 
     def _max_context(self, spec: ModelSpec, s: Settings, rules: Mapping[str, Any], batch: int, free: float) -> int:

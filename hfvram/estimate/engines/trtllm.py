@@ -13,8 +13,9 @@ memory − reserve). The activation peak is measured by TRT-LLM; hfvram approxim
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Mapping
+from typing import Any
 
 from hfvram.errors import UsageError
 from hfvram.estimate import common
@@ -40,11 +41,20 @@ class Settings:
     kv_bytes: float
 
 
-def resolve_settings(spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload,
-                     rules: Mapping[str, Any], version: str) -> Settings:
+def resolve_settings(
+    spec: ModelSpec,
+    hardware: Hardware | None,
+    choice: EngineChoice,
+    workload: Workload,
+    rules: Mapping[str, Any],
+    version: str,
+) -> Settings:
     tp, pp = common.resolve_parallel(choice, hardware, ("tp-size", "tp", "tensor-parallel-size"), ("pp-size", "pp"))
-    fraction = choice.gpu_util if choice.gpu_util is not None else common.setting_float(
-        choice, "kv-cache-free-gpu-memory-fraction", "free-gpu-memory-fraction")
+    fraction = (
+        choice.gpu_util
+        if choice.gpu_util is not None
+        else common.setting_float(choice, "kv-cache-free-gpu-memory-fraction", "free-gpu-memory-fraction")
+    )
     fraction = fraction if fraction is not None else float(rules["free_gpu_memory_fraction"])
     if not 0 < fraction <= 1:
         raise UsageError(f"free_gpu_memory_fraction must be in (0, 1], got {fraction}")
@@ -53,7 +63,10 @@ def resolve_settings(spec: ModelSpec, hardware: Hardware | None, choice: EngineC
         raise UsageError("the model does not state its maximum length; give --context")
     kv_name = workload.kv_dtype if workload.kv_dtype != "auto" else (common.setting(choice, "kv-cache-dtype") or "auto")
     return Settings(
-        rules=version, tp=tp, pp=pp, free_gpu_memory_fraction=float(fraction),
+        rules=version,
+        tp=tp,
+        pp=pp,
+        free_gpu_memory_fraction=float(fraction),
         tokens_per_block=int(common.setting_int(choice, "tokens-per-block", default=rules["tokens_per_block"])),
         max_num_tokens=int(common.setting_int(choice, "max-num-tokens", default=rules["max_num_tokens"])),
         max_batch_size=int(common.setting_int(choice, "max-batch-size", default=rules["max_batch_size"])),
@@ -82,10 +95,12 @@ def activation_peak(spec: ModelSpec, s: Settings, rules: Mapping[str, Any]) -> t
         forward *= rules["moe_activation_factor"]
     requests = math.ceil(s.max_num_tokens / max(1, min(s.max_num_tokens, s.max_seq_len)))
     logits = requests * (spec.vocab_size or 0) * rules["logits_bytes"]
-    text = (f"[approximation] dummy context run of max_num_tokens {s.max_num_tokens}: {s.max_num_tokens} × "
-            f"({rules['forward_bytes_per_ffn']:g} × ffn/rank {ffn:.0f} + {rules['forward_bytes_per_hidden']:g} × hidden {hidden}) B"
-            + (f" × {rules['moe_activation_factor']} (MoE)" if moe else "")
-            + f" + logits of {requests} request(s); TRT-LLM measures this peak, hfvram borrows vLLM's fitted forward term")
+    text = (
+        f"[approximation] dummy context run of max_num_tokens {s.max_num_tokens}: {s.max_num_tokens} × "
+        f"({rules['forward_bytes_per_ffn']:g} × ffn/rank {ffn:.0f} + {rules['forward_bytes_per_hidden']:g} × hidden {hidden}) B"
+        + (f" × {rules['moe_activation_factor']} (MoE)" if moe else "")
+        + f" + logits of {requests} request(s); TRT-LLM measures this peak, hfvram borrows vLLM's fitted forward term"
+    )
     return int(forward + logits), text
 
 
@@ -94,9 +109,13 @@ class TrtllmProfile:
 
     def __init__(self) -> None:
         self.data: Mapping[str, Any] = common.load_engine_data(ENGINE)
-        self.rule_versions: tuple[str, ...] = tuple(sorted(self.data.get("versions", {}), key=common.version_key)) or ("1.0",)
+        self.rule_versions: tuple[str, ...] = tuple(sorted(self.data.get("versions", {}), key=common.version_key)) or (
+            "1.0",
+        )
 
-    def estimate(self, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload) -> Estimate:
+    def estimate(
+        self, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload
+    ) -> Estimate:
         version = self.rule_versions[-1]
         rules = common.rules_for_version(self.data, version)
         warnings: list[str] = []
@@ -114,17 +133,23 @@ class TrtllmProfile:
         explain["weights"] = split.explain
         activations, explain["activations"] = activation_peak(spec, s, rules)
         overhead = int(rules["cuda_context_gib"] * GiB + (rules["tp_comm_gib"] * GiB if s.tp * s.pp > 1 else 0))
-        explain["overhead"] = (f"CUDA context {rules['cuda_context_gib']} GiB" +
-                               (f" + communication buffers {rules['tp_comm_gib']} GiB [unverified]" if s.tp * s.pp > 1 else "")
-                               + ": non-torch memory inside TRT-LLM's measured peak (§1.3, §7)")
+        explain["overhead"] = (
+            f"CUDA context {rules['cuda_context_gib']} GiB"
+            + (f" + communication buffers {rules['tp_comm_gib']} GiB [unverified]" if s.tp * s.pp > 1 else "")
+            + ": non-torch memory inside TRT-LLM's measured peak (§1.3, §7)"
+        )
 
         layers = common.worst_stage_layers(spec, s.pp)
         per_token = common.kv_bytes_per_token_rank(layers, s.tp, s.kv_bytes)
         fixed = common.kv_fixed_bytes_rank(layers, s.tp, s.kv_bytes, context, spec.dtype_bytes())
         if any(layer.kind in WINDOWED_KINDS for layer in spec.layers):
-            warnings.append("sliding-window layers counted at their window (TRT-LLM variable-window KV cache) [unverified]")
+            warnings.append(
+                "sliding-window layers counted at their window (TRT-LLM variable-window KV cache) [unverified]"
+            )
         if any(layer.kind in RECURRENT_KINDS for layer in spec.layers):
-            warnings.append("recurrent state counted per request; TRT-LLM's Mamba cache sizing was not read [unverified]")
+            warnings.append(
+                "recurrent state counted per request; TRT-LLM's Mamba cache sizing was not read [unverified]"
+            )
         if per_token <= 0 and fixed <= 0:
             raise UsageError("the model has no KV cache layers hfvram can size for TensorRT-LLM")
 
@@ -152,35 +177,67 @@ class TrtllmProfile:
         blocks = math.ceil(context / s.tokens_per_block)
         per_sequence = blocks * s.tokens_per_block * per_token + fixed
         kv_needed = int(workload.concurrency * per_sequence)
-        explain["kv_cache"] = (f"{workload.concurrency} × ({blocks} blocks × {s.tokens_per_block} tokens × "
-                               f"{per_token:.0f} B" + (f" + {fixed:.0f} B windowed/state" if fixed else "")
-                               + f") at {s.kv_cache_dtype} on the worst rank")
+        explain["kv_cache"] = (
+            f"{workload.concurrency} × ({blocks} blocks × {s.tokens_per_block} tokens × "
+            f"{per_token:.0f} B"
+            + (f" + {fixed:.0f} B windowed/state" if fixed else "")
+            + f") at {s.kv_cache_dtype} on the worst rank"
+        )
         capacity = Capacity()
         if pool_tokens is not None:
             concurrency = min(pool / per_sequence if per_sequence else 0.0, float(s.max_batch_size))
             max_context = common.max_context_linear(pool, workload.concurrency, per_token, fixed, s.max_seq_len)
-            capacity = Capacity(kv_tokens=pool_tokens, max_concurrency=concurrency,
-                                max_context=max_context // s.tokens_per_block * s.tokens_per_block)
-        per_gpu = PerGpu(weights=weights, kv_cache=kv_needed, activations=activations, overhead=overhead,
-                         usable=usable, memory=memory)
+            capacity = Capacity(
+                kv_tokens=pool_tokens,
+                max_concurrency=concurrency,
+                max_context=max_context // s.tokens_per_block * s.tokens_per_block,
+            )
+        per_gpu = PerGpu(
+            weights=weights,
+            kv_cache=kv_needed,
+            activations=activations,
+            overhead=overhead,
+            usable=usable,
+            memory=memory,
+        )
         decode = None
         active = common.active_weight_bytes(spec)
         if hardware is not None and active is not None:
-            decode = common.decode_tokens_per_second(active / s.tp + per_token * context + fixed,
-                                                     hardware.gpu.memory_bandwidth_gbs)
+            decode = common.decode_tokens_per_second(
+                active / s.tp + per_token * context + fixed, hardware.gpu.memory_bandwidth_gbs
+            )
             explain["decode"] = "upper bound: bandwidth / (active weights per GPU + KV at the context), one sequence"
         engine = {
-            "name": ENGINE, "version": version, "requested_version": choice.version, "backend": "pytorch",
-            "gpu_util": s.free_gpu_memory_fraction, "free_gpu_memory_fraction": s.free_gpu_memory_fraction,
-            "tokens_per_block": s.tokens_per_block, "max_num_tokens": s.max_num_tokens,
-            "max_batch_size": s.max_batch_size, "max_seq_len": s.max_seq_len, "max_tokens": s.max_tokens,
-            "kv_cache_dtype": s.kv_cache_dtype, "kv_bytes_per_token": per_token, "peak_bytes": peak,
-            "kv_pool_bytes": int(pool) if hardware is not None else None, "tp_size": s.tp, "pp_size": s.pp,
+            "name": ENGINE,
+            "version": version,
+            "requested_version": choice.version,
+            "backend": "pytorch",
+            "gpu_util": s.free_gpu_memory_fraction,
+            "free_gpu_memory_fraction": s.free_gpu_memory_fraction,
+            "tokens_per_block": s.tokens_per_block,
+            "max_num_tokens": s.max_num_tokens,
+            "max_batch_size": s.max_batch_size,
+            "max_seq_len": s.max_seq_len,
+            "max_tokens": s.max_tokens,
+            "kv_cache_dtype": s.kv_cache_dtype,
+            "kv_bytes_per_token": per_token,
+            "peak_bytes": peak,
+            "kv_pool_bytes": int(pool) if hardware is not None else None,
+            "tp_size": s.tp,
+            "pp_size": s.pp,
         }
         return common.finish_estimate(
-            spec=spec, hardware=hardware, engine=engine,
-            workload=replace(workload, context=context, kv_dtype=s.kv_cache_dtype), per_gpu=per_gpu,
-            capacity=capacity, decode=decode, warnings=warnings, explain=explain, tp=s.tp, pp=s.pp,
+            spec=spec,
+            hardware=hardware,
+            engine=engine,
+            workload=replace(workload, context=context, kv_dtype=s.kv_cache_dtype),
+            per_gpu=per_gpu,
+            capacity=capacity,
+            decode=decode,
+            warnings=warnings,
+            explain=explain,
+            tp=s.tp,
+            pp=s.pp,
             force_does_not_fit=refuses,
         )
 

@@ -14,8 +14,9 @@ The KV pool is paged: per layer type a page of ``block_size`` tokens, per reques
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Mapping
+from typing import Any
 
 from hfvram.errors import UsageError
 from hfvram.estimate import common
@@ -25,8 +26,16 @@ from hfvram.spec import RECURRENT_KINDS, Layer, LayerKind, ModelSpec
 
 ENGINE = "vllm"
 #: vLLM --dtype names -> (canonical name, bytes per element)
-DTYPE_NAMES = {"float32": "float32", "float": "float32", "fp32": "float32", "float16": "float16", "half": "float16",
-               "fp16": "float16", "bfloat16": "bfloat16", "bf16": "bfloat16"}
+DTYPE_NAMES = {
+    "float32": "float32",
+    "float": "float32",
+    "fp32": "float32",
+    "float16": "float16",
+    "half": "float16",
+    "fp16": "float16",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+}
 DTYPE_BYTES = {"float32": 4.0, "float16": 2.0, "bfloat16": 2.0}
 
 
@@ -140,14 +149,18 @@ class VllmProfile:
             warnings.append(
                 "hybrid linear-attention MoE: vLLM's CUDA-graph and buffer memory for this class is fitted on one "
                 "dense hybrid (article 003) and came out 34 % below the one MoE hybrid measured (Qwen3.6-35B-A3B: "
-                "13.3 GB overhead on 2 × RTX 4090); the KV pool may be several GiB smaller than shown")
+                "13.3 GB overhead on 2 × RTX 4090); the KV pool may be several GiB smaller than shown"
+            )
         context_bytes = int(rules["cuda_context_gib"] * GiB)
         overhead_in_budget = non_torch + (cudagraphs if settings.cudagraph_in_budget else 0)
         outside_budget = context_bytes + (0 if settings.cudagraph_in_budget else cudagraphs)
         explain["overhead"] = (
             f"non-torch memory {non_torch / GiB:.2f} GiB (§1.3, TP={tp})"
-            + (f" + CUDA graphs {cudagraphs / GiB:.2f} GiB (deducted from the budget since v0.21)"
-               if settings.cudagraph_in_budget else "")
+            + (
+                f" + CUDA graphs {cudagraphs / GiB:.2f} GiB (deducted from the budget since v0.21)"
+                if settings.cudagraph_in_budget
+                else ""
+            )
             + f"; outside the budget: CUDA context + NCCL {context_bytes / GiB:.2f} GiB"
             + ("" if settings.cudagraph_in_budget else f" + CUDA graphs {cudagraphs / GiB:.2f} GiB (before v0.21)")
         )
@@ -172,8 +185,11 @@ class VllmProfile:
             explain["budget"] = (
                 f"ceil({memory / GiB:.2f} GiB × gpu_memory_utilization {settings.gpu_memory_utilization}) = "
                 f"{budget / GiB:.2f} GiB per GPU; KV pool = budget − weights − activations − overhead"
-                + (f" = {pool / GiB:.2f} GiB" if pool >= 0 else f": none, short by {-pool / GiB:.2f} GiB (the three "
-                   "exceed the budget)")
+                + (
+                    f" = {pool / GiB:.2f} GiB"
+                    if pool >= 0
+                    else f": none, short by {-pool / GiB:.2f} GiB (the three exceed the budget)"
+                )
             )
         else:
             budget, pool = 0, 0.0
@@ -332,7 +348,11 @@ def resolve_settings(
     dtype = load_dtype(spec, common.setting(choice, "dtype"))
     quant_setting = (common.setting(choice, "quantization", "q") or "").strip().lower()
     online = quant_setting if quant_setting not in ("", "none", "auto") and spec.quantization is None else None
-    kv_name = workload.kv_dtype if workload.kv_dtype not in ("", "auto") else (common.setting(choice, "kv-cache-dtype") or "auto")
+    kv_name = (
+        workload.kv_dtype
+        if workload.kv_dtype not in ("", "auto")
+        else (common.setting(choice, "kv-cache-dtype") or "auto")
+    )
     kv_bytes = common.kv_dtype_bytes(kv_name, DTYPE_BYTES[dtype])
     kv_label = common.canonical_kv_dtype(kv_name, dtype)
 
@@ -396,7 +416,7 @@ def _parse_bytes(text: str) -> int:
 def weights_per_gpu(
     spec: ModelSpec, settings: Settings, rules: Mapping[str, Any], warnings: list[str], explain: dict[str, str]
 ) -> int:
-    """"Model loading took X GiB" on the worst rank (§2.2): TP/PP split, vocab padding, MXFP4 padding,
+    """ "Model loading took X GiB" on the worst rank (§2.2): TP/PP split, vocab padding, MXFP4 padding,
     float32 checkpoints loaded as bfloat16, minus ``cpu-offload-gb``."""
     scale: dict[str, float] = {}
     notes = []
@@ -446,11 +466,18 @@ def activation_peak(spec: ModelSpec, settings: Settings, rules: Mapping[str, Any
     is_moe = bool(spec.num_experts and spec.num_experts > 1 and spec.experts_per_token)
     moe_ffn = spec.moe_intermediate_size or spec.intermediate_size or 0
     ffn = moe_ffn if is_moe else (spec.intermediate_size or 4 * hidden)
-    forward = batched * (float(rules["forward_bytes_per_ffn"]) * ffn / tp + float(rules["forward_bytes_per_hidden"]) * hidden)
+    forward = batched * (
+        float(rules["forward_bytes_per_ffn"]) * ffn / tp + float(rules["forward_bytes_per_hidden"]) * hidden
+    )
     workspace = 0.0
     quant = (spec.quantization.method if spec.quantization else "").lower()
     if is_moe and quant not in rules["moe_workspace_exempt_quantizations"]:
-        workspace = batched * spec.experts_per_token * (2 * moe_ffn / tp + hidden) * float(rules["moe_workspace_bytes_per_elem"])
+        workspace = (
+            batched
+            * spec.experts_per_token
+            * (2 * moe_ffn / tp + hidden)
+            * float(rules["moe_workspace_bytes_per_elem"])
+        )
     explain["activations"] = (
         f"max(sampler 15.3 B × {seqs} seqs × vocab {vocab} = {sampler / GiB:.2f} GiB, forward {batched} tokens "
         f"= {forward / GiB:.2f} GiB)"
@@ -529,7 +556,10 @@ def kv_layout(spec: ModelSpec, settings: Settings) -> KVGroupLayout:
 
     kinds: dict[tuple[str, int | None], int] = {}
     for layer in attention:
-        key = (layer.kind.value, layer.window if layer.kind.value in ("sliding_attention", "chunked_attention") else None)
+        key = (
+            layer.kind.value,
+            layer.window if layer.kind.value in ("sliding_attention", "chunked_attention") else None,
+        )
         kinds[key] = kinds.get(key, 0) + 1
     if recurrent:
         kinds[("recurrent", None)] = len(recurrent)
