@@ -102,6 +102,10 @@ def cli() -> None:
     """
     # transformers (used lazily by the config reader) prints a banner about PyTorch on import
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    # defaults from HFVRAM_* variables and config.toml (hfvram.settings), below the command line
+    from hfvram.settings import default_map
+
+    click.get_current_context().default_map = default_map()
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -17,6 +17,12 @@ def isolated_caches(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
     for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "HF_ENDPOINT"):
         monkeypatch.delenv(name, raising=False)
+    # no user defaults from the developer's config.toml or HFVRAM_* variables (hfvram.settings)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg_config"))
+    for name in ("HFVRAM_CONFIG_DIR", "HFVRAM_GPU", "HFVRAM_ENGINE", "HFVRAM_CONTEXT", "HFVRAM_CONCURRENCY"):
+        monkeypatch.delenv(name, raising=False)
+    for name in ("HFVRAM_KV_DTYPE", "HFVRAM_UNIFIED_FRACTION"):
+        monkeypatch.delenv(name, raising=False)
     return tmp_path
 
 
