@@ -485,8 +485,9 @@ def check(
     """
     options = _run_options(kwargs)
     output = _output_format(fmt, as_json, as_markdown=as_markdown)
-    request = resolve_request(options, source)
-    report = check_report(request, options)
+    from hfvram.api import check_with_options
+
+    report = check_with_options(options, source).document
     if output == "json":
         _echo_json(report)
     elif output == "markdown":
@@ -762,7 +763,10 @@ def fit(
         from hfvram.report.plot import require_matplotlib
 
         require_matplotlib()
-    reports = [fit_report(resolve_request(options, source), options) for source in sources]
+    from hfvram.api import fit_with_options
+
+    results = [fit_with_options(options, source) for source in sources]
+    reports = [{**result.document, "_spec": result.spec, "_choice": result.engine_choice} for result in results]
     if plot:
         from hfvram.report.plot import plot_memory_against_context
 
@@ -852,12 +856,9 @@ def inspect(
     as_json: bool,
 ) -> None:
     """The model's facts only (no GPU, no engine), each with the file and field it came from."""
-    from hfvram.report.jsonout import inspect_dict, kv_dtype_bytes
-    from hfvram.sources import load_model
+    from hfvram import api
 
-    loaded = load_model(source, revision=revision, token=token, offline=offline, need_split=True)
-    kv_dtype_bytes(kv_dtype, loaded.spec)  # validate before printing
-    report = inspect_dict(loaded.source, loaded.spec, kv_dtype)
+    report = api.inspect(source, kv_dtype=kv_dtype, revision=revision, token=token, offline=offline).document
     if _output_format(fmt, as_json) == "json":
         _echo_json(report)
     else:
