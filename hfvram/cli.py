@@ -18,6 +18,7 @@ from typing import Any
 import click
 
 from hfvram import __version__
+from hfvram.completion import complete_engine, complete_gpu, complete_kv_dtype
 from hfvram.errors import HfvramError, UsageError
 
 EXIT_OK = 0
@@ -149,19 +150,30 @@ def run_options(function: Callable[..., Any]) -> Callable[..., Any]:
     """Decorate a command with the contract's shared options (check / scan / fit)."""
     options = [
         click.option(
-            "--gpu", "gpu", metavar="SPEC", help="GPU id or alias with optional count (rtx4090, h100x8, 24GiB)."
+            "--gpu",
+            "gpu",
+            metavar="SPEC",
+            shell_complete=complete_gpu,
+            help="GPU id or alias with optional count (rtx4090, h100x8, 24GiB).",
         ),
         click.option(
             "--engine",
             "engine",
             metavar="NAME[@VER]",
+            shell_complete=complete_engine,
             help="vllm, sglang, llama.cpp, ollama, … (default: vllm; llama.cpp for GGUF).",
         ),
         click.option(
             "--context", "context", metavar="N", help="Tokens per sequence: 8k, 32k, 131072 (default: the engine's)."
         ),
         click.option("--concurrency", "concurrency", metavar="N", help="Sequences held at full context (default 1)."),
-        click.option("--kv-dtype", "kv_dtype", metavar="T", help="KV cache type: auto, bf16, fp16, fp8, q8_0, q4_0, …"),
+        click.option(
+            "--kv-dtype",
+            "kv_dtype",
+            metavar="T",
+            shell_complete=complete_kv_dtype,
+            help="KV cache type: auto, bf16, fp16, fp8, q8_0, q4_0, …",
+        ),
         click.option(
             "--set",
             "settings",
@@ -839,7 +851,13 @@ def gpus(query: str | None, vendor: str | None, as_json: bool) -> None:
 
 @cli.command()
 @click.argument("source")
-@click.option("--kv-dtype", "kv_dtype", metavar="T", help="KV figures at this dtype (default: the checkpoint's).")
+@click.option(
+    "--kv-dtype",
+    "kv_dtype",
+    metavar="T",
+    shell_complete=complete_kv_dtype,
+    help="KV figures at this dtype (default: the checkpoint's).",
+)
 @click.option("--revision", metavar="R", help="Hub revision.")
 @click.option("--token", metavar="T", help="Hub token (never printed).")
 @click.option("--offline", is_flag=True, default=None, help="Never touch the network.")
@@ -873,8 +891,18 @@ def inspect(
 @cli.command()
 @click.argument("logfile")
 @click.option("--model", "model", metavar="SOURCE", help="Compare with hfvram's prediction for this model.")
-@click.option("--gpu", metavar="SPEC", help="The GPU the log came from (needed for --model and --save).")
-@click.option("--engine", metavar="NAME[@VER]", help="Force the log parser / the rules (default: detected).")
+@click.option(
+    "--gpu",
+    metavar="SPEC",
+    shell_complete=complete_gpu,
+    help="The GPU the log came from (needed for --model and --save).",
+)
+@click.option(
+    "--engine",
+    metavar="NAME[@VER]",
+    shell_complete=complete_engine,
+    help="Force the log parser / the rules (default: detected).",
+)
 @click.option("--set", "settings", metavar="NAME=VALUE", multiple=True, help="Engine settings of that run.")
 @click.option("--save", is_flag=True, help="Write the measured overhead as a calibration file for later checks.")
 @click.option(

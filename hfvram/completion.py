@@ -1,0 +1,62 @@
+"""Shell completion of option values: ``--gpu`` (catalogue ids and aliases, ``x2``/``x4``/``x8`` counts),
+``--engine`` (names, then ``@version`` of the accounting rules) and ``--kv-dtype`` (the cache types hfvram
+knows). Enabled with ``eval "$(_HFVRAM_COMPLETE=bash_source hfvram)"`` (``zsh_source``, ``fish_source``).
+
+Imported by hfvram.cli at start-up, so this module imports click only; the catalogue and the engine tables are
+read when a word is being completed.
+"""
+
+from __future__ import annotations
+
+import re
+
+import click
+from click.shell_completion import CompletionItem
+
+#: counts offered after ``<gpu>x``
+GPU_COUNTS = (2, 4, 8)
+_WITH_COUNT = re.compile(r"^(?P<name>.+?)x(?P<count>\d*)$")
+
+
+def complete_gpu(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    from hfvram.estimate.hardware import load_catalog
+
+    names: dict[str, str] = {}
+    for gpu in load_catalog():
+        for name in (gpu.id, *gpu.aliases):
+            names.setdefault(name.lower(), gpu.name)
+    text = incomplete.lower()
+    items = [CompletionItem(name, help=label) for name, label in sorted(names.items()) if name.startswith(text)]
+    match = _WITH_COUNT.match(text)
+    if match and match["name"] in names:
+        label = names[match["name"]]
+        items += [
+            CompletionItem(f"{match['name']}x{count}", help=f"{count} × {label}")
+            for count in GPU_COUNTS
+            if str(count).startswith(match["count"])
+        ]
+    return items
+
+
+def complete_engine(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    from hfvram.errors import HfvramError
+    from hfvram.estimate.engines import ENGINE_MODULES, get_profile
+
+    name, at, version = incomplete.partition("@")
+    if not at:
+        return [CompletionItem(engine) for engine in sorted(ENGINE_MODULES) if engine.startswith(name.lower())]
+    try:
+        profile = get_profile(name)
+    except HfvramError:
+        return []
+    return [
+        CompletionItem(f"{name}@{rules}", help=f"{profile.name} accounting rules {rules}")
+        for rules in profile.rule_versions
+        if rules.startswith(version)
+    ]
+
+
+def complete_kv_dtype(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    from hfvram.estimate.common import KV_DTYPE_BYTES
+
+    return [CompletionItem(name) for name in ("auto", *KV_DTYPE_BYTES) if name.startswith(incomplete.lower())]

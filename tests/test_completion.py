@@ -1,0 +1,49 @@
+"""Shell completion of --gpu, --engine and --kv-dtype values (hfvram/completion.py), through the real console
+entry point and click's bash protocol (what `eval "$(_HFVRAM_COMPLETE=bash_source hfvram)"` installs)."""
+
+from __future__ import annotations
+
+import pytest
+from cli_support import run_hfvram
+
+
+def complete(*words: str) -> list[str]:
+    line = ["hfvram", *words]
+    done = run_hfvram(
+        env={"_HFVRAM_COMPLETE": "bash_complete", "COMP_WORDS": " ".join(line), "COMP_CWORD": str(len(line) - 1)}
+    )
+    assert done.returncode == 0, done.stderr
+    return [item.split(",", 1)[1] for item in done.stdout.splitlines() if item]
+
+
+def test_bash_source_registers_the_completion():
+    done = run_hfvram(env={"_HFVRAM_COMPLETE": "bash_source"})
+    assert done.returncode == 0
+    assert "_HFVRAM_COMPLETE=bash_complete" in done.stdout
+    assert "complete " in done.stdout and "hfvram" in done.stdout
+
+
+def test_gpu_ids_aliases_and_counts():
+    found = complete("check", "org/model", "--gpu", "rtx40")
+    assert "rtx4090" in found and "rtx4080" in found
+    assert all(name.startswith("rtx40") for name in found)
+    assert complete("check", "org/model", "--gpu", "h100x") == ["h100x2", "h100x4", "h100x8"]
+    assert "rtx4090" in complete("fit", "--gpu", "rtx409")
+    assert "rtx4090" in complete("calibrate", "log.txt", "--gpu", "rtx409")
+
+
+def test_engine_names_then_rule_versions():
+    assert complete("check", "x", "--engine", "") == sorted(complete("check", "x", "--engine", ""))
+    assert {"vllm", "sglang", "llama.cpp", "ollama"} <= set(complete("check", "x", "--engine", ""))
+    assert complete("scan", "-", "--engine", "sg") == ["sglang"]
+    versions = complete("check", "x", "--engine", "vllm@")
+    assert versions and all(item.startswith("vllm@") for item in versions)
+    assert "vllm@0.21" in versions
+    assert complete("check", "x", "--engine", "nope@") == []
+
+
+@pytest.mark.parametrize("command", [["check", "x"], ["inspect", "x"]])
+def test_kv_dtypes(command):
+    found = complete(*command, "--kv-dtype", "q")
+    assert "q8_0" in found and "q4_0" in found
+    assert "auto" in complete(*command, "--kv-dtype", "")
