@@ -184,11 +184,17 @@ def _example_commands() -> list[str]:
     import re
     import shlex
 
-    commands = []
-    for name in ("github-actions.yml", "pre-commit-hook.yaml"):
-        text = (ROOT / "examples" / name).read_text(encoding="utf-8")
-        for match in re.finditer(r"hfvram (scan [^|>\n]+)", text):
-            commands.append(shlex.split(match.group(1)))
+    import yaml
+
+    text = (ROOT / "examples" / "github-actions.yml").read_text(encoding="utf-8")
+    commands = [shlex.split(match.group(1)) for match in re.finditer(r"hfvram (scan [^|>\n]+)", text)]
+    # the pre-commit hook: the entry of .pre-commit-hooks.yaml with the example's args
+    (hook,) = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text(encoding="utf-8"))
+    config = yaml.safe_load((ROOT / "examples" / "pre-commit-hook.yaml").read_text(encoding="utf-8"))
+    for repo in config["repos"]:
+        for used in repo["hooks"]:
+            assert used["id"] == hook["id"]
+            commands.append([*shlex.split(hook["entry"])[1:], *used.get("args", hook["args"])])
     return commands
 
 
