@@ -224,3 +224,19 @@ def test_every_rule_section_points_to_its_source(name):
         pinned = GITHUB_LINK.search(body) or re.search(r"^\[[\w-]+\]: https://github\.com/", body, re.M)
         cross = re.search(r"\]\((?:[a-z0-9_]+\.md)?#[\w-]+\)", body)
         assert pinned or cross or "no permalink" in body, f"{name}.md#{anchor} cites no source"
+
+
+def test_relative_links_in_the_docs_resolve():
+    pages = sorted((ROOT / "docs").rglob("*.md")) + sorted(ROOT.glob("*.md"))
+    broken = []
+    for page in pages:
+        for lineno, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
+            for target in re.findall(r"\]\(([^)\s]+)\)", line):
+                if re.match(r"[a-z]+:", target) or target.startswith("#"):
+                    continue
+                if not (page.parent / target.partition("#")[0]).exists():
+                    broken.append(f"{page.relative_to(ROOT)}:{lineno}: {target}")
+    assert broken == []
+    assert (ROOT / "docs" / "architecture.md").is_file()
+    assert "docs/architecture.md" in (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "architecture.md" in (ROOT / "docs" / "methodology.md").read_text(encoding="utf-8")
