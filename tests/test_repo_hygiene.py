@@ -51,7 +51,10 @@ def scanned_files() -> list[Path]:
             if path.suffix not in TEXT_SUFFIXES or path.stat().st_size > MAX_BYTES:
                 continue
             files.append(path)
-    files.extend(sorted(ROOT.glob("*.md")))
+    # the prose around the data: top-level docs, the fixtures' source notes, examples, CI and packaging
+    extra = [*ROOT.glob("*.md"), *ROOT.glob("fixtures/**/*.md"), *ROOT.glob("examples/*"), *ROOT.glob(".ci/*")]
+    files.extend(sorted(p for p in extra if p.is_file()))
+    files.append(ROOT / "pyproject.toml")
     return files
 
 
@@ -130,6 +133,7 @@ def test_the_scan_sees_the_repository():
     assert "hfvram/data/engines/vllm.toml" in files
     assert "docs/methodology.md" in files
     assert "tests/test_repo_hygiene.py" in files
+    assert "fixtures/README.md" in files
     expected = {
         "common",
         "vllm",
