@@ -244,3 +244,12 @@ def test_relative_links_in_the_docs_resolve():
     assert (ROOT / "docs" / "architecture.md").is_file()
     assert "docs/architecture.md" in (ROOT / "README.md").read_text(encoding="utf-8")
     assert "architecture.md" in (ROOT / "docs" / "methodology.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("name", PAGE_NAMES)
+def test_reference_links_are_defined(name):
+    """A reference-style link without its definition renders as plain text: the source link silently disappears."""
+    text = (ENGINES / f"{name}.md").read_text(encoding="utf-8")
+    defined = {m.group(1).lower() for m in re.finditer(r"^\[([^\]]+)\]: \S+", text, re.M)}
+    used = {m.group(1).lower() for m in re.finditer(r"\]\[([^\]]+)\]", text)}
+    assert used - defined == set()
