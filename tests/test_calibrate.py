@@ -204,7 +204,7 @@ def llama31_8b_spec():
 
 
 def test_llama_spec_kv_matches_article():
-    """Article figure (README of the reference material): Llama-3-8B holds 128 KiB of KV per token at bf16."""
+    """Article figure (article 000, docs/methodology.md Sources): Llama-3-8B holds 128 KiB of KV per token at bf16."""
     assert llama31_8b_spec().kv_bytes_per_token(2) == 131072
     assert math.isclose(llama31_8b_spec().kv_bytes_per_token(2) * 131072 / GIB, 16.0)
 
