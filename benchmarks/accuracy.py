@@ -105,7 +105,7 @@ def case_model_id(case: Mapping[str, Any]) -> str:
 
 
 def case_version(case: Mapping[str, Any]) -> str:
-    """The vLLM release whose rules apply: the printed version, else by the log's date (engines.md §2.1
+    """The vLLM release whose rules apply: the printed version, else by the log's date (docs/engines/vllm.md#vllm-budget
     table: V0 until early 2025, CUDA graphs in the budget from 2026-04-21)."""
     text = str(case.get("engine_version", ""))
     if "V0" in text:

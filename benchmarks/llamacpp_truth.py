@@ -6,7 +6,7 @@ or a real GGUF header of the corpus; the file is then extended to its full size 
 bytes on disk). llama.cpp (through llama-cpp-python's C API) loads it on the CPU in a subprocess per setting,
 with ``no_alloc`` (the dry run that ``--fit`` uses: every buffer is sized, none is allocated, so 128k contexts
 cost nothing) or, for a few small settings, with real allocation to show both give the same numbers. Its log
-is parsed with the regexes of engines.md §12.2 and one JSON line per (model, setting) is written to
+is parsed with the regexes of docs/engines/common.md#calibration-logs-llamacpp and one JSON line per (model, setting) is written to
 ``benchmarks/data/llamacpp_truth.jsonl``, with the llama.cpp version and every setting.
 
 Run:  python3 benchmarks/llamacpp_truth.py [--out benchmarks/data/llamacpp_truth.jsonl] [--only NAME] [--jobs 1]
@@ -469,7 +469,7 @@ def _scalar(reader: gguf.GGUFReader, key: str) -> Any:
 
 
 #: which layers llama.cpp makes sliding-window, per architecture (``set_swa_pattern(n)``: layer il is SWA when
-#: ``il % n < n - 1``; src/models/gemma2.cpp 2, gemma3.cpp 6, openai-moe.cpp 2; engines.md §4.3)
+#: ``il % n < n - 1``; src/models/gemma2.cpp 2, gemma3.cpp 6, openai-moe.cpp 2; docs/engines/llamacpp.md#llamacpp-swa)
 SWA_PATTERN = {"gemma2": 2, "gemma3": 6, "gpt-oss": 2}
 
 
@@ -601,7 +601,7 @@ PATTERNS: dict[str, re.Pattern[str]] = {
 
 
 def parse_log(text: str) -> dict[str, Any]:
-    """The figures of one load's log, in MiB as printed (engines.md §12.2)."""
+    """The figures of one load's log, in MiB as printed (docs/engines/common.md#calibration-logs-llamacpp)."""
     out: dict[str, Any] = {"model_buffer_mib": {}, "kv_buffer_mib": {}, "compute_buffer_mib": {}, "rs_buffer_mib": {}}
     for m in PATTERNS["model_buffer"].finditer(text):
         out["model_buffer_mib"][m["buf"]] = out["model_buffer_mib"].get(m["buf"], 0.0) + float(m["mib"])

@@ -1,4 +1,4 @@
-"""Calibration: read what an engine really reserved from its start-up log (engines.md §12), and keep the measured
+"""Calibration: read what an engine really reserved from its start-up log (docs/engines/common.md#calibration-logs), and keep the measured
 activation / overhead terms per (engine, GPU) so that later checks use them instead of the rules.
 
 Log figures printed in ``GiB`` (and vLLM's old ``GB``, which is bytes / 2**30) are converted to bytes; they are
@@ -21,7 +21,7 @@ GIB = 1024**3
 MIB = 1024**2
 CALIBRATION_SCHEMA = "hfvram.calibration/1"
 
-# ---- vLLM V1 (engines.md §12.1); lines carry a prefix, so every pattern is used with search() --------------
+# ---- vLLM V1 (docs/engines/common.md#calibration-logs-vllm); lines carry a prefix, so every pattern is used with search() --------------
 VLLM_WEIGHTS = re.compile(
     r"(?:Model loading took|Loading model weights took) (?P<weights>[\d.]+) (?:GiB|GB)(?: memory)?(?: and (?P<secs>[\d.]+) seconds)?"
 )
@@ -66,7 +66,7 @@ VLLM_V0_PROFILE = re.compile(
     r"Memory profiling results: total_gpu_memory=(?P<total>[\d.]+)GiB .*?peak_torch_memory=(?P<peak>[\d.]+)GiB .*?"
     r"non_torch_memory=(?P<nt>[\d.]+)GiB kv_cache_size=(?P<kv>-?[\d.]+)GiB gpu_memory_utilization=(?P<util>[\d.]+)"
 )
-# ---- llama.cpp (engines.md §12.2); the `xxx:` prefix changes between versions, so match it with \w+ -----------
+# ---- llama.cpp (docs/engines/common.md#calibration-logs-llamacpp); the `xxx:` prefix changes between versions, so match it with \w+ -----------
 LLAMA_MODEL_BUFFER = re.compile(r"\w+:\s+(?P<buf>\S+) model buffer size =\s+(?P<mib>[\d.]+) MiB")
 #: older spelling (llama.cpp ≤ early 2025, ik_llama.cpp): ``llm_load_tensors:      CUDA0 buffer size = … MiB``
 LLAMA_MODEL_BUFFER_OLD = re.compile(r"llm_load_tensors:\s+(?P<buf>\S+) buffer size =\s+(?P<mib>[\d.]+) MiB")
@@ -87,7 +87,7 @@ LLAMA_BREAKDOWN = re.compile(
 )
 #: llama.cpp buffers that live in host memory, not on the accelerator
 HOST_BUFFERS = re.compile(r"^(?:CPU|CPU_Mapped|CPU_REPACK|CUDA_Host|ROCm_Host|Metal_Mapped|MTL0_Mapped|\w*_Host)$")
-# ---- SGLang (engines.md §12.3) -------------------------------------------------------------------------------
+# ---- SGLang (docs/engines/common.md#calibration-logs-others) -------------------------------------------------------------------------------
 SGLANG_WEIGHTS = re.compile(r"Load weight end\. .*avail mem=(?P<avail>[\d.]+) GB, mem usage=(?P<w>[\d.]+) GB\.")
 SGLANG_KV = re.compile(
     r"KV Cache is allocated\. (?:dtype: (?P<dt>\S+), )?#tokens: (?P<tok>\d+), (?:K size: (?P<k>[\d.]+) GB, "
@@ -210,7 +210,7 @@ def parse_vllm_log(text: str) -> Measured:
         kv_tokens = int(match["tokens"].replace(",", ""))
         details["GPU KV cache size"] = f"{kv_tokens:,} tokens"
     elif match := _last(VLLM_V0_BLOCKS, text):
-        # V0 printed blocks; 16 tokens per block was the default block size (engines.md §2.7)
+        # V0 printed blocks; 16 tokens per block was the default block size (docs/engines/vllm.md#vllm-block-size)
         kv_tokens = int(match["gpu"]) * 16
         details["GPU blocks"] = f"{match['gpu']} (× 16 tokens, the default block size)"
         warnings.append("KV tokens derived from '# GPU blocks' × 16 (the default block size)")
@@ -275,7 +275,7 @@ def _budget_overhead(
 ) -> tuple[int, str | None]:
     """Overhead the engine deducted from its budget: non-torch memory plus the CUDA graphs *applied*.
 
-    engines.md §12.1 identity: requested − weights − activations − non_torch − graphs_applied = KV; the applied
+    docs/engines/common.md#calibration-logs-vllm identity: requested − weights − activations − non_torch − graphs_applied = KV; the applied
     graph term is what the identity leaves (0 before vLLM #38284, or with the estimate switched off). Below
     the print rounding (0.03 GiB) it is taken as zero.
     """

@@ -1,4 +1,4 @@
-"""The ``hfvram`` command line: wires sources -> readers -> estimator -> reports (design/contract.md).
+"""The ``hfvram`` command line: wires sources -> readers -> estimator -> reports (the contract: README.md).
 
 Start-up must stay fast: this module imports only click and hfvram's light modules; rich, huggingface_hub, the
 readers and the engine profiles are imported inside the commands that need them.

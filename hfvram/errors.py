@@ -1,4 +1,4 @@
-"""Errors hfvram reports to users. Each carries the exit code of the contract (design/contract.md)."""
+"""Errors hfvram reports to users. Each carries the exit code of the contract (README.md, 'Exit codes')."""
 
 from __future__ import annotations
 

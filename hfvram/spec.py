@@ -160,7 +160,7 @@ class ModelSpec:
     #: GGUF-only facts the engines need (e.g. {"file_type": "Q4_K_M", "alignment": 32})
     extra: Mapping[str, object] = field(default_factory=dict)
 
-    # ---- derived figures (contract: ../design/contract.md) -------------------------------------
+    # ---- derived figures (contract: README.md, 'The JSON contract') -------------------------------------
 
     @property
     def params_total(self) -> int | None:

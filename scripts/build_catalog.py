@@ -125,7 +125,7 @@ def build(hub: Path, date: str) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     fixtures = ROOT / "fixtures" / "hub"
-    parser.add_argument("--hub", type=Path, default=fixtures if fixtures.is_dir() else Path("/work/shared/corpus/hub"))
+    parser.add_argument("--hub", type=Path, default=fixtures)
     parser.add_argument("--date", default=dt.datetime.now(dt.timezone.utc).date().isoformat())
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()

@@ -53,7 +53,7 @@ def test_vllm_v1_debug_log_gt0062():
 
 
 def test_vllm_v1_identity_holds_on_parsed_figures():
-    """engines.md §12.1 recipe: util × total − (weights + activations + non-torch) = KV, ±0.02 GiB (gt-0062;
+    """docs/engines/common.md#calibration-logs-vllm recipe: util × total − (weights + activations + non-torch) = KV, ±0.02 GiB (gt-0062;
     CUDA graphs are not deducted in v0.19)."""
     measured = cal.parse_log(read("gt-0062-vllm-v0.19-llama31-8b-h100.log"))
     non_kv = measured.weights + measured.activations + measured.overhead
@@ -184,7 +184,7 @@ def test_calibrate_as_subprocess():
 
 def llama31_8b_spec():
     """Llama-3.1-8B as its files state it: 32 layers of 8 KV heads × 128 (fixtures/hub/meta-llama config),
-    16,060,522,496 bytes of bf16 weights and 8,030,261,248 parameters (design/contract.md example)."""
+    16,060,522,496 bytes of bf16 weights and 8,030,261,248 parameters (total_size of its fixtures/hub model.safetensors.index.json)."""
     from hfvram.spec import Layer, LayerKind, ModelSpec, Weights
 
     layers = tuple(Layer(LayerKind.FULL, num_kv_heads=8, head_dim_k=128, head_dim_v=128) for _ in range(32))
@@ -204,7 +204,7 @@ def llama31_8b_spec():
 
 
 def test_llama_spec_kv_matches_article():
-    """Article figure (README of the reference material): Llama-3-8B holds 128 KiB of KV per token at bf16."""
+    """Article figure (article 000, docs/methodology.md Sources): Llama-3-8B holds 128 KiB of KV per token at bf16."""
     assert llama31_8b_spec().kv_bytes_per_token(2) == 131072
     assert math.isclose(llama31_8b_spec().kv_bytes_per_token(2) * 131072 / GIB, 16.0)
 

@@ -34,7 +34,7 @@ def test_catalogue_matches_the_fixture_files():
 
 def test_readme_first_command_works_offline(hub, monkeypatch):
     """README: `hfvram check meta-llama/Llama-3.1-8B-Instruct --gpu rtx4090` with no network.
-    Article figure (/work/shared/README.md): Llama-3-8B keeps 128 KiB of KV per token at bf16."""
+    Article figure (article 000, docs/methodology.md Sources): Llama-3-8B keeps 128 KiB of KV per token at bf16."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     loaded = load_model(LLAMA)
     assert hub.request_count == 0

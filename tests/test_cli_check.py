@@ -121,7 +121,7 @@ def test_gguf_defaults_to_llama_cpp():
     assert document["source"]["kind"] == "gguf"
 
 
-# ---- exit codes (design/contract.md) ------------------------------------------------------------------------
+# ---- exit codes (README.md, 'Exit codes') ------------------------------------------------------------------------
 
 
 def test_exit_0_fits():

@@ -119,7 +119,7 @@ def test_unified_fraction_on_a_discrete_gpu_is_a_warning_and_out_of_range_a_usag
 
 
 def test_engine_rule_verdict_says_why_it_contradicts_the_percentage():
-    """LMDeploy asserts KV heads % tp == 0 (engines.md §6): Qwen3-30B-A3B has 4 KV heads, so TP 8 cannot start,
+    """LMDeploy asserts KV heads % tp == 0 (docs/engines/lmdeploy.md#lmdeploy-pytorch): Qwen3-30B-A3B has 4 KV heads, so TP 8 cannot start,
     although the terms take under a third of an H100's memory."""
     args = ("check", "Qwen/Qwen3-30B-A3B", "--gpu", "h100x8", "--engine", "lmdeploy", "--offline")
     document = as_json(*args)

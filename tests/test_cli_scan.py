@@ -1,4 +1,4 @@
-"""`hfvram scan`: many sources at once; a broken source is an error row, never a crash (design/contract.md)."""
+"""`hfvram scan`: many sources at once; a broken source is an error row, never a crash (README.md)."""
 
 from __future__ import annotations
 

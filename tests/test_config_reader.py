@@ -93,7 +93,7 @@ def test_deepseek_v3_mla_at_128k(use_transformers: bool):
 
 @both_paths
 def test_gemma2_alternates_even_layers_sliding(use_transformers: bool):
-    """Gemma-2: even layers slide over 4096 tokens, odd layers are global (engines.md §4.3 / Gemma2Config)."""
+    """Gemma-2: even layers slide over 4096 tokens, odd layers are global (docs/engines/llamacpp.md#llamacpp-swa / Gemma2Config)."""
     s = spec("google/gemma-2-9b-it", use_transformers)
     kinds = [layer.kind for layer in s.layers]
     assert kinds[0::2] == [LayerKind.SLIDING] * 21 and kinds[1::2] == [LayerKind.FULL] * 21
@@ -103,7 +103,7 @@ def test_gemma2_alternates_even_layers_sliding(use_transformers: bool):
 
 @both_paths
 def test_gemma3_five_local_one_global(use_transformers: bool):
-    """engines.md §4.3: Gemma 3 set_swa_pattern(6) — 5 of 6 layers sliding (medgemma-27b = gemma-3-27b)."""
+    """docs/engines/llamacpp.md#llamacpp-swa: Gemma 3 set_swa_pattern(6) — 5 of 6 layers sliding (medgemma-27b = gemma-3-27b)."""
     s = spec("google/medgemma-27b-it", use_transformers)
     assert s.multimodal
     assert s.layer_census()["full_attention"] == 10 and s.layer_census()["sliding_attention"] == 52
@@ -133,7 +133,7 @@ def test_llama4_chunked_layers(use_transformers: bool):
 
 @both_paths
 def test_qwen3_next_linear_layers(use_transformers: bool):
-    """Qwen3-Next: 3 of 4 layers Gated DeltaNet; state per engines.md §2.5."""
+    """Qwen3-Next: 3 of 4 layers Gated DeltaNet; state per docs/engines/vllm.md#vllm-mamba-state."""
     s = spec("Qwen/Qwen3-Next-80B-A3B-Thinking", use_transformers)
     kinds = [layer.kind for layer in s.layers]
     assert kinds[:4] == [LayerKind.LINEAR] * 3 + [LayerKind.FULL]
@@ -153,7 +153,7 @@ def test_qwen35_ssm_dtype_and_mtp():
 
 @both_paths
 def test_nemotron_h_mamba_census(use_transformers: bool):
-    """Nemotron-H-56B hybrid_override_pattern: 54 M, 10 *, 54 -; Mamba2 state fp32 (engines.md §2.5)."""
+    """Nemotron-H-56B hybrid_override_pattern: 54 M, 10 *, 54 -; Mamba2 state fp32 (docs/engines/vllm.md#vllm-mamba-state)."""
     s = spec("nvidia/Nemotron-H-56B-Base-8K", use_transformers)
     census = {kind: count for kind, count in s.layer_census().items() if count}
     assert census == {"mamba": 54, "full_attention": 10, "none": 54}

@@ -2,7 +2,7 @@
 
 Flag names and meanings come from each engine's own argument parser as named in
 hfvram/data/engine_args.toml; the numbers in the command lines are the settings of real reports in
-/work/shared/groundtruth/cases.jsonl (e.g. gt-0038: SGLang tp 1, mem_fraction_static 0.911).
+benchmarks/data/groundtruth_cases.jsonl (e.g. gt-0038: SGLang tp 1, mem_fraction_static 0.911).
 """
 
 from __future__ import annotations

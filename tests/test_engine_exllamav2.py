@@ -1,4 +1,4 @@
-"""ExLlamaV2 profile (design/engines.md §8, exllamav2/cache.py): cache classes, Q-cache block rounding, the FP16
+"""ExLlamaV2 profile (docs/engines/exllamav2.md, exllamav2/cache.py): cache classes, Q-cache block rounding, the FP16
 temporaries of one layer per device, layer split over GPUs — on real fixture configs."""
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def run(spec, gpu="rtx4090", context=32768, **settings):
 
 
 def test_fp16_cache_is_128_kib_per_token_for_llama3_8b(llama8b):
-    # engines.md §8: FP16 cache 2d + 2d bytes per token per layer, d = 8 × 128 -> 32 layers × 4096 = 128 KiB
+    # docs/engines/exllamav2.md#exllamav2-cache: FP16 cache 2d + 2d bytes per token per layer, d = 8 × 128 -> 32 layers × 4096 = 128 KiB
     result = run(llama8b)
     assert result.per_gpu.kv_cache == 32 * 4096 * 32768
     assert result.per_gpu.activations == 0  # no temporaries for the FP16 cache
@@ -54,7 +54,7 @@ def test_fp16_cache_is_128_kib_per_token_for_llama3_8b(llama8b):
     ],
 )
 def test_quantized_cache_classes(llama8b, mode, per_token_layer):
-    # engines.md §8 table: K/V bytes per class, fp16 scale per 32 elements for the Q caches
+    # docs/engines/exllamav2.md#exllamav2-cache table: K/V bytes per class, fp16 scale per 32 elements for the Q caches
     result = run(llama8b, cache_mode=mode)
     assert result.per_gpu.kv_cache == int(32 * per_token_layer * 32768)
     # one layer of FP16 K and V kept per device for dequantization

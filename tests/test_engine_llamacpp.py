@@ -1,5 +1,5 @@
-"""llama.cpp profile (design/engines.md §4) on real fixture configs and headers, pinned to the figures of
-engines.md (its [measured] table, §4.3/§4.4) and the published llama.cpp logs of the groundtruth corpus
+"""llama.cpp profile (docs/engines/llamacpp.md) on real fixture configs and headers, pinned to the figures of
+docs/engines/llamacpp.md (its [measured] table, #llamacpp-kv-cache / #llamacpp-compute-buffer) and the published llama.cpp logs of the groundtruth corpus
 (gt-0015, gt-0016, gt-0043; ids named per test)."""
 
 from __future__ import annotations
@@ -64,18 +64,18 @@ def qwen3moe() -> ModelSpec:
     return spec_of("Qwen/Qwen3-30B-A3B", 17.28)
 
 
-# ---- KV cells and bytes (§4.3) -----------------------------------------------------------------------------
+# ---- KV cells and bytes (llamacpp.md#llamacpp-kv-cache) -----------------------------------------------------------------------------
 
 
 def test_context_is_padded_to_256_cells():
-    # engines.md §4.3 [measured]: -c 5000 -> 5120 cells; -c 10000 -np 3 -> 3 x 3584 = 10752 cells
+    # docs/engines/llamacpp.md#llamacpp-kv-cache [measured]: -c 5000 -> 5120 cells; -c 10000 -np 3 -> 3 x 3584 = 10752 cells
     assert llamacpp.kv_cells(5000, 1, False) == (5120, 5120, 1)
     assert llamacpp.kv_cells(10000, 3, False) == (10752, 3584, 3)
     assert llamacpp.kv_cells(10000, 3, True) == (10240, 10240, 1)
 
 
 def test_ggml_kv_types_carry_their_block_scales():
-    # engines.md §1.2 / §11.1: q8_0 = 34 B per 32 elements, q4_0 = 18 per 32, q5_1 = 24 per 32
+    # docs/engines/common.md#kv-dtype-sizes / common.md#gguf-types: q8_0 = 34 B per 32 elements, q4_0 = 18 per 32, q5_1 = 24 per 32
     assert llamacpp.row_size("q8_0", 1024) == 1088
     assert llamacpp.row_size("q4_0", 1024) == 576
     assert llamacpp.row_size("q5_1", 1024) == 768
@@ -108,7 +108,7 @@ def test_qwen3_235b_q8_0_kv_matches_the_log():
 
 
 def test_gemma2_sliding_layers_hold_window_plus_ubatch():
-    # engines.md §4.3: SWA layers get pad256(min(n_ctx_seq, n_swa + n_ubatch)) cells; gemma-2 window 4096
+    # docs/engines/llamacpp.md#llamacpp-swa: SWA layers get pad256(min(n_ctx_seq, n_swa + n_ubatch)) cells; gemma-2 window 4096
     spec = spec_of("google/gemma-2-9b-it", 5.4)
     s = settings_of(spec, ctx_size=32768, binary="llama-cli")
     assert llamacpp.swa_cells(4096, s) == 4608
@@ -117,7 +117,7 @@ def test_gemma2_sliding_layers_hold_window_plus_ubatch():
 
 
 def test_mla_stores_one_latent_and_no_v():
-    # engines.md §4.3: DeepSeek MLA GGUF -> K = kv_lora_rank + rope (576 elements), no V tensor
+    # docs/engines/llamacpp.md#llamacpp-kv-cache: DeepSeek MLA GGUF -> K = kv_lora_rank + rope (576 elements), no V tensor
     spec = spec_of("deepseek-ai/DeepSeek-V2-Lite", 10)
     kv = llamacpp.kv_bytes(spec, settings_of(spec, ctx_size=4096, binary="llama-cli"))
     assert kv.v == 0
@@ -125,7 +125,7 @@ def test_mla_stores_one_latent_and_no_v():
 
 
 def test_unified_server_default_and_per_sequence_streams(llama8b):
-    # engines.md §4.1: llama-server -np auto -> 4 slots, unified KV; explicit -np N -> N streams of n_ctx/N
+    # docs/engines/llamacpp.md#llamacpp-defaults: llama-server -np auto -> 4 slots, unified KV; explicit -np N -> N streams of n_ctx/N
     server = settings_of(llama8b, Workload(context=8192))
     assert (server.n_seq_max, server.kv_unified, server.n_stream, server.n_ctx_seq) == (4, True, 1, 8192)
     streams = settings_of(llama8b, Workload(context=8192, concurrency=3))
@@ -139,17 +139,17 @@ def test_quantized_v_needs_flash_attention_and_fp8_is_refused(llama8b):
         settings_of(llama8b, Workload(kv_dtype="fp8"))
 
 
-# ---- compute buffer (§4.4) ---------------------------------------------------------------------------------
+# ---- compute buffer (llamacpp.md#llamacpp-compute-buffer) ---------------------------------------------------------------------------------
 
 
 def test_compute_buffer_logits_term(llama8b):
-    # engines.md §4.4 table [measured]: 8B dense, V = 128 256, FA on: ub 512 -> 266.50 MiB; ub 2048 -> 1066.01
+    # docs/engines/llamacpp.md#llamacpp-compute-buffer table [measured]: 8B dense, V = 128 256, FA on: ub 512 -> 266.50 MiB; ub 2048 -> 1066.01
     assert compute_mib(llama8b, ctx_size=8192, binary="llama-cli") == pytest.approx(266.50, abs=0.01)
     assert compute_mib(llama8b, ctx_size=8192, ubatch_size=2048, binary="llama-cli") == pytest.approx(1066.01, abs=0.02)
 
 
 def test_compute_buffer_without_flash_attention_grows_with_context(llama8b):
-    # engines.md §4.4: 8B, V = 128 256, ub 512, FA off, ctx 131072 -> 8492.01 MiB
+    # docs/engines/llamacpp.md#llamacpp-compute-buffer: 8B, V = 128 256, ub 512, FA off, ctx 131072 -> 8492.01 MiB
     assert compute_mib(llama8b, ctx_size=131072, flash_attn="off", binary="llama-cli") == pytest.approx(
         8492.01, rel=0.001
     )
@@ -173,7 +173,7 @@ def test_qwen3_235b_ubatch_4096_compute_buffer():
 
 
 def test_server_reserves_only_one_logits_row_per_slot(llama8b):
-    # engines.md §4.1: llama-server n_outputs_max = min(n_batch, n_parallel) -> the layer term decides
+    # docs/engines/llamacpp.md#llamacpp-defaults: llama-server n_outputs_max = min(n_batch, n_parallel) -> the layer term decides
     cli = compute_mib(llama8b, ctx_size=16384, binary="llama-cli")
     server = compute_mib(llama8b, ctx_size=16384, binary="llama-server")
     assert server < cli / 1.5
@@ -183,7 +183,7 @@ def test_server_reserves_only_one_logits_row_per_slot(llama8b):
 
 
 def test_token_embeddings_stay_on_the_cpu_and_cpu_moe_moves_experts():
-    # engines.md §4.2: token_embd always on the CPU; --cpu-moe keeps every expert tensor there
+    # docs/engines/llamacpp.md#llamacpp-weights: token_embd always on the CPU; --cpu-moe keeps every expert tensor there
     spec = spec_from_gguf(
         [read_gguf_file(HEADERS / "DeepSeek-R1-Distill-Qwen-7B-Q4_K_M.gguf-header.gguf")],
         filename="DeepSeek-R1-Distill-Qwen-7B-Q4_K_M.gguf",
@@ -211,7 +211,7 @@ def test_token_embeddings_stay_on_the_cpu_and_cpu_moe_moves_experts():
 
 
 def test_partial_offload_counts_the_output_layer():
-    # engines.md §4.2: -ngl N offloads the last N of n_layer + 1 layers (the output layer is one of them)
+    # docs/engines/llamacpp.md#llamacpp-weights: -ngl N offloads the last N of n_layer + 1 layers (the output layer is one of them)
     spec = spec_of("meta-llama/Llama-3.1-8B-Instruct", 4.58)
     s = settings_of(spec, ctx_size=4096, n_gpu_layers=1)
     placement = llamacpp.place(spec, s, llamacpp.kv_bytes(spec, s), 1)
@@ -220,7 +220,7 @@ def test_partial_offload_counts_the_output_layer():
 
 
 def test_usable_is_device_minus_the_fit_margin(llama8b):
-    # engines.md §4.5: --fit (default on) keeps 1024 MiB free per device
+    # docs/engines/llamacpp.md#llamacpp-fit: --fit (default on) keeps 1024 MiB free per device
     result = estimate(llama8b, RTX4090, EngineChoice("llama.cpp", settings={"ctx-size": "8192"}), Workload())
     assert result.per_gpu.usable == RTX4090.gpu.memory_bytes - 1024 * MiB
     off = estimate(llama8b, RTX4090, EngineChoice("llama.cpp", settings={"ctx-size": "8192", "fit": "off"}), Workload())
@@ -246,7 +246,7 @@ def test_safetensors_spec_warns_about_conversion(llama8b):
 
 
 def test_cuda_pads_quantized_rows_to_512():
-    # engines.md §4.2: CUDA pads each quantized matrix whose row is not a multiple of 512 elements
+    # docs/engines/llamacpp.md#llamacpp-weights: CUDA pads each quantized matrix whose row is not a multiple of 512 elements
     # (gpt-oss: hidden 2880 = 5 × 512 + 320 -> 192 elements of padding per matrix with 2880-long rows)
     spec = spec_of("openai/gpt-oss-20b", 12.0)
     assert llamacpp.cuda_row_padding_bytes(spec) == 0  # unquantized (no bits per weight): nothing to pad
@@ -261,7 +261,7 @@ def test_cuda_pads_quantized_rows_to_512():
     "used, ff, measured", [(8, 768, 92.01), (8, 1536, 96.01), (8, 3072, 168.01), (16, 768, 160.01), (16, 1536, 168.01)]
 )
 def test_moe_layer_term_on_measured_qwen3moe_headers(used, ff, measured):
-    # engines.md §4.4 [measured]: qwen3moe headers, n_embd 2048, V = 32 000 (so the layer term shows), ub 512, FA on
+    # docs/engines/llamacpp.md#llamacpp-compute-buffer [measured]: qwen3moe headers, n_embd 2048, V = 32 000 (so the layer term shows), ub 512, FA on
     spec = replace(
         spec_of("Qwen/Qwen3-30B-A3B", 17.3), vocab_size=32000, experts_per_token=used, moe_intermediate_size=ff
     )

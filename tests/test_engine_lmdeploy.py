@@ -1,4 +1,4 @@
-"""LMDeploy profile rules (design/engines.md §6, §1.2), pinned to the formulas read in LMDeploy's source
+"""LMDeploy profile rules (docs/engines/lmdeploy.md, docs/engines/common.md#kv-dtype-sizes), pinned to the formulas read in LMDeploy's source
 (executor/base.py::_get_runtime_size, schema.py::build_quant_cache_descs, utils.py::get_max_batch_size)."""
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def test_profile_is_registered():
 
 
 def test_runtime_reserve_and_block_pool_pytorch_engine(llama8b):
-    # §6: runtime = (max_prefill_token_num 8192 + 2 x max_batches) x vocab x 2; A100 -> max_batch_size 384
+    # lmdeploy.md#lmdeploy-pytorch: runtime = (max_prefill_token_num 8192 + 2 x max_batches) x vocab x 2; A100 -> max_batch_size 384
     result = run(llama8b, "a100-80g-sxm", backend="pytorch")
     assert result.engine["max_batch_size"] == 384
     assert result.engine["runtime_bytes"] == (8192 + 2 * 384) * 128256 * 2
@@ -61,14 +61,14 @@ def test_runtime_reserve_and_block_pool_pytorch_engine(llama8b):
     free = result.per_gpu.memory - result.per_gpu.overhead - result.per_gpu.weights
     assert result.engine["num_gpu_blocks"] == int((free - result.engine["runtime_bytes"]) * 0.8 // block_bytes)
     assert result.capacity.kv_tokens == result.engine["num_gpu_blocks"] * 64
-    # activations = runtime + the other 0.2 of (free - runtime) (§10)
+    # activations = runtime + the other 0.2 of (free - runtime) (common.md#reserve-summary)
     assert result.per_gpu.activations == pytest.approx(
         result.engine["runtime_bytes"] + 0.2 * (free - result.engine["runtime_bytes"]), abs=1
     )
 
 
 def test_runtime_halves_prefill_until_16_blocks_fit():
-    # §6: "halves max_prefill_token_num until >= 16 blocks fit"
+    # lmdeploy.md#lmdeploy-pytorch: "halves max_prefill_token_num until >= 16 blocks fit"
     block_bytes = 8 * 2**20
     free = 0.5 * GiB
     runtime, prefill = lmdeploy.runtime_bytes(rules(), free, block_bytes, 128, 128256, 0.8)
@@ -78,7 +78,7 @@ def test_runtime_halves_prefill_until_16_blocks_fit():
 
 
 def test_turbomind_has_no_runtime_term(llama8b):
-    # §6 TurboMind: cache = free after weights x cache_max_entry_count; LlamaForCausalLM is a TurboMind arch
+    # lmdeploy.md#lmdeploy-turbomind TurboMind: cache = free after weights x cache_max_entry_count; LlamaForCausalLM is a TurboMind arch
     result = run(llama8b, "rtx4090")
     assert result.engine["backend"] == "turbomind"
     assert result.engine["max_batch_size"] == 128  # not an A100/H100/H200 name
@@ -88,7 +88,7 @@ def test_turbomind_has_no_runtime_term(llama8b):
 
 
 def test_int8_and_int4_kv_carry_scale_and_zero():
-    # §1.2: quant_policy 8 / 4 -> 1 / 0.5 B per element plus scale+zero (2 x model dtype) per token-head, K and V.
+    # lmdeploy.md#lmdeploy-kv-quant: quant_policy 8 / 4 -> 1 / 0.5 B per element plus scale+zero (2 x model dtype) per token-head, K and V.
     # Qwen3-8B: 36 layers, 8 KV heads x 128
     spec = spec_of("Qwen/Qwen3-8B")
     int8 = run(spec, "h100", backend="pytorch", quant_policy=8)
@@ -127,7 +127,7 @@ def test_large_head_dim_uses_32_token_blocks():
 
 
 def test_kv_heads_must_divide_tp():
-    # §6: "KV heads must be divisible by TP (asserted)" - Qwen3-Next has 2 KV heads
+    # lmdeploy.md#lmdeploy-pytorch: "KV heads must be divisible by TP (asserted)" - Qwen3-Next has 2 KV heads
     spec = spec_of("Qwen/Qwen3-Next-80B-A3B-Thinking")
     result = run(spec, "h100x4")
     assert result.verdict == "does_not_fit"
@@ -148,7 +148,7 @@ def test_cache_ratio_is_a_fraction(llama8b):
 
 
 def test_old_release_takes_half_of_total(llama8b):
-    # §6: 0.5 of *total* memory in v0.2.0
+    # lmdeploy.md#lmdeploy-cache-fraction: 0.5 of *total* memory in v0.2.0
     result = run(llama8b, "h100", version="0.2.0")
     assert result.engine["cache_max_entry_count"] == 0.5
     assert result.engine["num_gpu_blocks"] == int(result.per_gpu.memory * 0.5 // (64 * 32 * 8 * 256 * 2))

@@ -1,4 +1,4 @@
-"""MLX / mlx-lm profile (design/engines.md §9): wired limit = the GPU-addressable share of unified memory, the
+"""MLX / mlx-lm profile (docs/engines/mlx.md#mlx-wired-limit): wired limit = the GPU-addressable share of unified memory, the
 0.9 × max_recommended warning, KV in the model dtype in 256-token steps, mlx-lm's quantized KV option."""
 
 from __future__ import annotations
@@ -76,4 +76,5 @@ def test_sliding_layers_rotate_at_their_window():
 def test_small_mac_does_not_fit_a_70b():
     result = run(spec_of("meta-llama/Llama-3.1-70B-Instruct", 40.0), "m1-16")
     assert result.verdict == "does_not_fit"
-    assert result.per_gpu.usable == pytest.approx(10.67 * GiB, rel=0.01)  # 2/3 of 16 GB (engines.md §9)
+    # 2/3 of 16 GB (docs/engines/mlx.md#mlx-wired-limit)
+    assert result.per_gpu.usable == pytest.approx(10.67 * GiB, rel=0.01)

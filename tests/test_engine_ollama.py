@@ -1,4 +1,4 @@
-"""Ollama profile (design/engines.md §5, §1.2, §1.3): Ollama's own defaults on top of llama.cpp, and the legacy
+"""Ollama profile (docs/engines/ollama.md, docs/engines/common.md#kv-dtype-sizes, docs/engines/common.md#cuda-context): Ollama's own defaults on top of llama.cpp, and the legacy
 ``@0.12`` estimator checked against Ollama's published pre-load estimate (groundtruth gt-0045)."""
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def run(spec, gpu, version=None, workload=Workload(), **settings):
 
 
 def test_default_num_ctx_is_tiered_by_total_vram():
-    # engines.md §5 (server/routes.go, since 2026-02-02): >= 47 GiB -> 262144, >= 23 GiB -> 32768, else 4096
+    # docs/engines/ollama.md#ollama-defaults (server/routes.go, since 2026-02-02): >= 47 GiB -> 262144, >= 23 GiB -> 32768, else 4096
     spec = spec_of("Qwen/Qwen3-30B-A3B", 17.3)  # n_ctx_train 40960
     assert run(spec, "rtx3060").engine["num_ctx"] == 4096
     assert run(spec, "rtx4090").engine["num_ctx"] == 32768
@@ -49,7 +49,7 @@ def test_default_num_ctx_is_tiered_by_total_vram():
 
 
 def test_ollama_defaults_on_llama_server():
-    # engines.md §5: num_parallel 1, KV f16, num_batch 512; flash attention from the architecture list
+    # docs/engines/ollama.md#ollama-defaults: num_parallel 1, KV f16, num_batch 512; flash attention from the architecture list
     qwen = run(spec_of("Qwen/Qwen3-30B-A3B", 17.3), "rtx4090")
     assert (qwen.engine["num_parallel"], qwen.engine["kv_cache_type"], qwen.engine["num_batch"]) == (1, "f16", 512)
     assert qwen.engine["flash_attention"] is True  # qwen3moe is in fs/ggml/ggml.go::FlashAttention
@@ -59,14 +59,14 @@ def test_ollama_defaults_on_llama_server():
 
 
 def test_minimum_memory_per_gpu_is_the_overhead():
-    # engines.md §1.3: Ollama reserves 457 MiB per CUDA/ROCm GPU (ml/device.go MinimumMemory), 512 MiB on Metal
+    # docs/engines/common.md#cuda-context: Ollama reserves 457 MiB per CUDA/ROCm GPU (ml/device.go MinimumMemory), 512 MiB on Metal
     spec = spec_of("meta-llama/Llama-3.1-8B-Instruct", 4.6)
     assert run(spec, "rtx4090").per_gpu.overhead == 457 * MiB
     assert run(spec, "rtx4090", OLLAMA_GPU_OVERHEAD=str(100 * MiB)).per_gpu.overhead == 557 * MiB
 
 
 def test_current_kv_is_llama_cpp_exact():
-    # current Ollama = llama-server: q8_0 is 34/32 B per element (engines.md §1.2), num_ctx × num_parallel cells
+    # current Ollama = llama-server: q8_0 is 34/32 B per element (docs/engines/common.md#kv-dtype-sizes), num_ctx × num_parallel cells
     spec = spec_of("Qwen/Qwen3-30B-A3B", 17.3)
     result = run(spec, "rtx4090", num_ctx="8192", num_parallel="2", OLLAMA_KV_CACHE_TYPE="q8_0")
     per_token_layer = 4 * 128 * 2 * 34 / 32
@@ -94,7 +94,7 @@ def test_legacy_estimate_matches_ollama_preload_log():
 
 
 def test_legacy_kv_uses_approximate_quant_sizes():
-    # engines.md §1.2: the legacy estimator takes q8_0 = 1.0 and q4_0 = 0.5 B per element (not 34/32, 18/32)
+    # docs/engines/common.md#kv-dtype-sizes: the legacy estimator takes q8_0 = 1.0 and q4_0 = 0.5 B per element (not 34/32, 18/32)
     spec = spec_of("Qwen/Qwen3-30B-A3B", 17.3)
     legacy = run(spec, "rtx4090", "0.12", num_ctx="8192", OLLAMA_KV_CACHE_TYPE="q8_0", OLLAMA_FLASH_ATTENTION="1")
     assert legacy.engine["kv_total"] == 48 * 4 * 256 * 8192

@@ -4,7 +4,7 @@ Rules and their sources:
 - vLLM ``ModelConfig.verify_with_parallel_config``: "Total number of attention heads (..) must be divisible by
   tensor parallel size (..)"; ``QKVParallelLinear`` divides the KV heads by TP or replicates them (TP divisible by
   them). SGLang's ``QKVParallelLinear`` (a port of vLLM's) asserts the same.
-- KV dtypes: design/engines.md §1.2 (vLLM ``CacheDType``, LMDeploy quant_policy, ExLlamaV2 cache modes, llama.cpp
+- KV dtypes: docs/engines/common.md#kv-dtype-sizes (vLLM ``CacheDType``, LMDeploy quant_policy, ExLlamaV2 cache modes, llama.cpp
   ``kv_cache_types``), SGLang's ``--kv-cache-dtype`` choices, TRT-LLM ``KvCacheConfig.dtype``.
 - Platforms: TensorRT-LLM is NVIDIA-only; ExLlamaV2 is CUDA/ROCm; vLLM/SGLang/LMDeploy have no Metal backend.
 - Hybrid CUDA graphs: article 003 (3.4 GB per card for the 64-layer, hidden-5120 Qwen3.6-27B).

@@ -1,5 +1,5 @@
-"""SGLang profile rules (design/engines.md §3) on real fixture configs and published start-up logs
-(/work/shared/groundtruth/cases.jsonl ids named in each test)."""
+"""SGLang profile rules (docs/engines/sglang.md) on real fixture configs and published start-up logs
+(ids of benchmarks/data/groundtruth_cases.jsonl named in each test)."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def test_prefill_graph_count_matches_sglang_log():
 
 
 def test_default_fraction_h100_tp4_gqa():
-    # §3.1: <90 GiB tier -> chunked 8192, decode bs 512 at tp>=4;
+    # sglang.md#sglang-mem-fraction: <90 GiB tier -> chunked 8192, decode bs 512 at tp>=4;
     # reserved = 512 + 1.5*8192 + 4/8*1024 + 2*512 + 8*58 = 14800 MiB -> round((81559-14800)/81559, 3)
     reserved, _ = sglang.reserved_mib(rules(), H100, 4, 1, 8192, 512, mla=False)
     assert reserved == 14800
@@ -63,7 +63,7 @@ def test_default_fraction_h100_tp4_gqa():
 
 
 def test_default_fraction_h200_tp8_mla():
-    # §3.1 MLA: 1536 MiB for prefill graphs; 512 + 12288 + 1024 + 1024 + 1536 = 16384 MiB
+    # sglang.md#sglang-mem-fraction MLA: 1536 MiB for prefill graphs; 512 + 12288 + 1024 + 1024 + 1536 = 16384 MiB
     fraction, _ = sglang.default_mem_fraction(rules(), H200, 8, 1, 8192, 512, True, [])
     assert fraction == round((H200 - 16384) / H200, 3) == 0.886
     result = run(spec_of("deepseek-ai/DeepSeek-V3"), "h200x8")
@@ -72,7 +72,7 @@ def test_default_fraction_h200_tp8_mla():
 
 
 def test_reserve_floor_on_large_gpus_and_not_on_small():
-    # §3.1: reserved >= 10240 MiB when the GPU has more than 60 GiB
+    # sglang.md#sglang-mem-fraction: reserved >= 10240 MiB when the GPU has more than 60 GiB
     small_chunk, _ = sglang.reserved_mib(rules(), 81920, 1, 1, 2048, 0, mla=False)
     assert small_chunk == 10240
     # RTX 4090 (24564 MiB): tier <35 GiB -> 2048 / 24; 512 + 3072 + 128 + 48 + 8*42 = 4096, no floor
@@ -83,7 +83,7 @@ def test_reserve_floor_on_large_gpus_and_not_on_small():
 
 
 def test_history_of_the_default_fraction():
-    # §3.1 history: before 2025-06-10 a fixed table by tp*pp; #7054 H100 (12 + tp*pp/2) GiB; #10975 base 1024, tp*pp/4
+    # sglang.md#sglang-mem-fraction history: before 2025-06-10 a fixed table by tp*pp; #7054 H100 (12 + tp*pp/2) GiB; #10975 base 1024, tp*pp/4
     assert sglang.default_mem_fraction(rules("0.4.0"), H100, 4, 1, 8192, 512, False, [])[0] == 0.85
     assert sglang.default_mem_fraction(rules("0.4.0"), H100, 8, 1, 8192, 512, False, [])[0] == 0.81
     warnings: list[str] = []
@@ -102,7 +102,7 @@ def test_token_pool_reproduces_gt0038():
     # gt-0038 (SGLang, MI-class GPU, Qwen3-30B-A3B bf16, mfs 0.911): "avail mem=230.20 GB, mem usage=56.98 GB"
     # after loading, AITER workspace 51.75 GB taken from the rest; "#tokens: 1669816, K size: 76.44 GB"
     cell = sglang.cell_size(spec_of("Qwen/Qwen3-30B-A3B"), 1, 1, 2.0, 0.8, True)
-    assert cell.cell == 98304  # 48 layers x 4 KV heads x 128 x (K+V) x 2 B (§1.1 check)
+    assert cell.cell == 98304  # 48 layers x 4 KV heads x 128 x (K+V) x 2 B (common.md#kv-bytes-per-token check)
     tokens, _ = sglang.token_pool((230.20 + 56.98) * GiB, 230.20 * GiB, 0.911, cell.cell, 1, 51.75 * GiB)
     assert tokens == pytest.approx(1_669_816, rel=2e-4)
     assert tokens * cell.cell / 2 / GiB == pytest.approx(76.44, abs=0.01)
@@ -146,10 +146,10 @@ def test_gt0037_weights_leave_no_kv_memory():
 
 
 def test_cell_sizes_mla_and_hybrid_swa():
-    # §3.2 MLA: (512 + 64) x 61 layers x 2 B on every rank, not split by TP
+    # sglang.md#sglang-token-pool MLA: (512 + 64) x 61 layers x 2 B on every rank, not split by TP
     deepseek = spec_of("deepseek-ai/DeepSeek-V3")
     assert sglang.cell_size(deepseek, 8, 1, 2.0, 0.8, True).cell == 576 * 61 * 2
-    # §3.2 hybrid SWA (Gemma 2): 21 full + 0.8 x 21 sliding layers, 8 KV heads x 256 x 2 x 2 B each
+    # sglang.md#sglang-token-pool hybrid SWA (Gemma 2): 21 full + 0.8 x 21 sliding layers, 8 KV heads x 256 x 2 x 2 B each
     gemma = spec_of("google/gemma-2-9b-it")
     cell = sglang.cell_size(gemma, 1, 1, 2.0, 0.8, True)
     assert cell.cell == pytest.approx(21 * 8192 + 0.8 * 21 * 8192)
@@ -166,7 +166,7 @@ def test_hybrid_swa_pool_and_capacity():
 
 
 def test_hybrid_linear_attention_mamba_budget():
-    # §3.3: mamba budget = rest x r/(1+r), r = 0.9; running requests <= max_mamba_cache_size // 3
+    # sglang.md#sglang-mamba-state: mamba budget = rest x r/(1+r), r = 0.9; running requests <= max_mamba_cache_size // 3
     spec = spec_of("Qwen/Qwen3-Next-80B-A3B-Thinking")
     result = run(spec, "h100x4", context=32768)
     cell = sglang.cell_size(spec, 4, 1, 2.0, 0.8, True)
@@ -179,7 +179,7 @@ def test_hybrid_linear_attention_mamba_budget():
 
 
 def test_max_running_requests_and_req_to_token():
-    # §3.2: min(clamp(int(tokens/context*512), 2048, 4096), tokens // 2); table (n+1) x (ctx+4) x 4 B
+    # sglang.md#sglang-token-pool: min(clamp(int(tokens/context*512), 2048, 4096), tokens // 2); table (n+1) x (ctx+4) x 4 B
     assert sglang.max_running_requests(rules(), 367_404, 40_960) == 4096
     assert sglang.max_running_requests(rules(), 200_000, 40_960) == 2500
     assert sglang.max_running_requests(rules(), 3_000, 32_768) == 1500

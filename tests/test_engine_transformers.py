@@ -1,5 +1,5 @@
 """Plain transformers profile: weights + DynamicCache + one prefill forward + CUDA context, no memory fraction.
-Golden figures from /work/shared/README.md (article figures): Llama-3-8B keeps 128 KiB of KV per token,
+Golden figures from article 000 (docs/methodology.md, Sources): Llama-3-8B keeps 128 KiB of KV per token,
 16.0 GiB at 128k, batch 1, bf16."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""TensorRT-LLM profile rules (design/engines.md §7: free_gpu_memory_fraction 0.9 of the memory left after the
+"""TensorRT-LLM profile rules (docs/engines/trtllm.md#trtllm-kv-fraction: free_gpu_memory_fraction 0.9 of the memory left after the
 profiling peak, tokens_per_block 32, max_num_tokens 8192; llm_args.py max_batch_size 2048)."""
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def test_max_batch_size_bounds_concurrency(llama8b):
 def test_tp_splits_gqa_heads_but_not_mla():
     llama = spec_of("meta-llama/Llama-3.1-8B-Instruct")
     assert run(llama, "h100x2").engine["kv_bytes_per_token"] == 131072 / 2
-    # §1.1 MLA keeps one latent per token on every rank: (512 + 64) x 27 layers x 2 B
+    # common.md#kv-bytes-per-token MLA keeps one latent per token on every rank: (512 + 64) x 27 layers x 2 B
     lite = spec_of("deepseek-ai/DeepSeek-V2-Lite")
     assert run(lite, "h100").engine["kv_bytes_per_token"] == 576 * 27 * 2
     assert run(lite, "h100x2").engine["kv_bytes_per_token"] == 576 * 27 * 2

@@ -1,4 +1,4 @@
-"""vLLM profile rules (design/engines.md §2) checked on real fixture configs and published start-up logs
+"""vLLM profile rules (docs/engines/vllm.md) checked on real fixture configs and published start-up logs
 (groundtruth cases, copied to benchmarks/data/groundtruth_cases.jsonl; ids named in each test)."""
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def _rules(version):
 
 
 def test_sliding_window_reserves_window_plus_batched_tokens():
-    # engines.md §2.5: GPT-OSS window 128, max_num_batched_tokens 8192 -> 521 blocks of 16 per SWA layer
+    # docs/engines/vllm.md#vllm-kv-specs: GPT-OSS window 128, max_num_batched_tokens 8192 -> 521 blocks of 16 per SWA layer
     spec = spec_of("openai/gpt-oss-20b")
     assert vllm._blocks_for("sliding_attention", 16, 131072, 128, 8192) == 521
     assert vllm._blocks_for("sliding_attention", 16, 100, 128, 8192) == 8  # capped by the request length
@@ -150,7 +150,7 @@ def test_default_context_is_the_model_max_and_start_up_fails_when_one_request_do
 
 
 def test_small_gpu_class_defaults(llama8b):
-    # engines.md §2.3: GPUs under 70 GiB (and A100s) get 2048 batched tokens / 256 seqs in the OpenAI server
+    # docs/engines/vllm.md#vllm-batch-defaults: GPUs under 70 GiB (and A100s) get 2048 batched tokens / 256 seqs in the OpenAI server
     card = Hardware(GPU(id="a100-80gb", name="NVIDIA A100 80GB", vendor="nvidia", memory_bytes=80 * GiB))
     result = run(llama8b, card, context=8192)
     assert (result.engine["max_num_batched_tokens"], result.engine["max_num_seqs"]) == (2048, 256)
@@ -180,7 +180,7 @@ def test_mla_uses_block_64_and_whole_latent():
 
 
 def test_hybrid_linear_attention_raises_the_attention_block():
-    # engines.md §2.7: attention page >= one mamba state; Qwen3.5-27B logs block sizes of several hundred tokens
+    # docs/engines/vllm.md#vllm-block-size: attention page >= one mamba state; Qwen3.5-27B logs block sizes of several hundred tokens
     spec = spec_of("Qwen/Qwen3.5-27B")
     settings = vllm.resolve_settings(
         spec, None, EngineChoice("vllm", tp=2), Workload(context=8192, kv_dtype="fp8"), _rules("0.21"), "0.21", []
@@ -192,7 +192,7 @@ def test_hybrid_linear_attention_raises_the_attention_block():
 
 
 def test_mxfp4_experts_are_padded_for_the_kernels():
-    # engines.md §2.2 (Marlin: hidden to 256, intermediate to 128): 2880 x 2880 -> 3072 x 2944
+    # docs/engines/vllm.md#vllm-weights (Marlin: hidden to 256, intermediate to 128): 2880 x 2880 -> 3072 x 2944
     spec = spec_of("openai/gpt-oss-20b")
     experts = 12 * GiB
     weights = Weights(
@@ -274,7 +274,7 @@ def test_a_model_without_kv_cache_has_no_kv_capacity():
 
 
 def test_kv_cache_memory_bytes_larger_than_the_card_does_not_fit(llama8b):
-    # §2.1: the setting replaces the budget, so nothing stops it asking for more than the GPU has
+    # vllm.md#vllm-budget: the setting replaces the budget, so nothing stops it asking for more than the GPU has
     result = run(llama8b, H100_LOGGED, context=8192, kv_cache_memory_bytes="70G")
     assert result.verdict == "does_not_fit"
     assert any("kv-cache-memory-bytes asks for" in w for w in result.warnings)

@@ -58,7 +58,7 @@ def llama8b() -> ModelSpec:
 
 
 def test_kv_dtype_bytes_follow_the_engine_tables():
-    # engines.md §1.2: fp8 stored as uint8; q8_0 = 34 B per 32 elements; auto = the model dtype
+    # docs/engines/common.md#kv-dtype-sizes: fp8 stored as uint8; q8_0 = 34 B per 32 elements; auto = the model dtype
     assert common.kv_dtype_bytes("fp8") == 1.0
     assert common.kv_dtype_bytes("fp8_e5m2") == 1.0
     assert common.kv_dtype_bytes("q8_0") == pytest.approx(1.0625)
@@ -70,7 +70,7 @@ def test_kv_dtype_bytes_follow_the_engine_tables():
 
 
 def test_kv_heads_are_replicated_once_tp_exceeds_them():
-    # engines.md §1.1: max(1, total // tp)
+    # docs/engines/common.md#kv-bytes-per-token: max(1, total // tp)
     assert common.kv_heads_per_rank(8, 2) == 4
     assert common.kv_heads_per_rank(8, 8) == 1
     assert common.kv_heads_per_rank(8, 16) == 1
@@ -78,7 +78,7 @@ def test_kv_heads_are_replicated_once_tp_exceeds_them():
 
 
 def test_mla_latent_is_held_whole_on_every_rank():
-    # engines.md §1.1: vLLM num_kv_heads = 1 for MLA, head size kv_lora_rank + qk_rope_head_dim = 576
+    # docs/engines/common.md#kv-bytes-per-token: vLLM num_kv_heads = 1 for MLA, head size kv_lora_rank + qk_rope_head_dim = 576
     spec = spec_of("deepseek-ai/DeepSeek-V3")
     per_token = [common.kv_bytes_per_token_rank(spec.layers, tp, 2.0) for tp in (1, 8)]
     assert per_token[0] == per_token[1] == spec.num_layers * 576 * 2

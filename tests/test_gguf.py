@@ -1,6 +1,6 @@
 """GGUF header parser and ModelSpec from GGUF, on the three real model headers and crafted files.
 
-Real headers: /work/shared/corpus/SOURCES.md, "headers/ files" rows (gemma-3-270m Q4_K_M, SmolLM2-135M Q4_1,
+Real headers: fixtures/README.md, "headers/" rows (gemma-3-270m Q4_K_M, SmolLM2-135M Q4_1,
 DeepSeek-R1-Distill-Qwen-7B Q4_K_M, llama.cpp vocab GGUFs).
 """
 
@@ -192,7 +192,7 @@ def test_smollm2_tied_and_gemma3_sliding_pattern():
     assert smol.tie_word_embeddings is True and "lm_head" not in smol.weights.bytes_by_component
     assert (smol.num_layers, smol.layers[0].num_kv_heads, smol.hidden_size) == (30, 3, 576)
     gemma = spec_from_gguf([real(GEMMA3)], filename=GEMMA3.name)
-    # gemma3: llama.cpp set_swa_pattern(6) → 5 of every 6 layers windowed (design/engines.md §4.3)
+    # gemma3: llama.cpp set_swa_pattern(6) → 5 of every 6 layers windowed (docs/engines/llamacpp.md#llamacpp-swa)
     kinds = [layer.kind for layer in gemma.layers]
     assert kinds[:6] == [LayerKind.SLIDING] * 5 + [LayerKind.FULL]
     assert gemma.layer_census()["sliding_attention"] == 15 and gemma.layer_census()["full_attention"] == 3
@@ -299,7 +299,7 @@ def test_mla_gguf_caches_the_latent():
     )
     spec = spec_from_gguf([parse(data)], filename="ds.gguf")
     assert missing_provenance(spec) == []
-    # DeepSeek (MLA): 576 elements per token per layer (article 000; engines.md §4.3)
+    # DeepSeek (MLA): 576 elements per token per layer (article 000; docs/engines/llamacpp.md#llamacpp-kv-cache)
     assert spec.num_layers == 1 and spec.num_mtp_layers == 1
     assert spec.layers[0].kind is LayerKind.MLA and spec.layers[0].kv_elems_per_token == 576
     assert spec.weights.bytes_by_component == {"mtp": 64 * 64 * 4}
@@ -342,7 +342,7 @@ def test_hybrid_recurrent_layers_from_ssm_keys():
     spec = spec_from_gguf([parse(data)], filename="next.gguf")
     assert missing_provenance(spec) == []
     assert [l.kind for l in spec.layers] == [LayerKind.LINEAR] * 3 + [LayerKind.FULL]
-    # llama.cpp n_embd_r = (d_conv−1)(d_inner + 2·n_group·d_state), n_embd_s = d_state·d_inner (engines.md §4.3)
+    # llama.cpp n_embd_r = (d_conv−1)(d_inner + 2·n_group·d_state), n_embd_s = d_state·d_inner (docs/engines/llamacpp.md#llamacpp-recurrent-state)
     assert spec.layers[0].conv_state_elems == 3 * (4096 + 2 * 16 * 128)
     assert spec.layers[0].ssm_state_elems == 128 * 4096 and spec.layers[0].state_dtype_bytes == 4.0
     assert spec.provenance["recurrent_state"].startswith("derived: conv (ssm.conv_kernel − 1)")

@@ -1,10 +1,10 @@
 """Figures from the two articles behind hfvram, reproduced with our own terms.
 
 Sources (copies kept outside the project, see fixtures/README.md):
-- article 000 = /work/shared/sources/000_2b16273473e7c11a.txt (Portuguese VRAM-calculator article);
-- article 003 = /work/shared/sources/003_0b3439a6d6934202.txt (German, measured vLLM on 1 and 2 × RTX 4090).
+- article 000 = "LLM Calculadora de VRAM para Auto-Hospedagem" (Portuguese VRAM-calculator article);
+- article 003 = "VRAM für LLM: so rechnen Sie vor dem Kauf richtig" (German, measured vLLM on 1 and 2 × RTX 4090).
 Model facts come from the real fixture configs (fixtures/hub); weights are derived from config shapes with
-the checkpoint formats of design/engines.md §11.2 unless the article gives the measured number.
+the checkpoint formats of docs/engines/common.md#hf-quant-formats unless the article gives the measured number.
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def test_gpt_oss_120b_mxfp4_is_about_63_gb_and_fits_one_80_gb_card():
 
 
 def awq_weights(spec: ModelSpec, group: int = 128) -> Weights:
-    """AWQ int4 (engines.md §11.2): a Linear in×out stores in·out/2 + (in/g)·out·2.5 bytes; embeddings,
+    """AWQ int4 (docs/engines/common.md#hf-quant-formats): a Linear in×out stores in·out/2 + (in/g)·out·2.5 bytes; embeddings,
     lm_head and norms stay bf16."""
     hidden, inter, layers = spec.hidden_size, spec.intermediate_size, spec.num_layers
     head_dim, kv_heads, heads = spec.layers[0].head_dim_k, spec.layers[0].num_kv_heads, spec.num_attention_heads

@@ -1,4 +1,4 @@
-"""The GPU catalogue and the --gpu SPEC syntax (figures from /work/shared/gpus/README.md)."""
+"""The GPU catalogue and the --gpu SPEC syntax (figures as hfvram/data/gpus.toml records them, with their basis)."""
 
 from __future__ import annotations
 

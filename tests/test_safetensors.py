@@ -1,6 +1,6 @@
 """safetensors header reader: the real all-MiniLM-L6-v2 header, crafted headers, shards, packed formats.
 
-Source of the real header: /work/shared/corpus/SOURCES.md, headers/ row
+Source of the real header: fixtures/README.md, headers/ row
 "sentence-transformers--all-MiniLM-L6-v2--model.safetensors-header" (complete file 90,868,376 bytes).
 """
 
@@ -184,7 +184,7 @@ def test_sharded_headers_merge_and_reject_duplicates(tmp_path):
 
 
 def test_gptq_packed_int32_unpacks_to_eight_weights_each():
-    # GPTQ layout (design/engines.md §11.2): qweight int32 [in/8, out], qzeros [in/g, out/8], scales [in/g, out]
+    # GPTQ layout (docs/engines/common.md#hf-quant-formats): qweight int32 [in/8, out], qzeros [in/g, out/8], scales [in/g, out]
     n_in, n_out, g = 4096, 4096, 128
     tensors = [
         TensorInfo("model.layers.0.self_attn.q_proj.qweight", "I32", (n_in // 8, n_out), n_in // 8 * n_out * 4),
@@ -196,7 +196,7 @@ def test_gptq_packed_int32_unpacks_to_eight_weights_each():
     ]
     weights = weights_from_tensors(tensors, quantization=Quantization(method="gptq", bits=4, group_size=128))
     assert weights.params_total == n_in * n_out
-    # engines.md §11.2: in·out·bits/8 + (in/g)·out·(2 + bits/8) + 4·in
+    # docs/engines/common.md#hf-quant-formats: in·out·bits/8 + (in/g)·out·(2 + bits/8) + 4·in
     assert weights.total_bytes == n_in * n_out // 2 + (n_in // g) * n_out * 2.5 + 4 * n_in
 
 

@@ -1,4 +1,4 @@
-"""The shipped JSON Schemas (hfvram/data/schema/) against design/contract.md and real outputs."""
+"""The shipped JSON Schemas (hfvram/data/schema/) against README.md's JSON contract and real outputs."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Derived tensor lists (hfvram.readers.shapes) against real checkpoint indexes and the articles' figures.
 
 Real data: fixtures/hub/*/model.safetensors.index.json (metadata.total_size = real bytes; weight_map = real
-tensor names), see fixtures/README.md and /work/shared/corpus/SOURCES.md. Figures: article 000
-(/work/shared/sources/000_2b16273473e7c11a.txt) as summarised in /work/shared/README.md.
+tensor names), see fixtures/README.md. Figures: article 000
+("LLM Calculadora de VRAM para Auto-Hospedagem", docs/methodology.md Sources).
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ def test_hand_built_spec_and_warnings():
         quantization=Quantization(method="awq", bits=4, group_size=32),
     )
     tensors = {t.name: t for t in tensors_from_spec(spec)}
-    # AWQ (engines.md §11.2): qweight int32 [in, out/8], qzeros [in/g, out/8], scales fp16 [in/g, out]
+    # AWQ (docs/engines/common.md#hf-quant-formats): qweight int32 [in, out/8], qzeros [in/g, out/8], scales fp16 [in/g, out]
     assert tensors["model.layers.0.mlp.up_proj.qweight"].shape == (32, 8)
     assert tensors["model.layers.0.mlp.up_proj.scales"].shape == (1, 64)
     assert tensors["model.embed_tokens.weight"].dtype == "BF16"

@@ -3,7 +3,8 @@
 Engine modules (``hfvram.estimate.engines.*``) compose these into their own accounting; the rules that
 differ between engines (budgets, defaults, page sizes) stay in the engine module and its TOML file.
 All sizes are bytes; "per rank" means one GPU of a tensor-/pipeline-parallel set.
-Sources: ``design/engines.md`` §1 (shared blocks), §2.8 (parallelism), §10 (reserves).
+Sources: ``docs/engines/common.md`` (shared blocks), ``docs/engines/vllm.md#vllm-parallelism`` (parallelism),
+``docs/engines/common.md#reserve-summary`` (reserves).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ MiB = 1 << 20
 # KV dtypes
 # ---------------------------------------------------------------------------------------------------------
 
-#: KV cache dtype name -> bytes per element (engines.md §1.2). Names as engines and users spell them.
+#: KV cache dtype name -> bytes per element (docs/engines/common.md#kv-dtype-sizes). Names as engines and users spell them.
 KV_DTYPE_BYTES: Mapping[str, float] = {
     "fp32": 4.0,
     "float32": 4.0,
@@ -64,7 +65,7 @@ def kv_dtype_bytes(name: str, model_dtype_bytes: float = 2.0) -> float:
     """Bytes per KV element for a dtype name (``auto`` -> the model's compute dtype).
 
     Raises UsageError for a name no engine accepts. ggml block types (q8_0 …) carry their block scale
-    (engines.md §1.2 / §11.1)."""
+    (docs/engines/common.md#kv-dtype-sizes / common.md#gguf-types)."""
     key = name.strip().lower()
     if key in ("auto", "", "model"):
         return model_dtype_bytes
@@ -89,7 +90,7 @@ def canonical_kv_dtype(name: str, model_dtype: str | None) -> str:
 
 def kv_heads_per_rank(total_kv_heads: int, tp: int) -> int:
     """KV heads one TP rank holds: ``max(1, total // tp)`` — replicated once TP exceeds the head count
-    (vLLM/SGLang ``get_num_kv_heads``, engines.md §1.1)."""
+    (vLLM/SGLang ``get_num_kv_heads``, docs/engines/common.md#kv-bytes-per-token)."""
     if total_kv_heads <= 0:
         return 0
     return max(1, total_kv_heads // max(1, tp))
@@ -97,7 +98,7 @@ def kv_heads_per_rank(total_kv_heads: int, tp: int) -> int:
 
 def layer_kv_elems_per_token_rank(layer: Layer, tp: int) -> int:
     """K+V elements per token this layer stores on one TP rank. MLA keeps its whole latent on every rank
-    (engines.md §1.1: ``num_kv_heads = 1`` when ``use_mla``); recurrent / cache-free layers -> 0."""
+    (docs/engines/common.md#kv-bytes-per-token: ``num_kv_heads = 1`` when ``use_mla``); recurrent / cache-free layers -> 0."""
     if layer.kind is LayerKind.MLA:
         return layer.kv_lora_rank + layer.qk_rope_head_dim
     if layer.kind in (LayerKind.FULL, LayerKind.SLIDING, LayerKind.CHUNKED):
@@ -108,7 +109,7 @@ def layer_kv_elems_per_token_rank(layer: Layer, tp: int) -> int:
 def layer_state_bytes_rank(layer: Layer, tp: int, fallback_dtype_bytes: float) -> float:
     """Recurrent (linear-attention / Mamba) state bytes per sequence on one TP rank.
 
-    The state is split over ``state_heads`` when TP divides it (engines.md §2.5 state shapes); a layer whose
+    The state is split over ``state_heads`` when TP divides it (docs/engines/vllm.md#vllm-mamba-state state shapes); a layer whose
     state cannot be split (``state_heads == 0``) is held whole. Dtype: the layer's own, else the fallback."""
     if layer.kind not in RECURRENT_KINDS:
         return 0.0
@@ -163,7 +164,7 @@ def kv_fixed_bytes_rank(
 # Weights per rank
 # ---------------------------------------------------------------------------------------------------------
 
-#: components held whole on every TP rank (engines.md §2.8: norms, router; tiny, replicated)
+#: components held whole on every TP rank (docs/engines/vllm.md#vllm-parallelism: norms, router; tiny, replicated)
 REPLICATED_COMPONENTS = frozenset({"norms", "router"})
 #: components that belong to the transformer layers (split by PP with the layers)
 LAYER_COMPONENTS = frozenset({"attention", "mlp", "experts", "router", "norms"})
@@ -215,11 +216,11 @@ def weights_per_rank(
 
     - TP divides every component except norms and router (replicated);
     - embeddings and lm_head rows are padded to ``vocab_padding`` before the split (vLLM
-      ``pad_vocab_size``, engines.md §2.2), counted as ``padded_vocab / vocab`` on those components;
+      ``pad_vocab_size``, docs/engines/vllm.md#vllm-weights), counted as ``padded_vocab / vocab`` on those components;
     - PP: layer components follow the layers (worst stage = the largest share), embeddings sit on the first
       stage and lm_head on the last (with PP = 1 both on the one rank); vision / mtp / other go with the
       first / last stage respectively;
-    - ``component_scale`` multiplies a component (e.g. MXFP4 kernel padding of experts, §2.2)."""
+    - ``component_scale`` multiplies a component (e.g. MXFP4 kernel padding of experts, vllm.md#vllm-weights)."""
     weights = require_weights(spec)
     tp, pp = max(1, tp), max(1, pp)
     components = dict(weights.bytes_by_component)

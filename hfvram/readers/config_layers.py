@@ -282,7 +282,7 @@ def mla_layer(view: ConfigView, heads: int | None, moe: bool) -> Layer:
 
 
 def linear_layer(view: ConfigView, moe: bool) -> Layer:
-    """Gated DeltaNet (Qwen3-Next, Qwen3.5): vLLM MambaStateShapeCalculator, design/engines.md §2.5."""
+    """Gated DeltaNet (Qwen3-Next, Qwen3.5): vLLM MambaStateShapeCalculator, docs/engines/vllm.md#vllm-mamba-state."""
     k_heads = view.integer("linear_num_key_heads", ["linear_num_key_heads"], required=True)
     k_dim = view.integer("linear_key_head_dim", ["linear_key_head_dim"], required=True)
     v_heads = view.integer("linear_num_value_heads", ["linear_num_value_heads"], required=True)
@@ -306,7 +306,7 @@ def linear_layer(view: ConfigView, moe: bool) -> Layer:
 
 
 def mamba_layer(view: ConfigView, hidden_size: int | None, model_type: str | None, moe: bool) -> Layer:
-    """Mamba2 (Nemotron-H) / Mamba1 state per sequence: design/engines.md §2.5."""
+    """Mamba2 (Nemotron-H) / Mamba1 state per sequence: docs/engines/vllm.md#vllm-mamba-state."""
     d_state = view.integer("ssm_state_size", ["ssm_state_size", "state_size", "d_state"], required=True)
     kernel = view.integer("conv_kernel", ["conv_kernel", "d_conv", "mamba_d_conv"], required=True)
     heads = view.integer("mamba_num_heads", ["mamba_num_heads"])
@@ -331,7 +331,7 @@ def mamba_layer(view: ConfigView, hidden_size: int | None, model_type: str | Non
     if model_type == "nemotron_h":
         view.note(
             "state_dtype_bytes",
-            "derived: NemotronH keeps the SSM state in float32 (vLLM default, design/engines.md §2.5); conv state counted at the same 4 bytes (small over-count)",
+            "derived: NemotronH keeps the SSM state in float32 (vLLM default); conv state counted at the same 4 bytes (small over-count)",
         )
     if heads is None:  # Mamba1: conv (k−1)·d_inner, ssm d_inner·d_state
         view.note("recurrent_state", "derived: conv (conv_kernel − 1) × d_inner + ssm d_inner × ssm_state_size")

@@ -13,7 +13,7 @@ from hfvram.spec import Quantization
 HF_QUANT_CONFIG = "hf_quant_config.json"
 QUANTIZE_CONFIG = "quantize_config.json"
 
-#: nominal weight bits of ModelOpt / config quant algorithms (design/engines.md §11.2)
+#: nominal weight bits of ModelOpt / config quant algorithms (docs/engines/common.md#hf-quant-formats)
 _ALGO_BITS = {
     "FP8": 8.0,
     "FP8_PB_WO": 8.0,

@@ -441,12 +441,8 @@ def _swa_layers(facts: _Facts, n_layers: int, warnings: list[str]) -> tuple[list
     chunked = table["chunked"].get(facts.arch)
     if chunked and window != 0:
         period = int(chunked["period"])
-        facts.provenance["layers"] = (
-            f"llama.cpp {facts.arch}: chunked attention period {period} (design/engines.md §4.3)"
-        )
-        facts.provenance["attention_chunk_size"] = (
-            f"llama.cpp {facts.arch}: n_chunk {chunked['window']} (design/engines.md §4.3)"
-        )
+        facts.provenance["layers"] = f"llama.cpp {facts.arch}: chunked attention period {period}"
+        facts.provenance["attention_chunk_size"] = f"llama.cpp {facts.arch}: n_chunk {chunked['window']}"
         return [il % period < period - 1 for il in range(n_layers)], int(chunked["window"]), LayerKind.CHUNKED
     if not window:
         return [False] * n_layers, None, LayerKind.SLIDING
@@ -463,7 +459,7 @@ def _swa_layers(facts: _Facts, n_layers: int, warnings: list[str]) -> tuple[list
         period = pattern
     elif facts.arch in table["swa_pattern"]:
         period = int(table["swa_pattern"][facts.arch])
-        facts.provenance["layers"] = f"llama.cpp {facts.arch}: set_swa_pattern({period}) (design/engines.md §4.3)"
+        facts.provenance["layers"] = f"llama.cpp {facts.arch}: set_swa_pattern({period})"
     else:
         # llama.cpp applies the window to every layer when no pattern is known (set_swa_pattern default 1 → all)
         warnings.append(f"{facts.arch}: sliding_window {window} with no layer pattern; applied to every layer")
@@ -482,7 +478,7 @@ def _recurrent_layer(facts: _Facts, kind: LayerKind, moe: bool) -> Layer:
     d_state = facts.int("ssm.state_size", "ssm_state_size") or 0
     n_group = facts.int("ssm.group_count", "ssm_group_count") or 0
     n_heads = facts.int("ssm.time_step_rank", "ssm_time_step_rank") or 0
-    # llama.cpp src/llama-hparams.cpp n_embd_r / n_embd_s (design/engines.md §4.3); state kept in F32
+    # llama.cpp src/llama-hparams.cpp n_embd_r / n_embd_s (docs/engines/llamacpp.md#llamacpp-recurrent-state); state kept in F32
     conv = max(d_conv - 1, 0) * (d_inner + 2 * n_group * d_state)
     facts.provenance["recurrent_state"] = (
         "derived: conv (ssm.conv_kernel − 1) × (ssm.inner_size + 2 × "

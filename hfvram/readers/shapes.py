@@ -2,7 +2,7 @@
 
 Names and shapes follow the transformers modelling code (``nn.Linear(in, out)`` stores ``weight [out, in]``);
 stored dtypes and companion tensors follow ``spec.quantization`` with the byte formulas of
-design/engines.md §11.2. What a ModelSpec's own fields do not carry (attention biases, the MLA query rank,
+docs/engines/common.md#hf-quant-formats. What a ModelSpec's own fields do not carry (attention biases, the MLA query rank,
 shared-expert widths, mixer sizes, DeciLM block_configs, the vision tower) comes from ``shape_config(config)``,
 which read_config stores in ``spec.extra["shape_config"]``: passing the raw config.json gives the same result.
 The sums are estimates: ``Weights.exact`` is False.
@@ -341,7 +341,7 @@ class _Builder:
         quant = self.spec.quantization
         for proj, n_out, n_in in (("gate_up_proj", 2 * size, hidden), ("down_proj", hidden, size)):
             if quant is not None and quant.method == "mxfp4":
-                # MXFP4 (design/engines.md §11.2): *_blocks [E, out, in/32, 16] + *_scales [E, out, in/32]
+                # MXFP4 (docs/engines/common.md#hf-quant-formats): *_blocks [E, out, in/32, 16] + *_scales [E, out, in/32]
                 self.plain(f"{prefix}.experts.{proj}_blocks", (experts, n_out, n_in // 32, 16), "U8")
                 self.plain(f"{prefix}.experts.{proj}_scales", (experts, n_out, n_in // 32), "U8")
             else:

@@ -1,4 +1,4 @@
-"""The JSON objects of the outer contract (design/contract.md): ``hfvram.check/1`` and ``hfvram.inspect/1``.
+"""The JSON objects of the outer contract (README.md, 'The JSON contract'): ``hfvram.check/1`` and ``hfvram.inspect/1``.
 
 Every size is in bytes; a figure the estimator could not know stays ``None`` (JSON ``null``) with a warning.
 Fields beyond the contract's are additions (the contract allows adding, never renaming).

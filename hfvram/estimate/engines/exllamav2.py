@@ -1,7 +1,7 @@
 """ExLlamaV2 (and TabbyAPI on top of it): a static KV cache of ``max_seq_len × batch`` per layer, in one of five
 cache classes, plus one layer's worth of FP16 K/V temporaries per device for the 8-bit and Q caches.
 
-Rules: design/engines.md §8 (exllamav2/cache.py): per token per layer, ``d = kv_heads × head_dim``:
+Rules: docs/engines/exllamav2.md#exllamav2-cache (exllamav2/cache.py): per token per layer, ``d = kv_heads × head_dim``:
 FP16 2d + 2d; FP8 d + d; Q8 d + d + scales; Q6 d + d/2 + scales; Q4 d/2 + d/2 + scales, scales = one fp16 per 32
 elements of K and of V (d/16 bytes each). Constants in ``hfvram/data/engines/exllamav2.toml``.
 
@@ -201,7 +201,7 @@ class ExLlamaV2Profile:
                 if temp
                 else "FP16 cache: no temporaries"
             ),
-            "overhead": "PyTorch CUDA context (exllamav2.toml cuda_context_mib, engines.md §1.3)",
+            "overhead": "PyTorch CUDA context (exllamav2.toml cuda_context_mib)",
             "usable": "all of the GPU's memory (ExLlamaV2 has no memory fraction)",
         }
         engine = {

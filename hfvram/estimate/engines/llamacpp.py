@@ -1,7 +1,8 @@
 """llama.cpp (llama-server / llama-cli): exact KV cells, weights per device, measured compute-buffer model.
 
-Rules: design/engines.md §4 (defaults §4.1, weights §4.2, KV §4.3, compute buffer §4.4, output buffer and --fit
-§4.5) and the ggml type table §11.1; constants in ``hfvram/data/engines/llama.cpp.toml``. Checked against real
+Rules: docs/engines/llamacpp.md (defaults #llamacpp-defaults, weights #llamacpp-weights, KV #llamacpp-kv-cache, compute
+buffer #llamacpp-compute-buffer, output buffer #llamacpp-output-buffer and --fit
+#llamacpp-fit) and the ggml type table docs/engines/common.md#gguf-types; constants in ``hfvram/data/engines/llama.cpp.toml``. Checked against real
 llama.cpp loads in ``benchmarks/data/llamacpp_truth.jsonl`` (docs/accuracy.md).
 
 Settings use llama.cpp's own option names (long or short): ``ctx-size``/``c``, ``batch-size``/``b``,
@@ -37,7 +38,7 @@ from hfvram.spec import RECURRENT_KINDS, WINDOWED_KINDS, Layer, LayerKind, Model
 
 ENGINE = "llama.cpp"
 
-#: ggml type name -> (block elements, bytes per block) — engines.md §11.1 (ggml-common.h static_asserts)
+#: ggml type name -> (block elements, bytes per block) — docs/engines/common.md#gguf-types (ggml-common.h static_asserts)
 GGML_BLOCKS: Mapping[str, tuple[int, int]] = {
     "f32": (1, 4),
     "f16": (1, 2),
@@ -143,7 +144,7 @@ def pad_cells(n: int, pad: int) -> int:
 
 
 def kv_cells(n_ctx: int, n_seq_max: int, kv_unified: bool, pad: int = 256) -> tuple[int, int, int]:
-    """(n_ctx, n_ctx_seq, n_stream) as llama_context pads them (engines.md §4.3): n_ctx to 256; a unified
+    """(n_ctx, n_ctx_seq, n_stream) as llama_context pads them (docs/engines/llamacpp.md#llamacpp-kv-cache): n_ctx to 256; a unified
     cache is one stream of n_ctx cells; otherwise n_seq_max streams of pad256(n_ctx / n_seq_max)."""
     n_ctx = pad_cells(n_ctx, pad)
     if kv_unified or n_seq_max <= 1:
@@ -192,7 +193,7 @@ def _on_off_auto(value: str | None, default: str) -> str:
 def resolve_settings(
     spec: ModelSpec, choice: EngineChoice, workload: Workload, rules: Mapping[str, object]
 ) -> Settings:
-    """Apply llama.cpp's defaults (§4.1) to the user's settings and workload.
+    """Apply llama.cpp's defaults (llamacpp.md#llamacpp-defaults) to the user's settings and workload.
 
     Context: ``ctx-size`` is the whole cache (all sequences); without it, n_ctx = workload.context (default the
     model's n_ctx_train) × the sequences the workload holds at full length (``workload.concurrency``)."""
@@ -303,7 +304,7 @@ def resolve_settings(
 
 
 # ---------------------------------------------------------------------------------------------------------
-# KV cache and recurrent state (exact, §4.3)
+# KV cache and recurrent state (exact, llamacpp.md#llamacpp-kv-cache, llamacpp.md#llamacpp-recurrent-state)
 # ---------------------------------------------------------------------------------------------------------
 
 
@@ -348,7 +349,7 @@ class KvBytes:
 
 
 def kv_bytes(spec: ModelSpec, s: Settings, pad: int = 256) -> KvBytes:
-    """K, V and recurrent-state bytes of the whole model (engines.md §4.3).
+    """K, V and recurrent-state bytes of the whole model (docs/engines/llamacpp.md#llamacpp-kv-cache).
 
     Without flash attention V is stored transposed and every layer uses ``n_embd_v_gqa_max``. Recurrent layers
     hold F32 conv (R) and SSM (S) state for ``max(1, n_seq_max) × (1 + n_rs_seq)`` sequences."""
@@ -370,7 +371,7 @@ def kv_bytes(spec: ModelSpec, s: Settings, pad: int = 256) -> KvBytes:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Compute buffer (measured model, §4.4)
+# Compute buffer (measured model, llamacpp.md#llamacpp-compute-buffer)
 # ---------------------------------------------------------------------------------------------------------
 
 
@@ -379,7 +380,7 @@ def _n_used_and_ff_exp(spec: ModelSpec) -> tuple[int, int]:
 
 
 def layer_live_elems(spec: ModelSpec, c: Mapping[str, float]) -> float:
-    """f32 elements per ubatch token alive inside one layer's FFN (the fitted L_layer of §4.4)."""
+    """f32 elements per ubatch token alive inside one layer's FFN (the fitted L_layer of llamacpp.md#llamacpp-compute-buffer)."""
     n_embd = spec.hidden_size or 0
     if any(layer.moe for layer in spec.layers) and spec.experts_per_token:
         n_used, n_ff_exp = _n_used_and_ff_exp(spec)
@@ -417,7 +418,7 @@ def attention_masks(spec: ModelSpec, s: Settings, pad: int = 256) -> list[int]:
 def compute_buffer_bytes(
     spec: ModelSpec, s: Settings, c: Mapping[str, float], *, with_output: bool = True, pad: int = 256
 ) -> tuple[int, str]:
-    """The backend compute buffer of the worst-case graph (llama_context::sched_reserve), engines.md §4.4:
+    """The backend compute buffer of the worst-case graph (llama_context::sched_reserve), docs/engines/llamacpp.md#llamacpp-compute-buffer:
 
     ``4 · ub · max(logits, layer + masks)`` with ``logits = n_out·V/ub + 2·n_embd``; FA on: masks f16
     (``n_kv/2`` per mask); FA off: f32 KQ scores ``n_kv·n_head`` plus an f32 mask and ``5.5·n_embd``.
@@ -460,7 +461,7 @@ def output_buffer_bytes(spec: ModelSpec, s: Settings) -> int:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Weights per device (§4.2)
+# Weights per device (llamacpp.md#llamacpp-weights)
 # ---------------------------------------------------------------------------------------------------------
 
 
@@ -558,7 +559,7 @@ def place_layers(n_layer: int, n_offloaded: int, shares: Sequence[float]) -> lis
 
 
 def place(spec: ModelSpec, s: Settings, kv: KvBytes, n_gpus: int) -> Placement:
-    """Weights and KV on each GPU and on the CPU (engines.md §4.2): token_embd stays on the CPU; the last
+    """Weights and KV on each GPU and on the CPU (docs/engines/llamacpp.md#llamacpp-weights): token_embd stays on the CPU; the last
     ``n_gpu_layers`` of ``n_layer + 1`` layers (the output layer counts) go to the GPUs, split by layer in
     proportion to memory (``tensor-split`` when given); ``cpu-moe`` / ``n-cpu-moe`` / ``override-tensor=…=CPU``
     keep matching expert (or other) tensors on the CPU; KV follows its layer unless ``no-kv-offload``."""

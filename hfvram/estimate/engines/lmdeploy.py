@@ -1,6 +1,6 @@
 """LMDeploy (PyTorch engine and TurboMind): ``cache_max_entry_count`` of the free memory after weights.
 
-Rules follow ``design/engines.md`` §6; constants live in ``hfvram/data/engines/lmdeploy.toml``. Per GPU:
+Rules follow ``docs/engines/lmdeploy.md``; constants live in ``hfvram/data/engines/lmdeploy.toml``. Per GPU:
 
     free     = memory − CUDA context (− NCCL) − weights                    (min over ranks)
     PyTorch: free −= state cache ((max_batches + 2) × recurrent state, hybrid models)
@@ -51,7 +51,7 @@ def kv_bytes_per_token_rank(
     scale_zero_elems: int,
 ) -> float:
     """K+V bytes per token on one rank over every attention layer (LMDeploy's PyTorch cache keeps every layer
-    at full length; §6 and §1.2): data at the KV dtype plus, for INT4/INT8, scale+zero per token-head for K and V."""
+    at full length; lmdeploy.md#lmdeploy-kv-quant and common.md#kv-dtype-sizes): data at the KV dtype plus, for INT4/INT8, scale+zero per token-head for K and V."""
     total = 0.0
     for layer in layers:
         if layer.kind not in GROWING_KINDS and layer.kind not in WINDOWED_KINDS:
@@ -66,7 +66,7 @@ def kv_bytes_per_token_rank(
 def runtime_bytes(
     rules: Mapping[str, Any], free: float, block_bytes: float, max_batches: int, vocab: int, ratio: float
 ) -> tuple[int, int]:
-    """(runtime bytes, max_prefill_token_num after halving) — ``_get_runtime_size`` (§6)."""
+    """(runtime bytes, max_prefill_token_num after halving) — ``_get_runtime_size`` (lmdeploy.md#lmdeploy-pytorch)."""
     prefill = rules["max_prefill_token_num"]
     runtime = 0
     while prefill > 0:
@@ -167,7 +167,7 @@ class LmdeployProfile:
         explain["weights"] = split.explain
         overhead = int(rules["cuda_context_gib"] * GiB + (rules["nccl_init_gib"] * GiB if s.tp > 1 else 0))
         explain["overhead"] = (
-            f"CUDA context {rules['cuda_context_gib']} GiB (§1.3)"
+            f"CUDA context {rules['cuda_context_gib']} GiB"
             + (f" + NCCL {rules['nccl_init_gib']} GiB [unverified]" if s.tp > 1 else "")
             + ", in use before LMDeploy measures free memory"
         )
@@ -189,7 +189,7 @@ class LmdeployProfile:
         explain["cache_block"] = (
             f"{block_bytes:.0f} B per block of {s.block_size} tokens ({s.kv_cache_dtype}"
             + (", + scale/zero per token-head" if quantized else "")
-            + ", §6, §1.2)"
+            + ")"
         )
 
         memory = hardware.gpu.gpu_memory_bytes if hardware else 0
@@ -208,7 +208,7 @@ class LmdeployProfile:
                 slack = runtime + max(0.0, (free - runtime) * (1 - s.cache_max_entry_count))
                 explain["runtime"] = (
                     f"({prefill} prefill tokens + 2 × {s.max_batch_size} batches) × vocab "
-                    f"{spec.vocab_size} × 2 B = {runtime / GiB:.2f} GiB (§6 _get_runtime_size)"
+                    f"{spec.vocab_size} × 2 B = {runtime / GiB:.2f} GiB (_get_runtime_size)"
                 )
             else:
                 pool = max(0.0, free * s.cache_max_entry_count)
@@ -241,7 +241,7 @@ class LmdeployProfile:
         explain["activations"] = (
             "what LMDeploy leaves outside the KV cache: "
             + ("runtime buffers + " if s.backend == "pytorch" else "")
-            + f"the other {1 - s.cache_max_entry_count:.2f} of the free memory (activations, §10)"
+            + f"the other {1 - s.cache_max_entry_count:.2f} of the free memory (activations)"
         )
 
         blocks_per_seq = math.ceil(context / s.block_size)

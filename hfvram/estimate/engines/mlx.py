@@ -1,6 +1,6 @@
 """MLX / mlx-lm on Apple Silicon: unified memory, of which the GPU may wire ``max_recommended_working_set_size``.
 
-Rules: design/engines.md §9 — mlx-lm wires the recommended working set (``mx.set_wired_limit``) and warns when the
+Rules: docs/engines/mlx.md#mlx-wired-limit — mlx-lm wires the recommended working set (``mx.set_wired_limit``) and warns when the
 model is above 0.9 × that figure; the GPU-addressable share of RAM is set by macOS (the catalogue's
 ``addressable_bytes``; raise it with ``sudo sysctl iogpu.wired_limit_mb=N``). KV cache in the model's dtype,
 grown in steps of 256 tokens; ``--kv-bits 4|8`` quantizes it (a scale and a bias per group of 64).

@@ -1,6 +1,7 @@
 """Ollama: llama.cpp underneath, with Ollama's own defaults — and, for ``ollama@0.12``, its legacy estimator.
 
-Rules: design/engines.md §5 (eras, defaults), §1.2 (legacy KV bytes), §1.3 (457 MiB per GPU); constants in
+Rules: docs/engines/ollama.md (eras, defaults), docs/engines/common.md#kv-dtype-sizes (legacy KV bytes),
+docs/engines/common.md#cuda-context (457 MiB per GPU); constants in
 ``hfvram/data/engines/ollama.toml``.
 
 - Current (``0.13`` and later): Ollama starts llama-server with ``--fit``, so memory is llama.cpp's (this module
@@ -117,7 +118,7 @@ def resolve(
 def legacy_kv_per_layer(
     spec: ModelSpec, arch: str, context: int, parallel: int, batch: int, kv: str, rules: Mapping[str, object]
 ) -> list[int]:
-    """KV bytes per layer as GraphSize estimates them (engines.md §5): ``ctx × parallel × (k + v) × kv_heads ×
+    """KV bytes per layer as GraphSize estimates them (docs/engines/ollama.md#ollama-legacy-estimator): ``ctx × parallel × (k + v) × kv_heads ×
     bytes`` with q8_0 = 1.0 and q4_0 = 0.5; recurrent layers F32 conv + SSM state; Gemma 3 local layers
     ``parallel × window + batch`` cells; gpt-oss even layers ``parallel × 4096 + batch``."""
     per_elem = float(rules["legacy_kv_bytes"][kv])  # type: ignore[index]

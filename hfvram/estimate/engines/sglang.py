@@ -1,12 +1,12 @@
 """SGLang: ``mem_fraction_static``, the RadixAttention token pool and what is left for the rest.
 
-Rules follow ``design/engines.md`` §3 (read in SGLang's source); constants live in
+Rules follow ``docs/engines/sglang.md`` (read in SGLang's source; section anchors in parentheses below); constants live in
 ``hfvram/data/engines/sglang.toml``. Per GPU (the worst rank):
 
-    pre_load_free  = memory − CUDA context − NCCL init                         (§3.1 baseline, §1.3)
+    pre_load_free  = memory − CUDA context − NCCL init                         (sglang.md#sglang-budget baseline, common.md#cuda-context)
     rest           = (pre_load_free − weights) − pre_load_free × (1 − mem_fraction_static)
-    rest          −= mamba state pool (hybrid linear attention, §3.3)
-    tokens         = rest // cell_size // page_size × page_size                (§3.1, §3.2)
+    rest          −= mamba state pool (hybrid linear attention, sglang.md#sglang-mamba-state)
+    tokens         = rest // cell_size // page_size × page_size                (sglang.md#sglang-mem-fraction, sglang.md#sglang-token-pool)
 
 So weights and the KV pool share ``pre_load_free × mem_fraction_static``; the other ``1 − mfs`` is left for
 activations, CUDA graphs and the ``req_to_token`` table. hfvram reports that slack as the activations term,
@@ -31,12 +31,12 @@ ENGINE = "sglang"
 
 @dataclass(frozen=True)
 class CellSize:
-    """Bytes per token of the pool on one rank (§3.2), split by what they serve."""
+    """Bytes per token of the pool on one rank (sglang.md#sglang-token-pool), split by what they serve."""
 
     full_bytes: float  # full-attention / MLA layers
     swa_bytes: float  # sliding / chunked layers (stored at swa_full_tokens_ratio of the tokens)
     swa_ratio: float
-    #: recurrent state per request on one rank (hybrid linear attention / Mamba, §3.3)
+    #: recurrent state per request on one rank (hybrid linear attention / Mamba, sglang.md#sglang-mamba-state)
     state_bytes_per_request: float
 
     @property
@@ -73,7 +73,7 @@ class Settings:
 
 
 def gpu_tier(rules: Mapping[str, Any], gpu_mem_mib: float) -> Mapping[str, Any]:
-    """The chunked_prefill_size / cuda_graph_max_bs defaults of a GPU size (§3.1)."""
+    """The chunked_prefill_size / cuda_graph_max_bs defaults of a GPU size (sglang.md#sglang-mem-fraction)."""
     for tier in rules["gpu_tiers"]:
         if gpu_mem_mib < tier["below_gib"] * 1024:
             return tier
@@ -97,7 +97,7 @@ def reserved_mib(
     cuda_graph_max_bs: int,
     mla: bool,
 ) -> tuple[float, str]:
-    """The memory SGLang keeps outside the static fraction, in MiB, by the current formula (§3.1)."""
+    """The memory SGLang keeps outside the static fraction, in MiB, by the current formula (sglang.md#sglang-mem-fraction)."""
     chunk = max(chunked_prefill_size, rules["reserve_chunk_floor"])
     graphs = prefill_graph_count(rules, chunked_prefill_size)
     prefill = rules["reserve_prefill_graph_mla_mib"] if mla else rules["reserve_prefill_graph_mib"] * graphs
@@ -133,7 +133,7 @@ def default_mem_fraction(
     mla: bool,
     warnings: list[str],
 ) -> tuple[float, str]:
-    """SGLang's default ``mem_fraction_static`` under the rule of the chosen release (§3.1 + history)."""
+    """SGLang's default ``mem_fraction_static`` under the rule of the chosen release (sglang.md#sglang-mem-fraction + history)."""
     if gpu_mem_mib is None:
         return float(rules["fraction_unknown_gpu"]), "GPU memory unknown: SGLang's fallback 0.88"
     rule = rules["fraction_rule"]
@@ -163,7 +163,7 @@ def default_mem_fraction(
 
 
 def cell_size(spec: ModelSpec, tp: int, pp: int, kv_bytes: float, swa_ratio: float, hybrid_swa: bool) -> CellSize:
-    """Bytes per token on the worst rank (§3.2): MHA/GQA heads per rank × (k + v), MLA latent whole on every
+    """Bytes per token on the worst rank (sglang.md#sglang-token-pool): MHA/GQA heads per rank × (k + v), MLA latent whole on every
     rank, SWA layers at ``swa_full_tokens_ratio``; recurrent layers hold a per-request state instead."""
     layers = common.worst_stage_layers(spec, pp)
     full = sum(common.layer_kv_elems_per_token_rank(l, tp) for l in layers if l.kind in GROWING_KINDS) * kv_bytes
@@ -182,7 +182,7 @@ def token_pool(
     page_size: int,
     extra_reserved: float = 0.0,
 ) -> tuple[int, float]:
-    """(max_total_num_tokens, rest bytes) from free memory before and after loading weights (§3.1):
+    """(max_total_num_tokens, rest bytes) from free memory before and after loading weights (sglang.md#sglang-budget):
     ``rest = post − pre × (1 − mfs) − extra``; tokens = rest // cell rounded down to the page size."""
     rest = post_load_free - pre_load_free * (1 - mem_fraction_static) - extra_reserved
     if rest <= 0 or cell <= 0:
@@ -192,21 +192,21 @@ def token_pool(
 
 
 def mamba_split(rest: float, ratio: float, state_per_request: float, per_running: int) -> tuple[float, int, int]:
-    """(mamba budget bytes, max_mamba_cache_size, running-request cap) for hybrid linear attention (§3.3)."""
+    """(mamba budget bytes, max_mamba_cache_size, running-request cap) for hybrid linear attention (sglang.md#sglang-mamba-state)."""
     budget = rest * ratio / (1 + ratio)
     size = int(budget // state_per_request) if state_per_request > 0 else 0
     return budget, size, size // per_running
 
 
 def max_running_requests(rules: Mapping[str, Any], tokens: int, context_length: int) -> int:
-    """``resolve_max_num_reqs`` default (§3.2)."""
+    """``resolve_max_num_reqs`` default (sglang.md#sglang-token-pool)."""
     scaled = int(tokens / max(1, context_length) * rules["max_running_requests_per_context"])
     clamped = max(rules["max_running_requests_min"], min(scaled, rules["max_running_requests_max"]))
     return max(0, min(clamped, tokens // 2))
 
 
 def req_to_token_bytes(rules: Mapping[str, Any], running: int, context_length: int) -> int:
-    """The int32 request-to-token table, allocated outside the static fraction (§3.2)."""
+    """The int32 request-to-token table, allocated outside the static fraction (sglang.md#sglang-token-pool)."""
     return (running + 1) * (context_length + rules["req_to_token_extra_tokens"]) * rules["req_to_token_bytes"]
 
 
@@ -313,7 +313,7 @@ class SglangProfile:
         explain["overhead"] = (
             f"CUDA context {rules['cuda_context_gib']} GiB"
             + (f" + NCCL init {rules['nccl_init_gib']} GiB [unverified]" if s.tp * s.pp > 1 else "")
-            + ", taken before SGLang's baseline and so charged implicitly (§1.3, §3.1)"
+            + ", taken before SGLang's baseline and so charged implicitly"
         )
         hybrid_swa = not common.setting_bool(choice, "disable-hybrid-swa-memory")
         cell = cell_size(spec, s.tp, s.pp, s.kv_bytes, s.swa_full_tokens_ratio, hybrid_swa)
@@ -325,7 +325,6 @@ class SglangProfile:
                 if cell.state_bytes_per_request
                 else ""
             )
-            + " (§3.2)"
         )
 
         memory = hardware.gpu.gpu_memory_bytes if hardware else 0
@@ -352,7 +351,7 @@ class SglangProfile:
                 running = min(running, cap) if running else cap
                 explain["mamba"] = (
                     f"mamba budget = rest × {s.mamba_full_memory_ratio}/(1+{s.mamba_full_memory_ratio})"
-                    f" = {budget / GiB:.2f} GiB → {mamba_size} request states; running ≤ {cap} (§3.3)"
+                    f" = {budget / GiB:.2f} GiB → {mamba_size} request states; running ≤ {cap}"
                 )
             if s.max_total_tokens is not None:
                 tokens = min(tokens, s.max_total_tokens)
@@ -382,7 +381,7 @@ class SglangProfile:
             f"the {1 - s.mem_fraction_static:.3f} of free memory outside mem_fraction_static, left for activations, "
             f"CUDA graphs (chunked_prefill_size {s.chunked_prefill_size}, cuda_graph_max_bs {s.cuda_graph_max_bs}) and "
             + (
-                f"req_to_token ({running} + 1) × ({s.context_length} + 4) × 4 B = {table / GiB:.2f} GiB (§3.1, §3.2)"
+                f"req_to_token ({running} + 1) × ({s.context_length} + 4) × 4 B = {table / GiB:.2f} GiB"
                 if running is not None
                 else "the req_to_token table (none: no token pool to size it)"
             )
@@ -476,7 +475,7 @@ def pool_bytes_needed(
 
     The full pool must hold every token; the SWA pool (``ratio`` × the full pool's tokens) holds
     ``min(window, context)`` per request; with recurrent layers the pool is split full : mamba = 1 : r, and
-    the mamba part must hold one state per request (§3.2, §3.3)."""
+    the mamba part must hold one state per request (sglang.md#sglang-token-pool, sglang.md#sglang-mamba-state)."""
     tokens = math.ceil(context / page_size) * page_size * concurrency
     if cell.hybrid_swa and window:
         tokens = max(tokens, min(window, context) * concurrency / cell.swa_ratio)

@@ -9,9 +9,9 @@ There is no engine budget: the process may use the whole device (usable = memory
     activations  one prefill forward over the whole prompt: residual stream + the largest of attention
                  intermediates (sdpa: q, k, v expanded to all heads, output; eager: + scores and fp32 softmax),
                  MLP intermediates, and logits (batch × kept positions × vocab × 4 B, fp32 upcast)
-    overhead     CUDA context (§1.3)
+    overhead     CUDA context (common.md#cuda-context)
 
-Constants in ``hfvram/data/engines/transformers.toml``; terms not in design/engines.md are approximations
+Constants in ``hfvram/data/engines/transformers.toml``; terms not read in engine source (docs/engines/transformers.md) are approximations
 built on transformers' documented defaults and say so in --explain.
 """
 
@@ -166,7 +166,7 @@ class TransformersProfile:
             f"; device_map='auto' spreads the layers over {s.pp} GPUs" if s.pp > 1 else ""
         )
         overhead = int(rules["cuda_context_gib"] * GiB)
-        explain["overhead"] = f"CUDA context {rules['cuda_context_gib']} GiB per GPU (§1.3)"
+        explain["overhead"] = f"CUDA context {rules['cuda_context_gib']} GiB per GPU"
 
         kv, activations, explain["activations"] = self._terms(spec, s, rules, workload.concurrency, context)
         layers = common.worst_stage_layers(spec, s.pp)

@@ -1,6 +1,6 @@
 """TensorRT-LLM (PyTorch backend): ``free_gpu_memory_fraction`` of what the profiling peak leaves.
 
-Rules follow ``design/engines.md`` §7; constants live in ``hfvram/data/engines/tensorrt-llm.toml``. Per GPU:
+Rules follow ``docs/engines/trtllm.md``; constants live in ``hfvram/data/engines/tensorrt-llm.toml``. Per GPU:
 
     peak      = weights + activation peak of a dummy run filling max_num_tokens + non-torch (context, comm)
     kv_pool   = (memory − peak) × free_gpu_memory_fraction         (``KvCacheCreator.configure_kv_cache_capacity``)
@@ -136,7 +136,7 @@ class TrtllmProfile:
         explain["overhead"] = (
             f"CUDA context {rules['cuda_context_gib']} GiB"
             + (f" + communication buffers {rules['tp_comm_gib']} GiB [unverified]" if s.tp * s.pp > 1 else "")
-            + ": non-torch memory inside TRT-LLM's measured peak (§1.3, §7)"
+            + ": non-torch memory inside TRT-LLM's measured peak"
         )
 
         layers = common.worst_stage_layers(spec, s.pp)

@@ -1,14 +1,14 @@
 """vLLM (V1 engine): the memory budget, the KV block pool and what it holds.
 
-Rules follow ``design/engines.md`` §2 (read in vLLM's source); constants live in
+Rules follow ``docs/engines/vllm.md`` (read in vLLM's source; section anchors in parentheses below); constants live in
 ``hfvram/data/engines/vllm.toml`` with their sources. In short, per GPU:
 
-    budget  = ceil(memory × gpu_memory_utilization)                      (§2.1)
+    budget  = ceil(memory × gpu_memory_utilization)                      (vllm.md#vllm-budget)
     kv_pool = budget − weights − activation peak − non-torch − CUDA graphs (graphs only from v0.21)
     outside the budget: CUDA context + NCCL (and CUDA graphs before v0.21)
 
 The KV pool is paged: per layer type a page of ``block_size`` tokens, per request the blocks
-``max_memory_usage_bytes`` asks for (§2.5), grouped as in ``get_kv_cache_groups`` (§2.6).
+``max_memory_usage_bytes`` asks for (vllm.md#vllm-kv-specs), grouped as in ``get_kv_cache_groups`` (vllm.md#vllm-kv-groups).
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def _cdiv(a: int, b: int) -> int:
 
 
 def _blocks_for(kind: str, block: int, context: int, window: int | None, batched: int) -> int:
-    """Blocks of one layer group for one request (``max_memory_usage_bytes`` / page, §2.5)."""
+    """Blocks of one layer group for one request (``max_memory_usage_bytes`` / page, vllm.md#vllm-kv-specs)."""
     if kind in (LayerKind.FULL.value, LayerKind.MLA.value):
         return _cdiv(context, block)
     if kind == LayerKind.SLIDING.value:
@@ -155,7 +155,7 @@ class VllmProfile:
         overhead_in_budget = non_torch + (cudagraphs if settings.cudagraph_in_budget else 0)
         outside_budget = context_bytes + (0 if settings.cudagraph_in_budget else cudagraphs)
         explain["overhead"] = (
-            f"non-torch memory {non_torch / GiB:.2f} GiB (§1.3, TP={tp})"
+            f"non-torch memory {non_torch / GiB:.2f} GiB (TP={tp})"
             + (
                 f" + CUDA graphs {cudagraphs / GiB:.2f} GiB (deducted from the budget since v0.21)"
                 if settings.cudagraph_in_budget
@@ -171,7 +171,7 @@ class VllmProfile:
         if settings.kv_cache_memory_bytes is not None:
             pool = float(settings.kv_cache_memory_bytes)
             budget = weights + activations + overhead_in_budget + settings.kv_cache_memory_bytes
-            explain["budget"] = "kv-cache-memory-bytes set: the KV pool is that size, utilization ignored (§2.1)"
+            explain["budget"] = "kv-cache-memory-bytes set: the KV pool is that size, utilization ignored"
             if hardware is not None and budget + outside_budget > memory:
                 warnings.append(
                     f"kv-cache-memory-bytes asks for {settings.kv_cache_memory_bytes / GiB:.2f} GiB of KV cache but "
@@ -305,7 +305,7 @@ def resolve_settings(
     warnings: list[str],
 ) -> Settings:
     """vLLM's effective settings: user values (``--set`` under vLLM's names) over the defaults of the
-    rule version and GPU class (§2.3)."""
+    rule version and GPU class (vllm.md#vllm-batch-defaults)."""
     tp, pp = common.resolve_parallel(choice, hardware, ("tensor-parallel-size", "tp"), ("pipeline-parallel-size", "pp"))
     util = choice.gpu_util or common.setting_float(choice, "gpu-memory-utilization")
     util = util if util is not None else float(rules["gpu_memory_utilization"])
@@ -416,7 +416,7 @@ def _parse_bytes(text: str) -> int:
 def weights_per_gpu(
     spec: ModelSpec, settings: Settings, rules: Mapping[str, Any], warnings: list[str], explain: dict[str, str]
 ) -> int:
-    """ "Model loading took X GiB" on the worst rank (§2.2): TP/PP split, vocab padding, MXFP4 padding,
+    """ "Model loading took X GiB" on the worst rank (vllm.md#vllm-weights): TP/PP split, vocab padding, MXFP4 padding,
     float32 checkpoints loaded as bfloat16, minus ``cpu-offload-gb``."""
     scale: dict[str, float] = {}
     notes = []
@@ -451,7 +451,7 @@ def weights_per_gpu(
 
 
 def activation_peak(spec: ModelSpec, settings: Settings, rules: Mapping[str, Any], explain: dict[str, str]) -> int:
-    """Torch peak during ``profile_run`` (§2.3), the same on every rank:
+    """Torch peak during ``profile_run`` (vllm.md#vllm-activations), the same on every rank:
 
     max(sampler, forward) + fused-MoE workspace, where
     sampler = 15.3 B × min(max_num_seqs, max_num_batched_tokens) × vocab (logits gathered on every rank),
@@ -488,7 +488,7 @@ def activation_peak(spec: ModelSpec, settings: Settings, rules: Mapping[str, Any
 
 
 def non_torch_bytes(tp: int, pp: int, rules: Mapping[str, Any]) -> int:
-    """Non-torch memory that grows during the first forward, inside the budget (§1.3 [gt])."""
+    """Non-torch memory that grows during the first forward, inside the budget (common.md#cuda-context [gt])."""
     if tp >= 2:
         return int(float(rules["non_torch_gib_tp_multi"]) * GiB)
     if pp >= 2:
@@ -497,7 +497,7 @@ def non_torch_bytes(tp: int, pp: int, rules: Mapping[str, Any]) -> int:
 
 
 def cudagraph_bytes(spec: ModelSpec, settings: Settings, rules: Mapping[str, Any]) -> int:
-    """CUDA-graph memory per GPU (§2.4 defaults; hybrid linear-attention scaled from article 003); 0 eager.
+    """CUDA-graph memory per GPU (vllm.md#vllm-cuda-graphs defaults; hybrid linear-attention scaled from article 003); 0 eager.
 
     The hybrid scale was measured on Qwen3.5/3.6, where every decoder layer is a token mixer plus an MLP; models
     that list the MLP as a block of its own (Nemotron-H: 118 blocks = 54 Mamba + 10 attention + 54 MLP) count
@@ -525,7 +525,7 @@ def cudagraph_bytes(spec: ModelSpec, settings: Settings, rules: Mapping[str, Any
 
 
 def kv_layout(spec: ModelSpec, settings: Settings) -> KVGroupLayout:
-    """Per-rank page sizes and groups (§2.5–2.7) for the worst pipeline stage."""
+    """Per-rank page sizes and groups (vllm.md#vllm-kv-specs) for the worst pipeline stage."""
     tp = settings.tensor_parallel_size
     layers = common.worst_stage_layers(spec, settings.pipeline_parallel_size)
     attention = [layer for layer in layers if layer.kv_elems_per_token]
@@ -542,7 +542,7 @@ def kv_layout(spec: ModelSpec, settings: Settings) -> KVGroupLayout:
         return KVGroupLayout(0, 0, 0, block, (), batched)
 
     if recurrent and attention:
-        # §2.7: the attention block grows until one attention page holds one mamba state; mamba padded to it
+        # vllm.md#vllm-block-size: the attention block grows until one attention page holds one mamba state; mamba padded to it
         mamba_page = max(common.layer_state_bytes_rank(layer, tp, state_fallback) for layer in recurrent)
         attn_token = max(per_token(layer) for layer in attention)
         align = block
@@ -602,7 +602,7 @@ def kv_capacity(
     spec: ModelSpec,
     hardware: Hardware | None,
 ) -> tuple[Capacity, str | None]:
-    """Start-up figures (§2.6): GPU KV cache size in tokens, maximum concurrency at ``context``, longest
+    """Start-up figures (vllm.md#vllm-kv-groups): GPU KV cache size in tokens, maximum concurrency at ``context``, longest
     context at ``concurrency``; and vLLM's start-up error when one max_model_len request does not fit."""
     if hardware is None and settings.kv_cache_memory_bytes is None:
         return Capacity(), None
