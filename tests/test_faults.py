@@ -155,3 +155,160 @@ def test_every_fault_everywhere_gives_success_or_hfvram_error(hub, kind):
         assert "\n" not in str(err)
     else:
         assert loaded.spec.weights.total_bytes == MINILM_DATA_BYTES
+
+
+# ---- hostile Hub answers (issue 17): bounded memory and time, one line, exit 3, never the token ----------------
+
+
+def _rss_mib() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _cli(hub, *args: str, **env: str):
+    from cli_support import run_hfvram
+
+    base = {
+        "HF_ENDPOINT": hub.url,
+        "HFVRAM_HTTP_TIMEOUT": "2",
+        "HFVRAM_RETRY_BASE": "0.02",
+        "HFVRAM_RETRY_BUDGET": "3",
+    }
+    return run_hfvram(*args, env={**base, **env}, timeout=90)
+
+
+def _one_clean_line(result, code: int = 3) -> str:
+    assert result.returncode == code, result.stderr
+    assert "Traceback" not in result.stderr and "internal error" not in result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert len(lines[0]) < 400
+    return lines[0]
+
+
+@pytest.mark.parametrize("kind", ["endless_error", "gzip_bomb_error"])
+@pytest.mark.parametrize(("where", "status"), [(INFO, 404), (CONFIG, 401), (CONFIG, 500), (CDN, 503)])
+def test_endless_or_gzip_bomb_error_body_is_read_only_a_few_kib(hub, kind, where, status):
+    """The server offers 2 GiB of error page (as is, or gzip-compressed to a few MiB): only ERROR_BODY_CAP
+    decoded bytes are read, so memory stays flat and the error is the status's own clean line."""
+    from hfvram.sources.http import ERROR_BODY_CAP
+
+    assert ERROR_BODY_CAP <= 16 * 1024
+    hub.fault(where, kind, status=status, times=None)
+    before = _rss_mib()
+    with pytest.raises(HfvramError) as err:
+        _load()
+    assert "\n" not in str(err.value)
+    assert err.value.exit_code == 3
+    assert _rss_mib() - before < 256  # ru_maxrss: the peak; reading the body whole would add GiBs
+    sent = hub.bytes_sent(where)
+    assert sent < 64 * 1024 * 1024  # of the 2 GiB (or 2 MiB of gzip for 2 GiB) offered per answer
+
+
+def test_gzip_bomb_error_body_through_the_cli(hub):
+    hub.fault(INFO, "gzip_bomb_error", status=404, times=None)
+    line = _one_clean_line(_cli(hub, "check", MINILM, "--gpu", "h100"))
+    assert "not found" in line
+
+
+def test_dribbling_server_ends_at_the_deadline(hub, monkeypatch):
+    """One byte every 0.2 s never trips the per-read timeout (2 s); the wall-clock deadline ends it."""
+    monkeypatch.setenv("HFVRAM_DEADLINE", "2")
+    hub.fault(CONFIG, "dribble", delay=0.2, times=None)
+    started = time.monotonic()
+    with pytest.raises(NetworkError, match="HFVRAM_DEADLINE") as err:
+        _load()
+    assert time.monotonic() - started < 10
+    assert err.value.exit_code == 3
+
+
+def test_dribbled_status_line_ends_at_the_request_deadline(hub, monkeypatch):
+    monkeypatch.setenv("HFVRAM_REQUEST_DEADLINE", "1.5")
+    hub.fault(INFO, "dribble", delay=0.3, times=None)
+    started = time.monotonic()
+    with pytest.raises(NetworkError, match="HFVRAM_REQUEST_DEADLINE"):
+        _load()
+    assert time.monotonic() - started < 8
+
+
+def test_dribbling_model_info_through_the_cli_is_one_line_exit_3(hub):
+    hub.fault(INFO, "dribble", delay=0.5, times=None)
+    line = _one_clean_line(_cli(hub, "check", MINILM, "--gpu", "h100", HFVRAM_DEADLINE="2"))
+    assert "deadline" in line
+
+
+def test_dribbling_source_in_a_scan_is_an_error_row_and_the_scan_finishes(hub, tmp_path):
+    import json
+
+    hub.fault("dribbler", "dribble", delay=0.5, times=None)
+    hub.files.aliases["hfvram-test/dribbler"] = "sentence-transformers/all-MiniLM-L6-v2"
+    listing = tmp_path / "models.txt"
+    listing.write_text(f"hfvram-test/dribbler\n{MINILM}\n", encoding="utf-8")
+    result = _cli(hub, "scan", str(listing), "--json", "--gpu", "h100", HFVRAM_DEADLINE="2")
+    assert result.returncode == 3, result.stderr
+    rows = {
+        row["source"].get("text") or row["source"]["repo_id"]: row
+        for row in map(json.loads, result.stdout.splitlines())
+    }
+    assert "deadline" in rows["hfvram-test/dribbler"]["error"]["message"]
+    assert "error" not in rows[MINILM]
+    assert "Traceback" not in result.stderr
+
+
+def test_deadline_variable_must_be_a_positive_number(hub):
+    line = _one_clean_line(_cli(hub, "check", MINILM, HFVRAM_DEADLINE="soon"), code=2)
+    assert "HFVRAM_DEADLINE" in line
+
+
+@pytest.mark.parametrize("location", ["file:///etc/passwd", "ftp://127.0.0.1/x", "gopher://x/"])
+def test_redirect_to_a_non_http_scheme_is_final_not_retried(hub, location):
+    hub.fault(CONFIG, "redirect_file", location=location, times=None)
+    with pytest.raises(NetworkError, match="not http") as err:
+        _load()
+    assert "passwd" not in str(err.value)
+    assert len(hub.requests_to(CONFIG)) == 1
+
+
+SECRET = "hf_s3cretTOKENvalue"
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    [
+        "http://user:{s}@{host}",
+        "http://{s}@{host}",
+        "http://{host}/?token={s}",
+    ],
+)
+def test_secret_in_hf_endpoint_never_printed(hub, endpoint):
+    host = hub.url.removeprefix("http://")
+    hub.fault(INFO, "status", status=503, times=None)
+    result = _cli(hub, "check", "someone/not-in-the-catalogue", HF_ENDPOINT=endpoint.format(s=SECRET, host=host))
+    _one_clean_line(result)
+    assert SECRET not in result.stderr + result.stdout
+
+
+def test_secret_in_hf_endpoint_is_redacted_when_unreachable(hub):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed_port = probe.getsockname()[1]
+    result = _cli(
+        hub,
+        "check",
+        "someone/not-in-the-catalogue",
+        HF_ENDPOINT=f"http://me:{SECRET}@127.0.0.1:{closed_port}/?token={SECRET}",
+    )
+    line = _one_clean_line(result)
+    assert SECRET not in result.stderr + result.stdout
+    assert "***@127.0.0.1" in line
+
+
+@pytest.mark.parametrize(
+    "endpoint", ["htp://x", "not a url", "http://[::1", "http://host:99999", f"http://u:{SECRET}@host:port", "http://"]
+)
+def test_malformed_hf_endpoint_is_one_usage_line(hub, endpoint):
+    result = _cli(hub, "check", "someone/not-in-the-catalogue", HF_ENDPOINT=endpoint)
+    line = _one_clean_line(result, code=2)
+    assert "HF_ENDPOINT" in line
+    assert SECRET not in result.stderr

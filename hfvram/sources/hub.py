@@ -12,6 +12,7 @@ stored in the facts cache under the commit sha, so checking the same repo again 
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
@@ -162,7 +163,8 @@ def in_parallel(jobs: Mapping[str, Callable[[], T]]) -> dict[str, T]:
         ((name, job),) = jobs.items()
         return {name: job()}
     with ThreadPoolExecutor(max_workers=min(PARALLEL, len(jobs))) as pool:
-        futures = {name: pool.submit(job) for name, job in jobs.items()}
+        # each job runs in a copy of this context: the model's deadline (HFVRAM_DEADLINE) applies in the threads
+        futures = {name: pool.submit(contextvars.copy_context().run, job) for name, job in jobs.items()}
         results: dict[str, T] = {}
         first_error: BaseException | None = None
         for name, future in futures.items():
