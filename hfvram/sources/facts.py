@@ -54,7 +54,7 @@ def spec_from_facts(facts: CheckpointFacts) -> ModelSpec:
     if weights is not None:
         spec = _with_weights(spec, weights)
     if warning:
-        spec = replace(spec, warnings=tuple(spec.warnings) + (warning,))
+        spec = replace(spec, warnings=(*spec.warnings, warning))
     return spec
 
 
