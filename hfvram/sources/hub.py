@@ -44,6 +44,7 @@ from hfvram.sources.repo_files import (
     _WEIGHT_SUFFIXES_UNSUPPORTED,
     MODEL_INFO,
     RepoInfo,
+    check_file_counts,
     gguf_files,
     quant_tags,
     safetensors_shards,
@@ -220,6 +221,7 @@ def load_hub_checkpoint(
     companion_names = [n for n in COMPANION_FILES if n in info.files]
     companions = {n: _cached_or(cache, repo_id, sha, n) for n in companion_names}
     shards = safetensors_shards(info.files)
+    check_file_counts(shards, kind="safetensors", where=f"{repo_id} (Hub model info)")
     if not shards and not [f for f in info.files if f.endswith(".safetensors")]:
         unsupported = [f for f in info.files if f.endswith(_WEIGHT_SUFFIXES_UNSUPPORTED) and "/" not in f]
         if unsupported:
@@ -315,6 +317,16 @@ def _no_config(repo_id: str, info: RepoInfo) -> HfvramError:
     return RepoNotFoundError(f"{repo_id} has no config.json, so it is not a transformers model repo hfvram can read")
 
 
+def _gguf_from_cache(value: object):
+    """A cached GGUF header summary decoded, or None (then read again) when it does not decode."""
+    if not isinstance(value, dict):
+        return None
+    try:
+        return gguf_header_from_json(value)
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError):
+        return None
+
+
 def load_hub_gguf(
     repo_id: str,
     selector: str,
@@ -342,12 +354,13 @@ def load_hub_gguf(
             f"no GGUF file matching {selector!r} in {repo_id}"
             + (f"; available: {', '.join(tags)}" if tags else "; the repo holds no .gguf files")
         )
-    cached = {f: _cached_or(cache, repo_id, info.sha, f) for f in chosen}
+    check_file_counts(chosen, kind="gguf", where=f"{repo_id} (Hub model info)")
+    cached = {f: _gguf_from_cache(_cached_or(cache, repo_id, info.sha, f)) for f in chosen}
     if cache_only and any(v is None for v in cached.values()):
         return None
     missing = {f: (lambda f=f: fetch_gguf_header(repo_id, info.sha, f, token)[0]) for f in chosen if cached[f] is None}
     fetched = in_parallel(missing)
-    headers = [fetched[f] if f in fetched else gguf_header_from_json(cached[f]) for f in chosen]  # type: ignore[arg-type]
+    headers = [fetched[f] if f in fetched else cached[f] for f in chosen]
     spec = spec_from_gguf(headers, filename=chosen[0])
     if cache is not None:
         cache.remember(repo_id, rev, info.sha)
