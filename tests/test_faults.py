@@ -342,3 +342,64 @@ def test_split_gguf_of_99999_parts_on_the_hub_is_a_short_error(hub, selector):
         load_model(f"hfvram-test/split-gguf:{selector}")
     assert len(str(err.value)) < 300
     assert hub.request_count == 1
+
+
+# ---- hostile local inputs through the CLI: devices, FIFOs and sparse giants are refused, never read ------------
+
+
+def _hostile_path(tmp_path, kind: str, size: int = 0):
+    import os
+
+    path = tmp_path / f"input-{kind}"
+    if kind == "dev_zero":
+        path.symlink_to("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:  # sparse file one byte over the cap
+        with path.open("wb") as fh:
+            fh.truncate(size + 1)
+    return str(path)
+
+
+@pytest.mark.parametrize("kind", ["dev_zero", "fifo", "huge"])
+def test_calibrate_log_that_is_a_device_fifo_or_giant_is_one_usage_line(tmp_path, kind):
+    from cli_support import run_hfvram
+
+    from hfvram.sources.limits import byte_cap
+
+    result = run_hfvram("calibrate", _hostile_path(tmp_path, kind, byte_cap("log")), timeout=60)
+    line = _one_clean_line(result, code=2)
+    assert "log file" in line
+    assert ("cap" in line) if kind == "huge" else ("not a regular file" in line)
+
+
+@pytest.mark.parametrize("kind", ["dev_zero", "fifo", "huge"])
+def test_calibration_file_that_is_a_device_fifo_or_giant_is_one_usage_line(tmp_path, kind):
+    from cli_support import LLAMA_FOLDER, run_hfvram
+
+    from hfvram.sources.limits import byte_cap
+
+    path = _hostile_path(tmp_path, kind, byte_cap("local_json"))
+    result = run_hfvram("check", str(LLAMA_FOLDER), "--gpu", "h100", "--calibration", path, timeout=60)
+    line = _one_clean_line(result, code=2)
+    assert "calibration file" in line
+
+
+@pytest.mark.parametrize("kind", ["dev_zero", "fifo", "huge"])
+def test_scan_list_that_is_a_device_fifo_or_giant_is_one_usage_line(tmp_path, kind):
+    from cli_support import run_hfvram
+
+    from hfvram.sources.limits import byte_cap
+
+    result = run_hfvram("scan", _hostile_path(tmp_path, kind, byte_cap("scan_list")), "--offline", timeout=60)
+    line = _one_clean_line(result, code=2)
+    assert "scan list" in line
+
+
+def test_scan_list_on_stdin_over_the_cap_is_refused(tmp_path):
+    from cli_support import run_hfvram
+
+    from hfvram.sources.limits import byte_cap
+
+    result = run_hfvram("scan", "-", "--offline", stdin="org/name\n" * (byte_cap("scan_list") // 9 + 1), timeout=60)
+    assert "cap" in _one_clean_line(result, code=2)

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from hfvram.errors import MalformedFileError, ModelReadError, UsageError
+from hfvram.errors import HfvramError, MalformedFileError, ModelReadError, UsageError
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -118,6 +118,23 @@ def read_stream_text(stream: IO[Any], cap: int, *, what: str = "standard input",
         return data.decode("utf-8-sig", errors=errors)
     except UnicodeDecodeError:
         raise MalformedFileError("not UTF-8 text", file=what) from None
+
+
+def read_user_file(path: str, cap: int, *, what: str, errors: str = "strict") -> str:
+    """A file named on the command line (``-`` = standard input: a scan list, a log) as text, capped; every
+    problem — missing, a folder, a device or FIFO, over the cap, not UTF-8 — is one usage error (exit 2)."""
+    import sys
+
+    try:
+        if path == "-":
+            return read_stream_text(sys.stdin, cap, what=f"{what} on standard input", errors=errors)
+        if not os.path.lexists(path):
+            raise UsageError(f"{what} not found: {path}")
+        return read_local_text(path, cap, what=path, errors=errors)
+    except UsageError:
+        raise
+    except HfvramError as err:
+        raise UsageError(f"{what}: {err}") from None
 
 
 def is_regular_file(path: Path | str) -> bool:
@@ -251,6 +268,7 @@ __all__ = [
     "read_local_bytes",
     "read_local_text",
     "read_stream_text",
+    "read_user_file",
     "redact_url",
     "request_deadline_seconds",
     "source_deadline",
