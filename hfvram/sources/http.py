@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import os
 import random
 import threading
@@ -355,7 +356,7 @@ def fetch(
     for attempt in range(1, MAX_TRIES + 1):
         if time.monotonic() >= until:
             raise _deadline_error(what, deadline_words)
-        outcome = _within(until, lambda c, b, final=attempt == MAX_TRIES: attempt_once(final, c, b))
+        outcome = _within(until, functools.partial(attempt_once, attempt == MAX_TRIES))
         if outcome is None:
             raise _deadline_error(what, deadline_words)
         if isinstance(outcome, Fetched):
