@@ -403,3 +403,48 @@ def test_scan_list_on_stdin_over_the_cap_is_refused(tmp_path):
 
     result = run_hfvram("scan", "-", "--offline", stdin="org/name\n" * (byte_cap("scan_list") // 9 + 1), timeout=60)
     assert "cap" in _one_clean_line(result, code=2)
+
+
+def test_gzip_bomb_as_a_200_json_answer_is_cut_at_the_json_cap(hub):
+    hub.fault(CONFIG, "gzip_bomb_error", status=200, times=None)  # 2 GiB once inflated, ~2 MiB on the wire
+    before = _rss_mib()
+    with pytest.raises(MalformedFileError, match="16 MiB cap"):
+        _load()
+    assert _rss_mib() - before < 256
+
+
+def test_gzip_bomb_source_in_a_scan_is_an_error_row_and_the_scan_finishes(hub, tmp_path):
+    import json
+
+    hub.fault("bomb", "gzip_bomb_error", status=404, times=None)
+    hub.files.aliases["hfvram-test/bomb"] = "sentence-transformers/all-MiniLM-L6-v2"
+    listing = tmp_path / "models.txt"
+    listing.write_text(f"hfvram-test/bomb\n{MINILM}\n", encoding="utf-8")
+    result = _cli(hub, "scan", str(listing), "--json", "--gpu", "h100")
+    assert result.returncode == 3, result.stderr
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [row["source"].get("text") for row in rows if "error" in row] == ["hfvram-test/bomb"]
+    assert len(rows) == 2
+
+
+def test_secret_in_hf_endpoint_not_in_the_fallback_warning(hub):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed_port = probe.getsockname()[1]
+    endpoint = f"http://me:{SECRET}@127.0.0.1:{closed_port}/?token={SECRET}"
+    result = _cli(hub, "check", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "h100", "--json", HF_ENDPOINT=endpoint)
+    assert result.returncode in (0, 1), result.stderr
+    assert "not reachable" in result.stdout  # the catalogue answered, with the reason as a warning
+    assert SECRET not in result.stdout + result.stderr
+
+
+def test_scan_list_with_a_bom_is_read_and_a_binary_one_is_one_usage_line(tmp_path):
+    from cli_support import LLAMA_FOLDER, run_hfvram
+
+    listing = tmp_path / "bom.txt"
+    listing.write_bytes(b"\xef\xbb\xbf" + str(LLAMA_FOLDER).encode() + b"\n")
+    result = run_hfvram("scan", str(listing), "--offline", "--json", timeout=60)
+    assert result.returncode == 0, result.stderr
+    binary = tmp_path / "binary.txt"
+    binary.write_bytes(bytes(range(256)) * 4)
+    assert "not UTF-8" in _one_clean_line(run_hfvram("scan", str(binary), "--offline", timeout=60), code=2)
