@@ -57,7 +57,7 @@ LFS_SUFFIXES = (".safetensors", ".gguf", ".bin", ".pt", ".pth")
 PADDING = 256 * 1024 * 1024
 HUGE_BODY = 2 * 1024**3
 #: a dribbling answer stops after this many seconds (so that test threads end)
-DRIBBLE_LIMIT = 120.0
+DRIBBLE_LIMIT = 30.0
 _DTYPE_SIZES = {
     "F64": 8,
     "I64": 8,

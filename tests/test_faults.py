@@ -448,3 +448,32 @@ def test_scan_list_with_a_bom_is_read_and_a_binary_one_is_one_usage_line(tmp_pat
     binary = tmp_path / "binary.txt"
     binary.write_bytes(bytes(range(256)) * 4)
     assert "not UTF-8" in _one_clean_line(run_hfvram("scan", str(binary), "--offline", timeout=60), code=2)
+
+
+def test_abandoned_request_does_not_keep_a_thread_reading(monkeypatch):
+    """At the deadline the socket of the dribbled answer is shut down: the worker thread ends, the server sees
+    the client go (a fresh server, so that the connection is new and its socket known)."""
+    import threading
+
+    from hubserver import HubFiles, HubServer
+
+    server = HubServer(HubFiles()).start()
+    try:
+        monkeypatch.setenv("HF_ENDPOINT", server.url)
+        monkeypatch.setenv("HFVRAM_REQUEST_DEADLINE", "1")
+        server.fault(INFO, "dribble", delay=0.3, times=None)
+        earlier = set(threading.enumerate())  # workers of other tests' reused connections may still wait
+        with pytest.raises(NetworkError, match="deadline"):
+            load_model("someone/not-in-the-catalogue")
+
+        def finished() -> bool:
+            workers = [t for t in set(threading.enumerate()) - earlier if t.name == "hfvram-fetch"]
+            return not workers and all(r.end > 0 for r in server.requests_to(INFO))
+
+        for _ in range(100):  # a bounded wait for the worker and the server's next write to notice
+            if finished():
+                break
+            time.sleep(0.1)
+        assert finished()  # without the shutdown, the server would dribble on for DRIBBLE_LIMIT (30 s)
+    finally:
+        server.stop()

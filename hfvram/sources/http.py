@@ -263,22 +263,38 @@ def _within(until: float, work: Callable[[threading.Event, dict[str, object]], T
     threading.Thread(target=run, name="hfvram-fetch", daemon=True).start()
     if not done.wait(max(0.0, until - time.monotonic())):
         cancelled.set()
-        _shut_down(box.get("response"))
+        _shut_down(box)
         return None
     if "error" in box:
         raise box["error"]  # type: ignore[misc]
     return box["value"]  # type: ignore[return-value]
 
 
-def _shut_down(response: object) -> None:
-    """Wake a thread blocked reading ``response``: shut its socket down (not closed under the reader's feet)."""
+def _shut_down(box: Mapping[str, object]) -> None:
+    """Wake a thread blocked reading an answer: shut its socket down (not closed under the reader's feet). The
+    socket is the response's, or — while the status line is still coming — the one the connection trace saw
+    opened (a reused keep-alive connection has none: that thread ends when the server stops or times out)."""
     import socket
 
+    response = box.get("response")
     stream = getattr(response, "extensions", {}).get("network_stream") if response is not None else None
-    sock = stream.get_extra_info("socket") if stream is not None else None
+    stream = stream if stream is not None else box.get("stream")
+    sock = stream.get_extra_info("socket") if stream is not None else None  # type: ignore[attr-defined]
     if sock is not None:
         with contextlib.suppress(OSError):
             sock.shutdown(socket.SHUT_RDWR)
+
+
+def _connection_trace(box: dict[str, object]) -> Callable[[str, Mapping[str, object]], None]:
+    """An httpcore trace hook that keeps the network stream of a new connection in ``box``."""
+
+    def trace(event: str, info: Mapping[str, object]) -> None:
+        if event in ("connection.connect_tcp.complete", "connection.start_tls.complete"):
+            stream = info.get("return_value")
+            if stream is not None:
+                box["stream"] = stream
+
+    return trace
 
 
 def fetch(
@@ -316,7 +332,13 @@ def fetch(
         timeout = httpx2.Timeout(min(http_timeout(), remaining))
         try:
             with get_session().stream(
-                method, url, headers=headers, timeout=timeout, follow_redirects=True, params=params
+                method,
+                url,
+                headers=headers,
+                timeout=timeout,
+                follow_redirects=True,
+                params=params,  # type: ignore[arg-type]
+                extensions={"trace": _connection_trace(box)},
             ) as response:
                 box["response"] = response
                 if response.status_code in RETRY_STATUSES and not final:
