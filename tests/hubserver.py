@@ -81,12 +81,13 @@ _DTYPE_SIZES = {
 @dataclass
 class Fault:
     """One fault switch. ``kind``: delay | status | reset | ignore_range | wrong_length | redirect_loop |
-    invalid_json | endless_error | gzip_bomb_error | dribble | listing | redirect_file. ``times``: how many
+    invalid_json | endless_error | gzip_bomb_error | dribble | listing | parameters | redirect_file. ``times``: how many
     requests it hits (None = all).
 
     endless_error / gzip_bomb_error: answer ``status`` with a body that never ends (or a small gzip body that
     inflates to ``HUGE_BODY`` zeros); dribble: the normal answer, status line first, one byte every ``delay``
-    seconds; listing: the model info lists ``files`` as the repo's files and no parameter counts;
+    seconds; listing: the model info lists ``files`` as the repo's files and no parameter counts; parameters:
+    the model info states ``parameters`` as its per-dtype counts;
     redirect_file: a 302 to ``location`` (a ``file://`` URL by default)."""
 
     kind: str
@@ -96,6 +97,8 @@ class Fault:
     delay: float = 0.0
     files: tuple[str, ...] = ()
     location: str = "file:///etc/passwd"
+    #: for kind "parameters": the model info's safetensors.parameters
+    parameters: dict | None = None
 
     def take(self) -> bool:
         if self.times is None:
@@ -550,6 +553,8 @@ class HubHandler(BaseHTTPRequestHandler):
                 if f.path.endswith(".safetensors"):
                     for dtype, count in safetensors_parameters(f.content()).items():
                         params[dtype] = params.get(dtype, 0) + count
+            if fault is not None and fault.kind == "parameters":
+                params = dict(fault.parameters or {})
             if params:
                 info["safetensors"] = {"parameters": params, "total": sum(params.values())}
         self._send_json(info, fault)

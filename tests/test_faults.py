@@ -477,3 +477,16 @@ def test_abandoned_request_does_not_keep_a_thread_reading(monkeypatch):
         assert finished()  # without the shutdown, the server would dribble on for DRIBBLE_LIMIT (30 s)
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("parameters", [{"F32": -22_713_216}, {"F32": True}, {"F32": 22_713_216, "BF16": -1}])
+def test_negative_parameter_count_from_the_hub_is_an_error_naming_the_field(hub, parameters):
+    hub.fault(INFO, "parameters", parameters=parameters, times=None)
+    with pytest.raises(MalformedFileError, match=r"safetensors\.parameters") as err:
+        load_model(MINILM)
+    assert "not an element count" in str(err.value)
+
+
+def test_all_zero_parameter_counts_are_ignored_and_the_header_read(hub):
+    hub.fault(INFO, "parameters", parameters={"F32": 0}, times=None)
+    assert load_model(MINILM).spec.weights.total_bytes == MINILM_DATA_BYTES

@@ -76,6 +76,15 @@ def fetch_repo_info(repo_id: str, revision: str | None, token: str | None) -> Re
     params = safetensors.get("parameters") if isinstance(safetensors, dict) else None
     if not (isinstance(params, dict) and params and all(isinstance(v, int) for v in params.values())):
         params = None
+    elif any(isinstance(v, bool) or v < 0 for v in params.values()):
+        bad = next(k for k, v in params.items() if isinstance(v, bool) or v < 0)
+        raise MalformedFileError(
+            f"{str(bad)[:40]!r} is {str(params[bad])[:40]}, not an element count",
+            file=f"{repo_id} (Hub model info)",
+            field="safetensors.parameters",
+        )
+    elif sum(params.values()) == 0:
+        params = None  # no elements at all says nothing: the headers are read instead
     return RepoInfo(repo_id, data["sha"], files, data.get("gated", False), params)
 
 
