@@ -279,7 +279,7 @@ def _shut_down(box: Mapping[str, object]) -> None:
     response = box.get("response")
     stream = getattr(response, "extensions", {}).get("network_stream") if response is not None else None
     stream = stream if stream is not None else box.get("stream")
-    sock = stream.get_extra_info("socket") if stream is not None else None  # type: ignore[attr-defined]
+    sock = stream.get_extra_info("socket") if stream is not None else None  # type: ignore[union-attr]
     if sock is not None:
         with contextlib.suppress(OSError):
             sock.shutdown(socket.SHUT_RDWR)
