@@ -42,7 +42,8 @@ def folder_facts(folder: Path, origin: str) -> tuple[CheckpointFacts, tuple[str,
         index = load_json_tolerant(read_local_bytes(folder / INDEX_FILE, JSON_CAP), INDEX_FILE)
         metadata = index.get("metadata")
         index_meta = dict(metadata) if isinstance(metadata, dict) else {}
-        weight_map = index.get("weight_map") if isinstance(index.get("weight_map"), dict) else {}
+        weight_map = index.get("weight_map")
+        weight_map = weight_map if isinstance(weight_map, dict) else {}
         missing = sorted({str(v) for v in weight_map.values()} - set(names))
     headers: dict[str, str] = {}
     if not missing:  # a partial download would under-count: use the index total (or config shapes) instead
