@@ -270,6 +270,15 @@ def test_redirect_to_a_non_http_scheme_is_final_not_retried(hub, location):
     assert len(hub.requests_to(CONFIG)) == 1
 
 
+@pytest.mark.parametrize("location", ["http://[::1", "http://h:99999/x", "http:///no-host"])
+def test_redirect_to_a_malformed_url_is_a_clean_error(hub, location):
+    hub.fault(CONFIG, "redirect_file", location=location, times=None)
+    with pytest.raises(NetworkError) as err:
+        _load()
+    assert "\n" not in str(err.value)
+    assert len(hub.requests_to(CONFIG)) <= 2
+
+
 SECRET = "hf_s3cretTOKENvalue"
 
 

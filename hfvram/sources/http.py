@@ -368,6 +368,10 @@ def fetch(
             raise NetworkError(
                 f"the Hub redirected {what} to a URL that is not http(s); hfvram follows only http and https"
             ) from None
+        except httpx2.RemoteProtocolError as err:
+            if "location header" not in str(err).lower():
+                return _Retry(None, _transport_problem(err))
+            raise NetworkError(f"the Hub redirected {what} to a malformed URL") from None
         except (httpx2.TransportError, httpx2.DecodingError, httpx2.StreamError) as err:
             if cancelled.is_set():
                 raise _Abandoned() from None
