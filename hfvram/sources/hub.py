@@ -314,6 +314,12 @@ def _index_summary(text: str) -> dict:
     return dict(metadata) if isinstance(metadata, dict) else {}
 
 
+def _some(names: Sequence[str], shown: int = 12) -> str:
+    """The first few of a listing from the Hub (which may hold thousands) for a one-line message."""
+    head = ", ".join(str(n)[:60] for n in names[:shown])
+    return head + (f" and {len(names) - shown} more" if len(names) > shown else "")
+
+
 def _no_config(repo_id: str, info: RepoInfo) -> HfvramError:
     ggufs = [f for f in info.files if f.lower().endswith(".gguf")]
     if ggufs:
@@ -321,7 +327,7 @@ def _no_config(repo_id: str, info: RepoInfo) -> HfvramError:
         hint = f"{repo_id}:{tags[0]}" if tags else f"{repo_id}:{ggufs[0]}"
         return RepoNotFoundError(
             f"{repo_id} has no config.json but holds GGUF files: name one, e.g. `{hint}`"
-            + (f" (available: {', '.join(tags)})" if tags else "")
+            + (f" (available: {_some(tags)})" if tags else "")
         )
     return RepoNotFoundError(f"{repo_id} has no config.json, so it is not a transformers model repo hfvram can read")
 
@@ -361,7 +367,7 @@ def load_hub_gguf(
         tags = quant_tags([f for f in info.files if f.lower().endswith(".gguf")])
         raise ModelReadError(
             f"no GGUF file matching {selector!r} in {repo_id}"
-            + (f"; available: {', '.join(tags)}" if tags else "; the repo holds no .gguf files")
+            + (f"; available: {_some(tags)}" if tags else "; the repo holds no .gguf files")
         )
     check_file_counts(chosen, kind="gguf", where=f"{repo_id} (Hub model info)")
     cached = {f: _gguf_from_cache(_cached_or(cache, repo_id, info.sha, f)) for f in chosen}
