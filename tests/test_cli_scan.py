@@ -86,7 +86,7 @@ def test_sort_key_orders_fits_tight_does_not_fit_errors():
 
 def test_exit_1_when_all_read_and_one_does_not_fit():
     code, rows = scan_jsonl(
-        "Qwen/Qwen3-0.6B\nmeta-llama/Meta-Llama-3.1-405B\n", "--offline", "--gpu", "rtx4090", "--context", "128k"
+        "Qwen/Qwen3-0.6B\nmeta-llama/Meta-Llama-3.1-405B\n", "--offline", "--gpu", "rtx4090", "--context", "32k"
     )
     assert code == 1
     assert sorted(row["verdict"] for row in rows) == ["does_not_fit", "fits"]
