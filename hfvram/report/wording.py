@@ -9,26 +9,43 @@ from hfvram.report.units import count, tokens_short
 
 
 def capacity_lines(report: Mapping[str, Any]) -> list[str]:
-    """The KV pool the engine would allocate, the full-length requests memory has room for, the longest context.
+    """The KV pool the engine would allocate, the full-length requests it holds, the longest context.
 
-    The pool and the room differ for engines that size the pool from the context (llama.cpp's ``-c``), so both
-    are named; zero capacity is said in words, and a longest context at the model's own limit says so."""
+    One meaning for every engine (docs/methodology.md, "Capacity"): the pool is what the engine allocates at
+    start-up, sized by its memory budget (vLLM, SGLang, TensorRT-LLM, LMDeploy) or by its context setting
+    (llama.cpp, Ollama, MLX, ExLlamaV2); the concurrent requests are the full-length requests memory holds at
+    once; the longest context is the largest ``--context`` that is not does_not_fit, at most the model's limit.
+    Zero is said in words; nothing is claimed about a layout the engine refuses."""
     capacity = report.get("capacity") or {}
     workload = report.get("workload") or {}
     max_position = (report.get("model") or {}).get("max_position_embeddings")
+    refused = (report.get("verdict_reason") or "").startswith("engine rule: ") and report.get(
+        "verdict"
+    ) == "does_not_fit"
     lines = []
     kv_tokens = capacity.get("kv_tokens")
     max_conc = capacity.get("max_concurrency")
     context = workload.get("context")
+    sized_by = capacity.get("kv_pool_sized_by")
+    short = tokens_short(context)
     room = None
-    if max_conc is not None and context:
-        room = (
-            f"room for {max_conc:.1f} concurrent {tokens_short(context)} requests"
-            if max_conc > 0
-            else f"no room for a {tokens_short(context)} request"
-        )
+    if max_conc is not None and context and not refused:
+        if max_conc <= 0:
+            room = f"no room for a {short} request"
+        elif sized_by == "context":
+            room = f"memory has room for {max_conc:.1f} such requests"
+        else:
+            room = f"holds {max_conc:.1f} concurrent {short} requests"
     if kv_tokens is not None:
-        pool = f"{count(kv_tokens)} tokens" if kv_tokens > 0 else "none (nothing is left for it)"
+        if kv_tokens <= 0:
+            pool = "none (nothing is left for it)"
+        elif sized_by == "context":
+            held = f"{kv_tokens / context:.1f} × {short}" if context else "the context"
+            pool = f"{count(kv_tokens)} tokens (sized by the context: {held})"
+        elif sized_by == "memory":
+            pool = f"{count(kv_tokens)} tokens (what the memory budget leaves)"
+        else:
+            pool = f"{count(kv_tokens)} tokens"
         lines.append(f"KV cache pool: {pool}" + (f" · {room}" if room else ""))
     elif room:
         lines.append(room[0].upper() + room[1:])
