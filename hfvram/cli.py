@@ -6,6 +6,8 @@ readers and the engine profiles are imported inside the commands that need them.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import re
@@ -41,8 +43,34 @@ def _debug_enabled(ctx: click.Context | None) -> bool:
 
 
 def _fail(message: str, code: int) -> None:
-    click.echo(f"hfvram: error: {message}", err=True)
+    from hfvram.report.text import safe
+
+    _write_stderr(f"hfvram: error: {safe(message)}")
     sys.exit(code)
+
+
+def _write_stderr(line: str) -> None:
+    """One line on stderr, in ASCII where stderr cannot encode Unicode; a closed stderr is not an error."""
+    from hfvram.report.text import encodes_unicode, to_ascii
+
+    with contextlib.suppress(OSError, ValueError):
+        click.echo(line if encodes_unicode(sys.stderr) else to_ascii(line), err=True)
+
+
+#: errno values that mean the output could not be written (a full disk or /dev/full, a quota, a read-only file system)
+WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS})
+#: exit status when the reader of stdout went away (``hfvram scan … | head -1``): 128 + SIGPIPE, as a shell reports
+EXIT_BROKEN_PIPE = 141
+
+
+def _quiet_broken_pipe() -> None:
+    """The reader closed the pipe: stop quietly, and keep Python from complaining when it flushes stdout at exit."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+    sys.exit(EXIT_BROKEN_PIPE)
 
 
 class HfvramGroup(click.Group):
@@ -56,10 +84,20 @@ class HfvramGroup(click.Group):
                 traceback.print_exc()
             _fail(str(error), error.exit_code)
         except KeyboardInterrupt:
-            click.echo("hfvram: interrupted", err=True)
+            _write_stderr("hfvram: interrupted")
             sys.exit(EXIT_INTERRUPTED)
+        except BrokenPipeError:
+            _quiet_broken_pipe()
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException, SystemExit):
             raise
+        except OSError as error:
+            if _debug_enabled(ctx):
+                traceback.print_exc()
+            if error.errno in WRITE_ERRNOS:  # writing the output failed (a full disk, /dev/full)
+                _fail(f"cannot write the output: {error.strerror or error}", EXIT_UNREADABLE)
+            _fail(
+                f"internal error: {type(error).__name__}: {error} (run with --debug for the traceback)", EXIT_UNREADABLE
+            )
         except Exception as error:  # a bug of ours: still one line, unless --debug
             if _debug_enabled(ctx):
                 traceback.print_exc()
@@ -106,7 +144,25 @@ def cli() -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Console-script entry point (``hfvram = "hfvram.cli:main"``)."""
-    cli.main(args=list(argv) if argv is not None else None, prog_name="hfvram")
+    try:
+        cli.main(args=list(argv) if argv is not None else None, prog_name="hfvram")
+    except BrokenPipeError:
+        _quiet_broken_pipe()
+    finally:
+        _flush_stdout()
+
+
+def _flush_stdout() -> None:
+    """Flush stdout here, where a failure can still be one line and an exit code (not Python's own message)."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _quiet_broken_pipe()
+    except (OSError, ValueError) as error:
+        _write_stderr(f"hfvram: error: cannot write the output: {getattr(error, 'strerror', None) or error}")
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        os._exit(EXIT_UNREADABLE)
 
 
 # ---- shared options -------------------------------------------------------------------------------------------
@@ -213,6 +269,9 @@ def _run_options(kwargs: dict[str, Any]) -> RunOptions:
 def _output_format(fmt: str | None, as_json: bool, default: str = "table", as_markdown: bool = False) -> str:
     if as_json and as_markdown:
         raise UsageError("--json and --markdown are exclusive: pick one output format")
+    for flag, on, implied in (("--json", as_json, ("json", "jsonl")), ("--markdown", as_markdown, ("markdown",))):
+        if on and fmt and fmt not in implied:
+            raise UsageError(f"--format {fmt} and {flag} disagree: pick one output format")
     if as_json:
         return "json"
     if as_markdown:
@@ -255,31 +314,120 @@ def _parse_positive(text: str, what: str) -> int:
     return value
 
 
+def _parse_count(text: str, what: str) -> int:
+    """A whole number of at least 1 (``--concurrency``): not a token count, so no k / M suffixes."""
+    cleaned = str(text).strip().replace(",", "").replace("_", "")
+    if not cleaned.isdigit() or int(cleaned) < 1:
+        raise UsageError(f"{what} must be a whole number of requests, at least 1, got {text!r}")
+    return int(cleaned)
+
+
+def parse_gpu_option(text: str | None, unified_fraction: float | None = None) -> Any:
+    """``--gpu`` parsed; None when not given; an empty value (an unset CI variable) is a usage error."""
+    if text is None:
+        return None
+    if not text.strip():
+        raise UsageError(
+            "--gpu is empty (an unset variable?): give a GPU such as --gpu rtx4090; `hfvram gpus` lists them"
+        )
+    from hfvram.estimate.hardware import parse_gpu_spec
+
+    return parse_gpu_spec(text, unified_fraction=unified_fraction)
+
+
+def require_gpu_for_fail_on(fail_on: str | None, gpu: str | None) -> None:
+    if fail_on and gpu is None:
+        raise UsageError(f"--fail-on {fail_on} needs --gpu: without a GPU there is no verdict to fail on")
+
+
+#: ParsedEngineArgs field -> the explicit option that overrides it
+PASTED_FIELDS = (
+    ("context", "--context"),
+    ("tp", "--tp"),
+    ("pp", "--pp"),
+    ("gpu_util", "--gpu-util"),
+    ("kv_dtype", "--kv-dtype"),
+)
+
+
+def _pasted_conflicts(pasted: Any, explicit: dict[str, Any], settings: dict[str, str]) -> list[str]:
+    """An explicit option that disagrees with the pasted command line wins, and says so; the pasted flag is
+    dropped so that the engine does not read it either."""
+    from hfvram.datafiles import data_table
+
+    fields = (data_table("engine_args.toml")["engines"].get(pasted.engine or "") or {}).get("fields", {})
+    notes = []
+    for name, option in PASTED_FIELDS:
+        mine, theirs = explicit.get(name), getattr(pasted, name)
+        if mine is None or theirs is None or str(mine).lower() == str(theirs).lower():
+            continue
+        flag = fields.get(name)
+        if flag:
+            settings.pop(flag, None)
+        notes.append(f"{option} {mine} overrides the pasted {'--' + flag if flag else name} {theirs}")
+    return notes
+
+
+def validate_kv_dtype_name(name: str) -> None:
+    """UsageError (exit 2) for a KV cache type no engine has; whether the chosen engine has it is the
+    estimator's check (it names the ones that engine accepts)."""
+    from hfvram.estimate.common import kv_dtype_bytes
+    from hfvram.estimate.engine_rules import accepts
+    from hfvram.estimate.engines import ENGINE_MODULES
+
+    known = {str(item).lower() for engine in ENGINE_MODULES for item in accepts(engine).get("kv_dtypes", [])}
+    if all(part.strip().lower() in known for part in name.split("/")):
+        return
+    for part in name.split("/"):
+        kv_dtype_bytes(part)
+
+
 def resolve_request(options: RunOptions, source: str | None) -> Request:
-    """Merge the pasted engine command line with the explicit options (explicit ones win)."""
+    """Merge the pasted engine command line with the explicit options: an explicit option that disagrees with the
+    pasted line wins with a warning; a different model or engine is a usage error (exit 2)."""
     from hfvram.estimate.engine_args import parse_set_options
     from hfvram.estimate.engines import parse_engine_name
-    from hfvram.estimate.hardware import parse_gpu_spec
 
     pasted = None
     if options.engine_args:
         from hfvram.estimate.engine_args import parse_engine_args
 
         pasted = parse_engine_args(options.engine_args)
+    if source and pasted and pasted.model and pasted.model.rstrip("/") != source.rstrip("/"):
+        raise UsageError(
+            f"SOURCE {source!r} and the model of --engine-args ({pasted.model!r}) differ: give one of them"
+        )
     source = source or (pasted.model if pasted else None)
     if not source:
         raise UsageError("missing SOURCE (a Hub repo id, a local folder or a .gguf file)")
-    engine_text = options.engine or (pasted.engine if pasted else None)
-    engine, version = parse_engine_name(engine_text) if engine_text else (None, None)
+    engine, version = parse_engine_name(options.engine) if options.engine else (None, None)
+    if pasted and pasted.engine:
+        if engine is not None and engine != pasted.engine:
+            raise UsageError(f"--engine {options.engine} and the pasted {pasted.engine} command line differ: give one")
+        engine = pasted.engine
     settings: dict[str, str] = dict(pasted.settings) if pasted else {}
-    settings.update(parse_set_options(list(options.settings)))
-    context = _parse_positive(options.context, "--context") if options.context else (pasted.context if pasted else None)
-    concurrency = _parse_positive(options.concurrency, "--concurrency") if options.concurrency else 1
+    explicit_settings = parse_set_options(list(options.settings))
+    notes: list[str] = []
+    for name, value in explicit_settings.items():
+        if name in settings and settings[name] != value:
+            notes.append(f"--set {name}={value} overrides the pasted {name} {settings[name]}")
+    context = _parse_positive(options.context, "--context") if options.context else None
+    if pasted:
+        explicit = {
+            "context": context,
+            "tp": options.tp,
+            "pp": options.pp,
+            "gpu_util": options.gpu_util,
+            "kv_dtype": options.kv_dtype,
+        }
+        notes += _pasted_conflicts(pasted, explicit, settings)
+    settings.update(explicit_settings)
+    if context is None and pasted:
+        context = pasted.context
+    concurrency = _parse_count(options.concurrency, "--concurrency") if options.concurrency else 1
     kv_dtype = options.kv_dtype or (pasted.kv_dtype if pasted and pasted.kv_dtype else None) or "auto"
-    from hfvram.estimate.common import kv_dtype_bytes
-
-    kv_dtype_bytes(kv_dtype)  # validates the name (UsageError, exit 2)
-    hardware = parse_gpu_spec(options.gpu, unified_fraction=options.unified_fraction) if options.gpu else None
+    validate_kv_dtype_name(kv_dtype)
+    hardware = parse_gpu_option(options.gpu, options.unified_fraction)
     return Request(
         source=source,
         revision=options.revision,
@@ -294,6 +442,7 @@ def resolve_request(options: RunOptions, source: str | None) -> Request:
         kv_dtype=kv_dtype,
         hardware=hardware,
         notes=tuple(f"--engine-args: ignored {redact(item)}" for item in (pasted.ignored if pasted else ()))
+        + tuple(redact(note) for note in notes)
         + unified_fraction_notes(options, hardware),
     )
 
@@ -449,17 +598,35 @@ def exit_code_for(verdicts: Iterable[str | None], fail_on_tight: bool) -> int:
 
 
 def _console(stderr: bool = False) -> Any:
+    """rich's Console on stdout (or stderr): the width of ``report_width``, plain ASCII where the stream cannot
+    encode Unicode (``LANG=C``, ``PYTHONIOENCODING=ascii``)."""
     from rich.console import Console
 
-    console = Console(stderr=stderr, highlight=False, soft_wrap=False)
-    if not console.is_terminal and "COLUMNS" not in os.environ:
-        # piped output (CI logs, files) is read in wide viewers; rich would wrap at 80
-        console = Console(stderr=stderr, highlight=False, soft_wrap=False, width=120)
-    return console
+    from hfvram.report.text import AsciiStream, encodes_unicode, report_width
+
+    stream = sys.stderr if stderr else sys.stdout
+    file = stream if encodes_unicode(stream) else AsciiStream(stream)
+    return Console(file=file, highlight=False, soft_wrap=False, width=report_width(stream))
+
+
+def _echo(text: str, nl: bool = True) -> None:
+    """Text output (Markdown, CSV, JSON) on stdout, transliterated to ASCII where stdout cannot encode Unicode."""
+    from hfvram.report.text import encodes_unicode, to_ascii
+
+    click.echo(text if encodes_unicode(sys.stdout) else to_ascii(text), nl=nl)
+
+
+def _stdout_unicode() -> bool:
+    from hfvram.report.text import encodes_unicode
+
+    return encodes_unicode(sys.stdout)
 
 
 def _echo_json(document: Any) -> None:
-    click.echo(json.dumps(document, indent=2, ensure_ascii=False))
+    from hfvram.report.text import encodes_unicode, safe_json
+
+    # where stdout cannot encode Unicode, \uXXXX escapes keep the document exact
+    click.echo(safe_json(json.dumps(document, indent=2, ensure_ascii=not encodes_unicode(sys.stdout))))
 
 
 # ---- check ------------------------------------------------------------------------------------------------------
@@ -482,13 +649,14 @@ def check(
     options = _run_options(kwargs)
     output = _output_format(fmt, as_json, as_markdown=as_markdown)
     request = resolve_request(options, source)
+    require_gpu_for_fail_on(fail_on, options.gpu)
     report = check_report(request, options)
     if output == "json":
         _echo_json(report)
     elif output == "markdown":
         from hfvram.report.markdown import check_markdown
 
-        click.echo(check_markdown(report, explain=options.explain), nl=False)
+        _echo(check_markdown(report, explain=options.explain), nl=False)
     else:
         from hfvram.report.table import render_check
 
@@ -499,8 +667,29 @@ def check(
 # ---- scan ------------------------------------------------------------------------------------------------------
 
 
+#: the largest scan list read (bytes): far more sources than a scan can check, far less than a memory problem
+SCAN_LIST_MAX_BYTES = 4 * 1024 * 1024
+#: the most sources one scan reads
+SCAN_MAX_SOURCES = 100_000
+
+
+def decode_source_list(raw: bytes, name: str) -> str:
+    """The scan list's text: UTF-8 with or without a byte-order mark; a binary or oversized file is a usage error."""
+    if len(raw) > SCAN_LIST_MAX_BYTES:
+        raise UsageError(f"{name} is larger than {SCAN_LIST_MAX_BYTES // (1024 * 1024)} MiB: not a list of sources")
+    if b"\0" in raw:
+        raise UsageError(f"{name} is a binary file, not a list of sources (one SOURCE per line)")
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise UsageError(
+            f"{name} is not UTF-8 text (byte {error.start}): not a list of sources (one SOURCE per line)"
+        ) from None
+
+
 def read_source_list(text: str) -> list[str]:
     """One SOURCE per line; ``#`` starts a comment; blank lines are skipped."""
+    text = text.removeprefix("\ufeff")
     sources = []
     for line in text.splitlines():
         line = line.split("#", 1)[0].strip() if not line.lstrip().startswith("#") else ""
@@ -543,7 +732,7 @@ def scan_exit_code(reports: Sequence[dict[str, Any]], fail_on_tight: bool) -> in
 
 
 @cli.command()
-@click.argument("file", type=click.File("r", encoding="utf-8"))
+@click.argument("file", type=click.File("rb"))
 @run_options
 @click.option("--format", "fmt", type=click.Choice(SCAN_FORMATS), help="Output format (default: table).")
 @click.option("--json", "as_json", is_flag=True, help="JSON Lines: one hfvram.check/1 object per source.")
@@ -561,20 +750,26 @@ def scan(
     """
     options = _run_options(kwargs)
     output = "jsonl" if as_json and not as_markdown else _output_format(fmt, as_json, as_markdown=as_markdown)
-    sources = read_source_list(file.read())
+    name = str(getattr(file, "name", "-"))
+    name = "stdin" if name in ("-", "<stdin>") else name
+    sources = read_source_list(decode_source_list(file.read(SCAN_LIST_MAX_BYTES + 1), name))
     if not sources:
         raise UsageError("no sources in the list (one SOURCE per line, '#' comments)")
-    if options.gpu:
-        from hfvram.estimate.hardware import parse_gpu_spec
+    if len(sources) > SCAN_MAX_SOURCES:
+        raise UsageError(f"{len(sources):,} sources in the list: a scan reads at most {SCAN_MAX_SOURCES:,}")
+    # a bad --gpu or pasted command line is one usage error, not an error row per source
+    parse_gpu_option(options.gpu, options.unified_fraction)
+    require_gpu_for_fail_on(fail_on, options.gpu)
+    if options.engine_args:
+        from hfvram.estimate.engine_args import parse_engine_args
 
-        parse_gpu_spec(
-            options.gpu, unified_fraction=options.unified_fraction
-        )  # a bad --gpu is one usage error, not an error row per source
+        if parse_engine_args(options.engine_args).model:
+            raise UsageError("scan reads the models from FILE: drop the model from --engine-args")
     reports, interrupted = _scan_all(sources, options, jobs, output)
     reports.sort(key=scan_sort_key)
     _print_scan(reports, output, streamed=output in ("jsonl", "table"))
     if interrupted:
-        click.echo(f"hfvram: interrupted: {len(reports)} of {len(sources)} sources finished", err=True)
+        _write_stderr(f"hfvram: interrupted: {len(reports)} of {len(sources)} sources finished")
         sys.exit(EXIT_INTERRUPTED)
     sys.exit(scan_exit_code(reports, fail_on == "tight"))
 
@@ -620,13 +815,17 @@ def _stream_result(report: dict[str, Any], output: str, console: Any) -> None:
     if output == "jsonl":
         from hfvram.report.tabular import jsonl_line
 
-        click.echo(jsonl_line(report))
+        _echo(jsonl_line(report, ascii_only=not _stdout_unicode()))
     elif output == "table":
+        from rich.text import Text
+
         from hfvram.report.table import scan_row
 
         name, verdict, total, *_ = scan_row(report)
-        # through the progress bar's own console, so that the line goes above the bar, not onto it
-        console.print(f"  {verdict}  {name}  {total}", highlight=False, overflow="ellipsis", no_wrap=True)
+        # the name last, so that a narrow terminal cuts the name, never the figures; through the progress bar's own
+        # console, so that the line goes above the bar, not onto it
+        line = Text("  ").append_text(verdict).append(f"  {total.plain}  ").append_text(name)
+        console.print(line, highlight=False, overflow="ellipsis", no_wrap=True)
 
 
 def _print_scan(reports: list[dict[str, Any]], output: str, *, streamed: bool) -> None:
@@ -637,11 +836,11 @@ def _print_scan(reports: list[dict[str, Any]], output: str, *, streamed: bool) -
     elif output == "csv":
         from hfvram.report.tabular import to_csv
 
-        click.echo(to_csv(reports), nl=False)
+        _echo(to_csv(reports), nl=False)
     elif output == "markdown":
         from hfvram.report.markdown import scan_markdown
 
-        click.echo(scan_markdown(reports), nl=False)
+        _echo(scan_markdown(reports), nl=False)
     else:
         from hfvram.report.table import render_scan
 
@@ -751,8 +950,9 @@ def fit(
 ) -> None:
     """The inverse view: longest context, most concurrent requests and the smallest GPU count that fit."""
     options = _run_options(kwargs)
-    if not options.gpu:
+    if options.gpu is None:
         raise UsageError("fit needs --gpu SPEC (for example --gpu rtx4090)")
+    parse_gpu_option(options.gpu, options.unified_fraction)
     output = _output_format(fmt, as_json, as_markdown=as_markdown)
     if plot:
         from hfvram.report.plot import require_matplotlib
@@ -772,14 +972,14 @@ def fit(
             plot,
             title=source.get("repo_id") or sources[0],
         )
-        click.echo(f"wrote {plot}", err=True)
+        _write_stderr(f"wrote {plot}")
     public = [{k: v for k, v in report.items() if not k.startswith("_")} for report in reports]
     if output == "json":
         _echo_json(public if len(public) > 1 else public[0])
     elif output == "markdown":
         from hfvram.report.markdown import fit_markdown
 
-        click.echo("\n".join(fit_markdown(report) for report in public), nl=False)
+        _echo("\n".join(fit_markdown(report) for report in public), nl=False)
     else:
         from hfvram.report.table import render_fit
 
@@ -822,7 +1022,7 @@ def gpus(query: str | None, vendor: str | None, as_json: bool) -> None:
 
         render_gpus(_console(), found)
     if not found:
-        click.echo("hfvram: no GPU matches; try `hfvram gpus` for the whole catalogue", err=True)
+        _write_stderr("hfvram: no GPU matches; try `hfvram gpus` for the whole catalogue")
         sys.exit(EXIT_USAGE)
 
 
@@ -936,7 +1136,9 @@ def calibrate(
 
         render_calibration(_console(), result)
         if "saved" in result:
-            click.echo(f"saved calibration: {result['saved']}")
+            from hfvram.report.text import safe
+
+            _echo(f"saved calibration: {safe(result['saved'])}")
 
 
 def _calibration_prediction(
