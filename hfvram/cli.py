@@ -539,8 +539,12 @@ def run_estimate(request: Request, options: RunOptions, loaded: Any) -> Any:
 
 
 def calibrate_estimate(est: Any, options: RunOptions, engine: str) -> Any:
+    """A saved calibration replaces the activation / overhead terms only where it was measured with this engine's
+    rule set (release range), on this GPU, on a model of this family and size; one that does not match is named in
+    a warning and not applied. ``--calibration FILE`` is applied as asked, its mismatches said in warnings."""
     if est.hardware is None:
         return est
+    from dataclasses import replace
     from pathlib import Path
 
     from hfvram import calibrate
@@ -550,11 +554,13 @@ def calibrate_estimate(est: Any, options: RunOptions, engine: str) -> Any:
         return calibrate.apply_calibration(est, record, options.calibration)
     if not os.environ.get("HFVRAM_CONFIG_DIR") and not _default_calibration_exists():
         return est
-    found = calibrate.find_calibration(engine, est.hardware.gpu.id)
-    if found is None:
-        return est
-    path, record = found
-    return calibrate.apply_calibration(est, record, str(path))
+    notes = []
+    for path, record in calibrate.find_calibrations(engine, est.hardware.gpu.id):
+        reasons = calibrate.calibration_match(est, record)
+        if not reasons:
+            return calibrate.apply_calibration(est, record, str(path))
+        notes.append(calibrate.not_applied_warning(path, reasons))
+    return replace(est, warnings=tuple(est.warnings) + tuple(notes)) if notes else est
 
 
 def _default_calibration_exists() -> bool:
@@ -1108,6 +1114,10 @@ def calibrate(
         raise UsageError("--model and --save need --gpu SPEC (the GPU the log came from)")
     text = cal.read_log(logfile)
     measured = cal.parse_log(text, engine_name)
+    if engine_version and not measured.engine_version:  # --engine vllm@0.6.4 says what the log does not
+        from dataclasses import replace
+
+        measured = replace(measured, engine_version=engine_version)
     result: dict[str, Any] = {
         "schema": "hfvram.calibrate/1",
         "engine": measured.engine,
@@ -1116,19 +1126,40 @@ def calibrate(
     }
     if model:
         est = _calibration_prediction(measured, model, hardware, engine_name, engine_version, settings, offline, token)
+        result["_spec"] = est.spec
         result["predicted"] = cal.predicted_terms(est)
         result["warnings"] += cal.comparison_warnings(measured, result["predicted"]) + list(est.warnings)
+    if save and not measured.engine_version:
+        result["warnings"].append(
+            f"the log does not say which {measured.engine} release ran: later checks do not apply this calibration "
+            f"(pass --engine {measured.engine}@VERSION)"
+        )
+    if save and not model:
+        result["warnings"].append(
+            "saved without --model: later checks name this calibration but do not apply it (it applies to the "
+            "model family it measured; pass --model SOURCE, the model that ran)"
+        )
     if save:
         from pathlib import Path
 
-        record = cal.calibration_record(measured, hardware.gpu.id, os.path.basename(logfile))
+        record = cal.calibration_record(
+            measured,
+            hardware.gpu.id,
+            os.path.basename(logfile),
+            spec=result.get("_spec"),
+            model=model,
+        )
         if output_path:
             path = Path(output_path)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+            except OSError as error:
+                raise UsageError(f"cannot write --output {output_path}: {error.strerror or error}") from None
         else:
             path = cal.save_calibration(record)
         result["saved"] = str(path)
+    result.pop("_spec", None)
     if as_json:
         _echo_json(result)
     else:
