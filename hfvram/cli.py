@@ -857,85 +857,13 @@ def _print_scan(reports: list[dict[str, Any]], output: str, *, streamed: bool) -
 
 
 def fit_report(request: Request, options: RunOptions) -> dict[str, Any]:
-    """The inverse view for one model on one GPU type."""
-    from hfvram.estimate import inverse
-    from hfvram.estimate.core import estimate
-    from hfvram.report.jsonout import source_dict, verdict_reason
+    """The inverse view for one model on one GPU type (built by hfvram.report.fitdoc)."""
+    from hfvram.report.fitdoc import fit_document
 
     loaded = load(request, options)
-    choice = engine_choice(request, loaded)
-    wl = workload(request)
-    hardware = request.hardware
-    est = estimate(loaded.spec, hardware, choice, wl)
-    context = est.workload.context
-    rows = inverse.context_table(
-        loaded.spec, hardware, choice, wl, kv_dtypes=fit_kv_dtypes(loaded.spec, hardware, choice, wl)
-    )
-    return {
-        "schema": "hfvram.fit/1",
-        "source": source_dict(loaded.source),
-        "gpu": hardware.gpu.id,
-        "hardware": hardware.label,
-        "engine": choice.name + (f"@{choice.version}" if choice.version else ""),
-        "context": context,
-        "concurrency": wl.concurrency,
-        "verdict": est.verdict,
-        "verdict_reason": verdict_reason(est),
-        "total": est.per_gpu.total,
-        "usable": est.per_gpu.usable,
-        "max_context": inverse.max_context(loaded.spec, hardware, choice, wl),
-        "max_concurrency": inverse.max_concurrency(loaded.spec, hardware, choice, wl),
-        "smallest_gpu_count": inverse.smallest_gpu_count(loaded.spec, hardware.gpu, choice, wl, max_count=FIT_MAX_GPUS),
-        "max_gpu_count_tried": FIT_MAX_GPUS,
-        "context_table": [_context_row(row) for row in rows],
-        "warnings": list(dict.fromkeys(list(loaded.spec.warnings) + list(est.warnings))),
-        "_spec": loaded.spec,
-        "_choice": choice,
-    }
-
-
-#: the largest GPU count `fit` tries for the smallest set that fits
-FIT_MAX_GPUS = 64
-#: the table's columns: the engine's own default cache type, then its first accepted 8-bit type
-FIT_KV_CANDIDATES: tuple[tuple[str, ...], ...] = (("auto",), ("fp8", "fp8_e4m3", "q8_0", "int8"))
-
-
-def fit_kv_dtypes(spec: Any, hardware: Any, choice: Any, wl: Any) -> tuple[str, ...]:
-    """KV cache types for the fit table, as the engine names them (vLLM: bf16 / fp8; llama.cpp: f16 / q8_0)."""
-    from dataclasses import replace
-
-    from hfvram.estimate.core import estimate
-
-    found: list[str] = []
-    for candidates in FIT_KV_CANDIDATES:
-        for name in candidates:
-            try:
-                resolved = estimate(spec, hardware, choice, replace(wl, kv_dtype=name)).workload.kv_dtype
-            except UsageError:
-                continue
-            if resolved not in found:
-                found.append(resolved)
-            break
-    return tuple(found)
-
-
-def _context_row(row: Any) -> dict[str, Any]:
-    """A row of inverse.context_table as a plain dict (it may be a dataclass, a mapping or an Estimate)."""
-    if isinstance(row, dict):
-        return dict(row)
-    from dataclasses import asdict, is_dataclass
-
-    if hasattr(row, "per_gpu") and hasattr(row, "workload"):
-        return {
-            "context": row.workload.context,
-            "kv_dtype": row.workload.kv_dtype,
-            "verdict": row.verdict,
-            "total": row.per_gpu.total,
-            "max_concurrency": row.capacity.max_concurrency,
-        }
-    if is_dataclass(row):
-        return asdict(row)
-    raise TypeError(f"unexpected context_table row {row!r}")
+    document = fit_document(loaded, request.hardware, engine_choice(request, loaded), workload(request))
+    document["warnings"] = list(dict.fromkeys(document["warnings"] + list(request.notes)))
+    return document
 
 
 @cli.command()
@@ -951,33 +879,35 @@ def _context_row(row: Any) -> dict[str, Any]:
     type=click.Path(dir_okay=False),
     help="Draw memory against context per term (needs the 'plot' extra).",
 )
+@click.option("--fail-on", "fail_on", type=click.Choice(["tight"]), help="Exit 1 on Tight as well.")
 def fit(
-    sources: tuple[str, ...], fmt: str | None, as_json: bool, as_markdown: bool, plot: str | None, **kwargs: Any
+    sources: tuple[str, ...],
+    fmt: str | None,
+    as_json: bool,
+    as_markdown: bool,
+    plot: str | None,
+    fail_on: str | None,
+    **kwargs: Any,
 ) -> None:
-    """The inverse view: longest context, most concurrent requests and the smallest GPU count that fit."""
+    """The inverse view: longest context, most concurrent requests and the smallest GPU count that fit.
+
+    Exit codes as for check, for the layout asked (--gpu, --context, --concurrency): 0 fits or tight, 1 does not
+    fit (or tight with --fail-on tight) for any SOURCE, 2 usage error, 3 a model could not be read."""
     options = _run_options(kwargs)
     if options.gpu is None:
         raise UsageError("fit needs --gpu SPEC (for example --gpu rtx4090)")
     parse_gpu_option(options.gpu, options.unified_fraction)
     output = _output_format(fmt, as_json, as_markdown=as_markdown)
     if plot:
-        from hfvram.report.plot import require_matplotlib
+        from hfvram.report.plot import check_plot_path, require_matplotlib
 
+        check_plot_path(plot)
         require_matplotlib()
     reports = [fit_report(resolve_request(options, source), options) for source in sources]
     if plot:
         from hfvram.report.plot import plot_memory_against_context
 
-        request = resolve_request(options, sources[0])
-        source = reports[0]["source"]
-        plot_memory_against_context(
-            reports[0]["_spec"],
-            request.hardware,
-            reports[0]["_choice"],
-            workload(request),
-            plot,
-            title=source.get("repo_id") or sources[0],
-        )
+        plot_memory_against_context(reports, plot)
         _write_stderr(f"wrote {plot}")
     public = [{k: v for k, v in report.items() if not k.startswith("_")} for report in reports]
     if output == "json":
@@ -992,6 +922,7 @@ def fit(
         console = _console()
         for report in public:
             render_fit(console, report)
+    sys.exit(exit_code_for([report.get("verdict") for report in public], fail_on == "tight"))
 
 
 # ---- gpus ------------------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 from hfvram.datafiles import data_table
 from hfvram.estimate.core import estimate_memory as estimate
-from hfvram.estimate.types import GPU, VERDICT_DOES_NOT_FIT, EngineChoice, Estimate, Hardware, Workload
+from hfvram.estimate.types import GPU, VERDICT_DOES_NOT_FIT, VERDICT_FITS, EngineChoice, Estimate, Hardware, Workload
 from hfvram.spec import LayerKind, ModelSpec
 
 #: contexts the fit table walks through (then the model's own maximum)
@@ -135,13 +135,14 @@ def valid_tp_sizes(spec: ModelSpec, max_count: int) -> list[int]:
 
 
 def smallest_gpu_count(
-    spec: ModelSpec, gpu: GPU, choice: EngineChoice, workload: Workload, max_count: int = 64
+    spec: ModelSpec, gpu: GPU, choice: EngineChoice, workload: Workload, max_count: int = 64, *, tight_ok: bool = True
 ) -> int | None:
-    """Fewest GPUs of one kind (as tensor parallel, a valid TP size) on which the workload fits; None
-    when even ``max_count`` does not."""
+    """Fewest GPUs of one kind (as tensor parallel, a valid TP size) on which the workload runs (fits or tight;
+    with ``tight_ok=False``: fits, with the 10 % margin); None when even ``max_count`` does not."""
     for count in valid_tp_sizes(spec, max_count):
         pinned = replace(choice, tp=count, pp=1)
-        if _fits(estimate(spec, Hardware(gpu=gpu, count=count), pinned, workload)):
+        result = estimate(spec, Hardware(gpu=gpu, count=count), pinned, workload)
+        if _fits(result) if tight_ok else result.verdict == VERDICT_FITS:
             return count
     return None
 

@@ -8,14 +8,14 @@ from typing import Any
 
 from hfvram.report.text import safe
 from hfvram.report.units import count, gib, percent, tokens_short
-from hfvram.report.wording import capacity_lines, context_grid, split_provenance, verdict_note
+from hfvram.report.wording import capacity_lines, context_grid, smallest_gpu_line, split_provenance, verdict_note
 
 VERDICT_MARK = {"fits": "✅ fits", "tight": "⚠️ tight", "does_not_fit": "❌ does not fit", None: "— (no GPU)"}
 
 
 #: characters Markdown reads as formatting, links, HTML or a cell's end: backslashed in untrusted text (with
 #: the brackets escaped, parentheses and the rest cannot start a link)
-_MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]<>|~])")
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*\[\]<>|~])")
 
 
 def text(value: object) -> str:
@@ -106,8 +106,6 @@ def fit_markdown(fit: Mapping[str, Any]) -> str:
     max_context = fit.get("max_context")
     no_room = max_context is not None and max_context <= 0
     context = tokens_short(fit.get("context"))
-    smallest = fit.get("smallest_gpu_count")
-    limit = fit.get("max_gpu_count_tried")
     at = f"- at {context} × {fit['concurrency']}: **{VERDICT_MARK.get(fit.get('verdict'), fit.get('verdict'))}**"
     if fit.get("total") is not None and fit.get("usable"):
         at += f" ({gib(fit['total'])} of {gib(fit['usable'])} usable)"
@@ -118,8 +116,7 @@ def fit_markdown(fit: Mapping[str, Any]) -> str:
         f"- longest context at concurrency {fit['concurrency']}: "
         + ("none (nothing is left for the KV cache)" if no_room else f"{count(max_context)} tokens"),
         f"- concurrent {context} requests: {'—' if conc is None else f'{conc:.1f}'}",
-        f"- smallest number of {fit['gpu']} that fits: "
-        + (str(smallest) if smallest is not None else f"none up to {limit}" if limit else "none"),
+        f"- {text(smallest_gpu_line(fit))}",
     ]
     lines += [f"- ⚠️ {text(warning)}" for warning in fit.get("warnings") or []]
     rows = fit.get("context_table") or []

@@ -13,7 +13,7 @@ from rich.text import Text
 
 from hfvram.report.text import safe
 from hfvram.report.units import count, gib, params, percent, tokens_short
-from hfvram.report.wording import capacity_lines, context_grid, split_provenance, verdict_note
+from hfvram.report.wording import capacity_lines, context_grid, smallest_gpu_line, split_provenance, verdict_note
 
 VERDICT_STYLE = {"fits": "bold green", "tight": "bold yellow", "does_not_fit": "bold red", None: "bold"}
 VERDICT_LABEL = {"fits": "FITS", "tight": "TIGHT", "does_not_fit": "DOES NOT FIT", None: "no verdict (no --gpu)"}
@@ -445,13 +445,7 @@ def render_fit(console: Console, fit: Mapping[str, Any]) -> None:
         f"  most concurrent {context} requests: [bold]{'—' if max_conc is None else f'{max_conc:.1f}'}[/bold]",
         highlight=False,
     )
-    smallest = fit.get("smallest_gpu_count")
-    limit = fit.get("max_gpu_count_tried")
-    none_text = f"none up to {limit} (as tensor parallel, at {context})" if limit else "none up to the limit"
-    console.print(
-        f"  smallest number of {fit['gpu']} that fits: [bold]{none_text if smallest is None else smallest}[/bold]",
-        highlight=False,
-    )
+    console.print(f"  {smallest_gpu_line(fit)}", highlight=False)
     rows = fit.get("context_table") or []
     if rows and not no_room:
         kv_dtypes, grid = context_grid(rows)

@@ -86,3 +86,18 @@ def context_grid(rows: list[Mapping[str, Any]]) -> tuple[list[str], list[tuple[i
     for row in rows:
         by_context.setdefault(row["context"], {})[row["kv_dtype"]] = row
     return kv_dtypes, [(context, [cells.get(k) for k in kv_dtypes]) for context, cells in sorted(by_context.items())]
+
+
+def smallest_gpu_line(fit: Mapping[str, Any]) -> str:
+    """``fewest rtx4090 that fit: 2 (1 runs, but tight)``: "fit" means the verdict fits, as everywhere else."""
+    smallest = fit.get("smallest_gpu_count")
+    tight = fit.get("smallest_gpu_count_tight")
+    limit = fit.get("max_gpu_count_tried")
+    context = tokens_short(fit.get("context"))
+    if smallest is None:
+        text = f"none up to {limit} (as tensor parallel, at {context})" if limit else "none up to the limit"
+    else:
+        text = str(smallest)
+    if tight is not None:
+        text += f" ({tight} runs, but tight: over 90% of usable memory)"
+    return f"fewest {fit['gpu']} that fit: {text}"
