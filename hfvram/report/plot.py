@@ -35,12 +35,9 @@ def check_plot_path(path: str) -> None:
 
 
 def plot_contexts(max_context: int, points: int = PLOT_POINTS) -> list[int]:
-    """Evenly spaced contexts from 1/points of the model's maximum up to it (the maximum is the last point)."""
-    step = max(1, max_context // points)
-    contexts = list(range(step, max_context, step))
-    if not contexts or contexts[-1] != max_context:
-        contexts.append(max_context)
-    return contexts
+    """``points`` evenly spaced contexts ending at the model's maximum (rounded to whole tokens)."""
+    points = max(1, min(points, max_context))
+    return sorted({max(1, round(max_context * index / points)) for index in range(1, points + 1)})
 
 
 @dataclass(frozen=True)
@@ -89,6 +86,7 @@ def plot_memory_against_context(documents: Sequence[dict[str, Any]], path: str) 
     import matplotlib
 
     matplotlib.use("Agg")
+    matplotlib.rcParams["svg.fonttype"] = "none"  # SVG text stays text (searchable, smaller)
     import matplotlib.pyplot as plt
 
     from hfvram.report.text import safe
