@@ -440,9 +440,12 @@ def test_a_hostile_scan_list_line_is_one_error_row():
     assert "\\[link=http://evil.example\\]x\\[/link\\]" in markdown.stdout  # no link in a pull-request comment
 
 
-def test_an_error_message_with_escapes_is_escaped():
-    result = invoke("check", "\x1b[2Jnot/\x1b]0;x\x07model", "--gpu", "h100", "--offline")
-    assert result.exit_code in (2, 3) and "\x1b" not in result.output and "\\x1b" in result.stderr
+def test_an_error_message_with_escapes_is_escaped(tmp_path):
+    folder = tmp_path / "model\x1b[2J\x1b]0;pwned\x07"
+    folder.mkdir()
+    result = invoke("check", str(folder), "--gpu", "h100")
+    line = one_line_error(result, 3)
+    assert "\x1b" not in result.output and "\\x1b[2J\\x1b]0;pwned\\x07 has no config.json" in line
 
 
 # ---- issue 17 items 9 and 12: hostile scan lists and output streams ---------------------------------------------
