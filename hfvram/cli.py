@@ -611,7 +611,7 @@ def _console(stderr: bool = False) -> Any:
     from hfvram.report.text import AsciiStream, encodes_unicode, report_width
 
     stream = sys.stderr if stderr else sys.stdout
-    file = stream if encodes_unicode(stream) else AsciiStream(stream)
+    file: Any = stream if encodes_unicode(stream) else AsciiStream(stream)
     return Console(file=file, highlight=False, soft_wrap=False, width=report_width(stream))
 
 
@@ -1072,6 +1072,8 @@ def calibrate(
         )
     if save:
         from pathlib import Path
+
+        assert hardware is not None  # --save needs --gpu (checked above)
 
         record = cal.calibration_record(
             measured,

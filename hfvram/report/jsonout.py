@@ -61,12 +61,15 @@ def model_dict(
 ) -> dict[str, Any]:
     """The contract's ``model`` object with KV figures at ``kv_dtype``: the estimator's own (``est``, K and V
     apart) when there is an estimate, else the spec's at one element size (``inspect``)."""
+    kv_per_token: int | None
+    kv_fixed: int | None
+    kv_split: dict[str, Any]
     if est is not None and est.kv_bytes_per_token is None:  # the engine's own cache type: unknown here
         kv_per_token, kv_fixed, kv_split = None, None, {"kv_k_bytes_per_token": None, "kv_v_bytes_per_token": None}
     elif est is not None:
-        kv_per_token: int | None = est.kv_bytes_per_token
+        kv_per_token = est.kv_bytes_per_token
         kv_fixed = est.kv_fixed_bytes_per_sequence
-        kv_split: dict[str, Any] = {
+        kv_split = {
             "kv_k_bytes_per_token": est.kv_k_bytes_per_token,
             "kv_v_bytes_per_token": est.kv_v_bytes_per_token,
         }

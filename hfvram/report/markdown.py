@@ -127,10 +127,10 @@ def fit_markdown(fit: Mapping[str, Any]) -> str:
             "| context | " + " | ".join(f"KV {k}" for k in kv_dtypes) + " |",
             "|---:|" + "---:|" * len(kv_dtypes),
         ]
-        for context, cells in grid:
+        for tokens, cells in grid:
             values = [
-                "—" if (cell or {}).get("max_concurrency") is None else f"{cell['max_concurrency']:.1f}"
+                "—" if cell is None or cell.get("max_concurrency") is None else f"{cell['max_concurrency']:.1f}"
                 for cell in cells
             ]
-            lines.append(f"| {tokens_short(context)} | " + " | ".join(values) + " |")
+            lines.append(f"| {tokens_short(tokens)} | " + " | ".join(values) + " |")
     return "\n".join(lines) + "\n"

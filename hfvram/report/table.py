@@ -454,7 +454,7 @@ def render_fit(console: Console, fit: Mapping[str, Any]) -> None:
         table.add_column("context", justify="right")
         for kv_dtype in kv_dtypes:
             table.add_column(f"KV {kv_dtype}", justify="right")
-        for context, cells in grid:
+        for tokens, cells in grid:
             values = []
             for cell in cells:
                 if cell is None:
@@ -464,7 +464,7 @@ def render_fit(console: Console, fit: Mapping[str, Any]) -> None:
                 conc = cell.get("max_concurrency")
                 text = "—" if conc is None else f"{conc:.1f}"
                 values.append(f"[{style}]{text}[/{style}]" if style else text)
-            table.add_row(tokens_short(context), *values)
+            table.add_row(tokens_short(tokens), *values)
         console.print(table)
     render_warnings(console, fit.get("warnings") or [])
 

@@ -62,7 +62,7 @@ ASCII_MAP = {
     "❌": "[x]",
     "\ufe0f": "",
 }
-_ASCII_TABLE = str.maketrans(ASCII_MAP)  # type: ignore[arg-type]
+_ASCII_TABLE = str.maketrans(ASCII_MAP)
 
 
 def _box_char(char: str) -> str:
