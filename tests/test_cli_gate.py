@@ -63,6 +63,7 @@ def test_context_above_the_model_limit_is_an_engine_rule_refusal(engine, setting
     assert document["verdict_reason"].startswith(f"engine rule: {engine} refuses {setting} 204,800")
     assert f"max_position_embeddings {LLAMA_MAX:,}" in document["verdict_reason"]
     assert document["capacity"]["max_context"] == LLAMA_MAX  # never more than the model's limit
+    assert document["capacity"]["max_concurrency"] == 0  # a refused layout serves no request
     table = invoke("check", LLAMA, "--gpu", "h200", "--context", "200k", "--offline", "--engine", engine)
     assert table.exit_code == 1 and "DOES NOT FIT" in table.stdout
 
@@ -114,6 +115,7 @@ def test_longest_context_means_the_same_for_every_engine_and_for_fit():
             invoke("fit", LLAMA, "--gpu", "h200", "--context", "8k", "--offline", "--engine", engine, "--json").stdout
         )
         assert fit["max_context"] == document["capacity"]["max_context"], engine
+        assert fit["max_concurrency"] == document["capacity"]["max_concurrency"], engine
 
 
 def test_max_context_agrees_with_the_verdict_at_that_context():

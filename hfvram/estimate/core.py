@@ -47,7 +47,9 @@ def estimate(spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, w
     from hfvram.estimate import inverse
 
     longest = inverse.max_context(spec, hardware, choice, workload)  # type: ignore[arg-type]
-    return replace(result, capacity=replace(result.capacity, max_context=longest))
+    # a layout the engine refuses serves no request, whatever its pool would hold
+    held = 0.0 if result.refusal and result.capacity.max_concurrency is not None else result.capacity.max_concurrency
+    return replace(result, capacity=replace(result.capacity, max_context=longest, max_concurrency=held))
 
 
 def estimate_memory(spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload) -> Estimate:

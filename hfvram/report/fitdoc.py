@@ -67,7 +67,10 @@ def fit_document(loaded: Any, hardware: Any, choice: Any, wl: Any) -> dict[str, 
         "total": est.per_gpu.total,
         "usable": est.per_gpu.usable,
         "max_context": est.capacity.max_context,
-        "max_concurrency": inverse.max_concurrency(spec, hardware, choice, wl),
+        # the figure check prints; a search on the verdict where the engine gives none
+        "max_concurrency": est.capacity.max_concurrency
+        if est.capacity.max_concurrency is not None
+        else inverse.max_concurrency(spec, hardware, choice, wl),
         "smallest_gpu_count": smallest,
         "smallest_gpu_count_tight": runs if runs is not None and (smallest is None or runs < smallest) else None,
         "max_gpu_count_tried": FIT_MAX_GPUS,
