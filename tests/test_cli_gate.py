@@ -215,6 +215,20 @@ def test_a_context_sized_pool_is_not_called_room_for_two_requests():
     assert "room for 2.0 concurrent 16k" not in result.stdout
 
 
+def test_a_memory_pool_keeps_its_bytes_when_vllm_counts_its_tokens_by_max_model_len():
+    """gpt-oss-120b (sliding-window layers): vLLM prints its pool as requests × max_model_len, so the tokens move
+    with --context; the bytes the budget leaves do not, and the line says both."""
+    lines, longest = [], set()
+    for context in ("8k", "32k"):
+        _, document = check_json("openai/gpt-oss-120b", "--gpu", "h100", "--offline", "--context", context)
+        longest.add(document["capacity"]["max_context"])
+        result = invoke("check", "openai/gpt-oss-120b", "--gpu", "h100", "--offline", "--context", context)
+        lines.append(next(line for line in result.stdout.splitlines() if line.startswith("KV cache pool:")))
+    sizes = {re.search(r"\(([\d.]+ GiB), what the memory budget leaves\)", line)[1] for line in lines}
+    assert len(sizes) == 1, lines
+    assert len(longest) == 1  # the longest context is a property of the pool, not of the --context asked
+
+
 def test_fit_says_fewest_gpus_that_fit_and_names_a_tight_count_apart():
     result = invoke("fit", "Qwen/Qwen3-8B", "--gpu", "rtx4090", "--offline", "--context", "32k")
     assert "TIGHT" in result.stdout

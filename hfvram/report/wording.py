@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from hfvram.report.units import count, tokens_short
+from hfvram.report.units import count, gib, tokens_short
 
 
 def capacity_lines(report: Mapping[str, Any]) -> list[str]:
@@ -43,7 +43,9 @@ def capacity_lines(report: Mapping[str, Any]) -> list[str]:
             held = f"{kv_tokens / context:.1f} × {short}" if context else "the context"
             pool = f"{count(kv_tokens)} tokens (sized by the context: {held})"
         elif sized_by == "memory":
-            pool = f"{count(kv_tokens)} tokens (what the memory budget leaves)"
+            pool_bytes = (report.get("engine") or {}).get("kv_pool_bytes")
+            size = f"{gib(pool_bytes)}, " if isinstance(pool_bytes, (int, float)) and pool_bytes > 0 else ""
+            pool = f"{count(kv_tokens)} tokens ({size}what the memory budget leaves)"
         else:
             pool = f"{count(kv_tokens)} tokens"
         lines.append(f"KV cache pool: {pool}" + (f" · {room}" if room else ""))
