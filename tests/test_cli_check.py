@@ -114,13 +114,13 @@ def test_engine_args_are_read_and_explicit_options_win():
 
 
 def test_catalogue_repo_offline():
-    code, document = check_json("meta-llama/Llama-3.1-8B-Instruct", "--offline", "--gpu", "h100", "--context", "8k")
+    _code, document = check_json("meta-llama/Llama-3.1-8B-Instruct", "--offline", "--gpu", "h100", "--context", "8k")
     assert document["source"]["kind"] == "catalog"
     assert document["model"]["kv_bytes_per_token"] == 131072
 
 
 def test_gguf_defaults_to_llama_cpp():
-    code, document = check_json(str(SMOLLM_GGUF), "--gpu", "rtx4090", "--context", "4k")
+    _code, document = check_json(str(SMOLLM_GGUF), "--gpu", "rtx4090", "--context", "4k")
     assert document["engine"]["name"] == "llama.cpp"
     assert document["source"]["kind"] == "gguf"
 
@@ -222,7 +222,7 @@ def test_exit_3_hub_not_found_and_gated_token_never_printed(hub):
 
 
 def test_hub_repo_check(hub):
-    code, document = check_json("meta-llama/Llama-3.1-8B-Instruct", "--gpu", "rtx4090", "--context", "32k")
+    _code, document = check_json("meta-llama/Llama-3.1-8B-Instruct", "--gpu", "rtx4090", "--context", "32k")
     assert document["source"]["kind"] == "hub"
     assert document["source"]["revision"]  # the commit sha the Hub answered
 
