@@ -135,7 +135,7 @@ def cli() -> None:
       hfvram fit --gpu rtx4090 Qwen/Qwen3-8B
       hfvram inspect ./model.gguf
 
-    Exit codes: 0 fits (or tight), 1 does not fit (or tight with --fail-on tight), 2 usage error,
+    Exit codes (check, scan, fit): 0 fits (or tight), 1 does not fit (or tight with --fail-on tight), 2 usage error,
     3 the model could not be read. Shell completion: eval "$(_HFVRAM_COMPLETE=bash_source hfvram)".
     """
     # transformers (used lazily by the config reader) prints a banner about PyTorch on import
@@ -644,7 +644,12 @@ def _echo_json(document: Any) -> None:
 @click.option("--format", "fmt", type=click.Choice(FORMATS), help="Output format (default: table).")
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json (schema hfvram.check/1).")
 @markdown_option
-@click.option("--fail-on", "fail_on", type=click.Choice(["tight"]), help="Exit 1 on Tight as well as on Doesn't fit.")
+@click.option(
+    "--fail-on",
+    "fail_on",
+    type=click.Choice(["tight"]),
+    help="Exit 1 on Tight as well as on Doesn't fit (needs --gpu: without one there is no verdict).",
+)
 def check(
     source: str | None, fmt: str | None, as_json: bool, as_markdown: bool, fail_on: str | None, **kwargs: Any
 ) -> None:
@@ -746,7 +751,7 @@ def scan_exit_code(reports: Sequence[dict[str, Any]], fail_on_tight: bool) -> in
     "--jobs", "-j", type=click.IntRange(1, 64), default=DEFAULT_JOBS, show_default=True, help="Sources read at once."
 )
 @markdown_option
-@click.option("--fail-on", "fail_on", type=click.Choice(["tight"]), help="Exit 1 on Tight as well.")
+@click.option("--fail-on", "fail_on", type=click.Choice(["tight"]), help="Exit 1 on Tight as well (needs --gpu).")
 def scan(
     file: Any, fmt: str | None, as_json: bool, as_markdown: bool, jobs: int, fail_on: str | None, **kwargs: Any
 ) -> None:
