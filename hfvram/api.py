@@ -24,7 +24,7 @@ from hfvram.errors import UsageError
 
 if TYPE_CHECKING:
     from hfvram.cli import RunOptions
-    from hfvram.estimate.types import EngineChoice
+    from hfvram.estimate.types import EngineChoice, Hardware, Workload
     from hfvram.spec import ModelSpec
 
 __all__ = [
@@ -175,6 +175,8 @@ class FitResult:
     #: the model's facts and the engine setup the figures were computed for (what ``--plot`` draws from)
     spec: ModelSpec | None = field(default=None, repr=False, compare=False)
     engine_choice: EngineChoice | None = field(default=None, repr=False, compare=False)
+    workload: Workload | None = field(default=None, repr=False, compare=False)
+    hardware_spec: Hardware | None = field(default=None, repr=False, compare=False)
 
     def to_json(self) -> str:
         return json.dumps(self.document, indent=2, ensure_ascii=False)
@@ -403,6 +405,8 @@ def fit_with_options(options: RunOptions, source: str) -> FitResult:
         document=document,
         spec=spec,
         engine_choice=choice,
+        workload=report.get("_workload"),
+        hardware_spec=report.get("_hardware"),
     )
 
 

@@ -397,29 +397,79 @@ def calibration_dir() -> Path:
     return Path(user_config_dir("hfvram")) / "calibration"
 
 
-def calibration_key(engine: str, gpu_id: str) -> str:
-    return f"{engine}--{gpu_id}".replace("/", "_")
+def calibration_key(engine: str, gpu_id: str, family: str | None = None) -> str:
+    """The file name stem: ``vllm--h100-sxm`` (no model family: never applied automatically) or
+    ``vllm--h100-sxm--llama``."""
+    return (f"{engine}--{gpu_id}" + (f"--{family}" if family else "")).replace("/", "_")
 
 
-def calibration_record(measured: Measured, gpu_id: str, log_name: str) -> dict[str, object]:
+#: a calibration carries over to a model of the same family whose parameter count is within this factor
+SIZE_FACTOR = 1.5
+
+
+def _rules_version(engine: str, version: object) -> str | None:
+    """The hfvram rule set an engine release falls under (``0.6.4`` -> ``0.6``), None when unknown."""
+    if not version:
+        return None
+    from hfvram.estimate import common
+
+    try:
+        return common.engine_rules(engine, str(version))[0]
+    except (UsageError, ValueError, OSError):
+        return None
+
+
+def release_range(engine: str, rules_version: str | None) -> str | None:
+    """The engine releases that share a rule set: ``0.19 – 0.20.x`` / ``0.21 and later``."""
+    if rules_version is None:
+        return None
+    from hfvram.estimate import common
+
+    data = common.load_engine_data(engine)
+    versions = sorted(data.get("rule_versions") or data.get("versions", {}), key=common.version_key)
+    later = [v for v in versions if common.version_key(v) > common.version_key(rules_version)]
+    return f"{rules_version} up to {later[0]} (excluded)" if later else f"{rules_version} and later"
+
+
+def calibration_record(
+    measured: Measured, gpu_id: str, log_name: str, spec: object | None = None, model: str | None = None
+) -> dict[str, object]:
+    """What ``calibrate --save`` writes: the measured terms, keyed by engine, the engine's rule set (release
+    range), GPU and — when ``--model`` names the model that ran — its family and size."""
     if measured.activations is None and measured.overhead is None:
         raise UsageError("the log has neither an activation nor an overhead figure: nothing to calibrate with")
-    return {
+    rules = _rules_version(measured.engine, measured.engine_version)
+    record: dict[str, object] = {
         "schema": CALIBRATION_SCHEMA,
         "engine": measured.engine,
         "engine_version": measured.engine_version,
+        "engine_rules": rules,
+        "engine_releases": release_range(measured.engine, rules),
         "gpu": gpu_id,
         "activations": measured.activations,
         "overhead": measured.overhead,
         "measured": {k: v for k, v in asdict(measured).items() if k not in ("details", "warnings")},
         "log": log_name,
     }
+    if spec is not None:
+        record["model"] = {
+            "source": model,
+            "family": getattr(spec, "model_type", None),
+            "architecture": getattr(spec, "architecture", None),
+            "params_total": getattr(spec, "params_total", None),
+        }
+    return record
 
 
 def save_calibration(record: Mapping[str, object], directory: Path | None = None) -> Path:
     directory = directory or calibration_dir()
     directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"{calibration_key(str(record['engine']), str(record['gpu']))}.json"
+    model = record.get("model")
+    family = model.get("family") if isinstance(model, Mapping) else None
+    path = (
+        directory
+        / f"{calibration_key(str(record['engine']), str(record['gpu']), str(family) if family else None)}.json"
+    )
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     tmp.replace(path)
@@ -443,10 +493,57 @@ def load_calibration_file(path: Path) -> dict[str, object]:
 
 
 def find_calibration(engine: str, gpu_id: str, directory: Path | None = None) -> tuple[Path, dict[str, object]] | None:
+    """The calibration saved without a model family for (engine, GPU), if any."""
     path = (directory or calibration_dir()) / f"{calibration_key(engine, gpu_id)}.json"
     if not path.is_file():
         return None
     return path, load_calibration_file(path)
+
+
+def find_calibrations(engine: str, gpu_id: str, directory: Path | None = None) -> list[tuple[Path, dict[str, object]]]:
+    """Every calibration saved for (engine, GPU): with a model family first, then the one without."""
+    folder = directory or calibration_dir()
+    stem = calibration_key(engine, gpu_id)
+    paths = [*sorted(folder.glob(f"{glob_escape(stem)}--*.json")), folder / f"{stem}.json"]
+    return [(path, load_calibration_file(path)) for path in paths if path.is_file()]
+
+
+def glob_escape(text: str) -> str:
+    return re.sub(r"([*?\[])", r"[\1]", text)
+
+
+def calibration_match(est: Estimate, record: Mapping[str, object]) -> tuple[str, ...]:
+    """Why ``record`` does not describe ``est`` (empty when it does): another engine, rule set (release range), GPU,
+    model family or model size, or a record that does not say which model it measured."""
+    reasons = []
+    engine = est.engine.get("name")
+    if record.get("engine") != engine:
+        reasons.append(f"measured with {record.get('engine')}, not {engine}")
+    rules = record.get("engine_rules") or _rules_version(str(record.get("engine")), record.get("engine_version"))
+    used = est.engine.get("version")
+    if not rules:
+        reasons.append("the log does not say which engine release ran")
+    elif used and rules != used:
+        reasons.append(
+            f"measured on {record.get('engine')} {record.get('engine_version')} ({rules} rules), this estimate follows "
+            f"the {used} rules (--engine {engine}@{record.get('engine_version')} compares like with like)"
+        )
+    if est.hardware is not None and record.get("gpu") != est.hardware.gpu.id:
+        reasons.append(f"measured on {record.get('gpu')}, not {est.hardware.gpu.id}")
+    model = record.get("model")
+    if not isinstance(model, Mapping) or not model.get("family"):
+        reasons.append("saved without --model, so the model family it measured is unknown")
+    else:
+        if model.get("family") != est.spec.model_type:
+            reasons.append(f"measured on a {model.get('family')} model, this is {est.spec.model_type}")
+        size, here = model.get("params_total"), est.spec.params_total
+        if isinstance(size, int) and here and not (size / SIZE_FACTOR <= here <= size * SIZE_FACTOR):
+            reasons.append(f"measured on a {size / 1e9:.1f}B model, this one has {here / 1e9:.1f}B parameters")
+    return tuple(reasons)
+
+
+def not_applied_warning(path: object, reasons: Iterable[str]) -> str:
+    return f"calibration {path} not applied: " + "; ".join(reasons)
 
 
 def apply_calibration(est: Estimate, record: Mapping[str, object], origin: str) -> Estimate:

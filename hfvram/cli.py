@@ -6,6 +6,8 @@ readers and the engine profiles are imported inside the commands that need them.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import re
@@ -42,8 +44,34 @@ def _debug_enabled(ctx: click.Context | None) -> bool:
 
 
 def _fail(message: str, code: int) -> None:
-    click.echo(f"hfvram: error: {message}", err=True)
+    from hfvram.report.text import safe
+
+    _write_stderr(f"hfvram: error: {safe(message)}")
     sys.exit(code)
+
+
+def _write_stderr(line: str) -> None:
+    """One line on stderr, in ASCII where stderr cannot encode Unicode; a closed stderr is not an error."""
+    from hfvram.report.text import encodes_unicode, to_ascii
+
+    with contextlib.suppress(OSError, ValueError):
+        click.echo(line if encodes_unicode(sys.stderr) else to_ascii(line), err=True)
+
+
+#: errno values that mean the output could not be written (a full disk or /dev/full, a quota, a read-only file system)
+WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS})
+#: exit status when the reader of stdout went away (``hfvram scan … | head -1``): 128 + SIGPIPE, as a shell reports
+EXIT_BROKEN_PIPE = 141
+
+
+def _quiet_broken_pipe() -> None:
+    """The reader closed the pipe: stop quietly, and keep Python from complaining when it flushes stdout at exit."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+    sys.exit(EXIT_BROKEN_PIPE)
 
 
 class HfvramGroup(click.Group):
@@ -57,10 +85,20 @@ class HfvramGroup(click.Group):
                 traceback.print_exc()
             _fail(str(error), error.exit_code)
         except KeyboardInterrupt:
-            click.echo("hfvram: interrupted", err=True)
+            _write_stderr("hfvram: interrupted")
             sys.exit(EXIT_INTERRUPTED)
+        except BrokenPipeError:
+            _quiet_broken_pipe()
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException, SystemExit):
             raise
+        except OSError as error:
+            if _debug_enabled(ctx):
+                traceback.print_exc()
+            if error.errno in WRITE_ERRNOS:  # writing the output failed (a full disk, /dev/full)
+                _fail(f"cannot write the output: {error.strerror or error}", EXIT_UNREADABLE)
+            _fail(
+                f"internal error: {type(error).__name__}: {error} (run with --debug for the traceback)", EXIT_UNREADABLE
+            )
         except Exception as error:  # a bug of ours: still one line, unless --debug
             if _debug_enabled(ctx):
                 traceback.print_exc()
@@ -98,7 +136,7 @@ def cli() -> None:
       hfvram fit --gpu rtx4090 Qwen/Qwen3-8B
       hfvram inspect ./model.gguf
 
-    Exit codes: 0 fits (or tight), 1 does not fit (or tight with --fail-on tight), 2 usage error,
+    Exit codes (check, scan, fit): 0 fits (or tight), 1 does not fit (or tight with --fail-on tight), 2 usage error,
     3 the model could not be read. Shell completion: eval "$(_HFVRAM_COMPLETE=bash_source hfvram)".
     """
     # transformers (used lazily by the config reader) prints a banner about PyTorch on import
@@ -111,7 +149,25 @@ def cli() -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Console-script entry point (``hfvram = "hfvram.cli:main"``)."""
-    cli.main(args=list(argv) if argv is not None else None, prog_name="hfvram")
+    try:
+        cli.main(args=list(argv) if argv is not None else None, prog_name="hfvram")
+    except BrokenPipeError:
+        _quiet_broken_pipe()
+    finally:
+        _flush_stdout()
+
+
+def _flush_stdout() -> None:
+    """Flush stdout here, where a failure can still be one line and an exit code (not Python's own message)."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _quiet_broken_pipe()
+    except (OSError, ValueError) as error:
+        _write_stderr(f"hfvram: error: cannot write the output: {getattr(error, 'strerror', None) or error}")
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        os._exit(EXIT_UNREADABLE)
 
 
 # ---- shared options -------------------------------------------------------------------------------------------
@@ -229,6 +285,9 @@ def _run_options(kwargs: dict[str, Any]) -> RunOptions:
 def _output_format(fmt: str | None, as_json: bool, default: str = "table", as_markdown: bool = False) -> str:
     if as_json and as_markdown:
         raise UsageError("--json and --markdown are exclusive: pick one output format")
+    for flag, on, implied in (("--json", as_json, ("json", "jsonl")), ("--markdown", as_markdown, ("markdown",))):
+        if on and fmt and fmt not in implied:
+            raise UsageError(f"--format {fmt} and {flag} disagree: pick one output format")
     if as_json:
         return "json"
     if as_markdown:
@@ -271,31 +330,120 @@ def _parse_positive(text: str, what: str) -> int:
     return value
 
 
+def _parse_count(text: str, what: str) -> int:
+    """A whole number of at least 1 (``--concurrency``): not a token count, so no k / M suffixes."""
+    cleaned = str(text).strip().replace(",", "").replace("_", "")
+    if not cleaned.isdigit() or int(cleaned) < 1:
+        raise UsageError(f"{what} must be a whole number of requests, at least 1, got {text!r}")
+    return int(cleaned)
+
+
+def parse_gpu_option(text: str | None, unified_fraction: float | None = None) -> Any:
+    """``--gpu`` parsed; None when not given; an empty value (an unset CI variable) is a usage error."""
+    if text is None:
+        return None
+    if not text.strip():
+        raise UsageError(
+            "--gpu is empty (an unset variable?): give a GPU such as --gpu rtx4090; `hfvram gpus` lists them"
+        )
+    from hfvram.estimate.hardware import parse_gpu_spec
+
+    return parse_gpu_spec(text, unified_fraction=unified_fraction)
+
+
+def require_gpu_for_fail_on(fail_on: str | None, gpu: str | None) -> None:
+    if fail_on and gpu is None:
+        raise UsageError(f"--fail-on {fail_on} needs --gpu: without a GPU there is no verdict to fail on")
+
+
+#: ParsedEngineArgs field -> the explicit option that overrides it
+PASTED_FIELDS = (
+    ("context", "--context"),
+    ("tp", "--tp"),
+    ("pp", "--pp"),
+    ("gpu_util", "--gpu-util"),
+    ("kv_dtype", "--kv-dtype"),
+)
+
+
+def _pasted_conflicts(pasted: Any, explicit: dict[str, Any], settings: dict[str, str]) -> list[str]:
+    """An explicit option that disagrees with the pasted command line wins, and says so; the pasted flag is
+    dropped so that the engine does not read it either."""
+    from hfvram.datafiles import data_table
+
+    fields = (data_table("engine_args.toml")["engines"].get(pasted.engine or "") or {}).get("fields", {})
+    notes = []
+    for name, option in PASTED_FIELDS:
+        mine, theirs = explicit.get(name), getattr(pasted, name)
+        if mine is None or theirs is None or str(mine).lower() == str(theirs).lower():
+            continue
+        flag = fields.get(name)
+        if flag:
+            settings.pop(flag, None)
+        notes.append(f"{option} {mine} overrides the pasted {'--' + flag if flag else name} {theirs}")
+    return notes
+
+
+def validate_kv_dtype_name(name: str) -> None:
+    """UsageError (exit 2) for a KV cache type no engine has; whether the chosen engine has it is the
+    estimator's check (it names the ones that engine accepts)."""
+    from hfvram.estimate.common import kv_dtype_bytes
+    from hfvram.estimate.engine_rules import accepts
+    from hfvram.estimate.engines import ENGINE_MODULES
+
+    known = {str(item).lower() for engine in ENGINE_MODULES for item in accepts(engine).get("kv_dtypes", [])}
+    if all(part.strip().lower() in known for part in name.split("/")):
+        return
+    for part in name.split("/"):
+        kv_dtype_bytes(part)
+
+
 def resolve_request(options: RunOptions, source: str | None) -> Request:
-    """Merge the pasted engine command line with the explicit options (explicit ones win)."""
+    """Merge the pasted engine command line with the explicit options: an explicit option that disagrees with the
+    pasted line wins with a warning; a different model or engine is a usage error (exit 2)."""
     from hfvram.estimate.engine_args import parse_set_options
     from hfvram.estimate.engines import parse_engine_name
-    from hfvram.estimate.hardware import parse_gpu_spec
 
     pasted = None
     if options.engine_args:
         from hfvram.estimate.engine_args import parse_engine_args
 
         pasted = parse_engine_args(options.engine_args)
+    if source and pasted and pasted.model and pasted.model.rstrip("/") != source.rstrip("/"):
+        raise UsageError(
+            f"SOURCE {source!r} and the model of --engine-args ({pasted.model!r}) differ: give one of them"
+        )
     source = source or (pasted.model if pasted else None)
     if not source:
         raise UsageError("missing SOURCE (a Hub repo id, a local folder or a .gguf file)")
-    engine_text = options.engine or (pasted.engine if pasted else None)
-    engine, version = parse_engine_name(engine_text) if engine_text else (None, None)
+    engine, version = parse_engine_name(options.engine) if options.engine else (None, None)
+    if pasted and pasted.engine:
+        if engine is not None and engine != pasted.engine:
+            raise UsageError(f"--engine {options.engine} and the pasted {pasted.engine} command line differ: give one")
+        engine = pasted.engine
     settings: dict[str, str] = dict(pasted.settings) if pasted else {}
-    settings.update(parse_set_options(list(options.settings)))
-    context = _parse_positive(options.context, "--context") if options.context else (pasted.context if pasted else None)
-    concurrency = _parse_positive(options.concurrency, "--concurrency") if options.concurrency else 1
+    explicit_settings = parse_set_options(list(options.settings))
+    notes: list[str] = []
+    for name, value in explicit_settings.items():
+        if name in settings and settings[name] != value:
+            notes.append(f"--set {name}={value} overrides the pasted {name} {settings[name]}")
+    context = _parse_positive(options.context, "--context") if options.context else None
+    if pasted:
+        explicit = {
+            "context": context,
+            "tp": options.tp,
+            "pp": options.pp,
+            "gpu_util": options.gpu_util,
+            "kv_dtype": options.kv_dtype,
+        }
+        notes += _pasted_conflicts(pasted, explicit, settings)
+    settings.update(explicit_settings)
+    if context is None and pasted:
+        context = pasted.context
+    concurrency = _parse_count(options.concurrency, "--concurrency") if options.concurrency else 1
     kv_dtype = options.kv_dtype or (pasted.kv_dtype if pasted and pasted.kv_dtype else None) or "auto"
-    from hfvram.estimate.common import kv_dtype_bytes
-
-    kv_dtype_bytes(kv_dtype)  # validates the name (UsageError, exit 2)
-    hardware = parse_gpu_spec(options.gpu, unified_fraction=options.unified_fraction) if options.gpu else None
+    validate_kv_dtype_name(kv_dtype)
+    hardware = parse_gpu_option(options.gpu, options.unified_fraction)
     return Request(
         source=source,
         revision=options.revision,
@@ -310,6 +458,7 @@ def resolve_request(options: RunOptions, source: str | None) -> Request:
         kv_dtype=kv_dtype,
         hardware=hardware,
         notes=tuple(f"--engine-args: ignored {redact(item)}" for item in (pasted.ignored if pasted else ()))
+        + tuple(redact(note) for note in notes)
         + unified_fraction_notes(options, hardware),
     )
 
@@ -406,8 +555,12 @@ def run_estimate(request: Request, options: RunOptions, loaded: Any) -> Any:
 
 
 def calibrate_estimate(est: Any, options: RunOptions, engine: str) -> Any:
+    """A saved calibration replaces the activation / overhead terms only where it was measured with this engine's
+    rule set (release range), on this GPU, on a model of this family and size; one that does not match is named in
+    a warning and not applied. ``--calibration FILE`` is applied as asked, its mismatches said in warnings."""
     if est.hardware is None:
         return est
+    from dataclasses import replace
     from pathlib import Path
 
     from hfvram import calibrate
@@ -417,11 +570,13 @@ def calibrate_estimate(est: Any, options: RunOptions, engine: str) -> Any:
         return calibrate.apply_calibration(est, record, options.calibration)
     if not os.environ.get("HFVRAM_CONFIG_DIR") and not _default_calibration_exists():
         return est
-    found = calibrate.find_calibration(engine, est.hardware.gpu.id)
-    if found is None:
-        return est
-    path, record = found
-    return calibrate.apply_calibration(est, record, str(path))
+    notes = []
+    for path, record in calibrate.find_calibrations(engine, est.hardware.gpu.id):
+        reasons = calibrate.calibration_match(est, record)
+        if not reasons:
+            return calibrate.apply_calibration(est, record, str(path))
+        notes.append(calibrate.not_applied_warning(path, reasons))
+    return replace(est, warnings=tuple(est.warnings) + tuple(notes)) if notes else est
 
 
 def _default_calibration_exists() -> bool:
@@ -465,17 +620,35 @@ def exit_code_for(verdicts: Iterable[str | None], fail_on_tight: bool) -> int:
 
 
 def _console(stderr: bool = False) -> Any:
+    """rich's Console on stdout (or stderr): the width of ``report_width``, plain ASCII where the stream cannot
+    encode Unicode (``LANG=C``, ``PYTHONIOENCODING=ascii``)."""
     from rich.console import Console
 
-    console = Console(stderr=stderr, highlight=False, soft_wrap=False)
-    if not console.is_terminal and "COLUMNS" not in os.environ:
-        # piped output (CI logs, files) is read in wide viewers; rich would wrap at 80
-        console = Console(stderr=stderr, highlight=False, soft_wrap=False, width=120)
-    return console
+    from hfvram.report.text import AsciiStream, encodes_unicode, report_width
+
+    stream = sys.stderr if stderr else sys.stdout
+    file: Any = stream if encodes_unicode(stream) else AsciiStream(stream)
+    return Console(file=file, highlight=False, soft_wrap=False, width=report_width(stream))
+
+
+def _echo(text: str, nl: bool = True) -> None:
+    """Text output (Markdown, CSV, JSON) on stdout, transliterated to ASCII where stdout cannot encode Unicode."""
+    from hfvram.report.text import encodes_unicode, to_ascii
+
+    click.echo(text if encodes_unicode(sys.stdout) else to_ascii(text), nl=nl)
+
+
+def _stdout_unicode() -> bool:
+    from hfvram.report.text import encodes_unicode
+
+    return encodes_unicode(sys.stdout)
 
 
 def _echo_json(document: Any) -> None:
-    click.echo(json.dumps(document, indent=2, ensure_ascii=False))
+    from hfvram.report.text import encodes_unicode, safe_json
+
+    # where stdout cannot encode Unicode, \uXXXX escapes keep the document exact
+    click.echo(safe_json(json.dumps(document, indent=2, ensure_ascii=not encodes_unicode(sys.stdout))))
 
 
 # ---- check ------------------------------------------------------------------------------------------------------
@@ -487,7 +660,12 @@ def _echo_json(document: Any) -> None:
 @click.option("--format", "fmt", type=click.Choice(FORMATS), help="Output format (default: table).")
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json (schema hfvram.check/1).")
 @markdown_option
-@click.option("--fail-on", "fail_on", type=click.Choice(["tight"]), help="Exit 1 on Tight as well as on Doesn't fit.")
+@click.option(
+    "--fail-on",
+    "fail_on",
+    type=click.Choice(["tight"]),
+    help="Exit 1 on Tight as well as on Doesn't fit (needs --gpu: without one there is no verdict).",
+)
 def check(
     source: str | None, fmt: str | None, as_json: bool, as_markdown: bool, fail_on: str | None, **kwargs: Any
 ) -> None:
@@ -499,13 +677,15 @@ def check(
     output = _output_format(fmt, as_json, as_markdown=as_markdown)
     from hfvram.api import check_with_options
 
+    require_gpu_for_fail_on(fail_on, options.gpu)
+
     report = check_with_options(options, source).document
     if output == "json":
         _echo_json(report)
     elif output == "markdown":
         from hfvram.report.markdown import check_markdown
 
-        click.echo(check_markdown(report, explain=options.explain), nl=False)
+        _echo(check_markdown(report, explain=options.explain), nl=False)
     else:
         from hfvram.report.table import render_check
 
@@ -516,8 +696,13 @@ def check(
 # ---- scan ------------------------------------------------------------------------------------------------------
 
 
+#: the most sources one scan reads
+SCAN_MAX_SOURCES = 100_000
+
+
 def read_source_list(text: str) -> list[str]:
     """One SOURCE per line; ``#`` starts a comment; blank lines are skipped."""
+    text = text.removeprefix("\ufeff")
     sources = []
     for line in text.splitlines():
         line = line.split("#", 1)[0].strip() if not line.lstrip().startswith("#") else ""
@@ -568,7 +753,7 @@ def scan_exit_code(reports: Sequence[dict[str, Any]], fail_on_tight: bool) -> in
     "--jobs", "-j", type=click.IntRange(1, 64), default=DEFAULT_JOBS, show_default=True, help="Sources read at once."
 )
 @markdown_option
-@click.option("--fail-on", "fail_on", type=click.Choice(["tight"]), help="Exit 1 on Tight as well.")
+@click.option("--fail-on", "fail_on", type=click.Choice(["tight"]), help="Exit 1 on Tight as well (needs --gpu).")
 def scan(
     file: Any, fmt: str | None, as_json: bool, as_markdown: bool, jobs: int, fail_on: str | None, **kwargs: Any
 ) -> None:
@@ -583,17 +768,21 @@ def scan(
     sources = read_source_list(read_user_file(file, byte_cap("scan_list"), what="scan list"))
     if not sources:
         raise UsageError("no sources in the list (one SOURCE per line, '#' comments)")
-    if options.gpu:
-        from hfvram.estimate.hardware import parse_gpu_spec
+    if len(sources) > SCAN_MAX_SOURCES:
+        raise UsageError(f"{len(sources):,} sources in the list: a scan reads at most {SCAN_MAX_SOURCES:,}")
+    # a bad --gpu or pasted command line is one usage error, not an error row per source
+    parse_gpu_option(options.gpu, options.unified_fraction)
+    require_gpu_for_fail_on(fail_on, options.gpu)
+    if options.engine_args:
+        from hfvram.estimate.engine_args import parse_engine_args
 
-        parse_gpu_spec(
-            options.gpu, unified_fraction=options.unified_fraction
-        )  # a bad --gpu is one usage error, not an error row per source
+        if parse_engine_args(options.engine_args).model:
+            raise UsageError("scan reads the models from FILE: drop the model from --engine-args")
     reports, interrupted = _scan_all(sources, options, jobs, output)
     reports.sort(key=scan_sort_key)
     _print_scan(reports, output, streamed=output in ("jsonl", "table"))
     if interrupted:
-        click.echo(f"hfvram: interrupted: {len(reports)} of {len(sources)} sources finished", err=True)
+        _write_stderr(f"hfvram: interrupted: {len(reports)} of {len(sources)} sources finished")
         sys.exit(EXIT_INTERRUPTED)
     sys.exit(scan_exit_code(reports, fail_on == "tight"))
 
@@ -639,13 +828,17 @@ def _stream_result(report: dict[str, Any], output: str, console: Any) -> None:
     if output == "jsonl":
         from hfvram.report.tabular import jsonl_line
 
-        click.echo(jsonl_line(report))
+        _echo(jsonl_line(report, ascii_only=not _stdout_unicode()))
     elif output == "table":
+        from rich.text import Text
+
         from hfvram.report.table import scan_row
 
         name, verdict, total, *_ = scan_row(report)
-        # through the progress bar's own console, so that the line goes above the bar, not onto it
-        console.print(f"  {verdict}  {name}  {total}", highlight=False, overflow="ellipsis", no_wrap=True)
+        # the name last, so that a narrow terminal cuts the name, never the figures; through the progress bar's own
+        # console, so that the line goes above the bar, not onto it
+        line = Text("  ").append_text(verdict).append(f"  {total.plain}  ").append_text(name)
+        console.print(line, highlight=False, overflow="ellipsis", no_wrap=True)
 
 
 def _print_scan(reports: list[dict[str, Any]], output: str, *, streamed: bool) -> None:
@@ -656,11 +849,11 @@ def _print_scan(reports: list[dict[str, Any]], output: str, *, streamed: bool) -
     elif output == "csv":
         from hfvram.report.tabular import to_csv
 
-        click.echo(to_csv(reports), nl=False)
+        _echo(to_csv(reports), nl=False)
     elif output == "markdown":
         from hfvram.report.markdown import scan_markdown
 
-        click.echo(scan_markdown(reports), nl=False)
+        _echo(scan_markdown(reports), nl=False)
     else:
         from hfvram.report.table import render_scan
 
@@ -671,85 +864,13 @@ def _print_scan(reports: list[dict[str, Any]], output: str, *, streamed: bool) -
 
 
 def fit_report(request: Request, options: RunOptions) -> dict[str, Any]:
-    """The inverse view for one model on one GPU type."""
-    from hfvram.estimate import inverse
-    from hfvram.estimate.core import estimate
-    from hfvram.report.jsonout import source_dict, verdict_reason
+    """The inverse view for one model on one GPU type (built by hfvram.report.fitdoc)."""
+    from hfvram.report.fitdoc import fit_document
 
     loaded = load(request, options)
-    choice = engine_choice(request, loaded)
-    wl = workload(request)
-    hardware = request.hardware
-    est = estimate(loaded.spec, hardware, choice, wl)
-    context = est.workload.context
-    rows = inverse.context_table(
-        loaded.spec, hardware, choice, wl, kv_dtypes=fit_kv_dtypes(loaded.spec, hardware, choice, wl)
-    )
-    return {
-        "schema": "hfvram.fit/1",
-        "source": source_dict(loaded.source),
-        "gpu": hardware.gpu.id,
-        "hardware": hardware.label,
-        "engine": choice.name + (f"@{choice.version}" if choice.version else ""),
-        "context": context,
-        "concurrency": wl.concurrency,
-        "verdict": est.verdict,
-        "verdict_reason": verdict_reason(est),
-        "total": est.per_gpu.total,
-        "usable": est.per_gpu.usable,
-        "max_context": inverse.max_context(loaded.spec, hardware, choice, wl),
-        "max_concurrency": inverse.max_concurrency(loaded.spec, hardware, choice, wl),
-        "smallest_gpu_count": inverse.smallest_gpu_count(loaded.spec, hardware.gpu, choice, wl, max_count=FIT_MAX_GPUS),
-        "max_gpu_count_tried": FIT_MAX_GPUS,
-        "context_table": [_context_row(row) for row in rows],
-        "warnings": list(dict.fromkeys(list(loaded.spec.warnings) + list(est.warnings))),
-        "_spec": loaded.spec,
-        "_choice": choice,
-    }
-
-
-#: the largest GPU count `fit` tries for the smallest set that fits
-FIT_MAX_GPUS = 64
-#: the table's columns: the engine's own default cache type, then its first accepted 8-bit type
-FIT_KV_CANDIDATES: tuple[tuple[str, ...], ...] = (("auto",), ("fp8", "fp8_e4m3", "q8_0", "int8"))
-
-
-def fit_kv_dtypes(spec: Any, hardware: Any, choice: Any, wl: Any) -> tuple[str, ...]:
-    """KV cache types for the fit table, as the engine names them (vLLM: bf16 / fp8; llama.cpp: f16 / q8_0)."""
-    from dataclasses import replace
-
-    from hfvram.estimate.core import estimate
-
-    found: list[str] = []
-    for candidates in FIT_KV_CANDIDATES:
-        for name in candidates:
-            try:
-                resolved = estimate(spec, hardware, choice, replace(wl, kv_dtype=name)).workload.kv_dtype
-            except UsageError:
-                continue
-            if resolved not in found:
-                found.append(resolved)
-            break
-    return tuple(found)
-
-
-def _context_row(row: Any) -> dict[str, Any]:
-    """A row of inverse.context_table as a plain dict (it may be a dataclass, a mapping or an Estimate)."""
-    if isinstance(row, dict):
-        return dict(row)
-    from dataclasses import asdict, is_dataclass
-
-    if hasattr(row, "per_gpu") and hasattr(row, "workload"):
-        return {
-            "context": row.workload.context,
-            "kv_dtype": row.workload.kv_dtype,
-            "verdict": row.verdict,
-            "total": row.per_gpu.total,
-            "max_concurrency": row.capacity.max_concurrency,
-        }
-    if is_dataclass(row):
-        return asdict(row)
-    raise TypeError(f"unexpected context_table row {row!r}")
+    document = fit_document(loaded, request.hardware, engine_choice(request, loaded), workload(request))
+    document["warnings"] = list(dict.fromkeys(document["warnings"] + list(request.notes)))
+    return document
 
 
 @cli.command()
@@ -765,49 +886,62 @@ def _context_row(row: Any) -> dict[str, Any]:
     type=click.Path(dir_okay=False),
     help="Draw memory against context per term (needs the 'plot' extra).",
 )
+@click.option("--fail-on", "fail_on", type=click.Choice(["tight"]), help="Exit 1 on Tight as well.")
 def fit(
-    sources: tuple[str, ...], fmt: str | None, as_json: bool, as_markdown: bool, plot: str | None, **kwargs: Any
+    sources: tuple[str, ...],
+    fmt: str | None,
+    as_json: bool,
+    as_markdown: bool,
+    plot: str | None,
+    fail_on: str | None,
+    **kwargs: Any,
 ) -> None:
-    """The inverse view: longest context, most concurrent requests and the smallest GPU count that fit."""
+    """The inverse view: longest context, most concurrent requests and the smallest GPU count that fit.
+
+    Exit codes as for check, for the layout asked (--gpu, --context, --concurrency): 0 fits or tight, 1 does not
+    fit (or tight with --fail-on tight) for any SOURCE, 2 usage error, 3 a model could not be read."""
     options = _run_options(kwargs)
-    if not options.gpu:
+    if options.gpu is None:
         raise UsageError("fit needs --gpu SPEC (for example --gpu rtx4090)")
+    parse_gpu_option(options.gpu, options.unified_fraction)
     output = _output_format(fmt, as_json, as_markdown=as_markdown)
     if plot:
-        from hfvram.report.plot import require_matplotlib
+        from hfvram.report.plot import check_plot_path, require_matplotlib
 
+        check_plot_path(plot)
         require_matplotlib()
     from hfvram.api import fit_with_options
 
     results = [fit_with_options(options, source) for source in sources]
-    reports = [{**result.document, "_spec": result.spec, "_choice": result.engine_choice} for result in results]
+    reports = [
+        {
+            **result.document,
+            "_spec": result.spec,
+            "_choice": result.engine_choice,
+            "_workload": result.workload,
+            "_hardware": result.hardware_spec,
+        }
+        for result in results
+    ]
     if plot:
         from hfvram.report.plot import plot_memory_against_context
 
-        request = resolve_request(options, sources[0])
-        source = reports[0]["source"]
-        plot_memory_against_context(
-            reports[0]["_spec"],
-            request.hardware,
-            reports[0]["_choice"],
-            workload(request),
-            plot,
-            title=source.get("repo_id") or sources[0],
-        )
-        click.echo(f"wrote {plot}", err=True)
+        plot_memory_against_context(reports, plot)
+        _write_stderr(f"wrote {plot}")
     public = [{k: v for k, v in report.items() if not k.startswith("_")} for report in reports]
     if output == "json":
         _echo_json(public if len(public) > 1 else public[0])
     elif output == "markdown":
         from hfvram.report.markdown import fit_markdown
 
-        click.echo("\n".join(fit_markdown(report) for report in public), nl=False)
+        _echo("\n".join(fit_markdown(report) for report in public), nl=False)
     else:
         from hfvram.report.table import render_fit
 
         console = _console()
         for report in public:
             render_fit(console, report)
+    sys.exit(exit_code_for([report.get("verdict") for report in public], fail_on == "tight"))
 
 
 # ---- gpus ------------------------------------------------------------------------------------------------------
@@ -844,7 +978,7 @@ def gpus(query: str | None, vendor: str | None, as_json: bool) -> None:
 
         render_gpus(_console(), found)
     if not found:
-        click.echo("hfvram: no GPU matches; try `hfvram gpus` for the whole catalogue", err=True)
+        _write_stderr("hfvram: no GPU matches; try `hfvram gpus` for the whole catalogue")
         sys.exit(EXIT_USAGE)
 
 
@@ -943,6 +1077,10 @@ def calibrate(
         raise UsageError("--model and --save need --gpu SPEC (the GPU the log came from)")
     text = cal.read_log(logfile)
     measured = cal.parse_log(text, engine_name)
+    if engine_version and not measured.engine_version:  # --engine vllm@0.6.4 says what the log does not
+        from dataclasses import replace
+
+        measured = replace(measured, engine_version=engine_version)
     result: dict[str, Any] = {
         "schema": "hfvram.calibrate/1",
         "engine": measured.engine,
@@ -951,19 +1089,42 @@ def calibrate(
     }
     if model:
         est = _calibration_prediction(measured, model, hardware, engine_name, engine_version, settings, offline, token)
+        result["_spec"] = est.spec
         result["predicted"] = cal.predicted_terms(est)
         result["warnings"] += cal.comparison_warnings(measured, result["predicted"]) + list(est.warnings)
+    if save and not measured.engine_version:
+        result["warnings"].append(
+            f"the log does not say which {measured.engine} release ran: later checks do not apply this calibration "
+            f"(pass --engine {measured.engine}@VERSION)"
+        )
+    if save and not model:
+        result["warnings"].append(
+            "saved without --model: later checks name this calibration but do not apply it (it applies to the "
+            "model family it measured; pass --model SOURCE, the model that ran)"
+        )
     if save:
         from pathlib import Path
 
-        record = cal.calibration_record(measured, hardware.gpu.id, os.path.basename(logfile))
+        assert hardware is not None  # --save needs --gpu (checked above)
+
+        record = cal.calibration_record(
+            measured,
+            hardware.gpu.id,
+            os.path.basename(logfile),
+            spec=result.get("_spec"),
+            model=model,
+        )
         if output_path:
             path = Path(output_path)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+            except OSError as error:
+                raise UsageError(f"cannot write --output {output_path}: {error.strerror or error}") from None
         else:
             path = cal.save_calibration(record)
         result["saved"] = str(path)
+    result.pop("_spec", None)
     if as_json:
         _echo_json(result)
     else:
@@ -971,7 +1132,9 @@ def calibrate(
 
         render_calibration(_console(), result)
         if "saved" in result:
-            click.echo(f"saved calibration: {result['saved']}")
+            from hfvram.report.text import safe
+
+            _echo(f"saved calibration: {safe(result['saved'])}")
 
 
 def _calibration_prediction(

@@ -5,6 +5,7 @@ catalogue, and the local test Hub (tests/hubserver.py)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -35,8 +36,11 @@ def test_table_has_breakdown_bar_verdict_and_capacity():
     result = check(str(LLAMA_FOLDER), "--gpu", "rtx4090", "--context", "32k")
     assert result.exit_code in (0, 1), result.output
     out = result.stdout
-    for needle in ("weights", "KV cache", "activations", "overhead", "usable", "Verdict:", "█", "rtx4090"):
+    for needle in ("weights", "KV cache", "activations", "overhead", "usable", "Verdict:", "rtx4090"):
         assert needle in out
+    # off a terminal there is no colour: each term of the bar has its own glyph, named in the legend
+    assert re.search(r"^W+K+A*O+\.*-*$", out, flags=re.MULTILINE), out
+    assert "W weights  K KV cache  A activations  O overhead  . free  - reserve" in out
     assert "concurrent 32k requests" in out
 
 
@@ -110,13 +114,13 @@ def test_engine_args_are_read_and_explicit_options_win():
 
 
 def test_catalogue_repo_offline():
-    code, document = check_json("meta-llama/Llama-3.1-8B-Instruct", "--offline", "--gpu", "h100", "--context", "8k")
+    _code, document = check_json("meta-llama/Llama-3.1-8B-Instruct", "--offline", "--gpu", "h100", "--context", "8k")
     assert document["source"]["kind"] == "catalog"
     assert document["model"]["kv_bytes_per_token"] == 131072
 
 
 def test_gguf_defaults_to_llama_cpp():
-    code, document = check_json(str(SMOLLM_GGUF), "--gpu", "rtx4090", "--context", "4k")
+    _code, document = check_json(str(SMOLLM_GGUF), "--gpu", "rtx4090", "--context", "4k")
     assert document["engine"]["name"] == "llama.cpp"
     assert document["source"]["kind"] == "gguf"
 
@@ -218,7 +222,7 @@ def test_exit_3_hub_not_found_and_gated_token_never_printed(hub):
 
 
 def test_hub_repo_check(hub):
-    code, document = check_json("meta-llama/Llama-3.1-8B-Instruct", "--gpu", "rtx4090", "--context", "32k")
+    _code, document = check_json("meta-llama/Llama-3.1-8B-Instruct", "--gpu", "rtx4090", "--context", "32k")
     assert document["source"]["kind"] == "hub"
     assert document["source"]["revision"]  # the commit sha the Hub answered
 

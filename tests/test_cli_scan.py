@@ -86,7 +86,7 @@ def test_sort_key_orders_fits_tight_does_not_fit_errors():
 
 def test_exit_1_when_all_read_and_one_does_not_fit():
     code, rows = scan_jsonl(
-        "Qwen/Qwen3-0.6B\nmeta-llama/Meta-Llama-3.1-405B\n", "--offline", "--gpu", "rtx4090", "--context", "128k"
+        "Qwen/Qwen3-0.6B\nmeta-llama/Meta-Llama-3.1-405B\n", "--offline", "--gpu", "rtx4090", "--context", "32k"
     )
     assert code == 1
     assert sorted(row["verdict"] for row in rows) == ["does_not_fit", "fits"]
@@ -115,7 +115,7 @@ def test_csv_markdown_and_json_formats(malformed_folder):
     args = ["scan", "-", "--offline", "--gpu", "h100", "--context", "8k"]
     as_csv = runner.invoke(cli, [*args, "--format", "csv"], input=listing)
     rows = list(csv.DictReader(io.StringIO(as_csv.stdout)))
-    assert [row["source"] for row in rows][0] == "Qwen/Qwen3-0.6B"
+    assert next(row["source"] for row in rows) == "Qwen/Qwen3-0.6B"
     assert rows[0]["verdict"] == "fits" and int(rows[0]["total"]) > 0
     assert rows[1]["error_kind"] and rows[1]["error_message"]
     as_md = runner.invoke(cli, [*args, "--format", "markdown"], input=listing)
@@ -151,7 +151,7 @@ def test_usage_errors_exit_2():
 
 
 def test_gguf_and_folder_in_one_list():
-    code, rows = scan_jsonl(f"{SMOLLM_GGUF}\n{LLAMA_FOLDER}\n", "--gpu", "rtx4090", "--context", "4k")
+    _code, rows = scan_jsonl(f"{SMOLLM_GGUF}\n{LLAMA_FOLDER}\n", "--gpu", "rtx4090", "--context", "4k")
     assert {row["source"]["kind"] for row in rows} == {"gguf", "local"}
     assert {row["engine"]["name"] for row in rows} == {"llama.cpp", "vllm"}
 

@@ -29,7 +29,7 @@ def test_vllm_serve_with_short_and_equals_flags():
     assert (parsed.tp, parsed.pp, parsed.gpu_util, parsed.context, parsed.kv_dtype) == (2, None, 0.85, 32768, "fp8")
     assert parsed.settings["max-num-batched-tokens"] == "8192"
     assert parsed.settings["enforce-eager"] == "true"
-    assert parsed.ignored == ["--port 8000: not a memory setting"]
+    assert parsed.ignored == ["--port 8000: not read (hfvram reads the flags that change memory only)"]
 
 
 def test_vllm_module_entry_point_with_env_and_line_continuations():

@@ -121,3 +121,38 @@ def test_units():
     assert units.params(8_030_261_248) == "8.03B"
     assert units.params(134_515_008) == "135M"
     assert units.percent(0.9368) == "94%"
+
+
+# ---- text from files and servers -----------------------------------------------------------------------------
+
+
+def test_safe_escapes_every_control_character_and_keeps_text():
+    from hfvram.report.text import safe
+
+    assert safe("Llama\x1b]0;t\x07\x9b2J\u202eok\n") == "Llama\\x1b]0;t\\x07\\x9b2J\\u202eok\\x0a"
+    assert safe("a\nb", keep_lines=True) == "a\nb"
+    assert safe("[/bold] Qwen/Qwen3-8B · 32k") == "[/bold] Qwen/Qwen3-8B · 32k"  # text, not markup: unchanged
+    assert safe(None) == ""
+
+
+def test_to_ascii_maps_the_report_glyphs():
+    from hfvram.report.text import to_ascii
+
+    assert to_ascii("┏━┳┓│ ≤ 49.5 × 2 — … ▶ ✅ é") == "+-++| <= 49.5 x 2 - ... > [ok] ?"
+
+
+def test_safe_json_escapes_c1_and_bidi_but_stays_the_same_document():
+    from hfvram.report.text import safe_json
+
+    document = {"name": "a\x9b[2Jb\u202e"}
+    text = safe_json(json.dumps(document, ensure_ascii=False))
+    assert "\x9b" not in text and "\u202e" not in text and json.loads(text) == document
+
+
+def test_markup_in_a_name_is_printed_as_is(spec):
+    est = estimate(spec, parse_gpu_spec("rtx4090"), EngineChoice("vllm"), Workload(context=8192))
+    report = check_dict(SourceInfo(kind="local", files=("[/bold][link=http://x]y[/link]",)), est)
+    console = Console(record=True, width=120, color_system=None)
+    table.render_check(console, report)
+    assert "[/bold][link=http://x]y[/link]" in console.export_text()
+    assert "\\[link=http://x\\]y\\[/link\\]" in markdown.check_markdown(report)

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from hfvram.datafiles import data_table
 from hfvram.errors import UsageError
 from hfvram.estimate import common, engine_rules
 from hfvram.estimate.engines import get_profile, parse_engine_name
 from hfvram.estimate.types import EngineChoice, Estimate, Hardware, Workload
-from hfvram.spec import ModelSpec
+from hfvram.spec import GROWING_KINDS, WINDOWED_KINDS, LayerKind, ModelSpec
 
 
 def validate_workload(workload: Workload) -> None:
@@ -35,7 +36,25 @@ def validate_choice(choice: EngineChoice, hardware: Hardware | None) -> None:
 
 def estimate(spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload) -> Estimate:
     """Memory on the worst GPU, verdict and capacity for ``spec`` served by ``choice`` on ``hardware``
-    (``None``: the footprint only, no verdict)."""
+    (``None``: the footprint only, no verdict).
+
+    ``capacity.max_context`` has one meaning for every engine: the largest ``--context`` for which the verdict
+    is not does_not_fit, everything else unchanged, never above the model's own limit (``hfvram.estimate.inverse
+    .max_context``, the figure ``fit`` prints too)."""
+    result = estimate_memory(spec, hardware, choice, workload)
+    if result.hardware is None or result.verdict is None:
+        return result
+    from hfvram.estimate import inverse
+
+    longest = inverse.max_context(spec, hardware, choice, workload)  # type: ignore[arg-type]
+    # a layout the engine refuses serves no request, whatever its pool would hold
+    held = 0.0 if result.refusal and result.capacity.max_concurrency is not None else result.capacity.max_concurrency
+    return replace(result, capacity=replace(result.capacity, max_context=longest, max_concurrency=held))
+
+
+def estimate_memory(spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload) -> Estimate:
+    """The forward estimate alone: the engine profile's terms, verdict and capacity, with the engine's own
+    refusals applied; ``capacity.max_context`` is the profile's own figure (see :func:`estimate`)."""
     validate_workload(workload)
     validate_choice(choice, hardware)
     name, version = parse_engine_name(choice.name)
@@ -51,5 +70,87 @@ def estimate(spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, w
     refusals = [
         engine_rules.platform_refusal(name, hardware),
         engine_rules.tp_refusal(name, spec, result.tp, defaulted=tp_defaulted),
+        context_refusal(name, spec, choice, result),
     ]
-    return engine_rules.with_refusals(result, [r for r in refusals if r], notes)
+    result = engine_rules.with_refusals(result, [r for r in refusals if r], notes)
+    pool = kv_pool_sized_by(name)
+    return with_kv_figures(replace(result, capacity=replace(result.capacity, kv_pool_sized_by=pool)))
+
+
+def kv_pool_sized_by(engine: str) -> str | None:
+    """``memory`` / ``context`` / ``none``: what the engine sizes its KV pool by (hfvram/data/capacity.toml)."""
+    value = data_table("capacity.toml")["kv_pool_sized_by"].get(engine)
+    return str(value) if value else None
+
+
+#: rope types whose factor does not lengthen the context the engine derives (vLLM _get_and_verify_max_len)
+ROPE_TYPES_WITHOUT_LONGER_CONTEXT = frozenset({"llama3", "longrope", "su", "default", "mrope"})
+
+
+def model_context_limit(spec: ModelSpec) -> int | None:
+    """The longest context the engines derive from the model's config: ``max_position_embeddings``; None when the
+    config does not state it or when a rope scaling factor lets the engine derive a longer one."""
+    if not spec.max_position_embeddings:
+        return None
+    rope = spec.rope_scaling or {}
+    kind = str(rope.get("rope_type") or rope.get("type") or "default").lower()
+    factor = rope.get("factor")
+    longer = isinstance(factor, (int, float)) and not isinstance(factor, bool) and factor > 1
+    if longer and kind not in ROPE_TYPES_WITHOUT_LONGER_CONTEXT:
+        return None
+    return spec.max_position_embeddings
+
+
+def context_refusal(engine: str, spec: ModelSpec, choice: EngineChoice, result: Estimate) -> str | None:
+    """The engine's refusal of a context above the model's limit (``context_setting`` / ``context_override`` in
+    ``[accepts]`` of the engine's data file), unless the override is set (``--set NAME=1``)."""
+    rules = engine_rules.accepts(engine)
+    key, override = rules.get("context_setting"), rules.get("context_override")
+    limit = model_context_limit(spec)
+    if not key or limit is None:
+        return None
+    served = result.engine.get(str(key))
+    if not isinstance(served, int) or isinstance(served, bool) or served <= limit:
+        return None
+    if override and (common.setting(choice, str(override)) or "").strip().lower() in ("1", "true", "yes"):
+        return None
+    return f"{engine} refuses {key} {served:,}: above the model's max_position_embeddings {limit:,}" + (
+        f" (--set {override}=1 lifts the limit)" if override else ""
+    )
+
+
+def with_kv_figures(result: Estimate) -> Estimate:
+    """The KV bytes per token (K and V apart) and per sequence at the KV types the engine resolved, so that the
+    reports only format them. A ``K/V`` type (llama.cpp ``-ctk q8_0 -ctv f16``) gives each half its own size."""
+    spec = result.spec
+    model_bytes = spec.dtype_bytes()
+    k_name, _, v_name = str(result.workload.kv_dtype or "auto").partition("/")
+    try:
+        k_bytes = common.kv_dtype_bytes(k_name, model_bytes)
+        v_bytes = common.kv_dtype_bytes(v_name or k_name, model_bytes)
+    except UsageError:  # an engine's own cache class (MLX q8 groups, ExLlamaV2 Q4): its profile sized the cache
+        note = (
+            f"KV bytes per token are not given for {result.workload.kv_dtype} (the engine's own cache type; "
+            "its KV cache term is)"
+        )
+        return replace(result, warnings=tuple(dict.fromkeys([*result.warnings, note])))
+    k_elems = v_elems = 0
+    for layer in spec.layers:
+        if layer.kind is LayerKind.MLA:
+            k_elems += layer.kv_elems_per_token  # the latent is one cache (llama.cpp keeps it as K)
+        elif layer.kind in GROWING_KINDS:
+            k_elems += layer.num_kv_heads * layer.head_dim_k
+            v_elems += layer.num_kv_heads * layer.head_dim_v
+    k_per_token, v_per_token = round(k_elems * k_bytes), round(v_elems * v_bytes)
+    context = result.workload.context
+    fixed = float(spec.kv_fixed_bytes_per_sequence(0.0, context))  # the recurrent state alone
+    for layer in spec.layers:
+        if layer.kind in WINDOWED_KINDS:
+            tokens = min(layer.window or 0, context) if context is not None else layer.window or 0
+            fixed += layer.num_kv_heads * (layer.head_dim_k * k_bytes + layer.head_dim_v * v_bytes) * tokens
+    return replace(
+        result,
+        kv_k_bytes_per_token=k_per_token,
+        kv_v_bytes_per_token=v_per_token,
+        kv_fixed_bytes_per_sequence=round(fixed),
+    )

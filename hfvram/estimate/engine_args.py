@@ -10,6 +10,7 @@ not change memory is returned in ``ignored`` so the CLI can say so.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import shlex
@@ -349,7 +350,9 @@ def parse_engine_args(cmdline: str) -> ParsedEngineArgs:
         elif allowed is None or canonical in allowed:
             settings[canonical] = value
         else:
-            ignored.append(f"{typed}: not a memory setting")
+            close = difflib.get_close_matches(canonical, sorted(allowed), n=1, cutoff=0.8)
+            hint = f"; did you mean --{close[0]}?" if close else ""
+            ignored.append(f"{typed}: not read (hfvram reads the flags that change memory only{hint})")
     for token in positionals:
         ignored.append(f"{token}: unexpected positional argument")
     env_map = table.get("env", {}) if table else {}

@@ -11,8 +11,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from hfvram.estimate.core import estimate
-from hfvram.estimate.types import GPU, VERDICT_DOES_NOT_FIT, EngineChoice, Estimate, Hardware, Workload
+from hfvram.datafiles import data_table
+from hfvram.estimate.core import estimate_memory as estimate
+from hfvram.estimate.types import GPU, VERDICT_DOES_NOT_FIT, VERDICT_FITS, EngineChoice, Estimate, Hardware, Workload
 from hfvram.spec import LayerKind, ModelSpec
 
 #: contexts the fit table walks through (then the model's own maximum)
@@ -32,9 +33,38 @@ def _upper_context(spec: ModelSpec, workload: Workload) -> int:
     return spec.max_position_embeddings or workload.context or 131072
 
 
+def _norm(name: str) -> str:
+    return name.strip().lower().lstrip("-").replace("_", "-")
+
+
+def context_setting_names(engine: str) -> frozenset[str]:
+    """The names under which the engine's own context setting may be typed (``max-model-len``, ``-c`` /
+    ``ctx-size`` / ``n-ctx``, ``num-ctx``, ``OLLAMA_CONTEXT_LENGTH``, …), from hfvram/data/engine_args.toml."""
+    tables = data_table("engine_args.toml")
+    names = {_norm(str(name)) for name in tables["generic"]["fields"]["context"]} | {"n-ctx", "num-ctx"}
+    table = tables["engines"].get(engine) or {}
+    canonical = table.get("fields", {}).get("context")
+    if canonical:
+        names.add(_norm(canonical))
+        names |= {_norm(alias) for alias, target in table.get("aliases", {}).items() if target == canonical}
+    names |= {_norm(env) for env, target in table.get("env", {}).items() if target == canonical}
+    return frozenset(names)
+
+
+def context_following(choice: EngineChoice) -> EngineChoice:
+    """``choice`` without the engine's own context setting, so that the context it serves follows ``--context``."""
+    from hfvram.estimate.engines import parse_engine_name
+
+    names = context_setting_names(parse_engine_name(choice.name)[0])
+    kept = {key: value for key, value in choice.settings.items() if _norm(key) not in names}
+    return choice if len(kept) == len(choice.settings) else replace(choice, settings=kept)
+
+
 def max_context(spec: ModelSpec, hardware: Hardware, choice: EngineChoice, workload: Workload) -> int | None:
     """Longest context (tokens per sequence, ≤ the model's max length) at ``workload.concurrency`` that the
-    engine runs; 0 when not even one token fits; None when the engine cannot tell (no verdict)."""
+    engine runs, the engine's own context setting following it (a pinned ``max-model-len`` is what is being
+    asked about); 0 when not even one token fits; None when the engine cannot tell (no verdict)."""
+    choice = context_following(choice)
     upper = _upper_context(spec, workload)
     top = _at(spec, hardware, choice, workload, context=upper)
     if top.verdict is None:
@@ -44,8 +74,11 @@ def max_context(spec: ModelSpec, hardware: Hardware, choice: EngineChoice, workl
     if top.capacity.max_context is not None and _closed_form_capacity(top):
         candidate = min(top.capacity.max_context, upper)
         # the closed form only knows the KV pool; the engine may still refuse for another reason
-        if candidate == 0 or _fits(_at(spec, hardware, choice, workload, context=candidate)):
+        # (and where the budget depends on the context, vLLM V0's profile run, a shorter one may still fit)
+        if candidate > 0 and _fits(_at(spec, hardware, choice, workload, context=candidate)):
             return candidate
+        if candidate == 0 and not _fits(_at(spec, hardware, choice, workload, context=1)):
+            return 0
     low, high = 0, upper
     while low < high:
         mid = (low + high + 1) // 2
@@ -102,13 +135,14 @@ def valid_tp_sizes(spec: ModelSpec, max_count: int) -> list[int]:
 
 
 def smallest_gpu_count(
-    spec: ModelSpec, gpu: GPU, choice: EngineChoice, workload: Workload, max_count: int = 64
+    spec: ModelSpec, gpu: GPU, choice: EngineChoice, workload: Workload, max_count: int = 64, *, tight_ok: bool = True
 ) -> int | None:
-    """Fewest GPUs of one kind (as tensor parallel, a valid TP size) on which the workload fits; None
-    when even ``max_count`` does not."""
+    """Fewest GPUs of one kind (as tensor parallel, a valid TP size) on which the workload runs (fits or tight;
+    with ``tight_ok=False``: fits, with the 10 % margin); None when even ``max_count`` does not."""
     for count in valid_tp_sizes(spec, max_count):
         pinned = replace(choice, tp=count, pp=1)
-        if _fits(estimate(spec, Hardware(gpu=gpu, count=count), pinned, workload)):
+        result = estimate(spec, Hardware(gpu=gpu, count=count), pinned, workload)
+        if _fits(result) if tight_ok else result.verdict == VERDICT_FITS:
             return count
     return None
 

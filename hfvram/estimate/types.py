@@ -97,8 +97,12 @@ class Capacity:
     kv_tokens: int | None = None
     #: full-length requests at workload.context that fit
     max_concurrency: float | None = None
-    #: longest context that fits at workload.concurrency
+    #: longest context that fits at workload.concurrency (the largest --context whose verdict is not
+    #: does_not_fit, all else unchanged, never above the model's limit)
     max_context: int | None = None
+    #: what the engine sizes the pool of ``kv_tokens`` by: "memory" (the budget's remainder), "context" (the
+    #: context setting × slots) or "none" (a cache per request); hfvram/data/capacity.toml
+    kv_pool_sized_by: str | None = None
 
 
 @dataclass(frozen=True)
@@ -123,6 +127,18 @@ class Estimate:
     pp: int = 1
     #: why the engine itself refuses this layout or hardware (an engine rule, not memory); None otherwise
     refusal: str | None = None
+    #: KV cache bytes per token of context, per sequence, of the layers whose cache grows with context, for the
+    #: K and the V halves at the KV types the engine resolved (whole model, before tensor parallelism)
+    kv_k_bytes_per_token: int | None = None
+    kv_v_bytes_per_token: int | None = None
+    #: bytes per sequence that do not grow with context (sliding windows, recurrent state)
+    kv_fixed_bytes_per_sequence: int | None = None
+
+    @property
+    def kv_bytes_per_token(self) -> int | None:
+        if self.kv_k_bytes_per_token is None or self.kv_v_bytes_per_token is None:
+            return None
+        return self.kv_k_bytes_per_token + self.kv_v_bytes_per_token
 
 
 def verdict_for(total: int, usable: int) -> str:

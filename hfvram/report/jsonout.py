@@ -56,11 +56,28 @@ def _quantization_dict(spec: ModelSpec) -> dict[str, Any] | None:
     return {"method": quant.method, "bits": quant.bits, "group_size": quant.group_size}
 
 
-def model_dict(spec: ModelSpec, kv_dtype: str | None, context: int | None = None) -> dict[str, Any]:
-    """The contract's ``model`` object with KV figures at ``kv_dtype`` (None when its size is unknown)."""
-    per_element = kv_dtype_bytes(kv_dtype, spec)
-    kv_per_token = spec.kv_bytes_per_token(per_element)
-    kv_fixed = spec.kv_fixed_bytes_per_sequence(per_element, context)
+def model_dict(
+    spec: ModelSpec, kv_dtype: str | None, context: int | None = None, est: Estimate | None = None
+) -> dict[str, Any]:
+    """The contract's ``model`` object with KV figures at ``kv_dtype``: the estimator's own (``est``, K and V
+    apart) when there is an estimate, else the spec's at one element size (``inspect``)."""
+    kv_per_token: int | None
+    kv_fixed: int | None
+    kv_split: dict[str, Any]
+    if est is not None and est.kv_bytes_per_token is None:  # the engine's own cache type: unknown here
+        kv_per_token, kv_fixed, kv_split = None, None, {"kv_k_bytes_per_token": None, "kv_v_bytes_per_token": None}
+    elif est is not None:
+        kv_per_token = est.kv_bytes_per_token
+        kv_fixed = est.kv_fixed_bytes_per_sequence
+        kv_split = {
+            "kv_k_bytes_per_token": est.kv_k_bytes_per_token,
+            "kv_v_bytes_per_token": est.kv_v_bytes_per_token,
+        }
+    else:
+        per_element = kv_dtype_bytes(kv_dtype, spec)
+        kv_per_token = spec.kv_bytes_per_token(per_element)
+        kv_fixed = spec.kv_fixed_bytes_per_sequence(per_element, context)
+        kv_split = {}
     return {
         "architecture": spec.architecture,
         "model_type": spec.model_type,
@@ -73,7 +90,8 @@ def model_dict(spec: ModelSpec, kv_dtype: str | None, context: int | None = None
         "layers": spec.layer_census(),
         # additions to the contract
         "dtype": spec.dtype,
-        "kv_dtype": kv_dtype_name(kv_dtype, spec),
+        "kv_dtype": kv_dtype if kv_dtype and "/" in kv_dtype else kv_dtype_name(kv_dtype, spec),
+        **kv_split,
         "max_position_embeddings": spec.max_position_embeddings,
         "quantization": _quantization_dict(spec),
         "weights_exact": spec.weights.exact if spec.weights else None,
@@ -112,7 +130,7 @@ def check_dict(source: SourceInfo, est: Estimate, *, explain: bool = False) -> d
     out: dict[str, Any] = {
         "schema": CHECK_SCHEMA,
         "source": source_dict(source),
-        "model": model_dict(est.spec, est.workload.kv_dtype, est.workload.context),
+        "model": model_dict(est.spec, est.workload.kv_dtype, est.workload.context, est),
         "hardware": hardware,
         "engine": engine,
         "workload": {
@@ -137,6 +155,7 @@ def check_dict(source: SourceInfo, est: Estimate, *, explain: bool = False) -> d
             "kv_tokens": est.capacity.kv_tokens,
             "max_concurrency": est.capacity.max_concurrency,
             "max_context": est.capacity.max_context,
+            "kv_pool_sized_by": est.capacity.kv_pool_sized_by,
         },
         "decode_tokens_per_second": est.decode_tokens_per_second,
         "parallel": {"tp": est.tp, "pp": est.pp},

@@ -2,23 +2,36 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from hfvram.report.text import safe
 from hfvram.report.units import count, gib, percent, tokens_short
-from hfvram.report.wording import capacity_lines, context_grid, split_provenance, verdict_note
+from hfvram.report.wording import capacity_lines, context_grid, smallest_gpu_line, split_provenance, verdict_note
 
 VERDICT_MARK = {"fits": "✅ fits", "tight": "⚠️ tight", "does_not_fit": "❌ does not fit", None: "— (no GPU)"}
 
 
-def cell(text: object) -> str:
-    """Text safe inside a Markdown table cell: pipes escaped, line breaks as spaces."""
-    return str(text).replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+#: characters Markdown reads as formatting, links, HTML or a cell's end: backslashed in untrusted text (with
+#: the brackets escaped, parentheses and the rest cannot start a link)
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*\[\]<>|~])")
+
+
+def text(value: object) -> str:
+    """Untrusted text (a name, a warning, a file's field) as Markdown that shows exactly it: control characters
+    escaped, formatting / link / HTML characters backslashed (``[x](y)`` is not a link)."""
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", safe(value))
+
+
+def cell(value: object) -> str:
+    """Text safe inside a Markdown table cell: as :func:`text`, so pipes are escaped and there is no line break."""
+    return text(value)
 
 
 def _name(report: Mapping[str, Any]) -> str:
     source = report.get("source") or {}
-    return source.get("repo_id") or source.get("text") or (source.get("files") or ["?"])[0]
+    return text(source.get("repo_id") or source.get("text") or (source.get("files") or ["?"])[0])
 
 
 def check_markdown(report: Mapping[str, Any], *, explain: bool = False) -> str:
@@ -31,11 +44,11 @@ def check_markdown(report: Mapping[str, Any], *, explain: bool = False) -> str:
         f"### {_name(report)}",
         "",
         f"**{VERDICT_MARK.get(report.get('verdict'), report.get('verdict'))}**"
-        f"{f' ({verdict_note(report)})' if verdict_note(report) else ''} · engine `{engine.get('name')}` · "
+        f"{f' ({text(verdict_note(report))})' if verdict_note(report) else ''} · engine `{safe(engine.get('name'))}` · "
         f"GPU `{hardware['gpu']}` ×{hardware['count']} · context {tokens_short(workload.get('context'))} · "
-        f"concurrency {workload.get('concurrency')} · KV `{workload.get('kv_dtype')}`"
+        f"concurrency {workload.get('concurrency')} · KV `{safe(workload.get('kv_dtype'))}`"
         if hardware
-        else f"**footprint only** · engine `{engine.get('name')}` · context {tokens_short(workload.get('context'))}",
+        else f"**footprint only** · engine `{safe(engine.get('name'))}` · context {tokens_short(workload.get('context'))}",
         "",
         "| term | per GPU | of usable |",
         "|---|---:|---:|",
@@ -57,7 +70,7 @@ def check_markdown(report: Mapping[str, Any], *, explain: bool = False) -> str:
     lines.append("")
     lines += [f"- {line}" for line in capacity_lines(report)]
     for warning in report.get("warnings") or []:
-        lines.append(f"- ⚠️ {warning}")
+        lines.append(f"- ⚠️ {text(warning)}")
     if explain and report.get("explain"):
         lines += ["", "**How each term was computed**", "", "| term | how |", "|---|---|"]
         for term, how in (report["explain"].get("terms") or {}).items():
@@ -74,14 +87,14 @@ def scan_markdown(reports: Iterable[Mapping[str, Any]]) -> str:
     for report in reports:
         if "error" in report:
             lines.append(
-                f"| {cell(_name(report))} | error ({cell(report['error']['kind'])}): "
+                f"| {_name(report)} | error ({cell(report['error']['kind'])}): "
                 f"{cell(report['error']['message'])} | | | | |"
             )
             continue
         capacity = report.get("capacity") or {}
         conc = capacity.get("max_concurrency")
         lines.append(
-            f"| {cell(_name(report))} | {VERDICT_MARK.get(report.get('verdict'), report.get('verdict'))} | "
+            f"| {_name(report)} | {VERDICT_MARK.get(report.get('verdict'), report.get('verdict'))} | "
             f"{gib(report['per_gpu']['total'])} | {gib(report['per_gpu'].get('usable'))} | "
             f"{count(capacity.get('kv_tokens'))} | {'—' if conc is None else f'{conc:.1f}'} |"
         )
@@ -93,22 +106,19 @@ def fit_markdown(fit: Mapping[str, Any]) -> str:
     max_context = fit.get("max_context")
     no_room = max_context is not None and max_context <= 0
     context = tokens_short(fit.get("context"))
-    smallest = fit.get("smallest_gpu_count")
-    limit = fit.get("max_gpu_count_tried")
     at = f"- at {context} × {fit['concurrency']}: **{VERDICT_MARK.get(fit.get('verdict'), fit.get('verdict'))}**"
     if fit.get("total") is not None and fit.get("usable"):
         at += f" ({gib(fit['total'])} of {gib(fit['usable'])} usable)"
     lines = [
-        f"### {_name(fit)} on {fit['hardware']} ({fit['engine']})",
+        f"### {_name(fit)} on {text(fit['hardware'])} ({text(fit['engine'])})",
         "",
         at,
         f"- longest context at concurrency {fit['concurrency']}: "
         + ("none (nothing is left for the KV cache)" if no_room else f"{count(max_context)} tokens"),
         f"- concurrent {context} requests: {'—' if conc is None else f'{conc:.1f}'}",
-        f"- smallest number of {fit['gpu']} that fits: "
-        + (str(smallest) if smallest is not None else f"none up to {limit}" if limit else "none"),
+        f"- {text(smallest_gpu_line(fit))}",
     ]
-    lines += [f"- ⚠️ {warning}" for warning in fit.get("warnings") or []]
+    lines += [f"- ⚠️ {text(warning)}" for warning in fit.get("warnings") or []]
     rows = fit.get("context_table") or []
     if rows and not no_room:
         kv_dtypes, grid = context_grid(rows)
@@ -117,10 +127,10 @@ def fit_markdown(fit: Mapping[str, Any]) -> str:
             "| context | " + " | ".join(f"KV {k}" for k in kv_dtypes) + " |",
             "|---:|" + "---:|" * len(kv_dtypes),
         ]
-        for context, cells in grid:
+        for tokens, cells in grid:
             values = [
-                "—" if (cell or {}).get("max_concurrency") is None else f"{cell['max_concurrency']:.1f}"
+                "—" if cell is None or cell.get("max_concurrency") is None else f"{cell['max_concurrency']:.1f}"
                 for cell in cells
             ]
-            lines.append(f"| {tokens_short(context)} | " + " | ".join(values) + " |")
+            lines.append(f"| {tokens_short(tokens)} | " + " | ".join(values) + " |")
     return "\n".join(lines) + "\n"

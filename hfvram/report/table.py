@@ -11,8 +11,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from hfvram.report.text import safe
 from hfvram.report.units import count, gib, params, percent, tokens_short
-from hfvram.report.wording import capacity_lines, context_grid, split_provenance, verdict_note
+from hfvram.report.wording import capacity_lines, context_grid, smallest_gpu_line, split_provenance, verdict_note
 
 VERDICT_STYLE = {"fits": "bold green", "tight": "bold yellow", "does_not_fit": "bold red", None: "bold"}
 VERDICT_LABEL = {"fits": "FITS", "tight": "TIGHT", "does_not_fit": "DOES NOT FIT", None: "no verdict (no --gpu)"}
@@ -25,27 +26,45 @@ TERMS: tuple[tuple[str, str, str], ...] = (
     ("overhead", "overhead", "cyan"),
 )
 BAR_WIDTH = 56
+#: without colour every segment has its own glyph (term -> glyph), so the bar still reads in black and white
+PLAIN_GLYPHS = {"weights": "W", "kv_cache": "K", "activations": "A", "overhead": "O", "free": ".", "reserve": "-"}
+COLOUR_GLYPHS = {"weights": "█", "kv_cache": "█", "activations": "█", "overhead": "█", "free": "░", "reserve": "▒"}
 
 
-def source_label(report: Mapping[str, Any]) -> str:
+def _glyphs(console: Console | None) -> dict[str, str]:
+    if console is not None and (console.no_color or console.color_system is None):
+        return PLAIN_GLYPHS
+    return COLOUR_GLYPHS
+
+
+def plain(value: Any, style: str = "") -> Text:
+    """Untrusted text (a model's name, a file's field, a log's figure) as rich Text: never markup, every control
+    character escaped."""
+    return Text(safe(value), style=style)
+
+
+def source_label(report: Mapping[str, Any]) -> Text:
     source = report.get("source") or {}
     name = source.get("repo_id") or (source.get("files") or [source.get("text") or "?"])[0]
     revision = source.get("revision")
     suffix = f" @ {revision[:12]}" if revision else ""
-    return f"{name}  [dim]({source.get('kind')}{suffix})[/dim]"
+    label = plain(name, style="bold")
+    label.append(f"  ({safe(source.get('kind'))}{safe(suffix)})", style="dim")
+    return label
 
 
-def memory_bar(per_gpu: Mapping[str, Any]) -> Text:
+def memory_bar(per_gpu: Mapping[str, Any], console: Console | None = None) -> Text:
     """A stacked bar of the four terms, the engine's reserve and what is left, against the GPU's memory."""
     memory = per_gpu.get("memory") or 0
     reserve = per_gpu.get("reserve") or 0
     usable = per_gpu.get("usable") or 0
     total = per_gpu["total"]
     scale = max(memory, total + reserve, 1)
-    segments: list[tuple[int, str, str]] = [(per_gpu[key] or 0, "█", colour) for key, _, colour in TERMS]
+    glyphs = _glyphs(console)
+    segments: list[tuple[int, str, str]] = [(per_gpu[key] or 0, glyphs[key], colour) for key, _, colour in TERMS]
     if memory:
-        segments.append((max(0, usable - total), "░", "green"))
-        segments.append((reserve, "▒", "bright_black"))
+        segments.append((max(0, usable - total), glyphs["free"], "green"))
+        segments.append((reserve, glyphs["reserve"], "bright_black"))
     bar = Text()
     drawn = 0
     for index, (size, glyph, colour) in enumerate(segments):
@@ -60,14 +79,15 @@ def memory_bar(per_gpu: Mapping[str, Any]) -> Text:
     return bar
 
 
-def bar_legend() -> Text:
+def bar_legend(console: Console | None = None) -> Text:
+    glyphs = _glyphs(console)
     legend = Text()
-    for _, label, colour in TERMS:
-        legend.append("█ ", style=colour)
+    for key, label, colour in TERMS:
+        legend.append(glyphs[key] + " ", style=colour)
         legend.append(label + "  ")
-    legend.append("░ ", style="green")
+    legend.append(glyphs["free"] + " ", style="green")
     legend.append("free  ")
-    legend.append("▒ ", style="bright_black")
+    legend.append(glyphs["reserve"] + " ", style="bright_black")
     legend.append("reserve")
     return legend
 
@@ -82,22 +102,27 @@ def render_check(console: Console, report: Mapping[str, Any], *, explain: bool =
     workload = report["workload"]
     hardware = report.get("hardware")
     per_gpu = report["per_gpu"]
-    console.print(f"[bold]{source_label(report)}[/bold]")
+    console.print(source_label(report))
     engine_text = engine.get("name") or "?"
     if engine.get("version"):
         engine_text += f"@{engine['version']}"
     hw_text = f"{hardware['gpu']} ×{hardware['count']}" if hardware else "no GPU given (footprint only)"
     parallel = report.get("parallel") or {}
     console.print(
-        f"{engine_text} · {hw_text} · TP {parallel.get('tp', 1)} PP {parallel.get('pp', 1)} · "
-        f"context {tokens_short(workload.get('context'))} · concurrency {workload.get('concurrency')} · "
-        f"KV {workload.get('kv_dtype')}",
+        plain(
+            f"{engine_text} · {hw_text} · TP {parallel.get('tp', 1)} PP {parallel.get('pp', 1)} · "
+            f"context {tokens_short(workload.get('context'))} · concurrency {workload.get('concurrency')} · "
+            f"KV {workload.get('kv_dtype')}"
+        ),
         highlight=False,
     )
     console.print(
-        f"[dim]{model.get('architecture')} · {params(model.get('params_total'))} parameters"
-        f" ({params(model.get('params_active'))} active) · checkpoint {gib(model.get('weights_bytes'))} · "
-        f"KV {count(model.get('kv_bytes_per_token'))} B/token[/dim]",
+        plain(
+            f"{model.get('architecture')} · {params(model.get('params_total'))} parameters"
+            f" ({params(model.get('params_active'))} active) · checkpoint {gib(model.get('weights_bytes'))} · "
+            f"KV {count(model.get('kv_bytes_per_token'))} B/token",
+            style="dim",
+        ),
         highlight=False,
     )
 
@@ -124,20 +149,20 @@ def render_check(console: Console, report: Mapping[str, Any], *, explain: bool =
         table.add_row("GPU memory", gib(per_gpu.get("memory")), "")
     console.print(table)
     if hardware:
-        console.print(memory_bar(per_gpu))
-        console.print(bar_legend())
+        console.print(memory_bar(per_gpu, console))
+        console.print(bar_legend(console))
     verdict = report.get("verdict")
     verdict_text = Text("Verdict: ")
     verdict_text.append(VERDICT_LABEL.get(verdict, str(verdict)), style=VERDICT_STYLE.get(verdict, "bold"))
     note = verdict_note(report)
     if note and (report.get("verdict_reason") or "").startswith("engine rule: "):
-        verdict_text.append(f" — {note}")
+        verdict_text.append(f" — {safe(note)}")
     elif note:
-        verdict_text.append(f"  ({note})")
+        verdict_text.append(f"  ({safe(note)})")
     console.print(verdict_text)
     line = capacity_line(report)
     if line:
-        console.print(line, highlight=False)
+        console.print(Text(safe(line, keep_lines=True)), highlight=False)
     speed = report.get("decode_tokens_per_second")
     if speed is not None and verdict != "does_not_fit":
         console.print(f"Decode: ≤ {speed:,.1f} tokens/s per sequence (memory-bandwidth bound)", highlight=False)
@@ -161,7 +186,7 @@ def render_term_explanations(console: Console, terms: Mapping[str, str]) -> None
     width = max(40, console.width)
     for key in keys:
         text = textwrap.fill(
-            f"{EXPLAIN_LABEL.get(key, key)}: {terms[key]}",
+            safe(f"{EXPLAIN_LABEL.get(key, key)}: {terms[key]}"),
             width=width,
             initial_indent="  ",
             subsequent_indent="    ",
@@ -179,7 +204,7 @@ def render_warnings(console: Console, warnings: Sequence[str]) -> None:
     width = max(40, console.width)
     for warning in warnings:
         text = textwrap.fill(
-            warning,
+            safe(warning),
             width=width,
             initial_indent="  • ",
             subsequent_indent="    ",
@@ -197,7 +222,7 @@ def render_provenance(console: Console, provenance: Mapping[str, str], report: M
     table.add_column("file", overflow="fold")
     table.add_column("field / rule", overflow="fold")
     for fact, where in sorted(provenance.items()):
-        table.add_row(fact, *split_provenance(str(where)))
+        table.add_row(plain(fact), *(plain(part) for part in split_provenance(str(where))))
     console.print(table)
     settings = {key: value for key, value in ((report or {}).get("engine") or {}).items() if value is not None}
     if settings:
@@ -206,7 +231,7 @@ def render_provenance(console: Console, provenance: Mapping[str, str], report: M
         engine_table.add_column("setting", no_wrap=True)
         engine_table.add_column("value", overflow="fold")
         for key, value in sorted(settings.items()):
-            engine_table.add_row(key, _setting_text(key, value))
+            engine_table.add_row(plain(key), plain(_setting_text(key, value)))
         console.print(engine_table)
 
 
@@ -224,7 +249,7 @@ def _setting_text(key: str, value: Any) -> str:
 
 def render_inspect(console: Console, report: Mapping[str, Any]) -> None:
     model = report["model"]
-    console.print(f"[bold]{source_label(report)}[/bold]")
+    console.print(source_label(report))
     table = Table(show_header=False, box=None)
     table.add_column("fact", style="bold")
     table.add_column("value", overflow="fold")
@@ -248,7 +273,7 @@ def render_inspect(console: Console, report: Mapping[str, Any]) -> None:
         ("decided by", str(model.get("decided_by"))),
     ]
     for fact, value in rows:
-        table.add_row(fact, value)
+        table.add_row(plain(fact), plain(value))
     console.print(table)
     render_warnings(console, report.get("warnings") or [])
     if report.get("provenance"):
@@ -256,19 +281,22 @@ def render_inspect(console: Console, report: Mapping[str, Any]) -> None:
 
 
 def display_name(report: Mapping[str, Any], limit: int = 44) -> str:
-    """The source as typed or as the repo id; a long local path keeps its last two parts."""
+    """The source as typed or as the repo id, control characters escaped; a long local path of more than two
+    parts keeps its last two (``…/`` says what was left out). A repo id is never given a false ``…/`` prefix: the
+    table cuts its end instead, with ``…``."""
     source = report.get("source") or {}
-    name = source.get("repo_id") or source.get("text") or (source.get("files") or ["?"])[0]
-    if len(name) > limit and "/" in name:
-        name = "…/" + "/".join(name.rstrip("/").split("/")[-2:])
+    name = safe(source.get("repo_id") or source.get("text") or (source.get("files") or ["?"])[0])
+    parts = name.rstrip("/").split("/")
+    if len(name) > limit and len(parts) > 2:
+        name = "…/" + "/".join(parts[-2:])
     return name
 
 
-def scan_row(report: Mapping[str, Any]) -> list[str]:
+def scan_row(report: Mapping[str, Any]) -> list[Text]:
     """One row of the scan summary: source, verdict, total, share of usable, KV tokens, concurrency (or the error)."""
-    name = display_name(report)
+    name = Text(display_name(report))
     if "error" in report:
-        return [name, f"[red]ERROR ({report['error']['kind']})[/red]", "", "", "", ""]
+        return [name, plain(f"ERROR ({report['error']['kind']})", style="red"), Text(), Text(), Text(), Text()]
     per_gpu = report["per_gpu"]
     capacity = report.get("capacity") or {}
     verdict = report.get("verdict")
@@ -276,11 +304,11 @@ def scan_row(report: Mapping[str, Any]) -> list[str]:
     max_conc = capacity.get("max_concurrency")
     return [
         name,
-        f"[{style}]{VERDICT_LABEL.get(verdict, str(verdict))}[/{style}]",
-        gib(per_gpu["total"]),
-        percent(report.get("utilization")),
-        count(capacity.get("kv_tokens")),
-        "—" if max_conc is None else f"{max_conc:.1f}",
+        Text(VERDICT_LABEL.get(verdict, safe(verdict)), style=style),
+        Text(gib(per_gpu["total"])),
+        Text(percent(report.get("utilization"))),
+        Text(count(capacity.get("kv_tokens"))),
+        Text("—" if max_conc is None else f"{max_conc:.1f}"),
     ]
 
 
@@ -304,7 +332,7 @@ def render_scan(console: Console, reports: Iterable[Mapping[str, Any]], title: s
         width = max(40, console.width)
         for report in errors:
             text = textwrap.fill(
-                f"{display_name(report)}: {report['error']['message']}",
+                f"{display_name(report)}: {safe(report['error']['message'])}",
                 width=width,
                 initial_indent="  • ",
                 subsequent_indent="    ",
@@ -318,26 +346,42 @@ def render_scan(console: Console, reports: Iterable[Mapping[str, Any]], title: s
 GPU_ALIASES_SHOWN = 2
 
 
+#: the narrowest a name column gets before the table grows past the terminal's width instead
+MIN_NAME_WIDTH = 8
+
+
+def _cell(value: Text | str) -> Text:
+    return value if isinstance(value, Text) else plain(value)
+
+
 def narrow_table(
-    console: Console, headers: Sequence[tuple[str, str]], rows: Sequence[Sequence[str]], flexible: Sequence[int]
+    console: Console, headers: Sequence[tuple[str, str]], rows: Sequence[Sequence[Text | str]], flexible: Sequence[int]
 ) -> Table:
-    """A borderless one-line-per-row table whose ``flexible`` columns (names) give way, cut with '…', when the
-    terminal is narrow; the other columns (numbers, verdicts) always keep their full width."""
-    natural = [
-        max([Text.from_markup(str(row[index])).cell_len for row in rows] + [len(name)])
-        for index, (name, _) in enumerate(headers)
-    ]
-    widths = list(natural)
-    # the cells a borderless table adds: two per column (padding, divider) and three for the edges
-    spare = console.width - 2 * len(headers) - 3 - sum(natural[i] for i in range(len(headers)) if i not in flexible)
+    """A borderless one-line-per-row table whose ``flexible`` columns (names) give way, cut at the end with '…',
+    when the terminal is narrow; the other columns (numbers, verdicts, headers) always keep their full width, even
+    when that makes the line longer than the terminal (a number is never cut)."""
+    cells = [[_cell(value) for value in row] for row in rows]
+    natural = [max([row[index].cell_len for row in cells] + [len(name)]) for index, (name, _) in enumerate(headers)]
+    # a borderless table adds one padding cell each side of a column but the outer ones, and a divider between
+    overhead = 3 * (len(headers) - 1)
+    fixed = sum(natural[i] for i in range(len(headers)) if i not in flexible)
+    spare = console.width - overhead - fixed
     wanted = sum(natural[i] for i in flexible)
+    widths = list(natural)
     if wanted > spare:
         for i in flexible:
-            widths[i] = max(8, spare * natural[i] // max(1, wanted))
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    for (name, justify), width in zip(headers, widths):
-        table.add_column(name, justify=justify, no_wrap=True, overflow="ellipsis", width=width)  # type: ignore[arg-type]
-    for row in rows:
+            widths[i] = min(natural[i], max(MIN_NAME_WIDTH, spare * natural[i] // max(1, wanted)))
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, collapse_padding=False)
+    for index, ((name, justify), width) in enumerate(zip(headers, widths)):
+        table.add_column(
+            name,
+            justify=justify,  # type: ignore[arg-type]
+            no_wrap=True,
+            overflow="ellipsis",
+            width=width,
+            min_width=width if index not in flexible else None,
+        )
+    for row in cells:
         table.add_row(*row)
     return table
 
@@ -357,7 +401,13 @@ def render_gpus(console: Console, gpus: Sequence[Mapping[str, Any]]) -> None:
             unified = True
         aliases = sorted(gpu.get("aliases") or (), key=len)[:GPU_ALIASES_SHOWN]
         rows.append(
-            (gpu["id"], memory, "—" if bandwidth is None else f"{bandwidth:,.0f}", gpu["name"], ", ".join(aliases))
+            (
+                safe(gpu["id"]),
+                memory,
+                "—" if bandwidth is None else f"{bandwidth:,.0f}",
+                safe(gpu["name"]),
+                safe(", ".join(aliases)),
+            )
         )
     headers = (("id (--gpu)", "left"), ("memory", "right"), ("GB/s", "right"), ("name", "left"), ("also", "left"))
     console.print(narrow_table(console, headers, rows, flexible=(3, 4)))
@@ -370,7 +420,11 @@ def render_gpus(console: Console, gpus: Sequence[Mapping[str, Any]]) -> None:
 
 
 def render_fit(console: Console, fit: Mapping[str, Any]) -> None:
-    console.print(f"[bold]{source_label(fit)}[/bold] on [bold]{fit['hardware']}[/bold] with {fit['engine']}")
+    title = source_label(fit)
+    title.append(" on ")
+    title.append(safe(fit["hardware"]), style="bold")
+    title.append(f" with {safe(fit['engine'])}")
+    console.print(title)
     verdict = fit.get("verdict")
     context = tokens_short(fit.get("context"))
     style = VERDICT_STYLE.get(verdict, "bold")
@@ -391,13 +445,7 @@ def render_fit(console: Console, fit: Mapping[str, Any]) -> None:
         f"  most concurrent {context} requests: [bold]{'—' if max_conc is None else f'{max_conc:.1f}'}[/bold]",
         highlight=False,
     )
-    smallest = fit.get("smallest_gpu_count")
-    limit = fit.get("max_gpu_count_tried")
-    none_text = f"none up to {limit} (as tensor parallel, at {context})" if limit else "none up to the limit"
-    console.print(
-        f"  smallest number of {fit['gpu']} that fits: [bold]{none_text if smallest is None else smallest}[/bold]",
-        highlight=False,
-    )
+    console.print(f"  {smallest_gpu_line(fit)}", highlight=False)
     rows = fit.get("context_table") or []
     if rows and not no_room:
         kv_dtypes, grid = context_grid(rows)
@@ -406,7 +454,7 @@ def render_fit(console: Console, fit: Mapping[str, Any]) -> None:
         table.add_column("context", justify="right")
         for kv_dtype in kv_dtypes:
             table.add_column(f"KV {kv_dtype}", justify="right")
-        for context, cells in grid:
+        for tokens, cells in grid:
             values = []
             for cell in cells:
                 if cell is None:
@@ -416,7 +464,7 @@ def render_fit(console: Console, fit: Mapping[str, Any]) -> None:
                 conc = cell.get("max_concurrency")
                 text = "—" if conc is None else f"{conc:.1f}"
                 values.append(f"[{style}]{text}[/{style}]" if style else text)
-            table.add_row(tokens_short(context), *values)
+            table.add_row(tokens_short(tokens), *values)
         console.print(table)
     render_warnings(console, fit.get("warnings") or [])
 
@@ -424,7 +472,7 @@ def render_fit(console: Console, fit: Mapping[str, Any]) -> None:
 def render_calibration(console: Console, result: Mapping[str, Any]) -> None:
     measured = result["measured"]
     predicted = result.get("predicted") or {}
-    console.print(f"[bold]{result['engine']} start-up log: per GPU[/bold]")
+    console.print(plain(f"{result['engine']} start-up log: per GPU", style="bold"))
     table = Table()
     table.add_column("term")
     table.add_column("measured", justify="right")
@@ -456,7 +504,7 @@ def render_calibration(console: Console, result: Mapping[str, Any]) -> None:
         detail_table.add_column("figure")
         detail_table.add_column("value", overflow="fold")
         for key, value in details.items():
-            detail_table.add_row(key, str(value))
+            detail_table.add_row(plain(key), plain(value))
         console.print(detail_table)
     render_warnings(console, result.get("warnings") or [])
 

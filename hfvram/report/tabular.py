@@ -8,6 +8,8 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from hfvram.report.text import safe, safe_json
+
 CSV_COLUMNS: tuple[str, ...] = (
     "source",
     "kind",
@@ -34,8 +36,9 @@ CSV_COLUMNS: tuple[str, ...] = (
 )
 
 
-def jsonl_line(report: Mapping[str, Any]) -> str:
-    return json.dumps(report, separators=(",", ":"), ensure_ascii=False)
+def jsonl_line(report: Mapping[str, Any], *, ascii_only: bool = False) -> str:
+    """One compact JSON line; control characters (C0 by json, C1 and bidi here) escaped as ``\\uXXXX``."""
+    return safe_json(json.dumps(report, separators=(",", ":"), ensure_ascii=ascii_only))
 
 
 def csv_row(report: Mapping[str, Any]) -> dict[str, Any]:
@@ -78,5 +81,8 @@ def to_csv(reports: Iterable[Mapping[str, Any]]) -> str:
     writer = csv.DictWriter(buffer, fieldnames=CSV_COLUMNS, lineterminator="\n")
     writer.writeheader()
     for report in reports:
-        writer.writerow(csv_row(report))
+        # text fields as text: control characters escaped (a CSV opened in a terminal or a spreadsheet)
+        writer.writerow(
+            {key: safe(value) if isinstance(value, str) else value for key, value in csv_row(report).items()}
+        )
     return buffer.getvalue()

@@ -5,30 +5,49 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from hfvram.report.units import count, tokens_short
+from hfvram.report.units import count, gib, tokens_short
 
 
 def capacity_lines(report: Mapping[str, Any]) -> list[str]:
-    """The KV pool the engine would allocate, the full-length requests memory has room for, the longest context.
+    """The KV pool the engine would allocate, the full-length requests it holds, the longest context.
 
-    The pool and the room differ for engines that size the pool from the context (llama.cpp's ``-c``), so both
-    are named; zero capacity is said in words, and a longest context at the model's own limit says so."""
+    One meaning for every engine (docs/methodology.md, "Capacity"): the pool is what the engine allocates at
+    start-up, sized by its memory budget (vLLM, SGLang, TensorRT-LLM, LMDeploy) or by its context setting
+    (llama.cpp, Ollama, MLX, ExLlamaV2); the concurrent requests are the full-length requests memory holds at
+    once; the longest context is the largest ``--context`` that is not does_not_fit, at most the model's limit.
+    Zero is said in words; nothing is claimed about a layout the engine refuses."""
     capacity = report.get("capacity") or {}
     workload = report.get("workload") or {}
     max_position = (report.get("model") or {}).get("max_position_embeddings")
+    refused = (report.get("verdict_reason") or "").startswith("engine rule: ") and report.get(
+        "verdict"
+    ) == "does_not_fit"
     lines = []
     kv_tokens = capacity.get("kv_tokens")
     max_conc = capacity.get("max_concurrency")
     context = workload.get("context")
+    sized_by = capacity.get("kv_pool_sized_by")
+    short = tokens_short(context)
     room = None
-    if max_conc is not None and context:
-        room = (
-            f"room for {max_conc:.1f} concurrent {tokens_short(context)} requests"
-            if max_conc > 0
-            else f"no room for a {tokens_short(context)} request"
-        )
+    if max_conc is not None and context and not refused:
+        if max_conc <= 0:
+            room = f"no room for a {short} request"
+        elif sized_by == "context":
+            room = f"memory has room for {max_conc:.1f} such requests"
+        else:
+            room = f"holds {max_conc:.1f} concurrent {short} requests"
     if kv_tokens is not None:
-        pool = f"{count(kv_tokens)} tokens" if kv_tokens > 0 else "none (nothing is left for it)"
+        if kv_tokens <= 0:
+            pool = "none (nothing is left for it)"
+        elif sized_by == "context":
+            held = f"{kv_tokens / context:.1f} × {short}" if context else "the context"
+            pool = f"{count(kv_tokens)} tokens (sized by the context: {held})"
+        elif sized_by == "memory":
+            pool_bytes = (report.get("engine") or {}).get("kv_pool_bytes")
+            size = f"{gib(pool_bytes)}, " if isinstance(pool_bytes, (int, float)) and pool_bytes > 0 else ""
+            pool = f"{count(kv_tokens)} tokens ({size}what the memory budget leaves)"
+        else:
+            pool = f"{count(kv_tokens)} tokens"
         lines.append(f"KV cache pool: {pool}" + (f" · {room}" if room else ""))
     elif room:
         lines.append(room[0].upper() + room[1:])
@@ -69,3 +88,18 @@ def context_grid(rows: list[Mapping[str, Any]]) -> tuple[list[str], list[tuple[i
     for row in rows:
         by_context.setdefault(row["context"], {})[row["kv_dtype"]] = row
     return kv_dtypes, [(context, [cells.get(k) for k in kv_dtypes]) for context, cells in sorted(by_context.items())]
+
+
+def smallest_gpu_line(fit: Mapping[str, Any]) -> str:
+    """``fewest rtx4090 that fit: 2 (1 runs, but tight)``: "fit" means the verdict fits, as everywhere else."""
+    smallest = fit.get("smallest_gpu_count")
+    tight = fit.get("smallest_gpu_count_tight")
+    limit = fit.get("max_gpu_count_tried")
+    context = tokens_short(fit.get("context"))
+    if smallest is None:
+        text = f"none up to {limit} (as tensor parallel, at {context})" if limit else "none up to the limit"
+    else:
+        text = str(smallest)
+    if tight is not None:
+        text += f" ({tight} runs, but tight: over 90% of usable memory)"
+    return f"fewest {fit['gpu']} that fit: {text}"

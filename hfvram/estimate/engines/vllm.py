@@ -607,9 +607,16 @@ def kv_capacity(
     if hardware is None and settings.kv_cache_memory_bytes is None:
         return Capacity(), None
     if pool <= 0:
+        # vLLM's own advice (raise gpu_memory_utilization) only where the reserve it frees can close the gap
+        reserve = (hardware.gpu.gpu_memory_bytes * (1 - settings.gpu_memory_utilization)) if hardware else 0.0
+        advice = (
+            "Try increasing `gpu_memory_utilization` when initializing the engine."
+            if -pool <= reserve
+            else "No gpu_memory_utilization closes that: more GPUs (--tp), a smaller checkpoint or a bigger GPU do."
+        )
         return Capacity(kv_tokens=0, max_concurrency=0.0, max_context=0), (
             f"No available memory for the cache blocks: weights, activations and overhead exceed the budget by "
-            f"{-pool / GiB:.2f} GiB. Try increasing `gpu_memory_utilization` when initializing the engine."
+            f"{-pool / GiB:.2f} GiB. {advice}"
         )
     if layout.page_bytes <= 0:
         # no per-sequence cache (encoder-only / attention-free): the KV pool does not bound requests
@@ -632,8 +639,14 @@ def kv_capacity(
             f"To serve at least one request with the model's max seq len ({settings.max_model_len}), "
             f"({layout.bytes_for(per_request_at_max) / GiB:.2f} GiB KV cache is needed, which is larger than the "
             f"available KV cache memory ({pool / GiB:.2f} GiB). Based on the available memory, the estimated "
-            f"maximum model length is {longest_single}. Try increasing `gpu_memory_utilization` or decreasing "
-            "`max_model_len` when initializing the engine."
+            f"maximum model length is {longest_single}. "
+            + (
+                "Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine."
+                if hardware is not None
+                and layout.bytes_for(per_request_at_max) - pool
+                <= hardware.gpu.gpu_memory_bytes * (1 - settings.gpu_memory_utilization)
+                else f"Decrease `max_model_len` (--context) to at most {longest_single}, or use more GPUs."
+            )
         )
     return Capacity(kv_tokens=kv_tokens, max_concurrency=round(max_concurrency, 2), max_context=max_context), failure
 
