@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 from hfvram.datafiles import data_table
 from hfvram.errors import ModelReadError, UsageError
@@ -28,6 +28,9 @@ from hfvram.spec import GROWING_KINDS, RECURRENT_KINDS, WINDOWED_KINDS, Layer, L
 
 GiB = 1 << 30
 MiB = 1 << 20
+
+#: an engine's constants as parsed from its TOML file (values are TOML scalars, arrays or tables)
+Rules = Mapping[str, Any]
 
 # ---------------------------------------------------------------------------------------------------------
 # KV dtypes
@@ -235,8 +238,8 @@ def weights_per_rank(
 
     per_rank: dict[str, float] = {}
     for name, size in components.items():
-        size = size * scale.get(name, 1.0)
-        per_rank[name] = size if name in REPLICATED_COMPONENTS else size / tp
+        scaled = size * scale.get(name, 1.0)
+        per_rank[name] = scaled if name in REPLICATED_COMPONENTS else scaled / tp
 
     if pp == 1:
         total = sum(per_rank.values())
@@ -371,6 +374,10 @@ def setting(choice: EngineChoice, *names: str) -> str | None:
     return None
 
 
+@overload
+def setting_int(choice: EngineChoice, *names: str, default: int) -> int: ...
+@overload
+def setting_int(choice: EngineChoice, *names: str, default: None = None) -> int | None: ...
 def setting_int(choice: EngineChoice, *names: str, default: int | None = None) -> int | None:
     """An integer setting (``8k`` / ``32K`` suffixes allowed); UsageError when it is not a number."""
     raw = setting(choice, *names)
@@ -379,6 +386,10 @@ def setting_int(choice: EngineChoice, *names: str, default: int | None = None) -
     return parse_int(raw, names[0])
 
 
+@overload
+def setting_float(choice: EngineChoice, *names: str, default: float) -> float: ...
+@overload
+def setting_float(choice: EngineChoice, *names: str, default: None = None) -> float | None: ...
 def setting_float(choice: EngineChoice, *names: str, default: float | None = None) -> float | None:
     raw = setting(choice, *names)
     if raw is None:

@@ -17,6 +17,7 @@ from dataclasses import replace
 from hfvram.errors import UsageError
 from hfvram.estimate.common import (
     MiB,
+    Rules,
     active_weight_bytes,
     decode_tokens_per_second,
     engine_rules,
@@ -49,7 +50,7 @@ KV_DTYPE_TO_MODE = {
 }
 
 
-def cache_mode(name: str, modes: Mapping[str, object]) -> str:
+def cache_mode(name: str, modes: Rules) -> str:
     key = name.strip()
     upper = key.upper()
     if upper in modes:
@@ -76,15 +77,15 @@ def q_block(dim: int, blocksize: int) -> int:
     return block
 
 
-def cache_bytes_per_layer(dim: int, seq_len: int, batch: int, mode: Mapping[str, object], scale_group: int) -> int:
+def cache_bytes_per_layer(dim: int, seq_len: int, batch: int, mode: Rules, scale_group: int) -> int:
     """K + V state tensors (and scales) of one layer: ``batch × seq_len × d × (k + v)`` (+ 2 × d/32 fp16 scales)."""
-    per_token = dim * (float(mode["k"]) + float(mode["v"]))  # type: ignore[arg-type]
+    per_token = dim * (float(mode["k"]) + float(mode["v"]))
     if mode["scales"]:
         per_token += 2 * 2 * dim / scale_group
     return int(batch * seq_len * per_token)
 
 
-def temp_bytes_per_device(dim: int, seq_len: int, batch: int, mode: Mapping[str, object]) -> int:
+def temp_bytes_per_device(dim: int, seq_len: int, batch: int, mode: Rules) -> int:
     """FP16 K and V of one layer kept per device by the 8-bit and Q caches (``touch_device``)."""
     return 2 * 2 * batch * seq_len * dim if mode["temp"] else 0
 
@@ -107,7 +108,7 @@ class ExLlamaV2Profile:
     ) -> Estimate:
         data = load_engine_data(ENGINE)
         version, rules = engine_rules(ENGINE, choice.version)
-        modes: Mapping[str, Mapping[str, object]] = data["cache_modes"]
+        modes: Mapping[str, Rules] = data["cache_modes"]
         wanted = setting(choice, "cache_mode", "cache-mode") or (
             workload.kv_dtype if workload.kv_dtype not in ("auto", "") else str(rules["cache_mode"])
         )

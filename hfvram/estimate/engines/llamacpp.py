@@ -21,6 +21,7 @@ from hfvram.errors import UsageError
 from hfvram.estimate.common import (
     GiB,
     MiB,
+    Rules,
     active_weight_bytes,
     decode_tokens_per_second,
     engine_rules,
@@ -189,9 +190,7 @@ def _on_off_auto(value: str | None, default: str) -> str:
     return mapping[raw]
 
 
-def resolve_settings(
-    spec: ModelSpec, choice: EngineChoice, workload: Workload, rules: Mapping[str, object]
-) -> Settings:
+def resolve_settings(spec: ModelSpec, choice: EngineChoice, workload: Workload, rules: Rules) -> Settings:
     """Apply llama.cpp's defaults (§4.1) to the user's settings and workload.
 
     Context: ``ctx-size`` is the whole cache (all sequences); without it, n_ctx = workload.context (default the
@@ -625,7 +624,7 @@ def is_metal(hardware: Hardware | None) -> bool:
     return hardware is not None and (hardware.gpu.unified_memory or hardware.gpu.vendor == "apple")
 
 
-def overhead_bytes(hardware: Hardware | None, rules: Mapping[str, object]) -> tuple[int, str]:
+def overhead_bytes(hardware: Hardware | None, rules: Rules) -> tuple[int, str]:
     """CUDA / Metal context and backend pool per GPU (outside llama.cpp's logged buffers)."""
     if is_metal(hardware):
         return int(
@@ -656,7 +655,7 @@ def breakdown(
     spec: ModelSpec,
     hardware: Hardware | None,
     s: Settings,
-    rules: Mapping[str, object],
+    rules: Rules,
     compute_consts: Mapping[str, float],
 ) -> Breakdown:
     pad = int(rules["n_ctx_pad"])
@@ -714,7 +713,7 @@ class LlamaCppProfile:
         workload: Workload,
         version: str,
         s: Settings,
-        rules: Mapping[str, object],
+        rules: Rules,
         compute: Mapping[str, float],
         extra_warnings: Sequence[str] = (),
         extra_explain: Mapping[str, str] | None = None,
@@ -820,7 +819,7 @@ class LlamaCppProfile:
         spec: ModelSpec,
         hardware: Hardware | None,
         s: Settings,
-        rules: Mapping[str, object],
+        rules: Rules,
         compute: Mapping[str, float],
         kv_tokens: int,
     ) -> Capacity:

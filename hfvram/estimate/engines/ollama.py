@@ -25,6 +25,7 @@ from hfvram.errors import UsageError
 from hfvram.estimate.common import (
     GiB,
     MiB,
+    Rules,
     active_weight_bytes,
     decode_tokens_per_second,
     engine_rules,
@@ -41,7 +42,7 @@ from hfvram.spec import RECURRENT_KINDS, LayerKind, ModelSpec
 ENGINE = "ollama"
 
 
-def gguf_arch(spec: ModelSpec, rules: Mapping[str, object]) -> str:
+def gguf_arch(spec: ModelSpec, rules: Rules) -> str:
     """The GGUF architecture name Ollama switches on: the GGUF's own, else mapped from config.json's model_type."""
     arch = spec.extra.get("gguf_arch") if spec.extra else None
     if isinstance(arch, str) and arch:
@@ -54,22 +55,22 @@ def gguf_arch(spec: ModelSpec, rules: Mapping[str, object]) -> str:
     )
 
 
-def default_num_ctx(hardware: Hardware | None, rules: Mapping[str, object]) -> int:
+def default_num_ctx(hardware: Hardware | None, rules: Rules) -> int:
     """server/routes.go: num_ctx from the total VRAM of all GPUs (tiers in ollama.toml)."""
     if hardware is None:
         return int(rules["num_ctx_no_gpu"])
     total_gib = hardware.gpu.gpu_memory_bytes * hardware.count / GiB
-    for threshold, num_ctx in rules["num_ctx_tiers"]:  # type: ignore[union-attr]
+    for threshold, num_ctx in rules["num_ctx_tiers"]:
         if total_gib >= threshold:
             return int(num_ctx)
     return int(rules["num_ctx_no_gpu"])
 
 
-def flash_attention_default(spec: ModelSpec, rules: Mapping[str, object]) -> bool:
-    return gguf_arch(spec, rules) in tuple(rules["flash_attention_archs"])  # type: ignore[arg-type]
+def flash_attention_default(spec: ModelSpec, rules: Rules) -> bool:
+    return gguf_arch(spec, rules) in tuple(rules["flash_attention_archs"])
 
 
-def minimum_memory(hardware: Hardware | None, rules: Mapping[str, object]) -> int:
+def minimum_memory(hardware: Hardware | None, rules: Rules) -> int:
     """Ollama's fixed reserve per GPU (ml/device.go::MinimumMemory) plus OLLAMA_GPU_OVERHEAD."""
     metal = hardware is not None and (hardware.gpu.unified_memory or hardware.gpu.vendor == "apple")
     mib = int(rules["minimum_memory_metal_mib" if metal else "minimum_memory_cuda_mib"])
@@ -77,7 +78,7 @@ def minimum_memory(hardware: Hardware | None, rules: Mapping[str, object]) -> in
 
 
 def resolve(
-    spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload, rules: Mapping[str, object]
+    spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload, rules: Rules
 ) -> tuple[int, int, int, str, bool, list[str]]:
     """(num_ctx per sequence, num_parallel, num_batch, kv type, flash attention, notes) with Ollama's defaults."""
     notes: list[str] = []
@@ -101,8 +102,8 @@ def resolve(
         or str(rules["kv_cache_type"])
     )
     kv = llamacpp.KV_ALIASES.get(kv.lower(), kv.lower())
-    if kv not in tuple(rules["kv_cache_types"]):  # type: ignore[arg-type]
-        raise UsageError(f"Ollama KV cache type {kv!r} is not one of {', '.join(rules['kv_cache_types'])}")  # type: ignore[arg-type]
+    if kv not in tuple(rules["kv_cache_types"]):
+        raise UsageError(f"Ollama KV cache type {kv!r} is not one of {', '.join(rules['kv_cache_types'])}")
     if kv != "f16" and not flash:
         notes.append(f"OLLAMA_KV_CACHE_TYPE={kv} needs flash attention: Ollama falls back to f16")
         kv = "f16"
@@ -115,12 +116,12 @@ def resolve(
 
 
 def legacy_kv_per_layer(
-    spec: ModelSpec, arch: str, context: int, parallel: int, batch: int, kv: str, rules: Mapping[str, object]
+    spec: ModelSpec, arch: str, context: int, parallel: int, batch: int, kv: str, rules: Rules
 ) -> list[int]:
     """KV bytes per layer as GraphSize estimates them (engines.md §5): ``ctx × parallel × (k + v) × kv_heads ×
     bytes`` with q8_0 = 1.0 and q4_0 = 0.5; recurrent layers F32 conv + SSM state; Gemma 3 local layers
     ``parallel × window + batch`` cells; gpt-oss even layers ``parallel × 4096 + batch``."""
-    per_elem = float(rules["legacy_kv_bytes"][kv])  # type: ignore[index]
+    per_elem = float(rules["legacy_kv_bytes"][kv])
     cells = context * parallel
     out = []
     for il, layer in enumerate(spec.layers):
@@ -232,7 +233,7 @@ class OllamaProfile:
         choice: EngineChoice,
         workload: Workload,
         version: str,
-        rules: Mapping[str, object],
+        rules: Rules,
         num_ctx: int,
         parallel: int,
         num_batch: int,
@@ -300,7 +301,7 @@ class OllamaProfile:
         choice: EngineChoice,
         workload: Workload,
         version: str,
-        rules: Mapping[str, object],
+        rules: Rules,
         num_ctx: int,
         parallel: int,
         num_batch: int,
@@ -332,7 +333,7 @@ class OllamaProfile:
         ]
         explain = {
             "weights": f"all {spec.num_layers} repeating layers + output layer ({output / MiB:.0f} MiB); token_embd on the CPU",
-            "kv_cache": f"legacy GraphSize KV: {num_ctx} × {parallel} cells × (k+v) × kv_heads × {rules['legacy_kv_bytes'][kv]} B ({kv})",  # type: ignore[index]
+            "kv_cache": f"legacy GraphSize KV: {num_ctx} × {parallel} cells × (k+v) × kv_heads × {rules['legacy_kv_bytes'][kv]} B ({kv})",
             "activations": f"graph {'full' if count == 1 else 'partial'} offload: {graph_rule}",
             "overhead": f"MinimumMemory {minimum_memory(hardware, rules) / MiB:.0f} MiB + OLLAMA_GPU_OVERHEAD + one spare layer {spare / MiB:.0f} MiB",
             "usable": "all of the GPU's memory (the legacy estimator compares against free memory)",

@@ -477,7 +477,7 @@ def pool_bytes_needed(
     The full pool must hold every token; the SWA pool (``ratio`` × the full pool's tokens) holds
     ``min(window, context)`` per request; with recurrent layers the pool is split full : mamba = 1 : r, and
     the mamba part must hold one state per request (§3.2, §3.3)."""
-    tokens = math.ceil(context / page_size) * page_size * concurrency
+    tokens: float = math.ceil(context / page_size) * page_size * concurrency
     if cell.hybrid_swa and window:
         tokens = max(tokens, min(window, context) * concurrency / cell.swa_ratio)
     full_part = tokens * cell.cell

@@ -474,7 +474,7 @@ def activation_peak(spec: ModelSpec, settings: Settings, rules: Mapping[str, Any
     if is_moe and quant not in rules["moe_workspace_exempt_quantizations"]:
         workspace = (
             batched
-            * spec.experts_per_token
+            * (spec.experts_per_token or 0)
             * (2 * moe_ffn / tp + hidden)
             * float(rules["moe_workspace_bytes_per_elem"])
         )
