@@ -1,0 +1,93 @@
+"""Every figure and its --explain line come from the same rule value.
+
+Each test builds an engine profile from a copy of its packaged TOML with one constant changed (no hfvram
+function is replaced) and checks that the figure moves and that the explanation now states the new value.
+The fixture configs are real Hub config.json files (fixtures/hub).
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+from spec_support import derived_spec
+
+from hfvram.estimate import common
+from hfvram.estimate.engines import vllm
+from hfvram.estimate.types import GPU, EngineChoice, Hardware, Workload
+
+GiB = 1 << 30
+H100 = Hardware(GPU(id="h100", name="NVIDIA H100 80GB HBM3", vendor="nvidia", memory_bytes=int(79.19 * GiB)))
+
+
+def with_constant(engine: str, key: str, value: Any) -> dict[str, Any]:
+    """The engine's packaged TOML table with ``key`` set to ``value`` in its defaults and in every release
+    table that sets it (so the value holds at every rule version)."""
+    data = copy.deepcopy(dict(common.load_engine_data(engine)))
+    data["defaults"][key] = value
+    for table in data.get("versions", {}).values():
+        if key in table:
+            table[key] = value
+    return data
+
+
+def gib_figures(text: str) -> list[float]:
+    return [float(number) for number in re.findall(r"(\d+\.\d+) GiB", text)]
+
+
+def vllm_estimate(data: Mapping[str, Any] | None, version: str = "0.19", **settings: str):
+    profile = vllm.VllmProfile(data)
+    spec = derived_spec("Qwen/Qwen3-14B")
+    return profile.estimate(spec, H100, EngineChoice("vllm", version, settings), Workload(context=8192))
+
+
+def test_packaged_vllm_015_explains_the_sampler_constant_it_uses():
+    # vllm@0.15 profiles 38.9 B per logit (vllm.toml [versions."0.15"]); the text once said 15.3
+    text = vllm_estimate(None, "0.15").explain["activations"]
+    assert "sampler 38.9 B" in text
+    assert "sampler 15.3 B" in vllm_estimate(None, "0.19").explain["activations"]
+
+
+@pytest.mark.parametrize("version", ["0.15", "0.19", "0.21"])
+def test_vllm_sampler_constant_moves_figure_and_text(version):
+    base = vllm_estimate(None, version)
+    changed = vllm_estimate(with_constant("vllm", "sampler_bytes_per_logit", 99.5), version)
+    assert "sampler 99.5 B" in changed.explain["activations"]
+    assert changed.per_gpu.activations > base.per_gpu.activations
+    # the GiB the text gives for the sampler is the term's own figure
+    sampler_gib = gib_figures(changed.explain["activations"])[0]
+    assert sampler_gib == pytest.approx(changed.per_gpu.activations / GiB, abs=0.01)
+
+
+def test_vllm_cuda_context_constant_moves_figure_and_text():
+    base = vllm_estimate(None)
+    changed = vllm_estimate(with_constant("vllm", "cuda_context_gib", 1.75))
+    assert "CUDA context + NCCL 1.75 GiB" in changed.explain["overhead"]
+    assert "CUDA context + NCCL 0.50 GiB" in base.explain["overhead"]
+    assert changed.engine["outside_budget_bytes"] - base.engine["outside_budget_bytes"] == int(1.25 * GiB)
+
+
+def test_vllm_non_torch_constant_moves_figure_and_text():
+    changed = vllm_estimate(with_constant("vllm", "non_torch_gib_tp1", 0.8), enforce_eager="true")
+    assert changed.per_gpu.overhead == int(0.8 * GiB)
+    assert "non-torch memory 0.80 GiB" in changed.explain["overhead"]
+
+
+def test_vllm_release_of_a_rule_change_is_read_from_the_toml():
+    data = copy.deepcopy(dict(common.load_engine_data("vllm")))
+    del data["versions"]["0.21"]["cudagraph_in_budget"]
+    data["versions"]["0.19"]["cudagraph_in_budget"] = True
+    result = vllm_estimate(data, "0.19")
+    assert result.engine["cudagraph_in_budget"] is True
+    assert "(deducted from the budget since v0.19)" in result.explain["overhead"]
+    graphs = result.engine["cudagraph_bytes"] / GiB
+    assert f"CUDA graphs {graphs:.2f} GiB" in result.explain["overhead"]
+
+
+def test_vllm_utilization_constant_moves_budget_and_text():
+    changed = vllm_estimate(with_constant("vllm", "gpu_memory_utilization", 0.5))
+    assert "gpu_memory_utilization 0.5)" in changed.explain["budget"]
+    assert changed.per_gpu.usable == pytest.approx(0.5 * H100.gpu.memory_bytes, abs=1)
