@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from hfvram.errors import UsageError
 from hfvram.estimate.common import (
@@ -111,6 +111,8 @@ class Settings:
     notes: tuple[str, ...] = ()
     #: the GPU backend pads quantized rows (CUDA / ROCm); False for Metal and the CPU-only truth runs
     cuda: bool = True
+    #: row length the CUDA buffer type pads quantized matrices to (llama.cpp.toml matrix_row_padding)
+    matrix_row_padding: int = field(default_factory=lambda: packaged_row_padding())
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -194,83 +196,23 @@ def resolve_settings(spec: ModelSpec, choice: EngineChoice, workload: Workload, 
     Context: ``ctx-size`` is the whole cache (all sequences); without it, n_ctx = workload.context (default the
     model's n_ctx_train) × the sequences the workload holds at full length (``workload.concurrency``)."""
     notes: list[str] = []
-    binary = (setting(choice, "binary") or str(rules["binary"])).strip().lower()
-    if binary in ("server", "llama-server"):
-        binary = "llama-server"
-    elif binary in ("cli", "llama-cli", "main", "llama-bench", "library"):
-        binary = "llama-cli"
-    else:
-        raise UsageError(f"binary={binary!r}: use llama-server or llama-cli")
-
-    parallel = setting_int(choice, "parallel", "np", "n-parallel")
-    unified_setting = setting(choice, "kv-unified", "kvu")
-    if parallel is None or parallel < 0:
-        if workload.concurrency > 1:
-            parallel = workload.concurrency
-        elif binary == "llama-server":
-            parallel = int(rules["server_auto_parallel"])
-            if unified_setting is None:
-                unified_setting = "true"
-                notes.append(f"llama-server -np auto: {parallel} slots sharing one unified KV cache")
-        else:
-            parallel = 1
-    kv_unified = (
-        setting_bool(choice, "kv-unified", "kvu", default=bool(rules["kv_unified"]))
-        if unified_setting is None
-        else unified_setting.strip().lower() in ("", "1", "true", "on", "yes")
-    )
-
-    ctx_size = setting_int(choice, "ctx-size", "c", "n-ctx", "num-ctx")
-    if ctx_size is None or ctx_size <= 0:
-        per_seq = workload.context or spec.max_position_embeddings
-        if per_seq is None:
-            raise UsageError("the model states no context length (n_ctx_train); pass --context or --set ctx-size=N")
-        # a unified cache shared by auto slots holds `concurrency` full sequences; per-sequence streams hold one each
-        ctx_size = per_seq * max(1, workload.concurrency if kv_unified else parallel)
-    pad = int(rules["n_ctx_pad"])
-    n_ctx, n_ctx_seq, n_stream = kv_cells(ctx_size, parallel, kv_unified, pad)
-
-    n_batch = setting_int(choice, "batch-size", "b", default=int(rules["n_batch"])) or int(rules["n_batch"])
-    n_ubatch = setting_int(choice, "ubatch-size", "ub", default=int(rules["n_ubatch"])) or int(rules["n_ubatch"])
-    n_ubatch = min(n_ubatch, n_batch)
-    n_outputs_max = min(n_batch, parallel) if binary == "llama-server" else n_batch
-    n_outputs_max = setting_int(choice, "n-outputs-max", default=n_outputs_max) or n_outputs_max
-
+    binary = resolve_binary(choice, rules)
+    parallel, kv_unified = resolve_slots(choice, workload, binary, rules, notes)
+    ctx_size = resolve_ctx_size(spec, choice, workload, parallel, kv_unified)
+    n_ctx, n_ctx_seq, n_stream = kv_cells(ctx_size, parallel, kv_unified, int(rules["n_ctx_pad"]))
+    n_batch, n_ubatch, n_outputs_max = resolve_batches(choice, rules, binary, parallel)
     fa = _on_off_auto(setting(choice, "flash-attn", "fa"), str(rules["flash_attn"]))
     if fa == "auto":
         notes.append("flash-attn auto resolves to on when the device supports every FA op (assumed)")
     flash_attn = fa != "off"
-
-    default_kv = None if workload.kv_dtype in ("auto", "") else kv_type(workload.kv_dtype)
-    type_k = kv_type(setting(choice, "cache-type-k", "ctk") or default_kv or str(rules["type_k"]))
-    type_v = kv_type(setting(choice, "cache-type-v", "ctv") or default_kv or str(rules["type_v"]))
-    if type_k != type_v and any(layer.kind is LayerKind.MLA for layer in spec.layers):
-        # llama_init_from_model: "model does not support different K and V cache types" (MLA keeps V inside K);
-        # seen in benchmarks/data/llamacpp_truth.jsonl (deepseek-v2-lite, q8_0 / f16)
-        raise UsageError(f"llama.cpp refuses different K ({type_k}) and V ({type_v}) cache types for an MLA model")
-    if GGML_BLOCKS[type_v][0] > 1 and not flash_attn:
-        raise UsageError(f"llama.cpp needs flash-attn for a quantized V cache (cache-type-v={type_v})")
-
+    type_k, type_v = resolve_kv_types(spec, choice, workload, rules, flash_attn)
     n_layer = spec.num_layers
     ngl = setting_int(choice, "n-gpu-layers", "ngl", "gpu-layers")
     if ngl is None or ngl < 0 or ngl > n_layer + 1:
         ngl = n_layer + 1
     cpu_moe = n_layer if setting_bool(choice, "cpu-moe", "cmoe") else 0
     cpu_moe = max(cpu_moe, setting_int(choice, "n-cpu-moe", "ncmoe", default=0) or 0)
-
-    split_mode = (setting(choice, "split-mode", "sm") or "layer").strip().lower()
-    if split_mode not in ("layer", "row", "none"):
-        raise UsageError(f"split-mode={split_mode!r}: use layer, row or none")
-    ts_text = setting(choice, "tensor-split", "ts")
-    tensor_split: tuple[float, ...] = ()
-    if ts_text:
-        try:
-            tensor_split = tuple(float(part) for part in re.split(r"[,/]", ts_text) if part.strip())
-        except ValueError as exc:
-            raise UsageError(f"tensor-split={ts_text!r} is not a list of numbers") from exc
-        if any(share < 0 for share in tensor_split) or not any(tensor_split):
-            raise UsageError(f"tensor-split={ts_text!r} needs non-negative proportions")
-    fit = setting_bool(choice, "fit", default=bool(rules["fit"]))
+    split_mode, tensor_split = resolve_split(choice)
     fit_target = setting_int(choice, "fit-target", "fitt", default=int(rules["fit_target_mib"]))
     return Settings(
         binary=binary,
@@ -292,11 +234,103 @@ def resolve_settings(spec: ModelSpec, choice: EngineChoice, workload: Workload, 
         split_mode=split_mode,
         tensor_split=tensor_split,
         kv_offload=not setting_bool(choice, "no-kv-offload", "nkvo"),
-        fit=fit,
+        fit=setting_bool(choice, "fit", default=bool(rules["fit"])),
         fit_target_bytes=(fit_target or 0) * MiB,
         n_rs_seq=int(rules["n_rs_seq"]),
         notes=tuple(notes),
+        matrix_row_padding=int(rules["matrix_row_padding"]),
     )
+
+
+def resolve_binary(choice: EngineChoice, rules: Rules) -> str:
+    """llama-server or llama-cli (their slot and output defaults differ)."""
+    binary = (setting(choice, "binary") or str(rules["binary"])).strip().lower()
+    if binary in ("server", "llama-server"):
+        return "llama-server"
+    if binary in ("cli", "llama-cli", "main", "llama-bench", "library"):
+        return "llama-cli"
+    raise UsageError(f"binary={binary!r}: use llama-server or llama-cli")
+
+
+def resolve_slots(
+    choice: EngineChoice, workload: Workload, binary: str, rules: Rules, notes: list[str]
+) -> tuple[int, bool]:
+    """(parallel sequences, unified KV cache): ``-np`` when given, else the workload's concurrency, else
+    llama-server's auto slots sharing one unified cache."""
+    parallel = setting_int(choice, "parallel", "np", "n-parallel")
+    unified_setting = setting(choice, "kv-unified", "kvu")
+    if parallel is None or parallel < 0:
+        if workload.concurrency > 1:
+            parallel = workload.concurrency
+        elif binary == "llama-server":
+            parallel = int(rules["server_auto_parallel"])
+            if unified_setting is None:
+                unified_setting = "true"
+                notes.append(f"llama-server -np auto: {parallel} slots sharing one unified KV cache")
+        else:
+            parallel = 1
+    kv_unified = (
+        setting_bool(choice, "kv-unified", "kvu", default=bool(rules["kv_unified"]))
+        if unified_setting is None
+        else unified_setting.strip().lower() in ("", "1", "true", "on", "yes")
+    )
+    return parallel, kv_unified
+
+
+def resolve_ctx_size(spec: ModelSpec, choice: EngineChoice, workload: Workload, parallel: int, kv_unified: bool) -> int:
+    """``ctx-size`` (all sequences together) as given, else the per-sequence context × the sequences held."""
+    ctx_size = setting_int(choice, "ctx-size", "c", "n-ctx", "num-ctx")
+    if ctx_size is not None and ctx_size > 0:
+        return ctx_size
+    per_seq = workload.context or spec.max_position_embeddings
+    if per_seq is None:
+        raise UsageError("the model states no context length (n_ctx_train); pass --context or --set ctx-size=N")
+    # a unified cache shared by auto slots holds `concurrency` full sequences; per-sequence streams hold one each
+    return per_seq * max(1, workload.concurrency if kv_unified else parallel)
+
+
+def resolve_batches(choice: EngineChoice, rules: Rules, binary: str, parallel: int) -> tuple[int, int, int]:
+    """(n_batch, n_ubatch, n_outputs_max); llama-server reserves outputs for its slots only."""
+    n_batch = setting_int(choice, "batch-size", "b", default=int(rules["n_batch"])) or int(rules["n_batch"])
+    n_ubatch = setting_int(choice, "ubatch-size", "ub", default=int(rules["n_ubatch"])) or int(rules["n_ubatch"])
+    n_ubatch = min(n_ubatch, n_batch)
+    n_outputs_max = min(n_batch, parallel) if binary == "llama-server" else n_batch
+    n_outputs_max = setting_int(choice, "n-outputs-max", default=n_outputs_max) or n_outputs_max
+    return n_batch, n_ubatch, n_outputs_max
+
+
+def resolve_kv_types(
+    spec: ModelSpec, choice: EngineChoice, workload: Workload, rules: Rules, flash_attn: bool
+) -> tuple[str, str]:
+    """(cache-type-k, cache-type-v), with llama.cpp's refusals: different K and V types for MLA, a quantized
+    V cache without flash attention."""
+    default_kv = None if workload.kv_dtype in ("auto", "") else kv_type(workload.kv_dtype)
+    type_k = kv_type(setting(choice, "cache-type-k", "ctk") or default_kv or str(rules["type_k"]))
+    type_v = kv_type(setting(choice, "cache-type-v", "ctv") or default_kv or str(rules["type_v"]))
+    if type_k != type_v and any(layer.kind is LayerKind.MLA for layer in spec.layers):
+        # llama_init_from_model: "model does not support different K and V cache types" (MLA keeps V inside K);
+        # seen in benchmarks/data/llamacpp_truth.jsonl (deepseek-v2-lite, q8_0 / f16)
+        raise UsageError(f"llama.cpp refuses different K ({type_k}) and V ({type_v}) cache types for an MLA model")
+    if GGML_BLOCKS[type_v][0] > 1 and not flash_attn:
+        raise UsageError(f"llama.cpp needs flash-attn for a quantized V cache (cache-type-v={type_v})")
+    return type_k, type_v
+
+
+def resolve_split(choice: EngineChoice) -> tuple[str, tuple[float, ...]]:
+    """(split-mode, tensor-split proportions)."""
+    split_mode = (setting(choice, "split-mode", "sm") or "layer").strip().lower()
+    if split_mode not in ("layer", "row", "none"):
+        raise UsageError(f"split-mode={split_mode!r}: use layer, row or none")
+    ts_text = setting(choice, "tensor-split", "ts")
+    if not ts_text:
+        return split_mode, ()
+    try:
+        tensor_split = tuple(float(part) for part in re.split(r"[,/]", ts_text) if part.strip())
+    except ValueError as exc:
+        raise UsageError(f"tensor-split={ts_text!r} is not a list of numbers") from exc
+    if any(share < 0 for share in tensor_split) or not any(tensor_split):
+        raise UsageError(f"tensor-split={ts_text!r} needs non-negative proportions")
+    return split_mode, tensor_split
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -516,7 +550,12 @@ def _layer_weight_bytes(spec: ModelSpec) -> tuple[list[int], list[int], int, int
     return dense, experts, embd, output
 
 
-def cuda_row_padding_bytes(spec: ModelSpec, matrix_row_padding: int = 512) -> int:
+def packaged_row_padding() -> int:
+    """``matrix_row_padding`` of the packaged llama.cpp.toml."""
+    return int(load_engine_data(ENGINE)["defaults"]["matrix_row_padding"])
+
+
+def cuda_row_padding_bytes(spec: ModelSpec, matrix_row_padding: int | None = None) -> int:
     """Bytes the CUDA buffer type adds per layer: every quantized matrix whose row length ``ne0`` is not a multiple
     of 512 gets the rest of one padded row (ggml-cuda.cu ``get_alloc_size``: ``row_size(type, 512 − ne0 % 512)``,
     once per tensor). Row lengths from the spec (hidden, attention width, FFN widths), bytes per element from the
@@ -524,6 +563,8 @@ def cuda_row_padding_bytes(spec: ModelSpec, matrix_row_padding: int = 512) -> in
     bpw = spec.extra.get("bits_per_weight") if spec.extra else None
     if not isinstance(bpw, (int, float)) or bpw >= 16:
         return 0
+    if matrix_row_padding is None:
+        matrix_row_padding = packaged_row_padding()
     hidden = spec.hidden_size or 0
     heads = spec.num_attention_heads or 0
     head_dim = spec.head_dim or 0
@@ -565,7 +606,7 @@ def place(spec: ModelSpec, settings: Settings, kv: KvBytes, n_gpus: int) -> Plac
     keep matching expert (or other) tensors on the CPU; KV follows its layer unless ``no-kv-offload``."""
     n_layer = spec.num_layers
     dense, experts, embd, output = _layer_weight_bytes(spec)
-    row_padding = cuda_row_padding_bytes(spec)
+    row_padding = cuda_row_padding_bytes(spec, settings.matrix_row_padding)
     gpus = 1 if settings.split_mode == "none" else max(1, n_gpus)
     shares = _device_shares(gpus, settings.tensor_split)
     devices = place_layers(n_layer, min(settings.n_gpu_layers, n_layer + 1), shares)
