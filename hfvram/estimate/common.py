@@ -15,6 +15,7 @@ from typing import Any, overload
 
 from hfvram.datafiles import data_table
 from hfvram.errors import ModelReadError, UsageError
+from hfvram.estimate.dtypes import element_bytes
 from hfvram.estimate.types import (
     Capacity,
     EngineChoice,
@@ -36,31 +37,9 @@ Rules = Mapping[str, Any]
 # KV dtypes
 # ---------------------------------------------------------------------------------------------------------
 
-#: KV cache dtype name -> bytes per element (engines.md §1.2). Names as engines and users spell them.
-KV_DTYPE_BYTES: Mapping[str, float] = {
-    "fp32": 4.0,
-    "float32": 4.0,
-    "f32": 4.0,
-    "bf16": 2.0,
-    "bfloat16": 2.0,
-    "fp16": 2.0,
-    "float16": 2.0,
-    "f16": 2.0,
-    "half": 2.0,
-    "fp8": 1.0,
-    "fp8_e4m3": 1.0,
-    "fp8_e5m2": 1.0,
-    "fp8_inc": 1.0,
-    "int8": 1.0,
-    "q8_0": 34 / 32,
-    "q5_1": 24 / 32,
-    "q5_0": 22 / 32,
-    "q4_1": 20 / 32,
-    "q4_0": 18 / 32,
-    "iq4_nl": 18 / 32,
-    "int4": 0.5,
-    "fp4": 0.5,
-}
+#: KV cache dtype name -> bytes per element (engines.md §1.2). Names as engines and users spell them; the
+#: table is hfvram/data/dtypes.toml with the ggml block types from hfvram/data/ggml_types.json.
+KV_DTYPE_BYTES: Mapping[str, float] = element_bytes()
 
 
 def kv_dtype_bytes(name: str, model_dtype_bytes: float = 2.0) -> float:
@@ -267,7 +246,7 @@ def weights_per_rank(
         + (f", vocab padded to a multiple of {vocab_padding}" if vocab and vocab_padding > 1 else "")
         + stage_note
     )
-    return WeightsSplit(bytes=int(round(total)), by_component={k: int(v) for k, v in per_rank.items()}, explain=explain)
+    return WeightsSplit(bytes=round(total), by_component={k: int(v) for k, v in per_rank.items()}, explain=explain)
 
 
 def active_weight_bytes(spec: ModelSpec) -> int | None:

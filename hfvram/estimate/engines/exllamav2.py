@@ -63,7 +63,9 @@ def cache_mode(name: str, modes: Rules) -> str:
 
 def kv_dim(spec: ModelSpec) -> int:
     """``num_key_value_heads × head_dim`` — ExLlamaV2 uses one shape for every layer (config-level values)."""
-    layer = next((l for l in spec.layers if l.kind in (LayerKind.FULL, LayerKind.SLIDING, LayerKind.CHUNKED)), None)
+    layer = next(
+        (item for item in spec.layers if item.kind in (LayerKind.FULL, LayerKind.SLIDING, LayerKind.CHUNKED)), None
+    )
     if layer is None:
         raise UsageError("ExLlamaV2 needs a standard attention model (no MLA / recurrent-only layers)")
     return layer.num_kv_heads * layer.head_dim_k

@@ -33,30 +33,15 @@ from hfvram.estimate.common import (
     setting_bool,
     setting_int,
 )
+from hfvram.estimate.dtypes import ggml_blocks
 from hfvram.estimate.types import Capacity, EngineChoice, Estimate, Hardware, PerGpu, Workload
 from hfvram.spec import RECURRENT_KINDS, WINDOWED_KINDS, Layer, LayerKind, ModelSpec
 
 ENGINE = "llama.cpp"
 
-#: ggml type name -> (block elements, bytes per block) — engines.md §11.1 (ggml-common.h static_asserts)
-GGML_BLOCKS: Mapping[str, tuple[int, int]] = {
-    "f32": (1, 4),
-    "f16": (1, 2),
-    "bf16": (1, 2),
-    "q4_0": (32, 18),
-    "q4_1": (32, 20),
-    "q5_0": (32, 22),
-    "q5_1": (32, 24),
-    "q8_0": (32, 34),
-    "iq4_nl": (32, 18),
-    "q2_k": (256, 84),
-    "q3_k": (256, 110),
-    "q4_k": (256, 144),
-    "q5_k": (256, 176),
-    "q6_k": (256, 210),
-    "iq4_xs": (256, 136),
-    "mxfp4": (32, 17),
-}
+#: ggml type name -> (block elements, bytes per block) — engines.md §11.1 (ggml-common.h static_asserts), from
+#: hfvram/data/ggml_types.json (generated from gguf's GGML_QUANT_SIZES)
+GGML_BLOCKS: Mapping[str, tuple[int, int]] = ggml_blocks()
 #: KV cache types llama.cpp accepts (common/arg.cpp::kv_cache_types)
 KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 #: hfvram / HF spellings -> llama.cpp names

@@ -328,8 +328,9 @@ class OllamaProfile:
         per_gpu = PerGpu(
             weights=weights, kv_cache=kv_gpu, activations=graph, overhead=overhead, usable=memory, memory=memory
         )
-        warnings = list(notes) + [
-            "ollama@0.12: Ollama's own pre-load estimate (memory.required.*), not what llama.cpp allocates"
+        warnings = [
+            *list(notes),
+            "ollama@0.12: Ollama's own pre-load estimate (memory.required.*), not what llama.cpp allocates",
         ]
         explain = {
             "weights": f"all {spec.num_layers} repeating layers + output layer ({output / MiB:.0f} MiB); token_embd on the CPU",

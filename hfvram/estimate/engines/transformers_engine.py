@@ -173,7 +173,7 @@ class TransformersProfile:
         growing, fixed = kv_bytes(layers, s.tp, s.kv_bytes, context, spec.dtype_bytes())
         mla_note = (
             " (MLA cached decompressed: heads × (qk_head_dim + v_head_dim))"
-            if any(l.kind is LayerKind.MLA for l in spec.layers)
+            if any(layer.kind is LayerKind.MLA for layer in spec.layers)
             else ""
         )
         explain["kv_cache"] = (

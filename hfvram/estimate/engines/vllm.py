@@ -471,9 +471,9 @@ def is_large_gpu(hardware: Hardware | None, rules: Rules) -> bool:
 def resolve_batch(hardware: Hardware | None, choice: EngineChoice, rules: Rules, max_model_len: int) -> tuple[int, int]:
     """(max_num_batched_tokens, max_num_seqs): the user's, else the GPU class defaults; without chunked
     prefill a whole max_model_len prompt is one batch."""
-    size = "large" if is_large_gpu(hardware, rules) else "small"
-    default_batched = int(rules[f"{size}_gpu_max_num_batched_tokens"])
-    default_seqs = int(rules[f"{size}_gpu_max_num_seqs"])
+    large = is_large_gpu(hardware, rules)
+    default_batched = int(rules["large_gpu_max_num_batched_tokens" if large else "small_gpu_max_num_batched_tokens"])
+    default_seqs = int(rules["large_gpu_max_num_seqs" if large else "small_gpu_max_num_seqs"])
     max_num_seqs = common.setting_int(choice, "max-num-seqs", default=default_seqs) or default_seqs
     batched = common.setting_int(choice, "max-num-batched-tokens")
     chunked = common.setting_bool(choice, "enable-chunked-prefill", default=bool(rules["chunked_prefill"]))
