@@ -77,14 +77,23 @@ def kv_heads_per_rank(total_kv_heads: int, tp: int) -> int:
     return max(1, total_kv_heads // max(1, tp))
 
 
-def layer_kv_elems_per_token_rank(layer: Layer, tp: int) -> int:
-    """K+V elements per token this layer stores on one TP rank. MLA keeps its whole latent on every rank
-    (engines.md §1.1: ``num_kv_heads = 1`` when ``use_mla``); recurrent / cache-free layers -> 0."""
+def layer_kv_row_elems(layer: Layer, tp: int = 1) -> tuple[int, int]:
+    """(K, V) elements per token this layer stores on one TP rank (``tp=1``: the whole layer, llama.cpp's
+    n_embd_k_gqa / n_embd_v_gqa). MLA keeps its whole latent on every rank, counted as K with no V
+    (engines.md §1.1: ``num_kv_heads = 1`` when ``use_mla``); recurrent / cache-free layers -> (0, 0).
+    The one place per-layer KV elements are computed in the estimator."""
     if layer.kind is LayerKind.MLA:
-        return layer.kv_lora_rank + layer.qk_rope_head_dim
+        return layer.kv_lora_rank + layer.qk_rope_head_dim, 0
     if layer.kind in (LayerKind.FULL, LayerKind.SLIDING, LayerKind.CHUNKED):
-        return kv_heads_per_rank(layer.num_kv_heads, tp) * (layer.head_dim_k + layer.head_dim_v)
-    return 0
+        heads = kv_heads_per_rank(layer.num_kv_heads, tp)
+        return heads * layer.head_dim_k, heads * layer.head_dim_v
+    return 0, 0
+
+
+def layer_kv_elems_per_token_rank(layer: Layer, tp: int) -> int:
+    """K+V elements per token this layer stores on one TP rank (:func:`layer_kv_row_elems` summed)."""
+    k_elems, v_elems = layer_kv_row_elems(layer, tp)
+    return k_elems + v_elems
 
 
 def layer_state_bytes_rank(layer: Layer, tp: int, fallback_dtype_bytes: float) -> float:

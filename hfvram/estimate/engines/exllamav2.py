@@ -22,6 +22,7 @@ from hfvram.estimate.common import (
     decode_tokens_per_second,
     engine_rules,
     finish_estimate,
+    layer_kv_row_elems,
     load_engine_data,
     require_weights,
     setting,
@@ -68,7 +69,7 @@ def kv_dim(spec: ModelSpec) -> int:
     )
     if layer is None:
         raise UsageError("ExLlamaV2 needs a standard attention model (no MLA / recurrent-only layers)")
-    return layer.num_kv_heads * layer.head_dim_k
+    return layer_kv_row_elems(layer)[0]
 
 
 def q_block(dim: int, blocksize: int) -> int:

@@ -33,6 +33,9 @@ from hfvram.estimate.common import (
     setting_bool,
     setting_int,
 )
+from hfvram.estimate.common import (
+    layer_kv_row_elems as common_kv_row_elems,
+)
 from hfvram.estimate.dtypes import ggml_blocks
 from hfvram.estimate.types import Capacity, EngineChoice, Estimate, Hardware, PerGpu, Workload
 from hfvram.spec import RECURRENT_KINDS, WINDOWED_KINDS, Layer, LayerKind, ModelSpec
@@ -334,11 +337,7 @@ def swa_cells(window: int, settings: Settings, pad: int = 256) -> int:
 
 def layer_kv_row_elems(layer: Layer) -> tuple[int, int]:
     """(K, V) elements per cell of one layer: n_embd_k_gqa / n_embd_v_gqa; MLA stores one latent as K, no V."""
-    if layer.kind is LayerKind.MLA:
-        return layer.kv_lora_rank + layer.qk_rope_head_dim, 0
-    if layer.kind in (LayerKind.FULL, LayerKind.SLIDING, LayerKind.CHUNKED):
-        return layer.num_kv_heads * layer.head_dim_k, layer.num_kv_heads * layer.head_dim_v
-    return 0, 0
+    return common_kv_row_elems(layer)
 
 
 def layer_cells(layer: Layer, settings: Settings, pad: int = 256) -> int:
