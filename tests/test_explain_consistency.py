@@ -91,3 +91,88 @@ def test_vllm_utilization_constant_moves_budget_and_text():
     changed = vllm_estimate(with_constant("vllm", "gpu_memory_utilization", 0.5))
     assert "gpu_memory_utilization 0.5)" in changed.explain["budget"]
     assert changed.per_gpu.usable == pytest.approx(0.5 * H100.gpu.memory_bytes, abs=1)
+
+
+# ---- SGLang ------------------------------------------------------------------------------------------------
+
+
+def sglang_estimate(data: Mapping[str, Any] | None, hardware: Hardware | None = H100):
+    from hfvram.estimate.engines import sglang
+
+    spec = derived_spec("Qwen/Qwen3-14B")
+    return sglang.SglangProfile(data).estimate(spec, hardware, EngineChoice("sglang"), Workload(context=8192))
+
+
+def test_sglang_req_to_token_constant_moves_figure_and_text():
+    base = sglang_estimate(None)
+    changed = sglang_estimate(with_constant("sglang", "req_to_token_bytes", 8))
+    assert changed.engine["req_to_token_bytes"] == 2 * base.engine["req_to_token_bytes"]
+    assert "× 8 B = " in changed.explain["activations"] and "× 4 B = " in base.explain["activations"]
+    table_gib = changed.engine["req_to_token_bytes"] / GiB
+    assert f"= {table_gib:.2f} GiB" in changed.explain["activations"]
+
+
+def test_sglang_cuda_context_constant_moves_figure_and_text():
+    changed = sglang_estimate(with_constant("sglang", "cuda_context_gib", 1.25))
+    assert changed.per_gpu.overhead == int(1.25 * GiB)
+    assert changed.explain["overhead"].startswith("CUDA context 1.25 GiB")
+
+
+def test_sglang_unknown_gpu_fraction_is_the_toml_value():
+    changed = sglang_estimate(with_constant("sglang", "fraction_unknown_gpu", 0.77), hardware=None)
+    assert changed.engine["mem_fraction_static"] == 0.77
+    assert "SGLang's fallback 0.77" in changed.engine["mem_fraction_static_source"]
+
+
+# ---- LMDeploy ----------------------------------------------------------------------------------------------
+
+
+def test_lmdeploy_runtime_constant_moves_figure_and_text():
+    from hfvram.estimate.engines import lmdeploy
+
+    spec = derived_spec("meta-llama/Llama-3.1-8B-Instruct")
+    choice = EngineChoice("lmdeploy", settings={"backend": "pytorch"})
+
+    def run(data):
+        return lmdeploy.LmdeployProfile(data).estimate(spec, H100, choice, Workload(context=8192))
+
+    base = run(None)
+    changed = run(with_constant("lmdeploy", "runtime_bytes_per_logit", 4))
+    assert changed.engine["runtime_bytes"] == 2 * base.engine["runtime_bytes"]
+    assert "× 4 B = " in changed.explain["runtime"] and "× 2 B = " in base.explain["runtime"]
+    assert f"{changed.engine['runtime_bytes'] / GiB:.2f} GiB" in changed.explain["runtime"]
+
+
+# ---- llama.cpp -----------------------------------------------------------------------------------------------
+
+
+def test_llamacpp_overhead_constant_moves_figure_and_text():
+    from hfvram.estimate.engines import llamacpp
+
+    spec = derived_spec("meta-llama/Llama-3.1-8B-Instruct")
+    choice = EngineChoice("llama.cpp")
+    workload = Workload(context=8192)
+
+    def run(overhead_mib):
+        version, rules, consts = llamacpp.rules_for(choice)
+        rules = {**rules, "cuda_overhead_mib": overhead_mib}
+        settings = llamacpp.resolve_settings(spec, choice, workload, rules)
+        return llamacpp.PROFILE.finish(spec, H100, choice, workload, version, settings, rules, consts)
+
+    base, changed = run(512), run(900)
+    assert changed.per_gpu.overhead - base.per_gpu.overhead == (900 - 512) << 20
+    assert "backend memory pool 900 MiB" in changed.explain["overhead"]
+    assert "backend memory pool 512 MiB" in base.explain["overhead"]
+
+
+def test_llamacpp_cell_padding_constant_moves_figure_and_text():
+    from hfvram.estimate.engines import llamacpp
+
+    spec = derived_spec("meta-llama/Llama-3.1-8B-Instruct")
+    choice = EngineChoice("llama.cpp", settings={"ctx-size": "5000", "binary": "llama-cli"})
+    version, rules, consts = llamacpp.rules_for(choice)
+    rules = {**rules, "n_ctx_pad": 1024}
+    settings = llamacpp.resolve_settings(spec, choice, Workload(), rules)
+    result = llamacpp.PROFILE.finish(spec, H100, choice, Workload(), version, settings, rules, consts)
+    assert result.engine["ctx-size"] == 5120
+    assert "(ctx-size 5120, padded to 1024)" in result.explain["kv_cache"]

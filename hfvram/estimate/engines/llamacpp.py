@@ -654,14 +654,15 @@ def is_metal(hardware: Hardware | None) -> bool:
 
 
 def overhead_bytes(hardware: Hardware | None, rules: Rules) -> tuple[int, str]:
-    """CUDA / Metal context and backend pool per GPU (outside llama.cpp's logged buffers)."""
+    """CUDA / Metal context and backend pool per GPU (outside llama.cpp's logged buffers), and its explanation."""
     if is_metal(hardware):
-        return int(
-            float(rules["metal_overhead_mib"]) * MiB
-        ), "Metal context (constant, llama.cpp.toml metal_overhead_mib)"
+        mib = float(rules["metal_overhead_mib"])
+        return int(mib * MiB), f"Metal context {mib:g} MiB (constant, llama.cpp.toml metal_overhead_mib)"
+    mib = float(rules["cuda_overhead_mib"])
     return (
-        int(float(rules["cuda_overhead_mib"]) * MiB),
-        "CUDA context + backend memory pool (constant, llama.cpp.toml cuda_overhead_mib; llama.cpp logs it only as 'unaccounted')",
+        int(mib * MiB),
+        f"CUDA context + backend memory pool {mib:g} MiB (constant, llama.cpp.toml cuda_overhead_mib; llama.cpp "
+        "logs it only as 'unaccounted')",
     )
 
 
