@@ -11,7 +11,6 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from hfvram.estimate import common
-from hfvram.estimate.common import Rules
 
 
 def rule_versions_of(data: Mapping[str, Any], fallback: tuple[str, ...] = ()) -> tuple[str, ...]:
@@ -32,7 +31,7 @@ class ProfileBase:
         self.data: Mapping[str, Any] = common.load_engine_data(self.name) if data is None else data
         self.rule_versions: tuple[str, ...] = rule_versions_of(self.data, self.fallback_versions)
 
-    def rules(self, requested: str | None) -> tuple[str, Rules]:
+    def rules(self, requested: str | None) -> tuple[str, dict[str, Any]]:
         """The rule version ``requested`` maps to and the constants in force at it (defaults merged with every
         ``[versions]`` table up to it)."""
         version = common.pick_rule_version(requested, self.rule_versions)
