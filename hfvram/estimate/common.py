@@ -233,20 +233,7 @@ def weights_per_rank(
         total = sum(per_rank.values())
         stage_note = ""
     else:
-        ranges = pp_layer_ranges(spec.num_layers or len(spec.layers) or pp, pp)
-        n_layers = max(1, ranges[-1][1])
-        layer_bytes = sum(v for k, v in per_rank.items() if k in LAYER_COMPONENTS)
-        first_extra = per_rank.get("embeddings", 0) + per_rank.get("vision", 0)
-        last_extra = per_rank.get("lm_head", 0) + per_rank.get("mtp", 0) + per_rank.get("other", 0)
-        stage_totals = []
-        for index, (start, end) in enumerate(ranges):
-            stage = layer_bytes * (end - start) / n_layers
-            if index == 0:
-                stage += first_extra
-            if index == pp - 1:
-                stage += last_extra
-            stage_totals.append(stage)
-        total = max(stage_totals)
+        total = worst_stage_bytes(per_rank, spec.num_layers or len(spec.layers) or pp, pp)
         stage_note = f", worst of {pp} pipeline stages"
     explain = (
         f"checkpoint weights {weights.total_bytes / GiB:.2f} GiB "
@@ -256,6 +243,25 @@ def weights_per_rank(
         + stage_note
     )
     return WeightsSplit(bytes=round(total), by_component={k: int(v) for k, v in per_rank.items()}, explain=explain)
+
+
+def worst_stage_bytes(per_rank: Mapping[str, float], num_layers: int, pp: int) -> float:
+    """Weights on the fullest pipeline stage: layer components follow the layers, embeddings and vision sit on
+    the first stage, lm_head, mtp and other on the last."""
+    ranges = pp_layer_ranges(num_layers, pp)
+    n_layers = max(1, ranges[-1][1])
+    layer_bytes = sum(size for name, size in per_rank.items() if name in LAYER_COMPONENTS)
+    first_extra = per_rank.get("embeddings", 0) + per_rank.get("vision", 0)
+    last_extra = per_rank.get("lm_head", 0) + per_rank.get("mtp", 0) + per_rank.get("other", 0)
+    stage_totals = []
+    for index, (start, end) in enumerate(ranges):
+        stage = layer_bytes * (end - start) / n_layers
+        if index == 0:
+            stage += first_extra
+        if index == pp - 1:
+            stage += last_extra
+        stage_totals.append(stage)
+    return max(stage_totals)
 
 
 def active_weight_bytes(spec: ModelSpec) -> int | None:
