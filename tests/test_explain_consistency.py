@@ -176,3 +176,37 @@ def test_llamacpp_cell_padding_constant_moves_figure_and_text():
     result = llamacpp.PROFILE.finish(spec, H100, choice, Workload(), version, settings, rules, consts)
     assert result.engine["ctx-size"] == 5120
     assert "(ctx-size 5120, padded to 1024)" in result.explain["kv_cache"]
+
+
+# ---- every profile's fixed overhead ----------------------------------------------------------------------------
+
+M3_MAX = Hardware(GPU(id="m3-max", name="Apple M3 Max", vendor="apple", memory_bytes=128 * GiB, unified_memory=True))
+
+
+@pytest.mark.parametrize(
+    ("module", "profile", "key", "value", "text", "hardware"),
+    [
+        ("sglang", "SglangProfile", "cuda_context_gib", 0.75, "CUDA context 0.75 GiB", H100),
+        ("lmdeploy", "LmdeployProfile", "cuda_context_gib", 0.75, "CUDA context 0.75 GiB", H100),
+        ("trtllm", "TrtllmProfile", "cuda_context_gib", 0.75, "CUDA context 0.75 GiB", H100),
+        ("transformers_engine", "TransformersProfile", "cuda_context_gib", 0.75, "CUDA context 0.75 GiB", H100),
+        ("exllamav2", "ExLlamaV2Profile", "cuda_context_mib", 700, "CUDA context 700 MiB", H100),
+        ("mlx", "MlxProfile", "metal_overhead_mib", 700, "Metal context 700 MiB", M3_MAX),
+    ],
+)
+def test_overhead_constant_moves_figure_and_text(module, profile, key, value, text, hardware):
+    import importlib
+
+    engine_module = importlib.import_module(f"hfvram.estimate.engines.{module}")
+    engine = engine_module.ENGINE
+    spec = derived_spec("meta-llama/Llama-3.1-8B-Instruct")
+    choice = EngineChoice(engine)
+
+    def run(data):
+        return getattr(engine_module, profile)(data).estimate(spec, hardware, choice, Workload(context=8192))
+
+    base, changed = run(None), run(with_constant(engine, key, value))
+    unit = GiB if key.endswith("_gib") else 1 << 20
+    packaged = common.load_engine_data(engine)["defaults"][key]
+    assert changed.per_gpu.overhead - base.per_gpu.overhead == pytest.approx((value - packaged) * unit, abs=1)
+    assert text in changed.explain["overhead"]
