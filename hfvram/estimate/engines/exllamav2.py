@@ -173,14 +173,14 @@ class Breakdown:
         return int(self.cuda_context_mib * MiB)
 
 
-def compute(spec: ModelSpec, hardware: Hardware | None, s: Settings, rules: Rules) -> Breakdown:
+def compute(spec: ModelSpec, hardware: Hardware | None, settings: Settings, rules: Rules) -> Breakdown:
     """Layers per GPU in order, their weights and static caches, the FP16 temporaries, capacity and decode."""
-    count = len(s.gpu_split)
+    count = len(settings.gpu_split)
     n_layers = spec.num_layers
-    layers_per_gpu = split_layers(n_layers, s.gpu_split)
-    seq_len, batch = s.max_seq_len, s.max_batch_size
-    layer_cache = cache_bytes_per_layer(s.kv_dim, seq_len, batch, s.mode, s.q_scale_group)
-    temp = temp_bytes_per_device(s.kv_dim, seq_len, batch, s.mode)
+    layers_per_gpu = split_layers(n_layers, settings.gpu_split)
+    seq_len, batch = settings.max_seq_len, settings.max_batch_size
+    layer_cache = cache_bytes_per_layer(settings.kv_dim, seq_len, batch, settings.mode, settings.q_scale_group)
+    temp = temp_bytes_per_device(settings.kv_dim, seq_len, batch, settings.mode)
     weights = require_weights(spec)
     embd = weights.bytes_by_component.get("embeddings", 0)
     head = weights.bytes_by_component.get("lm_head", 0)
@@ -196,20 +196,20 @@ def compute(spec: ModelSpec, hardware: Hardware | None, s: Settings, rules: Rule
     capacity = Capacity(kv_tokens=seq_len * batch)
     if hardware is not None:
         free = hardware.gpu.gpu_memory_bytes - per_device[worst][1] - int(overhead_mib * MiB)
-        capacity = capacity_of(spec, s, free, per_seq_token * layers_per_gpu[worst], temp)
+        capacity = capacity_of(spec, settings, free, per_seq_token * layers_per_gpu[worst], temp)
     decode = decode_tokens_per_second(
         (active_weight_bytes(spec) or 0) / count + per_seq_token * n_layers * seq_len,
         hardware.gpu.memory_bandwidth_gbs if hardware else None,
     )
     return Breakdown(
-        s, tuple(layers_per_gpu), layer_cache, temp, tuple(per_device), worst, overhead_mib, capacity, decode
+        settings, tuple(layers_per_gpu), layer_cache, temp, tuple(per_device), worst, overhead_mib, capacity, decode
     )
 
 
-def capacity_of(spec: ModelSpec, s: Settings, free: float, per_token_dev: float, temp: int) -> Capacity:
+def capacity_of(spec: ModelSpec, settings: Settings, free: float, per_token_dev: float, temp: int) -> Capacity:
     """Sequences of max_seq_len and the longest context the memory after weights holds (the static cache and
     its temporaries grow with batch × tokens)."""
-    seq_len, batch = s.max_seq_len, s.max_batch_size
+    seq_len, batch = settings.max_seq_len, settings.max_batch_size
     if per_token_dev <= 0:
         return Capacity(kv_tokens=seq_len * batch)
     temp_per_token = temp / max(1, batch * seq_len)
@@ -224,13 +224,13 @@ def capacity_of(spec: ModelSpec, s: Settings, free: float, per_token_dev: float,
 
 def narrate(parts: Breakdown, spec: ModelSpec) -> tuple[list[str], dict[str, str]]:
     """(warnings, explain lines), every figure read from the settings and breakdown."""
-    s, mode = parts.settings, parts.settings.mode
+    settings, mode = parts.settings, parts.settings.mode
     warnings = []
-    if s.q_block > 1 and s.max_seq_len % s.q_block:
-        reported = -(-s.max_seq_len // s.q_block) * s.q_block
+    if settings.q_block > 1 and settings.max_seq_len % settings.q_block:
+        reported = -(-settings.max_seq_len // settings.q_block) * settings.q_block
         warnings.append(
-            f"Q cache: max_seq_len reported as {reported} (kv dim {s.kv_dim} × {s.q_block} tokens per "
-            f"{s.q_cache_blocksize}-element block)"
+            f"Q cache: max_seq_len reported as {reported} (kv dim {settings.kv_dim} × {settings.q_block} tokens per "
+            f"{settings.q_cache_blocksize}-element block)"
         )
     if any(layer.kind in (LayerKind.SLIDING, LayerKind.CHUNKED) for layer in spec.layers):
         warnings.append("ExLlamaV2 allocates every layer at max_seq_len, sliding-window layers included")
@@ -238,11 +238,11 @@ def narrate(parts: Breakdown, spec: ModelSpec) -> tuple[list[str], dict[str, str
         warnings.append("ExLlamaV2 loads EXL2 / GPTQ safetensors, not GGUF: weights counted at the GGUF's size")
     warnings.append("ExLlamaV2's scratch buffers for max_input_len (prefill chunk) are not modelled")
     layers = parts.layers_per_gpu[parts.worst]
-    scales = f" + fp16 scale per {s.q_scale_group}" if mode["scales"] else ""
+    scales = f" + fp16 scale per {settings.q_scale_group}" if mode["scales"] else ""
     explain = {
         "weights": f"checkpoint tensors (EXL2 / GPTQ as stored), {layers} of {spec.num_layers} layers on this GPU",
         "kv_cache": (
-            f"{mode['class']}: {s.max_batch_size} × {s.max_seq_len} tokens × kv dim {s.kv_dim} × "
+            f"{mode['class']}: {settings.max_batch_size} × {settings.max_seq_len} tokens × kv dim {settings.kv_dim} × "
             f"({mode['k']} + {mode['v']} B{scales}) per layer"
         ),
         "activations": (
@@ -265,8 +265,8 @@ class ExLlamaV2Profile(ProfileBase):
         self, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload
     ) -> Estimate:
         version, rules = self.rules(choice.version)
-        s = resolve_settings(spec, hardware, choice, workload, rules, self.data["cache_modes"])
-        parts = compute(spec, hardware, s, rules)
+        settings = resolve_settings(spec, hardware, choice, workload, rules, self.data["cache_modes"])
+        parts = compute(spec, hardware, settings, rules)
         warnings, explain = narrate(parts, spec)
         memory = hardware.gpu.gpu_memory_bytes if hardware else 0
         layers = parts.layers_per_gpu[parts.worst]
@@ -282,24 +282,24 @@ class ExLlamaV2Profile(ProfileBase):
             "name": ENGINE,
             "version": choice.version,
             "rules": version,
-            "cache_mode": s.cache_mode,
-            "max_seq_len": s.max_seq_len,
-            "max_batch_size": s.max_batch_size,
-            "gpu_split": list(s.gpu_split),
-            "q_block": s.q_block,
+            "cache_mode": settings.cache_mode,
+            "max_seq_len": settings.max_seq_len,
+            "max_batch_size": settings.max_batch_size,
+            "gpu_split": list(settings.gpu_split),
+            "q_block": settings.q_block,
         }
         return finish_estimate(
             spec=spec,
             hardware=hardware,
             engine=engine,
-            workload=replace(workload, context=s.max_seq_len, kv_dtype=s.cache_mode.lower()),
+            workload=replace(workload, context=settings.max_seq_len, kv_dtype=settings.cache_mode.lower()),
             per_gpu=per_gpu,
             capacity=parts.capacity,
             decode=parts.decode,
             warnings=warnings,
             explain=explain,
             tp=1,
-            pp=len(s.gpu_split),
+            pp=len(settings.gpu_split),
         )
 
 

@@ -206,36 +206,40 @@ def overhead_bytes(cuda_context_gib: float, nccl_init_gib: float | None) -> int:
     return int(cuda_context_gib * GiB + (nccl_init_gib * GiB if nccl_init_gib is not None else 0))
 
 
-def cache_term(spec: ModelSpec, s: Settings, rules: Rules) -> CacheTerm:
+def cache_term(spec: ModelSpec, settings: Settings, rules: Rules) -> CacheTerm:
     """Bytes per token and per block on one rank (§6, §1.2), with the PyTorch engine's state cache of
     ``(max_batch_size + state_cache_extra_slots)`` recurrent states."""
-    quantized = s.quant_policy in (4, 8) or s.kv_cache_dtype in ("int4", "int8")
-    kv_bytes = common.kv_dtype_bytes(s.kv_cache_dtype, spec.dtype_bytes())
+    quantized = settings.quant_policy in (4, 8) or settings.kv_cache_dtype in ("int4", "int8")
+    kv_bytes = common.kv_dtype_bytes(settings.kv_cache_dtype, spec.dtype_bytes())
     per_token = kv_bytes_per_token_rank(
-        spec.layers, s.tp, kv_bytes, quantized, spec.dtype_bytes(), rules["quant_scale_zero_elems"]
+        spec.layers, settings.tp, kv_bytes, quantized, spec.dtype_bytes(), rules["quant_scale_zero_elems"]
     )
     state = sum(
-        common.layer_state_bytes_rank(layer, s.tp, spec.dtype_bytes())
+        common.layer_state_bytes_rank(layer, settings.tp, spec.dtype_bytes())
         for layer in spec.layers
         if layer.kind in RECURRENT_KINDS
     )
-    state_cache = int(state * (s.max_batch_size + rules["state_cache_extra_slots"])) if s.backend == "pytorch" else 0
-    return CacheTerm(per_token, per_token * s.block_size, quantized, state_cache)
+    state_cache = (
+        int(state * (settings.max_batch_size + rules["state_cache_extra_slots"]))
+        if settings.backend == "pytorch"
+        else 0
+    )
+    return CacheTerm(per_token, per_token * settings.block_size, quantized, state_cache)
 
 
 def pool_term(
-    memory: int, overhead: int, weights: int, cache: CacheTerm, s: Settings, vocab: int, rules: Rules
+    memory: int, overhead: int, weights: int, cache: CacheTerm, settings: Settings, vocab: int, rules: Rules
 ) -> PoolTerm:
     """The KV cache from the free memory after weights: a share of the whole device (v0.2.0), of the free
     memory less the PyTorch engine's runtime buffers, or of the free memory (TurboMind)."""
     free = memory - overhead - weights - cache.state_cache
-    ratio = s.cache_max_entry_count
+    ratio = settings.cache_max_entry_count
     runtime, prefill = 0, None
     if rules.get("cache_of_total"):
         pool = memory * ratio
         slack = max(0.0, free - pool)
-    elif s.backend == "pytorch":
-        runtime, prefill = runtime_bytes(rules, free, cache.block_bytes, s.max_batch_size, vocab, ratio)
+    elif settings.backend == "pytorch":
+        runtime, prefill = runtime_bytes(rules, free, cache.block_bytes, settings.max_batch_size, vocab, ratio)
         pool = max(0.0, (free - runtime) * ratio)
         slack = runtime + max(0.0, (free - runtime) * (1 - ratio))
     else:
@@ -245,25 +249,29 @@ def pool_term(
     return PoolTerm(free, pool, slack, blocks, runtime, prefill)
 
 
-def compute(spec: ModelSpec, hardware: Hardware | None, s: Settings, workload: Workload, rules: Rules) -> Breakdown:
+def compute(
+    spec: ModelSpec, hardware: Hardware | None, settings: Settings, workload: Workload, rules: Rules
+) -> Breakdown:
     """Every term for settings ``s``: weights, overhead, cache geometry, the pool, what the workload needs."""
-    context = workload.context or s.session_len
+    context = workload.context or settings.session_len
     kv_heads = {layer.num_kv_heads for layer in spec.layers if layer.kind in (LayerKind.FULL, LayerKind.SLIDING)}
-    split = common.weights_per_rank(spec, s.tp, 1, vocab_padding=1)
-    nccl = rules["nccl_init_gib"] if s.tp > 1 else None
+    split = common.weights_per_rank(spec, settings.tp, 1, vocab_padding=1)
+    nccl = rules["nccl_init_gib"] if settings.tp > 1 else None
     overhead = overhead_bytes(rules["cuda_context_gib"], nccl)
-    cache = cache_term(spec, s, rules)
+    cache = cache_term(spec, settings, rules)
     pool = None
     if hardware is not None:
-        pool = pool_term(hardware.gpu.gpu_memory_bytes, overhead, split.bytes, cache, s, spec.vocab_size or 0, rules)
-    blocks_per_seq = math.ceil(context / s.block_size)
+        pool = pool_term(
+            hardware.gpu.gpu_memory_bytes, overhead, split.bytes, cache, settings, spec.vocab_size or 0, rules
+        )
+    blocks_per_seq = math.ceil(context / settings.block_size)
     active = common.active_weight_bytes(spec)
     decode = None
     if hardware is not None and active is not None:
-        bytes_read = active / s.tp + cache.per_token * context
+        bytes_read = active / settings.tp + cache.per_token * context
         decode = common.decode_tokens_per_second(bytes_read, hardware.gpu.memory_bandwidth_gbs)
     return Breakdown(
-        settings=s,
+        settings=settings,
         context=context,
         weights=split,
         cuda_context_gib=rules["cuda_context_gib"],
@@ -273,25 +281,25 @@ def compute(spec: ModelSpec, hardware: Hardware | None, s: Settings, workload: W
         runtime_bytes_per_logit=rules["runtime_bytes_per_logit"],
         blocks_per_seq=blocks_per_seq,
         kv_needed=int(workload.concurrency * blocks_per_seq * cache.block_bytes + cache.state_cache),
-        capacity=capacity_of(pool, blocks_per_seq, workload.concurrency, s),
+        capacity=capacity_of(pool, blocks_per_seq, workload.concurrency, settings),
         kv_heads=tuple(sorted(kv_heads)),
-        heads_refused=any(heads % s.tp for heads in kv_heads if heads),
+        heads_refused=any(heads % settings.tp for heads in kv_heads if heads),
         decode_modelled=hardware is not None and active is not None,
         decode=decode,
     )
 
 
-def capacity_of(pool: PoolTerm | None, blocks_per_seq: int, concurrency: int, s: Settings) -> Capacity:
+def capacity_of(pool: PoolTerm | None, blocks_per_seq: int, concurrency: int, settings: Settings) -> Capacity:
     """Cache tokens, full-length sequences (≤ max_batch_size) and the longest context at ``concurrency``."""
     if pool is None:
         return Capacity()
     blocks = pool.blocks
-    sequences = min(blocks / blocks_per_seq, float(s.max_batch_size)) if blocks_per_seq else 0.0
-    max_context = min(blocks // max(1, concurrency) * s.block_size, s.session_len)
+    sequences = min(blocks / blocks_per_seq, float(settings.max_batch_size)) if blocks_per_seq else 0.0
+    max_context = min(blocks // max(1, concurrency) * settings.block_size, settings.session_len)
     return Capacity(
-        kv_tokens=blocks * s.block_size,
+        kv_tokens=blocks * settings.block_size,
         max_concurrency=sequences,
-        max_context=0 if concurrency > s.max_batch_size else max_context,
+        max_context=0 if concurrency > settings.max_batch_size else max_context,
     )
 
 
@@ -300,12 +308,12 @@ def capacity_of(pool: PoolTerm | None, blocks_per_seq: int, concurrency: int, s:
 
 def narrate(parts: Breakdown, spec: ModelSpec, workload: Workload) -> tuple[list[str], dict[str, str]]:
     """(warnings, explain lines), every figure read from the breakdown."""
-    s, cache, pool = parts.settings, parts.cache, parts.pool
+    settings, cache, pool = parts.settings, parts.cache, parts.pool
     warnings = []
-    if parts.context > s.session_len:
-        warnings.append(f"context {parts.context} is longer than session_len {s.session_len}")
+    if parts.context > settings.session_len:
+        warnings.append(f"context {parts.context} is longer than session_len {settings.session_len}")
     if parts.heads_refused:
-        warnings.append(f"LMDeploy asserts that the KV heads ({list(parts.kv_heads)}) divide by tp={s.tp}")
+        warnings.append(f"LMDeploy asserts that the KV heads ({list(parts.kv_heads)}) divide by tp={settings.tp}")
     if any(layer.kind in WINDOWED_KINDS for layer in spec.layers):
         warnings.append("LMDeploy's paged cache keeps sliding-window layers at full length here [unverified]")
     if parts.no_memory:
@@ -319,22 +327,22 @@ def narrate(parts: Breakdown, spec: ModelSpec, workload: Workload) -> tuple[list
             + ", in use before LMDeploy measures free memory"
         ),
         "cache_block": (
-            f"{cache.block_bytes:.0f} B per block of {s.block_size} tokens ({s.kv_cache_dtype}"
+            f"{cache.block_bytes:.0f} B per block of {settings.block_size} tokens ({settings.kv_cache_dtype}"
             + (", + scale/zero per token-head" if cache.quantized else "")
             + ", §6, §1.2)"
         ),
     }
     if pool is not None and pool.prefill is not None:
         explain["runtime"] = (
-            f"({pool.prefill} prefill tokens + 2 × {s.max_batch_size} batches) × vocab "
+            f"({pool.prefill} prefill tokens + 2 × {settings.max_batch_size} batches) × vocab "
             f"{spec.vocab_size} × {parts.runtime_bytes_per_logit:g} B = {pool.runtime / GiB:.2f} GiB "
             "(§6 _get_runtime_size)"
         )
     explain["budget"] = explain_budget(parts)
     explain["activations"] = (
         "what LMDeploy leaves outside the KV cache: "
-        + ("runtime buffers + " if s.backend == "pytorch" else "")
-        + f"the other {1 - s.cache_max_entry_count:.2f} of the free memory (activations, §10)"
+        + ("runtime buffers + " if settings.backend == "pytorch" else "")
+        + f"the other {1 - settings.cache_max_entry_count:.2f} of the free memory (activations, §10)"
     )
     explain["kv_cache"] = f"{workload.concurrency} × {parts.blocks_per_seq} blocks × {cache.block_bytes:.0f} B" + (
         f" + state cache {cache.state_cache} B" if cache.state_cache else ""
@@ -345,12 +353,12 @@ def narrate(parts: Breakdown, spec: ModelSpec, workload: Workload) -> tuple[list
 
 
 def explain_budget(parts: Breakdown) -> str:
-    s, pool, state_cache = parts.settings, parts.pool, parts.cache.state_cache
+    settings, pool, state_cache = parts.settings, parts.pool, parts.cache.state_cache
     if pool is None:
         return "no GPU: the KV share and the slack are fractions of an unknown free memory"
     free, also = pool.free, " and state cache" if state_cache else ""
     return (
-        f"{s.backend}: "
+        f"{settings.backend}: "
         + (
             f"free after weights{also} {free / GiB:.2f} GiB"
             if free >= 0
@@ -359,7 +367,7 @@ def explain_budget(parts: Breakdown) -> str:
         + (f" (state cache {state_cache / GiB:.2f} GiB)" if state_cache else "")
         + (f" − runtime {pool.runtime / GiB:.2f} GiB" if pool.runtime else "")
         + (
-            f", × cache_max_entry_count {s.cache_max_entry_count} = {pool.pool / GiB:.2f} GiB → {pool.blocks} blocks"
+            f", × cache_max_entry_count {settings.cache_max_entry_count} = {pool.pool / GiB:.2f} GiB → {pool.blocks} blocks"
             if free >= 0
             else ""
         )
@@ -377,9 +385,9 @@ class LmdeployProfile(ProfileBase):
     ) -> Estimate:
         version, rules = self.rules(choice.version)
         common.require_weights(spec)
-        s = resolve_settings(spec, hardware, choice, workload, rules, version)
-        rules = {**rules, "max_prefill_token_num": s.max_prefill_token_num}
-        parts = compute(spec, hardware, s, workload, rules)
+        settings = resolve_settings(spec, hardware, choice, workload, rules, version)
+        rules = {**rules, "max_prefill_token_num": settings.max_prefill_token_num}
+        parts = compute(spec, hardware, settings, workload, rules)
         warnings, explain = narrate(parts, spec, workload)
         memory = hardware.gpu.gpu_memory_bytes if hardware else 0
         pool = parts.pool
@@ -395,13 +403,13 @@ class LmdeployProfile(ProfileBase):
             spec=spec,
             hardware=hardware,
             engine=engine_report(parts, choice),
-            workload=replace(workload, context=parts.context, kv_dtype=s.kv_cache_dtype),
+            workload=replace(workload, context=parts.context, kv_dtype=settings.kv_cache_dtype),
             per_gpu=per_gpu,
             capacity=parts.capacity,
             decode=parts.decode,
             warnings=warnings,
             explain=explain,
-            tp=s.tp,
+            tp=settings.tp,
             pp=1,
             force_does_not_fit=parts.refused,
         )
@@ -409,24 +417,24 @@ class LmdeployProfile(ProfileBase):
 
 def engine_report(parts: Breakdown, choice: EngineChoice) -> dict[str, object]:
     """The settings the estimate assumed, under LMDeploy's names (``Estimate.engine``)."""
-    s, pool = parts.settings, parts.pool
+    settings, pool = parts.settings, parts.pool
     return {
         "name": ENGINE,
-        "version": s.rules,
+        "version": settings.rules,
         "requested_version": choice.version,
-        "backend": s.backend,
-        "gpu_util": s.cache_max_entry_count,
-        "cache_max_entry_count": s.cache_max_entry_count,
-        "block_size": s.block_size,
-        "session_len": s.session_len,
-        "max_batch_size": s.max_batch_size,
-        "max_prefill_token_num": s.max_prefill_token_num,
-        "quant_policy": s.quant_policy,
-        "kv_cache_dtype": s.kv_cache_dtype,
+        "backend": settings.backend,
+        "gpu_util": settings.cache_max_entry_count,
+        "cache_max_entry_count": settings.cache_max_entry_count,
+        "block_size": settings.block_size,
+        "session_len": settings.session_len,
+        "max_batch_size": settings.max_batch_size,
+        "max_prefill_token_num": settings.max_prefill_token_num,
+        "quant_policy": settings.quant_policy,
+        "kv_cache_dtype": settings.kv_cache_dtype,
         "num_gpu_blocks": pool.blocks if pool else None,
         "runtime_bytes": pool.runtime if pool else 0,
         "state_cache_bytes": parts.cache.state_cache,
-        "tp": s.tp,
+        "tp": settings.tp,
     }
 
 

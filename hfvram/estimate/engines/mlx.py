@@ -145,25 +145,32 @@ class Breakdown:
 
 
 def compute(
-    spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, s: Settings, workload: Workload, rules: Rules
+    spec: ModelSpec,
+    hardware: Hardware | None,
+    choice: EngineChoice,
+    settings: Settings,
+    workload: Workload,
+    rules: Rules,
 ) -> Breakdown:
     """Weights as stored, the stepped KV buffers, one prefill chunk's activations, the wired limit."""
-    per_seq = kv_bytes_per_sequence(spec, s.context, s.element_bytes, s.kv_step, s.max_kv_size)
+    per_seq = kv_bytes_per_sequence(
+        spec, settings.context, settings.element_bytes, settings.kv_step, settings.max_kv_size
+    )
     weights = require_weights(spec).total_bytes
     hidden_factor, ff_factor = float(rules["act_hidden_factor"]), float(rules["act_ff_factor"])
     ffn = spec.moe_intermediate_size or spec.intermediate_size or 0
     per_token = hidden_factor * (spec.hidden_size or 0) + ff_factor * ffn
-    activations = int(s.prefill_step_size * per_token * spec.dtype_bytes())
+    activations = int(settings.prefill_step_size * per_token * spec.dtype_bytes())
     overhead_mib = float(rules["metal_overhead_mib"])
     usable, usable_note, memory = 0, "", 0
     if hardware is not None:
         usable, usable_note = wired_limit(hardware, choice)
         memory = hardware.gpu.memory_bytes
-    tokens = cache_tokens(s.context, s.kv_step, s.max_kv_size)
+    tokens = cache_tokens(settings.context, settings.kv_step, settings.max_kv_size)
     capacity = Capacity(kv_tokens=tokens * workload.concurrency)
     if hardware is not None and per_seq > 0:
         budget = usable - weights - activations - int(overhead_mib * MiB)
-        longest = max(0, int(budget / workload.concurrency / (per_seq / tokens)) // s.kv_step * s.kv_step)
+        longest = max(0, int(budget / workload.concurrency / (per_seq / tokens)) // settings.kv_step * settings.kv_step)
         capacity = Capacity(
             kv_tokens=capacity.kv_tokens,
             max_concurrency=max(0.0, budget / per_seq),
@@ -173,7 +180,7 @@ def compute(
         (active_weight_bytes(spec) or 0) + per_seq, hardware.gpu.memory_bandwidth_gbs if hardware else None
     )
     return Breakdown(
-        settings=s,
+        settings=settings,
         weights=weights,
         per_sequence=per_seq,
         kv=int(per_seq * workload.concurrency),
@@ -194,7 +201,7 @@ def narrate(
     parts: Breakdown, spec: ModelSpec, hardware: Hardware | None, workload: Workload
 ) -> tuple[list[str], dict[str, str]]:
     """(warnings, explain lines), every figure read from the breakdown."""
-    s = parts.settings
+    settings = parts.settings
     warnings = []
     if hardware is not None:
         if not (hardware.gpu.unified_memory or hardware.gpu.vendor == "apple"):
@@ -211,11 +218,11 @@ def narrate(
     explain = {
         "weights": "checkpoint tensors as stored (MLX loads safetensors / mlx-community quantized weights as is)",
         "kv_cache": (
-            f"{kv_label(s, workload, spec)} KV, {s.element_bytes:.4f} B/element, buffers grown in steps of "
-            f"{s.kv_step} tokens; sliding layers rotate at their window"
+            f"{kv_label(settings, workload, spec)} KV, {settings.element_bytes:.4f} B/element, buffers grown in steps of "
+            f"{settings.kv_step} tokens; sliding layers rotate at their window"
         ),
         "activations": (
-            f"prefill step {s.prefill_step_size} tokens × ({parts.act_hidden_factor}·hidden + "
+            f"prefill step {settings.prefill_step_size} tokens × ({parts.act_hidden_factor}·hidden + "
             f"{parts.act_ff_factor}·FFN) × dtype (approximation)"
         ),
         "overhead": f"Metal context {parts.metal_overhead_mib:g} MiB (mlx.toml metal_overhead_mib)",
@@ -224,9 +231,9 @@ def narrate(
     return warnings, explain
 
 
-def kv_label(s: Settings, workload: Workload, spec: ModelSpec) -> str:
-    if s.kv_bits:
-        return f"{s.kv_bits}-bit (group {s.kv_group_size})"
+def kv_label(settings: Settings, workload: Workload, spec: ModelSpec) -> str:
+    if settings.kv_bits:
+        return f"{settings.kv_bits}-bit (group {settings.kv_group_size})"
     return canonical_kv_dtype(workload.kv_dtype, spec.dtype)
 
 
@@ -237,8 +244,8 @@ class MlxProfile(ProfileBase):
         self, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload
     ) -> Estimate:
         version, rules = self.rules(choice.version)
-        s = resolve_settings(spec, choice, workload, rules)
-        parts = compute(spec, hardware, choice, s, workload, rules)
+        settings = resolve_settings(spec, choice, workload, rules)
+        parts = compute(spec, hardware, choice, settings, workload, rules)
         warnings, explain = narrate(parts, spec, hardware, workload)
         per_gpu = PerGpu(
             weights=parts.weights,
@@ -252,17 +259,17 @@ class MlxProfile(ProfileBase):
             "name": ENGINE,
             "version": choice.version,
             "rules": version,
-            "kv_bits": s.kv_bits,
-            "kv_group_size": s.kv_group_size,
-            "max_kv_size": s.max_kv_size,
-            "prefill_step_size": s.prefill_step_size,
+            "kv_bits": settings.kv_bits,
+            "kv_group_size": settings.kv_group_size,
+            "max_kv_size": settings.max_kv_size,
+            "prefill_step_size": settings.prefill_step_size,
         }
-        kv_dtype = f"q{s.kv_bits}" if s.kv_bits else canonical_kv_dtype(workload.kv_dtype, spec.dtype)
+        kv_dtype = f"q{settings.kv_bits}" if settings.kv_bits else canonical_kv_dtype(workload.kv_dtype, spec.dtype)
         return finish_estimate(
             spec=spec,
             hardware=hardware,
             engine=engine,
-            workload=replace(workload, context=s.context, kv_dtype=kv_dtype),
+            workload=replace(workload, context=settings.context, kv_dtype=kv_dtype),
             per_gpu=per_gpu,
             capacity=parts.capacity,
             decode=parts.decode,

@@ -358,34 +358,42 @@ def overhead_bytes(cuda_context_gib: float, nccl_init_gib: float | None) -> int:
     return int(cuda_context_gib * GiB + (nccl_init_gib * GiB if nccl_init_gib is not None else 0))
 
 
-def compute(spec: ModelSpec, hardware: Hardware | None, s: Settings, workload: Workload, rules: Rules) -> Breakdown:
+def compute(
+    spec: ModelSpec, hardware: Hardware | None, settings: Settings, workload: Workload, rules: Rules
+) -> Breakdown:
     """Every term for settings ``s``: weights, overhead, cell size, token pool, the slack outside the static
     fraction and the req_to_token table in it, what the workload needs and the decode bound."""
-    context = workload.context or s.context_length
-    split = common.weights_per_rank(spec, s.tp, s.pp, vocab_padding=rules["vocab_padding"])
+    context = workload.context or settings.context_length
+    split = common.weights_per_rank(spec, settings.tp, settings.pp, vocab_padding=rules["vocab_padding"])
     cuda_context_gib = rules["cuda_context_gib"]
-    nccl_init_gib = rules["nccl_init_gib"] if s.tp * s.pp > 1 else None
+    nccl_init_gib = rules["nccl_init_gib"] if settings.tp * settings.pp > 1 else None
     overhead = overhead_bytes(cuda_context_gib, nccl_init_gib)
-    cell = cell_size(spec, s.tp, s.pp, s.kv_bytes, s.swa_full_tokens_ratio, s.hybrid_swa_memory)
+    cell = cell_size(
+        spec, settings.tp, settings.pp, settings.kv_bytes, settings.swa_full_tokens_ratio, settings.hybrid_swa_memory
+    )
     reserve_text = None
     if hardware is not None:
-        pool = pool_term(hardware.gpu.gpu_memory_bytes - overhead, split.bytes, cell, s, rules)
-        slack = pool.pre_load_free * (1 - s.mem_fraction_static)
+        pool = pool_term(hardware.gpu.gpu_memory_bytes - overhead, split.bytes, cell, settings, rules)
+        slack = pool.pre_load_free * (1 - settings.mem_fraction_static)
     else:
         pool = None
         reserved, reserve_text = reserved_mib(
-            rules, 0, s.tp, s.pp, s.chunked_prefill_size, s.cuda_graph_max_bs, _is_mla(spec)
+            rules, 0, settings.tp, settings.pp, settings.chunked_prefill_size, settings.cuda_graph_max_bs, _is_mla(spec)
         )
         slack = reserved * MiB
-    running = running_requests(s.max_running_requests, pool, rules, s.context_length)
+    running = running_requests(settings.max_running_requests, pool, rules, settings.context_length)
     window = _window(spec)
-    needed = pool_bytes_needed(cell, window, context, workload.concurrency, s.page_size, s.mamba_full_memory_ratio)
+    needed = pool_bytes_needed(
+        cell, window, context, workload.concurrency, settings.page_size, settings.mamba_full_memory_ratio
+    )
     active = common.active_weight_bytes(spec)
     decode = None
     if hardware is not None and active is not None:
-        decode = common.decode_tokens_per_second(active / s.tp + cell.cell * context, hardware.gpu.memory_bandwidth_gbs)
+        decode = common.decode_tokens_per_second(
+            active / settings.tp + cell.cell * context, hardware.gpu.memory_bandwidth_gbs
+        )
     return Breakdown(
-        settings=s,
+        settings=settings,
         context=context,
         weights=split,
         cuda_context_gib=cuda_context_gib,
@@ -395,7 +403,7 @@ def compute(spec: ModelSpec, hardware: Hardware | None, s: Settings, workload: W
         reserve_text=reserve_text,
         slack=slack,
         running=running,
-        table=req_to_token_bytes(rules, running or 0, s.context_length),
+        table=req_to_token_bytes(rules, running or 0, settings.context_length),
         req_to_token_extra_tokens=int(rules["req_to_token_extra_tokens"]),
         req_to_token_bytes=int(rules["req_to_token_bytes"]),
         window=window,
@@ -407,7 +415,7 @@ def compute(spec: ModelSpec, hardware: Hardware | None, s: Settings, workload: W
             running,
             pool.mamba_size if pool else None,
             workload,
-            s,
+            settings,
             context,
         ),
         decode_modelled=hardware is not None and active is not None,
@@ -415,19 +423,22 @@ def compute(spec: ModelSpec, hardware: Hardware | None, s: Settings, workload: W
     )
 
 
-def pool_term(pre: float, weights: int, cell: CellSize, s: Settings, rules: Rules) -> PoolTerm:
+def pool_term(pre: float, weights: int, cell: CellSize, settings: Settings, rules: Rules) -> PoolTerm:
     """The pool from free memory before loading (``pre``) and the weights; with recurrent layers the mamba
     budget comes off the rest first (§3.3); ``max-total-tokens`` caps the tokens."""
     post = pre - weights
-    tokens, rest = token_pool(pre, post, s.mem_fraction_static, cell.cell, s.page_size)
+    tokens, rest = token_pool(pre, post, settings.mem_fraction_static, cell.cell, settings.page_size)
     mamba_budget = mamba_size = mamba_cap = None
     if cell.state_bytes_per_request > 0 and rest > 0:
         mamba_budget, mamba_size, mamba_cap = mamba_split(
-            rest, s.mamba_full_memory_ratio, cell.state_bytes_per_request, rules["mamba_cache_per_running_request"]
+            rest,
+            settings.mamba_full_memory_ratio,
+            cell.state_bytes_per_request,
+            rules["mamba_cache_per_running_request"],
         )
-        tokens, rest = token_pool(pre, post, s.mem_fraction_static, cell.cell, s.page_size, mamba_budget)
-    if s.max_total_tokens is not None:
-        tokens = min(tokens, s.max_total_tokens)
+        tokens, rest = token_pool(pre, post, settings.mem_fraction_static, cell.cell, settings.page_size, mamba_budget)
+    if settings.max_total_tokens is not None:
+        tokens = min(tokens, settings.max_total_tokens)
     return PoolTerm(pre, rest, tokens, mamba_budget, mamba_size, mamba_cap)
 
 
@@ -446,10 +457,10 @@ def running_requests(given: int | None, pool: PoolTerm | None, rules: Rules, con
 
 def narrate(parts: Breakdown, spec: ModelSpec, workload: Workload) -> tuple[list[str], dict[str, str]]:
     """(warnings, explain lines), every figure read from the breakdown."""
-    s, cell, pool = parts.settings, parts.cell, parts.pool
+    settings, cell, pool = parts.settings, parts.cell, parts.pool
     explain = {"weights": parts.weights.explain, "overhead": explain_overhead(parts), "cell_size": explain_cell(parts)}
     if pool is not None and pool.mamba_budget is not None:
-        ratio = s.mamba_full_memory_ratio
+        ratio = settings.mamba_full_memory_ratio
         explain["mamba"] = (
             f"mamba budget = rest × {ratio}/(1+{ratio}) = {pool.mamba_budget / GiB:.2f} GiB → {pool.mamba_size} "
             f"request states; running ≤ {pool.mamba_cap} (§3.3)"
@@ -461,11 +472,11 @@ def narrate(parts: Breakdown, spec: ModelSpec, workload: Workload) -> tuple[list
         explain["decode"] = "upper bound: bandwidth / (active weights per GPU + KV at the context), one sequence"
 
     warnings = []
-    if parts.context > s.context_length:
-        warnings.append(f"context {parts.context} is longer than SGLang's context_length {s.context_length}")
-    if spec.max_position_embeddings and s.context_length > spec.max_position_embeddings:
+    if parts.context > settings.context_length:
+        warnings.append(f"context {parts.context} is longer than SGLang's context_length {settings.context_length}")
+    if spec.max_position_embeddings and settings.context_length > spec.max_position_embeddings:
         warnings.append(
-            f"context_length {s.context_length} exceeds the model's {spec.max_position_embeddings}: SGLang "
+            f"context_length {settings.context_length} exceeds the model's {spec.max_position_embeddings}: SGLang "
             "refuses it unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1"
         )
     if pool is not None and cell.state_bytes_per_request > 0:
@@ -475,7 +486,7 @@ def narrate(parts: Breakdown, spec: ModelSpec, workload: Workload) -> tuple[list
         )
     if parts.refused:
         warnings.append(
-            f"the weights leave no memory for the KV cache under mem_fraction_static={s.mem_fraction_static}: "
+            f"the weights leave no memory for the KV cache under mem_fraction_static={settings.mem_fraction_static}: "
             "SGLang stops at start-up ('Not enough memory' / 'leave no GPU memory for the KV cache')"
         )
     if pool is not None and parts.table > parts.slack:
@@ -495,10 +506,10 @@ def explain_overhead(parts: Breakdown) -> str:
 
 
 def explain_cell(parts: Breakdown) -> str:
-    cell, s = parts.cell, parts.settings
+    cell, settings = parts.cell, parts.settings
     return (
-        f"{cell.cell:.0f} B per token on the worst rank ({s.kv_cache_dtype}): full/MLA layers {cell.full_bytes:.0f} B"
-        + (f" + {s.swa_full_tokens_ratio} × SWA layers {cell.swa_bytes:.0f} B" if cell.hybrid_swa else "")
+        f"{cell.cell:.0f} B per token on the worst rank ({settings.kv_cache_dtype}): full/MLA layers {cell.full_bytes:.0f} B"
+        + (f" + {settings.swa_full_tokens_ratio} × SWA layers {cell.swa_bytes:.0f} B" if cell.hybrid_swa else "")
         + (
             f"; recurrent state {cell.state_bytes_per_request:.0f} B per request"
             if cell.state_bytes_per_request
@@ -509,41 +520,41 @@ def explain_cell(parts: Breakdown) -> str:
 
 
 def explain_budget(parts: Breakdown) -> str:
-    s, pool = parts.settings, parts.pool
+    settings, pool = parts.settings, parts.pool
     if pool is None:
         return f"no GPU: activations taken as SGLang's own reserve estimate {parts.reserve_text} [approximation]"
     pre = pool.pre_load_free
     return (
-        f"mem_fraction_static {s.mem_fraction_static} ({s.fraction_source}); free before loading "
-        f"{pre / GiB:.2f} GiB; weights + KV pool ≤ {pre * s.mem_fraction_static / GiB:.2f} GiB; pool = "
-        f"{max(pool.rest, 0) / GiB:.2f} GiB → {pool.tokens} tokens (page {s.page_size})"
+        f"mem_fraction_static {settings.mem_fraction_static} ({settings.fraction_source}); free before loading "
+        f"{pre / GiB:.2f} GiB; weights + KV pool ≤ {pre * settings.mem_fraction_static / GiB:.2f} GiB; pool = "
+        f"{max(pool.rest, 0) / GiB:.2f} GiB → {pool.tokens} tokens (page {settings.page_size})"
     )
 
 
 def explain_activations(parts: Breakdown) -> str:
-    s = parts.settings
+    settings = parts.settings
     table = (
-        f"req_to_token ({parts.running} + 1) × ({s.context_length} + {parts.req_to_token_extra_tokens}) × "
+        f"req_to_token ({parts.running} + 1) × ({settings.context_length} + {parts.req_to_token_extra_tokens}) × "
         f"{parts.req_to_token_bytes} B = {parts.table / GiB:.2f} GiB (§3.1, §3.2)"
     )
     return (
-        f"the {1 - s.mem_fraction_static:.3f} of free memory outside mem_fraction_static, left for activations, "
-        f"CUDA graphs (chunked_prefill_size {s.chunked_prefill_size}, cuda_graph_max_bs {s.cuda_graph_max_bs}) and "
+        f"the {1 - settings.mem_fraction_static:.3f} of free memory outside mem_fraction_static, left for activations, "
+        f"CUDA graphs (chunked_prefill_size {settings.chunked_prefill_size}, cuda_graph_max_bs {settings.cuda_graph_max_bs}) and "
         + (table if parts.running is not None else "the req_to_token table (none: no token pool to size it)")
     )
 
 
 def explain_kv_cache(parts: Breakdown, concurrency: int) -> str:
-    cell, s = parts.cell, parts.settings
+    cell, settings = parts.cell, parts.settings
     return (
         f"pool bytes for {concurrency} × {parts.context} tokens at {cell.cell:.0f} B"
         + (
-            f"; SWA pool ({s.swa_full_tokens_ratio} of the tokens) holds min(window {parts.window}, context) per request"
+            f"; SWA pool ({settings.swa_full_tokens_ratio} of the tokens) holds min(window {parts.window}, context) per request"
             if cell.hybrid_swa
             else ""
         )
         + (
-            f"; mamba share 1 : {s.mamba_full_memory_ratio} with {cell.state_bytes_per_request:.0f} B state per request"
+            f"; mamba share 1 : {settings.mamba_full_memory_ratio} with {cell.state_bytes_per_request:.0f} B state per request"
             if cell.state_bytes_per_request
             else ""
         )
@@ -562,8 +573,8 @@ class SglangProfile(ProfileBase):
         rules_version, rules = self.rules(choice.version)
         notes: list[str] = []
         common.require_weights(spec)
-        s = resolve_settings(spec, hardware, choice, workload, rules, rules_version, notes)
-        parts = compute(spec, hardware, s, workload, rules)
+        settings = resolve_settings(spec, hardware, choice, workload, rules, rules_version, notes)
+        parts = compute(spec, hardware, settings, workload, rules)
         warnings, explain = narrate(parts, spec, workload)
         memory = hardware.gpu.gpu_memory_bytes if hardware else 0
         per_gpu = PerGpu(
@@ -578,41 +589,41 @@ class SglangProfile(ProfileBase):
             spec=spec,
             hardware=hardware,
             engine=engine_report(parts, choice),
-            workload=replace(workload, context=parts.context, kv_dtype=s.kv_cache_dtype),
+            workload=replace(workload, context=parts.context, kv_dtype=settings.kv_cache_dtype),
             per_gpu=per_gpu,
             capacity=parts.capacity,
             decode=parts.decode,
             warnings=[*notes, *warnings],
             explain=explain,
-            tp=s.tp,
-            pp=s.pp,
+            tp=settings.tp,
+            pp=settings.pp,
             force_does_not_fit=parts.refused,
         )
 
 
 def engine_report(parts: Breakdown, choice: EngineChoice) -> dict[str, object]:
     """The settings the estimate assumed, under SGLang's names (``Estimate.engine``)."""
-    s, pool = parts.settings, parts.pool
+    settings, pool = parts.settings, parts.pool
     return {
         "name": ENGINE,
-        "version": s.rules,
+        "version": settings.rules,
         "requested_version": choice.version,
-        "gpu_util": s.mem_fraction_static,
-        "mem_fraction_static": s.mem_fraction_static,
-        "mem_fraction_static_source": s.fraction_source,
-        "chunked_prefill_size": s.chunked_prefill_size,
-        "cuda_graph_max_bs": s.cuda_graph_max_bs,
-        "context_length": s.context_length,
-        "kv_cache_dtype": s.kv_cache_dtype,
-        "page_size": s.page_size,
+        "gpu_util": settings.mem_fraction_static,
+        "mem_fraction_static": settings.mem_fraction_static,
+        "mem_fraction_static_source": settings.fraction_source,
+        "chunked_prefill_size": settings.chunked_prefill_size,
+        "cuda_graph_max_bs": settings.cuda_graph_max_bs,
+        "context_length": settings.context_length,
+        "kv_cache_dtype": settings.kv_cache_dtype,
+        "page_size": settings.page_size,
         "cell_size": parts.cell.cell,
-        "swa_full_tokens_ratio": s.swa_full_tokens_ratio if parts.cell.hybrid_swa else None,
+        "swa_full_tokens_ratio": settings.swa_full_tokens_ratio if parts.cell.hybrid_swa else None,
         "max_total_num_tokens": parts.tokens,
         "max_running_requests": parts.running,
         "max_mamba_cache_size": pool.mamba_size if pool else None,
         "req_to_token_bytes": parts.table,
-        "tp_size": s.tp,
-        "pp_size": s.pp,
+        "tp_size": settings.tp,
+        "pp_size": settings.pp,
     }
 
 
@@ -647,14 +658,14 @@ def _capacity(
     running: int | None,
     mamba_size: int | None,
     workload: Workload,
-    s: Settings,
+    settings: Settings,
     context: int,
 ) -> Capacity:
     """Pool tokens, full-length requests that fit (also bounded by max_running_requests and the mamba pool)
     and the longest context at the workload's concurrency (bounded by context_length)."""
     if tokens is None:
         return Capacity()
-    per_request = math.ceil(context / s.page_size) * s.page_size
+    per_request = math.ceil(context / settings.page_size) * settings.page_size
     limits = [tokens / per_request]
     if cell.hybrid_swa and window:
         limits.append(tokens * cell.swa_ratio / min(window, context))
@@ -663,7 +674,9 @@ def _capacity(
     if mamba_size is not None:
         limits.append(float(mamba_size))
     concurrency = max(0.0, min(limits))
-    max_context = min(tokens // max(1, workload.concurrency) // s.page_size * s.page_size, s.context_length)
+    max_context = min(
+        tokens // max(1, workload.concurrency) // settings.page_size * settings.page_size, settings.context_length
+    )
     if (running is not None and workload.concurrency > running) or (
         mamba_size is not None and workload.concurrency > mamba_size
     ):
