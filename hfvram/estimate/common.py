@@ -114,8 +114,8 @@ def pp_layer_ranges(num_layers: int, pp: int) -> list[tuple[int, int]]:
     pp = max(1, pp)
     per_stage = num_layers // pp
     sizes = [per_stage] * pp
-    for i in range(2, num_layers % pp + 2):
-        sizes[-i] += 1
+    for back in range(2, num_layers % pp + 2):
+        sizes[-back] += 1
     ranges, start = [], 0
     for size in sizes:
         ranges.append((start, start + size))
@@ -127,7 +127,7 @@ def worst_stage_layers(spec: ModelSpec, pp: int) -> tuple[Layer, ...]:
     """The layers of the pipeline stage with the most KV bytes per token (the stage that decides)."""
     if pp <= 1 or not spec.layers:
         return spec.layers
-    stages = [spec.layers[a:b] for a, b in pp_layer_ranges(len(spec.layers), pp)]
+    stages = [spec.layers[start:end] for start, end in pp_layer_ranges(len(spec.layers), pp)]
     return max(stages, key=lambda layers: (sum(layer.kv_elems_per_token for layer in layers), len(layers)))
 
 
@@ -184,7 +184,7 @@ def require_weights(spec: ModelSpec) -> Weights:
     """The checkpoint's weights as the sources attached them; :class:`WeightsUnknownError` (exit 3) when
     nothing could size them (a hand-built spec, or a model without headers, counts or derivable shapes)."""
     if spec.weights is None:
-        said = next((w for w in spec.warnings if w.startswith("weights unknown")), None)
+        said = next((note for note in spec.warnings if note.startswith("weights unknown")), None)
         if said:  # the reader already said why (e.g. a GGUF holding only a vocabulary)
             raise WeightsUnknownError(f"{said}; no memory figure can be given")
         name = spec.architecture or spec.model_type or "the model"
@@ -242,7 +242,9 @@ def weights_per_rank(
         + (f", vocab padded to a multiple of {vocab_padding}" if vocab and vocab_padding > 1 else "")
         + stage_note
     )
-    return WeightsSplit(bytes=round(total), by_component={k: int(v) for k, v in per_rank.items()}, explain=explain)
+    return WeightsSplit(
+        bytes=round(total), by_component={name: int(size) for name, size in per_rank.items()}, explain=explain
+    )
 
 
 def worst_stage_bytes(per_rank: Mapping[str, float], num_layers: int, pp: int) -> float:

@@ -37,6 +37,7 @@ from hfvram.estimate.common import (
     layer_kv_row_elems as common_kv_row_elems,
 )
 from hfvram.estimate.dtypes import ggml_blocks
+from hfvram.estimate.engines.base import ProfileBase
 from hfvram.estimate.types import Capacity, EngineChoice, Estimate, Hardware, PerGpu, Workload
 from hfvram.spec import RECURRENT_KINDS, WINDOWED_KINDS, Layer, LayerKind, ModelSpec
 
@@ -719,11 +720,10 @@ def usable_bytes(hardware: Hardware, settings: Settings) -> int:
     return memory - settings.fit_target_bytes if settings.fit else memory
 
 
-class LlamaCppProfile:
+class LlamaCppProfile(ProfileBase):
     """llama-server / llama-cli on CUDA, ROCm, Metal or Vulkan (one process, layer split over GPUs)."""
 
     name = ENGINE
-    rule_versions: tuple[str, ...] = tuple(load_engine_data(ENGINE)["rule_versions"])
     data_name = ENGINE
 
     def settings_for(
