@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from enum import Enum
 
 from hfvram.errors import UsageError
 from hfvram.estimate import common
@@ -238,19 +239,27 @@ class OverheadTerm:
         return self.cuda_context + (0 if self.cudagraph_in_budget else self.cudagraphs)
 
 
+class BudgetMode(Enum):
+    KV_CACHE_MEMORY_BYTES = "kv-cache-memory-bytes sets the KV pool"
+    UTILIZATION = "gpu_memory_utilization of the device"
+    NONE = "no hardware given"
+
+
 @dataclass(frozen=True)
 class BudgetTerm:
-    """What vLLM may use on one GPU and the KV pool it leaves. ``mode``: ``"kv-cache-memory-bytes"`` (the
-    pool set directly), ``"utilization"`` (the fraction of the device), ``"none"`` (no hardware given)."""
+    """What vLLM may use on one GPU and the KV pool it leaves, and how the budget was set."""
 
-    mode: str
+    mode: BudgetMode
     memory: int
     budget: float
     pool: float
 
 
 #: why start-up fails (or may fail) in the memory outside the budget
-OUTSIDE_CONTEXT, OUTSIDE_GRAPHS, OUTSIDE_SAMPLER = "cuda-context", "cuda-graphs", "sampler-warm-up"
+class OutsideTrouble(Enum):
+    CUDA_CONTEXT = "the CUDA context does not fit"  # start-up fails
+    CUDA_GRAPHS = "the CUDA graphs captured after the KV cache do not fit"  # start-up fails
+    SAMPLER_WARM_UP = "the sampler warm-up after start-up may not fit"  # a warning only
 
 
 @dataclass(frozen=True)
@@ -275,8 +284,8 @@ class Breakdown:
     sized: bool
     #: kv-cache-memory-bytes asks for more than the GPU has left
     kv_bytes_too_large: bool
-    #: the first trouble outside the budget (OUTSIDE_*), or None
-    outside_trouble: str | None
+    #: the first trouble outside the budget, or None
+    outside_trouble: OutsideTrouble | None
     hybrid_moe_graphs: bool
     #: a decode bound was worked out (hardware and active weights known; it is None without a bandwidth)
     decode_modelled: bool
@@ -299,7 +308,7 @@ class Breakdown:
             self.pool_empty
             or self.one_request_short
             or self.kv_bytes_too_large
-            or self.outside_trouble in (OUTSIDE_CONTEXT, OUTSIDE_GRAPHS)
+            or self.outside_trouble in (OutsideTrouble.CUDA_CONTEXT, OutsideTrouble.CUDA_GRAPHS)
         )
 
 
@@ -550,7 +559,7 @@ def compute(
         sized=sized,
         kv_bytes_too_large=(
             hardware is not None
-            and budget.mode == "kv-cache-memory-bytes"
+            and budget.mode is BudgetMode.KV_CACHE_MEMORY_BYTES
             and budget.budget + overhead.outside_budget > budget.memory
         ),
         outside_trouble=outside_budget_trouble(budget, overhead, activations.bytes, hardware, settings),
@@ -568,27 +577,27 @@ def budget_term(hardware: Hardware | None, settings: Settings, deducted: int) ->
     memory = hardware.gpu.gpu_memory_bytes if hardware else 0
     if settings.kv_cache_memory_bytes is not None:
         pool = settings.kv_cache_memory_bytes
-        return BudgetTerm("kv-cache-memory-bytes", memory, deducted + pool, float(pool))
+        return BudgetTerm(BudgetMode.KV_CACHE_MEMORY_BYTES, memory, deducted + pool, float(pool))
     if hardware is not None:
         budget = math.ceil(memory * settings.gpu_memory_utilization)
-        return BudgetTerm("utilization", memory, budget, budget - deducted)
-    return BudgetTerm("none", memory, 0, 0.0)
+        return BudgetTerm(BudgetMode.UTILIZATION, memory, budget, budget - deducted)
+    return BudgetTerm(BudgetMode.NONE, memory, 0, 0.0)
 
 
 def outside_budget_trouble(
     budget: BudgetTerm, overhead: OverheadTerm, activations: int, hardware: Hardware | None, settings: Settings
-) -> str | None:
+) -> OutsideTrouble | None:
     """What does not fit in the memory gpu_memory_utilization leaves outside the budget: the CUDA context,
     the CUDA graphs captured there (before v0.21), or the sampler warm-up after start-up (gt-0085/0086)."""
-    if hardware is None or budget.mode != "utilization":
+    if hardware is None or budget.mode is not BudgetMode.UTILIZATION:
         return None
     left = budget.memory - budget.budget
     if overhead.cuda_context > left:
-        return OUTSIDE_CONTEXT
+        return OutsideTrouble.CUDA_CONTEXT
     if overhead.outside_budget > left:
-        return OUTSIDE_GRAPHS
+        return OutsideTrouble.CUDA_GRAPHS
     if overhead.outside_budget + activations > left:
-        return OUTSIDE_SAMPLER
+        return OutsideTrouble.SAMPLER_WARM_UP
     return None
 
 
@@ -851,7 +860,7 @@ def narrate(
         "activations": explain_activations(parts.activations, spec),
         "overhead": explain_overhead(parts, since),
     }
-    if parts.budget.mode != "none":
+    if parts.budget.mode is not BudgetMode.NONE:
         explain["budget"] = explain_budget(parts)
     explain["kv_cache"] = explain_kv_cache(parts, workload.concurrency)
     explain["verdict"] = VERDICT_NOTE
@@ -890,7 +899,7 @@ def explain_overhead(parts: Breakdown, since: str) -> str:
 
 def explain_budget(parts: Breakdown) -> str:
     budget, util = parts.budget, parts.settings.gpu_memory_utilization
-    if budget.mode == "kv-cache-memory-bytes":
+    if budget.mode is BudgetMode.KV_CACHE_MEMORY_BYTES:
         return "kv-cache-memory-bytes set: the KV pool is that size, utilization ignored (§2.1)"
     pool = budget.pool
     return (
@@ -949,20 +958,20 @@ def outside_budget_note(parts: Breakdown) -> str | None:
     left = (parts.budget.memory - parts.budget.budget) / GiB
     context, graphs = overhead.cuda_context / GiB, overhead.cudagraphs / GiB
     util = settings.gpu_memory_utilization
-    if parts.outside_trouble == OUTSIDE_CONTEXT:
+    if parts.outside_trouble is OutsideTrouble.CUDA_CONTEXT:
         return (
             f"vLLM needs ~{context:.2f} GiB per GPU outside its budget (CUDA context, NCCL) but "
             f"gpu_memory_utilization={util} leaves {left:.2f} GiB: start-up fails "
             "with 'Free memory on device … is less than desired GPU memory utilization'"
         )
-    if parts.outside_trouble == OUTSIDE_GRAPHS:
+    if parts.outside_trouble is OutsideTrouble.CUDA_GRAPHS:
         return (
             f"CUDA graphs ({graphs:.2f} GiB) are captured after the KV cache fills the budget, in the "
             f"{left:.2f} GiB gpu_memory_utilization leaves (minus {context:.2f} GiB CUDA "
             "context): start-up runs out of memory while capturing them; lower gpu-memory-utilization or "
             "set enforce-eager"
         )
-    if parts.outside_trouble == OUTSIDE_SAMPLER:
+    if parts.outside_trouble is OutsideTrouble.SAMPLER_WARM_UP:
         # gt-0085/0086: the sampler is warmed up again after the KV cache is allocated
         return (
             f"after start-up vLLM warms up the sampler with {settings.max_num_seqs} dummy requests outside its "
