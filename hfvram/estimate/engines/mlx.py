@@ -25,6 +25,7 @@ from hfvram.estimate.common import (
     decode_tokens_per_second,
     finish_estimate,
     kv_dtype_bytes,
+    layer_kv_elems_per_token_rank,
     require_weights,
     setting_int,
 )
@@ -59,9 +60,9 @@ def kv_bytes_per_sequence(
     for layer in spec.layers:
         if layer.kind in WINDOWED_KINDS and layer.window:
             tokens = min(cache_tokens(context, step, max_kv_size), layer.window)
-            total += layer.kv_elems_per_token * element_bytes * tokens
+            total += layer_kv_elems_per_token_rank(layer, 1) * element_bytes * tokens
         elif layer.kind in (LayerKind.FULL, LayerKind.MLA):
-            total += layer.kv_elems_per_token * element_bytes * cache_tokens(context, step, max_kv_size)
+            total += layer_kv_elems_per_token_rank(layer, 1) * element_bytes * cache_tokens(context, step, max_kv_size)
         elif layer.kind in RECURRENT_KINDS:
             total += layer.state_elems * (layer.state_dtype_bytes or spec.dtype_bytes())
     return total

@@ -29,6 +29,7 @@ from hfvram.estimate.common import (
     active_weight_bytes,
     decode_tokens_per_second,
     finish_estimate,
+    layer_kv_elems_per_token_rank,
     setting,
     setting_bool,
     setting_int,
@@ -142,9 +143,7 @@ def legacy_kv_per_layer(
         if layer.kind is LayerKind.NONE:
             out.append(0)
             continue
-        width = (
-            layer.kv_elems_per_token if layer.kind is not LayerKind.MLA else layer.kv_lora_rank + layer.qk_rope_head_dim
-        )
+        width = layer_kv_elems_per_token_rank(layer, 1)  # MLA: the latent, as GraphSize counts it
         layer_cells = cells
         if arch == "gemma3" and (il + 1) % 6 != 0 and layer.window:
             layer_cells = parallel * layer.window + batch
