@@ -252,7 +252,7 @@ def pool_term(
 def compute(
     spec: ModelSpec, hardware: Hardware | None, settings: Settings, workload: Workload, rules: Rules
 ) -> Breakdown:
-    """Every term for settings ``s``: weights, overhead, cache geometry, the pool, what the workload needs."""
+    """Every term for ``settings``: weights, overhead, cache geometry, the pool, what the workload needs."""
     context = workload.context or settings.session_len
     kv_heads = {layer.num_kv_heads for layer in spec.layers if layer.kind in (LayerKind.FULL, LayerKind.SLIDING)}
     split = common.weights_per_rank(spec, settings.tp, 1, vocab_padding=1)

@@ -361,7 +361,7 @@ def overhead_bytes(cuda_context_gib: float, nccl_init_gib: float | None) -> int:
 def compute(
     spec: ModelSpec, hardware: Hardware | None, settings: Settings, workload: Workload, rules: Rules
 ) -> Breakdown:
-    """Every term for settings ``s``: weights, overhead, cell size, token pool, the slack outside the static
+    """Every term for ``settings``: weights, overhead, cell size, token pool, the slack outside the static
     fraction and the req_to_token table in it, what the workload needs and the decode bound."""
     context = workload.context or settings.context_length
     split = common.weights_per_rank(spec, settings.tp, settings.pp, vocab_padding=rules["vocab_padding"])
@@ -371,16 +371,7 @@ def compute(
     cell = cell_size(
         spec, settings.tp, settings.pp, settings.kv_bytes, settings.swa_full_tokens_ratio, settings.hybrid_swa_memory
     )
-    reserve_text = None
-    if hardware is not None:
-        pool = pool_term(hardware.gpu.gpu_memory_bytes - overhead, split.bytes, cell, settings, rules)
-        slack = pool.pre_load_free * (1 - settings.mem_fraction_static)
-    else:
-        pool = None
-        reserved, reserve_text = reserved_mib(
-            rules, 0, settings.tp, settings.pp, settings.chunked_prefill_size, settings.cuda_graph_max_bs, _is_mla(spec)
-        )
-        slack = reserved * MiB
+    pool, slack, reserve_text = pool_and_slack(spec, hardware, overhead, split.bytes, cell, settings, rules)
     running = running_requests(settings.max_running_requests, pool, rules, settings.context_length)
     window = _window(spec)
     needed = pool_bytes_needed(
@@ -389,9 +380,8 @@ def compute(
     active = common.active_weight_bytes(spec)
     decode = None
     if hardware is not None and active is not None:
-        decode = common.decode_tokens_per_second(
-            active / settings.tp + cell.cell * context, hardware.gpu.memory_bandwidth_gbs
-        )
+        bytes_read = active / settings.tp + cell.cell * context
+        decode = common.decode_tokens_per_second(bytes_read, hardware.gpu.memory_bandwidth_gbs)
     return Breakdown(
         settings=settings,
         context=context,
@@ -421,6 +411,26 @@ def compute(
         decode_modelled=hardware is not None and active is not None,
         decode=decode,
     )
+
+
+def pool_and_slack(
+    spec: ModelSpec,
+    hardware: Hardware | None,
+    overhead: int,
+    weights: int,
+    cell: CellSize,
+    settings: Settings,
+    rules: Rules,
+) -> tuple[PoolTerm | None, float, str | None]:
+    """(token pool, the slack outside mem_fraction_static, the reserve text without a GPU): with a GPU the slack
+    is ``(1 − mfs)`` of the free memory before loading; without one, SGLang's own reserve estimate."""
+    if hardware is not None:
+        pool = pool_term(hardware.gpu.gpu_memory_bytes - overhead, weights, cell, settings, rules)
+        return pool, pool.pre_load_free * (1 - settings.mem_fraction_static), None
+    reserved, reserve_text = reserved_mib(
+        rules, 0, settings.tp, settings.pp, settings.chunked_prefill_size, settings.cuda_graph_max_bs, _is_mla(spec)
+    )
+    return None, reserved * MiB, reserve_text
 
 
 def pool_term(pre: float, weights: int, cell: CellSize, settings: Settings, rules: Rules) -> PoolTerm:

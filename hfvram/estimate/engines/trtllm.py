@@ -158,7 +158,7 @@ def overhead_bytes(cuda_context_gib: float, tp_comm_gib: float | None) -> int:
 def compute(
     spec: ModelSpec, hardware: Hardware | None, settings: Settings, workload: Workload, rules: Rules
 ) -> Breakdown:
-    """Every term for settings ``s``: weights, the profiling peak, KV per token and per sequence, the pool."""
+    """Every term for ``settings``: weights, the profiling peak, KV per token and per sequence, the pool."""
     context = workload.context or settings.max_seq_len
     split = common.weights_per_rank(spec, settings.tp, settings.pp, vocab_padding=rules["vocab_padding"])
     activations, activations_text = activation_peak(spec, settings, rules)
