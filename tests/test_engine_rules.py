@@ -329,3 +329,21 @@ def test_ggml_table_loads_without_numpy():
     env = {**os.environ, "PYTHONPATH": str(ESTIMATE_SOURCES.parent.parent)}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_estimator_functions_stay_short_or_say_why():
+    """The engine profiles and their shared blocks keep functions to 60 lines; a longer one says why in its
+    docstring ("Longer than 60 lines ...")."""
+    import ast
+
+    paths = [
+        *sorted((ESTIMATE_SOURCES / "engines").glob("*.py")),
+        *(ESTIMATE_SOURCES / name for name in ("common.py", "engine_rules.py", "dtypes.py")),
+    ]
+    long = []
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 60:
+                if "Longer than 60 lines" not in (ast.get_docstring(node) or ""):
+                    long.append(f"{path.name}:{node.lineno} {node.name}")
+    assert not long, f"functions over 60 lines without a reason: {long}"
