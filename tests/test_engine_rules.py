@@ -12,6 +12,9 @@ Rules and their sources:
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 from spec_support import derived_spec
 
@@ -253,3 +256,98 @@ def test_hybrid_cuda_graphs_scale_with_mixer_blocks_not_mlp_blocks():
     assert qwen.engine["cudagraph_bytes"] == pytest.approx(3.4e9, rel=0.01)
     nemotron = run("nvidia/Nemotron-H-56B-Base-8K", "h100x8")
     assert nemotron.engine["cudagraph_bytes"] == int(10376.0 * 64 * 8192)
+
+
+# ---- 13. one table per fact ---------------------------------------------------------------------------------
+
+ESTIMATE_SOURCES = Path(__file__).resolve().parent.parent / "hfvram" / "estimate"
+ENGINE_TOMLS = sorted((Path(__file__).resolve().parent.parent / "hfvram" / "data" / "engines").glob("*.toml"))
+#: tables whose keys are data (release versions, GPU names, model types, vendors, policy numbers), not settings
+DATA_KEYED_TABLES = frozenset(
+    {"versions", "max_batch_size_by_gpu_name", "model_type_to_arch", "refused_vendors", "quant_policy_kv"}
+)
+
+
+def _toml_keys(table, path=()):
+    """Every key path the code is expected to look up (the keys of data-keyed tables are skipped)."""
+    for key, value in table.items():
+        here = (*path, key)
+        if not (path and path[-1] in DATA_KEYED_TABLES):
+            yield here
+        if isinstance(value, dict):
+            yield from _toml_keys(value, here)
+        elif isinstance(value, list) and value and all(isinstance(row, dict) for row in value):
+            for row in value:
+                yield from _toml_keys(row, (*here, "[]"))
+
+
+@pytest.mark.parametrize("toml_path", ENGINE_TOMLS, ids=lambda path: path.name)
+def test_every_engine_toml_key_is_read_by_the_estimator(toml_path):
+    """A constant in an engine TOML that no code reads is a rule that silently does nothing: each key must be
+    named, as a string, by the estimator's code (hfvram/estimate/**)."""
+    import re
+
+    import tomllib
+
+    source = "\n".join(path.read_text(encoding="utf-8") for path in ESTIMATE_SOURCES.rglob("*.py"))
+    named = set(re.findall(r"""["']([A-Za-z0-9_.\-]+)["']""", source))
+    data = tomllib.loads(toml_path.read_text(encoding="utf-8"))
+    unread = sorted("/".join(path) for path in _toml_keys(data) if path[-1] not in named)
+    assert not unread, f"{toml_path.name}: keys no estimator code reads: {unread}"
+
+
+def test_ggml_type_table_matches_the_gguf_package():
+    """hfvram/data/ggml_types.json (read at start-up without numpy) is gguf's GGML_QUANT_SIZES, type by type."""
+    gguf = pytest.importorskip("gguf")
+    from hfvram.estimate import dtypes
+
+    expected = {qtype.name.lower(): (int(qtype), block, size) for qtype, (block, size) in gguf.GGML_QUANT_SIZES.items()}
+    assert dict(dtypes.ggml_types()) == expected
+
+
+def test_kv_dtype_sizes_come_from_the_dtype_tables():
+    from hfvram.estimate import common, dtypes
+    from hfvram.estimate.engines import llamacpp
+
+    blocks = dtypes.ggml_types()
+    for name in ("q8_0", "q4_0", "q5_1", "iq4_nl"):
+        _, block, size = blocks[name]
+        assert common.kv_dtype_bytes(name) == size / block
+        assert llamacpp.GGML_BLOCKS[name] == (block, size)
+    assert common.kv_dtype_bytes("bfloat16") == 2.0 and common.kv_dtype_bytes("fp8_e4m3") == 1.0
+
+
+def test_ggml_table_loads_without_numpy():
+    """The CLI's start-up path must not import numpy: the ggml table is plain JSON."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from hfvram.estimate import dtypes, common; dtypes.ggml_types(); common.kv_dtype_bytes('q8_0'); "
+        "print('numpy' in sys.modules)"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ESTIMATE_SOURCES.parent.parent)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_estimator_functions_stay_short_or_say_why():
+    """The engine profiles and their shared blocks keep functions to 60 lines; a longer one says why in its
+    docstring ("Longer than 60 lines ...")."""
+    import ast
+
+    paths = [
+        *sorted((ESTIMATE_SOURCES / "engines").glob("*.py")),
+        *(ESTIMATE_SOURCES / name for name in ("common.py", "engine_rules.py", "dtypes.py")),
+    ]
+    long = []
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            is_function = isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            if (
+                is_function
+                and node.end_lineno - node.lineno >= 60
+                and "Longer than 60 lines" not in (ast.get_docstring(node) or "")
+            ):
+                long.append(f"{path.name}:{node.lineno} {node.name}")
+    assert not long, f"functions over 60 lines without a reason: {long}"

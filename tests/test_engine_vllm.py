@@ -291,3 +291,23 @@ def test_hybrid_moe_overhead_gap_is_said():
     dense = run(derived_spec("meta-llama/Llama-3.1-8B-Instruct"), hardware, version=None, context=32768)
     assert any("hybrid linear-attention MoE" in w for w in moe.warnings)
     assert not any("hybrid linear-attention MoE" in w for w in dense_hybrid.warnings + dense.warnings)
+
+
+def test_cache_kinds_are_typed_specs_with_their_own_per_request_need():
+    # vllm/v1/kv_cache_interface.py: one spec per layer type, page size and max_memory_usage_bytes per request
+    sliding = vllm.SlidingWindowSpec(block_size=16, page_size_bytes=4096, sliding_window=128)
+    assert (
+        sliding.blocks_needed(131072, 8192) == 521
+    )  # cdiv(127 + 8192, 16) + 1 (gpt-oss, docs/engines/vllm.md#vllm-kv-specs)
+    assert sliding.max_memory_usage_bytes(131072, 8192) == 521 * 4096
+    assert vllm.FullAttentionSpec(16, 4096).blocks_needed(131072, 8192) == 8192
+    assert vllm.ChunkedLocalAttentionSpec(16, 4096, attention_chunk_size=8192).blocks_needed(131072, 8192) == 1024
+    assert vllm.MambaSpec(16, 4096).blocks_needed(131072, 8192) == 1  # one state per request
+    assert isinstance(vllm.MLAAttentionSpec(64, 4096), vllm.FullAttentionSpec)
+    # gemma-2: full and sliding layers make two groups, each with its own spec type
+    spec = spec_of("google/gemma-2-9b-it")
+    settings = vllm.resolve_settings(
+        spec, H100_LOGGED, EngineChoice("vllm"), Workload(context=8192), _rules("0.19"), "0.19", []
+    )
+    kinds = {type(cache).__name__ for cache, _ in vllm.kv_layout(spec, settings).groups}
+    assert kinds == {"FullAttentionSpec", "SlidingWindowSpec"}

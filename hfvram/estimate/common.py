@@ -12,10 +12,11 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 from hfvram.datafiles import data_table
 from hfvram.errors import ModelReadError, UsageError
+from hfvram.estimate.dtypes import element_bytes
 from hfvram.estimate.types import (
     Capacity,
     EngineChoice,
@@ -30,35 +31,16 @@ from hfvram.spec import GROWING_KINDS, RECURRENT_KINDS, WINDOWED_KINDS, Layer, L
 GiB = 1 << 30
 MiB = 1 << 20
 
+#: an engine's constants as parsed from its TOML file (values are TOML scalars, arrays or tables)
+Rules = Mapping[str, Any]
+
 # ---------------------------------------------------------------------------------------------------------
 # KV dtypes
 # ---------------------------------------------------------------------------------------------------------
 
-#: KV cache dtype name -> bytes per element (docs/engines/common.md#kv-dtype-sizes). Names as engines and users spell them.
-KV_DTYPE_BYTES: Mapping[str, float] = {
-    "fp32": 4.0,
-    "float32": 4.0,
-    "f32": 4.0,
-    "bf16": 2.0,
-    "bfloat16": 2.0,
-    "fp16": 2.0,
-    "float16": 2.0,
-    "f16": 2.0,
-    "half": 2.0,
-    "fp8": 1.0,
-    "fp8_e4m3": 1.0,
-    "fp8_e5m2": 1.0,
-    "fp8_inc": 1.0,
-    "int8": 1.0,
-    "q8_0": 34 / 32,
-    "q5_1": 24 / 32,
-    "q5_0": 22 / 32,
-    "q4_1": 20 / 32,
-    "q4_0": 18 / 32,
-    "iq4_nl": 18 / 32,
-    "int4": 0.5,
-    "fp4": 0.5,
-}
+#: KV cache dtype name -> bytes per element (docs/engines/common.md#kv-dtype-sizes). Names as engines and users spell them; the
+#: table is hfvram/data/dtypes.toml with the ggml block types from hfvram/data/ggml_types.json.
+KV_DTYPE_BYTES: Mapping[str, float] = element_bytes()
 
 
 def kv_dtype_bytes(name: str, model_dtype_bytes: float = 2.0) -> float:
@@ -96,14 +78,23 @@ def kv_heads_per_rank(total_kv_heads: int, tp: int) -> int:
     return max(1, total_kv_heads // max(1, tp))
 
 
-def layer_kv_elems_per_token_rank(layer: Layer, tp: int) -> int:
-    """K+V elements per token this layer stores on one TP rank. MLA keeps its whole latent on every rank
-    (docs/engines/common.md#kv-bytes-per-token: ``num_kv_heads = 1`` when ``use_mla``); recurrent / cache-free layers -> 0."""
+def layer_kv_row_elems(layer: Layer, tp: int = 1) -> tuple[int, int]:
+    """(K, V) elements per token this layer stores on one TP rank (``tp=1``: the whole layer, llama.cpp's
+    n_embd_k_gqa / n_embd_v_gqa). MLA keeps its whole latent on every rank, counted as K with no V
+    (docs/engines/common.md#kv-bytes-per-token: ``num_kv_heads = 1`` when ``use_mla``); recurrent / cache-free layers -> (0, 0).
+    The one place per-layer KV elements are computed in the estimator."""
     if layer.kind is LayerKind.MLA:
-        return layer.kv_lora_rank + layer.qk_rope_head_dim
+        return layer.kv_lora_rank + layer.qk_rope_head_dim, 0
     if layer.kind in (LayerKind.FULL, LayerKind.SLIDING, LayerKind.CHUNKED):
-        return kv_heads_per_rank(layer.num_kv_heads, tp) * (layer.head_dim_k + layer.head_dim_v)
-    return 0
+        heads = kv_heads_per_rank(layer.num_kv_heads, tp)
+        return heads * layer.head_dim_k, heads * layer.head_dim_v
+    return 0, 0
+
+
+def layer_kv_elems_per_token_rank(layer: Layer, tp: int) -> int:
+    """K+V elements per token this layer stores on one TP rank (:func:`layer_kv_row_elems` summed)."""
+    k_elems, v_elems = layer_kv_row_elems(layer, tp)
+    return k_elems + v_elems
 
 
 def layer_state_bytes_rank(layer: Layer, tp: int, fallback_dtype_bytes: float) -> float:
@@ -124,8 +115,8 @@ def pp_layer_ranges(num_layers: int, pp: int) -> list[tuple[int, int]]:
     pp = max(1, pp)
     per_stage = num_layers // pp
     sizes = [per_stage] * pp
-    for i in range(2, num_layers % pp + 2):
-        sizes[-i] += 1
+    for back in range(2, num_layers % pp + 2):
+        sizes[-back] += 1
     ranges, start = [], 0
     for size in sizes:
         ranges.append((start, start + size))
@@ -137,7 +128,7 @@ def worst_stage_layers(spec: ModelSpec, pp: int) -> tuple[Layer, ...]:
     """The layers of the pipeline stage with the most KV bytes per token (the stage that decides)."""
     if pp <= 1 or not spec.layers:
         return spec.layers
-    stages = [spec.layers[a:b] for a, b in pp_layer_ranges(len(spec.layers), pp)]
+    stages = [spec.layers[start:end] for start, end in pp_layer_ranges(len(spec.layers), pp)]
     return max(stages, key=lambda layers: (sum(layer.kv_elems_per_token for layer in layers), len(layers)))
 
 
@@ -194,7 +185,7 @@ def require_weights(spec: ModelSpec) -> Weights:
     """The checkpoint's weights as the sources attached them; :class:`WeightsUnknownError` (exit 3) when
     nothing could size them (a hand-built spec, or a model without headers, counts or derivable shapes)."""
     if spec.weights is None:
-        said = next((w for w in spec.warnings if w.startswith("weights unknown")), None)
+        said = next((note for note in spec.warnings if note.startswith("weights unknown")), None)
         if said:  # the reader already said why (e.g. a GGUF holding only a vocabulary)
             raise WeightsUnknownError(f"{said}; no memory figure can be given")
         name = spec.architecture or spec.model_type or "the model"
@@ -236,27 +227,14 @@ def weights_per_rank(
 
     per_rank: dict[str, float] = {}
     for name, size in components.items():
-        size = size * scale.get(name, 1.0)
-        per_rank[name] = size if name in REPLICATED_COMPONENTS else size / tp
+        scaled = size * scale.get(name, 1.0)
+        per_rank[name] = scaled if name in REPLICATED_COMPONENTS else scaled / tp
 
     if pp == 1:
         total = sum(per_rank.values())
         stage_note = ""
     else:
-        ranges = pp_layer_ranges(spec.num_layers or len(spec.layers) or pp, pp)
-        n_layers = max(1, ranges[-1][1])
-        layer_bytes = sum(v for k, v in per_rank.items() if k in LAYER_COMPONENTS)
-        first_extra = per_rank.get("embeddings", 0) + per_rank.get("vision", 0)
-        last_extra = per_rank.get("lm_head", 0) + per_rank.get("mtp", 0) + per_rank.get("other", 0)
-        stage_totals = []
-        for index, (start, end) in enumerate(ranges):
-            stage = layer_bytes * (end - start) / n_layers
-            if index == 0:
-                stage += first_extra
-            if index == pp - 1:
-                stage += last_extra
-            stage_totals.append(stage)
-        total = max(stage_totals)
+        total = worst_stage_bytes(per_rank, spec.num_layers or len(spec.layers) or pp, pp)
         stage_note = f", worst of {pp} pipeline stages"
     explain = (
         f"checkpoint weights {weights.total_bytes / GiB:.2f} GiB "
@@ -265,7 +243,28 @@ def weights_per_rank(
         + (f", vocab padded to a multiple of {vocab_padding}" if vocab and vocab_padding > 1 else "")
         + stage_note
     )
-    return WeightsSplit(bytes=int(round(total)), by_component={k: int(v) for k, v in per_rank.items()}, explain=explain)
+    return WeightsSplit(
+        bytes=round(total), by_component={name: int(size) for name, size in per_rank.items()}, explain=explain
+    )
+
+
+def worst_stage_bytes(per_rank: Mapping[str, float], num_layers: int, pp: int) -> float:
+    """Weights on the fullest pipeline stage: layer components follow the layers, embeddings and vision sit on
+    the first stage, lm_head, mtp and other on the last."""
+    ranges = pp_layer_ranges(num_layers, pp)
+    n_layers = max(1, ranges[-1][1])
+    layer_bytes = sum(size for name, size in per_rank.items() if name in LAYER_COMPONENTS)
+    first_extra = per_rank.get("embeddings", 0) + per_rank.get("vision", 0)
+    last_extra = per_rank.get("lm_head", 0) + per_rank.get("mtp", 0) + per_rank.get("other", 0)
+    stage_totals = []
+    for index, (start, end) in enumerate(ranges):
+        stage = layer_bytes * (end - start) / n_layers
+        if index == 0:
+            stage += first_extra
+        if index == pp - 1:
+            stage += last_extra
+        stage_totals.append(stage)
+    return max(stage_totals)
 
 
 def active_weight_bytes(spec: ModelSpec) -> int | None:
@@ -372,6 +371,10 @@ def setting(choice: EngineChoice, *names: str) -> str | None:
     return None
 
 
+@overload
+def setting_int(choice: EngineChoice, *names: str, default: int) -> int: ...
+@overload
+def setting_int(choice: EngineChoice, *names: str, default: None = None) -> int | None: ...
 def setting_int(choice: EngineChoice, *names: str, default: int | None = None) -> int | None:
     """An integer setting (``8k`` / ``32K`` suffixes allowed); UsageError when it is not a number."""
     raw = setting(choice, *names)
@@ -380,6 +383,10 @@ def setting_int(choice: EngineChoice, *names: str, default: int | None = None) -
     return parse_int(raw, names[0])
 
 
+@overload
+def setting_float(choice: EngineChoice, *names: str, default: float) -> float: ...
+@overload
+def setting_float(choice: EngineChoice, *names: str, default: None = None) -> float | None: ...
 def setting_float(choice: EngineChoice, *names: str, default: float | None = None) -> float | None:
     raw = setting(choice, *names)
     if raw is None:

@@ -11,21 +11,22 @@ Settings (TabbyAPI / ExLlamaV2 names): ``cache_mode`` (FP16 | FP8 | Q8 | Q6 | Q4
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 from hfvram.errors import UsageError
 from hfvram.estimate.common import (
     MiB,
+    Rules,
     active_weight_bytes,
     decode_tokens_per_second,
-    engine_rules,
     finish_estimate,
-    load_engine_data,
+    layer_kv_row_elems,
     require_weights,
     setting,
     setting_int,
 )
+from hfvram.estimate.engines.base import ProfileBase
 from hfvram.estimate.types import Capacity, EngineChoice, Estimate, Hardware, PerGpu, Workload
 from hfvram.spec import LayerKind, ModelSpec
 
@@ -49,7 +50,7 @@ KV_DTYPE_TO_MODE = {
 }
 
 
-def cache_mode(name: str, modes: Mapping[str, object]) -> str:
+def cache_mode(name: str, modes: Rules) -> str:
     key = name.strip()
     upper = key.upper()
     if upper in modes:
@@ -62,10 +63,12 @@ def cache_mode(name: str, modes: Mapping[str, object]) -> str:
 
 def kv_dim(spec: ModelSpec) -> int:
     """``num_key_value_heads × head_dim`` — ExLlamaV2 uses one shape for every layer (config-level values)."""
-    layer = next((l for l in spec.layers if l.kind in (LayerKind.FULL, LayerKind.SLIDING, LayerKind.CHUNKED)), None)
+    layer = next(
+        (item for item in spec.layers if item.kind in (LayerKind.FULL, LayerKind.SLIDING, LayerKind.CHUNKED)), None
+    )
     if layer is None:
         raise UsageError("ExLlamaV2 needs a standard attention model (no MLA / recurrent-only layers)")
-    return layer.num_kv_heads * layer.head_dim_k
+    return layer_kv_row_elems(layer)[0]
 
 
 def q_block(dim: int, blocksize: int) -> int:
@@ -76,15 +79,15 @@ def q_block(dim: int, blocksize: int) -> int:
     return block
 
 
-def cache_bytes_per_layer(dim: int, seq_len: int, batch: int, mode: Mapping[str, object], scale_group: int) -> int:
+def cache_bytes_per_layer(dim: int, seq_len: int, batch: int, mode: Rules, scale_group: int) -> int:
     """K + V state tensors (and scales) of one layer: ``batch × seq_len × d × (k + v)`` (+ 2 × d/32 fp16 scales)."""
-    per_token = dim * (float(mode["k"]) + float(mode["v"]))  # type: ignore[arg-type]
+    per_token = dim * (float(mode["k"]) + float(mode["v"]))
     if mode["scales"]:
         per_token += 2 * 2 * dim / scale_group
     return int(batch * seq_len * per_token)
 
 
-def temp_bytes_per_device(dim: int, seq_len: int, batch: int, mode: Mapping[str, object]) -> int:
+def temp_bytes_per_device(dim: int, seq_len: int, batch: int, mode: Rules) -> int:
     """FP16 K and V of one layer kept per device by the 8-bit and Q caches (``touch_device``)."""
     return 2 * 2 * batch * seq_len * dim if mode["temp"] else 0
 
@@ -92,141 +95,209 @@ def temp_bytes_per_device(dim: int, seq_len: int, batch: int, mode: Mapping[str,
 def split_layers(n_layers: int, shares: Sequence[float]) -> list[int]:
     """Layers per GPU in order, proportional to ``shares`` (gpu_split), every layer placed."""
     total = sum(shares) or 1.0
-    counts = [int(n_layers * s / total) for s in shares]
-    for i in range(n_layers - sum(counts)):
-        counts[i % len(counts)] += 1
+    counts = [int(n_layers * share / total) for share in shares]
+    for index in range(n_layers - sum(counts)):
+        counts[index % len(counts)] += 1
     return counts
 
 
-class ExLlamaV2Profile:
+@dataclass(frozen=True)
+class Settings:
+    """ExLlamaV2 / TabbyAPI settings as the estimate used them."""
+
+    cache_mode: str
+    mode: Rules
+    max_seq_len: int
+    max_batch_size: int
+    #: K (= V) elements per token per layer, and the tokens per Q-cache block (1 for FP16 / FP8)
+    kv_dim: int
+    q_block: int
+    q_cache_blocksize: int
+    q_scale_group: int
+    gpu_split: tuple[float, ...]
+
+
+def resolve_settings(
+    spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload, rules: Rules, modes: Rules
+) -> Settings:
+    wanted = setting(choice, "cache_mode", "cache-mode") or (
+        workload.kv_dtype if workload.kv_dtype not in ("auto", "") else str(rules["cache_mode"])
+    )
+    mode_name = cache_mode(wanted, modes)
+    mode = modes[mode_name]
+    seq_len = (
+        setting_int(choice, "max_seq_len", "max-seq-len", "cache_size")
+        or workload.context
+        or spec.max_position_embeddings
+    )
+    if seq_len is None:
+        raise UsageError("the model states no max length; pass --context or --set max_seq_len=N")
+    batch = setting_int(choice, "max_batch_size", "max-batch-size") or max(
+        int(rules["max_batch_size"]), workload.concurrency
+    )
+    dim = kv_dim(spec)
+    blocksize = int(rules["q_cache_blocksize"])
+    count = hardware.count if hardware else 1
+    split_text = setting(choice, "gpu_split", "gpu-split")
+    shares = tuple(float(part) for part in split_text.split(",")) if split_text else (1.0,) * count
+    if len(shares) != count:
+        raise UsageError(f"gpu_split lists {len(shares)} GPUs, {count} given")
+    return Settings(
+        cache_mode=mode_name,
+        mode=mode,
+        max_seq_len=seq_len,
+        max_batch_size=batch,
+        kv_dim=dim,
+        q_block=q_block(dim, blocksize) if mode["scales"] else 1,
+        q_cache_blocksize=blocksize,
+        q_scale_group=int(rules["q_scale_group"]),
+        gpu_split=shares,
+    )
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    settings: Settings
+    layers_per_gpu: tuple[int, ...]
+    layer_cache: int
+    temp: int
+    #: (total, weights, KV) per GPU, and the index of the fullest
+    per_device: tuple[tuple[float, int, int], ...]
+    worst: int
+    cuda_context_mib: float
+    capacity: Capacity
+    decode: float | None
+
+    @property
+    def overhead(self) -> int:
+        return int(self.cuda_context_mib * MiB)
+
+
+def compute(spec: ModelSpec, hardware: Hardware | None, settings: Settings, rules: Rules) -> Breakdown:
+    """Layers per GPU in order, their weights and static caches, the FP16 temporaries, capacity and decode."""
+    count = len(settings.gpu_split)
+    n_layers = spec.num_layers
+    layers_per_gpu = split_layers(n_layers, settings.gpu_split)
+    seq_len, batch = settings.max_seq_len, settings.max_batch_size
+    layer_cache = cache_bytes_per_layer(settings.kv_dim, seq_len, batch, settings.mode, settings.q_scale_group)
+    temp = temp_bytes_per_device(settings.kv_dim, seq_len, batch, settings.mode)
+    weights = require_weights(spec)
+    embd = weights.bytes_by_component.get("embeddings", 0)
+    head = weights.bytes_by_component.get("lm_head", 0)
+    per_layer_weights = (weights.total_bytes - embd - head) / max(1, n_layers)
+    per_device = []
+    for dev, layers in enumerate(layers_per_gpu):
+        device_weights = per_layer_weights * layers + (embd if dev == 0 else 0) + (head if dev == count - 1 else 0)
+        kv = layer_cache * layers + (temp if layers else 0)
+        per_device.append((device_weights + kv, int(device_weights), kv))
+    worst = max(range(count), key=lambda index: per_device[index][0])
+    overhead_mib = float(rules["cuda_context_mib"])
+    per_seq_token = layer_cache / max(1, batch * seq_len)
+    capacity = Capacity(kv_tokens=seq_len * batch)
+    if hardware is not None:
+        free = hardware.gpu.gpu_memory_bytes - per_device[worst][1] - int(overhead_mib * MiB)
+        capacity = capacity_of(spec, settings, free, per_seq_token * layers_per_gpu[worst], temp)
+    decode = decode_tokens_per_second(
+        (active_weight_bytes(spec) or 0) / count + per_seq_token * n_layers * seq_len,
+        hardware.gpu.memory_bandwidth_gbs if hardware else None,
+    )
+    return Breakdown(
+        settings, tuple(layers_per_gpu), layer_cache, temp, tuple(per_device), worst, overhead_mib, capacity, decode
+    )
+
+
+def capacity_of(spec: ModelSpec, settings: Settings, free: float, per_token_dev: float, temp: int) -> Capacity:
+    """Sequences of max_seq_len and the longest context the memory after weights holds (the static cache and
+    its temporaries grow with batch × tokens)."""
+    seq_len, batch = settings.max_seq_len, settings.max_batch_size
+    if per_token_dev <= 0:
+        return Capacity(kv_tokens=seq_len * batch)
+    temp_per_token = temp / max(1, batch * seq_len)
+    max_conc = max(0.0, free / (seq_len * (per_token_dev + temp_per_token / batch)))
+    max_ctx = int(max(0.0, free / (batch * (per_token_dev + temp_per_token))))
+    return Capacity(
+        kv_tokens=seq_len * batch,
+        max_concurrency=max_conc,
+        max_context=min(max_ctx, spec.max_position_embeddings or max_ctx),
+    )
+
+
+def narrate(parts: Breakdown, spec: ModelSpec) -> tuple[list[str], dict[str, str]]:
+    """(warnings, explain lines), every figure read from the settings and breakdown."""
+    settings, mode = parts.settings, parts.settings.mode
+    warnings = []
+    if settings.q_block > 1 and settings.max_seq_len % settings.q_block:
+        reported = -(-settings.max_seq_len // settings.q_block) * settings.q_block
+        warnings.append(
+            f"Q cache: max_seq_len reported as {reported} (kv dim {settings.kv_dim} × {settings.q_block} tokens per "
+            f"{settings.q_cache_blocksize}-element block)"
+        )
+    if any(layer.kind in (LayerKind.SLIDING, LayerKind.CHUNKED) for layer in spec.layers):
+        warnings.append("ExLlamaV2 allocates every layer at max_seq_len, sliding-window layers included")
+    if spec.quantization is not None and spec.quantization.method == "gguf":
+        warnings.append("ExLlamaV2 loads EXL2 / GPTQ safetensors, not GGUF: weights counted at the GGUF's size")
+    warnings.append("ExLlamaV2's scratch buffers for max_input_len (prefill chunk) are not modelled")
+    layers = parts.layers_per_gpu[parts.worst]
+    scales = f" + fp16 scale per {settings.q_scale_group}" if mode["scales"] else ""
+    explain = {
+        "weights": f"checkpoint tensors (EXL2 / GPTQ as stored), {layers} of {spec.num_layers} layers on this GPU",
+        "kv_cache": (
+            f"{mode['class']}: {settings.max_batch_size} × {settings.max_seq_len} tokens × kv dim {settings.kv_dim} × "
+            f"({mode['k']} + {mode['v']} B{scales}) per layer"
+        ),
+        "activations": (
+            f"one layer of FP16 K/V temporaries per device: {parts.temp / MiB:.1f} MiB"
+            if parts.temp
+            else "FP16 cache: no temporaries"
+        ),
+        "overhead": (f"PyTorch CUDA context {parts.cuda_context_mib:g} MiB (exllamav2.toml cuda_context_mib)"),
+        "usable": "all of the GPU's memory (ExLlamaV2 has no memory fraction)",
+    }
+    return warnings, explain
+
+
+class ExLlamaV2Profile(ProfileBase):
     name = ENGINE
-    rule_versions: tuple[str, ...] = tuple(load_engine_data(ENGINE)["rule_versions"])
 
     def estimate(
         self, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload
     ) -> Estimate:
-        data = load_engine_data(ENGINE)
-        version, rules = engine_rules(ENGINE, choice.version)
-        modes: Mapping[str, Mapping[str, object]] = data["cache_modes"]
-        wanted = setting(choice, "cache_mode", "cache-mode") or (
-            workload.kv_dtype if workload.kv_dtype not in ("auto", "") else str(rules["cache_mode"])
-        )
-        mode_name = cache_mode(wanted, modes)
-        mode = modes[mode_name]
-        warnings: list[str] = []
-
-        seq_len = (
-            setting_int(choice, "max_seq_len", "max-seq-len", "cache_size")
-            or workload.context
-            or spec.max_position_embeddings
-        )
-        if seq_len is None:
-            raise UsageError("the model states no max length; pass --context or --set max_seq_len=N")
-        batch = setting_int(choice, "max_batch_size", "max-batch-size") or max(
-            int(rules["max_batch_size"]), workload.concurrency
-        )
-        dim = kv_dim(spec)
-        block = q_block(dim, int(rules["q_cache_blocksize"])) if mode["scales"] else 1
-        if block > 1 and seq_len % block:
-            warnings.append(
-                f"Q cache: max_seq_len reported as {-(-seq_len // block) * block} (kv dim {dim} × {block} tokens per 512-element block)"
-            )
-        if any(layer.kind in (LayerKind.SLIDING, LayerKind.CHUNKED) for layer in spec.layers):
-            warnings.append("ExLlamaV2 allocates every layer at max_seq_len, sliding-window layers included")
-
-        count = hardware.count if hardware else 1
-        split_text = setting(choice, "gpu_split", "gpu-split")
-        shares = [float(x) for x in split_text.split(",")] if split_text else [1.0] * count
-        if len(shares) != count:
-            raise UsageError(f"gpu_split lists {len(shares)} GPUs, {count} given")
-        n_layers = spec.num_layers
-        per_gpu_layers = split_layers(n_layers, shares)
-        layer_cache = cache_bytes_per_layer(dim, seq_len, batch, mode, int(rules["q_scale_group"]))
-        temp = temp_bytes_per_device(dim, seq_len, batch, mode)
-
-        if spec.quantization is not None and spec.quantization.method == "gguf":
-            warnings.append("ExLlamaV2 loads EXL2 / GPTQ safetensors, not GGUF: weights counted at the GGUF's size")
-        weights = require_weights(spec)
-        weights_total = weights.total_bytes
-        embd = weights.bytes_by_component.get("embeddings", 0)
-        head = weights.bytes_by_component.get("lm_head", 0)
-        per_layer_weights = (weights_total - embd - head) / max(1, n_layers)
-        totals = []
-        for dev, layers in enumerate(per_gpu_layers):
-            w = per_layer_weights * layers + (embd if dev == 0 else 0) + (head if dev == count - 1 else 0)
-            kv = layer_cache * layers + (temp if layers else 0)
-            totals.append((w + kv, int(w), kv))
-        worst = max(range(count), key=lambda i: totals[i][0])
-        overhead = int(float(rules["cuda_context_mib"]) * MiB)
+        version, rules = self.rules(choice.version)
+        settings = resolve_settings(spec, hardware, choice, workload, rules, self.data["cache_modes"])
+        parts = compute(spec, hardware, settings, rules)
+        warnings, explain = narrate(parts, spec)
         memory = hardware.gpu.gpu_memory_bytes if hardware else 0
-        warnings.append("ExLlamaV2's scratch buffers for max_input_len (prefill chunk) are not modelled")
+        layers = parts.layers_per_gpu[parts.worst]
         per_gpu = PerGpu(
-            weights=totals[worst][1],
-            kv_cache=layer_cache * per_gpu_layers[worst],
-            activations=temp if per_gpu_layers[worst] else 0,
-            overhead=overhead,
+            weights=parts.per_device[parts.worst][1],
+            kv_cache=parts.layer_cache * layers,
+            activations=parts.temp if layers else 0,
+            overhead=parts.overhead,
             usable=memory,
             memory=memory,
         )
-
-        per_seq_token = layer_cache / max(1, batch * seq_len)
-        capacity = Capacity(kv_tokens=seq_len * batch)
-        if hardware is not None:
-            per_token_dev = per_seq_token * per_gpu_layers[worst]
-            temp_per_token = temp / max(1, batch * seq_len)
-            if per_token_dev > 0:
-                max_conc = max(
-                    0.0, (memory - per_gpu.weights - overhead) / (seq_len * (per_token_dev + temp_per_token / batch))
-                )
-                max_ctx = int(
-                    max(0.0, (memory - per_gpu.weights - overhead) / (batch * (per_token_dev + temp_per_token)))
-                )
-                capacity = Capacity(
-                    kv_tokens=seq_len * batch,
-                    max_concurrency=max_conc,
-                    max_context=min(max_ctx, spec.max_position_embeddings or max_ctx),
-                )
-        decode = decode_tokens_per_second(
-            (active_weight_bytes(spec) or 0) / count + per_seq_token * n_layers * seq_len,
-            hardware.gpu.memory_bandwidth_gbs if hardware else None,
-        )
-        explain = {
-            "weights": f"checkpoint tensors (EXL2 / GPTQ as stored), {per_gpu_layers[worst]} of {n_layers} layers on this GPU",
-            "kv_cache": (
-                f"{mode['class']}: {batch} × {seq_len} tokens × kv dim {dim} × "
-                f"({mode['k']} + {mode['v']} B{' + fp16 scale per 32' if mode['scales'] else ''}) per layer"
-            ),
-            "activations": (
-                f"one layer of FP16 K/V temporaries per device: {temp / MiB:.1f} MiB"
-                if temp
-                else "FP16 cache: no temporaries"
-            ),
-            "overhead": "PyTorch CUDA context (exllamav2.toml cuda_context_mib)",
-            "usable": "all of the GPU's memory (ExLlamaV2 has no memory fraction)",
-        }
         engine = {
             "name": ENGINE,
             "version": choice.version,
             "rules": version,
-            "cache_mode": mode_name,
-            "max_seq_len": seq_len,
-            "max_batch_size": batch,
-            "gpu_split": shares,
-            "q_block": block,
+            "cache_mode": settings.cache_mode,
+            "max_seq_len": settings.max_seq_len,
+            "max_batch_size": settings.max_batch_size,
+            "gpu_split": list(settings.gpu_split),
+            "q_block": settings.q_block,
         }
-        resolved = replace(workload, context=seq_len, kv_dtype=mode_name.lower())
         return finish_estimate(
             spec=spec,
             hardware=hardware,
             engine=engine,
-            workload=resolved,
+            workload=replace(workload, context=settings.max_seq_len, kv_dtype=settings.cache_mode.lower()),
             per_gpu=per_gpu,
-            capacity=capacity,
-            decode=decode,
+            capacity=parts.capacity,
+            decode=parts.decode,
             warnings=warnings,
             explain=explain,
             tp=1,
-            pp=count,
+            pp=len(settings.gpu_split),
         )
 
 

@@ -22,6 +22,7 @@ from hfvram.errors import UsageError
 from hfvram.estimate.common import (
     GiB,
     MiB,
+    Rules,
     active_weight_bytes,
     decode_tokens_per_second,
     engine_rules,
@@ -33,42 +34,29 @@ from hfvram.estimate.common import (
     setting_bool,
     setting_int,
 )
+from hfvram.estimate.common import (
+    layer_kv_row_elems as common_kv_row_elems,
+)
+from hfvram.estimate.dtypes import ggml_blocks
+from hfvram.estimate.engines.base import ProfileBase
 from hfvram.estimate.types import Capacity, EngineChoice, Estimate, Hardware, PerGpu, Workload
 from hfvram.spec import RECURRENT_KINDS, WINDOWED_KINDS, Layer, LayerKind, ModelSpec
 
 ENGINE = "llama.cpp"
 
-#: ggml type name -> (block elements, bytes per block) — docs/engines/common.md#gguf-types (ggml-common.h static_asserts)
-GGML_BLOCKS: Mapping[str, tuple[int, int]] = {
-    "f32": (1, 4),
-    "f16": (1, 2),
-    "bf16": (1, 2),
-    "q4_0": (32, 18),
-    "q4_1": (32, 20),
-    "q5_0": (32, 22),
-    "q5_1": (32, 24),
-    "q8_0": (32, 34),
-    "iq4_nl": (32, 18),
-    "q2_k": (256, 84),
-    "q3_k": (256, 110),
-    "q4_k": (256, 144),
-    "q5_k": (256, 176),
-    "q6_k": (256, 210),
-    "iq4_xs": (256, 136),
-    "mxfp4": (32, 17),
-}
+#: ggml type name -> (block elements, bytes per block) — docs/engines/common.md#gguf-types (ggml-common.h static_asserts), from
+#: hfvram/data/ggml_types.json (generated from gguf's GGML_QUANT_SIZES)
+GGML_BLOCKS: Mapping[str, tuple[int, int]] = ggml_blocks()
 #: KV cache types llama.cpp accepts (common/arg.cpp::kv_cache_types)
 KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 #: hfvram / HF spellings -> llama.cpp names
 KV_ALIASES = {"fp16": "f16", "float16": "f16", "half": "f16", "bfloat16": "bf16", "fp32": "f32", "float32": "f32"}
-#: common/common.h::LLM_FFN_EXPS_REGEX (what --cpu-moe / --n-cpu-moe move to the CPU)
-FFN_EXPS_REGEX = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps"
 
 
-def row_size(type_name: str, n: int) -> int:
+def row_size(type_name: str, count: int) -> int:
     """Bytes of a row of ``n`` elements of a ggml type: ``n / block × block_bytes`` (ggml_row_size)."""
     block, size = GGML_BLOCKS[type_name]
-    return -(-n // block) * size
+    return -(-count // block) * size
 
 
 def kv_type(name: str) -> str:
@@ -113,6 +101,8 @@ class Settings:
     notes: tuple[str, ...] = ()
     #: the GPU backend pads quantized rows (CUDA / ROCm); False for Metal and the CPU-only truth runs
     cuda: bool = True
+    #: row length the CUDA buffer type pads quantized matrices to (llama.cpp.toml matrix_row_padding)
+    matrix_row_padding: int = field(default_factory=lambda: packaged_row_padding())
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -130,7 +120,7 @@ class Settings:
             "swa-full": self.swa_full,
             "n-gpu-layers": self.n_gpu_layers,
             "n-cpu-moe": self.cpu_moe_layers,
-            "override-tensor": ",".join(f"{a}={b}" for a, b in self.override_tensor) or None,
+            "override-tensor": ",".join(f"{pattern}={buffer}" for pattern, buffer in self.override_tensor) or None,
             "split-mode": self.split_mode,
             "tensor-split": list(self.tensor_split) or None,
             "kv-offload": self.kv_offload,
@@ -139,8 +129,8 @@ class Settings:
         }
 
 
-def pad_cells(n: int, pad: int) -> int:
-    return pad_to_multiple(max(1, n), pad)
+def pad_cells(count: int, pad: int) -> int:
+    return pad_to_multiple(max(1, count), pad)
 
 
 def kv_cells(n_ctx: int, n_seq_max: int, kv_unified: bool, pad: int = 256) -> tuple[int, int, int]:
@@ -190,91 +180,29 @@ def _on_off_auto(value: str | None, default: str) -> str:
     return mapping[raw]
 
 
-def resolve_settings(
-    spec: ModelSpec, choice: EngineChoice, workload: Workload, rules: Mapping[str, object]
-) -> Settings:
+def resolve_settings(spec: ModelSpec, choice: EngineChoice, workload: Workload, rules: Rules) -> Settings:
     """Apply llama.cpp's defaults (llamacpp.md#llamacpp-defaults) to the user's settings and workload.
 
     Context: ``ctx-size`` is the whole cache (all sequences); without it, n_ctx = workload.context (default the
     model's n_ctx_train) × the sequences the workload holds at full length (``workload.concurrency``)."""
     notes: list[str] = []
-    binary = (setting(choice, "binary") or str(rules["binary"])).strip().lower()
-    if binary in ("server", "llama-server"):
-        binary = "llama-server"
-    elif binary in ("cli", "llama-cli", "main", "llama-bench", "library"):
-        binary = "llama-cli"
-    else:
-        raise UsageError(f"binary={binary!r}: use llama-server or llama-cli")
-
-    parallel = setting_int(choice, "parallel", "np", "n-parallel")
-    unified_setting = setting(choice, "kv-unified", "kvu")
-    if parallel is None or parallel < 0:
-        if workload.concurrency > 1:
-            parallel = workload.concurrency
-        elif binary == "llama-server":
-            parallel = int(rules["server_auto_parallel"])
-            if unified_setting is None:
-                unified_setting = "true"
-                notes.append(f"llama-server -np auto: {parallel} slots sharing one unified KV cache")
-        else:
-            parallel = 1
-    kv_unified = (
-        setting_bool(choice, "kv-unified", "kvu", default=bool(rules["kv_unified"]))
-        if unified_setting is None
-        else unified_setting.strip().lower() in ("", "1", "true", "on", "yes")
-    )
-
-    ctx_size = setting_int(choice, "ctx-size", "c", "n-ctx", "num-ctx")
-    if ctx_size is None or ctx_size <= 0:
-        per_seq = workload.context or spec.max_position_embeddings
-        if per_seq is None:
-            raise UsageError("the model states no context length (n_ctx_train); pass --context or --set ctx-size=N")
-        # a unified cache shared by auto slots holds `concurrency` full sequences; per-sequence streams hold one each
-        ctx_size = per_seq * max(1, workload.concurrency if kv_unified else parallel)
-    pad = int(rules["n_ctx_pad"])
-    n_ctx, n_ctx_seq, n_stream = kv_cells(ctx_size, parallel, kv_unified, pad)
-
-    n_batch = setting_int(choice, "batch-size", "b", default=int(rules["n_batch"])) or int(rules["n_batch"])
-    n_ubatch = setting_int(choice, "ubatch-size", "ub", default=int(rules["n_ubatch"])) or int(rules["n_ubatch"])
-    n_ubatch = min(n_ubatch, n_batch)
-    n_outputs_max = min(n_batch, parallel) if binary == "llama-server" else n_batch
-    n_outputs_max = setting_int(choice, "n-outputs-max", default=n_outputs_max) or n_outputs_max
-
+    binary = resolve_binary(choice, rules)
+    parallel, kv_unified = resolve_slots(choice, workload, binary, rules, notes)
+    ctx_size = resolve_ctx_size(spec, choice, workload, parallel, kv_unified)
+    n_ctx, n_ctx_seq, n_stream = kv_cells(ctx_size, parallel, kv_unified, int(rules["n_ctx_pad"]))
+    n_batch, n_ubatch, n_outputs_max = resolve_batches(choice, rules, binary, parallel)
     fa = _on_off_auto(setting(choice, "flash-attn", "fa"), str(rules["flash_attn"]))
     if fa == "auto":
         notes.append("flash-attn auto resolves to on when the device supports every FA op (assumed)")
     flash_attn = fa != "off"
-
-    default_kv = None if workload.kv_dtype in ("auto", "") else kv_type(workload.kv_dtype)
-    type_k = kv_type(setting(choice, "cache-type-k", "ctk") or default_kv or str(rules["type_k"]))
-    type_v = kv_type(setting(choice, "cache-type-v", "ctv") or default_kv or str(rules["type_v"]))
-    if type_k != type_v and any(layer.kind is LayerKind.MLA for layer in spec.layers):
-        # llama_init_from_model: "model does not support different K and V cache types" (MLA keeps V inside K);
-        # seen in benchmarks/data/llamacpp_truth.jsonl (deepseek-v2-lite, q8_0 / f16)
-        raise UsageError(f"llama.cpp refuses different K ({type_k}) and V ({type_v}) cache types for an MLA model")
-    if GGML_BLOCKS[type_v][0] > 1 and not flash_attn:
-        raise UsageError(f"llama.cpp needs flash-attn for a quantized V cache (cache-type-v={type_v})")
-
+    type_k, type_v = resolve_kv_types(spec, choice, workload, rules, flash_attn)
     n_layer = spec.num_layers
     ngl = setting_int(choice, "n-gpu-layers", "ngl", "gpu-layers")
     if ngl is None or ngl < 0 or ngl > n_layer + 1:
         ngl = n_layer + 1
     cpu_moe = n_layer if setting_bool(choice, "cpu-moe", "cmoe") else 0
     cpu_moe = max(cpu_moe, setting_int(choice, "n-cpu-moe", "ncmoe", default=0) or 0)
-
-    split_mode = (setting(choice, "split-mode", "sm") or "layer").strip().lower()
-    if split_mode not in ("layer", "row", "none"):
-        raise UsageError(f"split-mode={split_mode!r}: use layer, row or none")
-    ts_text = setting(choice, "tensor-split", "ts")
-    tensor_split: tuple[float, ...] = ()
-    if ts_text:
-        try:
-            tensor_split = tuple(float(x) for x in re.split(r"[,/]", ts_text) if x.strip())
-        except ValueError as exc:
-            raise UsageError(f"tensor-split={ts_text!r} is not a list of numbers") from exc
-        if any(x < 0 for x in tensor_split) or not any(tensor_split):
-            raise UsageError(f"tensor-split={ts_text!r} needs non-negative proportions")
-    fit = setting_bool(choice, "fit", default=bool(rules["fit"]))
+    split_mode, tensor_split = resolve_split(choice)
     fit_target = setting_int(choice, "fit-target", "fitt", default=int(rules["fit_target_mib"]))
     return Settings(
         binary=binary,
@@ -296,11 +224,103 @@ def resolve_settings(
         split_mode=split_mode,
         tensor_split=tensor_split,
         kv_offload=not setting_bool(choice, "no-kv-offload", "nkvo"),
-        fit=fit,
+        fit=setting_bool(choice, "fit", default=bool(rules["fit"])),
         fit_target_bytes=(fit_target or 0) * MiB,
         n_rs_seq=int(rules["n_rs_seq"]),
         notes=tuple(notes),
+        matrix_row_padding=int(rules["matrix_row_padding"]),
     )
+
+
+def resolve_binary(choice: EngineChoice, rules: Rules) -> str:
+    """llama-server or llama-cli (their slot and output defaults differ)."""
+    binary = (setting(choice, "binary") or str(rules["binary"])).strip().lower()
+    if binary in ("server", "llama-server"):
+        return "llama-server"
+    if binary in ("cli", "llama-cli", "main", "llama-bench", "library"):
+        return "llama-cli"
+    raise UsageError(f"binary={binary!r}: use llama-server or llama-cli")
+
+
+def resolve_slots(
+    choice: EngineChoice, workload: Workload, binary: str, rules: Rules, notes: list[str]
+) -> tuple[int, bool]:
+    """(parallel sequences, unified KV cache): ``-np`` when given, else the workload's concurrency, else
+    llama-server's auto slots sharing one unified cache."""
+    parallel = setting_int(choice, "parallel", "np", "n-parallel")
+    unified_setting = setting(choice, "kv-unified", "kvu")
+    if parallel is None or parallel < 0:
+        if workload.concurrency > 1:
+            parallel = workload.concurrency
+        elif binary == "llama-server":
+            parallel = int(rules["server_auto_parallel"])
+            if unified_setting is None:
+                unified_setting = "true"
+                notes.append(f"llama-server -np auto: {parallel} slots sharing one unified KV cache")
+        else:
+            parallel = 1
+    kv_unified = (
+        setting_bool(choice, "kv-unified", "kvu", default=bool(rules["kv_unified"]))
+        if unified_setting is None
+        else unified_setting.strip().lower() in ("", "1", "true", "on", "yes")
+    )
+    return parallel, kv_unified
+
+
+def resolve_ctx_size(spec: ModelSpec, choice: EngineChoice, workload: Workload, parallel: int, kv_unified: bool) -> int:
+    """``ctx-size`` (all sequences together) as given, else the per-sequence context × the sequences held."""
+    ctx_size = setting_int(choice, "ctx-size", "c", "n-ctx", "num-ctx")
+    if ctx_size is not None and ctx_size > 0:
+        return ctx_size
+    per_seq = workload.context or spec.max_position_embeddings
+    if per_seq is None:
+        raise UsageError("the model states no context length (n_ctx_train); pass --context or --set ctx-size=N")
+    # a unified cache shared by auto slots holds `concurrency` full sequences; per-sequence streams hold one each
+    return per_seq * max(1, workload.concurrency if kv_unified else parallel)
+
+
+def resolve_batches(choice: EngineChoice, rules: Rules, binary: str, parallel: int) -> tuple[int, int, int]:
+    """(n_batch, n_ubatch, n_outputs_max); llama-server reserves outputs for its slots only."""
+    n_batch = setting_int(choice, "batch-size", "b", default=int(rules["n_batch"])) or int(rules["n_batch"])
+    n_ubatch = setting_int(choice, "ubatch-size", "ub", default=int(rules["n_ubatch"])) or int(rules["n_ubatch"])
+    n_ubatch = min(n_ubatch, n_batch)
+    n_outputs_max = min(n_batch, parallel) if binary == "llama-server" else n_batch
+    n_outputs_max = setting_int(choice, "n-outputs-max", default=n_outputs_max) or n_outputs_max
+    return n_batch, n_ubatch, n_outputs_max
+
+
+def resolve_kv_types(
+    spec: ModelSpec, choice: EngineChoice, workload: Workload, rules: Rules, flash_attn: bool
+) -> tuple[str, str]:
+    """(cache-type-k, cache-type-v), with llama.cpp's refusals: different K and V types for MLA, a quantized
+    V cache without flash attention."""
+    default_kv = None if workload.kv_dtype in ("auto", "") else kv_type(workload.kv_dtype)
+    type_k = kv_type(setting(choice, "cache-type-k", "ctk") or default_kv or str(rules["type_k"]))
+    type_v = kv_type(setting(choice, "cache-type-v", "ctv") or default_kv or str(rules["type_v"]))
+    if type_k != type_v and any(layer.kind is LayerKind.MLA for layer in spec.layers):
+        # llama_init_from_model: "model does not support different K and V cache types" (MLA keeps V inside K);
+        # seen in benchmarks/data/llamacpp_truth.jsonl (deepseek-v2-lite, q8_0 / f16)
+        raise UsageError(f"llama.cpp refuses different K ({type_k}) and V ({type_v}) cache types for an MLA model")
+    if GGML_BLOCKS[type_v][0] > 1 and not flash_attn:
+        raise UsageError(f"llama.cpp needs flash-attn for a quantized V cache (cache-type-v={type_v})")
+    return type_k, type_v
+
+
+def resolve_split(choice: EngineChoice) -> tuple[str, tuple[float, ...]]:
+    """(split-mode, tensor-split proportions)."""
+    split_mode = (setting(choice, "split-mode", "sm") or "layer").strip().lower()
+    if split_mode not in ("layer", "row", "none"):
+        raise UsageError(f"split-mode={split_mode!r}: use layer, row or none")
+    ts_text = setting(choice, "tensor-split", "ts")
+    if not ts_text:
+        return split_mode, ()
+    try:
+        tensor_split = tuple(float(part) for part in re.split(r"[,/]", ts_text) if part.strip())
+    except ValueError as exc:
+        raise UsageError(f"tensor-split={ts_text!r} is not a list of numbers") from exc
+    if any(share < 0 for share in tensor_split) or not any(tensor_split):
+        raise UsageError(f"tensor-split={ts_text!r} needs non-negative proportions")
+    return split_mode, tensor_split
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -308,30 +328,26 @@ def resolve_settings(
 # ---------------------------------------------------------------------------------------------------------
 
 
-def swa_cells(window: int, s: Settings, pad: int = 256) -> int:
+def swa_cells(window: int, settings: Settings, pad: int = 256) -> int:
     """Cells of a sliding-window layer's cache per stream: ``pad256(min(n_ctx_seq, n_swa × (unified ? n_seq_max
     : 1) + n_ubatch))``, or the full n_ctx_seq with ``swa_full`` (llama-kv-cache-iswa.cpp)."""
-    if s.swa_full:
-        return s.n_ctx_seq
-    seqs = s.n_seq_max if s.kv_unified else 1
-    return min(s.n_ctx_seq, pad_cells(window * seqs + s.n_ubatch, pad))
+    if settings.swa_full:
+        return settings.n_ctx_seq
+    seqs = settings.n_seq_max if settings.kv_unified else 1
+    return min(settings.n_ctx_seq, pad_cells(window * seqs + settings.n_ubatch, pad))
 
 
 def layer_kv_row_elems(layer: Layer) -> tuple[int, int]:
     """(K, V) elements per cell of one layer: n_embd_k_gqa / n_embd_v_gqa; MLA stores one latent as K, no V."""
-    if layer.kind is LayerKind.MLA:
-        return layer.kv_lora_rank + layer.qk_rope_head_dim, 0
-    if layer.kind in (LayerKind.FULL, LayerKind.SLIDING, LayerKind.CHUNKED):
-        return layer.num_kv_heads * layer.head_dim_k, layer.num_kv_heads * layer.head_dim_v
-    return 0, 0
+    return common_kv_row_elems(layer)
 
 
-def layer_cells(layer: Layer, s: Settings, pad: int = 256) -> int:
+def layer_cells(layer: Layer, settings: Settings, pad: int = 256) -> int:
     """Cells per stream of this layer's cache (0 for layers without KV)."""
     if layer.kind in WINDOWED_KINDS and layer.window:
-        return swa_cells(layer.window, s, pad)
+        return swa_cells(layer.window, settings, pad)
     if layer.kind in (LayerKind.FULL, LayerKind.MLA, LayerKind.SLIDING, LayerKind.CHUNKED):
-        return s.n_ctx_seq
+        return settings.n_ctx_seq
     return 0
 
 
@@ -348,25 +364,25 @@ class KvBytes:
         return self.k + self.v + self.state
 
 
-def kv_bytes(spec: ModelSpec, s: Settings, pad: int = 256) -> KvBytes:
+def kv_bytes(spec: ModelSpec, settings: Settings, pad: int = 256) -> KvBytes:
     """K, V and recurrent-state bytes of the whole model (docs/engines/llamacpp.md#llamacpp-kv-cache).
 
     Without flash attention V is stored transposed and every layer uses ``n_embd_v_gqa_max``. Recurrent layers
     hold F32 conv (R) and SSM (S) state for ``max(1, n_seq_max) × (1 + n_rs_seq)`` sequences."""
     v_max = max((layer_kv_row_elems(layer)[1] for layer in spec.layers), default=0)
-    rows = max(1, s.n_seq_max) * (1 + s.n_rs_seq)
+    rows = max(1, settings.n_seq_max) * (1 + settings.n_rs_seq)
     k_total = v_total = state_total = 0
     per_layer = []
     for layer in spec.layers:
         k_elems, v_elems = layer_kv_row_elems(layer)
-        if v_elems and not s.flash_attn:
+        if v_elems and not settings.flash_attn:
             v_elems = v_max
-        cells = layer_cells(layer, s, pad) * s.n_stream
-        k = row_size(s.type_k, k_elems) * cells if k_elems else 0
-        v = row_size(s.type_v, v_elems) * cells if v_elems else 0
+        cells = layer_cells(layer, settings, pad) * settings.n_stream
+        k_bytes = row_size(settings.type_k, k_elems) * cells if k_elems else 0
+        v_bytes = row_size(settings.type_v, v_elems) * cells if v_elems else 0
         state = 4 * layer.state_elems * rows if layer.kind in RECURRENT_KINDS else 0
-        k_total, v_total, state_total = k_total + k, v_total + v, state_total + state
-        per_layer.append(k + v + state)
+        k_total, v_total, state_total = k_total + k_bytes, v_total + v_bytes, state_total + state
+        per_layer.append(k_bytes + v_bytes + state)
     return KvBytes(k=k_total, v=v_total, state=state_total, per_layer=tuple(per_layer))
 
 
@@ -379,35 +395,35 @@ def _n_used_and_ff_exp(spec: ModelSpec) -> tuple[int, int]:
     return spec.experts_per_token or 0, spec.moe_intermediate_size or spec.intermediate_size or 0
 
 
-def layer_live_elems(spec: ModelSpec, c: Mapping[str, float]) -> float:
+def layer_live_elems(spec: ModelSpec, consts: Mapping[str, float]) -> float:
     """f32 elements per ubatch token alive inside one layer's FFN (the fitted L_layer of llamacpp.md#llamacpp-compute-buffer)."""
     n_embd = spec.hidden_size or 0
     if any(layer.moe for layer in spec.layers) and spec.experts_per_token:
         n_used, n_ff_exp = _n_used_and_ff_exp(spec)
         return max(
-            c["moe_ff_factor"] * n_used * n_ff_exp,
-            c["moe_used_embd_factor"] * n_used * n_embd
-            + c["moe_embd_factor"] * n_embd
-            + c["moe_used_ff_factor"] * n_used * n_ff_exp,
+            consts["moe_ff_factor"] * n_used * n_ff_exp,
+            consts["moe_used_embd_factor"] * n_used * n_embd
+            + consts["moe_embd_factor"] * n_embd
+            + consts["moe_used_ff_factor"] * n_used * n_ff_exp,
         )
-    return c["dense_ff_factor"] * (spec.intermediate_size or 0) + c["dense_embd_factor"] * n_embd
+    return consts["dense_ff_factor"] * (spec.intermediate_size or 0) + consts["dense_embd_factor"] * n_embd
 
 
-def recurrent_live_elems(spec: ModelSpec, c: Mapping[str, float]) -> float:
+def recurrent_live_elems(spec: ModelSpec, consts: Mapping[str, float]) -> float:
     """f32 elements per ubatch token alive inside a recurrent (Mamba-2 / linear-attention) layer: in-projection,
     conv and scan outputs, taken proportional to the conv state width (``(d_conv − 1) × conv channels``).
     Fitted on Nemotron-H-56B (benchmarks/data/llamacpp_truth.jsonl); 0 without recurrent layers."""
     conv = max((layer.conv_state_elems for layer in spec.layers if layer.kind in RECURRENT_KINDS), default=0)
-    return c["recurrent_conv_factor"] * conv
+    return consts["recurrent_conv_factor"] * conv
 
 
-def attention_masks(spec: ModelSpec, s: Settings, pad: int = 256) -> list[int]:
+def attention_masks(spec: ModelSpec, settings: Settings, pad: int = 256) -> list[int]:
     """KV lengths of the masks the graph keeps alive: one for the full-attention layers (n_ctx_seq) and one for
     the sliding-window layers (their cell count) — two masks even when both have the same length (measured on
     gemma-2 with np 4: the layer term needs both)."""
     masks = []
-    full = [layer_cells(layer, s, pad) for layer in spec.layers if layer.kind in (LayerKind.FULL, LayerKind.MLA)]
-    windowed = [layer_cells(layer, s, pad) for layer in spec.layers if layer.kind in WINDOWED_KINDS]
+    full = [layer_cells(layer, settings, pad) for layer in spec.layers if layer.kind in (LayerKind.FULL, LayerKind.MLA)]
+    windowed = [layer_cells(layer, settings, pad) for layer in spec.layers if layer.kind in WINDOWED_KINDS]
     if full:
         masks.append(max(full))
     if windowed:
@@ -416,48 +432,48 @@ def attention_masks(spec: ModelSpec, s: Settings, pad: int = 256) -> list[int]:
 
 
 def compute_buffer_bytes(
-    spec: ModelSpec, s: Settings, c: Mapping[str, float], *, with_output: bool = True, pad: int = 256
+    spec: ModelSpec, settings: Settings, consts: Mapping[str, float], *, with_output: bool = True, pad: int = 256
 ) -> tuple[int, str]:
     """The backend compute buffer of the worst-case graph (llama_context::sched_reserve), docs/engines/llamacpp.md#llamacpp-compute-buffer:
 
     ``4 · ub · max(logits, layer + masks)`` with ``logits = n_out·V/ub + 2·n_embd``; FA on: masks f16
     (``n_kv/2`` per mask); FA off: f32 KQ scores ``n_kv·n_head`` plus an f32 mask and ``5.5·n_embd``.
     ``with_output`` False for a device that holds no output layer (multi-GPU: only the last has logits)."""
-    ub = min(s.n_ctx, s.n_ubatch)
-    n_out = min(ub, s.n_outputs_max)
+    ub = min(settings.n_ctx, settings.n_ubatch)
+    n_out = min(ub, settings.n_outputs_max)
     n_embd = spec.hidden_size or 0
     vocab = spec.vocab_size or 0
     n_head = spec.num_attention_heads or 0
-    logits = (n_out * vocab / ub + c["logits_embd_factor"] * n_embd) if with_output else 0.0
-    views = attention_masks(spec, s, pad)
-    layer = layer_live_elems(spec, c)
-    mla = [l for l in spec.layers if l.kind is LayerKind.MLA]
+    logits = (n_out * vocab / ub + consts["logits_embd_factor"] * n_embd) if with_output else 0.0
+    views = attention_masks(spec, settings, pad)
+    layer = layer_live_elems(spec, consts)
+    mla = [mla_layer for mla_layer in spec.layers if mla_layer.kind is LayerKind.MLA]
     extra = 0.0
     if mla:
         # absorbed MLA queries (one latent + rope per head) stay live next to either peak; fitted on
         # DeepSeek-V2-Lite (benchmarks/data/llamacpp_truth.jsonl), see docs/accuracy.md
-        extra = c["mla_head_factor"] * n_head * (mla[0].kv_lora_rank + mla[0].qk_rope_head_dim)
+        extra = consts["mla_head_factor"] * n_head * (mla[0].kv_lora_rank + mla[0].qk_rope_head_dim)
         logits += extra
         layer += extra
-    recurrent = recurrent_live_elems(spec, c)
-    if s.flash_attn:
-        attention = layer + c["mask_fa_on"] * sum(views)
+    recurrent = recurrent_live_elems(spec, consts)
+    if settings.flash_attn:
+        attention = layer + consts["mask_fa_on"] * sum(views)
         live = max(logits, attention, recurrent)
-        rule = f"FA on: max(logits {logits:.0f}, layer {layer:.0f} + f16 masks {c['mask_fa_on'] * sum(views):.0f})"
+        rule = f"FA on: max(logits {logits:.0f}, layer {layer:.0f} + f16 masks {consts['mask_fa_on'] * sum(views):.0f})"
     else:
         n_kv = max(views, default=0)
-        scores = n_kv * n_head + c["mask_fa_off"] * sum(views) + c["fa_off_embd_factor"] * n_embd + extra
+        scores = n_kv * n_head + consts["mask_fa_off"] * sum(views) + consts["fa_off_embd_factor"] * n_embd + extra
         live = max(logits, layer, scores, recurrent)
         rule = f"FA off: max(logits {logits:.0f}, layer {layer:.0f}, KQ {scores:.0f})"
     size = int(4 * ub * live)
     return size, f"4 B × ubatch {ub} × {rule} elements per token"
 
 
-def output_buffer_bytes(spec: ModelSpec, s: Settings) -> int:
+def output_buffer_bytes(spec: ModelSpec, settings: Settings) -> int:
     """Host (pinned) logits buffer reserved at start-up: ``4 × n_vocab × n_seq_max`` (llama_context::output_reserve
     is called for n_seq_max outputs; measured: 0.49 MiB for V = 128 256 and one sequence). It grows on demand
     when a batch asks for more outputs."""
-    return 4 * (spec.vocab_size or 0) * max(1, s.n_seq_max)
+    return 4 * (spec.vocab_size or 0) * max(1, settings.n_seq_max)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -465,8 +481,8 @@ def output_buffer_bytes(spec: ModelSpec, s: Settings) -> int:
 # ---------------------------------------------------------------------------------------------------------
 
 
-def _matches_override(name: str, s: Settings) -> str | None:
-    for pattern, buft in s.override_tensor:
+def _matches_override(name: str, settings: Settings) -> str | None:
+    for pattern, buft in settings.override_tensor:
         if re.search(pattern, name):
             return buft
     return None
@@ -490,33 +506,42 @@ def _layer_weight_bytes(spec: ModelSpec) -> tuple[list[int], list[int], int, int
 
     Uses ``spec.extra["gguf_block_bytes"]`` / ``["gguf_block_expert_bytes"]`` when the GGUF reader gives per-block
     sums; otherwise spreads the component sums evenly over the layers (MoE experts over the MoE layers)."""
-    n = max(1, spec.num_layers)
-    w = spec.weights
-    comps = dict(w.bytes_by_component) if w else {}
+    n_blocks = max(1, spec.num_layers)
+    weights = spec.weights
+    comps = dict(weights.bytes_by_component) if weights else {}
     embd = comps.get("embeddings", 0)
     output = comps.get("lm_head", 0)
     if not output and (spec.tie_word_embeddings or spec.tie_word_embeddings is None):
         output = embd  # llama.cpp duplicates token_embd as the output matrix (TENSOR_DUPLICATED) on the output device
     extra_blocks = spec.extra.get("gguf_block_bytes") if spec.extra else None
     extra_experts = spec.extra.get("gguf_block_expert_bytes") if spec.extra else None
-    if isinstance(extra_blocks, (list, tuple)) and len(extra_blocks) == n:
-        dense = [int(x) for x in extra_blocks]
+    if isinstance(extra_blocks, (list, tuple)) and len(extra_blocks) == n_blocks:
+        dense = [int(size) for size in extra_blocks]
         experts = (
-            [int(x) for x in extra_experts]
-            if isinstance(extra_experts, (list, tuple)) and len(extra_experts) == n
-            else [0] * n
+            [int(size) for size in extra_experts]
+            if isinstance(extra_experts, (list, tuple)) and len(extra_experts) == n_blocks
+            else [0] * n_blocks
         )
         return dense, experts, embd, output
-    total = w.total_bytes if w else 0
+    total = weights.total_bytes if weights else 0
     expert_total = comps.get("experts", 0)
     rest = total - embd - comps.get("lm_head", 0) - expert_total - comps.get("vision", 0) - comps.get("mtp", 0)
-    moe_layers = [i for i, layer in enumerate(spec.layers) if layer.moe] or list(range(n))
-    dense = [rest // n] * n
-    experts = [expert_total // len(moe_layers) if i in moe_layers else 0 for i in range(n)] if expert_total else [0] * n
+    moe_layers = [index for index, layer in enumerate(spec.layers) if layer.moe] or list(range(n_blocks))
+    dense = [rest // n_blocks] * n_blocks
+    experts = (
+        [expert_total // len(moe_layers) if index in moe_layers else 0 for index in range(n_blocks)]
+        if expert_total
+        else [0] * n_blocks
+    )
     return dense, experts, embd, output
 
 
-def cuda_row_padding_bytes(spec: ModelSpec, matrix_row_padding: int = 512) -> int:
+def packaged_row_padding() -> int:
+    """``matrix_row_padding`` of the packaged llama.cpp.toml."""
+    return int(load_engine_data(ENGINE)["defaults"]["matrix_row_padding"])
+
+
+def cuda_row_padding_bytes(spec: ModelSpec, matrix_row_padding: int | None = None) -> int:
     """Bytes the CUDA buffer type adds per layer: every quantized matrix whose row length ``ne0`` is not a multiple
     of 512 gets the rest of one padded row (ggml-cuda.cu ``get_alloc_size``: ``row_size(type, 512 − ne0 % 512)``,
     once per tensor). Row lengths from the spec (hidden, attention width, FFN widths), bytes per element from the
@@ -524,6 +549,8 @@ def cuda_row_padding_bytes(spec: ModelSpec, matrix_row_padding: int = 512) -> in
     bpw = spec.extra.get("bits_per_weight") if spec.extra else None
     if not isinstance(bpw, (int, float)) or bpw >= 16:
         return 0
+    if matrix_row_padding is None:
+        matrix_row_padding = packaged_row_padding()
     hidden = spec.hidden_size or 0
     heads = spec.num_attention_heads or 0
     head_dim = spec.head_dim or 0
@@ -532,14 +559,14 @@ def cuda_row_padding_bytes(spec: ModelSpec, matrix_row_padding: int = 512) -> in
         rows += [hidden, hidden, spec.intermediate_size]
     if spec.num_experts and spec.moe_intermediate_size:
         rows += [hidden, hidden, spec.moe_intermediate_size]
-    missing = sum((matrix_row_padding - n % matrix_row_padding) % matrix_row_padding for n in rows if n)
+    missing = sum((matrix_row_padding - length % matrix_row_padding) % matrix_row_padding for length in rows if length)
     return int(missing * bpw / 8)
 
 
 def _device_shares(count: int, tensor_split: Sequence[float]) -> list[float]:
     split = list(tensor_split[:count]) + [0.0] * max(0, count - len(tensor_split)) if tensor_split else [1.0] * count
     total = sum(split) or 1.0
-    return [x / total for x in split]
+    return [share / total for share in split]
 
 
 def place_layers(n_layer: int, n_offloaded: int, shares: Sequence[float]) -> list[int]:
@@ -553,22 +580,22 @@ def place_layers(n_layer: int, n_offloaded: int, shares: Sequence[float]) -> lis
         cumulative.append(acc)
     for il in range(start, n_layer + 1):
         position = (il - start) / max(1, n_offloaded)
-        dev = next((d for d, edge in enumerate(cumulative) if position < edge - 1e-12), len(shares) - 1)
+        dev = next((index for index, edge in enumerate(cumulative) if position < edge - 1e-12), len(shares) - 1)
         device[il] = dev
     return device
 
 
-def place(spec: ModelSpec, s: Settings, kv: KvBytes, n_gpus: int) -> Placement:
+def place(spec: ModelSpec, settings: Settings, kv: KvBytes, n_gpus: int) -> Placement:
     """Weights and KV on each GPU and on the CPU (docs/engines/llamacpp.md#llamacpp-weights): token_embd stays on the CPU; the last
     ``n_gpu_layers`` of ``n_layer + 1`` layers (the output layer counts) go to the GPUs, split by layer in
     proportion to memory (``tensor-split`` when given); ``cpu-moe`` / ``n-cpu-moe`` / ``override-tensor=…=CPU``
     keep matching expert (or other) tensors on the CPU; KV follows its layer unless ``no-kv-offload``."""
     n_layer = spec.num_layers
     dense, experts, embd, output = _layer_weight_bytes(spec)
-    row_padding = cuda_row_padding_bytes(spec)
-    gpus = 1 if s.split_mode == "none" else max(1, n_gpus)
-    shares = _device_shares(gpus, s.tensor_split)
-    devices = place_layers(n_layer, min(s.n_gpu_layers, n_layer + 1), shares)
+    row_padding = cuda_row_padding_bytes(spec, settings.matrix_row_padding)
+    gpus = 1 if settings.split_mode == "none" else max(1, n_gpus)
+    shares = _device_shares(gpus, settings.tensor_split)
+    devices = place_layers(n_layer, min(settings.n_gpu_layers, n_layer + 1), shares)
     gpu_w, gpu_kv = [0] * gpus, [0] * gpus
     gpu_layers, has_output = [0] * gpus, [False] * gpus
     cpu_w, cpu_kv = embd, 0
@@ -576,10 +603,12 @@ def place(spec: ModelSpec, s: Settings, kv: KvBytes, n_gpus: int) -> Placement:
     for il in range(n_layer):
         dev = devices[il]
         layer_dense, layer_experts = dense[il], experts[il]
-        if layer_experts and (il < s.cpu_moe_layers or _matches_override(f"blk.{il}.ffn_up_exps.weight", s) == "CPU"):
+        if layer_experts and (
+            il < settings.cpu_moe_layers or _matches_override(f"blk.{il}.ffn_up_exps.weight", settings) == "CPU"
+        ):
             cpu_w += layer_experts
             layer_experts = 0
-        if layer_dense and _matches_override(f"blk.{il}.attn_q.weight", s) == "CPU":
+        if layer_dense and _matches_override(f"blk.{il}.attn_q.weight", settings) == "CPU":
             cpu_w += layer_dense
             layer_dense = 0
         layer_kv = kv.per_layer[il] if il < len(kv.per_layer) else 0
@@ -587,9 +616,9 @@ def place(spec: ModelSpec, s: Settings, kv: KvBytes, n_gpus: int) -> Placement:
             cpu_w += layer_dense + layer_experts
             cpu_kv += layer_kv
             continue
-        gpu_w[dev] += layer_dense + layer_experts + (row_padding if s.cuda else 0)
+        gpu_w[dev] += layer_dense + layer_experts + (row_padding if settings.cuda else 0)
         gpu_layers[dev] += 1
-        if s.kv_offload:
+        if settings.kv_offload:
             gpu_kv[dev] += layer_kv
         else:
             cpu_kv += layer_kv
@@ -600,7 +629,7 @@ def place(spec: ModelSpec, s: Settings, kv: KvBytes, n_gpus: int) -> Placement:
         has_output[out_dev] = True
     else:
         cpu_w += output if spec.weights and spec.weights.bytes_by_component.get("lm_head") else 0
-    if s.split_mode == "row" and gpus > 1:
+    if settings.split_mode == "row" and gpus > 1:
         # row split: matrices are cut across GPUs by tensor-split; KV and the compute buffer stay on the main GPU
         total_w = sum(gpu_w)
         gpu_w = [int(total_w * share) for share in shares]
@@ -626,15 +655,16 @@ def is_metal(hardware: Hardware | None) -> bool:
     return hardware is not None and (hardware.gpu.unified_memory or hardware.gpu.vendor == "apple")
 
 
-def overhead_bytes(hardware: Hardware | None, rules: Mapping[str, object]) -> tuple[int, str]:
-    """CUDA / Metal context and backend pool per GPU (outside llama.cpp's logged buffers)."""
+def overhead_bytes(hardware: Hardware | None, rules: Rules) -> tuple[int, str]:
+    """CUDA / Metal context and backend pool per GPU (outside llama.cpp's logged buffers), and its explanation."""
     if is_metal(hardware):
-        return int(
-            float(rules["metal_overhead_mib"]) * MiB
-        ), "Metal context (constant, llama.cpp.toml metal_overhead_mib)"
+        mib = float(rules["metal_overhead_mib"])
+        return int(mib * MiB), f"Metal context {mib:g} MiB (constant, llama.cpp.toml metal_overhead_mib)"
+    mib = float(rules["cuda_overhead_mib"])
     return (
-        int(float(rules["cuda_overhead_mib"]) * MiB),
-        "CUDA context + backend memory pool (constant, llama.cpp.toml cuda_overhead_mib; llama.cpp logs it only as 'unaccounted')",
+        int(mib * MiB),
+        f"CUDA context + backend memory pool {mib:g} MiB (constant, llama.cpp.toml cuda_overhead_mib; llama.cpp "
+        "logs it only as 'unaccounted')",
     )
 
 
@@ -650,48 +680,51 @@ class Breakdown:
     output_buffer: int
     overhead: int
     worst: int
-    explain: Mapping[str, str] = field(default_factory=dict)
 
 
 def breakdown(
     spec: ModelSpec,
     hardware: Hardware | None,
-    s: Settings,
-    rules: Mapping[str, object],
+    settings: Settings,
+    rules: Rules,
     compute_consts: Mapping[str, float],
 ) -> Breakdown:
     pad = int(rules["n_ctx_pad"])
     if is_metal(hardware):
-        s = replace(s, cuda=False)
-    kv = kv_bytes(spec, s, pad)
+        settings = replace(settings, cuda=False)
+    kv = kv_bytes(spec, settings, pad)
     n_gpus = hardware.count if hardware else 1
-    placement = place(spec, s, kv, n_gpus)
+    placement = place(spec, settings, kv, n_gpus)
     computes, rule = [], ""
     for dev, has_output in enumerate(placement.gpu_has_output):
         size, rule_dev = compute_buffer_bytes(
-            spec, s, compute_consts, with_output=has_output or len(placement.gpu_has_output) == 1, pad=pad
+            spec, settings, compute_consts, with_output=has_output or len(placement.gpu_has_output) == 1, pad=pad
         )
         computes.append(size if placement.gpu_layers[dev] or dev == 0 else 0)
         rule = rule if rule and not has_output else rule_dev
     overhead, _ = overhead_bytes(hardware, rules)
-    totals = [w + k + c + overhead for w, k, c in zip(placement.gpu_weights, placement.gpu_kv, computes)]
-    worst = max(range(len(totals)), key=lambda i: totals[i])
-    return Breakdown(s, kv, placement, tuple(computes), rule, output_buffer_bytes(spec, s), overhead, worst)
+    totals = [
+        weights + kv_cache + buffer + overhead
+        for weights, kv_cache, buffer in zip(placement.gpu_weights, placement.gpu_kv, computes)
+    ]
+    worst = max(range(len(totals)), key=lambda index: totals[index])
+    return Breakdown(
+        settings, kv, placement, tuple(computes), rule, output_buffer_bytes(spec, settings), overhead, worst
+    )
 
 
-def usable_bytes(hardware: Hardware, s: Settings) -> int:
+def usable_bytes(hardware: Hardware, settings: Settings) -> int:
     """What llama.cpp lets itself use on one GPU: the device memory minus --fit's free-memory target (1 GiB by
     default), because with fit on a configuration that leaves less free makes llama.cpp shrink the context or
     move layers to the CPU — i.e. what was asked for does not load as asked (docs/methodology.md)."""
     memory = hardware.gpu.gpu_memory_bytes
-    return memory - s.fit_target_bytes if s.fit else memory
+    return memory - settings.fit_target_bytes if settings.fit else memory
 
 
-class LlamaCppProfile:
+class LlamaCppProfile(ProfileBase):
     """llama-server / llama-cli on CUDA, ROCm, Metal or Vulkan (one process, layer split over GPUs)."""
 
     name = ENGINE
-    rule_versions: tuple[str, ...] = tuple(load_engine_data(ENGINE)["rule_versions"])
     data_name = ENGINE
 
     def settings_for(
@@ -704,8 +737,8 @@ class LlamaCppProfile:
         self, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload
     ) -> Estimate:
         require_weights(spec)
-        version, s, rules, compute = self.settings_for(spec, hardware, choice, workload)
-        return self.finish(spec, hardware, choice, workload, version, s, rules, compute)
+        version, settings, rules, compute = self.settings_for(spec, hardware, choice, workload)
+        return self.finish(spec, hardware, choice, workload, version, settings, rules, compute)
 
     def finish(
         self,
@@ -714,114 +747,41 @@ class LlamaCppProfile:
         choice: EngineChoice,
         workload: Workload,
         version: str,
-        s: Settings,
-        rules: Mapping[str, object],
+        settings: Settings,
+        rules: Rules,
         compute: Mapping[str, float],
         extra_warnings: Sequence[str] = (),
         extra_explain: Mapping[str, str] | None = None,
     ) -> Estimate:
-        weights = require_weights(spec)
-        b = breakdown(spec, hardware, s, rules, compute)
-        warnings = list(extra_warnings)
-        if not spec.extra.get("gguf_arch") and not (spec.quantization and spec.quantization.method == "gguf"):
-            warnings.append(
-                "not a GGUF: weights counted as if converted to GGUF at the checkpoint's own dtype; a quantized GGUF "
-                "(Q4_K_M ≈ 4.9 bits per weight) is much smaller"
-            )
-        p = b.placement
-        dev = b.worst
-        memory = hardware.gpu.gpu_memory_bytes if hardware else 0
-        usable = usable_bytes(hardware, s) if hardware else 0
-        per_gpu = PerGpu(
-            weights=p.gpu_weights[dev],
-            kv_cache=p.gpu_kv[dev],
-            activations=b.gpu_compute[dev],
-            overhead=b.overhead,
-            usable=usable,
-            memory=memory,
-        )
-        token_embd = weights.bytes_by_component.get("embeddings", 0)
-        if p.cpu_weights > token_embd or p.cpu_kv:
-            warnings.append(
-                f"CPU RAM needed besides the GPUs: {(p.cpu_weights + p.cpu_kv + b.output_buffer) / GiB:.2f} GiB "
-                f"(weights {p.cpu_weights / GiB:.2f} GiB incl. token embeddings, KV {p.cpu_kv / GiB:.2f} GiB, "
-                f"logits buffer {b.output_buffer / MiB:.0f} MiB); mmap'd weights live in the page cache"
-            )
-        if s.n_gpu_layers < spec.num_layers + 1:
-            warnings.append(
-                f"only {s.n_gpu_layers} of {spec.num_layers + 1} layers on the GPU: the rest runs on the CPU (slow)"
-            )
-        if hardware is not None and s.fit and per_gpu.total > usable:
-            warnings.append(
-                f"llama.cpp --fit would not load this as asked: it keeps {s.fit_target_bytes // MiB} MiB free per GPU and "
-                f"would first lower ctx-size (not below {rules['fit_ctx_min']}, only when ctx-size is not set) and then "
-                "move layers / experts to the CPU"
-            )
-        if hardware is not None and hardware.count > 1 and s.split_mode == "layer":
-            warnings.append(
-                "multi-GPU layer split: pipeline parallelism keeps up to 4 copies of split inputs in each compute buffer (not modelled)"
-            )
-        for note in s.notes + p.notes:
-            warnings.append(note)
-
-        kv_tokens = s.n_ctx_seq * s.n_stream
-        context = s.n_ctx_seq
-        capacity = self._capacity(spec, hardware, s, rules, compute, kv_tokens)
-        active = active_weight_bytes(spec) or 0
-        embd = weights.bytes_by_component.get("embeddings", 0)
-        per_token_kv = b.kv.total / max(1, s.n_stream) / max(1, s.n_ctx_seq) * context if b.kv.total else 0
-        decode = decode_tokens_per_second(
-            max(0, active - embd) + per_token_kv, hardware.gpu.memory_bandwidth_gbs if hardware else None
-        )
-        explain = {
-            "weights": (
-                f"GGUF tensor bytes of the {p.gpu_layers[dev]} layers on this GPU (of {spec.num_layers}+1 incl. output); "
-                f"token_embd {embd / MiB:.0f} MiB stays on the CPU; CPU holds {p.cpu_weights / GiB:.2f} GiB"
-            ),
-            "kv_cache": (
-                f"{s.n_stream} stream(s) × {s.n_ctx_seq} cells (ctx-size {s.n_ctx}, padded to 256), "
-                f"K {s.type_k} {b.kv.k / MiB:.2f} MiB + V {s.type_v} {b.kv.v / MiB:.2f} MiB"
-                + (f" + recurrent state F32 {b.kv.state / MiB:.2f} MiB" if b.kv.state else "")
-                + (
-                    " (windowed layers: n_swa + ubatch cells)"
-                    if any(layer.kind in WINDOWED_KINDS for layer in spec.layers) and not s.swa_full
-                    else ""
-                )
-            ),
-            "activations": f"compute buffer {b.gpu_compute[dev] / MiB:.2f} MiB = {b.compute_rule}; host: logits buffer {b.output_buffer / MiB:.2f} MiB (not VRAM)",
-            "overhead": overhead_bytes(hardware, rules)[1],
-            "usable": (
-                f"device memory − {s.fit_target_bytes // MiB} MiB that --fit keeps free"
-                if s.fit
-                else "device memory (--fit off)"
-            ),
-            "decode": "bandwidth-bound upper bound: active weights on the GPU + KV at the context, per token",
-        }
-        explain.update(extra_explain or {})
-        engine = {"name": self.name, "version": choice.version, "rules": version, **s.as_dict()}
-        resolved_workload = replace(
-            workload, context=context, kv_dtype=s.type_k if s.type_k == s.type_v else f"{s.type_k}/{s.type_v}"
-        )
+        """The estimate for resolved settings: the breakdown, its per-GPU terms, capacity and narration
+        (``extra_*``: what a profile built on llama.cpp, such as Ollama, adds to the warnings and explanation)."""
+        require_weights(spec)
+        parts = breakdown(spec, hardware, settings, rules, compute)
+        per_gpu = per_gpu_of(parts, hardware)
+        warnings = [*extra_warnings, *narrate_warnings(spec, hardware, parts, per_gpu, rules)]
+        explain = {**explain_lines(spec, hardware, parts, rules), **(extra_explain or {})}
+        engine = {"name": self.name, "version": choice.version, "rules": version, **settings.as_dict()}
+        kv_dtype = settings.type_k if settings.type_k == settings.type_v else f"{settings.type_k}/{settings.type_v}"
         return finish_estimate(
             spec=spec,
             hardware=hardware,
             engine=engine,
-            workload=resolved_workload,
+            workload=replace(workload, context=settings.n_ctx_seq, kv_dtype=kv_dtype),
             per_gpu=per_gpu,
-            capacity=capacity,
-            decode=decode,
+            capacity=self._capacity(spec, hardware, settings, rules, compute, settings.n_ctx_seq * settings.n_stream),
+            decode=decode_bound(spec, hardware, parts),
             warnings=warnings,
             explain=explain,
             tp=1,
-            pp=hardware.count if hardware and s.split_mode == "layer" else 1,
+            pp=hardware.count if hardware and settings.split_mode == "layer" else 1,
         )
 
     def _capacity(
         self,
         spec: ModelSpec,
         hardware: Hardware | None,
-        s: Settings,
-        rules: Mapping[str, object],
+        settings: Settings,
+        rules: Rules,
         compute: Mapping[str, float],
         kv_tokens: int,
     ) -> Capacity:
@@ -829,16 +789,19 @@ class LlamaCppProfile:
         compute buffer grows with n_kv without flash attention), in steps of the 256-cell padding."""
         if hardware is None:
             return Capacity(kv_tokens=kv_tokens)
-        usable = usable_bytes(hardware, s)
+        usable = usable_bytes(hardware, settings)
         pad = int(rules["n_ctx_pad"])
-        seqs_now = s.n_stream if s.n_stream > 1 else max(1, s.n_ctx // max(1, s.n_ctx_seq))
-        per_seq_now = s.n_ctx_seq if s.n_stream > 1 else s.n_ctx // seqs_now
+        seqs_now = settings.n_stream if settings.n_stream > 1 else max(1, settings.n_ctx // max(1, settings.n_ctx_seq))
+        per_seq_now = settings.n_ctx_seq if settings.n_stream > 1 else settings.n_ctx // seqs_now
 
         def fits(per_seq: int, seqs: int) -> bool:
-            trial = with_context(s, per_seq, seqs, pad)
-            b = breakdown(spec, hardware, trial, rules, compute)
-            dev = b.worst
-            return b.placement.gpu_weights[dev] + b.placement.gpu_kv[dev] + b.gpu_compute[dev] + b.overhead <= usable
+            trial = with_context(settings, per_seq, seqs, pad)
+            parts = breakdown(spec, hardware, trial, rules, compute)
+            dev = parts.worst
+            return (
+                parts.placement.gpu_weights[dev] + parts.placement.gpu_kv[dev] + parts.gpu_compute[dev] + parts.overhead
+                <= usable
+            )
 
         limit = max(1, (spec.max_position_embeddings or per_seq_now) // pad)
         lo, hi = 0, limit
@@ -864,14 +827,105 @@ class LlamaCppProfile:
         return Capacity(kv_tokens=kv_tokens, max_concurrency=float(max_conc), max_context=max_context)
 
 
-def with_context(s: Settings, per_seq: int, seqs: int, pad: int = 256) -> Settings:
+def with_context(settings: Settings, per_seq: int, seqs: int, pad: int = 256) -> Settings:
     """The same settings holding ``seqs`` sequences of ``per_seq`` tokens: one unified cache of
     ``per_seq × seqs`` cells, or ``seqs`` streams of ``per_seq`` cells."""
-    if s.n_stream > 1 or (not s.kv_unified and seqs > 1):
+    if settings.n_stream > 1 or (not settings.kv_unified and seqs > 1):
         cells = pad_cells(per_seq, pad)
-        return replace(s, n_ctx=cells * seqs, n_ctx_seq=cells, n_stream=seqs, n_seq_max=seqs)
+        return replace(settings, n_ctx=cells * seqs, n_ctx_seq=cells, n_stream=seqs, n_seq_max=seqs)
     n_ctx = pad_cells(per_seq * seqs, pad)
-    return replace(s, n_ctx=n_ctx, n_ctx_seq=n_ctx, n_stream=1, n_seq_max=max(s.n_seq_max, seqs))
+    return replace(settings, n_ctx=n_ctx, n_ctx_seq=n_ctx, n_stream=1, n_seq_max=max(settings.n_seq_max, seqs))
+
+
+def per_gpu_of(parts: Breakdown, hardware: Hardware | None) -> PerGpu:
+    """The four terms on the worst GPU, against the device memory less --fit's target."""
+    placement, dev = parts.placement, parts.worst
+    return PerGpu(
+        weights=placement.gpu_weights[dev],
+        kv_cache=placement.gpu_kv[dev],
+        activations=parts.gpu_compute[dev],
+        overhead=parts.overhead,
+        usable=usable_bytes(hardware, parts.settings) if hardware else 0,
+        memory=hardware.gpu.gpu_memory_bytes if hardware else 0,
+    )
+
+
+def decode_bound(spec: ModelSpec, hardware: Hardware | None, parts: Breakdown) -> float | None:
+    """Bandwidth / (active weights on the GPUs + one sequence's KV at the context)."""
+    settings, kv = parts.settings, parts.kv
+    embd = spec.weights.bytes_by_component.get("embeddings", 0) if spec.weights else 0
+    active = active_weight_bytes(spec) or 0
+    context = settings.n_ctx_seq
+    per_token_kv = kv.total / max(1, settings.n_stream) / max(1, settings.n_ctx_seq) * context if kv.total else 0
+    return decode_tokens_per_second(
+        max(0, active - embd) + per_token_kv, hardware.gpu.memory_bandwidth_gbs if hardware else None
+    )
+
+
+def narrate_warnings(
+    spec: ModelSpec, hardware: Hardware | None, parts: Breakdown, per_gpu: PerGpu, rules: Rules
+) -> list[str]:
+    """What llama.cpp would do differently from what was asked, and what lands outside the GPUs."""
+    settings, placement = parts.settings, parts.placement
+    warnings = []
+    if not spec.extra.get("gguf_arch") and not (spec.quantization and spec.quantization.method == "gguf"):
+        warnings.append(
+            "not a GGUF: weights counted as if converted to GGUF at the checkpoint's own dtype; a quantized GGUF "
+            "(Q4_K_M ≈ 4.9 bits per weight) is much smaller"
+        )
+    token_embd = spec.weights.bytes_by_component.get("embeddings", 0) if spec.weights else 0
+    if placement.cpu_weights > token_embd or placement.cpu_kv:
+        host = placement.cpu_weights + placement.cpu_kv + parts.output_buffer
+        warnings.append(
+            f"CPU RAM needed besides the GPUs: {host / GiB:.2f} GiB "
+            f"(weights {placement.cpu_weights / GiB:.2f} GiB incl. token embeddings, KV {placement.cpu_kv / GiB:.2f} GiB, "
+            f"logits buffer {parts.output_buffer / MiB:.0f} MiB); mmap'd weights live in the page cache"
+        )
+    if settings.n_gpu_layers < spec.num_layers + 1:
+        warnings.append(
+            f"only {settings.n_gpu_layers} of {spec.num_layers + 1} layers on the GPU: the rest runs on the CPU (slow)"
+        )
+    if hardware is not None and settings.fit and per_gpu.total > per_gpu.usable:
+        warnings.append(
+            f"llama.cpp --fit would not load this as asked: it keeps {settings.fit_target_bytes // MiB} MiB free per GPU and "
+            f"would first lower ctx-size (not below {rules['fit_ctx_min']}, only when ctx-size is not set) and then "
+            "move layers / experts to the CPU"
+        )
+    if hardware is not None and hardware.count > 1 and settings.split_mode == "layer":
+        warnings.append(
+            "multi-GPU layer split: pipeline parallelism keeps up to 4 copies of split inputs in each compute buffer (not modelled)"
+        )
+    return [*warnings, *settings.notes, *placement.notes]
+
+
+def explain_lines(spec: ModelSpec, hardware: Hardware | None, parts: Breakdown, rules: Rules) -> dict[str, str]:
+    """One line per term, from the breakdown's own figures."""
+    settings, placement, kv, dev = parts.settings, parts.placement, parts.kv, parts.worst
+    embd = spec.weights.bytes_by_component.get("embeddings", 0) if spec.weights else 0
+    windowed = any(layer.kind in WINDOWED_KINDS for layer in spec.layers) and not settings.swa_full
+    return {
+        "weights": (
+            f"GGUF tensor bytes of the {placement.gpu_layers[dev]} layers on this GPU (of {spec.num_layers}+1 incl. output); "
+            f"token_embd {embd / MiB:.0f} MiB stays on the CPU; CPU holds {placement.cpu_weights / GiB:.2f} GiB"
+        ),
+        "kv_cache": (
+            f"{settings.n_stream} stream(s) × {settings.n_ctx_seq} cells (ctx-size {settings.n_ctx}, padded to "
+            f"{rules['n_ctx_pad']}), K {settings.type_k} {kv.k / MiB:.2f} MiB + V {settings.type_v} {kv.v / MiB:.2f} MiB"
+            + (f" + recurrent state F32 {kv.state / MiB:.2f} MiB" if kv.state else "")
+            + (" (windowed layers: n_swa + ubatch cells)" if windowed else "")
+        ),
+        "activations": (
+            f"compute buffer {parts.gpu_compute[dev] / MiB:.2f} MiB = {parts.compute_rule}; "
+            f"host: logits buffer {parts.output_buffer / MiB:.2f} MiB (not VRAM)"
+        ),
+        "overhead": overhead_bytes(hardware, rules)[1],
+        "usable": (
+            f"device memory − {settings.fit_target_bytes // MiB} MiB that --fit keeps free"
+            if settings.fit
+            else "device memory (--fit off)"
+        ),
+        "decode": "bandwidth-bound upper bound: active weights on the GPU + KV at the context, per token",
+    }
 
 
 PROFILE = LlamaCppProfile()

@@ -21,7 +21,8 @@ from typing import Any
 
 from hfvram.errors import UsageError
 from hfvram.estimate import common
-from hfvram.estimate.common import GiB
+from hfvram.estimate.common import GiB, Rules
+from hfvram.estimate.engines.base import ProfileBase
 from hfvram.estimate.types import Capacity, EngineChoice, Estimate, Hardware, PerGpu, Workload
 from hfvram.spec import GROWING_KINDS, RECURRENT_KINDS, WINDOWED_KINDS, Layer, LayerKind, ModelSpec
 
@@ -111,7 +112,8 @@ def resolve_settings(
     elif str(policy) in rules["quant_policy_kv"]:
         kv_name = rules["quant_policy_kv"][str(policy)]
     else:
-        raise UsageError(f"quant-policy {policy} is not modelled (0, 4, 8, 16, 17)")
+        modelled = ", ".join(rules["quant_policy_kv"])
+        raise UsageError(f"quant-policy {policy} is not modelled ({modelled})")
     head_dim = spec.head_dim or 0
     block = common.setting_int(choice, "cache-block-seq-len", "block-size", default=rules["block_size"])
     if backend == "pytorch" and head_dim >= rules["large_head_dim"]:
@@ -137,174 +139,303 @@ def resolve_settings(
     )
 
 
-class LmdeployProfile:
-    name = ENGINE
+# ---- the breakdown ---------------------------------------------------------------------------------------
 
-    def __init__(self) -> None:
-        self.data: Mapping[str, Any] = common.load_engine_data(ENGINE)
-        self.rule_versions: tuple[str, ...] = tuple(sorted(self.data.get("versions", {}), key=common.version_key))
+
+@dataclass(frozen=True)
+class CacheTerm:
+    """One rank's cache geometry: bytes per token and per block, and the recurrent state cache (PyTorch)."""
+
+    per_token: float
+    block_bytes: float
+    quantized: bool
+    state_cache: int
+
+
+@dataclass(frozen=True)
+class PoolTerm:
+    """The KV cache LMDeploy allocates on one GPU (hardware given), and what it leaves outside it."""
+
+    free: float
+    pool: float
+    slack: float
+    blocks: int
+    #: PyTorch engine: runtime buffers and the prefill tokens they were sized for (0 / None otherwise)
+    runtime: int = 0
+    prefill: int | None = None
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    settings: Settings
+    context: int
+    weights: common.WeightsSplit
+    cuda_context_gib: float
+    nccl_init_gib: float | None
+    cache: CacheTerm
+    pool: PoolTerm | None
+    runtime_bytes_per_logit: float
+    blocks_per_seq: int
+    kv_needed: int
+    capacity: Capacity
+    #: KV head counts that do not divide by tp (LMDeploy asserts they do)
+    kv_heads: tuple[int, ...]
+    heads_refused: bool
+    decode_modelled: bool
+    decode: float | None
+
+    @property
+    def overhead(self) -> int:
+        return overhead_bytes(self.cuda_context_gib, self.nccl_init_gib)
+
+    @property
+    def no_memory(self) -> bool:
+        """No memory is left for the cache (a model that keeps nothing per sequence needs no blocks)."""
+        pool, cache = self.pool, self.cache
+        return pool is not None and (
+            pool.free <= 0 or (pool.blocks <= 0 and (cache.block_bytes > 0 or cache.state_cache > 0))
+        )
+
+    @property
+    def refused(self) -> bool:
+        return self.pool is not None and (self.heads_refused or self.no_memory)
+
+
+def overhead_bytes(cuda_context_gib: float, nccl_init_gib: float | None) -> int:
+    """CUDA context plus NCCL (None: one GPU), in use before LMDeploy measures free memory."""
+    return int(cuda_context_gib * GiB + (nccl_init_gib * GiB if nccl_init_gib is not None else 0))
+
+
+def cache_term(spec: ModelSpec, settings: Settings, rules: Rules) -> CacheTerm:
+    """Bytes per token and per block on one rank (docs/engines/lmdeploy.md, docs/engines/common.md#kv-dtype-sizes), with the PyTorch engine's state cache of
+    ``(max_batch_size + state_cache_extra_slots)`` recurrent states."""
+    quantized = settings.quant_policy in (4, 8) or settings.kv_cache_dtype in ("int4", "int8")
+    kv_bytes = common.kv_dtype_bytes(settings.kv_cache_dtype, spec.dtype_bytes())
+    per_token = kv_bytes_per_token_rank(
+        spec.layers, settings.tp, kv_bytes, quantized, spec.dtype_bytes(), rules["quant_scale_zero_elems"]
+    )
+    state = sum(
+        common.layer_state_bytes_rank(layer, settings.tp, spec.dtype_bytes())
+        for layer in spec.layers
+        if layer.kind in RECURRENT_KINDS
+    )
+    state_cache = (
+        int(state * (settings.max_batch_size + rules["state_cache_extra_slots"]))
+        if settings.backend == "pytorch"
+        else 0
+    )
+    return CacheTerm(per_token, per_token * settings.block_size, quantized, state_cache)
+
+
+def pool_term(
+    memory: int, overhead: int, weights: int, cache: CacheTerm, settings: Settings, vocab: int, rules: Rules
+) -> PoolTerm:
+    """The KV cache from the free memory after weights: a share of the whole device (v0.2.0), of the free
+    memory less the PyTorch engine's runtime buffers, or of the free memory (TurboMind)."""
+    free = memory - overhead - weights - cache.state_cache
+    ratio = settings.cache_max_entry_count
+    runtime, prefill = 0, None
+    if rules.get("cache_of_total"):
+        pool = memory * ratio
+        slack = max(0.0, free - pool)
+    elif settings.backend == "pytorch":
+        runtime, prefill = runtime_bytes(rules, free, cache.block_bytes, settings.max_batch_size, vocab, ratio)
+        pool = max(0.0, (free - runtime) * ratio)
+        slack = runtime + max(0.0, (free - runtime) * (1 - ratio))
+    else:
+        pool = max(0.0, free * ratio)
+        slack = max(0.0, free * (1 - ratio))
+    blocks = int(pool // cache.block_bytes) if cache.block_bytes > 0 else 0
+    return PoolTerm(free, pool, slack, blocks, runtime, prefill)
+
+
+def compute(
+    spec: ModelSpec, hardware: Hardware | None, settings: Settings, workload: Workload, rules: Rules
+) -> Breakdown:
+    """Every term for ``settings``: weights, overhead, cache geometry, the pool, what the workload needs."""
+    context = workload.context or settings.session_len
+    kv_heads = {layer.num_kv_heads for layer in spec.layers if layer.kind in (LayerKind.FULL, LayerKind.SLIDING)}
+    split = common.weights_per_rank(spec, settings.tp, 1, vocab_padding=1)
+    nccl = rules["nccl_init_gib"] if settings.tp > 1 else None
+    overhead = overhead_bytes(rules["cuda_context_gib"], nccl)
+    cache = cache_term(spec, settings, rules)
+    pool = None
+    if hardware is not None:
+        pool = pool_term(
+            hardware.gpu.gpu_memory_bytes, overhead, split.bytes, cache, settings, spec.vocab_size or 0, rules
+        )
+    blocks_per_seq = math.ceil(context / settings.block_size)
+    active = common.active_weight_bytes(spec)
+    decode = None
+    if hardware is not None and active is not None:
+        bytes_read = active / settings.tp + cache.per_token * context
+        decode = common.decode_tokens_per_second(bytes_read, hardware.gpu.memory_bandwidth_gbs)
+    return Breakdown(
+        settings=settings,
+        context=context,
+        weights=split,
+        cuda_context_gib=rules["cuda_context_gib"],
+        nccl_init_gib=nccl,
+        cache=cache,
+        pool=pool,
+        runtime_bytes_per_logit=rules["runtime_bytes_per_logit"],
+        blocks_per_seq=blocks_per_seq,
+        kv_needed=int(workload.concurrency * blocks_per_seq * cache.block_bytes + cache.state_cache),
+        capacity=capacity_of(pool, blocks_per_seq, workload.concurrency, settings),
+        kv_heads=tuple(sorted(kv_heads)),
+        heads_refused=any(heads % settings.tp for heads in kv_heads if heads),
+        decode_modelled=hardware is not None and active is not None,
+        decode=decode,
+    )
+
+
+def capacity_of(pool: PoolTerm | None, blocks_per_seq: int, concurrency: int, settings: Settings) -> Capacity:
+    """Cache tokens, full-length sequences (≤ max_batch_size) and the longest context at ``concurrency``."""
+    if pool is None:
+        return Capacity()
+    blocks = pool.blocks
+    sequences = min(blocks / blocks_per_seq, float(settings.max_batch_size)) if blocks_per_seq else 0.0
+    max_context = min(blocks // max(1, concurrency) * settings.block_size, settings.session_len)
+    return Capacity(
+        kv_tokens=blocks * settings.block_size,
+        max_concurrency=sequences,
+        max_context=0 if concurrency > settings.max_batch_size else max_context,
+    )
+
+
+# ---- narration --------------------------------------------------------------------------------------------
+
+
+def narrate(parts: Breakdown, spec: ModelSpec, workload: Workload) -> tuple[list[str], dict[str, str]]:
+    """(warnings, explain lines), every figure read from the breakdown."""
+    settings, cache, pool = parts.settings, parts.cache, parts.pool
+    warnings = []
+    if parts.context > settings.session_len:
+        warnings.append(f"context {parts.context} is longer than session_len {settings.session_len}")
+    if parts.heads_refused:
+        warnings.append(f"LMDeploy asserts that the KV heads ({list(parts.kv_heads)}) divide by tp={settings.tp}")
+    if any(layer.kind in WINDOWED_KINDS for layer in spec.layers):
+        warnings.append("LMDeploy's paged cache keeps sliding-window layers at full length here [unverified]")
+    if parts.no_memory:
+        warnings.append("no memory is left for LMDeploy's KV cache after the weights")
+
+    explain = {
+        "weights": parts.weights.explain,
+        "overhead": (
+            f"CUDA context {parts.cuda_context_gib} GiB"
+            + (f" + NCCL {parts.nccl_init_gib} GiB [unverified]" if parts.nccl_init_gib is not None else "")
+            + ", in use before LMDeploy measures free memory"
+        ),
+        "cache_block": (
+            f"{cache.block_bytes:.0f} B per block of {settings.block_size} tokens ({settings.kv_cache_dtype}"
+            + (", + scale/zero per token-head" if cache.quantized else "")
+            + ")"
+        ),
+    }
+    if pool is not None and pool.prefill is not None:
+        explain["runtime"] = (
+            f"({pool.prefill} prefill tokens + 2 × {settings.max_batch_size} batches) × vocab "
+            f"{spec.vocab_size} × {parts.runtime_bytes_per_logit:g} B = {pool.runtime / GiB:.2f} GiB "
+            "(LMDeploy's _get_runtime_size)"
+        )
+    explain["budget"] = explain_budget(parts)
+    explain["activations"] = (
+        "what LMDeploy leaves outside the KV cache: "
+        + ("runtime buffers + " if settings.backend == "pytorch" else "")
+        + f"the other {1 - settings.cache_max_entry_count:.2f} of the free memory (activations)"
+    )
+    explain["kv_cache"] = f"{workload.concurrency} × {parts.blocks_per_seq} blocks × {cache.block_bytes:.0f} B" + (
+        f" + state cache {cache.state_cache} B" if cache.state_cache else ""
+    )
+    if parts.decode_modelled:
+        explain["decode"] = "upper bound: bandwidth / (active weights per GPU + KV at the context), one sequence"
+    return warnings, explain
+
+
+def explain_budget(parts: Breakdown) -> str:
+    settings, pool, state_cache = parts.settings, parts.pool, parts.cache.state_cache
+    if pool is None:
+        return "no GPU: the KV share and the slack are fractions of an unknown free memory"
+    free, also = pool.free, " and state cache" if state_cache else ""
+    return (
+        f"{settings.backend}: "
+        + (
+            f"free after weights{also} {free / GiB:.2f} GiB"
+            if free >= 0
+            else f"weights{also} exceed the free memory by {-free / GiB:.2f} GiB (no cache possible)"
+        )
+        + (f" (state cache {state_cache / GiB:.2f} GiB)" if state_cache else "")
+        + (f" − runtime {pool.runtime / GiB:.2f} GiB" if pool.runtime else "")
+        + (
+            f", × cache_max_entry_count {settings.cache_max_entry_count} = {pool.pool / GiB:.2f} GiB → {pool.blocks} blocks"
+            if free >= 0
+            else ""
+        )
+    )
+
+
+# ---- profile -----------------------------------------------------------------------------------------------
+
+
+class LmdeployProfile(ProfileBase):
+    name = ENGINE
 
     def estimate(
         self, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload
     ) -> Estimate:
-        version, rules = common.engine_rules(ENGINE, choice.version)
-        warnings: list[str] = []
-        explain: dict[str, str] = {}
+        version, rules = self.rules(choice.version)
         common.require_weights(spec)
-        s = resolve_settings(spec, hardware, choice, workload, rules, version)
-        rules = {**rules, "max_prefill_token_num": s.max_prefill_token_num}
-        context = workload.context or s.session_len
-        if context > s.session_len:
-            warnings.append(f"context {context} is longer than session_len {s.session_len}")
-        refuses = False
-        kv_heads = {layer.num_kv_heads for layer in spec.layers if layer.kind in (LayerKind.FULL, LayerKind.SLIDING)}
-        if any(heads % s.tp for heads in kv_heads if heads):
-            warnings.append(f"LMDeploy asserts that the KV heads ({sorted(kv_heads)}) divide by tp={s.tp}")
-            refuses = True
-
-        split = common.weights_per_rank(spec, s.tp, 1, vocab_padding=1)
-        weights = split.bytes
-        explain["weights"] = split.explain
-        overhead = int(rules["cuda_context_gib"] * GiB + (rules["nccl_init_gib"] * GiB if s.tp > 1 else 0))
-        explain["overhead"] = (
-            f"CUDA context {rules['cuda_context_gib']} GiB"
-            + (f" + NCCL {rules['nccl_init_gib']} GiB [unverified]" if s.tp > 1 else "")
-            + ", in use before LMDeploy measures free memory"
-        )
-
-        quantized = s.quant_policy in (4, 8) or s.kv_cache_dtype in ("int4", "int8")
-        kv_bytes = common.kv_dtype_bytes(s.kv_cache_dtype, spec.dtype_bytes())
-        per_token = kv_bytes_per_token_rank(
-            spec.layers, s.tp, kv_bytes, quantized, spec.dtype_bytes(), rules["quant_scale_zero_elems"]
-        )
-        if any(layer.kind in WINDOWED_KINDS for layer in spec.layers):
-            warnings.append("LMDeploy's paged cache keeps sliding-window layers at full length here [unverified]")
-        block_bytes = per_token * s.block_size
-        state = sum(
-            common.layer_state_bytes_rank(l, s.tp, spec.dtype_bytes()) for l in spec.layers if l.kind in RECURRENT_KINDS
-        )
-        state_cache = (
-            int(state * (s.max_batch_size + rules["state_cache_extra_slots"])) if s.backend == "pytorch" else 0
-        )
-        explain["cache_block"] = (
-            f"{block_bytes:.0f} B per block of {s.block_size} tokens ({s.kv_cache_dtype}"
-            + (", + scale/zero per token-head" if quantized else "")
-            + ")"
-        )
-
+        settings = resolve_settings(spec, hardware, choice, workload, rules, version)
+        rules = {**rules, "max_prefill_token_num": settings.max_prefill_token_num}
+        parts = compute(spec, hardware, settings, workload, rules)
+        warnings, explain = narrate(parts, spec, workload)
         memory = hardware.gpu.gpu_memory_bytes if hardware else 0
-        blocks = None
-        runtime = 0
-        if hardware is not None:
-            free = memory - overhead - weights - state_cache
-            if rules.get("cache_of_total"):
-                pool = memory * s.cache_max_entry_count
-                slack = max(0.0, free - pool)
-            elif s.backend == "pytorch":
-                runtime, prefill = runtime_bytes(
-                    rules, free, block_bytes, s.max_batch_size, spec.vocab_size or 0, s.cache_max_entry_count
-                )
-                pool = max(0.0, (free - runtime) * s.cache_max_entry_count)
-                slack = runtime + max(0.0, (free - runtime) * (1 - s.cache_max_entry_count))
-                explain["runtime"] = (
-                    f"({prefill} prefill tokens + 2 × {s.max_batch_size} batches) × vocab "
-                    f"{spec.vocab_size} × 2 B = {runtime / GiB:.2f} GiB (_get_runtime_size)"
-                )
-            else:
-                pool = max(0.0, free * s.cache_max_entry_count)
-                slack = max(0.0, free * (1 - s.cache_max_entry_count))
-            blocks = int(pool // block_bytes) if block_bytes > 0 else 0
-            explain["budget"] = (
-                f"{s.backend}: "
-                + (
-                    f"free after weights{' and state cache' if state_cache else ''} {free / GiB:.2f} GiB"
-                    if free >= 0
-                    else f"weights{' and state cache' if state_cache else ''} exceed "
-                    f"the free memory by {-free / GiB:.2f} GiB (no cache possible)"
-                )
-                + (f" (state cache {state_cache / GiB:.2f} GiB)" if state_cache else "")
-                + (f" − runtime {runtime / GiB:.2f} GiB" if runtime else "")
-                + (
-                    f", × cache_max_entry_count {s.cache_max_entry_count} = {pool / GiB:.2f} GiB → {blocks} blocks"
-                    if free >= 0
-                    else ""
-                )
-            )
-            # a model that keeps nothing per sequence (encoder-only) needs no cache blocks to start
-            if free <= 0 or (blocks <= 0 and (block_bytes > 0 or state_cache > 0)):
-                warnings.append("no memory is left for LMDeploy's KV cache after the weights")
-                refuses = True
-        else:
-            slack = 0.0
-            explain["budget"] = "no GPU: the KV share and the slack are fractions of an unknown free memory"
-        activations = int(slack)
-        explain["activations"] = (
-            "what LMDeploy leaves outside the KV cache: "
-            + ("runtime buffers + " if s.backend == "pytorch" else "")
-            + f"the other {1 - s.cache_max_entry_count:.2f} of the free memory (activations)"
-        )
-
-        blocks_per_seq = math.ceil(context / s.block_size)
-        kv_needed = int(workload.concurrency * blocks_per_seq * block_bytes + state_cache)
-        explain["kv_cache"] = f"{workload.concurrency} × {blocks_per_seq} blocks × {block_bytes:.0f} B" + (
-            f" + state cache {state_cache} B" if state_cache else ""
-        )
-        capacity = Capacity()
-        if blocks is not None:
-            concurrency = min(blocks / blocks_per_seq, float(s.max_batch_size)) if blocks_per_seq else 0.0
-            max_context = min(blocks // max(1, workload.concurrency) * s.block_size, s.session_len)
-            capacity = Capacity(
-                kv_tokens=blocks * s.block_size,
-                max_concurrency=concurrency,
-                max_context=0 if workload.concurrency > s.max_batch_size else max_context,
-            )
+        pool = parts.pool
         per_gpu = PerGpu(
-            weights=weights,
-            kv_cache=kv_needed,
-            activations=activations,
-            overhead=overhead,
+            weights=parts.weights.bytes,
+            kv_cache=parts.kv_needed,
+            activations=int(pool.slack if pool else 0.0),
+            overhead=parts.overhead,
             usable=memory,
             memory=memory,
         )
-        decode = None
-        active = common.active_weight_bytes(spec)
-        if hardware is not None and active is not None:
-            decode = common.decode_tokens_per_second(
-                active / s.tp + per_token * context, hardware.gpu.memory_bandwidth_gbs
-            )
-            explain["decode"] = "upper bound: bandwidth / (active weights per GPU + KV at the context), one sequence"
-        engine = {
-            "name": ENGINE,
-            "version": version,
-            "requested_version": choice.version,
-            "backend": s.backend,
-            "gpu_util": s.cache_max_entry_count,
-            "cache_max_entry_count": s.cache_max_entry_count,
-            "block_size": s.block_size,
-            "session_len": s.session_len,
-            "max_batch_size": s.max_batch_size,
-            "max_prefill_token_num": s.max_prefill_token_num,
-            "quant_policy": s.quant_policy,
-            "kv_cache_dtype": s.kv_cache_dtype,
-            "num_gpu_blocks": blocks,
-            "runtime_bytes": runtime,
-            "state_cache_bytes": state_cache,
-            "tp": s.tp,
-        }
         return common.finish_estimate(
             spec=spec,
             hardware=hardware,
-            engine=engine,
-            workload=replace(workload, context=context, kv_dtype=s.kv_cache_dtype),
+            engine=engine_report(parts, choice),
+            workload=replace(workload, context=parts.context, kv_dtype=settings.kv_cache_dtype),
             per_gpu=per_gpu,
-            capacity=capacity,
-            decode=decode,
+            capacity=parts.capacity,
+            decode=parts.decode,
             warnings=warnings,
             explain=explain,
-            tp=s.tp,
+            tp=settings.tp,
             pp=1,
-            force_does_not_fit=hardware is not None and refuses,
+            force_does_not_fit=parts.refused,
         )
+
+
+def engine_report(parts: Breakdown, choice: EngineChoice) -> dict[str, object]:
+    """The settings the estimate assumed, under LMDeploy's names (``Estimate.engine``)."""
+    settings, pool = parts.settings, parts.pool
+    return {
+        "name": ENGINE,
+        "version": settings.rules,
+        "requested_version": choice.version,
+        "backend": settings.backend,
+        "gpu_util": settings.cache_max_entry_count,
+        "cache_max_entry_count": settings.cache_max_entry_count,
+        "block_size": settings.block_size,
+        "session_len": settings.session_len,
+        "max_batch_size": settings.max_batch_size,
+        "max_prefill_token_num": settings.max_prefill_token_num,
+        "quant_policy": settings.quant_policy,
+        "kv_cache_dtype": settings.kv_cache_dtype,
+        "num_gpu_blocks": pool.blocks if pool else None,
+        "runtime_bytes": pool.runtime if pool else 0,
+        "state_cache_bytes": parts.cache.state_cache,
+        "tp": settings.tp,
+    }
 
 
 PROFILE = LmdeployProfile()

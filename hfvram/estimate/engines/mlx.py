@@ -13,21 +13,23 @@ Settings (mlx-lm names): ``kv_bits``, ``kv_group_size``, ``max_kv_size`` (rotati
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from hfvram.errors import UsageError
 from hfvram.estimate.common import (
+    GiB,
     MiB,
+    Rules,
     active_weight_bytes,
     canonical_kv_dtype,
     decode_tokens_per_second,
-    engine_rules,
     finish_estimate,
     kv_dtype_bytes,
-    load_engine_data,
+    layer_kv_elems_per_token_rank,
     require_weights,
     setting_int,
 )
+from hfvram.estimate.engines.base import ProfileBase
 from hfvram.estimate.types import Capacity, EngineChoice, Estimate, Hardware, PerGpu, Workload
 from hfvram.spec import RECURRENT_KINDS, WINDOWED_KINDS, LayerKind, ModelSpec
 
@@ -58,9 +60,9 @@ def kv_bytes_per_sequence(
     for layer in spec.layers:
         if layer.kind in WINDOWED_KINDS and layer.window:
             tokens = min(cache_tokens(context, step, max_kv_size), layer.window)
-            total += layer.kv_elems_per_token * element_bytes * tokens
+            total += layer_kv_elems_per_token_rank(layer, 1) * element_bytes * tokens
         elif layer.kind in (LayerKind.FULL, LayerKind.MLA):
-            total += layer.kv_elems_per_token * element_bytes * cache_tokens(context, step, max_kv_size)
+            total += layer_kv_elems_per_token_rank(layer, 1) * element_bytes * cache_tokens(context, step, max_kv_size)
         elif layer.kind in RECURRENT_KINDS:
             total += layer.state_elems * (layer.state_dtype_bytes or spec.dtype_bytes())
     return total
@@ -76,114 +78,202 @@ def wired_limit(hardware: Hardware, choice: EngineChoice) -> tuple[int, str]:
     return gpu.memory_bytes, "the device's memory (no addressable share known for it)"
 
 
-class MlxProfile:
+@dataclass(frozen=True)
+class Settings:
+    """mlx-lm's settings as the estimate used them."""
+
+    context: int
+    kv_bits: int | None
+    kv_group_size: int
+    #: bytes per KV element (the model dtype, a requested dtype, or bits/8 plus scale and bias per group)
+    element_bytes: float
+    kv_step: int
+    max_kv_size: int | None
+    prefill_step_size: int
+
+
+def resolve_settings(spec: ModelSpec, choice: EngineChoice, workload: Workload, rules: Rules) -> Settings:
+    """mlx-lm's settings over the TOML defaults; a --kv-dtype of q8 / q4 means --kv-bits 8 / 4."""
+    context = workload.context or spec.max_position_embeddings
+    if context is None:
+        raise UsageError("the model states no max length; pass --context")
+    model_bytes = spec.dtype_bytes()
+    kv_bits = setting_int(choice, "kv_bits", "kv-bits")
+    if kv_bits is None and workload.kv_dtype not in ("auto", ""):
+        wanted = workload.kv_dtype.lower()
+        if wanted in ("q8", "q8_0", "int8", "8bit"):
+            kv_bits = 8
+        elif wanted in ("q4", "q4_0", "int4", "4bit"):
+            kv_bits = 4
+        else:
+            model_bytes = kv_dtype_bytes(wanted, model_bytes)
+    default_group = int(rules["kv_group_size"])
+    group = setting_int(choice, "kv_group_size", "kv-group-size", default=default_group) or default_group
+    default_prefill = int(rules["prefill_step_size"])
+    prefill = setting_int(choice, "prefill_step_size", "prefill-step-size", default=default_prefill) or default_prefill
+    return Settings(
+        context=context,
+        kv_bits=kv_bits,
+        kv_group_size=group,
+        element_bytes=kv_element_bytes(spec.dtype_bytes() if kv_bits else model_bytes, kv_bits, group),
+        kv_step=int(rules["kv_step"]),
+        max_kv_size=setting_int(choice, "max_kv_size", "max-kv-size"),
+        prefill_step_size=min(context, prefill),
+    )
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    settings: Settings
+    weights: int
+    per_sequence: float
+    kv: int
+    activations: int
+    act_hidden_factor: float
+    act_ff_factor: float
+    metal_overhead_mib: float
+    #: the wired limit (what the GPU may use) and where it came from; 0 / "" without hardware
+    usable: int
+    usable_note: str
+    memory: int
+    wired_warning_fraction: float
+    capacity: Capacity
+    decode: float | None
+
+    @property
+    def overhead(self) -> int:
+        return int(self.metal_overhead_mib * MiB)
+
+
+def compute(
+    spec: ModelSpec,
+    hardware: Hardware | None,
+    choice: EngineChoice,
+    settings: Settings,
+    workload: Workload,
+    rules: Rules,
+) -> Breakdown:
+    """Weights as stored, the stepped KV buffers, one prefill chunk's activations, the wired limit."""
+    per_seq = kv_bytes_per_sequence(
+        spec, settings.context, settings.element_bytes, settings.kv_step, settings.max_kv_size
+    )
+    weights = require_weights(spec).total_bytes
+    hidden_factor, ff_factor = float(rules["act_hidden_factor"]), float(rules["act_ff_factor"])
+    ffn = spec.moe_intermediate_size or spec.intermediate_size or 0
+    per_token = hidden_factor * (spec.hidden_size or 0) + ff_factor * ffn
+    activations = int(settings.prefill_step_size * per_token * spec.dtype_bytes())
+    overhead_mib = float(rules["metal_overhead_mib"])
+    usable, usable_note, memory = 0, "", 0
+    if hardware is not None:
+        usable, usable_note = wired_limit(hardware, choice)
+        memory = hardware.gpu.memory_bytes
+    tokens = cache_tokens(settings.context, settings.kv_step, settings.max_kv_size)
+    capacity = Capacity(kv_tokens=tokens * workload.concurrency)
+    if hardware is not None and per_seq > 0:
+        budget = usable - weights - activations - int(overhead_mib * MiB)
+        longest = max(0, int(budget / workload.concurrency / (per_seq / tokens)) // settings.kv_step * settings.kv_step)
+        capacity = Capacity(
+            kv_tokens=capacity.kv_tokens,
+            max_concurrency=max(0.0, budget / per_seq),
+            max_context=min(longest, spec.max_position_embeddings or 1 << 40),
+        )
+    decode = decode_tokens_per_second(
+        (active_weight_bytes(spec) or 0) + per_seq, hardware.gpu.memory_bandwidth_gbs if hardware else None
+    )
+    return Breakdown(
+        settings=settings,
+        weights=weights,
+        per_sequence=per_seq,
+        kv=int(per_seq * workload.concurrency),
+        activations=activations,
+        act_hidden_factor=hidden_factor,
+        act_ff_factor=ff_factor,
+        metal_overhead_mib=overhead_mib,
+        usable=usable,
+        usable_note=usable_note,
+        memory=memory,
+        wired_warning_fraction=float(rules["wired_warning_fraction"]),
+        capacity=capacity,
+        decode=decode,
+    )
+
+
+def narrate(
+    parts: Breakdown, spec: ModelSpec, hardware: Hardware | None, workload: Workload
+) -> tuple[list[str], dict[str, str]]:
+    """(warnings, explain lines), every figure read from the breakdown."""
+    settings = parts.settings
+    warnings = []
+    if hardware is not None:
+        if not (hardware.gpu.unified_memory or hardware.gpu.vendor == "apple"):
+            warnings.append(
+                f"{hardware.gpu.name} is not Apple Silicon: MLX's CUDA backend is not what these rules describe"
+            )
+        fraction = parts.wired_warning_fraction
+        if parts.weights > fraction * parts.usable:
+            warnings.append(
+                f"mlx-lm warns: the model ({parts.weights / GiB:.1f} GiB) is above {fraction:.0%} of the wired limit "
+                f"({parts.usable / GiB:.1f} GiB); raise it with `sudo sysctl iogpu.wired_limit_mb=N`"
+            )
+    warnings.append("MLX activations are an approximation (prefill chunk × hidden/FFN width), not a measured rule")
+    explain = {
+        "weights": "checkpoint tensors as stored (MLX loads safetensors / mlx-community quantized weights as is)",
+        "kv_cache": (
+            f"{kv_label(settings, workload, spec)} KV, {settings.element_bytes:.4f} B/element, buffers grown in steps of "
+            f"{settings.kv_step} tokens; sliding layers rotate at their window"
+        ),
+        "activations": (
+            f"prefill step {settings.prefill_step_size} tokens × ({parts.act_hidden_factor}·hidden + "
+            f"{parts.act_ff_factor}·FFN) × dtype (approximation)"
+        ),
+        "overhead": f"Metal context {parts.metal_overhead_mib:g} MiB (mlx.toml metal_overhead_mib)",
+        "usable": f"wired limit: {parts.usable_note}" if hardware else "",
+    }
+    return warnings, explain
+
+
+def kv_label(settings: Settings, workload: Workload, spec: ModelSpec) -> str:
+    if settings.kv_bits:
+        return f"{settings.kv_bits}-bit (group {settings.kv_group_size})"
+    return canonical_kv_dtype(workload.kv_dtype, spec.dtype)
+
+
+class MlxProfile(ProfileBase):
     name = ENGINE
-    rule_versions: tuple[str, ...] = tuple(load_engine_data(ENGINE)["rule_versions"])
 
     def estimate(
         self, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload
     ) -> Estimate:
-        version, rules = engine_rules(ENGINE, choice.version)
-        warnings: list[str] = []
-        context = workload.context or spec.max_position_embeddings
-        if context is None:
-            raise UsageError("the model states no max length; pass --context")
-        model_bytes = spec.dtype_bytes()
-        kv_bits = setting_int(choice, "kv_bits", "kv-bits")
-        if kv_bits is None and workload.kv_dtype not in ("auto", ""):
-            wanted = workload.kv_dtype.lower()
-            if wanted in ("q8", "q8_0", "int8", "8bit"):
-                kv_bits = 8
-            elif wanted in ("q4", "q4_0", "int4", "4bit"):
-                kv_bits = 4
-            else:
-                model_bytes = kv_dtype_bytes(wanted, model_bytes)
-        group = setting_int(choice, "kv_group_size", "kv-group-size", default=int(rules["kv_group_size"])) or 64
-        element = kv_element_bytes(spec.dtype_bytes() if kv_bits else model_bytes, kv_bits, group)
-        step = int(rules["kv_step"])
-        max_kv = setting_int(choice, "max_kv_size", "max-kv-size")
-        per_seq = kv_bytes_per_sequence(spec, context, element, step, max_kv)
-        kv = int(per_seq * workload.concurrency)
-
-        weights = require_weights(spec).total_bytes
-        prefill = min(
-            context,
-            setting_int(choice, "prefill_step_size", "prefill-step-size", default=int(rules["prefill_step_size"]))
-            or 2048,
-        )
-        activations = int(
-            prefill
-            * (
-                float(rules["act_hidden_factor"]) * (spec.hidden_size or 0)
-                + float(rules["act_ff_factor"]) * (spec.moe_intermediate_size or spec.intermediate_size or 0)
-            )
-            * spec.dtype_bytes()
-        )
-        overhead = int(float(rules["metal_overhead_mib"]) * MiB)
-        if hardware is not None:
-            if not (hardware.gpu.unified_memory or hardware.gpu.vendor == "apple"):
-                warnings.append(
-                    f"{hardware.gpu.name} is not Apple Silicon: MLX's CUDA backend is not what these rules describe"
-                )
-            usable, usable_note = wired_limit(hardware, choice)
-            memory = hardware.gpu.memory_bytes
-            fraction = float(rules["wired_warning_fraction"])
-            if weights > fraction * usable:
-                warnings.append(
-                    f"mlx-lm warns: the model ({weights / (1 << 30):.1f} GiB) is above {fraction:.0%} of the wired limit "
-                    f"({usable / (1 << 30):.1f} GiB); raise it with `sudo sysctl iogpu.wired_limit_mb=N`"
-                )
-        else:
-            usable, usable_note, memory = 0, "", 0
+        version, rules = self.rules(choice.version)
+        settings = resolve_settings(spec, choice, workload, rules)
+        parts = compute(spec, hardware, choice, settings, workload, rules)
+        warnings, explain = narrate(parts, spec, hardware, workload)
         per_gpu = PerGpu(
-            weights=weights, kv_cache=kv, activations=activations, overhead=overhead, usable=usable, memory=memory
+            weights=parts.weights,
+            kv_cache=parts.kv,
+            activations=parts.activations,
+            overhead=parts.overhead,
+            usable=parts.usable,
+            memory=parts.memory,
         )
-        capacity = Capacity(kv_tokens=cache_tokens(context, step, max_kv) * workload.concurrency)
-        if hardware is not None and per_seq > 0:
-            budget = usable - weights - activations - overhead
-            per_token = per_seq / cache_tokens(context, step, max_kv)
-            capacity = Capacity(
-                kv_tokens=capacity.kv_tokens,
-                max_concurrency=max(0.0, budget / per_seq),
-                max_context=min(
-                    max(0, int(budget / workload.concurrency / per_token) // step * step),
-                    spec.max_position_embeddings or 1 << 40,
-                ),
-            )
-        decode = decode_tokens_per_second(
-            (active_weight_bytes(spec) or 0) + per_seq, hardware.gpu.memory_bandwidth_gbs if hardware else None
-        )
-        warnings.append("MLX activations are an approximation (prefill chunk × hidden/FFN width), not a measured rule")
-        kv_name = f"{kv_bits}-bit (group {group})" if kv_bits else canonical_kv_dtype(workload.kv_dtype, spec.dtype)
-        explain = {
-            "weights": "checkpoint tensors as stored (MLX loads safetensors / mlx-community quantized weights as is)",
-            "kv_cache": f"{kv_name} KV, {element:.4f} B/element, buffers grown in steps of {step} tokens; sliding layers rotate at their window",
-            "activations": f"prefill step {prefill} tokens × ({rules['act_hidden_factor']}·hidden + {rules['act_ff_factor']}·FFN) × dtype (approximation)",
-            "overhead": "Metal context (mlx.toml metal_overhead_mib)",
-            "usable": f"wired limit: {usable_note}" if hardware else "",
-        }
         engine = {
             "name": ENGINE,
             "version": choice.version,
             "rules": version,
-            "kv_bits": kv_bits,
-            "kv_group_size": group,
-            "max_kv_size": max_kv,
-            "prefill_step_size": prefill,
+            "kv_bits": settings.kv_bits,
+            "kv_group_size": settings.kv_group_size,
+            "max_kv_size": settings.max_kv_size,
+            "prefill_step_size": settings.prefill_step_size,
         }
-        resolved = replace(
-            workload,
-            context=context,
-            kv_dtype=f"q{kv_bits}" if kv_bits else canonical_kv_dtype(workload.kv_dtype, spec.dtype),
-        )
+        kv_dtype = f"q{settings.kv_bits}" if settings.kv_bits else canonical_kv_dtype(workload.kv_dtype, spec.dtype)
         return finish_estimate(
             spec=spec,
             hardware=hardware,
             engine=engine,
-            workload=resolved,
+            workload=replace(workload, context=settings.context, kv_dtype=kv_dtype),
             per_gpu=per_gpu,
-            capacity=capacity,
-            decode=decode,
+            capacity=parts.capacity,
+            decode=parts.decode,
             warnings=warnings,
             explain=explain,
             tp=1,

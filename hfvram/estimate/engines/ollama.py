@@ -20,29 +20,30 @@ Settings (Ollama's names): ``num_ctx`` (``OLLAMA_CONTEXT_LENGTH``), ``num_parall
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from hfvram.errors import UsageError
 from hfvram.estimate.common import (
     GiB,
     MiB,
+    Rules,
     active_weight_bytes,
     decode_tokens_per_second,
-    engine_rules,
     finish_estimate,
-    load_engine_data,
+    layer_kv_elems_per_token_rank,
     setting,
     setting_bool,
     setting_int,
 )
 from hfvram.estimate.engines import llamacpp
+from hfvram.estimate.engines.base import ProfileBase
 from hfvram.estimate.types import Capacity, EngineChoice, Estimate, Hardware, PerGpu, Workload
 from hfvram.spec import RECURRENT_KINDS, LayerKind, ModelSpec
 
 ENGINE = "ollama"
 
 
-def gguf_arch(spec: ModelSpec, rules: Mapping[str, object]) -> str:
+def gguf_arch(spec: ModelSpec, rules: Rules) -> str:
     """The GGUF architecture name Ollama switches on: the GGUF's own, else mapped from config.json's model_type."""
     arch = spec.extra.get("gguf_arch") if spec.extra else None
     if isinstance(arch, str) and arch:
@@ -55,32 +56,44 @@ def gguf_arch(spec: ModelSpec, rules: Mapping[str, object]) -> str:
     )
 
 
-def default_num_ctx(hardware: Hardware | None, rules: Mapping[str, object]) -> int:
+def default_num_ctx(hardware: Hardware | None, rules: Rules) -> int:
     """server/routes.go: num_ctx from the total VRAM of all GPUs (tiers in ollama.toml)."""
     if hardware is None:
         return int(rules["num_ctx_no_gpu"])
     total_gib = hardware.gpu.gpu_memory_bytes * hardware.count / GiB
-    for threshold, num_ctx in rules["num_ctx_tiers"]:  # type: ignore[union-attr]
+    for threshold, num_ctx in rules["num_ctx_tiers"]:
         if total_gib >= threshold:
             return int(num_ctx)
     return int(rules["num_ctx_no_gpu"])
 
 
-def flash_attention_default(spec: ModelSpec, rules: Mapping[str, object]) -> bool:
-    return gguf_arch(spec, rules) in tuple(rules["flash_attention_archs"])  # type: ignore[arg-type]
+def flash_attention_default(spec: ModelSpec, rules: Rules) -> bool:
+    return gguf_arch(spec, rules) in tuple(rules["flash_attention_archs"])
 
 
-def minimum_memory(hardware: Hardware | None, rules: Mapping[str, object]) -> int:
+def minimum_memory(hardware: Hardware | None, rules: Rules) -> int:
     """Ollama's fixed reserve per GPU (ml/device.go::MinimumMemory) plus OLLAMA_GPU_OVERHEAD."""
     metal = hardware is not None and (hardware.gpu.unified_memory or hardware.gpu.vendor == "apple")
     mib = int(rules["minimum_memory_metal_mib" if metal else "minimum_memory_cuda_mib"])
     return mib * MiB
 
 
+@dataclass(frozen=True)
+class Settings:
+    """Ollama's settings as the estimate used them (notes: what resolving them changed, for the warnings)."""
+
+    num_ctx: int  # per sequence
+    num_parallel: int
+    num_batch: int
+    kv_cache_type: str
+    flash_attention: bool
+    notes: tuple[str, ...] = ()
+
+
 def resolve(
-    spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload, rules: Mapping[str, object]
-) -> tuple[int, int, int, str, bool, list[str]]:
-    """(num_ctx per sequence, num_parallel, num_batch, kv type, flash attention, notes) with Ollama's defaults."""
+    spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload, rules: Rules
+) -> Settings:
+    """num_ctx per sequence, num_parallel, num_batch, KV type and flash attention with Ollama's defaults."""
     notes: list[str] = []
     num_ctx = setting_int(choice, "num_ctx", "OLLAMA_CONTEXT_LENGTH") or workload.context
     if num_ctx is None:
@@ -102,12 +115,12 @@ def resolve(
         or str(rules["kv_cache_type"])
     )
     kv = llamacpp.KV_ALIASES.get(kv.lower(), kv.lower())
-    if kv not in tuple(rules["kv_cache_types"]):  # type: ignore[arg-type]
-        raise UsageError(f"Ollama KV cache type {kv!r} is not one of {', '.join(rules['kv_cache_types'])}")  # type: ignore[arg-type]
+    if kv not in tuple(rules["kv_cache_types"]):
+        raise UsageError(f"Ollama KV cache type {kv!r} is not one of {', '.join(rules['kv_cache_types'])}")
     if kv != "f16" and not flash:
         notes.append(f"OLLAMA_KV_CACHE_TYPE={kv} needs flash attention: Ollama falls back to f16")
         kv = "f16"
-    return num_ctx, parallel, num_batch, kv, flash, notes
+    return Settings(num_ctx, parallel, num_batch, kv, flash, tuple(notes))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -116,12 +129,12 @@ def resolve(
 
 
 def legacy_kv_per_layer(
-    spec: ModelSpec, arch: str, context: int, parallel: int, batch: int, kv: str, rules: Mapping[str, object]
+    spec: ModelSpec, arch: str, context: int, parallel: int, batch: int, kv: str, rules: Rules
 ) -> list[int]:
     """KV bytes per layer as GraphSize estimates them (docs/engines/ollama.md#ollama-legacy-estimator): ``ctx × parallel × (k + v) × kv_heads ×
     bytes`` with q8_0 = 1.0 and q4_0 = 0.5; recurrent layers F32 conv + SSM state; Gemma 3 local layers
     ``parallel × window + batch`` cells; gpt-oss even layers ``parallel × 4096 + batch``."""
-    per_elem = float(rules["legacy_kv_bytes"][kv])  # type: ignore[index]
+    per_elem = float(rules["legacy_kv_bytes"][kv])
     cells = context * parallel
     out = []
     for il, layer in enumerate(spec.layers):
@@ -131,15 +144,13 @@ def legacy_kv_per_layer(
         if layer.kind is LayerKind.NONE:
             out.append(0)
             continue
-        width = (
-            layer.kv_elems_per_token if layer.kind is not LayerKind.MLA else layer.kv_lora_rank + layer.qk_rope_head_dim
-        )
-        n = cells
+        width = layer_kv_elems_per_token_rank(layer, 1)  # MLA: the latent, as GraphSize counts it
+        layer_cells = cells
         if arch == "gemma3" and (il + 1) % 6 != 0 and layer.window:
-            n = parallel * layer.window + batch
+            layer_cells = parallel * layer.window + batch
         elif arch in ("gpt-oss", "gptoss") and il % 2 == 0:
-            n = parallel * int(rules["gptoss_swa_cells"]) + batch
-        out.append(int(n * width * per_elem))
+            layer_cells = parallel * int(rules["gptoss_swa_cells"]) + batch
+        out.append(int(layer_cells * width * per_elem))
     return out
 
 
@@ -147,7 +158,11 @@ def legacy_graph(
     spec: ModelSpec, arch: str, context: int, parallel: int, batch: int, kv_total: int, flash: bool
 ) -> tuple[int, int, str]:
     """(partialOffload, fullOffload, rule) of fs/ggml/ggml.go::GraphSize; unknown architectures fall back to
-    memory.go's ``gqa × kvTotal / 6`` for both."""
+    memory.go's ``gqa × kvTotal / 6`` for both.
+
+    Longer than 60 lines and with one-letter names on purpose: it transcribes GraphSize's per-architecture
+    formulas with GraphSize's own variable names (c = context, b = batch, e = embedding, h = heads, v = vocab),
+    so that each branch can be compared with the Go source line by line."""
     c = context * parallel
     b = batch
     e = spec.hidden_size or 0
@@ -207,170 +222,208 @@ def legacy_graph(
     return partial, full, rule
 
 
-class OllamaProfile:
+class OllamaProfile(ProfileBase):
     name = ENGINE
-    rule_versions: tuple[str, ...] = tuple(load_engine_data(ENGINE)["rule_versions"])
 
     def estimate(
         self, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload
     ) -> Estimate:
-        data = load_engine_data(ENGINE)
-        version, rules = engine_rules(ENGINE, choice.version)
-        rules["model_type_to_arch"] = data.get("model_type_to_arch", {})
-        num_ctx, parallel, num_batch, kv, flash, notes = resolve(spec, hardware, choice, workload, rules)
+        version, rules = self.rules(choice.version)
+        rules["model_type_to_arch"] = self.data.get("model_type_to_arch", {})
+        settings = resolve(spec, hardware, choice, workload, rules)
         if rules["legacy"]:
-            return self._legacy(
-                spec, hardware, choice, workload, version, rules, num_ctx, parallel, num_batch, kv, flash, notes
-            )
-        return self._current(
-            spec, hardware, choice, workload, version, rules, num_ctx, parallel, num_batch, kv, flash, notes
-        )
+            return legacy_estimate(spec, hardware, choice, workload, version, rules, settings)
+        return current_estimate(spec, hardware, choice, workload, version, rules, settings)
 
-    def _current(
-        self,
-        spec: ModelSpec,
-        hardware: Hardware | None,
-        choice: EngineChoice,
-        workload: Workload,
-        version: str,
-        rules: Mapping[str, object],
-        num_ctx: int,
-        parallel: int,
-        num_batch: int,
-        kv: str,
-        flash: bool,
-        notes: list[str],
-    ) -> Estimate:
-        """llama-server with Ollama's arguments: -c num_ctx×num_parallel -np num_parallel -b/-ub num_batch, -fa, -ctk/-ctv."""
-        settings = {
-            "binary": "llama-server",
-            "ctx-size": str(num_ctx * parallel),
-            "parallel": str(parallel),
-            "kv-unified": "false",
-            "batch-size": str(num_batch),
-            "ubatch-size": str(num_batch),
-            "flash-attn": "on" if flash else "off",
-            "cache-type-k": kv,
-            "cache-type-v": kv,
-        }
-        num_gpu = setting_int(choice, "num_gpu")
-        if num_gpu is not None:
-            settings["n-gpu-layers"] = str(num_gpu)
-        lc_choice = EngineChoice(name="llama.cpp", settings=settings)
-        lc_version, lc_rules, compute = llamacpp.rules_for(lc_choice)
-        lc_rules = dict(lc_rules)
-        overhead = minimum_memory(hardware, rules) + (
-            setting_int(choice, "gpu_overhead", "OLLAMA_GPU_OVERHEAD", default=int(rules["gpu_overhead_bytes"])) or 0
-        )
-        lc_rules["cuda_overhead_mib"] = lc_rules["metal_overhead_mib"] = overhead / MiB
-        s = llamacpp.resolve_settings(spec, lc_choice, Workload(kv_dtype=kv), lc_rules)
-        estimate = llamacpp.PROFILE.finish(
-            spec,
-            hardware,
-            lc_choice,
-            workload,
-            lc_version,
-            s,
-            lc_rules,
-            compute,
-            extra_warnings=notes,
-            extra_explain={
-                "overhead": f"Ollama's per-GPU minimum {overhead / MiB:.0f} MiB (ml/device.go MinimumMemory + OLLAMA_GPU_OVERHEAD)"
-            },
-        )
-        engine = dict(estimate.engine)
-        engine.update(
-            {
-                "name": ENGINE,
-                "version": choice.version,
-                "rules": version,
-                "num_ctx": num_ctx,
-                "num_parallel": parallel,
-                "num_batch": num_batch,
-                "kv_cache_type": kv,
-                "flash_attention": flash,
-                "runs": f"llama-server (llama.cpp rules {lc_version})",
-            }
-        )
-        return replace(estimate, engine=engine)
 
-    def _legacy(
-        self,
-        spec: ModelSpec,
-        hardware: Hardware | None,
-        choice: EngineChoice,
-        workload: Workload,
-        version: str,
-        rules: Mapping[str, object],
-        num_ctx: int,
-        parallel: int,
-        num_batch: int,
-        kv: str,
-        flash: bool,
-        notes: list[str],
-    ) -> Estimate:
-        arch = gguf_arch(spec, rules)
-        batch = min(num_ctx, num_batch)
-        kv_layers = legacy_kv_per_layer(spec, arch, num_ctx, parallel, batch, kv, rules)
-        kv_total = sum(kv_layers)
-        partial, full, graph_rule = legacy_graph(spec, arch, num_ctx, parallel, batch, kv_total, flash)
-        count = hardware.count if hardware else 1
-        dense, experts, embd, output = llamacpp._layer_weight_bytes(spec)
-        layer_bytes = [d + x for d, x in zip(dense, experts)]
-        graph = full if count == 1 else partial
-        # layers are spread over the GPUs; every GPU keeps the minimum, the graph and one spare layer (blk.0 + kv[0])
-        per_gpu_layers = -(-spec.num_layers // count)
-        weights = sum(layer_bytes[:per_gpu_layers]) + output  # output layer on the last GPU: worst case
-        kv_gpu = sum(kv_layers[:per_gpu_layers])
-        spare = (layer_bytes[0] if layer_bytes else 0) + (kv_layers[0] if kv_layers else 0)
-        overhead = minimum_memory(hardware, rules) + int(rules["gpu_overhead_bytes"]) + spare
-        memory = hardware.gpu.gpu_memory_bytes if hardware else 0
-        per_gpu = PerGpu(
-            weights=weights, kv_cache=kv_gpu, activations=graph, overhead=overhead, usable=memory, memory=memory
-        )
-        warnings = list(notes) + [
-            "ollama@0.12: Ollama's own pre-load estimate (memory.required.*), not what llama.cpp allocates"
-        ]
-        explain = {
-            "weights": f"all {spec.num_layers} repeating layers + output layer ({output / MiB:.0f} MiB); token_embd on the CPU",
-            "kv_cache": f"legacy GraphSize KV: {num_ctx} × {parallel} cells × (k+v) × kv_heads × {rules['legacy_kv_bytes'][kv]} B ({kv})",  # type: ignore[index]
-            "activations": f"graph {'full' if count == 1 else 'partial'} offload: {graph_rule}",
-            "overhead": f"MinimumMemory {minimum_memory(hardware, rules) / MiB:.0f} MiB + OLLAMA_GPU_OVERHEAD + one spare layer {spare / MiB:.0f} MiB",
-            "usable": "all of the GPU's memory (the legacy estimator compares against free memory)",
-        }
-        context_total = num_ctx
-        decode = decode_tokens_per_second(
-            (active_weight_bytes(spec) or 0) - embd + kv_total / max(1, count),
-            hardware.gpu.memory_bandwidth_gbs if hardware else None,
-        )
-        engine = {
-            "name": ENGINE,
-            "version": choice.version,
-            "rules": version,
-            "num_ctx": num_ctx,
-            "num_parallel": parallel,
-            "num_batch": num_batch,
-            "kv_cache_type": kv,
-            "flash_attention": flash,
-            "arch": arch,
-            "graph_partial": partial,
-            "graph_full": full,
-            "kv_total": kv_total,
-        }
-        resolved = replace(workload, context=context_total, kv_dtype=kv)
-        return finish_estimate(
-            spec=spec,
-            hardware=hardware,
-            engine=engine,
-            workload=resolved,
-            per_gpu=per_gpu,
-            capacity=Capacity(kv_tokens=num_ctx * parallel),
-            decode=decode,
-            warnings=warnings,
-            explain=explain,
-            tp=1,
-            pp=count,
-        )
+def llama_server_settings(choice: EngineChoice, settings: Settings) -> dict[str, str]:
+    """The llama-server arguments Ollama starts: -c num_ctx×num_parallel -np num_parallel -b/-ub num_batch, -fa,
+    -ctk/-ctv (and -ngl num_gpu when set)."""
+    kv = settings.kv_cache_type
+    arguments = {
+        "binary": "llama-server",
+        "ctx-size": str(settings.num_ctx * settings.num_parallel),
+        "parallel": str(settings.num_parallel),
+        "kv-unified": "false",
+        "batch-size": str(settings.num_batch),
+        "ubatch-size": str(settings.num_batch),
+        "flash-attn": "on" if settings.flash_attention else "off",
+        "cache-type-k": kv,
+        "cache-type-v": kv,
+    }
+    num_gpu = setting_int(choice, "num_gpu")
+    if num_gpu is not None:
+        arguments["n-gpu-layers"] = str(num_gpu)
+    return arguments
+
+
+def current_estimate(
+    spec: ModelSpec,
+    hardware: Hardware | None,
+    choice: EngineChoice,
+    workload: Workload,
+    version: str,
+    rules: Rules,
+    settings: Settings,
+) -> Estimate:
+    """llama-server's own accounting with Ollama's arguments, Ollama's per-GPU minimum as the overhead."""
+    lc_choice = EngineChoice(name="llama.cpp", settings=llama_server_settings(choice, settings))
+    lc_version, lc_rules, compute = llamacpp.rules_for(lc_choice)
+    lc_rules = dict(lc_rules)
+    gpu_overhead = setting_int(choice, "gpu_overhead", "OLLAMA_GPU_OVERHEAD", default=int(rules["gpu_overhead_bytes"]))
+    overhead = minimum_memory(hardware, rules) + (gpu_overhead or 0)
+    lc_rules["cuda_overhead_mib"] = lc_rules["metal_overhead_mib"] = overhead / MiB
+    lc_settings = llamacpp.resolve_settings(spec, lc_choice, Workload(kv_dtype=settings.kv_cache_type), lc_rules)
+    estimate = llamacpp.PROFILE.finish(
+        spec,
+        hardware,
+        lc_choice,
+        workload,
+        lc_version,
+        lc_settings,
+        lc_rules,
+        compute,
+        extra_warnings=settings.notes,
+        extra_explain={
+            "overhead": f"Ollama's per-GPU minimum {overhead / MiB:.0f} MiB (ml/device.go MinimumMemory + OLLAMA_GPU_OVERHEAD)"
+        },
+    )
+    engine = {
+        **estimate.engine,
+        **engine_report(settings, choice, version),
+        "runs": f"llama-server (llama.cpp rules {lc_version})",
+    }
+    return replace(estimate, engine=engine)
+
+
+def engine_report(settings: Settings, choice: EngineChoice, version: str) -> dict[str, object]:
+    return {
+        "name": ENGINE,
+        "version": choice.version,
+        "rules": version,
+        "num_ctx": settings.num_ctx,
+        "num_parallel": settings.num_parallel,
+        "num_batch": settings.num_batch,
+        "kv_cache_type": settings.kv_cache_type,
+        "flash_attention": settings.flash_attention,
+    }
+
+
+@dataclass(frozen=True)
+class LegacyBreakdown:
+    """Ollama ≤ 0.12's own pre-load estimate (memory.required.*) on the worst GPU."""
+
+    arch: str
+    kv_layers: tuple[int, ...]
+    graph_partial: int
+    graph_full: int
+    graph_rule: str
+    gpus: int
+    weights: int
+    output: int
+    embd: int
+    kv_gpu: int
+    minimum: int
+    spare: int
+    overhead: int
+
+    @property
+    def kv_total(self) -> int:
+        return sum(self.kv_layers)
+
+    @property
+    def graph(self) -> int:
+        return self.graph_full if self.gpus == 1 else self.graph_partial
+
+
+def legacy_breakdown(spec: ModelSpec, hardware: Hardware | None, rules: Rules, settings: Settings) -> LegacyBreakdown:
+    """GraphSize's KV and graph, the layers spread over the GPUs; every GPU keeps the minimum, the graph and one
+    spare layer (blk.0 + kv[0]); the output layer on the last GPU (the worst case)."""
+    arch = gguf_arch(spec, rules)
+    num_ctx, parallel, kv = settings.num_ctx, settings.num_parallel, settings.kv_cache_type
+    batch = min(num_ctx, settings.num_batch)
+    kv_layers = legacy_kv_per_layer(spec, arch, num_ctx, parallel, batch, kv, rules)
+    partial, full, graph_rule = legacy_graph(
+        spec, arch, num_ctx, parallel, batch, sum(kv_layers), settings.flash_attention
+    )
+    count = hardware.count if hardware else 1
+    dense, experts, embd, output = llamacpp._layer_weight_bytes(spec)
+    layer_bytes = [layer_dense + layer_experts for layer_dense, layer_experts in zip(dense, experts)]
+    per_gpu_layers = -(-spec.num_layers // count)
+    spare = (layer_bytes[0] if layer_bytes else 0) + (kv_layers[0] if kv_layers else 0)
+    minimum = minimum_memory(hardware, rules)
+    return LegacyBreakdown(
+        arch=arch,
+        kv_layers=tuple(kv_layers),
+        graph_partial=partial,
+        graph_full=full,
+        graph_rule=graph_rule,
+        gpus=count,
+        weights=sum(layer_bytes[:per_gpu_layers]) + output,
+        output=output,
+        embd=embd,
+        kv_gpu=sum(kv_layers[:per_gpu_layers]),
+        minimum=minimum,
+        spare=spare,
+        overhead=minimum + int(rules["gpu_overhead_bytes"]) + spare,
+    )
+
+
+def legacy_estimate(
+    spec: ModelSpec,
+    hardware: Hardware | None,
+    choice: EngineChoice,
+    workload: Workload,
+    version: str,
+    rules: Rules,
+    settings: Settings,
+) -> Estimate:
+    parts = legacy_breakdown(spec, hardware, rules, settings)
+    memory = hardware.gpu.gpu_memory_bytes if hardware else 0
+    per_gpu = PerGpu(
+        weights=parts.weights,
+        kv_cache=parts.kv_gpu,
+        activations=parts.graph,
+        overhead=parts.overhead,
+        usable=memory,
+        memory=memory,
+    )
+    kv = settings.kv_cache_type
+    warnings = [
+        *settings.notes,
+        "ollama@0.12: Ollama's own pre-load estimate (memory.required.*), not what llama.cpp allocates",
+    ]
+    explain = {
+        "weights": f"all {spec.num_layers} repeating layers + output layer ({parts.output / MiB:.0f} MiB); token_embd on the CPU",
+        "kv_cache": f"legacy GraphSize KV: {settings.num_ctx} × {settings.num_parallel} cells × (k+v) × kv_heads × {rules['legacy_kv_bytes'][kv]} B ({kv})",
+        "activations": f"graph {'full' if parts.gpus == 1 else 'partial'} offload: {parts.graph_rule}",
+        "overhead": f"MinimumMemory {parts.minimum / MiB:.0f} MiB + OLLAMA_GPU_OVERHEAD + one spare layer {parts.spare / MiB:.0f} MiB",
+        "usable": "all of the GPU's memory (the legacy estimator compares against free memory)",
+    }
+    decode = decode_tokens_per_second(
+        (active_weight_bytes(spec) or 0) - parts.embd + parts.kv_total / max(1, parts.gpus),
+        hardware.gpu.memory_bandwidth_gbs if hardware else None,
+    )
+    engine = {
+        **engine_report(settings, choice, version),
+        "arch": parts.arch,
+        "graph_partial": parts.graph_partial,
+        "graph_full": parts.graph_full,
+        "kv_total": parts.kv_total,
+    }
+    return finish_estimate(
+        spec=spec,
+        hardware=hardware,
+        engine=engine,
+        workload=replace(workload, context=settings.num_ctx, kv_dtype=kv),
+        per_gpu=per_gpu,
+        capacity=Capacity(kv_tokens=settings.num_ctx * settings.num_parallel),
+        decode=decode,
+        warnings=warnings,
+        explain=explain,
+        tp=1,
+        pp=parts.gpus,
+    )
 
 
 PROFILE = OllamaProfile()

@@ -16,15 +16,16 @@ the context and NCCL as overhead, and the whole device as usable.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from hfvram.errors import UsageError
 from hfvram.estimate import common
-from hfvram.estimate.common import GiB, MiB
+from hfvram.estimate.common import GiB, MiB, Rules
+from hfvram.estimate.engines.base import ProfileBase
 from hfvram.estimate.types import Capacity, EngineChoice, Estimate, Hardware, PerGpu, Workload
-from hfvram.spec import GROWING_KINDS, RECURRENT_KINDS, WINDOWED_KINDS, LayerKind, ModelSpec
+from hfvram.spec import GROWING_KINDS, RECURRENT_KINDS, WINDOWED_KINDS, Layer, LayerKind, ModelSpec
 
 ENGINE = "sglang"
 
@@ -67,6 +68,8 @@ class Settings:
     max_running_requests: int | None
     max_total_tokens: int | None
     disable_cuda_graph: bool
+    #: SWA layers keep a smaller pool of their own (off with --disable-hybrid-swa-memory)
+    hybrid_swa_memory: bool = True
 
 
 # ---- mem_fraction_static ---------------------------------------------------------------------------------
@@ -135,15 +138,18 @@ def default_mem_fraction(
 ) -> tuple[float, str]:
     """SGLang's default ``mem_fraction_static`` under the rule of the chosen release (sglang.md#sglang-mem-fraction + history)."""
     if gpu_mem_mib is None:
-        return float(rules["fraction_unknown_gpu"]), "GPU memory unknown: SGLang's fallback 0.88"
+        fallback = float(rules["fraction_unknown_gpu"])
+        return fallback, f"GPU memory unknown: SGLang's fallback {fallback:g}"
     rule = rules["fraction_rule"]
     if rule == "table":
-        fraction = 0.88
-        for threshold, value in rules["fraction_table"]:
+        table = rules["fraction_table"]
+        fraction = table[0][1]
+        for threshold, value in table:
             if tp * pp >= threshold:
                 fraction = value
-        if gpu_mem_mib > 80 * 1024:
-            warnings.append("SGLang's pre-2025-06 fraction table was written for GPUs up to 80 GiB")
+        written_for = rules["fraction_table_max_gpu_gib"]
+        if gpu_mem_mib > written_for * 1024:
+            warnings.append(f"SGLang's pre-2025-06 fraction table was written for GPUs up to {written_for:g} GiB")
         return float(fraction), f"fixed table by tp×pp={tp * pp} (before 2025-06-10)"
     if rule == "gpu_class":
         reserve_gib = rules["gpu_class_reserve_gib"] + rules["gpu_class_reserve_per_tp_pp_gib"] * tp * pp
@@ -162,13 +168,22 @@ def default_mem_fraction(
 # ---- token pool --------------------------------------------------------------------------------------------
 
 
+def kv_elems_of(layers: Iterable[Layer], tp: int, kinds: Collection[LayerKind]) -> int:
+    """K+V elements per token on one rank over the layers of ``kinds``."""
+    return sum(common.layer_kv_elems_per_token_rank(layer, tp) for layer in layers if layer.kind in kinds)
+
+
 def cell_size(spec: ModelSpec, tp: int, pp: int, kv_bytes: float, swa_ratio: float, hybrid_swa: bool) -> CellSize:
     """Bytes per token on the worst rank (sglang.md#sglang-token-pool): MHA/GQA heads per rank × (k + v), MLA latent whole on every
     rank, SWA layers at ``swa_full_tokens_ratio``; recurrent layers hold a per-request state instead."""
     layers = common.worst_stage_layers(spec, pp)
-    full = sum(common.layer_kv_elems_per_token_rank(l, tp) for l in layers if l.kind in GROWING_KINDS) * kv_bytes
-    swa = sum(common.layer_kv_elems_per_token_rank(l, tp) for l in layers if l.kind in WINDOWED_KINDS) * kv_bytes
-    state = sum(common.layer_state_bytes_rank(l, tp, spec.dtype_bytes()) for l in layers if l.kind in RECURRENT_KINDS)
+    full = kv_elems_of(layers, tp, GROWING_KINDS) * kv_bytes
+    swa = kv_elems_of(layers, tp, WINDOWED_KINDS) * kv_bytes
+    state = sum(
+        common.layer_state_bytes_rank(layer, tp, spec.dtype_bytes())
+        for layer in layers
+        if layer.kind in RECURRENT_KINDS
+    )
     if not hybrid_swa or full == 0:  # hybrid SWA memory off (or a pure-SWA model): SWA layers keep every token
         return CellSize(full_bytes=full + swa, swa_bytes=0.0, swa_ratio=swa_ratio, state_bytes_per_request=state)
     return CellSize(full_bytes=full, swa_bytes=swa, swa_ratio=swa_ratio, state_bytes_per_request=state)
@@ -253,7 +268,7 @@ def resolve_settings(
     kv_name = workload.kv_dtype if workload.kv_dtype != "auto" else (common.setting(choice, "kv-cache-dtype") or "auto")
     kv_bytes = common.kv_dtype_bytes(kv_name, spec.dtype_bytes())
     backend = (common.setting(choice, "attention-backend") or "").lower()
-    page_default = 64 if backend in ("flashmla", "trtllm_mla") else rules["page_size"]
+    page_default = rules["mla_backend_page_size"] if backend in rules["mla_backends_paged"] else rules["page_size"]
     return Settings(
         rules=rules_version,
         tp=tp,
@@ -275,192 +290,351 @@ def resolve_settings(
         max_running_requests=common.setting_int(choice, "max-running-requests"),
         max_total_tokens=common.setting_int(choice, "max-total-tokens"),
         disable_cuda_graph=disable_graphs,
+        hybrid_swa_memory=not common.setting_bool(choice, "disable-hybrid-swa-memory"),
+    )
+
+
+# ---- the breakdown ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PoolTerm:
+    """The token pool on the worst rank when a GPU is given (docs/engines/sglang.md#sglang-mem-fraction, docs/engines/sglang.md#sglang-mamba-state)."""
+
+    pre_load_free: float
+    rest: float
+    tokens: int
+    #: hybrid linear attention: the mamba budget (bytes), the request states it holds, the running cap
+    mamba_budget: float | None = None
+    mamba_size: int | None = None
+    mamba_cap: int | None = None
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """Every term on the worst GPU, before any text is written."""
+
+    settings: Settings
+    context: int
+    weights: common.WeightsSplit
+    #: CUDA context and (with TP×PP > 1) NCCL init, in GiB as the TOML states them
+    cuda_context_gib: float
+    nccl_init_gib: float | None
+    cell: CellSize
+    pool: PoolTerm | None
+    #: without a GPU: SGLang's own reserve estimate, written out
+    reserve_text: str | None
+    slack: float
+    running: int | None
+    table: int
+    req_to_token_extra_tokens: int
+    req_to_token_bytes: int
+    window: int | None
+    kv_needed: int
+    capacity: Capacity
+    decode_modelled: bool
+    decode: float | None
+
+    @property
+    def overhead(self) -> int:
+        return overhead_bytes(self.cuda_context_gib, self.nccl_init_gib)
+
+    @property
+    def no_cache(self) -> bool:
+        """A model that keeps nothing per sequence (encoder-only, attention-free) needs no token pool to start."""
+        return self.cell.cell <= 0 and self.cell.state_bytes_per_request <= 0
+
+    @property
+    def tokens(self) -> int | None:
+        return self.pool.tokens if self.pool is not None else None
+
+    @property
+    def refused(self) -> bool:
+        return self.pool is not None and not self.pool.tokens and not self.no_cache
+
+
+def overhead_bytes(cuda_context_gib: float, nccl_init_gib: float | None) -> int:
+    """CUDA context plus NCCL init (None: a single GPU), taken before SGLang's baseline."""
+    return int(cuda_context_gib * GiB + (nccl_init_gib * GiB if nccl_init_gib is not None else 0))
+
+
+def compute(
+    spec: ModelSpec, hardware: Hardware | None, settings: Settings, workload: Workload, rules: Rules
+) -> Breakdown:
+    """Every term for ``settings``: weights, overhead, cell size, token pool, the slack outside the static
+    fraction and the req_to_token table in it, what the workload needs and the decode bound."""
+    context = workload.context or settings.context_length
+    split = common.weights_per_rank(spec, settings.tp, settings.pp, vocab_padding=rules["vocab_padding"])
+    cuda_context_gib = rules["cuda_context_gib"]
+    nccl_init_gib = rules["nccl_init_gib"] if settings.tp * settings.pp > 1 else None
+    overhead = overhead_bytes(cuda_context_gib, nccl_init_gib)
+    cell = cell_size(
+        spec, settings.tp, settings.pp, settings.kv_bytes, settings.swa_full_tokens_ratio, settings.hybrid_swa_memory
+    )
+    pool, slack, reserve_text = pool_and_slack(spec, hardware, overhead, split.bytes, cell, settings, rules)
+    running = running_requests(settings.max_running_requests, pool, rules, settings.context_length)
+    window = _window(spec)
+    needed = pool_bytes_needed(
+        cell, window, context, workload.concurrency, settings.page_size, settings.mamba_full_memory_ratio
+    )
+    active = common.active_weight_bytes(spec)
+    decode = None
+    if hardware is not None and active is not None:
+        bytes_read = active / settings.tp + cell.cell * context
+        decode = common.decode_tokens_per_second(bytes_read, hardware.gpu.memory_bandwidth_gbs)
+    return Breakdown(
+        settings=settings,
+        context=context,
+        weights=split,
+        cuda_context_gib=cuda_context_gib,
+        nccl_init_gib=nccl_init_gib,
+        cell=cell,
+        pool=pool,
+        reserve_text=reserve_text,
+        slack=slack,
+        running=running,
+        table=req_to_token_bytes(rules, running or 0, settings.context_length),
+        req_to_token_extra_tokens=int(rules["req_to_token_extra_tokens"]),
+        req_to_token_bytes=int(rules["req_to_token_bytes"]),
+        window=window,
+        kv_needed=int(needed),
+        capacity=_capacity(
+            pool.tokens if pool else None,
+            cell,
+            window,
+            running,
+            pool.mamba_size if pool else None,
+            workload,
+            settings,
+            context,
+        ),
+        decode_modelled=hardware is not None and active is not None,
+        decode=decode,
+    )
+
+
+def pool_and_slack(
+    spec: ModelSpec,
+    hardware: Hardware | None,
+    overhead: int,
+    weights: int,
+    cell: CellSize,
+    settings: Settings,
+    rules: Rules,
+) -> tuple[PoolTerm | None, float, str | None]:
+    """(token pool, the slack outside mem_fraction_static, the reserve text without a GPU): with a GPU the slack
+    is ``(1 − mfs)`` of the free memory before loading; without one, SGLang's own reserve estimate."""
+    if hardware is not None:
+        pool = pool_term(hardware.gpu.gpu_memory_bytes - overhead, weights, cell, settings, rules)
+        return pool, pool.pre_load_free * (1 - settings.mem_fraction_static), None
+    reserved, reserve_text = reserved_mib(
+        rules, 0, settings.tp, settings.pp, settings.chunked_prefill_size, settings.cuda_graph_max_bs, _is_mla(spec)
+    )
+    return None, reserved * MiB, reserve_text
+
+
+def pool_term(pre: float, weights: int, cell: CellSize, settings: Settings, rules: Rules) -> PoolTerm:
+    """The pool from free memory before loading (``pre``) and the weights; with recurrent layers the mamba
+    budget comes off the rest first (docs/engines/sglang.md#sglang-mamba-state); ``max-total-tokens`` caps the tokens."""
+    post = pre - weights
+    tokens, rest = token_pool(pre, post, settings.mem_fraction_static, cell.cell, settings.page_size)
+    mamba_budget = mamba_size = mamba_cap = None
+    if cell.state_bytes_per_request > 0 and rest > 0:
+        mamba_budget, mamba_size, mamba_cap = mamba_split(
+            rest,
+            settings.mamba_full_memory_ratio,
+            cell.state_bytes_per_request,
+            rules["mamba_cache_per_running_request"],
+        )
+        tokens, rest = token_pool(pre, post, settings.mem_fraction_static, cell.cell, settings.page_size, mamba_budget)
+    if settings.max_total_tokens is not None:
+        tokens = min(tokens, settings.max_total_tokens)
+    return PoolTerm(pre, rest, tokens, mamba_budget, mamba_size, mamba_cap)
+
+
+def running_requests(given: int | None, pool: PoolTerm | None, rules: Rules, context_length: int) -> int | None:
+    """max_running_requests: the user's, capped by the mamba pool and by ``resolve_max_num_reqs``."""
+    running = given
+    if pool is not None and pool.mamba_cap is not None:
+        running = min(running, pool.mamba_cap) if running else pool.mamba_cap
+    tokens = pool.tokens if pool is not None else None
+    auto_running = max_running_requests(rules, tokens, context_length) if tokens else None
+    return min(running, auto_running) if running and auto_running else (running or auto_running)
+
+
+# ---- narration --------------------------------------------------------------------------------------------
+
+
+def narrate(parts: Breakdown, spec: ModelSpec, workload: Workload) -> tuple[list[str], dict[str, str]]:
+    """(warnings, explain lines), every figure read from the breakdown."""
+    settings, cell, pool = parts.settings, parts.cell, parts.pool
+    explain = {"weights": parts.weights.explain, "overhead": explain_overhead(parts), "cell_size": explain_cell(parts)}
+    if pool is not None and pool.mamba_budget is not None:
+        ratio = settings.mamba_full_memory_ratio
+        explain["mamba"] = (
+            f"mamba budget = rest × {ratio}/(1+{ratio}) = {pool.mamba_budget / GiB:.2f} GiB → {pool.mamba_size} "
+            f"request states; running ≤ {pool.mamba_cap}"
+        )
+    explain["budget"] = explain_budget(parts)
+    explain["activations"] = explain_activations(parts)
+    explain["kv_cache"] = explain_kv_cache(parts, workload.concurrency)
+    if parts.decode_modelled:
+        explain["decode"] = "upper bound: bandwidth / (active weights per GPU + KV at the context), one sequence"
+
+    warnings = []
+    if parts.context > settings.context_length:
+        warnings.append(f"context {parts.context} is longer than SGLang's context_length {settings.context_length}")
+    if spec.max_position_embeddings and settings.context_length > spec.max_position_embeddings:
+        warnings.append(
+            f"context_length {settings.context_length} exceeds the model's {spec.max_position_embeddings}: SGLang "
+            "refuses it unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1"
+        )
+    if pool is not None and cell.state_bytes_per_request > 0:
+        warnings.append(
+            "recurrent state counted at the layer's dtype (else the model's); SGLang's "
+            "mamba_ssm_dtype and per-model state shapes were not cross-checked [unverified]"
+        )
+    if parts.refused:
+        warnings.append(
+            f"the weights leave no memory for the KV cache under mem_fraction_static={settings.mem_fraction_static}: "
+            "SGLang stops at start-up ('Not enough memory' / 'leave no GPU memory for the KV cache')"
+        )
+    if pool is not None and parts.table > parts.slack:
+        warnings.append(
+            f"req_to_token table {parts.table / GiB:.2f} GiB exceeds the {parts.slack / GiB:.2f} GiB outside "
+            "mem_fraction_static: lower --max-running-requests or context-length"
+        )
+    return warnings, explain
+
+
+def explain_overhead(parts: Breakdown) -> str:
+    return (
+        f"CUDA context {parts.cuda_context_gib} GiB"
+        + (f" + NCCL init {parts.nccl_init_gib} GiB [unverified]" if parts.nccl_init_gib is not None else "")
+        + ", taken before SGLang's baseline and so charged implicitly"
+    )
+
+
+def explain_cell(parts: Breakdown) -> str:
+    cell, settings = parts.cell, parts.settings
+    return (
+        f"{cell.cell:.0f} B per token on the worst rank ({settings.kv_cache_dtype}): full/MLA layers {cell.full_bytes:.0f} B"
+        + (f" + {settings.swa_full_tokens_ratio} × SWA layers {cell.swa_bytes:.0f} B" if cell.hybrid_swa else "")
+        + (
+            f"; recurrent state {cell.state_bytes_per_request:.0f} B per request"
+            if cell.state_bytes_per_request
+            else ""
+        )
+        + ""
+    )
+
+
+def explain_budget(parts: Breakdown) -> str:
+    settings, pool = parts.settings, parts.pool
+    if pool is None:
+        return f"no GPU: activations taken as SGLang's own reserve estimate {parts.reserve_text} [approximation]"
+    pre = pool.pre_load_free
+    return (
+        f"mem_fraction_static {settings.mem_fraction_static} ({settings.fraction_source}); free before loading "
+        f"{pre / GiB:.2f} GiB; weights + KV pool ≤ {pre * settings.mem_fraction_static / GiB:.2f} GiB; pool = "
+        f"{max(pool.rest, 0) / GiB:.2f} GiB → {pool.tokens} tokens (page {settings.page_size})"
+    )
+
+
+def explain_activations(parts: Breakdown) -> str:
+    settings = parts.settings
+    table = (
+        f"req_to_token ({parts.running} + 1) × ({settings.context_length} + {parts.req_to_token_extra_tokens}) × "
+        f"{parts.req_to_token_bytes} B = {parts.table / GiB:.2f} GiB"
+    )
+    return (
+        f"the {1 - settings.mem_fraction_static:.3f} of free memory outside mem_fraction_static, left for activations, "
+        f"CUDA graphs (chunked_prefill_size {settings.chunked_prefill_size}, cuda_graph_max_bs {settings.cuda_graph_max_bs}) and "
+        + (table if parts.running is not None else "the req_to_token table (none: no token pool to size it)")
+    )
+
+
+def explain_kv_cache(parts: Breakdown, concurrency: int) -> str:
+    cell, settings = parts.cell, parts.settings
+    return (
+        f"pool bytes for {concurrency} × {parts.context} tokens at {cell.cell:.0f} B"
+        + (
+            f"; SWA pool ({settings.swa_full_tokens_ratio} of the tokens) holds min(window {parts.window}, context) per request"
+            if cell.hybrid_swa
+            else ""
+        )
+        + (
+            f"; mamba share 1 : {settings.mamba_full_memory_ratio} with {cell.state_bytes_per_request:.0f} B state per request"
+            if cell.state_bytes_per_request
+            else ""
+        )
     )
 
 
 # ---- profile -----------------------------------------------------------------------------------------------
 
 
-class SglangProfile:
+class SglangProfile(ProfileBase):
     name = ENGINE
-
-    def __init__(self) -> None:
-        self.data: Mapping[str, Any] = common.load_engine_data(ENGINE)
-        self.rule_versions: tuple[str, ...] = tuple(sorted(self.data.get("versions", {}), key=common.version_key))
 
     def estimate(
         self, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload
     ) -> Estimate:
-        rules_version, rules = common.engine_rules(ENGINE, choice.version)
-        warnings: list[str] = []
-        explain: dict[str, str] = {}
+        rules_version, rules = self.rules(choice.version)
+        notes: list[str] = []
         common.require_weights(spec)
-        s = resolve_settings(spec, hardware, choice, workload, rules, rules_version, warnings)
-        context = workload.context or s.context_length
-        if context > s.context_length:
-            warnings.append(f"context {context} is longer than SGLang's context_length {s.context_length}")
-        if spec.max_position_embeddings and s.context_length > spec.max_position_embeddings:
-            warnings.append(
-                f"context_length {s.context_length} exceeds the model's {spec.max_position_embeddings}: SGLang "
-                "refuses it unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1"
-            )
-
-        split = common.weights_per_rank(spec, s.tp, s.pp, vocab_padding=rules["vocab_padding"])
-        weights = split.bytes
-        explain["weights"] = split.explain
-
-        overhead = int(rules["cuda_context_gib"] * GiB + (rules["nccl_init_gib"] * GiB if s.tp * s.pp > 1 else 0))
-        explain["overhead"] = (
-            f"CUDA context {rules['cuda_context_gib']} GiB"
-            + (f" + NCCL init {rules['nccl_init_gib']} GiB [unverified]" if s.tp * s.pp > 1 else "")
-            + ", taken before SGLang's baseline and so charged implicitly"
-        )
-        hybrid_swa = not common.setting_bool(choice, "disable-hybrid-swa-memory")
-        cell = cell_size(spec, s.tp, s.pp, s.kv_bytes, s.swa_full_tokens_ratio, hybrid_swa)
-        explain["cell_size"] = (
-            f"{cell.cell:.0f} B per token on the worst rank ({s.kv_cache_dtype}): full/MLA layers {cell.full_bytes:.0f} B"
-            + (f" + {s.swa_full_tokens_ratio} × SWA layers {cell.swa_bytes:.0f} B" if cell.hybrid_swa else "")
-            + (
-                f"; recurrent state {cell.state_bytes_per_request:.0f} B per request"
-                if cell.state_bytes_per_request
-                else ""
-            )
-        )
-
+        settings = resolve_settings(spec, hardware, choice, workload, rules, rules_version, notes)
+        parts = compute(spec, hardware, settings, workload, rules)
+        warnings, explain = narrate(parts, spec, workload)
         memory = hardware.gpu.gpu_memory_bytes if hardware else 0
-        #: a model that keeps nothing per sequence (encoder-only, attention-free) needs no token pool to start
-        no_cache = cell.cell <= 0 and cell.state_bytes_per_request <= 0
-        tokens, running, mamba_size, slack = None, s.max_running_requests, None, 0.0
-        if hardware is not None:
-            pre = memory - overhead
-            post = pre - weights
-            tokens, rest = token_pool(pre, post, s.mem_fraction_static, cell.cell, s.page_size)
-            if cell.state_bytes_per_request > 0:
-                warnings.append(
-                    "recurrent state counted at the layer's dtype (else the model's); SGLang's "
-                    "mamba_ssm_dtype and per-model state shapes were not cross-checked [unverified]"
-                )
-            if cell.state_bytes_per_request > 0 and rest > 0:
-                budget, mamba_size, cap = mamba_split(
-                    rest,
-                    s.mamba_full_memory_ratio,
-                    cell.state_bytes_per_request,
-                    rules["mamba_cache_per_running_request"],
-                )
-                tokens, rest = token_pool(pre, post, s.mem_fraction_static, cell.cell, s.page_size, budget)
-                running = min(running, cap) if running else cap
-                explain["mamba"] = (
-                    f"mamba budget = rest × {s.mamba_full_memory_ratio}/(1+{s.mamba_full_memory_ratio})"
-                    f" = {budget / GiB:.2f} GiB → {mamba_size} request states; running ≤ {cap}"
-                )
-            if s.max_total_tokens is not None:
-                tokens = min(tokens, s.max_total_tokens)
-            slack = pre * (1 - s.mem_fraction_static)
-            explain["budget"] = (
-                f"mem_fraction_static {s.mem_fraction_static} ({s.fraction_source}); free before loading "
-                f"{pre / GiB:.2f} GiB; weights + KV pool ≤ {pre * s.mem_fraction_static / GiB:.2f} GiB; pool = "
-                f"{max(rest, 0) / GiB:.2f} GiB → {tokens} tokens (page {s.page_size})"
-            )
-            if tokens <= 0 and not no_cache:
-                warnings.append(
-                    f"the weights leave no memory for the KV cache under mem_fraction_static={s.mem_fraction_static}: "
-                    "SGLang stops at start-up ('Not enough memory' / 'leave no GPU memory for the KV cache')"
-                )
-        else:
-            reserved, text = reserved_mib(
-                rules, 0, s.tp, s.pp, s.chunked_prefill_size, s.cuda_graph_max_bs, _is_mla(spec)
-            )
-            slack = reserved * MiB
-            explain["budget"] = f"no GPU: activations taken as SGLang's own reserve estimate {text} [approximation]"
-
-        auto_running = max_running_requests(rules, tokens, s.context_length) if tokens else None
-        running = min(running, auto_running) if running and auto_running else (running or auto_running)
-        table = req_to_token_bytes(rules, running or 0, s.context_length)
-        activations = int(slack)
-        explain["activations"] = (
-            f"the {1 - s.mem_fraction_static:.3f} of free memory outside mem_fraction_static, left for activations, "
-            f"CUDA graphs (chunked_prefill_size {s.chunked_prefill_size}, cuda_graph_max_bs {s.cuda_graph_max_bs}) and "
-            + (
-                f"req_to_token ({running} + 1) × ({s.context_length} + 4) × 4 B = {table / GiB:.2f} GiB"
-                if running is not None
-                else "the req_to_token table (none: no token pool to size it)"
-            )
-        )
-        if hardware is not None and table > slack:
-            warnings.append(
-                f"req_to_token table {table / GiB:.2f} GiB exceeds the {slack / GiB:.2f} GiB outside "
-                "mem_fraction_static: lower --max-running-requests or context-length"
-            )
-
-        window = _window(spec)
-        kv_needed = int(
-            pool_bytes_needed(cell, window, context, workload.concurrency, s.page_size, s.mamba_full_memory_ratio)
-        )
-        explain["kv_cache"] = (
-            f"pool bytes for {workload.concurrency} × {context} tokens at {cell.cell:.0f} B"
-            + (
-                f"; SWA pool ({s.swa_full_tokens_ratio} of the tokens) holds min(window {window}, context) per request"
-                if cell.hybrid_swa
-                else ""
-            )
-            + (
-                f"; mamba share 1 : {s.mamba_full_memory_ratio} with {cell.state_bytes_per_request:.0f} B state per request"
-                if cell.state_bytes_per_request
-                else ""
-            )
-        )
-        capacity = _capacity(tokens, cell, window, running, mamba_size, workload, s, context)
-
         per_gpu = PerGpu(
-            weights=weights,
-            kv_cache=kv_needed,
-            activations=activations,
-            overhead=overhead,
+            weights=parts.weights.bytes,
+            kv_cache=parts.kv_needed,
+            activations=int(parts.slack),
+            overhead=parts.overhead,
             usable=memory,
             memory=memory,
         )
-        decode = None
-        active = common.active_weight_bytes(spec)
-        if hardware is not None and active is not None:
-            decode = common.decode_tokens_per_second(
-                active / s.tp + cell.cell * context, hardware.gpu.memory_bandwidth_gbs
-            )
-            explain["decode"] = "upper bound: bandwidth / (active weights per GPU + KV at the context), one sequence"
-        engine = {
-            "name": ENGINE,
-            "version": rules_version,
-            "requested_version": choice.version,
-            "gpu_util": s.mem_fraction_static,
-            "mem_fraction_static": s.mem_fraction_static,
-            "mem_fraction_static_source": s.fraction_source,
-            "chunked_prefill_size": s.chunked_prefill_size,
-            "cuda_graph_max_bs": s.cuda_graph_max_bs,
-            "context_length": s.context_length,
-            "kv_cache_dtype": s.kv_cache_dtype,
-            "page_size": s.page_size,
-            "cell_size": cell.cell,
-            "swa_full_tokens_ratio": s.swa_full_tokens_ratio if cell.hybrid_swa else None,
-            "max_total_num_tokens": tokens,
-            "max_running_requests": running,
-            "max_mamba_cache_size": mamba_size,
-            "req_to_token_bytes": table,
-            "tp_size": s.tp,
-            "pp_size": s.pp,
-        }
         return common.finish_estimate(
             spec=spec,
             hardware=hardware,
-            engine=engine,
-            workload=replace(workload, context=context, kv_dtype=s.kv_cache_dtype),
+            engine=engine_report(parts, choice),
+            workload=replace(workload, context=parts.context, kv_dtype=settings.kv_cache_dtype),
             per_gpu=per_gpu,
-            capacity=capacity,
-            decode=decode,
-            warnings=warnings,
+            capacity=parts.capacity,
+            decode=parts.decode,
+            warnings=[*notes, *warnings],
             explain=explain,
-            tp=s.tp,
-            pp=s.pp,
-            force_does_not_fit=hardware is not None and not tokens and not no_cache,
+            tp=settings.tp,
+            pp=settings.pp,
+            force_does_not_fit=parts.refused,
         )
+
+
+def engine_report(parts: Breakdown, choice: EngineChoice) -> dict[str, object]:
+    """The settings the estimate assumed, under SGLang's names (``Estimate.engine``)."""
+    settings, pool = parts.settings, parts.pool
+    return {
+        "name": ENGINE,
+        "version": settings.rules,
+        "requested_version": choice.version,
+        "gpu_util": settings.mem_fraction_static,
+        "mem_fraction_static": settings.mem_fraction_static,
+        "mem_fraction_static_source": settings.fraction_source,
+        "chunked_prefill_size": settings.chunked_prefill_size,
+        "cuda_graph_max_bs": settings.cuda_graph_max_bs,
+        "context_length": settings.context_length,
+        "kv_cache_dtype": settings.kv_cache_dtype,
+        "page_size": settings.page_size,
+        "cell_size": parts.cell.cell,
+        "swa_full_tokens_ratio": settings.swa_full_tokens_ratio if parts.cell.hybrid_swa else None,
+        "max_total_num_tokens": parts.tokens,
+        "max_running_requests": parts.running,
+        "max_mamba_cache_size": pool.mamba_size if pool else None,
+        "req_to_token_bytes": parts.table,
+        "tp_size": settings.tp,
+        "pp_size": settings.pp,
+    }
 
 
 def _window(spec: ModelSpec) -> int | None:
@@ -476,7 +650,7 @@ def pool_bytes_needed(
     The full pool must hold every token; the SWA pool (``ratio`` × the full pool's tokens) holds
     ``min(window, context)`` per request; with recurrent layers the pool is split full : mamba = 1 : r, and
     the mamba part must hold one state per request (sglang.md#sglang-token-pool, sglang.md#sglang-mamba-state)."""
-    tokens = math.ceil(context / page_size) * page_size * concurrency
+    tokens: float = math.ceil(context / page_size) * page_size * concurrency
     if cell.hybrid_swa and window:
         tokens = max(tokens, min(window, context) * concurrency / cell.swa_ratio)
     full_part = tokens * cell.cell
@@ -494,14 +668,14 @@ def _capacity(
     running: int | None,
     mamba_size: int | None,
     workload: Workload,
-    s: Settings,
+    settings: Settings,
     context: int,
 ) -> Capacity:
     """Pool tokens, full-length requests that fit (also bounded by max_running_requests and the mamba pool)
     and the longest context at the workload's concurrency (bounded by context_length)."""
     if tokens is None:
         return Capacity()
-    per_request = math.ceil(context / s.page_size) * s.page_size
+    per_request = math.ceil(context / settings.page_size) * settings.page_size
     limits = [tokens / per_request]
     if cell.hybrid_swa and window:
         limits.append(tokens * cell.swa_ratio / min(window, context))
@@ -510,7 +684,9 @@ def _capacity(
     if mamba_size is not None:
         limits.append(float(mamba_size))
     concurrency = max(0.0, min(limits))
-    max_context = min(tokens // max(1, workload.concurrency) // s.page_size * s.page_size, s.context_length)
+    max_context = min(
+        tokens // max(1, workload.concurrency) // settings.page_size * settings.page_size, settings.context_length
+    )
     if (running is not None and workload.concurrency > running) or (
         mamba_size is not None and workload.concurrency > mamba_size
     ):

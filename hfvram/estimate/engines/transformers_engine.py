@@ -23,7 +23,8 @@ from typing import Any
 
 from hfvram.errors import UsageError
 from hfvram.estimate import common
-from hfvram.estimate.common import GiB
+from hfvram.estimate.common import GiB, Rules
+from hfvram.estimate.engines.base import ProfileBase
 from hfvram.estimate.types import Capacity, EngineChoice, Estimate, Hardware, PerGpu, Workload
 from hfvram.spec import RECURRENT_KINDS, WINDOWED_KINDS, Layer, LayerKind, ModelSpec
 
@@ -78,24 +79,24 @@ def _widths(spec: ModelSpec, tp: int) -> tuple[float, float, float]:
 
 
 def prefill_activations(
-    spec: ModelSpec, s: Settings, rules: Mapping[str, Any], batch: int, context: int, last_stage: bool = True
+    spec: ModelSpec, settings: Settings, rules: Mapping[str, Any], batch: int, context: int, last_stage: bool = True
 ) -> tuple[float, str]:
     """Peak transient bytes of one prefill forward of ``batch`` × ``context`` tokens on one GPU."""
     dtype = spec.dtype_bytes()
     tokens = batch * context
-    attention_width, mlp_width, hidden = _widths(spec, s.tp)
+    attention_width, mlp_width, hidden = _widths(spec, settings.tp)
     residual = tokens * hidden * rules["hidden_tensors"] * dtype
     attention = tokens * attention_width * rules["attention_tensors"] * dtype
-    if s.attn_implementation == "eager":
-        heads = (spec.num_attention_heads or 0) / s.tp
+    if settings.attn_implementation == "eager":
+        heads = (spec.num_attention_heads or 0) / settings.tp
         attention += batch * heads * float(context) * context * (dtype + rules["softmax_bytes"])
     mlp = tokens * mlp_width * rules["mlp_tensors"] * dtype
-    kept = context if s.logits_to_keep <= 0 else min(s.logits_to_keep, context)
+    kept = context if settings.logits_to_keep <= 0 else min(settings.logits_to_keep, context)
     logits = batch * kept * (spec.vocab_size or 0) * rules["logits_bytes"] if last_stage else 0.0
     largest = max(("attention", attention), ("mlp", mlp), ("logits", logits), key=lambda item: item[1])
     text = (
         f"[approximation] prefill of {batch} × {context} tokens: residual {residual / GiB:.2f} GiB + the largest of "
-        f"attention ({s.attn_implementation}) {attention / GiB:.2f}, MLP {mlp / GiB:.2f}, logits "
+        f"attention ({settings.attn_implementation}) {attention / GiB:.2f}, MLP {mlp / GiB:.2f}, logits "
         f"({batch} × {kept} positions × vocab × {rules['logits_bytes']} B) {logits / GiB:.2f} GiB → {largest[0]}"
     )
     return residual + largest[1], text
@@ -128,133 +129,178 @@ def resolve_settings(
     )
 
 
-class TransformersProfile:
+def terms(spec: ModelSpec, settings: Settings, rules: Rules, batch: int, context: int) -> tuple[float, float, str]:
+    """(KV bytes, prefill activation bytes, its explanation) for ``batch`` sequences of ``context`` tokens."""
+    layers = common.worst_stage_layers(spec, settings.pp)
+    growing, fixed = kv_bytes(layers, settings.tp, settings.kv_bytes, context, spec.dtype_bytes())
+    activations, text = prefill_activations(spec, settings, rules, batch, context)
+    return batch * (growing * context + fixed), activations, text
+
+
+def longest_context(spec: ModelSpec, settings: Settings, rules: Rules, batch: int, free: float) -> int:
+    """Longest context whose KV + prefill activations fit in ``free`` (binary search; eager attention grows
+    quadratically), capped at the model's maximum length."""
+    cap = settings.max_length or 1 << 24
+    low, high = 0, cap
+    while low < high:
+        middle = (low + high + 1) // 2
+        kv, activations, _ = terms(spec, settings, rules, batch, middle)
+        if kv + activations <= free:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    settings: Settings
+    context: int
+    weights: common.WeightsSplit
+    cuda_context_gib: float
+    kv: float
+    #: KV bytes per token that grow with context and per sequence that do not, on one rank
+    growing: float
+    fixed: float
+    activations: float
+    activations_text: str
+    capacity: Capacity
+    decode_modelled: bool
+    decode: float | None
+
+    @property
+    def overhead(self) -> int:
+        return int(self.cuda_context_gib * GiB)
+
+
+def compute(
+    spec: ModelSpec, hardware: Hardware | None, settings: Settings, workload: Workload, rules: Rules
+) -> Breakdown:
+    """Weights, DynamicCache, one prefill's peak, and what the rest of the device holds."""
+    context = workload.context or settings.max_length
+    if context is None:
+        raise UsageError("the model does not state its maximum length; give --context")
+    split = common.weights_per_rank(spec, settings.tp, settings.pp, vocab_padding=1)
+    overhead = int(rules["cuda_context_gib"] * GiB)
+    kv, activations, text = terms(spec, settings, rules, workload.concurrency, context)
+    growing, fixed = kv_bytes(
+        common.worst_stage_layers(spec, settings.pp), settings.tp, settings.kv_bytes, context, spec.dtype_bytes()
+    )
+    capacity = Capacity()
+    if hardware is not None:
+        free = hardware.gpu.gpu_memory_bytes - split.bytes - overhead
+        kv_one, act_one, _ = terms(spec, settings, rules, 1, context)
+        per_sequence = kv_one + act_one
+        max_concurrency = max(0.0, free / per_sequence) if per_sequence > 0 else 0.0
+        max_context = longest_context(spec, settings, rules, workload.concurrency, free)
+        capacity = Capacity(kv_tokens=None, max_concurrency=max_concurrency, max_context=max_context)
+    active = common.active_weight_bytes(spec)
+    decode = None
+    if hardware is not None and active is not None:
+        bytes_read = active / (settings.tp * settings.pp) + growing * context + fixed
+        decode = common.decode_tokens_per_second(bytes_read, hardware.gpu.memory_bandwidth_gbs)
+        if settings.pp > 1 and decode is not None:
+            decode /= settings.pp
+    return Breakdown(
+        settings=settings,
+        context=context,
+        weights=split,
+        cuda_context_gib=rules["cuda_context_gib"],
+        kv=kv,
+        growing=growing,
+        fixed=fixed,
+        activations=activations,
+        activations_text=text,
+        capacity=capacity,
+        decode_modelled=hardware is not None and active is not None,
+        decode=decode,
+    )
+
+
+def narrate(
+    parts: Breakdown, spec: ModelSpec, hardware: Hardware | None, workload: Workload
+) -> tuple[list[str], dict[str, str]]:
+    """(warnings, explain lines), every figure read from the breakdown."""
+    settings = parts.settings
+    warnings = []
+    if settings.kv_cache_dtype in ("int8", "int4"):
+        warnings.append(
+            "quantized KV cache (cache_implementation='quantized') keeps a residual window in the "
+            "model dtype; counted at the quantized size only [approximation]"
+        )
+    mla = any(layer.kind is LayerKind.MLA for layer in spec.layers)
+    mla_note = " (MLA cached decompressed: heads × (qk_head_dim + v_head_dim))" if mla else ""
+    explain = {
+        "weights": parts.weights.explain
+        + (f"; device_map='auto' spreads the layers over {settings.pp} GPUs" if settings.pp > 1 else ""),
+        "overhead": f"CUDA context {parts.cuda_context_gib} GiB per GPU",
+        "activations": parts.activations_text,
+        "kv_cache": (
+            f"DynamicCache at {settings.kv_cache_dtype}: {workload.concurrency} × ({parts.context} tokens × "
+            f"{parts.growing:.0f} B + {parts.fixed:.0f} B windowed/state){mla_note}; no paging, no pool"
+        ),
+        "budget": "no memory fraction: the process may use the whole device (usable = memory)",
+    }
+    if hardware is not None:
+        explain["capacity"] = (
+            "max_concurrency = memory left after weights and context / (KV + prefill activations "
+            "of one sequence); max_context by search; no KV pool, so kv_tokens is null"
+        )
+    if parts.decode_modelled:
+        explain["decode"] = (
+            "upper bound: bandwidth / (active weights on one GPU + KV at the context); with "
+            "device_map='auto' GPUs run one after another, so the whole model is read per token"
+        )
+    return warnings, explain
+
+
+class TransformersProfile(ProfileBase):
     name = ENGINE
-    rule_versions: tuple[str, ...] = ("5.0",)
-
-    def __init__(self) -> None:
-        self.data: Mapping[str, Any] = common.load_engine_data(ENGINE)
-
-    def _terms(
-        self, spec: ModelSpec, s: Settings, rules: Mapping[str, Any], batch: int, context: int
-    ) -> tuple[float, float, str]:
-        layers = common.worst_stage_layers(spec, s.pp)
-        growing, fixed = kv_bytes(layers, s.tp, s.kv_bytes, context, spec.dtype_bytes())
-        activations, text = prefill_activations(spec, s, rules, batch, context)
-        return batch * (growing * context + fixed), activations, text
+    fallback_versions = ("5.0",)
 
     def estimate(
         self, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload
     ) -> Estimate:
         rules = common.rules_for_version(self.data, self.rule_versions[-1])
-        warnings: list[str] = []
-        explain: dict[str, str] = {}
         common.require_weights(spec)
-        s = resolve_settings(spec, hardware, choice, workload, rules)
-        context = workload.context or s.max_length
-        if context is None:
-            raise UsageError("the model does not state its maximum length; give --context")
-        if s.kv_cache_dtype in ("int8", "int4"):
-            warnings.append(
-                "quantized KV cache (cache_implementation='quantized') keeps a residual window in the "
-                "model dtype; counted at the quantized size only [approximation]"
-            )
-
-        split = common.weights_per_rank(spec, s.tp, s.pp, vocab_padding=1)
-        weights = split.bytes
-        explain["weights"] = split.explain + (
-            f"; device_map='auto' spreads the layers over {s.pp} GPUs" if s.pp > 1 else ""
-        )
-        overhead = int(rules["cuda_context_gib"] * GiB)
-        explain["overhead"] = f"CUDA context {rules['cuda_context_gib']} GiB per GPU"
-
-        kv, activations, explain["activations"] = self._terms(spec, s, rules, workload.concurrency, context)
-        layers = common.worst_stage_layers(spec, s.pp)
-        growing, fixed = kv_bytes(layers, s.tp, s.kv_bytes, context, spec.dtype_bytes())
-        mla_note = (
-            " (MLA cached decompressed: heads × (qk_head_dim + v_head_dim))"
-            if any(l.kind is LayerKind.MLA for l in spec.layers)
-            else ""
-        )
-        explain["kv_cache"] = (
-            f"DynamicCache at {s.kv_cache_dtype}: {workload.concurrency} × ({context} tokens × "
-            f"{growing:.0f} B + {fixed:.0f} B windowed/state){mla_note}; no paging, no pool"
-        )
+        settings = resolve_settings(spec, hardware, choice, workload, rules)
+        parts = compute(spec, hardware, settings, workload, rules)
+        warnings, explain = narrate(parts, spec, hardware, workload)
         memory = hardware.gpu.gpu_memory_bytes if hardware else 0
-        explain["budget"] = "no memory fraction: the process may use the whole device (usable = memory)"
-
-        capacity = Capacity()
-        if hardware is not None:
-            free = memory - weights - overhead
-            kv_one, act_one, _ = self._terms(spec, s, rules, 1, context)
-            per_sequence = kv_one + act_one
-            max_concurrency = max(0.0, free / per_sequence) if per_sequence > 0 else 0.0
-            max_context = self._max_context(spec, s, rules, workload.concurrency, free)
-            capacity = Capacity(kv_tokens=None, max_concurrency=max_concurrency, max_context=max_context)
-            explain["capacity"] = (
-                "max_concurrency = memory left after weights and context / (KV + prefill activations "
-                "of one sequence); max_context by search; no KV pool, so kv_tokens is null"
-            )
         per_gpu = PerGpu(
-            weights=weights,
-            kv_cache=int(kv),
-            activations=int(activations),
-            overhead=overhead,
+            weights=parts.weights.bytes,
+            kv_cache=int(parts.kv),
+            activations=int(parts.activations),
+            overhead=parts.overhead,
             usable=memory,
             memory=memory,
         )
-        decode = None
-        active = common.active_weight_bytes(spec)
-        if hardware is not None and active is not None:
-            decode = common.decode_tokens_per_second(
-                active / (s.tp * s.pp) + growing * context + fixed, hardware.gpu.memory_bandwidth_gbs
-            )
-            explain["decode"] = (
-                "upper bound: bandwidth / (active weights on one GPU + KV at the context); with "
-                "device_map='auto' GPUs run one after another, so the whole model is read per token"
-            )
-            if s.pp > 1 and decode is not None:
-                decode /= s.pp
         engine = {
             "name": ENGINE,
             "version": self.rule_versions[-1],
             "requested_version": choice.version,
             "gpu_util": None,
-            "attn_implementation": s.attn_implementation,
-            "logits_to_keep": s.logits_to_keep,
-            "kv_cache_dtype": s.kv_cache_dtype,
+            "attn_implementation": settings.attn_implementation,
+            "logits_to_keep": settings.logits_to_keep,
+            "kv_cache_dtype": settings.kv_cache_dtype,
             "cache": "DynamicCache",
-            "device_map": "auto" if s.pp > 1 else None,
-            "tp": s.tp,
-            "layer_split": s.pp,
+            "device_map": "auto" if settings.pp > 1 else None,
+            "tp": settings.tp,
+            "layer_split": settings.pp,
         }
         return common.finish_estimate(
             spec=spec,
             hardware=hardware,
             engine=engine,
-            workload=replace(workload, context=context, kv_dtype=s.kv_cache_dtype),
+            workload=replace(workload, context=parts.context, kv_dtype=settings.kv_cache_dtype),
             per_gpu=per_gpu,
-            capacity=capacity,
-            decode=decode,
+            capacity=parts.capacity,
+            decode=parts.decode,
             warnings=warnings,
             explain=explain,
-            tp=s.tp,
-            pp=s.pp,
+            tp=settings.tp,
+            pp=settings.pp,
         )
-
-    def _max_context(self, spec: ModelSpec, s: Settings, rules: Mapping[str, Any], batch: int, free: float) -> int:
-        """Longest context whose KV + prefill activations fit in ``free`` (binary search; eager attention grows
-        quadratically), capped at the model's maximum length."""
-        cap = s.max_length or 1 << 24
-        low, high = 0, cap
-        while low < high:
-            middle = (low + high + 1) // 2
-            kv, activations, _ = self._terms(spec, s, rules, batch, middle)
-            if kv + activations <= free:
-                low = middle
-            else:
-                high = middle - 1
-        return low
 
 
 PROFILE = TransformersProfile()

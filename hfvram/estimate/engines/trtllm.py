@@ -19,7 +19,8 @@ from typing import Any
 
 from hfvram.errors import UsageError
 from hfvram.estimate import common
-from hfvram.estimate.common import GiB
+from hfvram.estimate.common import GiB, Rules
+from hfvram.estimate.engines.base import ProfileBase
 from hfvram.estimate.types import Capacity, EngineChoice, Estimate, Hardware, PerGpu, Workload
 from hfvram.spec import RECURRENT_KINDS, WINDOWED_KINDS, ModelSpec
 
@@ -85,18 +86,20 @@ def ffn_per_rank(spec: ModelSpec, tp: int) -> float:
     return (spec.intermediate_size or 4 * (spec.hidden_size or 0)) / tp
 
 
-def activation_peak(spec: ModelSpec, s: Settings, rules: Mapping[str, Any]) -> tuple[int, str]:
+def activation_peak(spec: ModelSpec, settings: Settings, rules: Mapping[str, Any]) -> tuple[int, str]:
     """Approximation of the profiling run's torch peak above the weights (see the TOML for the source)."""
     hidden = spec.hidden_size or 0
-    ffn = ffn_per_rank(spec, s.tp)
-    forward = s.max_num_tokens * (rules["forward_bytes_per_ffn"] * ffn + rules["forward_bytes_per_hidden"] * hidden)
+    ffn = ffn_per_rank(spec, settings.tp)
+    forward = settings.max_num_tokens * (
+        rules["forward_bytes_per_ffn"] * ffn + rules["forward_bytes_per_hidden"] * hidden
+    )
     moe = bool(spec.num_experts)
     if moe:
         forward *= rules["moe_activation_factor"]
-    requests = math.ceil(s.max_num_tokens / max(1, min(s.max_num_tokens, s.max_seq_len)))
+    requests = math.ceil(settings.max_num_tokens / max(1, min(settings.max_num_tokens, settings.max_seq_len)))
     logits = requests * (spec.vocab_size or 0) * rules["logits_bytes"]
     text = (
-        f"[approximation] dummy context run of max_num_tokens {s.max_num_tokens}: {s.max_num_tokens} × "
+        f"[approximation] dummy context run of max_num_tokens {settings.max_num_tokens}: {settings.max_num_tokens} × "
         f"({rules['forward_bytes_per_ffn']:g} × ffn/rank {ffn:.0f} + {rules['forward_bytes_per_hidden']:g} × hidden {hidden}) B"
         + (f" × {rules['moe_activation_factor']} (MoE)" if moe else "")
         + f" + logits of {requests} request(s); TRT-LLM measures this peak, hfvram borrows vLLM's fitted forward term"
@@ -104,142 +107,225 @@ def activation_peak(spec: ModelSpec, s: Settings, rules: Mapping[str, Any]) -> t
     return int(forward + logits), text
 
 
-class TrtllmProfile:
-    name = ENGINE
+@dataclass(frozen=True)
+class PoolTerm:
+    """The KV pool on one GPU: ``(memory − peak) × free_gpu_memory_fraction`` (capped by ``max_tokens``)."""
 
-    def __init__(self) -> None:
-        self.data: Mapping[str, Any] = common.load_engine_data(ENGINE)
-        self.rule_versions: tuple[str, ...] = tuple(sorted(self.data.get("versions", {}), key=common.version_key)) or (
-            "1.0",
+    memory: int
+    pool: float
+    tokens: int
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    settings: Settings
+    context: int
+    weights: common.WeightsSplit
+    activations: int
+    activations_text: str
+    cuda_context_gib: float
+    tp_comm_gib: float | None
+    per_token: float
+    fixed: float
+    pool: PoolTerm | None
+    blocks: int
+    capacity: Capacity
+    decode_modelled: bool
+    decode: float | None
+
+    @property
+    def overhead(self) -> int:
+        return overhead_bytes(self.cuda_context_gib, self.tp_comm_gib)
+
+    @property
+    def peak(self) -> int:
+        return self.weights.bytes + self.activations + self.overhead
+
+    @property
+    def per_sequence(self) -> float:
+        return self.blocks * self.settings.tokens_per_block * self.per_token + self.fixed
+
+    @property
+    def refused(self) -> bool:
+        return self.pool is not None and (self.pool.memory <= self.peak or self.pool.tokens <= 0)
+
+
+def overhead_bytes(cuda_context_gib: float, tp_comm_gib: float | None) -> int:
+    """CUDA context plus communication buffers (None: one GPU): non-torch memory inside the measured peak."""
+    return int(cuda_context_gib * GiB + (tp_comm_gib * GiB if tp_comm_gib is not None else 0))
+
+
+def compute(
+    spec: ModelSpec, hardware: Hardware | None, settings: Settings, workload: Workload, rules: Rules
+) -> Breakdown:
+    """Every term for ``settings``: weights, the profiling peak, KV per token and per sequence, the pool."""
+    context = workload.context or settings.max_seq_len
+    split = common.weights_per_rank(spec, settings.tp, settings.pp, vocab_padding=rules["vocab_padding"])
+    activations, activations_text = activation_peak(spec, settings, rules)
+    tp_comm = rules["tp_comm_gib"] if settings.tp * settings.pp > 1 else None
+    layers = common.worst_stage_layers(spec, settings.pp)
+    per_token = common.kv_bytes_per_token_rank(layers, settings.tp, settings.kv_bytes)
+    fixed = common.kv_fixed_bytes_rank(layers, settings.tp, settings.kv_bytes, context, spec.dtype_bytes())
+    if per_token <= 0 and fixed <= 0:
+        raise UsageError("the model has no KV cache layers hfvram can size for TensorRT-LLM")
+    peak = split.bytes + activations + overhead_bytes(rules["cuda_context_gib"], tp_comm)
+    pool = pool_term(hardware.gpu.gpu_memory_bytes, peak, per_token, fixed, settings) if hardware is not None else None
+    blocks = math.ceil(context / settings.tokens_per_block)
+    per_sequence = blocks * settings.tokens_per_block * per_token + fixed
+    active = common.active_weight_bytes(spec)
+    decode = None
+    if hardware is not None and active is not None:
+        bytes_read = active / settings.tp + per_token * context + fixed
+        decode = common.decode_tokens_per_second(bytes_read, hardware.gpu.memory_bandwidth_gbs)
+    return Breakdown(
+        settings=settings,
+        context=context,
+        weights=split,
+        activations=activations,
+        activations_text=activations_text,
+        cuda_context_gib=rules["cuda_context_gib"],
+        tp_comm_gib=tp_comm,
+        per_token=per_token,
+        fixed=fixed,
+        pool=pool,
+        blocks=blocks,
+        capacity=capacity_of(pool, per_sequence, per_token, fixed, workload.concurrency, settings),
+        decode_modelled=hardware is not None and active is not None,
+        decode=decode,
+    )
+
+
+def pool_term(memory: int, peak: int, per_token: float, fixed: float, settings: Settings) -> PoolTerm:
+    pool = max(0.0, (memory - peak) * settings.free_gpu_memory_fraction)
+    if settings.max_tokens is not None and per_token > 0:
+        pool = min(pool, settings.max_tokens * per_token)
+    unit = per_token if per_token > 0 else fixed
+    tokens = int(pool // unit) // settings.tokens_per_block * settings.tokens_per_block
+    return PoolTerm(memory, pool, tokens)
+
+
+def capacity_of(
+    pool: PoolTerm | None, per_sequence: float, per_token: float, fixed: float, concurrency: int, settings: Settings
+) -> Capacity:
+    """Pool tokens, full-length requests (≤ max_batch_size) and the longest context at ``concurrency``."""
+    if pool is None:
+        return Capacity()
+    sequences = min(pool.pool / per_sequence if per_sequence else 0.0, float(settings.max_batch_size))
+    max_context = common.max_context_linear(pool.pool, concurrency, per_token, fixed, settings.max_seq_len)
+    return Capacity(
+        kv_tokens=pool.tokens,
+        max_concurrency=sequences,
+        max_context=max_context // settings.tokens_per_block * settings.tokens_per_block,
+    )
+
+
+def narrate(
+    parts: Breakdown, spec: ModelSpec, choice: EngineChoice, workload: Workload
+) -> tuple[list[str], dict[str, str]]:
+    """(warnings, explain lines), every figure read from the breakdown."""
+    settings, pool = parts.settings, parts.pool
+    warnings = []
+    if choice.version:
+        warnings.append(f"TensorRT-LLM rules are not versioned in hfvram; {choice.version} uses the current rules")
+    if parts.context > settings.max_seq_len:
+        warnings.append(f"context {parts.context} is longer than max_seq_len {settings.max_seq_len}")
+    if any(layer.kind in WINDOWED_KINDS for layer in spec.layers):
+        warnings.append("sliding-window layers counted at their window (TRT-LLM variable-window KV cache) [unverified]")
+    if any(layer.kind in RECURRENT_KINDS for layer in spec.layers):
+        warnings.append("recurrent state counted per request; TRT-LLM's Mamba cache sizing was not read [unverified]")
+    if parts.refused:
+        warnings.append("TensorRT-LLM's profiling peak leaves no memory for the KV cache")
+    explain = {
+        "weights": parts.weights.explain,
+        "activations": parts.activations_text,
+        "overhead": (
+            f"CUDA context {parts.cuda_context_gib} GiB"
+            + (
+                f" + communication buffers {parts.tp_comm_gib} GiB [unverified]"
+                if parts.tp_comm_gib is not None
+                else ""
+            )
+            + ": non-torch memory inside TRT-LLM's measured peak"
+        ),
+    }
+    if pool is not None:
+        fraction = settings.free_gpu_memory_fraction
+        explain["budget"] = (
+            f"(memory {pool.memory / GiB:.2f} GiB − peak {parts.peak / GiB:.2f} GiB) × free_gpu_memory_fraction "
+            f"{fraction} = {pool.pool / GiB:.2f} GiB of KV → {pool.tokens} tokens "
+            f"(blocks of {settings.tokens_per_block}); the other {1 - fraction:.2f} stays free"
         )
+    explain["kv_cache"] = (
+        f"{workload.concurrency} × ({parts.blocks} blocks × {settings.tokens_per_block} tokens × {parts.per_token:.0f} B"
+        + (f" + {parts.fixed:.0f} B windowed/state" if parts.fixed else "")
+        + f") at {settings.kv_cache_dtype} on the worst rank"
+    )
+    if parts.decode_modelled:
+        explain["decode"] = "upper bound: bandwidth / (active weights per GPU + KV at the context), one sequence"
+    return warnings, explain
+
+
+class TrtllmProfile(ProfileBase):
+    name = ENGINE
+    fallback_versions = ("1.0",)
 
     def estimate(
         self, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload
     ) -> Estimate:
+        # the rules are not versioned: the newest always applies (narrate() says so when a release is asked)
         version = self.rule_versions[-1]
         rules = common.rules_for_version(self.data, version)
-        warnings: list[str] = []
-        explain: dict[str, str] = {}
-        if choice.version:
-            warnings.append(f"TensorRT-LLM rules are not versioned in hfvram; {choice.version} uses the current rules")
         common.require_weights(spec)
-        s = resolve_settings(spec, hardware, choice, workload, rules, version)
-        context = workload.context or s.max_seq_len
-        if context > s.max_seq_len:
-            warnings.append(f"context {context} is longer than max_seq_len {s.max_seq_len}")
-
-        split = common.weights_per_rank(spec, s.tp, s.pp, vocab_padding=rules["vocab_padding"])
-        weights = split.bytes
-        explain["weights"] = split.explain
-        activations, explain["activations"] = activation_peak(spec, s, rules)
-        overhead = int(rules["cuda_context_gib"] * GiB + (rules["tp_comm_gib"] * GiB if s.tp * s.pp > 1 else 0))
-        explain["overhead"] = (
-            f"CUDA context {rules['cuda_context_gib']} GiB"
-            + (f" + communication buffers {rules['tp_comm_gib']} GiB [unverified]" if s.tp * s.pp > 1 else "")
-            + ": non-torch memory inside TRT-LLM's measured peak"
-        )
-
-        layers = common.worst_stage_layers(spec, s.pp)
-        per_token = common.kv_bytes_per_token_rank(layers, s.tp, s.kv_bytes)
-        fixed = common.kv_fixed_bytes_rank(layers, s.tp, s.kv_bytes, context, spec.dtype_bytes())
-        if any(layer.kind in WINDOWED_KINDS for layer in spec.layers):
-            warnings.append(
-                "sliding-window layers counted at their window (TRT-LLM variable-window KV cache) [unverified]"
-            )
-        if any(layer.kind in RECURRENT_KINDS for layer in spec.layers):
-            warnings.append(
-                "recurrent state counted per request; TRT-LLM's Mamba cache sizing was not read [unverified]"
-            )
-        if per_token <= 0 and fixed <= 0:
-            raise UsageError("the model has no KV cache layers hfvram can size for TensorRT-LLM")
-
-        memory = hardware.gpu.gpu_memory_bytes if hardware else 0
-        peak = weights + activations + overhead
-        pool_tokens, pool = None, 0.0
-        usable = 0
-        refuses = False
-        if hardware is not None:
-            pool = max(0.0, (memory - peak) * s.free_gpu_memory_fraction)
-            if s.max_tokens is not None and per_token > 0:
-                pool = min(pool, s.max_tokens * per_token)
-            unit = per_token if per_token > 0 else fixed
-            pool_tokens = int(pool // unit) // s.tokens_per_block * s.tokens_per_block
-            usable = int(peak + pool)
-            explain["budget"] = (
-                f"(memory {memory / GiB:.2f} GiB − peak {peak / GiB:.2f} GiB) × free_gpu_memory_fraction "
-                f"{s.free_gpu_memory_fraction} = {pool / GiB:.2f} GiB of KV → {pool_tokens} tokens "
-                f"(blocks of {s.tokens_per_block}); the other {1 - s.free_gpu_memory_fraction:.2f} stays free"
-            )
-            if memory <= peak or pool_tokens <= 0:
-                warnings.append("TensorRT-LLM's profiling peak leaves no memory for the KV cache")
-                refuses = True
-
-        blocks = math.ceil(context / s.tokens_per_block)
-        per_sequence = blocks * s.tokens_per_block * per_token + fixed
-        kv_needed = int(workload.concurrency * per_sequence)
-        explain["kv_cache"] = (
-            f"{workload.concurrency} × ({blocks} blocks × {s.tokens_per_block} tokens × "
-            f"{per_token:.0f} B"
-            + (f" + {fixed:.0f} B windowed/state" if fixed else "")
-            + f") at {s.kv_cache_dtype} on the worst rank"
-        )
-        capacity = Capacity()
-        if pool_tokens is not None:
-            concurrency = min(pool / per_sequence if per_sequence else 0.0, float(s.max_batch_size))
-            max_context = common.max_context_linear(pool, workload.concurrency, per_token, fixed, s.max_seq_len)
-            capacity = Capacity(
-                kv_tokens=pool_tokens,
-                max_concurrency=concurrency,
-                max_context=max_context // s.tokens_per_block * s.tokens_per_block,
-            )
+        settings = resolve_settings(spec, hardware, choice, workload, rules, version)
+        parts = compute(spec, hardware, settings, workload, rules)
+        warnings, explain = narrate(parts, spec, choice, workload)
+        pool = parts.pool
         per_gpu = PerGpu(
-            weights=weights,
-            kv_cache=kv_needed,
-            activations=activations,
-            overhead=overhead,
-            usable=usable,
-            memory=memory,
+            weights=parts.weights.bytes,
+            kv_cache=int(workload.concurrency * parts.per_sequence),
+            activations=parts.activations,
+            overhead=parts.overhead,
+            usable=int(parts.peak + pool.pool) if pool is not None else 0,
+            memory=pool.memory if pool is not None else 0,
         )
-        decode = None
-        active = common.active_weight_bytes(spec)
-        if hardware is not None and active is not None:
-            decode = common.decode_tokens_per_second(
-                active / s.tp + per_token * context + fixed, hardware.gpu.memory_bandwidth_gbs
-            )
-            explain["decode"] = "upper bound: bandwidth / (active weights per GPU + KV at the context), one sequence"
-        engine = {
-            "name": ENGINE,
-            "version": version,
-            "requested_version": choice.version,
-            "backend": "pytorch",
-            "gpu_util": s.free_gpu_memory_fraction,
-            "free_gpu_memory_fraction": s.free_gpu_memory_fraction,
-            "tokens_per_block": s.tokens_per_block,
-            "max_num_tokens": s.max_num_tokens,
-            "max_batch_size": s.max_batch_size,
-            "max_seq_len": s.max_seq_len,
-            "max_tokens": s.max_tokens,
-            "kv_cache_dtype": s.kv_cache_dtype,
-            "kv_bytes_per_token": per_token,
-            "peak_bytes": peak,
-            "kv_pool_bytes": int(pool) if hardware is not None else None,
-            "tp_size": s.tp,
-            "pp_size": s.pp,
-        }
         return common.finish_estimate(
             spec=spec,
             hardware=hardware,
-            engine=engine,
-            workload=replace(workload, context=context, kv_dtype=s.kv_cache_dtype),
+            engine=engine_report(parts, choice),
+            workload=replace(workload, context=parts.context, kv_dtype=settings.kv_cache_dtype),
             per_gpu=per_gpu,
-            capacity=capacity,
-            decode=decode,
+            capacity=parts.capacity,
+            decode=parts.decode,
             warnings=warnings,
             explain=explain,
-            tp=s.tp,
-            pp=s.pp,
-            force_does_not_fit=refuses,
+            tp=settings.tp,
+            pp=settings.pp,
+            force_does_not_fit=parts.refused,
         )
+
+
+def engine_report(parts: Breakdown, choice: EngineChoice) -> dict[str, object]:
+    """The settings the estimate assumed, under TensorRT-LLM's names (``Estimate.engine``)."""
+    settings, pool = parts.settings, parts.pool
+    return {
+        "name": ENGINE,
+        "version": settings.rules,
+        "requested_version": choice.version,
+        "backend": "pytorch",
+        "gpu_util": settings.free_gpu_memory_fraction,
+        "free_gpu_memory_fraction": settings.free_gpu_memory_fraction,
+        "tokens_per_block": settings.tokens_per_block,
+        "max_num_tokens": settings.max_num_tokens,
+        "max_batch_size": settings.max_batch_size,
+        "max_seq_len": settings.max_seq_len,
+        "max_tokens": settings.max_tokens,
+        "kv_cache_dtype": settings.kv_cache_dtype,
+        "kv_bytes_per_token": parts.per_token,
+        "peak_bytes": parts.peak,
+        "kv_pool_bytes": int(pool.pool) if pool is not None else None,
+        "tp_size": settings.tp,
+        "pp_size": settings.pp,
+    }
 
 
 PROFILE = TrtllmProfile()

@@ -9,23 +9,28 @@ Rules follow ``docs/engines/vllm.md`` (read in vLLM's source; section anchors in
 
 The KV pool is paged: per layer type a page of ``block_size`` tokens, per request the blocks
 ``max_memory_usage_bytes`` asks for (vllm.md#vllm-kv-specs), grouped as in ``get_kv_cache_groups`` (vllm.md#vllm-kv-groups).
+
+The profile works in three steps: :func:`resolve_settings` (vLLM's effective settings), :func:`compute`
+(a typed :class:`Breakdown`, arithmetic only) and :func:`narrate` (warnings and ``--explain`` lines written
+from the breakdown's own values, so a figure and its explanation cannot disagree).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from enum import Enum
 
 from hfvram.errors import UsageError
 from hfvram.estimate import common
-from hfvram.estimate.common import GiB
+from hfvram.estimate.common import GiB, Rules
+from hfvram.estimate.engines.base import ProfileBase
 from hfvram.estimate.types import Capacity, EngineChoice, Estimate, Hardware, PerGpu, Workload
 from hfvram.spec import RECURRENT_KINDS, Layer, LayerKind, ModelSpec
 
 ENGINE = "vllm"
-#: vLLM --dtype names -> (canonical name, bytes per element)
+#: vLLM --dtype names -> canonical name
 DTYPE_NAMES = {
     "float32": "float32",
     "float": "float32",
@@ -36,7 +41,11 @@ DTYPE_NAMES = {
     "bfloat16": "bfloat16",
     "bf16": "bfloat16",
 }
-DTYPE_BYTES = {"float32": 4.0, "float16": 2.0, "bfloat16": 2.0}
+
+
+def dtype_bytes_of(dtype: str) -> float:
+    """Bytes per element of a canonical vLLM compute dtype (the shared KV dtype table)."""
+    return common.kv_dtype_bytes(dtype)
 
 
 @dataclass(frozen=True)
@@ -69,7 +78,90 @@ class Settings:
 
     @property
     def dtype_bytes(self) -> float:
-        return DTYPE_BYTES[self.dtype]
+        return dtype_bytes_of(self.dtype)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Cache kinds (vLLM ``vllm/v1/kv_cache_interface.py``: one KVCacheSpec per layer type)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class KVCacheSpec:
+    """One layer type's paged cache on one rank: tokens per block and bytes per page (one block, one layer)."""
+
+    block_size: int
+    page_size_bytes: int
+
+    def blocks_needed(self, context: int, max_num_batched_tokens: int) -> int:
+        """Blocks one request of ``context`` tokens holds (vLLM ``max_memory_usage_bytes`` / page, docs/engines/vllm.md#vllm-kv-specs)."""
+        return _cdiv(context, self.block_size)
+
+    def max_memory_usage_bytes(self, context: int, max_num_batched_tokens: int) -> int:
+        return self.blocks_needed(context, max_num_batched_tokens) * self.page_size_bytes
+
+
+@dataclass(frozen=True)
+class FullAttentionSpec(KVCacheSpec):
+    """Every token of the request: ``cdiv(context, block_size)`` blocks."""
+
+
+@dataclass(frozen=True)
+class MLAAttentionSpec(FullAttentionSpec):
+    """One compressed latent per token, the same on every TP rank; paged like full attention."""
+
+
+@dataclass(frozen=True)
+class SlidingWindowSpec(KVCacheSpec):
+    """The last ``sliding_window − 1`` tokens plus one prefill chunk, and one block for the boundary."""
+
+    sliding_window: int = 0
+
+    def blocks_needed(self, context: int, max_num_batched_tokens: int) -> int:
+        tokens = min(self.sliding_window - 1 + max_num_batched_tokens, context)
+        return _cdiv(tokens, self.block_size) + 1
+
+
+@dataclass(frozen=True)
+class ChunkedLocalAttentionSpec(KVCacheSpec):
+    """The current chunk of ``attention_chunk_size`` tokens plus one prefill chunk (Llama-4 local layers)."""
+
+    attention_chunk_size: int = 0
+
+    def blocks_needed(self, context: int, max_num_batched_tokens: int) -> int:
+        return _cdiv(min(self.attention_chunk_size + max_num_batched_tokens, context), self.block_size)
+
+
+@dataclass(frozen=True)
+class MambaSpec(KVCacheSpec):
+    """A recurrent state: one page per request, whatever its length (mamba_cache_mode "none")."""
+
+    def blocks_needed(self, context: int, max_num_batched_tokens: int) -> int:
+        return 1
+
+
+def cache_spec(kind: LayerKind, block_size: int, page_size_bytes: int, window: int | None = None) -> KVCacheSpec:
+    """The cache spec vLLM gives a layer of ``kind`` (``window``: its sliding window or attention chunk)."""
+    if kind is LayerKind.SLIDING:
+        return SlidingWindowSpec(block_size, page_size_bytes, sliding_window=window or 0)
+    if kind is LayerKind.CHUNKED:
+        return ChunkedLocalAttentionSpec(block_size, page_size_bytes, attention_chunk_size=window or 0)
+    if kind is LayerKind.MLA:
+        return MLAAttentionSpec(block_size, page_size_bytes)
+    if kind is LayerKind.FULL:
+        return FullAttentionSpec(block_size, page_size_bytes)
+    return MambaSpec(block_size, page_size_bytes)
+
+
+def _blocks_for(kind: str, block: int, context: int, window: int | None, batched: int) -> int:
+    """Blocks of one layer group for one request, for a layer kind given by name (``LayerKind`` values;
+    any other name is a recurrent state)."""
+    layer_kind = next((member for member in LayerKind if member.value == kind), LayerKind.MAMBA)
+    return cache_spec(layer_kind, block, 0, window).blocks_needed(context, batched)
 
 
 @dataclass(frozen=True)
@@ -80,16 +172,13 @@ class KVGroupLayout:
     group_size: int  # layers sharing one block table
     num_groups: int
     min_block_size: int
-    #: per-group (kind, block_size_tokens, count_of_groups) to compute blocks per request
-    groups: tuple[tuple[str, int, int, int | None], ...]  # (kind, block tokens, groups of it, window)
+    #: (cache spec, number of groups of it)
+    groups: tuple[tuple[KVCacheSpec, int], ...]
     max_num_batched_tokens: int
 
     def blocks_per_request(self, context: int) -> int:
         """Σ over groups of ``cdiv(max_memory_usage_bytes, page)`` for a request of ``context`` tokens."""
-        total = 0
-        for kind, block, count, window in self.groups:
-            total += count * _blocks_for(kind, block, context, window, self.max_num_batched_tokens)
-        return total
+        return sum(count * spec.blocks_needed(context, self.max_num_batched_tokens) for spec, count in self.groups)
 
     def num_blocks(self, pool_bytes: float) -> int:
         if self.page_bytes <= 0 or self.group_size <= 0:
@@ -101,197 +190,199 @@ class KVGroupLayout:
         return blocks * self.page_bytes * self.group_size
 
 
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def _blocks_for(kind: str, block: int, context: int, window: int | None, batched: int) -> int:
-    """Blocks of one layer group for one request (``max_memory_usage_bytes`` / page, vllm.md#vllm-kv-specs)."""
-    if kind in (LayerKind.FULL.value, LayerKind.MLA.value):
-        return _cdiv(context, block)
-    if kind == LayerKind.SLIDING.value:
-        return _cdiv(min((window or 0) - 1 + batched, context), block) + 1
-    if kind == LayerKind.CHUNKED.value:
-        return _cdiv(min((window or 0) + batched, context), block)
-    return 1  # recurrent state: one page per request (mamba_cache_mode "none")
-
-
+# ---------------------------------------------------------------------------------------------------------
+# The breakdown: every figure and the rule values it came from
 # ---------------------------------------------------------------------------------------------------------
 
 
-class VllmProfile:
+@dataclass(frozen=True)
+class WeightsTerm:
+    """ "Model loading took X GiB" on the worst rank, with what changed it from the checkpoint's bytes."""
+
+    bytes: int
+    split_explain: str
+    notes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ActivationTerm:
+    """The torch peak of ``profile_run``: max(sampler, forward) + fused-MoE workspace (docs/engines/vllm.md#vllm-activations)."""
+
+    sampler_bytes_per_logit: float
+    sampler_rows: int  # min(max_num_seqs, max_num_batched_tokens)
+    vocab: int
+    forward_tokens: int  # max_num_batched_tokens
+    sampler: float
+    forward: float
+    workspace: float
+
+    @property
+    def bytes(self) -> int:
+        return int(max(self.sampler, self.forward) + self.workspace)
+
+
+@dataclass(frozen=True)
+class OverheadTerm:
+    """Non-torch memory and CUDA graphs inside the budget; CUDA context (+ graphs before v0.21) outside."""
+
+    non_torch: int
+    cudagraphs: int
+    cuda_context: int
+    cudagraph_in_budget: bool
+
+    @property
+    def in_budget(self) -> int:
+        return self.non_torch + (self.cudagraphs if self.cudagraph_in_budget else 0)
+
+    @property
+    def outside_budget(self) -> int:
+        return self.cuda_context + (0 if self.cudagraph_in_budget else self.cudagraphs)
+
+
+class BudgetMode(Enum):
+    KV_CACHE_MEMORY_BYTES = "kv-cache-memory-bytes sets the KV pool"
+    UTILIZATION = "gpu_memory_utilization of the device"
+    NONE = "no hardware given"
+
+
+@dataclass(frozen=True)
+class BudgetTerm:
+    """What vLLM may use on one GPU and the KV pool it leaves, and how the budget was set."""
+
+    mode: BudgetMode
+    memory: int
+    budget: float
+    pool: float
+
+
+#: why start-up fails (or may fail) in the memory outside the budget
+class OutsideTrouble(Enum):
+    CUDA_CONTEXT = "the CUDA context does not fit"  # start-up fails
+    CUDA_GRAPHS = "the CUDA graphs captured after the KV cache do not fit"  # start-up fails
+    SAMPLER_WARM_UP = "the sampler warm-up after start-up may not fit"  # a warning only
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """Every term of the estimate on the worst GPU, before any text is written."""
+
+    settings: Settings
+    context: int
+    weights: WeightsTerm
+    activations: ActivationTerm
+    overhead: OverheadTerm
+    budget: BudgetTerm
+    layout: KVGroupLayout
+    blocks_per_request: int
+    kv_needed: int
+    capacity: Capacity
+    #: blocks one max_model_len request needs, the blocks the pool holds and the longest single request
+    blocks_at_max: int
+    num_blocks: int
+    longest_single: int
+    #: the pool was sized (hardware or kv-cache-memory-bytes given)
+    sized: bool
+    #: kv-cache-memory-bytes asks for more than the GPU has left
+    kv_bytes_too_large: bool
+    #: the first trouble outside the budget, or None
+    outside_trouble: OutsideTrouble | None
+    hybrid_moe_graphs: bool
+    #: a decode bound was worked out (hardware and active weights known; it is None without a bandwidth)
+    decode_modelled: bool
+    decode: float | None
+
+    @property
+    def pool_empty(self) -> bool:
+        return self.sized and self.budget.pool <= 0
+
+    @property
+    def one_request_short(self) -> bool:
+        return (
+            self.sized and not self.pool_empty and self.layout.page_bytes > 0 and self.blocks_at_max > self.num_blocks
+        )
+
+    @property
+    def refused(self) -> bool:
+        """vLLM does not start (the verdict is does_not_fit whatever the sum says)."""
+        return (
+            self.pool_empty
+            or self.one_request_short
+            or self.kv_bytes_too_large
+            or self.outside_trouble in (OutsideTrouble.CUDA_CONTEXT, OutsideTrouble.CUDA_GRAPHS)
+        )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The profile: settings -> breakdown -> narration
+# ---------------------------------------------------------------------------------------------------------
+
+
+class VllmProfile(ProfileBase):
     name = ENGINE
-
-    def __init__(self) -> None:
-        data = common.load_engine_data(ENGINE)
-        self.data: Mapping[str, Any] = data
-        self.rule_versions: tuple[str, ...] = tuple(sorted(data.get("versions", {}), key=common.version_key))
-
-    # ---- entry point --------------------------------------------------------------------------------
 
     def estimate(
         self, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload
     ) -> Estimate:
-        rules_version, rules = common.engine_rules(ENGINE, choice.version)
-        warnings: list[str] = []
-        explain: dict[str, str] = {}
+        rules_version, rules = self.rules(choice.version)
         common.require_weights(spec)
-        settings = resolve_settings(spec, hardware, choice, workload, rules, rules_version, warnings)
-        tp, pp = settings.tensor_parallel_size, settings.pipeline_parallel_size
-        context = workload.context or settings.max_model_len
-        resolved_workload = replace(workload, context=context, kv_dtype=settings.kv_cache_dtype)
-
-        weights = weights_per_gpu(spec, settings, rules, warnings, explain)
-        activations = activation_peak(spec, settings, rules, explain)
-        non_torch = non_torch_bytes(tp, pp, rules)
-        cudagraphs = cudagraph_bytes(spec, settings, rules)
-        if cudagraphs and any(layer.kind in RECURRENT_KINDS for layer in spec.layers) and spec.num_experts:
-            warnings.append(
-                "hybrid linear-attention MoE: vLLM's CUDA-graph and buffer memory for this class is fitted on one "
-                "dense hybrid (article 003) and came out 34 % below the one MoE hybrid measured (Qwen3.6-35B-A3B: "
-                "13.3 GB overhead on 2 × RTX 4090); the KV pool may be several GiB smaller than shown"
-            )
-        context_bytes = int(rules["cuda_context_gib"] * GiB)
-        overhead_in_budget = non_torch + (cudagraphs if settings.cudagraph_in_budget else 0)
-        outside_budget = context_bytes + (0 if settings.cudagraph_in_budget else cudagraphs)
-        explain["overhead"] = (
-            f"non-torch memory {non_torch / GiB:.2f} GiB (TP={tp})"
-            + (
-                f" + CUDA graphs {cudagraphs / GiB:.2f} GiB (deducted from the budget since v0.21)"
-                if settings.cudagraph_in_budget
-                else ""
-            )
-            + f"; outside the budget: CUDA context + NCCL {context_bytes / GiB:.2f} GiB"
-            + ("" if settings.cudagraph_in_budget else f" + CUDA graphs {cudagraphs / GiB:.2f} GiB (before v0.21)")
-        )
-
-        layout = kv_layout(spec, settings)
-        memory = hardware.gpu.gpu_memory_bytes if hardware else 0
-        failure_kv_bytes = False
-        if settings.kv_cache_memory_bytes is not None:
-            pool = float(settings.kv_cache_memory_bytes)
-            budget = weights + activations + overhead_in_budget + settings.kv_cache_memory_bytes
-            explain["budget"] = "kv-cache-memory-bytes set: the KV pool is that size, utilization ignored"
-            if hardware is not None and budget + outside_budget > memory:
-                warnings.append(
-                    f"kv-cache-memory-bytes asks for {settings.kv_cache_memory_bytes / GiB:.2f} GiB of KV cache but "
-                    f"weights, activations and overhead leave only {(memory - outside_budget - budget + pool) / GiB:.2f} GiB "
-                    "on this GPU: the KV cache allocation runs out of memory"
-                )
-                failure_kv_bytes = True
-        elif hardware is not None:
-            budget = math.ceil(memory * settings.gpu_memory_utilization)
-            pool = budget - weights - activations - overhead_in_budget
-            explain["budget"] = (
-                f"ceil({memory / GiB:.2f} GiB × gpu_memory_utilization {settings.gpu_memory_utilization}) = "
-                f"{budget / GiB:.2f} GiB per GPU; KV pool = budget − weights − activations − overhead"
-                + (
-                    f" = {pool / GiB:.2f} GiB"
-                    if pool >= 0
-                    else f": none, short by {-pool / GiB:.2f} GiB (the three exceed the budget)"
-                )
-            )
-        else:
-            budget, pool = 0, 0.0
-
-        blocks_per_request = layout.blocks_per_request(context)
-        kv_needed = int(layout.bytes_for(blocks_per_request * workload.concurrency))
-        explain["kv_cache"] = (
-            f"{workload.concurrency} × {blocks_per_request} blocks of {layout.page_bytes} B × {layout.group_size} "
-            f"layers (block_size {layout.min_block_size}, {settings.kv_cache_dtype}, {layout.num_groups} groups) "
-            f"for {context} tokens per request on the worst rank"
-        )
-        capacity, failure = kv_capacity(layout, pool, settings, context, workload.concurrency, spec, hardware)
-        if layout.page_bytes <= 0:
-            warnings.append("the model keeps no per-sequence KV cache: concurrency is not bounded by a KV pool")
-        if failure:
-            warnings.append(failure)
-        if failure_kv_bytes:
-            failure = failure or "kv-cache-memory-bytes"
-        if hardware is not None and settings.kv_cache_memory_bytes is None:
-            left = memory - budget
-            if context_bytes > left:
-                warnings.append(
-                    f"vLLM needs ~{context_bytes / GiB:.2f} GiB per GPU outside its budget (CUDA context, NCCL) but "
-                    f"gpu_memory_utilization={settings.gpu_memory_utilization} leaves {left / GiB:.2f} GiB: start-up fails "
-                    "with 'Free memory on device … is less than desired GPU memory utilization'"
-                )
-                failure = failure or "outside-budget"
-            elif outside_budget > left:
-                warnings.append(
-                    f"CUDA graphs ({cudagraphs / GiB:.2f} GiB) are captured after the KV cache fills the budget, in the "
-                    f"{left / GiB:.2f} GiB gpu_memory_utilization leaves (minus {context_bytes / GiB:.2f} GiB CUDA "
-                    "context): start-up runs out of memory while capturing them; lower gpu-memory-utilization or "
-                    "set enforce-eager"
-                )
-                failure = failure or "outside-budget"
-            elif outside_budget + activations > left:
-                # gt-0085/0086: the sampler is warmed up again after the KV cache is allocated
-                warnings.append(
-                    f"after start-up vLLM warms up the sampler with {settings.max_num_seqs} dummy requests outside its "
-                    f"budget (~{activations / GiB:.2f} GiB on top of {outside_budget / GiB:.2f} GiB, "
-                    f"{left / GiB:.2f} GiB left): this can run out of memory; a lower gpu-memory-utilization or "
-                    "max-num-seqs is safer"
-                )
-
+        notes: list[str] = []
+        settings = resolve_settings(spec, hardware, choice, workload, rules, rules_version, notes)
+        parts = compute(spec, hardware, settings, workload, rules)
+        warnings, explain = narrate(parts, spec, workload, self.first_version_with("cudagraph_in_budget", True))
         per_gpu = PerGpu(
-            weights=weights,
-            kv_cache=kv_needed,
-            activations=activations,
-            overhead=overhead_in_budget,
-            usable=int(budget) if hardware is not None or settings.kv_cache_memory_bytes is not None else 0,
-            memory=memory,
+            weights=parts.weights.bytes,
+            kv_cache=parts.kv_needed,
+            activations=parts.activations.bytes,
+            overhead=parts.overhead.in_budget,
+            usable=int(parts.budget.budget) if parts.sized else 0,
+            memory=parts.budget.memory,
         )
-        explain["verdict"] = (
-            "total = what the workload needs (weights + KV for context × concurrency + activations + overhead "
-            "inside the budget) against usable = vLLM's budget; the KV pool vLLM allocates is the whole rest"
-        )
-        active = common.active_weight_bytes(spec)
-        decode = None
-        if hardware is not None and active is not None:
-            kv_read = layout.bytes_for(blocks_per_request)
-            decode = common.decode_tokens_per_second(active / tp + kv_read, hardware.gpu.memory_bandwidth_gbs)
-            explain["decode"] = (
-                "upper bound: memory bandwidth / (active weights per GPU + KV at the context), one sequence; "
-                "compute, communication and scheduling ignored"
-            )
-        engine = {
-            "name": ENGINE,
-            "version": rules_version,
-            "requested_version": choice.version,
-            "gpu_util": settings.gpu_memory_utilization,
-            "max_model_len": settings.max_model_len,
-            "max_num_batched_tokens": settings.max_num_batched_tokens,
-            "max_num_seqs": settings.max_num_seqs,
-            "kv_cache_dtype": settings.kv_cache_dtype,
-            "block_size": layout.min_block_size,
-            "enforce_eager": settings.enforce_eager,
-            "enable_prefix_caching": settings.enable_prefix_caching,
-            "cudagraph_bytes": cudagraphs,
-            "cudagraph_in_budget": settings.cudagraph_in_budget,
-            "outside_budget_bytes": outside_budget,
-            "kv_pool_bytes": int(max(0.0, pool)) if (hardware is not None or settings.kv_cache_memory_bytes) else None,
-            "tensor_parallel_size": tp,
-            "pipeline_parallel_size": pp,
-        }
         return common.finish_estimate(
             spec=spec,
             hardware=hardware,
-            engine=engine,
-            workload=resolved_workload,
+            engine=engine_report(parts, choice, rules_version, hardware),
+            workload=replace(workload, context=parts.context, kv_dtype=settings.kv_cache_dtype),
             per_gpu=per_gpu,
-            capacity=capacity,
-            decode=decode,
-            warnings=warnings,
+            capacity=parts.capacity,
+            decode=parts.decode,
+            warnings=[*notes, *warnings],
             explain=explain,
-            tp=tp,
-            pp=pp,
-            force_does_not_fit=bool(failure),
+            tp=settings.tensor_parallel_size,
+            pp=settings.pipeline_parallel_size,
+            force_does_not_fit=parts.refused,
         )
 
 
+def engine_report(
+    parts: Breakdown, choice: EngineChoice, rules_version: str, hardware: Hardware | None
+) -> dict[str, object]:
+    """The settings the estimate assumed, under vLLM's names (``Estimate.engine``)."""
+    settings = parts.settings
+    return {
+        "name": ENGINE,
+        "version": rules_version,
+        "requested_version": choice.version,
+        "gpu_util": settings.gpu_memory_utilization,
+        "max_model_len": settings.max_model_len,
+        "max_num_batched_tokens": settings.max_num_batched_tokens,
+        "max_num_seqs": settings.max_num_seqs,
+        "kv_cache_dtype": settings.kv_cache_dtype,
+        "block_size": parts.layout.min_block_size,
+        "enforce_eager": settings.enforce_eager,
+        "enable_prefix_caching": settings.enable_prefix_caching,
+        "cudagraph_bytes": parts.overhead.cudagraphs,
+        "cudagraph_in_budget": settings.cudagraph_in_budget,
+        "outside_budget_bytes": parts.overhead.outside_budget,
+        "kv_pool_bytes": int(max(0.0, parts.budget.pool))
+        if (hardware is not None or settings.kv_cache_memory_bytes)
+        else None,
+        "tensor_parallel_size": settings.tensor_parallel_size,
+        "pipeline_parallel_size": settings.pipeline_parallel_size,
+    }
+
+
 # ---------------------------------------------------------------------------------------------------------
-# Settings
+# Step 1: settings
 # ---------------------------------------------------------------------------------------------------------
 
 
@@ -300,7 +391,7 @@ def resolve_settings(
     hardware: Hardware | None,
     choice: EngineChoice,
     workload: Workload,
-    rules: Mapping[str, Any],
+    rules: Rules,
     rules_version: str,
     warnings: list[str],
 ) -> Settings:
@@ -311,9 +402,49 @@ def resolve_settings(
     util = util if util is not None else float(rules["gpu_memory_utilization"])
     if not 0 < util <= 1:
         raise UsageError(f"gpu-memory-utilization must be in (0, 1], got {util}")
-
-    model_max = spec.max_position_embeddings
     set_len = common.setting_int(choice, "max-model-len")
+    max_model_len = resolve_max_model_len(spec, workload, set_len, rules, warnings)
+    batched, max_num_seqs = resolve_batch(hardware, choice, rules, max_model_len)
+    dtype = load_dtype(spec, common.setting(choice, "dtype"))
+    quant_setting = (common.setting(choice, "quantization", "q") or "").strip().lower()
+    online = quant_setting if quant_setting not in ("", "none", "auto") and spec.quantization is None else None
+    kv_name = (
+        workload.kv_dtype
+        if workload.kv_dtype not in ("", "auto")
+        else (common.setting(choice, "kv-cache-dtype") or "auto")
+    )
+    has_mla = any(layer.kind is LayerKind.MLA for layer in spec.layers)
+    block_default = int(rules["block_size_mla"] if has_mla else rules["block_size"])
+    kv_mem = common.setting(choice, "kv-cache-memory-bytes")
+    return Settings(
+        rules=rules_version,
+        gpu_memory_utilization=util,
+        tensor_parallel_size=tp,
+        pipeline_parallel_size=pp,
+        max_model_len=max_model_len,
+        max_num_batched_tokens=batched,
+        max_num_seqs=max_num_seqs,
+        kv_cache_dtype=common.canonical_kv_dtype(kv_name, dtype),
+        kv_bytes=common.kv_dtype_bytes(kv_name, dtype_bytes_of(dtype)),
+        block_size=common.setting_int(choice, "block-size", default=block_default) or block_default,
+        enforce_eager=common.setting_bool(choice, "enforce-eager"),
+        enable_prefix_caching=common.setting_bool(choice, "enable-prefix-caching"),
+        kv_cache_memory_bytes=_parse_bytes(kv_mem) if kv_mem else None,
+        cpu_offload_gb=common.setting_float(choice, "cpu-offload-gb", default=0.0) or 0.0,
+        cudagraph_in_budget=bool(rules["cudagraph_in_budget"]),
+        kv_tokens_formula=str(rules["kv_tokens_formula"]),
+        dtype=dtype,
+        online_quantization=online,
+        context_cap=max_model_len if set_len else max(max_model_len, spec.max_position_embeddings or 0),
+    )
+
+
+def resolve_max_model_len(
+    spec: ModelSpec, workload: Workload, set_len: int | None, rules: Rules, warnings: list[str]
+) -> int:
+    """max-model-len when set, else the requested context, else the model's maximum (else the TOML's
+    fallback), with vLLM's refusals of a length it cannot serve as warnings."""
+    model_max = spec.max_position_embeddings
     if set_len is not None and set_len > 0:
         max_model_len = set_len
         if workload.context and workload.context > set_len:
@@ -323,18 +454,33 @@ def resolve_settings(
     elif model_max:
         max_model_len = model_max
     else:
-        max_model_len = 8192
-        warnings.append("the config states no max_position_embeddings; assumed max_model_len 8192 (set --context)")
+        max_model_len = int(rules["fallback_max_model_len"])
+        warnings.append(
+            f"the config states no max_position_embeddings; assumed max_model_len {max_model_len} (set --context)"
+        )
     if model_max and max_model_len > model_max:
         warnings.append(
             f"max_model_len {max_model_len} is above the model's max_position_embeddings {model_max}: vLLM refuses "
             "it unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 (or rope scaling allows it)"
         )
+    return max_model_len
 
-    large = hardware is None or (
-        hardware.gpu.gpu_memory_bytes >= float(rules["large_gpu_min_gib"]) * GiB
-        and "a100" not in (hardware.gpu.id + hardware.gpu.name).lower()
+
+def is_large_gpu(hardware: Hardware | None, rules: Rules) -> bool:
+    """The OpenAI server's GPU class (docs/engines/vllm.md#vllm-activations): at least ``large_gpu_min_gib`` and not named like one of
+    ``small_gpu_names`` (the A100s keep the small defaults); no hardware counts as large."""
+    if hardware is None:
+        return True
+    label = (hardware.gpu.id + hardware.gpu.name).lower()
+    return hardware.gpu.gpu_memory_bytes >= float(rules["large_gpu_min_gib"]) * GiB and not any(
+        str(name) in label for name in rules["small_gpu_names"]
     )
+
+
+def resolve_batch(hardware: Hardware | None, choice: EngineChoice, rules: Rules, max_model_len: int) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs): the user's, else the GPU class defaults; without chunked
+    prefill a whole max_model_len prompt is one batch."""
+    large = is_large_gpu(hardware, rules)
     default_batched = int(rules["large_gpu_max_num_batched_tokens" if large else "small_gpu_max_num_batched_tokens"])
     default_seqs = int(rules["large_gpu_max_num_seqs" if large else "small_gpu_max_num_seqs"])
     max_num_seqs = common.setting_int(choice, "max-num-seqs", default=default_seqs) or default_seqs
@@ -343,45 +489,7 @@ def resolve_settings(
     if batched is None:
         batched = default_batched if chunked else max(max_model_len, default_batched)
         batched = min(max_num_seqs * max_model_len, batched)
-    max_num_seqs = min(max_num_seqs, batched)
-
-    dtype = load_dtype(spec, common.setting(choice, "dtype"))
-    quant_setting = (common.setting(choice, "quantization", "q") or "").strip().lower()
-    online = quant_setting if quant_setting not in ("", "none", "auto") and spec.quantization is None else None
-    kv_name = (
-        workload.kv_dtype
-        if workload.kv_dtype not in ("", "auto")
-        else (common.setting(choice, "kv-cache-dtype") or "auto")
-    )
-    kv_bytes = common.kv_dtype_bytes(kv_name, DTYPE_BYTES[dtype])
-    kv_label = common.canonical_kv_dtype(kv_name, dtype)
-
-    has_mla = any(layer.kind is LayerKind.MLA for layer in spec.layers)
-    block_default = int(rules["block_size_mla"] if has_mla else rules["block_size"])
-    block_size = common.setting_int(choice, "block-size", default=block_default) or block_default
-    kv_mem = common.setting(choice, "kv-cache-memory-bytes")
-    kv_cache_memory_bytes = _parse_bytes(kv_mem) if kv_mem else None
-    return Settings(
-        rules=rules_version,
-        gpu_memory_utilization=util,
-        tensor_parallel_size=tp,
-        pipeline_parallel_size=pp,
-        max_model_len=max_model_len,
-        max_num_batched_tokens=batched,
-        max_num_seqs=max_num_seqs,
-        kv_cache_dtype=kv_label,
-        kv_bytes=kv_bytes,
-        block_size=block_size,
-        enforce_eager=common.setting_bool(choice, "enforce-eager"),
-        enable_prefix_caching=common.setting_bool(choice, "enable-prefix-caching"),
-        kv_cache_memory_bytes=kv_cache_memory_bytes,
-        cpu_offload_gb=common.setting_float(choice, "cpu-offload-gb", default=0.0) or 0.0,
-        cudagraph_in_budget=bool(rules["cudagraph_in_budget"]),
-        kv_tokens_formula=str(rules["kv_tokens_formula"]),
-        dtype=dtype,
-        online_quantization=online,
-        context_cap=max_model_len if set_len else max(max_model_len, model_max or 0),
-    )
+    return batched, min(max_num_seqs, batched)
 
 
 def load_dtype(spec: ModelSpec, requested: str | None) -> str:
@@ -409,13 +517,102 @@ def _parse_bytes(text: str) -> int:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# The terms
+# Step 2: the breakdown (arithmetic only)
 # ---------------------------------------------------------------------------------------------------------
 
 
-def weights_per_gpu(
-    spec: ModelSpec, settings: Settings, rules: Mapping[str, Any], warnings: list[str], explain: dict[str, str]
-) -> int:
+def compute(
+    spec: ModelSpec, hardware: Hardware | None, settings: Settings, workload: Workload, rules: Rules
+) -> Breakdown:
+    """Every term on the worst GPU for ``settings``: weights, activations, overhead, budget, KV pool and what
+    the workload takes of it, start-up checks and the decode bound."""
+    context = workload.context or settings.max_model_len
+    weights = weights_per_gpu(spec, settings, rules)
+    activations = activation_peak(spec, settings, rules)
+    overhead = OverheadTerm(
+        non_torch=non_torch_bytes(settings.tensor_parallel_size, settings.pipeline_parallel_size, rules),
+        cudagraphs=cudagraph_bytes(spec, settings, rules),
+        cuda_context=int(rules["cuda_context_gib"] * GiB),
+        cudagraph_in_budget=settings.cudagraph_in_budget,
+    )
+    budget = budget_term(hardware, settings, weights.bytes + activations.bytes + overhead.in_budget)
+    layout = kv_layout(spec, settings)
+    blocks_per_request = layout.blocks_per_request(context)
+    sized = hardware is not None or settings.kv_cache_memory_bytes is not None
+    num_blocks = layout.num_blocks(budget.pool)
+    blocks_at_max = layout.blocks_per_request(settings.max_model_len)
+    short = sized and budget.pool > 0 and layout.page_bytes > 0 and blocks_at_max > num_blocks
+    return Breakdown(
+        settings=settings,
+        context=context,
+        weights=weights,
+        activations=activations,
+        overhead=overhead,
+        budget=budget,
+        layout=layout,
+        blocks_per_request=blocks_per_request,
+        kv_needed=int(layout.bytes_for(blocks_per_request * workload.concurrency)),
+        capacity=kv_capacity(layout, budget.pool, settings, context, workload.concurrency, sized),
+        blocks_at_max=blocks_at_max,
+        num_blocks=num_blocks,
+        longest_single=_longest_context(layout, num_blocks, 1, settings.max_model_len) if short else 0,
+        sized=sized,
+        kv_bytes_too_large=(
+            hardware is not None
+            and budget.mode is BudgetMode.KV_CACHE_MEMORY_BYTES
+            and budget.budget + overhead.outside_budget > budget.memory
+        ),
+        outside_trouble=outside_budget_trouble(budget, overhead, activations.bytes, hardware, settings),
+        hybrid_moe_graphs=bool(
+            overhead.cudagraphs and any(layer.kind in RECURRENT_KINDS for layer in spec.layers) and spec.num_experts
+        ),
+        decode_modelled=hardware is not None and common.active_weight_bytes(spec) is not None,
+        decode=decode_bound(spec, hardware, layout, blocks_per_request, settings.tensor_parallel_size),
+    )
+
+
+def budget_term(hardware: Hardware | None, settings: Settings, deducted: int) -> BudgetTerm:
+    """The budget and the KV pool: kv-cache-memory-bytes sets the pool (the budget is then what it adds up
+    to); else ``ceil(memory × gpu_memory_utilization)`` less weights, activations and in-budget overhead."""
+    memory = hardware.gpu.gpu_memory_bytes if hardware else 0
+    if settings.kv_cache_memory_bytes is not None:
+        pool = settings.kv_cache_memory_bytes
+        return BudgetTerm(BudgetMode.KV_CACHE_MEMORY_BYTES, memory, deducted + pool, float(pool))
+    if hardware is not None:
+        budget = math.ceil(memory * settings.gpu_memory_utilization)
+        return BudgetTerm(BudgetMode.UTILIZATION, memory, budget, budget - deducted)
+    return BudgetTerm(BudgetMode.NONE, memory, 0, 0.0)
+
+
+def outside_budget_trouble(
+    budget: BudgetTerm, overhead: OverheadTerm, activations: int, hardware: Hardware | None, settings: Settings
+) -> OutsideTrouble | None:
+    """What does not fit in the memory gpu_memory_utilization leaves outside the budget: the CUDA context,
+    the CUDA graphs captured there (before v0.21), or the sampler warm-up after start-up (gt-0085/0086)."""
+    if hardware is None or budget.mode is not BudgetMode.UTILIZATION:
+        return None
+    left = budget.memory - budget.budget
+    if overhead.cuda_context > left:
+        return OutsideTrouble.CUDA_CONTEXT
+    if overhead.outside_budget > left:
+        return OutsideTrouble.CUDA_GRAPHS
+    if overhead.outside_budget + activations > left:
+        return OutsideTrouble.SAMPLER_WARM_UP
+    return None
+
+
+def decode_bound(
+    spec: ModelSpec, hardware: Hardware | None, layout: KVGroupLayout, blocks_per_request: int, tp: int
+) -> float | None:
+    """Bandwidth / (active weights per GPU + one request's KV blocks); None without hardware or weights."""
+    active = common.active_weight_bytes(spec)
+    if hardware is None or active is None:
+        return None
+    kv_read = layout.bytes_for(blocks_per_request)
+    return common.decode_tokens_per_second(active / tp + kv_read, hardware.gpu.memory_bandwidth_gbs)
+
+
+def weights_per_gpu(spec: ModelSpec, settings: Settings, rules: Rules) -> WeightsTerm:
     """ "Model loading took X GiB" on the worst rank (vllm.md#vllm-weights): TP/PP split, vocab padding, MXFP4 padding,
     float32 checkpoints loaded as bfloat16, minus ``cpu-offload-gb``."""
     scale: dict[str, float] = {}
@@ -443,27 +640,27 @@ def weights_per_gpu(
     )
     weights = split.bytes
     if settings.cpu_offload_gb:
-        offload = int(settings.cpu_offload_gb * GiB)
-        weights = max(0, weights - offload)
+        weights = max(0, weights - int(settings.cpu_offload_gb * GiB))
         notes.append(f"cpu-offload-gb {settings.cpu_offload_gb} moved to host memory")
-    explain["weights"] = split.explain + ("; " + "; ".join(notes) if notes else "")
-    return weights
+    return WeightsTerm(bytes=weights, split_explain=split.explain, notes=tuple(notes))
 
 
-def activation_peak(spec: ModelSpec, settings: Settings, rules: Mapping[str, Any], explain: dict[str, str]) -> int:
+def activation_peak(spec: ModelSpec, settings: Settings, rules: Rules) -> ActivationTerm:
     """Torch peak during ``profile_run`` (vllm.md#vllm-activations), the same on every rank:
 
     max(sampler, forward) + fused-MoE workspace, where
-    sampler = 15.3 B × min(max_num_seqs, max_num_batched_tokens) × vocab (logits gathered on every rank),
-    forward = max_num_batched_tokens × (6 × ffn per rank + 9 × hidden) (ffn: one expert's width for a MoE),
-    workspace = max_num_batched_tokens × experts_per_token × (2 × moe_ffn per rank + hidden) × 2 B."""
+    sampler = sampler_bytes_per_logit × min(max_num_seqs, max_num_batched_tokens) × vocab (logits gathered
+    on every rank), forward = max_num_batched_tokens × (forward_bytes_per_ffn × ffn per rank +
+    forward_bytes_per_hidden × hidden) (ffn: one expert's width for a MoE), workspace =
+    max_num_batched_tokens × experts_per_token × (2 × moe_ffn per rank + hidden) × moe_workspace_bytes_per_elem."""
     tp = settings.tensor_parallel_size
     batched = settings.max_num_batched_tokens
     seqs = min(settings.max_num_seqs, batched)
     vocab = spec.vocab_size or 0
     hidden = spec.hidden_size or 0
-    sampler = float(rules["sampler_bytes_per_logit"]) * seqs * vocab
-    is_moe = bool(spec.num_experts and spec.num_experts > 1 and spec.experts_per_token)
+    per_logit = float(rules["sampler_bytes_per_logit"])
+    experts_per_token = spec.experts_per_token or 0
+    is_moe = bool(spec.num_experts and spec.num_experts > 1 and experts_per_token)
     moe_ffn = spec.moe_intermediate_size or spec.intermediate_size or 0
     ffn = moe_ffn if is_moe else (spec.intermediate_size or 4 * hidden)
     forward = batched * (
@@ -472,22 +669,20 @@ def activation_peak(spec: ModelSpec, settings: Settings, rules: Mapping[str, Any
     workspace = 0.0
     quant = (spec.quantization.method if spec.quantization else "").lower()
     if is_moe and quant not in rules["moe_workspace_exempt_quantizations"]:
-        workspace = (
-            batched
-            * spec.experts_per_token
-            * (2 * moe_ffn / tp + hidden)
-            * float(rules["moe_workspace_bytes_per_elem"])
-        )
-    explain["activations"] = (
-        f"max(sampler 15.3 B × {seqs} seqs × vocab {vocab} = {sampler / GiB:.2f} GiB, forward {batched} tokens "
-        f"= {forward / GiB:.2f} GiB)"
-        + (f" + fused-MoE workspace {workspace / GiB:.2f} GiB" if workspace else "")
-        + (" — multimodal encoder profiling not modelled" if spec.multimodal else "")
+        per_elem = float(rules["moe_workspace_bytes_per_elem"])
+        workspace = batched * experts_per_token * (2 * moe_ffn / tp + hidden) * per_elem
+    return ActivationTerm(
+        sampler_bytes_per_logit=per_logit,
+        sampler_rows=seqs,
+        vocab=vocab,
+        forward_tokens=batched,
+        sampler=per_logit * seqs * vocab,
+        forward=forward,
+        workspace=workspace,
     )
-    return int(max(sampler, forward) + workspace)
 
 
-def non_torch_bytes(tp: int, pp: int, rules: Mapping[str, Any]) -> int:
+def non_torch_bytes(tp: int, pp: int, rules: Rules) -> int:
     """Non-torch memory that grows during the first forward, inside the budget (common.md#cuda-context [gt])."""
     if tp >= 2:
         return int(float(rules["non_torch_gib_tp_multi"]) * GiB)
@@ -496,7 +691,7 @@ def non_torch_bytes(tp: int, pp: int, rules: Mapping[str, Any]) -> int:
     return int(float(rules["non_torch_gib_tp1"]) * GiB)
 
 
-def cudagraph_bytes(spec: ModelSpec, settings: Settings, rules: Mapping[str, Any]) -> int:
+def cudagraph_bytes(spec: ModelSpec, settings: Settings, rules: Rules) -> int:
     """CUDA-graph memory per GPU (vllm.md#vllm-cuda-graphs defaults; hybrid linear-attention scaled from article 003); 0 eager.
 
     The hybrid scale was measured on Qwen3.5/3.6, where every decoder layer is a token mixer plus an MLP; models
@@ -519,108 +714,93 @@ def cudagraph_bytes(spec: ModelSpec, settings: Settings, rules: Mapping[str, Any
     return int(float(rules["cudagraph_gib_small" if small else "cudagraph_gib_large"]) * GiB)
 
 
-# ---------------------------------------------------------------------------------------------------------
-# KV layout and capacity
-# ---------------------------------------------------------------------------------------------------------
+# ---- KV layout and capacity ----------------------------------------------------------------------------
+
+
+def _cache_key(layer: Layer) -> tuple[type[KVCacheSpec], int | None]:
+    """Layers share a KV cache group when their spec type (and window) agree."""
+    spec_type = type(cache_spec(layer.kind, 1, 0, layer.window))
+    windowed = layer.kind in (LayerKind.SLIDING, LayerKind.CHUNKED)
+    return spec_type, (layer.window if windowed else None)
+
+
+def _page_layout(attention: Sequence[Layer], recurrent: Sequence[Layer], settings: Settings) -> tuple[int, int]:
+    """(page bytes, block size in tokens) of the unified page (docs/engines/vllm.md#vllm-block-size): with recurrent layers the attention
+    block grows until one attention page holds one mamba state, and the mamba page is padded to it."""
+    tp, block = settings.tensor_parallel_size, settings.block_size
+    per_token = [common.layer_kv_elems_per_token_rank(layer, tp) * settings.kv_bytes for layer in attention]
+    states = [common.layer_state_bytes_rank(layer, tp, settings.dtype_bytes) for layer in recurrent]
+    if states and per_token:
+        attn_token = max(per_token)
+        attn_block = block * _cdiv(math.ceil(max(states)), int(block * attn_token))
+        return int(attn_block * attn_token), attn_block
+    if states:
+        return math.ceil(max(states)), block
+    return int(block * max(per_token)), block
 
 
 def kv_layout(spec: ModelSpec, settings: Settings) -> KVGroupLayout:
-    """Per-rank page sizes and groups (vllm.md#vllm-kv-specs) for the worst pipeline stage."""
+    """Per-rank page sizes and groups (docs/engines/vllm.md#vllm-kv-specs to docs/engines/vllm.md#vllm-block-size) for the worst pipeline stage, as ``get_kv_cache_groups``."""
     tp = settings.tensor_parallel_size
     layers = common.worst_stage_layers(spec, settings.pipeline_parallel_size)
     attention = [layer for layer in layers if layer.kv_elems_per_token]
     recurrent = [layer for layer in layers if layer.kind in RECURRENT_KINDS]
-    block = settings.block_size
-    kv_bytes = settings.kv_bytes
     batched = settings.max_num_batched_tokens
-    state_fallback = settings.dtype_bytes
-
-    def per_token(layer: Layer) -> float:
-        return common.layer_kv_elems_per_token_rank(layer, tp) * kv_bytes
-
     if not attention and not recurrent:
-        return KVGroupLayout(0, 0, 0, block, (), batched)
+        return KVGroupLayout(0, 0, 0, settings.block_size, (), batched)
+    page, block = _page_layout(attention, recurrent, settings)
 
-    if recurrent and attention:
-        # vllm.md#vllm-block-size: the attention block grows until one attention page holds one mamba state; mamba padded to it
-        mamba_page = max(common.layer_state_bytes_rank(layer, tp, state_fallback) for layer in recurrent)
-        attn_token = max(per_token(layer) for layer in attention)
-        align = block
-        attn_block = align * _cdiv(int(math.ceil(mamba_page)), int(align * attn_token))
-        page = int(attn_block * attn_token)
-        block = attn_block
-    elif recurrent:
-        page = int(math.ceil(max(common.layer_state_bytes_rank(layer, tp, state_fallback) for layer in recurrent)))
-    else:
-        page = int(block * max(per_token(layer) for layer in attention))
-
-    kinds: dict[tuple[str, int | None], int] = {}
+    kinds: dict[tuple[type[KVCacheSpec], int | None], int] = {}
     for layer in attention:
-        key = (
-            layer.kind.value,
-            layer.window if layer.kind.value in ("sliding_attention", "chunked_attention") else None,
-        )
+        key = _cache_key(layer)
         kinds[key] = kinds.get(key, 0) + 1
     if recurrent:
-        kinds[("recurrent", None)] = len(recurrent)
+        kinds[(MambaSpec, None)] = len(recurrent)
 
     if len(kinds) == 1:
-        # one type: one group spanning every layer (UniformTypeKVCacheSpecs when page sizes differ)
-        (kind, window), count = next(iter(kinds.items()))
-        page_sum = sum(int(block * per_token(layer)) for layer in attention) if attention else page * count
-        # express as one page × group_size so that bytes_for() is exact
-        return KVGroupLayout(
-            page_bytes=int(page_sum // count) if count else 0,
-            group_size=count,
-            num_groups=1,
-            min_block_size=block,
-            groups=((kind, block, 1, window),),
-            max_num_batched_tokens=batched,
-        )
+        # one type: one group spanning every layer (UniformTypeKVCacheSpecs when page sizes differ), expressed
+        # as one page × group_size so that bytes_for() is exact
+        (spec_type, window), count = next(iter(kinds.items()))
+        if attention:
+            per_token = (common.layer_kv_elems_per_token_rank(layer, tp) * settings.kv_bytes for layer in attention)
+            page_sum = sum(int(block * elems) for elems in per_token)
+        else:
+            page_sum = page * count
+        page_bytes = int(page_sum // count) if count else 0
+        only = _spec_of_type(spec_type, block, page_bytes, window)
+        return KVGroupLayout(page_bytes, count, 1, block, ((only, 1),), batched)
 
     counts = list(kinds.values())
     smallest, largest = min(counts), max(counts)
     group_size = largest if largest < 1.5 * smallest else smallest
-    groups = tuple((kind, block, _cdiv(count, group_size), window) for (kind, window), count in kinds.items())
-    num_groups = sum(count for _, _, count, _ in groups)
-    return KVGroupLayout(
-        page_bytes=page,
-        group_size=group_size,
-        num_groups=num_groups,
-        min_block_size=block,
-        groups=groups,
-        max_num_batched_tokens=batched,
+    groups = tuple(
+        (_spec_of_type(spec_type, block, page, window), _cdiv(count, group_size))
+        for (spec_type, window), count in kinds.items()
     )
+    num_groups = sum(count for _, count in groups)
+    return KVGroupLayout(page, group_size, num_groups, block, groups, batched)
+
+
+def _spec_of_type(spec_type: type[KVCacheSpec], block: int, page: int, window: int | None) -> KVCacheSpec:
+    if spec_type is SlidingWindowSpec:
+        return SlidingWindowSpec(block, page, sliding_window=window or 0)
+    if spec_type is ChunkedLocalAttentionSpec:
+        return ChunkedLocalAttentionSpec(block, page, attention_chunk_size=window or 0)
+    return spec_type(block, page)
 
 
 def kv_capacity(
-    layout: KVGroupLayout,
-    pool: float,
-    settings: Settings,
-    context: int,
-    concurrency: int,
-    spec: ModelSpec,
-    hardware: Hardware | None,
-) -> tuple[Capacity, str | None]:
+    layout: KVGroupLayout, pool: float, settings: Settings, context: int, concurrency: int, sized: bool
+) -> Capacity:
     """Start-up figures (vllm.md#vllm-kv-groups): GPU KV cache size in tokens, maximum concurrency at ``context``, longest
-    context at ``concurrency``; and vLLM's start-up error when one max_model_len request does not fit."""
-    if hardware is None and settings.kv_cache_memory_bytes is None:
-        return Capacity(), None
+    context at ``concurrency`` (empty when the pool was not sized)."""
+    if not sized:
+        return Capacity()
     if pool <= 0:
-        # vLLM's own advice (raise gpu_memory_utilization) only where the reserve it frees can close the gap
-        reserve = (hardware.gpu.gpu_memory_bytes * (1 - settings.gpu_memory_utilization)) if hardware else 0.0
-        advice = (
-            "Try increasing `gpu_memory_utilization` when initializing the engine."
-            if -pool <= reserve
-            else "No gpu_memory_utilization closes that: more GPUs (--tp), a smaller checkpoint or a bigger GPU do."
-        )
-        return Capacity(kv_tokens=0, max_concurrency=0.0, max_context=0), (
-            f"No available memory for the cache blocks: weights, activations and overhead exceed the budget by "
-            f"{-pool / GiB:.2f} GiB. {advice}"
-        )
+        return Capacity(kv_tokens=0, max_concurrency=0.0, max_context=0)
     if layout.page_bytes <= 0:
         # no per-sequence cache (encoder-only / attention-free): the KV pool does not bound requests
-        return Capacity(kv_tokens=None, max_concurrency=None, max_context=settings.context_cap or None), None
+        return Capacity(kv_tokens=None, max_concurrency=None, max_context=settings.context_cap or None)
     num_blocks = layout.num_blocks(pool)
     per_request_at_max = layout.blocks_per_request(settings.max_model_len)
     concurrency_at_max = num_blocks / per_request_at_max if per_request_at_max else math.inf
@@ -632,23 +812,7 @@ def kv_capacity(
     max_concurrency = num_blocks / per_request if per_request else math.inf
     cap = max(settings.context_cap, context)
     max_context = _longest_context(layout, num_blocks, max(1, concurrency), cap)
-    failure = None
-    if per_request_at_max > num_blocks:
-        longest_single = _longest_context(layout, num_blocks, 1, settings.max_model_len)
-        failure = (
-            f"To serve at least one request with the model's max seq len ({settings.max_model_len}), "
-            f"({layout.bytes_for(per_request_at_max) / GiB:.2f} GiB KV cache is needed, which is larger than the "
-            f"available KV cache memory ({pool / GiB:.2f} GiB). Based on the available memory, the estimated "
-            f"maximum model length is {longest_single}. "
-            + (
-                "Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine."
-                if hardware is not None
-                and layout.bytes_for(per_request_at_max) - pool
-                <= hardware.gpu.gpu_memory_bytes * (1 - settings.gpu_memory_utilization)
-                else f"Decrease `max_model_len` (--context) to at most {longest_single}, or use more GPUs."
-            )
-        )
-    return Capacity(kv_tokens=kv_tokens, max_concurrency=round(max_concurrency, 2), max_context=max_context), failure
+    return Capacity(kv_tokens=kv_tokens, max_concurrency=round(max_concurrency, 2), max_context=max_context)
 
 
 def _longest_context(layout: KVGroupLayout, num_blocks: int, concurrency: int, cap: int) -> int:
@@ -663,6 +827,170 @@ def _longest_context(layout: KVGroupLayout, num_blocks: int, concurrency: int, c
         else:
             high = mid - 1
     return low
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Step 3: narration (every figure read from the breakdown)
+# ---------------------------------------------------------------------------------------------------------
+
+HYBRID_MOE_GRAPHS_NOTE = (
+    "hybrid linear-attention MoE: vLLM's CUDA-graph and buffer memory for this class is fitted on one "
+    "dense hybrid (article 003) and came out 34 % below the one MoE hybrid measured (Qwen3.6-35B-A3B: "
+    "13.3 GB overhead on 2 × RTX 4090); the KV pool may be several GiB smaller than shown"
+)
+NO_CACHE_NOTE = "the model keeps no per-sequence KV cache: concurrency is not bounded by a KV pool"
+VERDICT_NOTE = (
+    "total = what the workload needs (weights + KV for context × concurrency + activations + overhead "
+    "inside the budget) against usable = vLLM's budget; the KV pool vLLM allocates is the whole rest"
+)
+DECODE_NOTE = (
+    "upper bound: memory bandwidth / (active weights per GPU + KV at the context), one sequence; "
+    "compute, communication and scheduling ignored"
+)
+
+
+def narrate(
+    parts: Breakdown, spec: ModelSpec, workload: Workload, graphs_in_budget_since: str | None
+) -> tuple[list[str], dict[str, str]]:
+    """(warnings, explain lines) for a breakdown; ``graphs_in_budget_since``: the release from which CUDA
+    graphs are deducted from the budget (read from the same TOML that switches the rule)."""
+    since = f"v{graphs_in_budget_since}" if graphs_in_budget_since else "a later release"
+    explain = {
+        "weights": explain_weights(parts.weights),
+        "activations": explain_activations(parts.activations, spec),
+        "overhead": explain_overhead(parts, since),
+    }
+    if parts.budget.mode is not BudgetMode.NONE:
+        explain["budget"] = explain_budget(parts)
+    explain["kv_cache"] = explain_kv_cache(parts, workload.concurrency)
+    explain["verdict"] = VERDICT_NOTE
+    if parts.decode_modelled:
+        explain["decode"] = DECODE_NOTE
+    return startup_warnings(parts), explain
+
+
+def explain_weights(weights: WeightsTerm) -> str:
+    return weights.split_explain + ("; " + "; ".join(weights.notes) if weights.notes else "")
+
+
+def explain_activations(term: ActivationTerm, spec: ModelSpec) -> str:
+    return (
+        f"max(sampler {term.sampler_bytes_per_logit:g} B × {term.sampler_rows} seqs × vocab {term.vocab} = "
+        f"{term.sampler / GiB:.2f} GiB, forward {term.forward_tokens} tokens = {term.forward / GiB:.2f} GiB)"
+        + (f" + fused-MoE workspace {term.workspace / GiB:.2f} GiB" if term.workspace else "")
+        + (" — multimodal encoder profiling not modelled" if spec.multimodal else "")
+    )
+
+
+def explain_overhead(parts: Breakdown, since: str) -> str:
+    overhead, tp = parts.overhead, parts.settings.tensor_parallel_size
+    graphs = overhead.cudagraphs / GiB
+    return (
+        f"non-torch memory {overhead.non_torch / GiB:.2f} GiB (TP={tp})"
+        + (
+            f" + CUDA graphs {graphs:.2f} GiB (deducted from the budget since {since})"
+            if overhead.cudagraph_in_budget
+            else ""
+        )
+        + f"; outside the budget: CUDA context + NCCL {overhead.cuda_context / GiB:.2f} GiB"
+        + ("" if overhead.cudagraph_in_budget else f" + CUDA graphs {graphs:.2f} GiB (before {since})")
+    )
+
+
+def explain_budget(parts: Breakdown) -> str:
+    budget, util = parts.budget, parts.settings.gpu_memory_utilization
+    if budget.mode is BudgetMode.KV_CACHE_MEMORY_BYTES:
+        return "kv-cache-memory-bytes set: the KV pool is that size, utilization ignored (docs/engines/vllm.md#vllm-budget)"
+    pool = budget.pool
+    return (
+        f"ceil({budget.memory / GiB:.2f} GiB × gpu_memory_utilization {util}) = "
+        f"{budget.budget / GiB:.2f} GiB per GPU; KV pool = budget − weights − activations − overhead"
+        + (
+            f" = {pool / GiB:.2f} GiB"
+            if pool >= 0
+            else f": none, short by {-pool / GiB:.2f} GiB (the three exceed the budget)"
+        )
+    )
+
+
+def explain_kv_cache(parts: Breakdown, concurrency: int) -> str:
+    layout = parts.layout
+    return (
+        f"{concurrency} × {parts.blocks_per_request} blocks of {layout.page_bytes} B × {layout.group_size} "
+        f"layers (block_size {layout.min_block_size}, {parts.settings.kv_cache_dtype}, {layout.num_groups} groups) "
+        f"for {parts.context} tokens per request on the worst rank"
+    )
+
+
+def startup_warnings(parts: Breakdown) -> list[str]:
+    """What vLLM says (or would run into) at start-up, in the order it would meet them."""
+    settings, budget, overhead = parts.settings, parts.budget, parts.overhead
+    warnings = [HYBRID_MOE_GRAPHS_NOTE] if parts.hybrid_moe_graphs else []
+    if parts.kv_bytes_too_large:
+        room = budget.memory - overhead.outside_budget - budget.budget + budget.pool
+        warnings.append(
+            f"kv-cache-memory-bytes asks for {budget.pool / GiB:.2f} GiB of KV cache but weights, activations and "
+            f"overhead leave only {room / GiB:.2f} GiB on this GPU: the KV cache allocation runs out of memory"
+        )
+    if parts.layout.page_bytes <= 0:
+        warnings.append(NO_CACHE_NOTE)
+    # vLLM's own advice (raise gpu_memory_utilization) only where the reserve it would free can close the gap
+    reserve = budget.memory - budget.budget
+    if parts.pool_empty:
+        warnings.append(
+            f"No available memory for the cache blocks: weights, activations and overhead exceed the budget by "
+            f"{-budget.pool / GiB:.2f} GiB. "
+            + (
+                "Try increasing `gpu_memory_utilization` when initializing the engine."
+                if -budget.pool <= reserve
+                else "No gpu_memory_utilization closes that: more GPUs (--tp), a smaller checkpoint or a bigger GPU do."
+            )
+        )
+    elif parts.one_request_short:
+        needed = parts.layout.bytes_for(parts.blocks_at_max)
+        warnings.append(
+            f"To serve at least one request with the model's max seq len ({settings.max_model_len}), "
+            f"({needed / GiB:.2f} GiB KV cache is needed, which is larger than the available KV cache memory "
+            f"({budget.pool / GiB:.2f} GiB). Based on the available memory, the estimated maximum model length is "
+            f"{parts.longest_single}. "
+            + (
+                "Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine."
+                if needed - budget.pool <= reserve
+                else f"Decrease `max_model_len` (--context) to at most {parts.longest_single}, or use more GPUs."
+            )
+        )
+    trouble = outside_budget_note(parts)
+    return [*warnings, trouble] if trouble else warnings
+
+
+def outside_budget_note(parts: Breakdown) -> str | None:
+    """The warning for :attr:`Breakdown.outside_trouble` (None when there is none)."""
+    settings, overhead = parts.settings, parts.overhead
+    left = (parts.budget.memory - parts.budget.budget) / GiB
+    context, graphs = overhead.cuda_context / GiB, overhead.cudagraphs / GiB
+    util = settings.gpu_memory_utilization
+    if parts.outside_trouble is OutsideTrouble.CUDA_CONTEXT:
+        return (
+            f"vLLM needs ~{context:.2f} GiB per GPU outside its budget (CUDA context, NCCL) but "
+            f"gpu_memory_utilization={util} leaves {left:.2f} GiB: start-up fails "
+            "with 'Free memory on device … is less than desired GPU memory utilization'"
+        )
+    if parts.outside_trouble is OutsideTrouble.CUDA_GRAPHS:
+        return (
+            f"CUDA graphs ({graphs:.2f} GiB) are captured after the KV cache fills the budget, in the "
+            f"{left:.2f} GiB gpu_memory_utilization leaves (minus {context:.2f} GiB CUDA "
+            "context): start-up runs out of memory while capturing them; lower gpu-memory-utilization or "
+            "set enforce-eager"
+        )
+    if parts.outside_trouble is OutsideTrouble.SAMPLER_WARM_UP:
+        # gt-0085/0086: the sampler is warmed up again after the KV cache is allocated
+        return (
+            f"after start-up vLLM warms up the sampler with {settings.max_num_seqs} dummy requests outside its "
+            f"budget (~{parts.activations.bytes / GiB:.2f} GiB on top of {overhead.outside_budget / GiB:.2f} GiB, "
+            f"{left:.2f} GiB left): this can run out of memory; a lower gpu-memory-utilization or "
+            "max-num-seqs is safer"
+        )
+    return None
 
 
 PROFILE = VllmProfile()
