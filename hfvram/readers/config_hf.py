@@ -61,6 +61,13 @@ def _load_canonical(canonical: str) -> HfConfig:
         return HfConfig(None, "transformers", None, f"transformers unavailable ({type(exc).__name__})")
     version = transformers.__version__
     config = json.loads(canonical)
+    from hfvram.errors import MalformedFileError
+    from hfvram.readers.bounds import validate_config
+
+    try:  # transformers' config classes iterate over the counts: bounded first (read_config checks this too)
+        validate_config(config)
+    except MalformedFileError as exc:
+        return HfConfig(None, f"transformers {version}", version, f"not given to transformers ({exc})")
     model_type = config.pop("model_type")
     if model_type not in CONFIG_MAPPING_NAMES:
         return HfConfig(

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from hfvram.readers.bounds import bound
 from hfvram.readers.tensors import TensorInfo, hf_component, tensor_nbytes, weights_from_counted_tensors
 from hfvram.spec import Layer, LayerKind, ModelSpec, Quantization, Weights
 
@@ -113,6 +114,8 @@ class _Builder:
     _expert_group: tuple[str, int] | None = None
     #: set when a quantization exclusion treats expert 0 and the last expert differently
     _experts_differ: bool = False
+    #: experts still allowed to be built one by one (bounds.toml [shapes] maximum_experts_one_by_one)
+    _one_by_one_left: int = field(default_factory=lambda: bound("shapes", "maximum_experts_one_by_one"))
 
     @property
     def tensors(self) -> list[TensorInfo]:
@@ -164,6 +167,21 @@ class _Builder:
                     entry.copies, entry.slot = count, (head, entry.info.name[len(head) + 1 :])
                 return
             del self.entries[start:]
+        if count > self._one_by_one_left:
+            # a hostile (or huge) expert count: grouped like expert 0 rather than built one by one
+            self.warnings.append(
+                f"{base}: quantization exclusions may single out experts, but {count} experts exceed what is "
+                f"built one by one ({bound('shapes', 'maximum_experts_one_by_one'):,} in all): every expert counted "
+                "like expert 0"
+            )
+            start = len(self.entries)
+            build(f"{base}.0")
+            head = f"{base}."
+            for entry in self.entries[start:]:
+                if entry.info.name.startswith(head + "0."):
+                    entry.copies, entry.slot = count, (head, entry.info.name[len(head) + 1 :])
+            return
+        self._one_by_one_left -= count
         for e in range(count):
             build(f"{base}.{e}")
 
@@ -637,8 +655,8 @@ def _build(spec: ModelSpec, facts: Mapping[str, Any]) -> _Builder:
                 builder.decoder_layer(f"{prefix}.layers.{il}", layer)
         qwen_style_mtp = (_text_model_type(spec, facts) or "").startswith(("qwen3_5", "qwen3_next"))
         for extra in range(spec.num_mtp_layers):
-            full = [l for l in spec.layers if l.kind in (LayerKind.FULL, LayerKind.MLA)]
-            template = next((l for l in reversed(full) if l.moe), full[-1] if full else None)
+            full = [layer for layer in spec.layers if layer.kind in (LayerKind.FULL, LayerKind.MLA)]
+            template = next((layer for layer in reversed(full) if layer.moe), full[-1] if full else None)
             if template is None:
                 continue
             if qwen_style_mtp:
