@@ -16,7 +16,7 @@ from typing import Any
 from hfvram.datafiles import data_table
 from hfvram.errors import MalformedFileError
 
-__all__ = ["bound", "check_count", "config_bounds", "validate_config"]
+__all__ = ["bound", "check_count", "config_bounds", "gguf_bounds", "validate_config"]
 
 
 def bounds_table() -> dict[str, Any]:
@@ -36,6 +36,12 @@ def config_bounds() -> dict[str, tuple[str, int]]:
         for key in entry["keys"]:
             table[key] = (fact, int(entry["maximum"]))
     return table
+
+
+@cache
+def gguf_bounds() -> dict[str, int]:
+    """GGUF metadata key suffix (after ``{arch}.``) -> maximum, from the ``gguf`` lists of the [config.*] tables."""
+    return {key: int(entry["maximum"]) for entry in bounds_table()["config"].values() for key in entry.get("gguf", ())}
 
 
 @cache
