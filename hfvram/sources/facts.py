@@ -73,10 +73,15 @@ def best_weights(
     the index ``total_size`` (exact total) > config shapes (estimate). An exact total without per-tensor
     facts takes its component split from the config shapes, scaled to that total."""
     if facts.headers:
-        return weights_from_headers(facts.headers, spec, origin=facts.origin), None
+        weights = weights_from_headers(facts.headers, spec, origin=facts.origin)
+        if weights.total_bytes <= 0:  # a header `{}` (or only __metadata__): no weights, not 0 bytes of them
+            return None, "weights unknown: the safetensors headers list no tensors"
+        return weights, None
     derived = derived_or_none(spec, config)
     if facts.dtype_parameters:
         exact = weights_from_dtype_parameters(facts.dtype_parameters, origin=facts.origin)
+        if exact.total_bytes <= 0:
+            return None, "weights unknown: the Hub's safetensors parameter counts sum to 0"
         if derived is None:
             return exact, None
         weights = split_like(exact, derived)
@@ -128,8 +133,16 @@ def weights_from_dtype_parameters(parameters: Mapping[str, int], *, origin: str)
     """Exact bytes per dtype from the Hub's per-dtype element counts (no per-component split)."""
     from hfvram.readers.tensors import dtype_bits
 
+    from hfvram.readers.bounds import bound, check_count
+
     bytes_by_dtype: dict[str, int] = {}
     for dtype, count in parameters.items():
+        count = check_count(
+            count,
+            bound("safetensors", "maximum_parameters"),
+            file="Hub model info",
+            field=f"safetensors.parameters.{str(dtype)[:40]}",
+        )
         bits = dtype_bits(dtype)
         if bits is None:
             raise MalformedFileError(f"unknown dtype {dtype!r}", file="Hub model info", field="safetensors.parameters")
