@@ -131,9 +131,8 @@ def weights_from_headers(headers: Mapping[str, str], spec: ModelSpec, *, origin:
 
 def weights_from_dtype_parameters(parameters: Mapping[str, int], *, origin: str) -> Weights:
     """Exact bytes per dtype from the Hub's per-dtype element counts (no per-component split)."""
-    from hfvram.readers.tensors import dtype_bits
-
     from hfvram.readers.bounds import bound, check_count
+    from hfvram.readers.tensors import dtype_bits
 
     bytes_by_dtype: dict[str, int] = {}
     for dtype, count in parameters.items():
