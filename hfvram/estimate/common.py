@@ -411,8 +411,8 @@ def parse_int(text: str, what: str = "value") -> int:
         multiplier, value = 1024 * 1024, value[:-1]
     try:
         return int(float(value) * multiplier)
-    except ValueError as exc:
-        raise UsageError(f"{what}={text!r} is not a number") from exc
+    except (ValueError, OverflowError) as exc:  # OverflowError: a number too large for a float
+        raise UsageError(f"{what}={text[:40]!r} is not a number") from exc
 
 
 def resolve_parallel(
