@@ -9,12 +9,16 @@ The walk itself is iterative (no recursion) and visits each JSON node once.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from functools import cache
 from typing import Any
 
 from hfvram.datafiles import data_table
 from hfvram.errors import MalformedFileError
+
+#: a string a config class could turn into a number ("1e12", " 42", "-1", "inf")
+_NUMERIC = re.compile(r"^\s{0,64}[-+]?(?:\d|\.\d|inf|nan)", re.IGNORECASE)
 
 __all__ = ["bound", "check_count", "config_bounds", "gguf_bounds", "validate_config"]
 
@@ -96,6 +100,11 @@ def validate_config(config: Mapping[str, Any], *, filename: str = "config.json")
                     continue
                 if key in counts and isinstance(value, (int, float)) and not isinstance(value, bool):
                     check_count(value, counts[key][1], file=filename, field=where)
+                elif key in counts and isinstance(value, str) and _NUMERIC.match(value):
+                    # a config class might convert it: a count is a JSON number
+                    raise MalformedFileError(
+                        f"expected a number, got the string {_show(value)}", file=filename, field=where
+                    )
                 elif key in list_keys and isinstance(value, (list, str)) and len(value) > list_max:
                     raise MalformedFileError(
                         f"implausible length {len(value):,} (hfvram's bound: at most {list_max:,} entries)",
