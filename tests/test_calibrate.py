@@ -300,7 +300,7 @@ def test_hostile_lines_do_not_change_what_a_real_log_says(log, hostile, size, wh
     lines = read(log).splitlines()
     expected = [cal.measured_dict(parse(read(log))) for parse in PARSERS]
     at = int(where * len(lines))
-    noisy = lines[:at] + [_hostile_line(*hostile, size)] + lines[at:]
+    noisy = [*lines[:at], _hostile_line(*hostile, size), *lines[at:]]
     assert [cal.measured_dict(parse("\n".join(noisy))) for parse in PARSERS] == expected
     assert cal.parse_log("\n".join(noisy)).engine == cal.parse_log(read(log)).engine
     # a long word before each real line (a prefix the engine did not write) keeps the figures too
