@@ -499,3 +499,15 @@ def test_config_reader_on_hostile_counts(repo, key, value, where, use_transforme
 
 def test_config_property_ran():
     _report("config hostile counts")
+
+
+def test_fuzz_script_smoke_mode_runs_every_target():
+    """scripts/fuzz_parsers.py covers headers, configs and logs; its --smoke mode (no atheris) runs mutated seeds of
+    all of them through the same checks."""
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parent.parent / "scripts" / "fuzz_parsers.py"
+    done = subprocess.run([sys.executable, str(script), "--smoke", "400"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "400 inputs ran without an unexpected exception" in done.stdout
