@@ -279,3 +279,61 @@ def test_legitimate_large_model_at_the_bounds_still_reads():
     assert read_config(dict(LLAMA), use_transformers=False).num_layers == 32
     spec = read_config(small("llama", num_hidden_layers=LAYERS_MAX), use_transformers=False)
     assert spec.num_layers == LAYERS_MAX and len(spec.layers) == LAYERS_MAX
+
+
+# ---- the same through a (local test) Hub and through scan -----------------------------------------------------
+
+
+@pytest.fixture
+def hostile_hub(tmp_path):
+    """The test Hub (tests/hubserver.py, the real huggingface_hub client talks to it) serving repos written now."""
+    import struct
+
+    from hubserver import HubFiles, HubServer
+
+    root = tmp_path / "hub"
+    layers = root / "evil" / "layers-1e12"
+    layers.mkdir(parents=True)
+    (layers / "config.json").write_text('{"model_type": "qwen3", "num_hidden_layers": 1000000000000}')
+    negative = root / "evil" / "negative-count"
+    negative.mkdir(parents=True)
+    (negative / "config.json").write_text(json.dumps(LLAMA))
+    header = json.dumps({"w": {"dtype": "BF16", "shape": [-8783], "data_offsets": [0, 0]}}).encode()
+    (negative / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header)
+    server = HubServer(HubFiles(root=root, headers_dir=tmp_path / "no-headers")).start()
+    yield server
+    server.stop()
+
+
+def _hub_env(server) -> dict:
+    return {"HF_ENDPOINT": server.url, "HFVRAM_HTTP_TIMEOUT": "5", "HFVRAM_RETRY_BASE": "0.02"}
+
+
+def test_1e12_layers_through_the_hub_is_one_line_exit_3(hostile_hub):
+    result = run_hfvram("check", "evil/layers-1e12", "--gpu", "h100", env=_hub_env(hostile_hub), timeout=120)
+    assert result.returncode == 3, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "num_hidden_layers" in lines[0] and "implausible" in lines[0], result.stderr
+
+
+def test_negative_hub_parameter_count_never_fits(hostile_hub):
+    """The Hub's model info reports BF16: -8783 for that header; this printed 'FITS (−8783 % of usable memory)'."""
+    result = run_hfvram("check", "evil/negative-count", "--gpu", "h100", env=_hub_env(hostile_hub), timeout=120)
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert "FITS" not in result.stdout
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "safetensors.parameters" in lines[0], result.stderr
+
+
+def test_scan_reports_the_hostile_config_as_an_error_row_and_finishes(tmp_path):
+    hostile = folder(tmp_path, '{"model_type": "gemma2", "num_hidden_layers": 1000000000000}')
+    good = HUB / "meta-llama" / "Llama-3.1-8B-Instruct"
+    listing = tmp_path / "models.txt"
+    listing.write_text(f"{hostile}\n{good}\n")
+    result = run_hfvram("scan", str(listing), "--gpu", "h100", "--format", "jsonl", timeout=120)
+    rows = [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
+    assert len(rows) == 2, result.stdout + result.stderr
+    errors = [row for row in rows if "error" in row]
+    assert len(errors) == 1 and errors[0]["source"]["text"] == str(hostile), rows
+    assert "num_hidden_layers" in errors[0]["error"]["message"]
+    assert [row.get("verdict") for row in rows if "error" not in row] == ["fits"]
