@@ -207,10 +207,10 @@ def read_quantization(
         return quant, warnings
     modelopt = companions.get(HF_QUANT_CONFIG)
     if modelopt is not None:
-        quant = modelopt.get("quantization") if isinstance(modelopt, Mapping) else None
-        if not isinstance(quant, Mapping):
+        section = modelopt.get("quantization") if isinstance(modelopt, Mapping) else None
+        if not isinstance(section, Mapping):
             raise MalformedFileError("expected an object", file=HF_QUANT_CONFIG, field="quantization")
-        return _modelopt(quant, HF_QUANT_CONFIG, "quantization"), warnings
+        return _modelopt(section, HF_QUANT_CONFIG, "quantization"), warnings
     gptq = companions.get(QUANTIZE_CONFIG)
     if gptq is not None:
         if not isinstance(gptq, Mapping):

@@ -16,7 +16,7 @@ import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Protocol
+from typing import Protocol, cast
 
 from hfvram.datafiles import data_table
 from hfvram.errors import MalformedFileError
@@ -399,9 +399,9 @@ def _per_layer(value: object, n_layers: int, key: str, filename: str) -> list[in
     if isinstance(value, bool):
         return [int(value)] * n_layers
     if _finite_number(value):
-        if maximum is not None:
-            value = check_count(value, maximum, file=filename, field=key)
-        return [int(value)] * n_layers
+        number = cast("int | float", value)
+        count = check_count(number, maximum, file=filename, field=key) if maximum is not None else int(number)
+        return [count] * n_layers
     if isinstance(value, list) and len(value) == n_layers and all(_finite_number(v) for v in value):
         if maximum is not None:
             return [check_count(v, maximum, file=filename, field=f"{key}[{i}]") for i, v in enumerate(value)]

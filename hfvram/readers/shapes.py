@@ -73,10 +73,10 @@ def shape_config(config: Mapping[str, Any]) -> dict[str, Any]:
     vision_config, and whether (and as which model_type) the language model is nested in a text_config."""
     text = config.get("text_config")
     nested = isinstance(text, Mapping)
-    merged = {**config, **text} if nested else config
+    merged: Mapping[str, Any] = {**config, **text} if isinstance(text, Mapping) else config
     facts: dict[str, Any] = {key: merged[key] for key in SHAPE_KEYS if key in merged}
     facts["nested_text_config"] = nested
-    if nested and isinstance(text.get("model_type"), str):
+    if isinstance(text, Mapping) and isinstance(text.get("model_type"), str):
         facts["text_model_type"] = text["model_type"]
     if isinstance(config.get("vision_config"), Mapping):
         facts["vision_config"] = dict(config["vision_config"])
@@ -252,8 +252,8 @@ class _Builder:
         schemes = details.get("schemes") or [{}]
         scheme = schemes[0] if isinstance(schemes[0], Mapping) else {}
         strategy = scheme.get("strategy")
-        group = scheme.get("group_size") if isinstance(scheme.get("group_size"), int) else 0
-        group = max(group, 0)
+        stated = scheme.get("group_size")
+        group = max(stated, 0) if isinstance(stated, int) else 0
         if fmt == "pack-quantized" or (scheme.get("type") == "int" and bits < 8):
             pack = 32 // bits
             self.plain(f"{name}.weight_packed", (n_out, n_in // pack), "I32")
@@ -395,8 +395,8 @@ class _Builder:
         single hidden×hidden Linear (replace_with_linear), likewise the FFN, whose width is set per layer by
         ffn_mult (``_ffn_mult_to_intermediate_size``)."""
         hidden = self.spec.hidden_size or 0
-        attention = block.get("attention") if isinstance(block.get("attention"), Mapping) else {}
-        ffn = block.get("ffn") if isinstance(block.get("ffn"), Mapping) else {}
+        attention: Mapping[str, Any] = block["attention"] if isinstance(block.get("attention"), Mapping) else {}
+        ffn: Mapping[str, Any] = block["ffn"] if isinstance(block.get("ffn"), Mapping) else {}
         if not attention.get("no_op"):
             self.plain(f"{prefix}.input_layernorm.weight", (hidden,))
             if attention.get("replace_with_linear"):
@@ -565,7 +565,8 @@ def _exclusions(quant: Quantization) -> _Exclusions:
     regexes: list[str] = []
     details = quant.details or {}
     for key in ("modules_to_not_convert", "ignore", "exclude_modules", "llm_int8_skip_modules"):
-        for pattern in details.get(key) or ():
+        listed = details.get(key)
+        for pattern in listed if isinstance(listed, (list, tuple)) else ():
             if not isinstance(pattern, str) or not pattern:
                 continue
             if pattern.startswith("re:"):
@@ -583,7 +584,10 @@ def _exclusions(quant: Quantization) -> _Exclusions:
 
 
 def _text_model_type(spec: ModelSpec, facts: Mapping[str, Any]) -> str | None:
-    return facts.get("text_model_type") or (spec.extra or {}).get("text_model_type") or spec.model_type
+    for value in (facts.get("text_model_type"), (spec.extra or {}).get("text_model_type"), spec.model_type):
+        if isinstance(value, str) and value:
+            return value
+    return None
 
 
 def _text_prefix(spec: ModelSpec, facts: Mapping[str, Any]) -> str:
