@@ -165,7 +165,7 @@ class HfFacts:
     def from_json(data: Mapping[str, Any], origin: str | None = None) -> HfFacts:
         """Facts from their JSON form; ValueError when it is not facts of this FACTS_FORMAT."""
         if not isinstance(data, Mapping) or data.get("format") != FACTS_FORMAT:
-            raise ValueError("not transformers facts of format %d" % FACTS_FORMAT)
+            raise ValueError(f"not transformers facts of format {FACTS_FORMAT}")
         label, version, failure = data.get("label"), data.get("version"), data.get("failure")
         types, defaults = data.get("layer_types"), data.get("defaults")
         if (
@@ -236,7 +236,7 @@ def _without_stated(facts: HfFacts, config: Mapping[str, Any]) -> HfFacts:
     if not facts.defaults:
         return facts
     text = config.get("text_config")
-    parts = [config] + [text] if isinstance(text, Mapping) else [config]
+    parts = [config, text] if isinstance(text, Mapping) else [config]
     for key in ("llm_config", "language_config", "text_model_config"):
         if isinstance(config.get(key), Mapping):
             parts.append(config[key])

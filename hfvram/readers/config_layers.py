@@ -388,7 +388,7 @@ def moe_flags(
     if not num_experts:
         return [False] * n, "derived: no experts"
     dense = set()
-    mlp_only, path = view.int_list("mlp_only_layers")
+    mlp_only, _ = view.int_list("mlp_only_layers")
     if mlp_only:
         dense.update(mlp_only)
     first_dense = view.integer("first_k_dense_replace", ["first_k_dense_replace"], minimum=0, use_hf_default=False)

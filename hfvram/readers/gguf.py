@@ -730,7 +730,7 @@ def spec_from_gguf(headers: Sequence[GGUFHeader], *, filename: str) -> ModelSpec
     bits_per_weight = (weights.total_bytes * 8 / weights.params_total) if weights and weights.params_total else None
     num_experts = facts.int("expert_count", "num_experts")
     experts_used = facts.int("expert_used_count", "experts_per_token")
-    head_k = facts.int("attention.key_length") or next((l.head_dim_k for l in layers if l.head_dim_k), None)
+    head_k = facts.int("attention.key_length") or next((layer.head_dim_k for layer in layers if layer.head_dim_k), None)
     head_v = facts.int("attention.value_length") or head_k
     ffn = _per_layer(
         facts.get("feed_forward_length", "intermediate_size"),
