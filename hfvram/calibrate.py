@@ -669,18 +669,33 @@ def measured_dict(measured: Measured) -> dict[str, object]:
     return out
 
 
+#: a start-up log is read up to this many bytes (real ones are well under 1 MiB; a longer one is cut there)
+MAX_LOG_BYTES = 64 * MIB
+
+
 def read_log(path: str) -> str:
-    """The log's text ('-' = stdin); a missing file is a usage error (exit 2)."""
+    """The log's text ('-' = stdin), at most MAX_LOG_BYTES of it; a missing file, a folder or a file that is not a
+    regular file (a device such as /dev/zero, a FIFO) is a usage error (exit 2)."""
+    import stat
     import sys
 
     if path == "-":
-        return sys.stdin.read()
+        return sys.stdin.buffer.read(MAX_LOG_BYTES).decode("utf-8", errors="replace")
     try:
-        return Path(path).read_text(encoding="utf-8", errors="replace")
+        # O_NONBLOCK: opening a FIFO must not wait for a writer before the regular-file check below
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with open(fd, "rb", closefd=True) as handle:
+            if stat.S_ISDIR(os.fstat(fd).st_mode):
+                raise IsADirectoryError(path)
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise UsageError(f"{path} is not a regular file (a device, a pipe or a socket), not a log file")
+            return handle.read(MAX_LOG_BYTES).decode("utf-8", errors="replace")
     except FileNotFoundError:
         raise UsageError(f"log file not found: {path}") from None
     except IsADirectoryError:
         raise UsageError(f"{path} is a folder, not a log file") from None
+    except OSError as error:
+        raise UsageError(f"cannot read the log {path}: {error.strerror or error}") from None
 
 
 def iter_lines(texts: Iterable[str]) -> str:

@@ -338,3 +338,39 @@ def test_lines_are_cut_at_the_cap():
     line = "x" * (cal.MAX_LINE * 3)
     assert [len(part) for part in cal.log_lines(line + "\nModel loading took 1.50 GiB")] == [cal.MAX_LINE, 27]
     assert cal.parse_vllm_log(line + "\nModel loading took 1.50 GiB").weights == round(1.5 * GIB)
+
+
+# ---- issue 17 case 6 (the calibrate side): logs that are not regular files, or endless ------------------------
+
+import os  # noqa: E402
+
+
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="no /dev/zero")
+def test_calibrate_dev_zero_is_one_line_exit_2():
+    from cli_support import run_hfvram
+
+    result = run_hfvram("calibrate", "/dev/zero", timeout=120)
+    assert result.returncode == 2 and "not a regular file" in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_calibrate_fifo_does_not_wait_for_a_writer(tmp_path):
+    from cli_support import run_hfvram
+
+    fifo = tmp_path / "log.fifo"
+    os.mkfifo(fifo)
+    result = run_hfvram("calibrate", str(fifo), timeout=120)
+    assert result.returncode == 2 and "not a regular file" in result.stderr, result.stderr
+
+
+def test_a_huge_log_is_read_up_to_the_cap(tmp_path, monkeypatch):
+    """A sparse 1 GiB file: only MAX_LOG_BYTES of it are read (the cap lowered to 1 MiB here to keep it light)."""
+    path = tmp_path / "huge.log"
+    with path.open("wb") as handle:
+        handle.write(read("gt-0016-llamacpp-qwen3-30b-a3b-2gpu.log").encode())
+        handle.truncate(1 << 30)
+    monkeypatch.setattr(cal, "MAX_LOG_BYTES", 1 << 20)
+    text = cal.read_log(str(path))
+    assert len(text) == 1 << 20
+    assert cal.parse_log(text).weights == cal.parse_log(read("gt-0016-llamacpp-qwen3-30b-a3b-2gpu.log")).weights
