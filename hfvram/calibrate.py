@@ -76,7 +76,7 @@ class _Fields:
         yield found
 
 
-# ---- vLLM V1 (engines.md §12.1); lines carry a prefix, so every pattern is searched in the line -------------------
+# ---- vLLM V1; lines carry a prefix, so every pattern is searched in the line -----------------------------------------
 VLLM_WEIGHTS = _Line(
     " took ",
     rf"(?:Model loading took|Loading model weights took) (?P<weights>{_NUM}) (?:GiB|GB)(?: memory)?"
@@ -137,7 +137,7 @@ VLLM_V0_PROFILE = _Fields(
     kv=rf"(?<!\w)kv_cache_size=(?P<kv>{_SNUM})GiB",
     util=rf"(?<!\w)gpu_memory_utilization=(?P<util>{_NUM})",
 )
-# ---- llama.cpp (engines.md §12.2); the `xxx:` prefix changes between versions, so match it with \w ---------------
+# ---- llama.cpp; the `xxx:` prefix changes between versions, so match it with \w ---------------------------------------
 LLAMA_MODEL_BUFFER = _Line(" model buffer size =", rf"{_PREFIX}{_BUF} model buffer size =\s{{1,64}}(?P<mib>{_NUM}) MiB")
 #: older spelling (llama.cpp ≤ early 2025, ik_llama.cpp): ``llm_load_tensors:      CUDA0 buffer size = … MiB``
 LLAMA_MODEL_BUFFER_OLD = _Line(
