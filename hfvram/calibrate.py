@@ -137,7 +137,7 @@ VLLM_V0_PROFILE = _Fields(
     kv=rf"(?<!\w)kv_cache_size=(?P<kv>{_SNUM})GiB",
     util=rf"(?<!\w)gpu_memory_utilization=(?P<util>{_NUM})",
 )
-# ---- llama.cpp; the `xxx:` prefix changes between versions, so match it with \w ---------------------------------------
+# ---- llama.cpp; the `xxx:` prefix changes between versions, so match it with \w --------------------------------------
 LLAMA_MODEL_BUFFER = _Line(" model buffer size =", rf"{_PREFIX}{_BUF} model buffer size =\s{{1,64}}(?P<mib>{_NUM}) MiB")
 #: older spelling (llama.cpp ≤ early 2025, ik_llama.cpp): ``llm_load_tensors:      CUDA0 buffer size = … MiB``
 LLAMA_MODEL_BUFFER_OLD = _Line(
@@ -153,7 +153,8 @@ LLAMA_N_UBATCH = _Line(": n_ubatch", r"(?<!\w)\w{1,64}: n_ubatch\s{1,64}= (?P<n>
 LLAMA_FLASH_ATTN = _Line(": flash_attn", r"(?<!\w)\w{1,64}: flash_attn\s{1,64}= (?P<fa>\w{1,64})")
 LLAMA_KV_SIZE = _Line(
     "size",
-    rf"(?:llama_kv_cache\w{{0,64}}: size =\s{{1,64}}(?P<mib>{_NUM}) MiB \(\s{{0,64}}(?P<cells>\d{{1,15}}) cells[^)]{{0,512}}\)|"
+    rf"(?:llama_kv_cache\w{{0,64}}: size =\s{{1,64}}(?P<mib>{_NUM}) MiB "
+    rf"\(\s{{0,64}}(?P<cells>\d{{1,15}}) cells[^)]{{0,512}}\)|"
     rf"KV self size\s{{1,64}}=\s{{1,64}}(?P<self_mib>{_NUM}) MiB), K \((?P<tk>\w{{1,64}})\):",
 )
 LLAMA_BREAKDOWN = _Line(
@@ -173,7 +174,8 @@ SGLANG_WEIGHTS = _Fields(
 )
 SGLANG_KV = _Line(
     "KV Cache is allocated. ",
-    rf"KV Cache is allocated\. (?:dtype: (?P<dt>\S{{1,64}}), )?#tokens: (?P<tok>\d{{1,15}}), (?:K size: (?P<k>{_NUM}) GB, "
+    rf"KV Cache is allocated\. (?:dtype: (?P<dt>\S{{1,64}}), )?#tokens: (?P<tok>\d{{1,15}}), "
+    rf"(?:K size: (?P<k>{_NUM}) GB, "
     rf"V size: (?P<v>{_NUM}) GB|KV size: (?P<kv>{_NUM}) GB)",
 )
 
