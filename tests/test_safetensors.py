@@ -417,3 +417,30 @@ def test_real_hub_parameter_counts_still_size_the_weights():
 
     spec = spec_from_facts(CheckpointFacts(LLAMA_CONFIG.read_text(), dtype_parameters={"BF16": 8_030_261_248}))
     assert spec.weights is not None and spec.weights.total_bytes == 2 * 8_030_261_248
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        {"total_size": 10**400},
+        {"total_size": -5},
+        {"total_size": 1e300},
+        {"total_size": 16, "total_parameters": 10**30},
+    ],
+)
+def test_hostile_index_totals_are_refused(metadata):
+    """An index total_size of 10^400 ended in 'internal error: OverflowError' when printed in GiB."""
+    from hfvram.sources.facts import CheckpointFacts, spec_from_facts
+
+    with pytest.raises(MalformedFileError) as caught:
+        spec_from_facts(CheckpointFacts(LLAMA_CONFIG.read_text(), index_metadata=metadata))
+    assert caught.value.file == "model.safetensors.index.json" and caught.value.field.startswith("metadata.")
+
+
+def test_real_index_total_still_sizes_the_weights():
+    """Llama-3.1-8B-Instruct's index (fixtures/hub): metadata.total_size 16,060,522,496."""
+    from hfvram.sources.facts import CheckpointFacts, spec_from_facts
+
+    index = json.loads((LLAMA_CONFIG.parent / "model.safetensors.index.json").read_text())
+    spec = spec_from_facts(CheckpointFacts(LLAMA_CONFIG.read_text(), index_metadata=index["metadata"]))
+    assert spec.weights is not None and spec.weights.total_bytes == index["metadata"]["total_size"] == 16_060_522_496

@@ -96,6 +96,8 @@ def best_weights(
             )
         return weights, None
     total = (facts.index_metadata or {}).get("total_size")
+    if total is not None:
+        _check_index_metadata(facts.index_metadata or {})
     if isinstance(total, int) and total > 0:
         if derived is None:
             return None, "weights unknown: the index states a total_size but the config shapes give no split"
@@ -103,6 +105,16 @@ def best_weights(
     if derived is None:
         return None, "weights unknown: no safetensors headers were available and shapes cannot be derived"
     return derived, "weights derived from config shapes (no safetensors headers were available); sizes are estimates"
+
+
+def _check_index_metadata(metadata: Mapping[str, object]) -> None:
+    """The index's total_size / total_parameters are untrusted numbers: whole, non-negative, within bounds."""
+    from hfvram.readers.bounds import bound, check_count
+
+    for key, section in (("total_size", "maximum_bytes"), ("total_parameters", "maximum_parameters")):
+        value = metadata.get(key)
+        if value is not None and not isinstance(value, bool) and isinstance(value, (int, float)):
+            check_count(value, bound("safetensors", section), file=INDEX_FILE, field=f"metadata.{key}")
 
 
 def derived_or_none(spec: ModelSpec, config: Mapping[str, object] | None = None) -> Weights | None:
