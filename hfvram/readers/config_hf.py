@@ -180,7 +180,24 @@ class HfFacts:
             isinstance(k, str) and isinstance(v, (int, bool)) for k, v in defaults.items()
         ):
             raise ValueError("transformers facts: defaults are not int/bool values by key")
+        _check_bounded(types, defaults)
         return HfFacts(label, version, failure, tuple(types) if types is not None else None, dict(defaults), origin)
+
+
+def _check_bounded(types: list[str] | None, defaults: Mapping[str, int | bool]) -> None:
+    """Facts read back from a file (cache, catalogue) hold no count beyond hfvram's bounds: ValueError otherwise."""
+    from hfvram.errors import MalformedFileError
+    from hfvram.readers.bounds import bound, check_count, config_bounds
+
+    if types is not None and len(types) > bound("lists", "maximum"):
+        raise ValueError(f"transformers facts: {len(types)} layer_types")
+    counts = config_bounds()
+    for key, value in defaults.items():
+        if key in counts and not isinstance(value, bool):
+            try:
+                check_count(value, counts[key][1], file="transformers facts", field=key)
+            except MalformedFileError as exc:
+                raise ValueError(str(exc)) from None
 
 
 def canonical_config(config: Mapping[str, Any]) -> str | None:
@@ -268,11 +285,25 @@ def _cache_path(canonical: str, version: str) -> Path:
     return facts_cache_dir() / f"{key}.json"
 
 
+#: a transformers-facts cache entry is read up to this many bytes (real ones are a few KiB); a larger one is corrupt
+FACTS_CACHE_CAP = 4 * 1024 * 1024
+
+
 def _read_cached(path: Path) -> HfFacts | None:
+    """A cache entry's facts, or None when it is absent, not a regular file (a link to /dev/zero, a FIFO),
+    larger than FACTS_CACHE_CAP, or not facts (then it is computed again and rewritten)."""
+    import stat
+
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        return HfFacts.from_json(data, origin="facts cache")
-    except (OSError, ValueError, UnicodeDecodeError):  # absent or corrupt: computed again and rewritten
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO must not block the open
+        with open(fd, "rb", closefd=True) as handle:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            raw = handle.read(FACTS_CACHE_CAP + 1)
+        if len(raw) > FACTS_CACHE_CAP:
+            return None
+        return HfFacts.from_json(json.loads(raw.decode("utf-8")), origin="facts cache")
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError):  # absent or corrupt: computed again
         return None
 
 
