@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from hfvram.readers.bounds import bound
+from hfvram.readers.bounds import bound, config_bounds
 from hfvram.readers.tensors import TensorInfo, hf_component, tensor_nbytes, weights_from_counted_tensors
 from hfvram.spec import Layer, LayerKind, ModelSpec, Quantization, Weights
 
@@ -411,7 +411,7 @@ class _Builder:
             return
         width = deci_ffn_width(ffn.get("ffn_mult"), hidden)
         if width is None:
-            self.warnings.append(f"{prefix}: block_configs ffn_mult missing, MLP not derived")
+            self.warnings.append(f"{prefix}: block_configs ffn_mult missing or implausible, MLP not derived")
             return
         self.dense_mlp(f"{prefix}.mlp", width)
 
@@ -697,5 +697,7 @@ def deci_ffn_width(ffn_mult: Any, hidden: int) -> int | None:
         or ffn_mult <= 0
     ):
         return None
-    width = int(2 * ffn_mult * hidden / 3)
-    return -(-width // _DECI_FFN_MULTIPLE) * _DECI_FFN_MULTIPLE
+    width = 2 * ffn_mult * hidden / 3
+    if not math.isfinite(width) or width > config_bounds()["intermediate_size"][1]:
+        return None  # an implausible multiplier (1e308): the MLP is not derived, said in a warning
+    return -(-int(width) // _DECI_FFN_MULTIPLE) * _DECI_FFN_MULTIPLE
