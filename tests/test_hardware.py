@@ -167,3 +167,14 @@ def test_valid_tp_hint_lists_exactly_the_accepted_sizes(heads, kv, tp):
     expected = [size for size in range(1, min(tp, heads + 1)) if tp_accepted(spec, size)]
     hint = valid_tp_hint(spec, tp)
     assert hint == f"it accepts {', '.join(map(str, expected))} below {tp} (pass --tp)"
+
+
+@pytest.mark.parametrize("option", [["--tp", "100000000"], ["--pp", "100000000"]])
+@pytest.mark.parametrize("engine", ["vllm", "transformers"])
+def test_parallel_sizes_over_the_gpu_bound_exit_2(engine, option):
+    """--pp 100000000 without --gpu walked every pipeline stage (minutes); a parallel size is a GPU count."""
+    from cli_support import LLAMA_FOLDER, run_hfvram
+
+    result = run_hfvram("check", str(LLAMA_FOLDER), "--engine", engine, *option, timeout=120)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "hfvram's bound" in result.stderr and len(result.stderr.strip().splitlines()) == 1
