@@ -169,8 +169,10 @@ def test_valid_tp_hint_lists_exactly_the_accepted_sizes(heads, kv, tp):
     assert hint == f"it accepts {', '.join(map(str, expected))} below {tp} (pass --tp)"
 
 
-@pytest.mark.parametrize("option", [["--tp", "100000000"], ["--pp", "100000000"]])
-@pytest.mark.parametrize("engine", ["vllm", "transformers"])
+@pytest.mark.parametrize(
+    ("engine", "option"),
+    [("vllm", ["--tp", "100000000"]), ("vllm", ["--pp", "100000000"]), ("transformers", ["--pp", "100000000"])],
+)
 def test_parallel_sizes_over_the_gpu_bound_exit_2(engine, option):
     """--pp 100000000 without --gpu walked every pipeline stage (minutes); a parallel size is a GPU count."""
     from cli_support import LLAMA_FOLDER, run_hfvram
