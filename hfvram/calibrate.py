@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from hfvram.errors import MalformedFileError, UsageError
 from hfvram.estimate.types import Capacity, Estimate, verdict_for
@@ -21,78 +23,190 @@ GIB = 1024**3
 MIB = 1024**2
 CALIBRATION_SCHEMA = "hfvram.calibration/1"
 
-# ---- vLLM V1 (docs/engines/common.md#calibration-logs-vllm); lines carry a prefix, so every pattern is used with search() --------------
-VLLM_WEIGHTS = re.compile(
-    r"(?:Model loading took|Loading model weights took) (?P<weights>[\d.]+) (?:GiB|GB)(?: memory)?(?: and (?P<secs>[\d.]+) seconds)?"
+# ---- start-up log patterns --------------------------------------------------------------------------------------
+# Logs are untrusted text: every pattern runs on ONE line at a time (lines cut at MAX_LINE characters), only on
+# lines holding its literal ``needle``, and is linear in the line's length: a leading word is anchored at a word
+# start ((?<!\w)), every quantifier is bounded, and there are no nested or lazy wildcards (lines whose fields may
+# come in any order are read field by field, see _Fields).
+
+#: log lines are cut to this many characters before parsing (real start-up lines are under 2 KiB)
+MAX_LINE = 16 * 1024
+#: a figure as engines print it: 14.99, 0.95, 1478, -1.05
+_NUM = r"\d{1,15}(?:\.\d{1,15})?"
+_SNUM = r"-?" + _NUM
+#: a token count with thousands separators: 952,032
+_COUNT = r"\d{1,15}(?:,\d{3}){0,6}"
+#: the `xxx:` prefix of llama.cpp lines (it changes between versions), then its spacing
+_PREFIX = r"(?<!\w)\w{1,64}:\s{1,64}"
+#: a llama.cpp buffer name: CUDA0, CUDA_Host, CPU_Mapped …
+_BUF = r"(?P<buf>\S{1,64})"
+
+
+class _Line:
+    """One compiled pattern, applied line by line to lines that contain ``needle``."""
+
+    def __init__(self, needle: str, regex: str) -> None:
+        self.needle = needle
+        self.regex = re.compile(regex)
+
+    def finditer(self, line: str) -> Iterator[Any]:
+        if self.needle in line:
+            yield from self.regex.finditer(line)
+
+
+class _Fields:
+    """A line introduced by ``needle`` whose ``name=value`` fields are each found by their own pattern after it;
+    one match per line (a dict of every field) when all are there."""
+
+    def __init__(self, needle: str, **fields: str) -> None:
+        self.needle = needle
+        self.fields = [re.compile(regex) for regex in fields.values()]
+
+    def finditer(self, line: str) -> Iterator[Any]:
+        at = line.find(self.needle)
+        if at < 0:
+            return
+        rest = line[at + len(self.needle) :]
+        found: dict[str, str | None] = {}
+        for regex in self.fields:
+            match = regex.search(rest)
+            if match is None:
+                return
+            found.update(match.groupdict())
+        yield found
+
+
+# ---- vLLM V1; lines carry a prefix, so every pattern is searched in the line -----------------------------------------
+VLLM_WEIGHTS = _Line(
+    " took ",
+    rf"(?:Model loading took|Loading model weights took) (?P<weights>{_NUM}) (?:GiB|GB)(?: memory)?"
+    rf"(?: and (?P<secs>{_NUM}) seconds)?",
 )
-VLLM_KV_MEMORY = re.compile(r"Available KV cache memory: (?P<kv_gib>-?[\d.]+) GiB")
-VLLM_KV_TOKENS = re.compile(r"GPU KV cache size: (?P<tokens>[\d,]+) tokens")
-VLLM_MAX_CONCURRENCY = re.compile(
-    r"Maximum concurrency for (?P<max_model_len>[\d,]+) tokens per request: (?P<conc>[\d.]+)x"
+VLLM_KV_MEMORY = _Line("Available KV cache memory: ", rf"Available KV cache memory: (?P<kv_gib>{_SNUM}) GiB")
+VLLM_KV_TOKENS = _Line("GPU KV cache size: ", rf"GPU KV cache size: (?P<tokens>{_COUNT}) tokens")
+VLLM_MAX_CONCURRENCY = _Line(
+    "Maximum concurrency for ",
+    rf"Maximum concurrency for (?P<max_model_len>{_COUNT}) tokens per request: (?P<conc>{_NUM})x",
 )
-VLLM_CG_ESTIMATE = re.compile(r"Estimated CUDA graph memory: (?P<cg_est>[\d.]+) GiB total")
-VLLM_CG_TAKEN = re.compile(r"Graph capturing finished in (?P<secs>\d+) secs, took (?P<cg>-?[\d.]+) GiB")
-VLLM_CG_POOL = re.compile(
-    r"CUDA graph pool memory: (?P<cg_act>[\d.]+) GiB \(actual\), (?P<cg_est>[\d.]+) GiB \(estimated\)"
+VLLM_CG_ESTIMATE = _Line("Estimated CUDA graph memory: ", rf"Estimated CUDA graph memory: (?P<cg_est>{_NUM}) GiB total")
+VLLM_CG_TAKEN = _Line(
+    "Graph capturing finished in ", rf"Graph capturing finished in (?P<secs>\d{{1,15}}) secs, took (?P<cg>{_SNUM}) GiB"
 )
-VLLM_PROFILE = re.compile(
-    r"Memory profiling takes (?P<secs>[\d.]+) seconds\. Total non KV cache memory: (?P<non_kv>[\d.]+)GiB; "
-    r"torch peak memory increase: (?P<act>-?[\d.]+)GiB; non-torch forward increase memory: (?P<non_torch>-?[\d.]+)GiB; "
-    r"weights memory: (?P<w>[\d.]+)GiB\."
+VLLM_CG_POOL = _Line(
+    "CUDA graph pool memory: ",
+    rf"CUDA graph pool memory: (?P<cg_act>{_NUM}) GiB \(actual\), (?P<cg_est>{_NUM}) GiB \(estimated\)",
 )
-VLLM_REQUESTED = re.compile(
-    r"Initial free memory: (?P<free>[\d.]+) GiB; Requested memory: (?P<util>[\d.]+) \(util\), (?P<req>[\d.]+) GiB"
+VLLM_PROFILE = _Line(
+    "Memory profiling takes ",
+    rf"Memory profiling takes (?P<secs>{_NUM}) seconds\. Total non KV cache memory: (?P<non_kv>{_NUM})GiB; "
+    rf"torch peak memory increase: (?P<act>{_SNUM})GiB; non-torch forward increase memory: (?P<non_torch>{_SNUM})GiB; "
+    rf"weights memory: (?P<w>{_NUM})GiB\.",
 )
-VLLM_ACTUAL_USAGE = re.compile(
-    r"Actual usage is (?P<w>[\d.]+) GiB for weight, (?P<act>[\d.]+) GiB for peak activation, "
-    r"(?P<nt>[\d.]+) GiB for non-torch memory, and (?P<cg>[\d.]+) GiB for CUDAGraph memory\."
+VLLM_REQUESTED = _Line(
+    "Initial free memory: ",
+    rf"Initial free memory: (?P<free>{_NUM}) GiB; Requested memory: (?P<util>{_NUM}) \(util\), (?P<req>{_NUM}) GiB",
 )
-VLLM_TOTAL_MEMORY = re.compile(r"total_memory=(?P<total>[\d.]+)GiB")
-VLLM_VERSION = re.compile(r"V1 LLM engine \(v(?P<version>[\w.+-]+)\)")
-VLLM_UTIL_ARG = re.compile(r"'gpu_memory_utilization': (?P<util>[\d.]+)")
-VLLM_KV_DTYPE_ARG = re.compile(r"'kv_cache_dtype': '(?P<kv>[\w]+)'")
-VLLM_TP = re.compile(r"tensor_parallel_size=(?P<tp>\d+)")
-VLLM_MAX_SEQ = re.compile(r"max_seq_len=(?P<len>\d+)")
+VLLM_ACTUAL_USAGE = _Line(
+    "Actual usage is ",
+    rf"Actual usage is (?P<w>{_NUM}) GiB for weight, (?P<act>{_NUM}) GiB for peak activation, "
+    rf"(?P<nt>{_NUM}) GiB for non-torch memory, and (?P<cg>{_NUM}) GiB for CUDAGraph memory\.",
+)
+VLLM_TOTAL_MEMORY = _Line("total_memory=", rf"total_memory=(?P<total>{_NUM})GiB")
+VLLM_VERSION = _Line("V1 LLM engine (v", r"V1 LLM engine \(v(?P<version>[\w.+-]{1,64})\)")
+VLLM_UTIL_ARG = _Line("'gpu_memory_utilization': ", rf"'gpu_memory_utilization': (?P<util>{_NUM})")
+VLLM_KV_DTYPE_ARG = _Line("'kv_cache_dtype': '", r"'kv_cache_dtype': '(?P<kv>\w{1,64})'")
+VLLM_TP = _Line("tensor_parallel_size=", r"tensor_parallel_size=(?P<tp>\d{1,15})")
+VLLM_MAX_SEQ = _Line("max_seq_len=", r"max_seq_len=(?P<len>\d{1,15})")
 # ---- vLLM V0 / early V1 ------------------------------------------------------------------------------------
-VLLM_V0_BLOCKS = re.compile(r"# (?:GPU|cuda) blocks: (?P<gpu>\d+), # CPU blocks: (?P<cpu>\d+)")
-VLLM_V0_BUDGET = re.compile(
-    r"total_gpu_memory \((?P<total>[\d.]+)GiB\) x gpu_memory_utilization \((?P<util>[\d.]+)\) = (?P<budget>[\d.]+)GiB"
+VLLM_V0_BLOCKS = _Line(" blocks: ", r"# (?:GPU|cuda) blocks: (?P<gpu>\d{1,15}), # CPU blocks: (?P<cpu>\d{1,15})")
+VLLM_V0_BUDGET = _Line(
+    "total_gpu_memory (",
+    rf"total_gpu_memory \((?P<total>{_NUM})GiB\) x gpu_memory_utilization \((?P<util>{_NUM})\) = (?P<budget>{_NUM})GiB",
 )
-VLLM_V0_TERMS = re.compile(
-    r"model weights take (?P<w>[\d.]+)GiB; non_torch_memory takes (?P<nt>-?[\d.]+)GiB; PyTorch activation peak "
-    r"memory takes (?P<act>-?[\d.]+)GiB; the rest of the memory reserved for KV Cache is (?P<kv>-?[\d.]+)GiB"
+VLLM_V0_TERMS = _Line(
+    "model weights take ",
+    rf"model weights take (?P<w>{_NUM})GiB; non_torch_memory takes (?P<nt>{_SNUM})GiB; PyTorch activation peak "
+    rf"memory takes (?P<act>{_SNUM})GiB; the rest of the memory reserved for KV Cache is (?P<kv>{_SNUM})GiB",
 )
-VLLM_V0_PROFILE = re.compile(
-    r"Memory profiling results: total_gpu_memory=(?P<total>[\d.]+)GiB .*?peak_torch_memory=(?P<peak>[\d.]+)GiB .*?"
-    r"non_torch_memory=(?P<nt>[\d.]+)GiB kv_cache_size=(?P<kv>-?[\d.]+)GiB gpu_memory_utilization=(?P<util>[\d.]+)"
+#: ``Memory profiling results: total_gpu_memory=23.69GiB initial_memory_usage=… peak_torch_memory=17.98GiB …``
+VLLM_V0_PROFILE = _Fields(
+    "Memory profiling results: ",
+    total=rf"^total_gpu_memory=(?P<total>{_NUM})GiB",
+    peak=rf"(?<!\w)peak_torch_memory=(?P<peak>{_NUM})GiB",
+    nt=rf"(?<!\w)non_torch_memory=(?P<nt>{_NUM})GiB",
+    kv=rf"(?<!\w)kv_cache_size=(?P<kv>{_SNUM})GiB",
+    util=rf"(?<!\w)gpu_memory_utilization=(?P<util>{_NUM})",
 )
-# ---- llama.cpp (docs/engines/common.md#calibration-logs-llamacpp); the `xxx:` prefix changes between versions, so match it with \w+ -----------
-LLAMA_MODEL_BUFFER = re.compile(r"\w+:\s+(?P<buf>\S+) model buffer size =\s+(?P<mib>[\d.]+) MiB")
+# ---- llama.cpp; the `xxx:` prefix changes between versions, so match it with \w --------------------------------------
+LLAMA_MODEL_BUFFER = _Line(" model buffer size =", rf"{_PREFIX}{_BUF} model buffer size =\s{{1,64}}(?P<mib>{_NUM}) MiB")
 #: older spelling (llama.cpp ≤ early 2025, ik_llama.cpp): ``llm_load_tensors:      CUDA0 buffer size = … MiB``
-LLAMA_MODEL_BUFFER_OLD = re.compile(r"llm_load_tensors:\s+(?P<buf>\S+) buffer size =\s+(?P<mib>[\d.]+) MiB")
-LLAMA_KV_BUFFER = re.compile(r"\w+:\s+(?P<buf>\S+) KV buffer size =\s+(?P<mib>[\d.]+) MiB")
-LLAMA_RS_BUFFER = re.compile(r"\w+:\s+(?P<buf>\S+) RS buffer size =\s+(?P<mib>[\d.]+) MiB")
-LLAMA_COMPUTE_BUFFER = re.compile(r"\w+:\s+(?P<buf>\S+) compute buffer size =\s+(?P<mib>[\d.]+) MiB")
-LLAMA_N_CTX = re.compile(r"\w+: n_ctx\s+= (?P<n_ctx>\d+)")
-LLAMA_N_UBATCH = re.compile(r"\w+: n_ubatch\s+= (?P<n>\d+)")
-LLAMA_FLASH_ATTN = re.compile(r"\w+: flash_attn\s+= (?P<fa>\w+)")
-LLAMA_KV_SIZE = re.compile(
-    r"(?:llama_kv_cache\w*: size =\s+(?P<mib>[\d.]+) MiB \(\s*(?P<cells>\d+) cells[^)]*\)|"
-    r"KV self size\s+=\s+(?P<self_mib>[\d.]+) MiB), K \((?P<tk>\w+)\):"
+LLAMA_MODEL_BUFFER_OLD = _Line(
+    "llm_load_tensors:", rf"llm_load_tensors:\s{{1,64}}{_BUF} buffer size =\s{{1,64}}(?P<mib>{_NUM}) MiB"
 )
-LLAMA_BREAKDOWN = re.compile(
-    r"common_memory_breakdown_print: \|\s+-\s+(?P<dev>\S+) \((?P<desc>[^)]*)\)\s+\|\s+(?P<total>\d+)\s+=\s+"
-    r"(?P<free>\d+)\s+\+\s+\(\s*(?P<self>\d+)\s+=\s+(?P<model>\d+)\s+\+\s+(?P<context>\d+)\s+\+\s+(?P<compute>\d+)\)"
-    r"\s+\+\s+(?P<unacc>-?\d+)\s+\|"
+LLAMA_KV_BUFFER = _Line(" KV buffer size =", rf"{_PREFIX}{_BUF} KV buffer size =\s{{1,64}}(?P<mib>{_NUM}) MiB")
+LLAMA_RS_BUFFER = _Line(" RS buffer size =", rf"{_PREFIX}{_BUF} RS buffer size =\s{{1,64}}(?P<mib>{_NUM}) MiB")
+LLAMA_COMPUTE_BUFFER = _Line(
+    " compute buffer size =", rf"{_PREFIX}{_BUF} compute buffer size =\s{{1,64}}(?P<mib>{_NUM}) MiB"
 )
-#: llama.cpp buffers that live in host memory, not on the accelerator
-HOST_BUFFERS = re.compile(r"^(?:CPU|CPU_Mapped|CPU_REPACK|CUDA_Host|ROCm_Host|Metal_Mapped|MTL0_Mapped|\w*_Host)$")
+LLAMA_N_CTX = _Line(": n_ctx", r"(?<!\w)\w{1,64}: n_ctx\s{1,64}= (?P<n_ctx>\d{1,15})")
+LLAMA_N_UBATCH = _Line(": n_ubatch", r"(?<!\w)\w{1,64}: n_ubatch\s{1,64}= (?P<n>\d{1,15})")
+LLAMA_FLASH_ATTN = _Line(": flash_attn", r"(?<!\w)\w{1,64}: flash_attn\s{1,64}= (?P<fa>\w{1,64})")
+LLAMA_KV_SIZE = _Line(
+    "size",
+    rf"(?:llama_kv_cache\w{{0,64}}: size =\s{{1,64}}(?P<mib>{_NUM}) MiB "
+    rf"\(\s{{0,64}}(?P<cells>\d{{1,15}}) cells[^)]{{0,512}}\)|"
+    rf"KV self size\s{{1,64}}=\s{{1,64}}(?P<self_mib>{_NUM}) MiB), K \((?P<tk>\w{{1,64}})\):",
+)
+LLAMA_BREAKDOWN = _Line(
+    "common_memory_breakdown_print: |",
+    r"common_memory_breakdown_print: \|\s{1,64}-\s{1,64}(?P<dev>\S{1,64}) \((?P<desc>[^)]{0,512})\)\s{1,64}\|"
+    r"\s{1,64}(?P<total>\d{1,15})\s{1,64}=\s{1,64}(?P<free>\d{1,15})\s{1,64}\+\s{1,64}\(\s{0,64}(?P<self>\d{1,15})"
+    r"\s{1,64}=\s{1,64}(?P<model>\d{1,15})\s{1,64}\+\s{1,64}(?P<context>\d{1,15})\s{1,64}\+\s{1,64}"
+    r"(?P<compute>\d{1,15})\)\s{1,64}\+\s{1,64}(?P<unacc>-?\d{1,15})\s{1,64}\|",
+)
+#: llama.cpp buffers that live in host memory, not on the accelerator (matched against a buffer name of ≤ 64 chars)
+HOST_BUFFERS = re.compile(r"^(?:CPU|CPU_Mapped|CPU_REPACK|CUDA_Host|ROCm_Host|Metal_Mapped|MTL0_Mapped|\w{0,64}_Host)$")
 # ---- SGLang (docs/engines/common.md#calibration-logs-others) -------------------------------------------------------------------------------
-SGLANG_WEIGHTS = re.compile(r"Load weight end\. .*avail mem=(?P<avail>[\d.]+) GB, mem usage=(?P<w>[\d.]+) GB\.")
-SGLANG_KV = re.compile(
-    r"KV Cache is allocated\. (?:dtype: (?P<dt>\S+), )?#tokens: (?P<tok>\d+), (?:K size: (?P<k>[\d.]+) GB, "
-    r"V size: (?P<v>[\d.]+) GB|KV size: (?P<kv>[\d.]+) GB)"
+#: ``Load weight end. type=…, dtype=…, avail mem=63.21 GB, mem usage=14.99 GB.``
+SGLANG_WEIGHTS = _Fields(
+    "Load weight end. ",
+    figures=rf"avail mem=(?P<avail>{_NUM}) GB, mem usage=(?P<w>{_NUM}) GB\.",
 )
+SGLANG_KV = _Line(
+    "KV Cache is allocated. ",
+    rf"KV Cache is allocated\. (?:dtype: (?P<dt>\S{{1,64}}), )?#tokens: (?P<tok>\d{{1,15}}), "
+    rf"(?:K size: (?P<k>{_NUM}) GB, "
+    rf"V size: (?P<v>{_NUM}) GB|KV size: (?P<kv>{_NUM}) GB)",
+)
+
+_Pattern = _Line | _Fields
+
+
+def log_lines(text: str) -> list[str]:
+    """The log's lines, each cut to MAX_LINE characters (what the patterns run on)."""
+    return [line[:MAX_LINE] for line in text.splitlines()]
+
+
+def _lines(log: str | list[str]) -> list[str]:
+    return log_lines(log) if isinstance(log, str) else log
+
+
+def _all(pattern: _Pattern, lines: list[str]) -> Iterator[Any]:
+    for line in lines:
+        yield from pattern.finditer(line)
+
+
+def _last(pattern: _Pattern, lines: list[str]) -> Any:
+    """The last match in the log (None when there is none)."""
+    for line in reversed(lines):
+        last = deque(pattern.finditer(line), maxlen=1)
+        if last:
+            return last[0]
+    return None
+
+
+def _any(pattern: _Pattern, lines: list[str]) -> bool:
+    return any(True for _ in _all(pattern, lines))
 
 
 @dataclass(frozen=True)
@@ -118,51 +232,36 @@ class Measured:
 
 
 def _gib(text: str) -> int:
-    return int(round(float(text) * GIB))
+    return round(float(text) * GIB)
 
 
 def _mib(text: str) -> int:
-    return int(round(float(text) * MIB))
+    return round(float(text) * MIB)
 
 
-def _last(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
-    match = None
-    for match in pattern.finditer(text):
-        pass
-    return match
-
-
-def detect_engine(text: str) -> str | None:
+def detect_engine(text: str | list[str]) -> str | None:
     """Which engine wrote this log: ``vllm``, ``llama.cpp`` or ``sglang`` (None when nothing is recognised)."""
-    if (
-        VLLM_WEIGHTS.search(text)
-        or VLLM_KV_MEMORY.search(text)
-        or VLLM_V0_BLOCKS.search(text)
-        or VLLM_V0_BUDGET.search(text)
-    ):
+    lines = _lines(text)
+    if any(_any(p, lines) for p in (VLLM_WEIGHTS, VLLM_KV_MEMORY, VLLM_V0_BLOCKS, VLLM_V0_BUDGET)):
         return "vllm"
-    if (
-        LLAMA_MODEL_BUFFER.search(text)
-        or LLAMA_MODEL_BUFFER_OLD.search(text)
-        or LLAMA_KV_BUFFER.search(text)
-        or LLAMA_KV_SIZE.search(text)
-    ):
+    if any(_any(p, lines) for p in (LLAMA_MODEL_BUFFER, LLAMA_MODEL_BUFFER_OLD, LLAMA_KV_BUFFER, LLAMA_KV_SIZE)):
         return "llama.cpp"
-    if SGLANG_WEIGHTS.search(text) or SGLANG_KV.search(text):
+    if _any(SGLANG_WEIGHTS, lines) or _any(SGLANG_KV, lines):
         return "sglang"
     return None
 
 
-def parse_vllm_log(text: str) -> Measured:
+def parse_vllm_log(text: str | list[str]) -> Measured:
     """vLLM V1 (and V0 / early-V1) start-up lines -> per-GPU terms. Overhead = non-torch + CUDA graphs."""
+    lines = _lines(text)
     details: dict[str, str] = {}
     warnings: list[str] = []
     weights = activations = non_torch = graphs = kv = total = None
     util = None
-    if match := _last(VLLM_WEIGHTS, text):
+    if match := _last(VLLM_WEIGHTS, lines):
         weights = _gib(match["weights"])
         details["model loading"] = f"{match['weights']} GiB"
-    if match := _last(VLLM_PROFILE, text):
+    if match := _last(VLLM_PROFILE, lines):
         activations, non_torch = _gib(match["act"]), _gib(match["non_torch"])
         weights = weights if weights is not None else _gib(match["w"])
         details.update(
@@ -172,57 +271,57 @@ def parse_vllm_log(text: str) -> Measured:
                 "total non-KV": f"{match['non_kv']} GiB",
             }
         )
-    if match := _last(VLLM_ACTUAL_USAGE, text):
+    if match := _last(VLLM_ACTUAL_USAGE, lines):
         activations, non_torch, graphs = _gib(match["act"]), _gib(match["nt"]), _gib(match["cg"])
         details["actual usage line"] = match.group(0)
-    if match := _last(VLLM_V0_TERMS, text):
+    if match := _last(VLLM_V0_TERMS, lines):
         activations, non_torch, kv = _gib(match["act"]), _gib(match["nt"]), _gib(match["kv"])
         weights = weights if weights is not None else _gib(match["w"])
         details.update({"activation peak (V0)": f"{match['act']} GiB", "non-torch (V0)": f"{match['nt']} GiB"})
-    if match := _last(VLLM_V0_PROFILE, text):
+    if match := _last(VLLM_V0_PROFILE, lines):
         total, util, non_torch, kv = _gib(match["total"]), float(match["util"]), _gib(match["nt"]), _gib(match["kv"])
         if weights is not None:
             activations = _gib(match["peak"]) - weights
             details["activation peak (derived: peak_torch_memory − weights)"] = f"{activations / GIB:.2f} GiB"
-    if match := _last(VLLM_V0_BUDGET, text):
+    if match := _last(VLLM_V0_BUDGET, lines):
         total, util = _gib(match["total"]), float(match["util"])
-    if match := _last(VLLM_KV_MEMORY, text):
+    if match := _last(VLLM_KV_MEMORY, lines):
         kv = _gib(match["kv_gib"])
         details["available KV cache memory"] = f"{match['kv_gib']} GiB"
-    if match := _last(VLLM_CG_POOL, text):
+    if match := _last(VLLM_CG_POOL, lines):
         graphs = _gib(match["cg_act"])
         details["CUDA graph pool (actual)"] = f"{match['cg_act']} GiB"
-    elif graphs is None and (match := _last(VLLM_CG_TAKEN, text)):
+    elif graphs is None and (match := _last(VLLM_CG_TAKEN, lines)):
         graphs = _gib(match["cg"])
         details["CUDA graphs captured"] = f"{match['cg']} GiB"
-    elif graphs is None and (match := _last(VLLM_CG_ESTIMATE, text)):
+    elif graphs is None and (match := _last(VLLM_CG_ESTIMATE, lines)):
         graphs = _gib(match["cg_est"])
         details["CUDA graphs (estimated)"] = f"{match['cg_est']} GiB"
-    if match := _last(VLLM_REQUESTED, text):
+    if match := _last(VLLM_REQUESTED, lines):
         util = float(match["util"])
         details["requested memory"] = f"{match['req']} GiB at util {util:g}"
-    if util is None and (match := _last(VLLM_UTIL_ARG, text)):
+    if util is None and (match := _last(VLLM_UTIL_ARG, lines)):
         util = float(match["util"])
-    if total is None and (match := _last(VLLM_TOTAL_MEMORY, text)):
+    if total is None and (match := _last(VLLM_TOTAL_MEMORY, lines)):
         total = _gib(match["total"])
     kv_tokens = None
-    if match := _last(VLLM_KV_TOKENS, text):
+    if match := _last(VLLM_KV_TOKENS, lines):
         kv_tokens = int(match["tokens"].replace(",", ""))
         details["GPU KV cache size"] = f"{kv_tokens:,} tokens"
-    elif match := _last(VLLM_V0_BLOCKS, text):
+    elif match := _last(VLLM_V0_BLOCKS, lines):
         # V0 printed blocks; 16 tokens per block was the default block size (docs/engines/vllm.md#vllm-block-size)
         kv_tokens = int(match["gpu"]) * 16
         details["GPU blocks"] = f"{match['gpu']} (× 16 tokens, the default block size)"
         warnings.append("KV tokens derived from '# GPU blocks' × 16 (the default block size)")
     conc = context = None
-    if match := _last(VLLM_MAX_CONCURRENCY, text):
+    if match := _last(VLLM_MAX_CONCURRENCY, lines):
         conc = float(match["conc"])
         context = int(match["max_model_len"].replace(",", ""))
         details["maximum concurrency"] = f"{match['conc']}x for {context:,} tokens"
-    if context is None and (match := _last(VLLM_MAX_SEQ, text)):
+    if context is None and (match := _last(VLLM_MAX_SEQ, lines)):
         context = int(match["len"])
     requested = None
-    if match := _last(VLLM_REQUESTED, text):
+    if match := _last(VLLM_REQUESTED, lines):
         requested = _gib(match["req"])
     elif total is not None and util is not None:
         requested = int(total * util)
@@ -243,9 +342,9 @@ def parse_vllm_log(text: str) -> Measured:
             "GiB): this run could not serve; KV cache counted as 0"
         )
         kv = 0
-    tp_match = _last(VLLM_TP, text)
-    version = _last(VLLM_VERSION, text)
-    kv_dtype = _last(VLLM_KV_DTYPE_ARG, text)
+    tp_match = _last(VLLM_TP, lines)
+    version = _last(VLLM_VERSION, lines)
+    kv_dtype = _last(VLLM_KV_DTYPE_ARG, lines)
     return Measured(
         engine="vllm",
         weights=weights,
@@ -287,9 +386,9 @@ def _budget_overhead(
     return non_torch + applied, f"{applied / GIB:.2f} GiB (derived: requested − weights − activations − non-torch − KV)"
 
 
-def _device_sums(pattern: re.Pattern[str], text: str, *more: re.Pattern[str]) -> dict[str, int]:
+def _device_sums(lines: list[str], *patterns: _Pattern) -> dict[str, int]:
     sums: dict[str, int] = {}
-    matches = [match for each in (pattern, *more) for match in each.finditer(text)]
+    matches = [match for each in patterns for match in _all(each, lines)]
     for match in matches:
         buffer = match["buf"]
         if HOST_BUFFERS.match(buffer):
@@ -298,20 +397,21 @@ def _device_sums(pattern: re.Pattern[str], text: str, *more: re.Pattern[str]) ->
     return sums
 
 
-def parse_llamacpp_log(text: str) -> Measured:
+def parse_llamacpp_log(text: str | list[str]) -> Measured:
     """llama.cpp / ik_llama.cpp start-up lines -> the terms on the device with the most memory in use."""
+    lines = _lines(text)
     details: dict[str, str] = {}
     warnings: list[str] = []
-    model = _device_sums(LLAMA_MODEL_BUFFER, text, LLAMA_MODEL_BUFFER_OLD)
-    kv = _device_sums(LLAMA_KV_BUFFER, text)
-    recurrent = _device_sums(LLAMA_RS_BUFFER, text)
-    compute = _device_sums(LLAMA_COMPUTE_BUFFER, text)
+    model = _device_sums(lines, LLAMA_MODEL_BUFFER, LLAMA_MODEL_BUFFER_OLD)
+    kv = _device_sums(lines, LLAMA_KV_BUFFER)
+    recurrent = _device_sums(lines, LLAMA_RS_BUFFER)
+    compute = _device_sums(lines, LLAMA_COMPUTE_BUFFER)
     devices = sorted(set(model) | set(kv) | set(compute) | set(recurrent))
     for name, table in (("model", model), ("KV", kv), ("RS", recurrent), ("compute", compute)):
         for device, size in table.items():
             details[f"{device} {name} buffer"] = f"{size / MIB:.2f} MiB"
     overhead = None
-    breakdowns = {m["dev"]: m for m in LLAMA_BREAKDOWN.finditer(text)}
+    breakdowns = {m["dev"]: m for m in _all(LLAMA_BREAKDOWN, lines)}
     worst = max(
         devices, key=lambda d: model.get(d, 0) + kv.get(d, 0) + recurrent.get(d, 0) + compute.get(d, 0), default=None
     )
@@ -320,7 +420,7 @@ def parse_llamacpp_log(text: str) -> Measured:
             if dev.startswith(worst) or worst.startswith(dev):
                 overhead = int(match["unacc"]) * MIB
                 details[f"{dev} unaccounted"] = f"{match['unacc']} MiB"
-    if worst is None and (match := _last(LLAMA_KV_SIZE, text)):
+    if worst is None and (match := _last(LLAMA_KV_SIZE, lines)):
         size = match["mib"] or match["self_mib"]
         details["KV total"] = f"{size} MiB"
         warnings.append("the log names no device buffers: figures are totals over all devices")
@@ -328,8 +428,8 @@ def parse_llamacpp_log(text: str) -> Measured:
         details["worst device"] = str(worst)
     if overhead is None:
         warnings.append("no memory-breakdown table in the log: the CUDA context / pool overhead is not measured")
-    n_ctx = _last(LLAMA_N_CTX, text)
-    kv_size = _last(LLAMA_KV_SIZE, text)
+    n_ctx = _last(LLAMA_N_CTX, lines)
+    kv_size = _last(LLAMA_KV_SIZE, lines)
     kv_bytes = kv.get(worst, 0) + recurrent.get(worst, 0) if worst else None
     if worst is None and kv_size is not None:
         kv_bytes = _mib(kv_size["mib"] or kv_size["self_mib"])
@@ -347,13 +447,15 @@ def parse_llamacpp_log(text: str) -> Measured:
     )
 
 
-def parse_sglang_log(text: str) -> Measured:
+def parse_sglang_log(text: str | list[str]) -> Measured:
+    """SGLang start-up lines -> weights and KV cache (SGLang does not print activations or overhead)."""
+    lines = _lines(text)
     details: dict[str, str] = {}
     weights = kv = tokens = None
-    if match := _last(SGLANG_WEIGHTS, text):
+    if match := _last(SGLANG_WEIGHTS, lines):
         weights = _gib(match["w"])  # SGLang's "GB" is bytes / 2**30 (groundtruth README)
         details["weights (mem usage)"] = f"{match['w']} GB"
-    if match := _last(SGLANG_KV, text):
+    if match := _last(SGLANG_KV, lines):
         tokens = int(match["tok"])
         kv = _gib(match["kv"]) if match["kv"] else _gib(match["k"]) + _gib(match["v"])
         details["KV cache"] = match.group(0)
@@ -369,7 +471,8 @@ def parse_sglang_log(text: str) -> Measured:
 
 def parse_log(text: str, engine: str | None = None) -> Measured:
     """Parse a start-up log; ``engine`` forces the parser, else it is detected. UsageError when unrecognised."""
-    engine = engine or detect_engine(text)
+    lines = log_lines(text)
+    engine = engine or detect_engine(lines)
     parsers = {
         "vllm": parse_vllm_log,
         "llama.cpp": parse_llamacpp_log,
@@ -381,7 +484,7 @@ def parse_log(text: str, engine: str | None = None) -> Measured:
             "no vLLM, llama.cpp or SGLang start-up lines found in the log "
             "(vLLM: 'Model loading took …', llama.cpp: '… model buffer size = …')"
         )
-    return parsers[engine](text)
+    return parsers[engine](lines)
 
 
 # ---- calibration files -------------------------------------------------------------------------------------------

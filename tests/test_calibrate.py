@@ -249,3 +249,116 @@ def test_cli_calibrate_against_prediction_gt0062():
         ],
     )
     assert "measured" in table.stdout and "hfvram" in table.stdout and "difference" in table.stdout
+
+
+# ---- issue 17 case 5: hostile log lines (the patterns run in linear time) --------------------------------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+#: real logs of every parser (fixtures/logs/README.md)
+REAL_LOGS = [
+    "gt-0062-vllm-v0.19-llama31-8b-h100.log",
+    "gt-0004-vllm-v0-llama31-8b-rtx3090.log",
+    "gt-0010-vllm-v0.7-qwen25-7b-bnb-rtx4060.log",
+    "gt-0016-llamacpp-qwen3-30b-a3b-2gpu.log",
+    "gt-0043-ik-llamacpp-qwen3-30b-a3b-3090ti.log",
+]
+#: (head, repeated body): lines that start like a pattern's line but never complete one; each repeated to 100 KB+
+#: they made the old patterns (``\w+:\s+…``, two ``.*?``, ``llama_kv_cache\w*``) quadratic
+HOSTILE = [
+    ("", "a"),
+    ("", "a: "),
+    ("", "llama_kv_cache"),
+    ("Model loading took ", "1"),
+    ("x:", " "),
+    ("Memory profiling results: total_gpu_memory=1GiB ", "peak_torch_memory=1GiB "),
+    ("", "Load weight end. "),
+    ("", "common_memory_breakdown_print: | - X (yyyyyyyy"),
+    ("GPU KV cache size: ", "1,"),
+    ("", "llm_load_tensors: "),
+    ("", "KV self size = "),
+]
+PARSERS = (cal.parse_vllm_log, cal.parse_llamacpp_log, cal.parse_sglang_log)
+
+
+def _hostile_line(head: str, body: str, size: int) -> str:
+    return head + body * (size // len(body) + 1)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(
+    log=st.sampled_from(REAL_LOGS),
+    hostile=st.sampled_from(HOSTILE),
+    size=st.integers(min_value=100_000, max_value=300_000),
+    where=st.floats(min_value=0, max_value=1),
+    prefix_word=st.integers(min_value=0, max_value=8_000),
+)
+def test_hostile_lines_do_not_change_what_a_real_log_says(log, hostile, size, where, prefix_word):
+    """A real log with a 100–300 KB hostile line inserted (and every real line behind a long word) parses to
+    exactly the figures of the log alone, with every parser."""
+    lines = read(log).splitlines()
+    expected = [cal.measured_dict(parse(read(log))) for parse in PARSERS]
+    at = int(where * len(lines))
+    noisy = [*lines[:at], _hostile_line(*hostile, size), *lines[at:]]
+    assert [cal.measured_dict(parse("\n".join(noisy))) for parse in PARSERS] == expected
+    assert cal.parse_log("\n".join(noisy)).engine == cal.parse_log(read(log)).engine
+    # a long word before each real line (a prefix the engine did not write) keeps the figures too
+    word = "w" * prefix_word
+    prefixed = "\n".join(f"{word} {line}" if line else line for line in lines)
+    assert [cal.measured_dict(parse(prefixed)) for parse in PARSERS] == expected
+
+
+def test_megabyte_lines_are_read_in_linear_time_without_the_line_cap():
+    """1 MB hostile lines with the line cap lifted, in a child process whose timeout is only a guard (the old
+    patterns took ~48 minutes on one such line): the figures are those of the real log alone."""
+    script = f"""
+import json, sys
+sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})
+from hfvram import calibrate as cal
+cal.MAX_LINE = 10**9
+hostile = {HOSTILE!r}
+out = []
+for name in {REAL_LOGS!r}:
+    text = open({str(LOGS)!r} + "/" + name, encoding="utf-8").read()
+    want = [cal.measured_dict(p(text)) for p in (cal.parse_vllm_log, cal.parse_llamacpp_log, cal.parse_sglang_log)]
+    for head, body in hostile:
+        line = head + body * (1_000_000 // len(body) + 1)
+        got = [cal.measured_dict(p(line + "\\n" + text)) for p in (cal.parse_vllm_log, cal.parse_llamacpp_log, cal.parse_sglang_log)]
+        out.append(got == want)
+print(json.dumps(out))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout)
+    assert len(results) == len(REAL_LOGS) * len(HOSTILE) and all(results)
+
+
+def test_lines_are_cut_at_the_cap():
+    line = "x" * (cal.MAX_LINE * 3)
+    assert [len(part) for part in cal.log_lines(line + "\nModel loading took 1.50 GiB")] == [cal.MAX_LINE, 27]
+    assert cal.parse_vllm_log(line + "\nModel loading took 1.50 GiB").weights == round(1.5 * GIB)
+
+
+# ---- issue 17 case 6 (the calibrate side): logs that are not regular files, or endless ------------------------
+
+import os  # noqa: E402
+
+
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="no /dev/zero")
+def test_calibrate_dev_zero_is_one_line_exit_2():
+    from cli_support import run_hfvram
+
+    result = run_hfvram("calibrate", "/dev/zero", timeout=120)
+    assert result.returncode == 2 and "not a regular file" in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_calibrate_fifo_does_not_wait_for_a_writer(tmp_path):
+    from cli_support import run_hfvram
+
+    fifo = tmp_path / "log.fifo"
+    os.mkfifo(fifo)
+    result = run_hfvram("calibrate", str(fifo), timeout=120)
+    assert result.returncode == 2 and "not a regular file" in result.stderr, result.stderr

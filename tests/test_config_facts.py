@@ -162,3 +162,34 @@ def test_reading_a_catalogued_config_does_not_import_transformers(tmp_path):
     assert done.returncode == 0, done.stderr
     decided_by, imported = done.stdout.rsplit(" ", 1)
     assert decided_by.startswith("transformers 5.") and imported.strip() == "False"
+
+
+# ---- issue 17: hostile facts-cache entries (not regular files, too large, counts beyond the bounds) -------------
+
+
+def _entry(kind: str, path: Path, good: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "dev-zero-link":
+        path.symlink_to("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "huge":
+        with path.open("wb") as handle:
+            handle.truncate(1 << 30)  # sparse: 1 GiB of zeros, nothing written
+    elif kind == "layer-types":
+        path.write_text(json.dumps({**good, "layer_types": ["full_attention"] * 1_000_000}), encoding="utf-8")
+    elif kind == "huge-default":
+        path.write_text(json.dumps({**good, "defaults": {**good["defaults"], "head_dim": 10**400}}), encoding="utf-8")
+
+
+@needs_transformers
+@pytest.mark.skipif(not Path("/dev/zero").exists() or not hasattr(os, "mkfifo"), reason="needs /dev/zero and FIFOs")
+@pytest.mark.parametrize("kind", ["dev-zero-link", "fifo", "huge", "layer-types", "huge-default"])
+def test_a_hostile_cache_entry_is_ignored(kind: str):
+    """The entry is not read into memory (nor waited on): the facts are computed again, as for a corrupt entry."""
+    config = _edited_config("Qwen/Qwen3-8B")
+    good = compute_hf_facts(config).to_json()
+    _entry(kind, _cache_file(config), good)
+    facts = cached_hf_facts(config)
+    assert facts.ok and facts.origin is None
+    assert list(facts.layer_types or ()) == good["layer_types"]

@@ -253,3 +253,74 @@ def test_sglang_module_named_without_python_m(cmdline):
     assert parsed.model == "Qwen/Qwen3-8B"
     assert parsed.tp == 2
     assert parsed.settings["mem-fraction-static"] == "0.8"
+
+
+# ---- issue 17 case 12: settings the engines refuse are refused here too (limits in data/engine_args.toml) -------
+
+from cli_support import LLAMA_FOLDER, run_hfvram  # noqa: E402
+
+from hfvram.estimate.engine_args import check_setting  # noqa: E402
+
+
+@pytest.mark.parametrize(
+    "option", ["max-model-len=0", "block-size=0", "ubatch-size=0", "ctx-size=-1", "max-num-seqs=0", "ub=0", "c=-1"]
+)
+def test_settings_below_the_engines_minimum_are_usage_errors(option):
+    with pytest.raises(UsageError, match="the engine refuses it"):
+        parse_set_options([option])
+
+
+@pytest.mark.parametrize(
+    "option",
+    ["max-model-len=-1", "ctx-size=0", "max-model-len=32k", "block-size=16", "ubatch-size=512", "flash-attn=on"],
+)
+def test_settings_with_a_meaning_are_kept(option):
+    """vLLM max-model-len -1 = auto-fit; llama.cpp -c 0 = the model's own length."""
+    name, _, value = option.partition("=")
+    assert parse_set_options([option]) == {name: value}
+
+
+@pytest.mark.parametrize("value", ["1" + "0" * 500, "1" + "0" * 5000, "9" * 20, "-" + "9" * 20])
+def test_implausible_numbers_are_usage_errors(value):
+    with pytest.raises(UsageError, match="implausible"):
+        check_setting("max-num-partial-prefills", value)
+
+
+def test_number_too_large_for_a_float_is_a_usage_error():
+    """'1e999' is not a whole number the limits read; the engines' own reading refuses it in one line."""
+    from hfvram.estimate.common import parse_int
+
+    with pytest.raises(UsageError, match="is not a number"):
+        parse_int("1e999", "max-num-partial-prefills")
+
+
+def test_pasted_command_line_settings_are_checked():
+    with pytest.raises(UsageError, match="ctx-size=-1"):
+        parse_engine_args("llama-server -m model.gguf -c -1")
+    with pytest.raises(UsageError, match="block-size=0"):
+        parse_engine_args("vllm serve org/model --block-size 0")
+    assert parse_engine_args("llama-server -m model.gguf -c 0").settings["ctx-size"] == "0"
+
+
+@pytest.mark.parametrize(
+    ("engine", "option"),
+    [
+        ("vllm", "max-model-len=0"),
+        ("vllm", "block-size=0"),
+        ("llama.cpp", "ubatch-size=0"),
+        ("llama.cpp", "ctx-size=-1"),
+    ],
+)
+def test_refused_settings_exit_2_with_one_line(engine, option):
+    result = run_hfvram("check", str(LLAMA_FOLDER), "--gpu", "h100", "--engine", engine, "--set", option)
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and option in lines[0], result.stderr
+
+
+def test_huge_setting_is_one_line_exit_2():
+    result = run_hfvram(
+        "check", str(LLAMA_FOLDER), "--gpu", "h100", "--engine", "vllm", "--set", "max-model-len=1" + "0" * 5000
+    )
+    assert result.returncode == 2 and "implausible" in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and len(result.stderr) < 300

@@ -602,3 +602,54 @@ def test_skipped_string_array_is_read_in_bulk_without_reading_past_the_header():
     assert header.metadata["tokenizer.ggml.tokens"] == SkippedArray(length=5000, item_type="string")
     assert header.metadata["general.alignment"] == 32
     assert header.header_end == len(body) and Counting.furthest == len(body)
+
+
+# ---- issue 17: hostile counts and bytes in a GGUF header -------------------------------------------------------
+
+
+def _with(kvs: list, key: str, vtype: int, value) -> list:
+    return [kv for kv in kvs if kv[0] != key] + [(key, vtype, value)]
+
+
+@pytest.mark.parametrize(
+    ("key", "vtype", "value"),
+    [
+        ("llama.block_count", F64, 1e200),
+        ("llama.block_count", U64, 10**12),
+        ("llama.attention.head_count", U64, 10**9),
+        ("llama.attention.head_count_kv", ARR, (U64, [10**9, 10**9])),
+        ("llama.embedding_length", F64, 1e300),
+        ("llama.context_length", F64, 1e300),
+        ("llama.feed_forward_length", I64, -5),
+        ("llama.expert_count", U64, 10**9),
+    ],
+)
+def test_hostile_gguf_counts_name_their_key(key, vtype, value):
+    data = gguf_bytes(_with(llama_kvs(), key, vtype, value), block_tensors(2))
+    with pytest.raises(MalformedFileError) as caught:
+        spec_from_gguf([parse(data)], filename="t.gguf")
+    assert caught.value.field is not None and caught.value.field.startswith(key), str(caught.value)
+    assert len(str(caught.value)) < 300
+
+
+def test_gguf_string_that_is_not_utf8_is_malformed():
+    data = gguf_bytes([*llama_kvs(), ("general.name", STR, b"\xff\xfe bad")], block_tensors(2))
+    with pytest.raises(MalformedFileError, match="not UTF-8"):
+        parse(data)
+
+
+def test_gguf_key_that_is_not_utf8_is_malformed():
+    data = gguf_bytes([*llama_kvs(), (b"general.\xff", U32, 1)], block_tensors(2))
+    with pytest.raises(MalformedFileError, match="not UTF-8"):
+        parse(data)
+
+
+def test_hostile_gguf_file_is_one_line_exit_3(tmp_path):
+    from cli_support import run_hfvram
+
+    path = tmp_path / "m.gguf"
+    path.write_bytes(gguf_bytes(_with(llama_kvs(), "llama.block_count", F64, 1e200), block_tensors(2)))
+    result = run_hfvram("check", str(path), "--gpu", "h100", timeout=120)
+    assert result.returncode == 3, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "llama.block_count" in lines[0] and "internal error" not in lines[0], result.stderr

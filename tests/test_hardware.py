@@ -119,3 +119,64 @@ def test_search_catalog_by_query_and_vendor():
     assert amd and all(gpu.vendor == "amd" for gpu in amd)
     assert len(search_catalog()) == len(load_catalog())
     assert search_catalog("no-such-gpu") == ()
+
+
+# ---- issue 17 case 12: GPU counts and sizes are bounded (hfvram/data/bounds.toml [hardware]) -------------------
+
+from hfvram.datafiles import data_table  # noqa: E402
+from hfvram.estimate.engine_rules import tp_accepted, valid_tp_hint  # noqa: E402
+
+MAX_GPUS = data_table("bounds.toml")["hardware"]["maximum_gpu_count"]
+
+
+@pytest.mark.parametrize("text", ["h100x100000000", "h100x" + "1" * 5000, f"{MAX_GPUS + 1}xh100", "80GBx99999"])
+def test_gpu_count_over_the_bound_is_a_usage_error(text):
+    with pytest.raises(UsageError, match="GPU count"):
+        parse_gpu_spec(text)
+
+
+def test_gpu_count_at_the_bound_is_accepted():
+    assert parse_gpu_spec(f"h100x{MAX_GPUS}").count == MAX_GPUS
+    assert parse_gpu_spec("h100x0008").count == 8
+
+
+@pytest.mark.parametrize("text", ["1" * 400 + "GiB", "9" * 30 + "TB"])
+def test_implausible_raw_gpu_size_is_a_usage_error(text):
+    with pytest.raises(UsageError, match="GPU memory size"):
+        parse_gpu_spec(text)
+
+
+def _spec_with_heads(heads: int, kv: int):
+    from hfvram.spec import Layer, LayerKind, ModelSpec
+
+    layer = Layer(kind=LayerKind.FULL, num_kv_heads=kv, head_dim_k=128, head_dim_v=128)
+    return ModelSpec(
+        architecture="X",
+        model_type="llama",
+        dtype="bfloat16",
+        num_layers=2,
+        layers=(layer, layer),
+        num_attention_heads=heads,
+    )
+
+
+@pytest.mark.parametrize(("heads", "kv", "tp"), [(32, 8, 12), (40, 8, 100_000_000), (96, 8, 10**12), (28, 4, 3)])
+def test_valid_tp_hint_lists_exactly_the_accepted_sizes(heads, kv, tp):
+    """The hint walks the divisors of the heads, not range(1, tp); it lists what tp_accepted accepts below tp."""
+    spec = _spec_with_heads(heads, kv)
+    expected = [size for size in range(1, min(tp, heads + 1)) if tp_accepted(spec, size)]
+    hint = valid_tp_hint(spec, tp)
+    assert hint == f"it accepts {', '.join(map(str, expected))} below {tp} (pass --tp)"
+
+
+@pytest.mark.parametrize(
+    ("engine", "option"),
+    [("vllm", ["--tp", "100000000"]), ("vllm", ["--pp", "100000000"]), ("transformers", ["--pp", "100000000"])],
+)
+def test_parallel_sizes_over_the_gpu_bound_exit_2(engine, option):
+    """--pp 100000000 without --gpu walked every pipeline stage (minutes); a parallel size is a GPU count."""
+    from cli_support import LLAMA_FOLDER, run_hfvram
+
+    result = run_hfvram("check", str(LLAMA_FOLDER), "--engine", engine, *option, timeout=120)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "hfvram's bound" in result.stderr and len(result.stderr.strip().splitlines()) == 1

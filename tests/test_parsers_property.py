@@ -10,7 +10,7 @@ from __future__ import annotations
 import io
 import json
 import struct
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 import gguf
@@ -424,3 +424,90 @@ def test_derived_tensors_from_odd_specs(
 
 def test_derived_property_ran():
     _report("derived from odd specs")
+
+
+# ---- the config reader on hostile counts (issue 17): a real config with one count replaced ----------------------
+
+import copy  # noqa: E402
+import math  # noqa: E402
+
+from hfvram.readers.bounds import config_bounds  # noqa: E402
+from hfvram.readers.config import read_config  # noqa: E402
+
+HUB = Path(__file__).resolve().parent.parent / "fixtures" / "hub"
+#: real configs of different families (fixtures/hub; sources in fixtures/README.md)
+CONFIG_REPOS = sorted(str(p.parent.relative_to(HUB)) for p in HUB.glob("*/*/config.json"))
+
+
+@cache
+def _real_config(repo: str) -> dict:
+    return json.loads((HUB / repo / "config.json").read_text())
+
+
+_HOSTILE_COUNT = st.one_of(
+    st.integers(min_value=-(10**20), max_value=10**20),
+    st.sampled_from([10**12, 10**400, -1, 0, 1, 2**63, 2**64 + 1]),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([1e12, 1e200, 1e308, 2.5, -0.0, float("inf"), float("-inf"), float("nan")]),
+    st.sampled_from(["1e12", "1000000000000", "-1", "inf"]),
+)
+
+
+def _out_of_bounds(value: object, maximum: int) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, str):
+        return True  # numeric strings are refused before a config class can convert them
+    if isinstance(value, float) and (not math.isfinite(value) or not value.is_integer()):
+        return True
+    return isinstance(value, (int, float)) and not 0 <= value <= maximum
+
+
+@settings(max_examples=EXAMPLES // 2, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    repo=st.sampled_from(CONFIG_REPOS),
+    key=st.sampled_from(sorted(config_bounds())),
+    value=_HOSTILE_COUNT,
+    where=st.sampled_from(["", "text_config", "vision_config"]),
+    use_transformers=st.booleans(),
+)
+def test_config_reader_on_hostile_counts(repo, key, value, where, use_transformers):
+    """Either a spec (and a bounded derived tensor list) or MalformedFileError — and always the error, naming the
+    field, when the count is out of its bounds.toml bound."""
+    _count("config hostile counts")
+    config = copy.deepcopy(_real_config(repo))
+    target = config
+    if where:
+        target = config.setdefault(where, {}) if isinstance(config.get(where, {}), dict) else config
+    target[key] = value
+    path = f"{where}.{key}" if where and target is not config else key
+    try:
+        spec = read_config(config, use_transformers=use_transformers)
+    except MalformedFileError as exc:
+        assert exc.file == "config.json"
+        if _out_of_bounds(value, config_bounds()[key][1]):
+            assert exc.field == path, (str(exc), path)
+        return
+    assert not _out_of_bounds(value, config_bounds()[key][1]), (path, value)
+    assert len(spec.layers) <= config_bounds()["num_hidden_layers"][1]
+    try:
+        weights = derived_weights(spec)
+    except (ValueError, KeyError, TypeError, ZeroDivisionError):  # what the sources catch around derived_weights
+        return
+    assert weights is None or weights.total_bytes >= 0
+
+
+def test_config_property_ran():
+    _report("config hostile counts")
+
+
+def test_fuzz_script_smoke_mode_runs_every_target():
+    """scripts/fuzz_parsers.py covers headers, configs and logs; its --smoke mode (no atheris) runs mutated seeds of
+    all of them through the same checks."""
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parent.parent / "scripts" / "fuzz_parsers.py"
+    done = subprocess.run([sys.executable, str(script), "--smoke", "400"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "400 inputs ran without an unexpected exception" in done.stdout

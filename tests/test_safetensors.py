@@ -337,3 +337,110 @@ def test_derived_gptq_single_file_fixture():
     weights = weights_from_tensors(header.tensors.values(), quantization=Quantization("gptq", bits=4, group_size=128))
     assert 13.0e9 < weights.params_total < 13.1e9  # packed int32 qweight unpacked, 8 weights each
     assert weights.bytes_by_dtype["I32"] > weights.bytes_by_dtype["F16"]
+
+
+# ---- issue 17 cases 9 and 10: hostile headers and parameter counts, through the real CLI and the facts ---------
+
+LLAMA_CONFIG = FIXTURES / "hub" / "meta-llama" / "Llama-3.1-8B-Instruct" / "config.json"
+
+
+def _model_with_header(tmp_path: Path, header: bytes) -> Path:
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_bytes(LLAMA_CONFIG.read_bytes())
+    (folder / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header)
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("header", "said"),
+    [
+        (b'{"a": {"dtype": "F16", "shape": [1], "data_offsets": [0, 2]}, "\xff": 1}', "not UTF-8"),
+        (b'{"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "nested too deeply"),
+        (b'{"a": {"dtype": "F16", "shape": [1' + b"0" * 5000 + b'], "data_offsets": [0, 2]}}', "not valid JSON"),
+    ],
+    ids=["bad-utf8", "100k-deep", "5000-digits"],
+)
+def test_hostile_local_header_is_one_line_exit_3(tmp_path, header, said):
+    from cli_support import run_hfvram
+
+    result = run_hfvram("check", str(_model_with_header(tmp_path, header)), "--gpu", "h100", timeout=120)
+    assert result.returncode == 3, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and said in lines[0] and "model.safetensors" in lines[0], result.stderr
+    assert "internal error" not in result.stderr
+
+
+@pytest.mark.parametrize("header", [b"{}", b'{"__metadata__": {"format": "pt"}}'], ids=["empty", "metadata-only"])
+def test_header_without_tensors_never_fits(tmp_path, header):
+    """A header ``{}`` used to give 0 parameters, 0 bytes and FITS; the weights are now unknown (exit 3)."""
+    from cli_support import run_hfvram
+
+    result = run_hfvram("check", str(_model_with_header(tmp_path, header)), "--gpu", "h100", timeout=120)
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert "FITS" not in result.stdout and "weights unknown" in result.stderr
+    assert "list no tensors" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("counts", "said"),
+    [
+        ({"BF16": -8783}, "expected a number >= 0"),
+        ({"BF16": 8_030_261_248, "F32": -1}, "expected a number >= 0"),
+        ({"BF16": True}, "expected a whole number"),
+        ({"BF16": 10**30}, "implausible"),
+    ],
+)
+def test_hostile_hub_parameter_counts_are_refused(counts, said):
+    """The Hub's model info ``safetensors.parameters`` is untrusted: a negative count printed
+    'FITS (−8783 % of usable memory)' before."""
+    from hfvram.sources.facts import CheckpointFacts, spec_from_facts
+
+    with pytest.raises(MalformedFileError, match=said) as caught:
+        spec_from_facts(CheckpointFacts(LLAMA_CONFIG.read_text(), dtype_parameters=counts))
+    assert caught.value.file == "Hub model info" and caught.value.field.startswith("safetensors.parameters.")
+
+
+def test_hub_parameter_counts_summing_to_zero_leave_weights_unknown():
+    from hfvram.estimate.common import WeightsUnknownError, require_weights
+    from hfvram.sources.facts import CheckpointFacts, spec_from_facts
+
+    spec = spec_from_facts(CheckpointFacts(LLAMA_CONFIG.read_text(), dtype_parameters={"BF16": 0}))
+    assert spec.weights is None
+    with pytest.raises(WeightsUnknownError, match="sum to 0"):
+        require_weights(spec)
+
+
+def test_real_hub_parameter_counts_still_size_the_weights():
+    """Llama-3.1-8B: 8,030,261,248 BF16 parameters (the Hub's count for meta-llama/Llama-3.1-8B-Instruct)."""
+    from hfvram.sources.facts import CheckpointFacts, spec_from_facts
+
+    spec = spec_from_facts(CheckpointFacts(LLAMA_CONFIG.read_text(), dtype_parameters={"BF16": 8_030_261_248}))
+    assert spec.weights is not None and spec.weights.total_bytes == 2 * 8_030_261_248
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        {"total_size": 10**400},
+        {"total_size": -5},
+        {"total_size": 1e300},
+        {"total_size": 16, "total_parameters": 10**30},
+    ],
+)
+def test_hostile_index_totals_are_refused(metadata):
+    """An index total_size of 10^400 ended in 'internal error: OverflowError' when printed in GiB."""
+    from hfvram.sources.facts import CheckpointFacts, spec_from_facts
+
+    with pytest.raises(MalformedFileError) as caught:
+        spec_from_facts(CheckpointFacts(LLAMA_CONFIG.read_text(), index_metadata=metadata))
+    assert caught.value.file == "model.safetensors.index.json" and caught.value.field.startswith("metadata.")
+
+
+def test_real_index_total_still_sizes_the_weights():
+    """Llama-3.1-8B-Instruct's index (fixtures/hub): metadata.total_size 16,060,522,496."""
+    from hfvram.sources.facts import CheckpointFacts, spec_from_facts
+
+    index = json.loads((LLAMA_CONFIG.parent / "model.safetensors.index.json").read_text())
+    spec = spec_from_facts(CheckpointFacts(LLAMA_CONFIG.read_text(), index_metadata=index["metadata"]))
+    assert spec.weights is not None and spec.weights.total_bytes == index["metadata"]["total_size"] == 16_060_522_496

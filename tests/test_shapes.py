@@ -277,3 +277,16 @@ def test_largest_corpus_model_derives_quickly():
     weights = derived_weights(spec)
     assert time.perf_counter() - start < 1.0
     assert weights.num_tensors > 200_000
+
+
+def test_implausible_deci_ffn_mult_is_not_derived():
+    """issue 17: a block_configs ffn_mult of 1e308 (Nemotron-Super's config otherwise, fixtures/hub) was an
+    internal OverflowError; the MLP of those blocks is now not derived, with a warning."""
+    config = json.loads((HUB / "nvidia" / "Llama-3_3-Nemotron-Super-49B-v1" / "config.json").read_text())
+    for block in config["block_configs"]:
+        if block.get("ffn", {}).get("ffn_mult"):
+            block["ffn"]["ffn_mult"] = 1e308
+    spec = read_config(config, use_transformers=False)
+    weights = derived_weights(spec, config)
+    assert weights is not None and 0 < weights.total_bytes < 10**15
+    assert any("ffn_mult missing or implausible" in w for w in derive_warnings(spec, config))

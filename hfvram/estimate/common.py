@@ -111,8 +111,10 @@ def layer_state_bytes_rank(layer: Layer, tp: int, fallback_dtype_bytes: float) -
 
 def pp_layer_ranges(num_layers: int, pp: int) -> list[tuple[int, int]]:
     """Layer index ranges ``[start, end)`` per pipeline stage, as vLLM's ``get_pp_indices`` splits them:
-    an even share each, the remainder added one by one to the stages before the last."""
+    an even share each, the remainder added one by one to the stages before the last. UsageError for more stages
+    than hfvram/data/bounds.toml allows GPUs (the split lists every stage)."""
     pp = max(1, pp)
+    _check_gpu_count("pipeline parallel", pp)
     per_stage = num_layers // pp
     sizes = [per_stage] * pp
     for back in range(2, num_layers % pp + 2):
@@ -122,6 +124,13 @@ def pp_layer_ranges(num_layers: int, pp: int) -> list[tuple[int, int]]:
         ranges.append((start, start + size))
         start += size
     return ranges
+
+
+def _check_gpu_count(name: str, value: int | None) -> None:
+    """A parallel size is a GPU count: at most bounds.toml [hardware] maximum_gpu_count (UsageError, exit 2)."""
+    limit = int(data_table("bounds.toml")["hardware"]["maximum_gpu_count"])
+    if value is not None and value > limit:
+        raise UsageError(f"{name} size {value} is more than {limit:,} GPUs (hfvram's bound)")
 
 
 def worst_stage_layers(spec: ModelSpec, pp: int) -> tuple[Layer, ...]:
@@ -419,8 +428,8 @@ def parse_int(text: str, what: str = "value") -> int:
         multiplier, value = 1024 * 1024, value[:-1]
     try:
         return int(float(value) * multiplier)
-    except ValueError as exc:
-        raise UsageError(f"{what}={text!r} is not a number") from exc
+    except (ValueError, OverflowError) as exc:  # OverflowError: a number too large for a float
+        raise UsageError(f"{what}={text[:40]!r} is not a number") from exc
 
 
 def resolve_parallel(
@@ -431,6 +440,8 @@ def resolve_parallel(
     pp_names, tp_names = tuple(pp_names), tuple(tp_names)
     pp = choice.pp or (setting_int(choice, *pp_names) if pp_names else None) or 1
     tp = choice.tp or (setting_int(choice, *tp_names) if tp_names else None)
+    _check_gpu_count("tensor parallel", tp)
+    _check_gpu_count("pipeline parallel", pp)
     if tp is None:
         count = hardware.count if hardware else 1
         tp = max(1, count // pp)

@@ -120,6 +120,39 @@ def parse_bytes(text: str) -> int:
     return int(float(match["number"]) * _BYTE_UNITS[unit])
 
 
+_SETTING_NUMBER = re.compile(r"^(?P<sign>[-+]?)(?P<number>\d+(?:\.\d+)?)(?P<suffix>[kmgt]?)$")
+_SUFFIX = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def _setting_number(value: str) -> float | None:
+    """A setting's value as a number the way the engines read them (``32k``, ``131,072``, ``-1``), roughly
+    (``k`` taken as 1024 whatever the engine's convention); None when it is not a number at all."""
+    match = _SETTING_NUMBER.match(value.strip().lower().replace(",", "").replace("_", ""))
+    if match is None:
+        return None
+    number = float(match["number"]) * _SUFFIX[match["suffix"]]  # inf for a 400-digit number
+    return -number if match["sign"] == "-" else number
+
+
+def check_setting(name: str, value: str) -> None:
+    """UsageError (exit 2) for a whole-number setting the engine refuses: below its minimum
+    (engine_args.toml [limits]) or above bounds.toml [settings] maximum. Other values are left to the engine."""
+    number = _setting_number(value) if name != "revision" else None
+    if number is None:
+        return
+    shown = value if len(value) <= 24 else value[:21] + "..."
+    maximum = int(data_table("bounds.toml")["settings"]["maximum"])
+    if abs(number) > maximum:
+        raise UsageError(f"setting {name}={shown}: implausible value (hfvram's bound: at most {maximum:,})")
+    limit = _tables().get("limits", {}).get(name)
+    if limit is None:
+        return
+    minimum, also = int(limit["minimum"]), [float(v) for v in limit.get("also", ())]
+    if number < minimum and number not in also:
+        allowed = " or ".join([f">= {minimum}", *(str(int(v)) for v in also)])
+        raise UsageError(f"setting {name}={shown}: the engine refuses it (expected a whole number {allowed})")
+
+
 def canonical_setting_name(name: str) -> str:
     """``--max_num_batched_tokens`` -> ``max-num-batched-tokens``."""
     return name.strip().lstrip("-").replace("_", "-")
@@ -134,7 +167,8 @@ def parse_set_options(options: Iterable[str]) -> dict[str, str]:
         name, sep, value = str(option).partition("=")
         name, value = canonical_setting_name(name), value.strip()
         if not sep or not name or not value or not _SETTING_NAME.match(name):
-            raise UsageError(f"--set {option!r}: expected NAME=VALUE, e.g. max-num-batched-tokens=8192")
+            raise UsageError(f"--set {str(option)[:80]!r}: expected NAME=VALUE, e.g. max-num-batched-tokens=8192")
+        check_setting(name, value)
         settings[name] = value
     return settings
 
@@ -362,6 +396,8 @@ def parse_engine_args(cmdline: str) -> ParsedEngineArgs:
         else:
             ignored.append(f"{name}={value}: environment variable not modelled")
 
+    for name, value in settings.items():
+        check_setting(name, value)
     return ParsedEngineArgs(
         engine=engine, model=model, settings=settings, ignored=ignored, **_fields(engine, settings, ignored)
     )

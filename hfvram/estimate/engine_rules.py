@@ -12,10 +12,12 @@ with their sources); this module only applies them.
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from hfvram.datafiles import data_table
 from hfvram.errors import UsageError
 from hfvram.estimate import common
 from hfvram.estimate.types import VERDICT_DOES_NOT_FIT, EngineChoice, Estimate, Hardware, Workload
@@ -135,7 +137,15 @@ def tp_accepted(spec: ModelSpec, tp: int) -> bool:
 
 
 def valid_tp_hint(spec: ModelSpec, tp: int) -> str:
-    sizes = [size for size in range(1, tp) if tp_accepted(spec, size)]
+    """The sizes below ``tp`` the engine accepts: divisors of the heads (O(sqrt(heads))), or — heads unknown — the
+    sizes up to the GPU-count bound (hfvram/data/bounds.toml)."""
+    heads = spec.num_attention_heads
+    if heads:
+        candidates = sorted({d for i in range(1, math.isqrt(heads) + 1) if heads % i == 0 for d in (i, heads // i)})
+    else:
+        candidates = list(range(1, min(tp, int(data_table("bounds.toml")["hardware"]["maximum_gpu_count"]) + 1)))
+    kvs = kv_head_counts(spec)
+    sizes = [size for size in candidates if size < tp and all(kv % size == 0 or size % kv == 0 for kv in kvs)]
     return f"it accepts {', '.join(map(str, sizes))} below {tp} (pass --tp)" if sizes else "pass --tp"
 
 

@@ -168,17 +168,34 @@ def _validate_fraction(unified_fraction: float | None) -> None:
         raise UsageError(f"unified-memory fraction must be in (0, 1], got {unified_fraction}")
 
 
+def max_gpu_count() -> int:
+    """The most GPUs one --gpu spec may name (hfvram/data/bounds.toml [hardware] maximum_gpu_count)."""
+    return int(data_table("bounds.toml")["hardware"]["maximum_gpu_count"])
+
+
 def _count(text: str, spec: str) -> int:
-    count = int(text)
+    limit = max_gpu_count()
+    digits = text.lstrip("0") or "0"
+    count = int(digits) if len(digits) <= len(str(limit)) else limit + 1  # no 5000-digit int() for a count
     if count < 1:
         raise UsageError(f"GPU count must be at least 1 in {spec!r}")
+    if count > limit:
+        raise UsageError(
+            f"GPU count {text[:12]}{'…' if len(text) > 12 else ''} in {spec[:60]!r} is more than {limit:,}"
+        )
     return count
 
 
 def _raw_size_gpu(number: str, unit: str) -> GPU:
-    size = int(float(number) * _RAW_UNITS[unit])
+    limit = int(data_table("bounds.toml")["hardware"]["maximum_memory_bytes"])
+    size = float(number) * _RAW_UNITS[unit]
     if size <= 0:
-        raise UsageError(f"GPU memory size must be positive, got {number}{unit}")
+        raise UsageError(f"GPU memory size must be positive, got {number[:20]}{unit}")
+    if size > limit:  # also inf: float("1" * 400) overflows
+        raise UsageError(
+            f"GPU memory size {number[:20]}{'…' if len(number) > 20 else ''}{unit} is more than {limit:,} bytes"
+        )
+    size = int(size)
     label = f"{number}{'GiB' if _RAW_UNITS[unit] == GIB else unit.upper()}"
     return GPU(id=label, name=f"unlisted GPU with {label}", vendor="unknown", memory_bytes=size)
 

@@ -8,10 +8,12 @@ checked against transformers over the test corpus.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Mapping
 from typing import Any
 
 from hfvram.errors import MalformedFileError
+from hfvram.readers.bounds import bound, validate_config
 from hfvram.readers.config_fields import ConfigView, aliases, config_rules
 from hfvram.readers.config_hf import HfFacts, hf_facts_for
 from hfvram.readers.config_layers import (
@@ -62,6 +64,9 @@ def load_json_tolerant(raw: bytes, filename: str) -> dict:
         ) from None
     except RecursionError:
         raise MalformedFileError("JSON nested too deeply", file=filename) from None
+    except ValueError:  # an integer over Python's digit limit (int_max_str_digits)
+        limit = sys.get_int_max_str_digits() if hasattr(sys, "get_int_max_str_digits") else 4300
+        raise MalformedFileError(f"not valid JSON (a number of more than {limit} digits)", file=filename) from None
     if not isinstance(value, dict):
         raise MalformedFileError(f"expected a JSON object, got {type(value).__name__}", file=filename)
     return value
@@ -79,6 +84,14 @@ def _normalized_hf_types(hf: HfFacts, config: Mapping[str, Any]) -> list[str] | 
         return None
     normalized = [normalize_layer_type(t, text_model_type) for t in types]
     return None if any(t is None for t in normalized) else [t for t in normalized if t is not None]
+
+
+def _stated_path(view: ConfigView, keys: list[str]) -> str:
+    """The dotted path of the first of ``keys`` the config states (the first key's path when none)."""
+    for key in keys:
+        if view.has(key):
+            return view.locate(key)[1]
+    return view.text_prefix + keys[0]
 
 
 def _text_part(config: Mapping[str, Any], filename: str) -> tuple[Mapping[str, Any], str]:
@@ -356,6 +369,9 @@ def read_config(
     if not isinstance(config, Mapping):
         raise MalformedFileError(f"expected a JSON object, got {type(config).__name__}", file=filename)
     companions = dict(companions or {})
+    validate_config(config, filename=filename)  # before transformers or anything else iterates over a count
+    for name, companion in companions.items():
+        validate_config(companion, filename=name)
     text, prefix = _text_part(config, filename)
     hf = _transformers_facts(config, use_transformers, hf_facts)
     view = ConfigView(
@@ -413,6 +429,13 @@ def read_config(
     dtype = _canonical_dtype(view)
     num_experts, shared, per_token, moe_size = _experts(view)
     mtp = view.integer("num_mtp_layers", aliases("num_mtp_layers"), minimum=0, use_hf_default=False) or 0
+    instances = (num_experts or 0) * (num_layers + mtp)
+    if instances > bound("model", "maximum_expert_instances"):
+        raise view.fail(
+            _stated_path(view, aliases("num_experts")),
+            f"implausible {num_experts:,} experts in each of {num_layers + mtp:,} layers "
+            f"(hfvram's bound: at most {bound('model', 'maximum_expert_instances'):,} expert instances)",
+        )
 
     types, layers_source = _layer_kinds(view, config, num_layers, hf)
     view.note("layers", layers_source)

@@ -112,6 +112,12 @@ class ConfigView:
             )
         return None
 
+    def required_integer(self, fact: str, keys: Sequence[str], *, minimum: int = 1, use_hf_default: bool = True) -> int:
+        """:meth:`integer` of a fact the config must state (MalformedFileError naming the field otherwise)."""
+        number = self.integer(fact, keys, minimum=minimum, required=True, use_hf_default=use_hf_default)
+        assert number is not None  # integer(required=True) raises instead of returning None
+        return number
+
     def to_int(self, path: str, value: Any, minimum: int = 0) -> int:
         if isinstance(value, bool):
             raise self.fail(path, f"expected an integer, got a boolean ({value!r})")

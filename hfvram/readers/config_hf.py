@@ -61,6 +61,13 @@ def _load_canonical(canonical: str) -> HfConfig:
         return HfConfig(None, "transformers", None, f"transformers unavailable ({type(exc).__name__})")
     version = transformers.__version__
     config = json.loads(canonical)
+    from hfvram.errors import MalformedFileError
+    from hfvram.readers.bounds import validate_config
+
+    try:  # transformers' config classes iterate over the counts: bounded first (read_config checks this too)
+        validate_config(config)
+    except MalformedFileError as exc:
+        return HfConfig(None, f"transformers {version}", version, f"not given to transformers ({exc})")
     model_type = config.pop("model_type")
     if model_type not in CONFIG_MAPPING_NAMES:
         return HfConfig(
@@ -158,7 +165,7 @@ class HfFacts:
     def from_json(data: Mapping[str, Any], origin: str | None = None) -> HfFacts:
         """Facts from their JSON form; ValueError when it is not facts of this FACTS_FORMAT."""
         if not isinstance(data, Mapping) or data.get("format") != FACTS_FORMAT:
-            raise ValueError("not transformers facts of format %d" % FACTS_FORMAT)
+            raise ValueError(f"not transformers facts of format {FACTS_FORMAT}")
         label, version, failure = data.get("label"), data.get("version"), data.get("failure")
         types, defaults = data.get("layer_types"), data.get("defaults")
         if (
@@ -173,7 +180,24 @@ class HfFacts:
             isinstance(k, str) and isinstance(v, (int, bool)) for k, v in defaults.items()
         ):
             raise ValueError("transformers facts: defaults are not int/bool values by key")
+        _check_bounded(types, defaults)
         return HfFacts(label, version, failure, tuple(types) if types is not None else None, dict(defaults), origin)
+
+
+def _check_bounded(types: list[str] | None, defaults: Mapping[str, int | bool]) -> None:
+    """Facts read back from a file (cache, catalogue) hold no count beyond hfvram's bounds: ValueError otherwise."""
+    from hfvram.errors import MalformedFileError
+    from hfvram.readers.bounds import bound, check_count, config_bounds
+
+    if types is not None and len(types) > bound("lists", "maximum"):
+        raise ValueError(f"transformers facts: {len(types)} layer_types")
+    counts = config_bounds()
+    for key, value in defaults.items():
+        if key in counts and not isinstance(value, bool):
+            try:
+                check_count(value, counts[key][1], file="transformers facts", field=key)
+            except MalformedFileError as exc:
+                raise ValueError(str(exc)) from None
 
 
 def canonical_config(config: Mapping[str, Any]) -> str | None:
@@ -229,7 +253,7 @@ def _without_stated(facts: HfFacts, config: Mapping[str, Any]) -> HfFacts:
     if not facts.defaults:
         return facts
     text = config.get("text_config")
-    parts = [config] + [text] if isinstance(text, Mapping) else [config]
+    parts = [config, text] if isinstance(text, Mapping) else [config]
     for key in ("llm_config", "language_config", "text_model_config"):
         if isinstance(config.get(key), Mapping):
             parts.append(config[key])
@@ -261,11 +285,25 @@ def _cache_path(canonical: str, version: str) -> Path:
     return facts_cache_dir() / f"{key}.json"
 
 
+#: a transformers-facts cache entry is read up to this many bytes (real ones are a few KiB); a larger one is corrupt
+FACTS_CACHE_CAP = 4 * 1024 * 1024
+
+
 def _read_cached(path: Path) -> HfFacts | None:
+    """A cache entry's facts, or None when it is absent, not a regular file (a link to /dev/zero, a FIFO),
+    larger than FACTS_CACHE_CAP, or not facts (then it is computed again and rewritten)."""
+    import stat
+
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        return HfFacts.from_json(data, origin="facts cache")
-    except (OSError, ValueError, UnicodeDecodeError):  # absent or corrupt: computed again and rewritten
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO must not block the open
+        with open(fd, "rb", closefd=True) as handle:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            raw = handle.read(FACTS_CACHE_CAP + 1)
+        if len(raw) > FACTS_CACHE_CAP:
+            return None
+        return HfFacts.from_json(json.loads(raw.decode("utf-8")), origin="facts cache")
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError):  # absent or corrupt: computed again
         return None
 
 

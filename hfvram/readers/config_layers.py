@@ -266,8 +266,8 @@ def attention_layer(kind: LayerKind, dims: AttentionDims, window: int | None, mo
 
 
 def mla_layer(view: ConfigView, heads: int | None, moe: bool) -> Layer:
-    rank = view.integer("kv_lora_rank", ["kv_lora_rank"], required=True)
-    rope = view.integer("qk_rope_head_dim", ["qk_rope_head_dim"], required=True)
+    rank = view.required_integer("kv_lora_rank", ["kv_lora_rank"])
+    rope = view.required_integer("qk_rope_head_dim", ["qk_rope_head_dim"])
     nope = view.integer("qk_nope_head_dim", ["qk_nope_head_dim"], minimum=0) or 0
     v_dim = view.integer("v_head_dim", ["v_head_dim"]) or 0
     return Layer(
@@ -282,12 +282,12 @@ def mla_layer(view: ConfigView, heads: int | None, moe: bool) -> Layer:
 
 
 def linear_layer(view: ConfigView, moe: bool) -> Layer:
-    """Gated DeltaNet (Qwen3-Next, Qwen3.5): vLLM MambaStateShapeCalculator, docs/engines/vllm.md#vllm-mamba-state."""
-    k_heads = view.integer("linear_num_key_heads", ["linear_num_key_heads"], required=True)
-    k_dim = view.integer("linear_key_head_dim", ["linear_key_head_dim"], required=True)
-    v_heads = view.integer("linear_num_value_heads", ["linear_num_value_heads"], required=True)
-    v_dim = view.integer("linear_value_head_dim", ["linear_value_head_dim"], required=True)
-    kernel = view.integer("linear_conv_kernel_dim", ["linear_conv_kernel_dim"], required=True)
+    """Gated DeltaNet (Qwen3-Next, Qwen3.5): vLLM MambaStateShapeCalculator, docs/engines/vllm.md#vllm-kv-specs."""
+    k_heads = view.required_integer("linear_num_key_heads", ["linear_num_key_heads"])
+    k_dim = view.required_integer("linear_key_head_dim", ["linear_key_head_dim"])
+    v_heads = view.required_integer("linear_num_value_heads", ["linear_num_value_heads"])
+    v_dim = view.required_integer("linear_value_head_dim", ["linear_value_head_dim"])
+    kernel = view.required_integer("linear_conv_kernel_dim", ["linear_conv_kernel_dim"])
     ssm_dtype = _state_dtype_bytes(view, "mamba_ssm_dtype")
     view.note(
         "recurrent_state",
@@ -306,9 +306,9 @@ def linear_layer(view: ConfigView, moe: bool) -> Layer:
 
 
 def mamba_layer(view: ConfigView, hidden_size: int | None, model_type: str | None, moe: bool) -> Layer:
-    """Mamba2 (Nemotron-H) / Mamba1 state per sequence: docs/engines/vllm.md#vllm-mamba-state."""
-    d_state = view.integer("ssm_state_size", ["ssm_state_size", "state_size", "d_state"], required=True)
-    kernel = view.integer("conv_kernel", ["conv_kernel", "d_conv", "mamba_d_conv"], required=True)
+    """Mamba2 (Nemotron-H) / Mamba1 state per sequence: docs/engines/vllm.md#vllm-kv-specs."""
+    d_state = view.required_integer("ssm_state_size", ["ssm_state_size", "state_size", "d_state"])
+    kernel = view.required_integer("conv_kernel", ["conv_kernel", "d_conv", "mamba_d_conv"])
     heads = view.integer("mamba_num_heads", ["mamba_num_heads"])
     head_dim = view.integer("mamba_head_dim", ["mamba_head_dim"])
     if heads is not None and head_dim is not None:
@@ -388,7 +388,7 @@ def moe_flags(
     if not num_experts:
         return [False] * n, "derived: no experts"
     dense = set()
-    mlp_only, path = view.int_list("mlp_only_layers")
+    mlp_only, _ = view.int_list("mlp_only_layers")
     if mlp_only:
         dense.update(mlp_only)
     first_dense = view.integer("first_k_dense_replace", ["first_k_dense_replace"], minimum=0, use_hf_default=False)

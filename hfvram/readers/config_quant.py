@@ -52,13 +52,10 @@ def _keep(qc: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, object]:
 
 def _fp8(qc: Mapping[str, Any], file: str, path: str) -> Quantization:
     block = qc.get("weight_block_size")
-    if block is not None:
-        if not isinstance(block, list) or not all(
-            isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block
-        ):
-            raise MalformedFileError(
-                "expected a list of positive integers", file=file, field=f"{path}.weight_block_size"
-            )
+    if block is not None and (
+        not isinstance(block, list) or not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)
+    ):
+        raise MalformedFileError("expected a list of positive integers", file=file, field=f"{path}.weight_block_size")
     details = _keep(
         qc, ("weight_block_size", "activation_scheme", "fmt", "scale_fmt", "modules_to_not_convert", "ignored_layers")
     )
@@ -207,10 +204,10 @@ def read_quantization(
         return quant, warnings
     modelopt = companions.get(HF_QUANT_CONFIG)
     if modelopt is not None:
-        quant = modelopt.get("quantization") if isinstance(modelopt, Mapping) else None
-        if not isinstance(quant, Mapping):
+        section = modelopt.get("quantization") if isinstance(modelopt, Mapping) else None
+        if not isinstance(section, Mapping):
             raise MalformedFileError("expected an object", file=HF_QUANT_CONFIG, field="quantization")
-        return _modelopt(quant, HF_QUANT_CONFIG, "quantization"), warnings
+        return _modelopt(section, HF_QUANT_CONFIG, "quantization"), warnings
     gptq = companions.get(QUANTIZE_CONFIG)
     if gptq is not None:
         if not isinstance(gptq, Mapping):

@@ -16,10 +16,11 @@ import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Protocol
+from typing import Protocol, cast
 
 from hfvram.datafiles import data_table
 from hfvram.errors import MalformedFileError
+from hfvram.readers.bounds import check_count, gguf_bounds
 from hfvram.readers.tensors import TensorInfo, gguf_component, spec_with_weights, weights_from_tensor_list
 from hfvram.spec import Layer, LayerKind, ModelSpec, Quantization, Weights
 
@@ -394,11 +395,16 @@ def _per_layer(value: object, n_layers: int, key: str, filename: str) -> list[in
     """A scalar hparam broadcast to every layer, or a per-layer array checked for length."""
     if value is None:
         return None
+    maximum = gguf_bounds().get(key.split(".", 1)[-1])
     if isinstance(value, bool):
         return [int(value)] * n_layers
     if _finite_number(value):
-        return [int(value)] * n_layers
+        number = cast("int | float", value)
+        count = check_count(number, maximum, file=filename, field=key) if maximum is not None else int(number)
+        return [count] * n_layers
     if isinstance(value, list) and len(value) == n_layers and all(_finite_number(v) for v in value):
+        if maximum is not None:
+            return [check_count(v, maximum, file=filename, field=f"{key}[{i}]") for i, v in enumerate(value)]
         return [int(v) for v in value]
     raise MalformedFileError(
         f"expected a number or {n_layers} numbers, got {str(value)[:80]}", file=filename, field=key
@@ -431,6 +437,9 @@ class _Facts:
             raise MalformedFileError(
                 f"expected a number, got {str(value)[:80]}", file=self.filename, field=f"{self.arch}.{suffix}"
             )
+        maximum = gguf_bounds().get(suffix)
+        if maximum is not None:
+            return check_count(value, maximum, file=self.filename, field=f"{self.arch}.{suffix}")
         return int(value)
 
 
@@ -717,7 +726,7 @@ def spec_from_gguf(headers: Sequence[GGUFHeader], *, filename: str) -> ModelSpec
     bits_per_weight = (weights.total_bytes * 8 / weights.params_total) if weights and weights.params_total else None
     num_experts = facts.int("expert_count", "num_experts")
     experts_used = facts.int("expert_used_count", "experts_per_token")
-    head_k = facts.int("attention.key_length") or next((l.head_dim_k for l in layers if l.head_dim_k), None)
+    head_k = facts.int("attention.key_length") or next((layer.head_dim_k for layer in layers if layer.head_dim_k), None)
     head_v = facts.int("attention.value_length") or head_k
     ffn = _per_layer(
         facts.get("feed_forward_length", "intermediate_size"),

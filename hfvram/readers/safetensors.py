@@ -249,7 +249,8 @@ def merge_shards(
     does not name for it, is malformed."""
     merged: dict[str, TensorInfo] = {}
     owner: dict[str, str] = {}
-    weight_map = index.get("weight_map", {}) if index else {}
+    stated = index.get("weight_map") if index else None
+    weight_map: Mapping[str, object] = stated if isinstance(stated, Mapping) else {}
     for shard, tensors in headers.items():
         for name, info in tensors.items():
             if name in merged:

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from hfvram.readers.bounds import bound, config_bounds
 from hfvram.readers.tensors import TensorInfo, hf_component, tensor_nbytes, weights_from_counted_tensors
 from hfvram.spec import Layer, LayerKind, ModelSpec, Quantization, Weights
 
@@ -72,10 +73,10 @@ def shape_config(config: Mapping[str, Any]) -> dict[str, Any]:
     vision_config, and whether (and as which model_type) the language model is nested in a text_config."""
     text = config.get("text_config")
     nested = isinstance(text, Mapping)
-    merged = {**config, **text} if nested else config
+    merged: Mapping[str, Any] = {**config, **text} if isinstance(text, Mapping) else config
     facts: dict[str, Any] = {key: merged[key] for key in SHAPE_KEYS if key in merged}
     facts["nested_text_config"] = nested
-    if nested and isinstance(text.get("model_type"), str):
+    if isinstance(text, Mapping) and isinstance(text.get("model_type"), str):
         facts["text_model_type"] = text["model_type"]
     if isinstance(config.get("vision_config"), Mapping):
         facts["vision_config"] = dict(config["vision_config"])
@@ -113,6 +114,8 @@ class _Builder:
     _expert_group: tuple[str, int] | None = None
     #: set when a quantization exclusion treats expert 0 and the last expert differently
     _experts_differ: bool = False
+    #: experts still allowed to be built one by one (bounds.toml [shapes] maximum_experts_one_by_one)
+    _one_by_one_left: int = field(default_factory=lambda: bound("shapes", "maximum_experts_one_by_one"))
 
     @property
     def tensors(self) -> list[TensorInfo]:
@@ -164,6 +167,21 @@ class _Builder:
                     entry.copies, entry.slot = count, (head, entry.info.name[len(head) + 1 :])
                 return
             del self.entries[start:]
+        if count > self._one_by_one_left:
+            # a hostile (or huge) expert count: grouped like expert 0 rather than built one by one
+            self.warnings.append(
+                f"{base}: quantization exclusions may single out experts, but {count} experts exceed what is "
+                f"built one by one ({bound('shapes', 'maximum_experts_one_by_one'):,} in all): every expert counted "
+                "like expert 0"
+            )
+            start = len(self.entries)
+            build(f"{base}.0")
+            head = f"{base}."
+            for entry in self.entries[start:]:
+                if entry.info.name.startswith(head + "0."):
+                    entry.copies, entry.slot = count, (head, entry.info.name[len(head) + 1 :])
+            return
+        self._one_by_one_left -= count
         for e in range(count):
             build(f"{base}.{e}")
 
@@ -234,8 +252,8 @@ class _Builder:
         schemes = details.get("schemes") or [{}]
         scheme = schemes[0] if isinstance(schemes[0], Mapping) else {}
         strategy = scheme.get("strategy")
-        group = scheme.get("group_size") if isinstance(scheme.get("group_size"), int) else 0
-        group = max(group, 0)
+        stated = scheme.get("group_size")
+        group = max(stated, 0) if isinstance(stated, int) else 0
         if fmt == "pack-quantized" or (scheme.get("type") == "int" and bits < 8):
             pack = 32 // bits
             self.plain(f"{name}.weight_packed", (n_out, n_in // pack), "I32")
@@ -377,8 +395,8 @@ class _Builder:
         single hidden×hidden Linear (replace_with_linear), likewise the FFN, whose width is set per layer by
         ffn_mult (``_ffn_mult_to_intermediate_size``)."""
         hidden = self.spec.hidden_size or 0
-        attention = block.get("attention") if isinstance(block.get("attention"), Mapping) else {}
-        ffn = block.get("ffn") if isinstance(block.get("ffn"), Mapping) else {}
+        attention: Mapping[str, Any] = block["attention"] if isinstance(block.get("attention"), Mapping) else {}
+        ffn: Mapping[str, Any] = block["ffn"] if isinstance(block.get("ffn"), Mapping) else {}
         if not attention.get("no_op"):
             self.plain(f"{prefix}.input_layernorm.weight", (hidden,))
             if attention.get("replace_with_linear"):
@@ -393,7 +411,7 @@ class _Builder:
             return
         width = deci_ffn_width(ffn.get("ffn_mult"), hidden)
         if width is None:
-            self.warnings.append(f"{prefix}: block_configs ffn_mult missing, MLP not derived")
+            self.warnings.append(f"{prefix}: block_configs ffn_mult missing or implausible, MLP not derived")
             return
         self.dense_mlp(f"{prefix}.mlp", width)
 
@@ -547,7 +565,8 @@ def _exclusions(quant: Quantization) -> _Exclusions:
     regexes: list[str] = []
     details = quant.details or {}
     for key in ("modules_to_not_convert", "ignore", "exclude_modules", "llm_int8_skip_modules"):
-        for pattern in details.get(key) or ():
+        listed = details.get(key)
+        for pattern in listed if isinstance(listed, (list, tuple)) else ():
             if not isinstance(pattern, str) or not pattern:
                 continue
             if pattern.startswith("re:"):
@@ -565,7 +584,10 @@ def _exclusions(quant: Quantization) -> _Exclusions:
 
 
 def _text_model_type(spec: ModelSpec, facts: Mapping[str, Any]) -> str | None:
-    return facts.get("text_model_type") or (spec.extra or {}).get("text_model_type") or spec.model_type
+    for value in (facts.get("text_model_type"), (spec.extra or {}).get("text_model_type"), spec.model_type):
+        if isinstance(value, str) and value:
+            return value
+    return None
 
 
 def _text_prefix(spec: ModelSpec, facts: Mapping[str, Any]) -> str:
@@ -637,8 +659,8 @@ def _build(spec: ModelSpec, facts: Mapping[str, Any]) -> _Builder:
                 builder.decoder_layer(f"{prefix}.layers.{il}", layer)
         qwen_style_mtp = (_text_model_type(spec, facts) or "").startswith(("qwen3_5", "qwen3_next"))
         for extra in range(spec.num_mtp_layers):
-            full = [l for l in spec.layers if l.kind in (LayerKind.FULL, LayerKind.MLA)]
-            template = next((l for l in reversed(full) if l.moe), full[-1] if full else None)
+            full = [layer for layer in spec.layers if layer.kind in (LayerKind.FULL, LayerKind.MLA)]
+            template = next((layer for layer in reversed(full) if layer.moe), full[-1] if full else None)
             if template is None:
                 continue
             if qwen_style_mtp:
@@ -675,5 +697,7 @@ def deci_ffn_width(ffn_mult: Any, hidden: int) -> int | None:
         or ffn_mult <= 0
     ):
         return None
-    width = int(2 * ffn_mult * hidden / 3)
-    return -(-width // _DECI_FFN_MULTIPLE) * _DECI_FFN_MULTIPLE
+    width = 2 * ffn_mult * hidden / 3
+    if not math.isfinite(width) or width > config_bounds()["intermediate_size"][1]:
+        return None  # an implausible multiplier (1e308): the MLP is not derived, said in a warning
+    return -(-int(width) // _DECI_FFN_MULTIPLE) * _DECI_FFN_MULTIPLE

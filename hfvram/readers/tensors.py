@@ -317,7 +317,7 @@ def params_active(weights: Weights | Iterable[TensorInfo], spec: ModelSpec) -> i
     if not spec.num_experts or spec.experts_per_token is None:
         return None
     inactive = expert_params * (1 - spec.experts_per_token / spec.num_experts)
-    return int(round(weights.params_total - inactive))
+    return round(weights.params_total - inactive)
 
 
 def spec_with_weights(spec: ModelSpec, weights: Weights) -> ModelSpec:

@@ -74,10 +74,15 @@ def best_weights(
     the index ``total_size`` (exact total) > config shapes (estimate). An exact total without per-tensor
     facts takes its component split from the config shapes, scaled to that total."""
     if facts.headers:
-        return weights_from_headers(facts.headers, spec, origin=facts.origin), None
+        weights = weights_from_headers(facts.headers, spec, origin=facts.origin)
+        if weights.total_bytes <= 0:  # a header `{}` (or only __metadata__): no weights, not 0 bytes of them
+            return None, "weights unknown: the safetensors headers list no tensors"
+        return weights, None
     derived = derived_or_none(spec, config)
     if facts.dtype_parameters:
         exact = weights_from_dtype_parameters(facts.dtype_parameters, origin=facts.origin)
+        if exact.total_bytes <= 0:
+            return None, "weights unknown: the Hub's safetensors parameter counts sum to 0"
         if derived is None:
             return exact, None
         weights = split_like(exact, derived)
@@ -92,6 +97,8 @@ def best_weights(
             )
         return weights, None
     total = (facts.index_metadata or {}).get("total_size")
+    if total is not None:
+        _check_index_metadata(facts.index_metadata or {})
     if isinstance(total, int) and total > 0:
         if derived is None:
             return None, "weights unknown: the index states a total_size but the config shapes give no split"
@@ -99,6 +106,16 @@ def best_weights(
     if derived is None:
         return None, "weights unknown: no safetensors headers were available and shapes cannot be derived"
     return derived, "weights derived from config shapes (no safetensors headers were available); sizes are estimates"
+
+
+def _check_index_metadata(metadata: Mapping[str, object]) -> None:
+    """The index's total_size / total_parameters are untrusted numbers: whole, non-negative, within bounds."""
+    from hfvram.readers.bounds import bound, check_count
+
+    for key, section in (("total_size", "maximum_bytes"), ("total_parameters", "maximum_parameters")):
+        value = metadata.get(key)
+        if value is not None and not isinstance(value, bool) and isinstance(value, (int, float)):
+            check_count(value, bound("safetensors", section), file=INDEX_FILE, field=f"metadata.{key}")
 
 
 def derived_or_none(spec: ModelSpec, config: Mapping[str, object] | None = None) -> Weights | None:
@@ -127,10 +144,17 @@ def weights_from_headers(headers: Mapping[str, str], spec: ModelSpec, *, origin:
 
 def weights_from_dtype_parameters(parameters: Mapping[str, int], *, origin: str) -> Weights:
     """Exact bytes per dtype from the Hub's per-dtype element counts (no per-component split)."""
+    from hfvram.readers.bounds import bound, check_count
     from hfvram.readers.tensors import dtype_bits
 
     bytes_by_dtype: dict[str, int] = {}
     for dtype, count in parameters.items():
+        count = check_count(
+            count,
+            bound("safetensors", "maximum_parameters"),
+            file="Hub model info",
+            field=f"safetensors.parameters.{str(dtype)[:40]}",
+        )
         bits = dtype_bits(dtype)
         if bits is None:
             raise MalformedFileError(f"unknown dtype {dtype!r}", file="Hub model info", field="safetensors.parameters")

@@ -51,7 +51,12 @@ def folder_facts(folder: Path, origin: str) -> tuple[CheckpointFacts, tuple[str,
             read = file_reader(folder / shard)
             size = (folder / shard).stat().st_size
             length = header_length(read(0, 8), filename=shard, available=size)
-            headers[shard] = read(8, length).decode("utf-8", errors="strict")
+            try:
+                headers[shard] = read(8, length).decode("utf-8", errors="strict")
+            except UnicodeDecodeError as exc:
+                raise MalformedFileError(
+                    f"header is not UTF-8 (byte {exc.start})", file=shard, field="header"
+                ) from None
     if headers:
         index_meta = None
     if not headers and any(n.endswith((".bin", ".pt", ".pth")) for n in names) and index_meta is None:
