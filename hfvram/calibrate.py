@@ -660,8 +660,8 @@ def apply_calibration(est: Estimate, record: Mapping[str, object], origin: str) 
     overhead = record.get("overhead")
     new = replace(
         old,
-        activations=old.activations if activations is None else int(activations),  # type: ignore[arg-type]
-        overhead=old.overhead if overhead is None else int(overhead),  # type: ignore[arg-type]
+        activations=old.activations if not isinstance(activations, (int, float)) else int(activations),
+        overhead=old.overhead if not isinstance(overhead, (int, float)) else int(overhead),
     )
     explain = dict(est.explain)
     note = f"calibrated from {origin}"
@@ -695,7 +695,7 @@ def apply_calibration(est: Estimate, record: Mapping[str, object], origin: str) 
         utilization=utilization,
         capacity=capacity,
         explain=explain,
-        warnings=est.warnings + (f"activations / overhead measured: {note}",) + calibration_mismatches(est, record),
+        warnings=(*est.warnings, f"activations / overhead measured: {note}", *calibration_mismatches(est, record)),
     )
 
 
@@ -728,10 +728,11 @@ def calibration_mismatches(est: Estimate, record: Mapping[str, object]) -> tuple
 def predicted_terms(est: Estimate) -> dict[str, int | None]:
     """The estimate's figures in the shape of :class:`Measured` (KV as the pool the engine would allocate)."""
     per_gpu = est.per_gpu
-    pool = est.engine.get("kv_pool_bytes")
-    if not isinstance(pool, int) and est.hardware is not None:
+    stated = est.engine.get("kv_pool_bytes")
+    pool: int | None = stated if isinstance(stated, int) else None
+    if pool is None and est.hardware is not None:
         pool = per_gpu.usable - per_gpu.weights - per_gpu.activations - per_gpu.overhead
-    if isinstance(pool, int) and pool <= 0:
+    if pool is not None and pool <= 0:
         pool = 0  # the engine would find no memory for its KV cache, as a failed start-up log shows
     return {
         "weights": per_gpu.weights,

@@ -184,7 +184,7 @@ class ModelSpec:
     def kv_bytes_per_token(self, kv_dtype_bytes: float) -> int:
         """KV bytes added per token of context, per sequence, over layers whose cache grows with context."""
         elems = sum(layer.kv_elems_per_token for layer in self.layers if layer.kind in GROWING_KINDS)
-        return int(round(elems * kv_dtype_bytes))
+        return round(elems * kv_dtype_bytes)
 
     def kv_fixed_bytes_per_sequence(
         self, kv_dtype_bytes: float, context: int | None = None, state_dtype_bytes: float | None = None
@@ -201,7 +201,7 @@ class ModelSpec:
             elif layer.kind in RECURRENT_KINDS:
                 per_elem = layer.state_dtype_bytes or state_dtype_bytes or self.dtype_bytes()
                 total += layer.state_elems * per_elem
-        return int(round(total))
+        return round(total)
 
     def kv_bytes_per_sequence(self, context: int, kv_dtype_bytes: float) -> int:
         return self.kv_bytes_per_token(kv_dtype_bytes) * context + self.kv_fixed_bytes_per_sequence(

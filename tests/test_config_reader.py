@@ -408,7 +408,7 @@ def test_nested_field_errors_carry_the_path():
         read_config(bad)
     bad_quant = config("TheBloke/Llama-2-13B-chat-GPTQ")
     bad_quant["quantization_config"]["bits"] = "4"
-    with pytest.raises(MalformedFileError, match="quantization_config.bits"):
+    with pytest.raises(MalformedFileError, match=r"quantization_config\.bits"):
         read_config(bad_quant)
 
 

@@ -178,7 +178,7 @@ def test_r1_distill_spec_facts():
     spec = spec_from_gguf([real(R1_7B)], filename=R1_7B.name)
     assert spec.architecture == "qwen2" and spec.num_layers == 28
     assert spec.layer_census()["full_attention"] == 28
-    assert {(l.num_kv_heads, l.head_dim_k, l.head_dim_v) for l in spec.layers} == {(4, 128, 128)}
+    assert {(layer.num_kv_heads, layer.head_dim_k, layer.head_dim_v) for layer in spec.layers} == {(4, 128, 128)}
     assert spec.vocab_size == 152064 and spec.tie_word_embeddings is False
     assert spec.weights.bytes_by_component["lm_head"] > 0
     assert spec.extra["token_embd_bytes"] == spec.weights.bytes_by_component["embeddings"]
@@ -196,7 +196,7 @@ def test_smollm2_tied_and_gemma3_sliding_pattern():
     kinds = [layer.kind for layer in gemma.layers]
     assert kinds[:6] == [LayerKind.SLIDING] * 5 + [LayerKind.FULL]
     assert gemma.layer_census()["sliding_attention"] == 15 and gemma.layer_census()["full_attention"] == 3
-    assert {l.window for l in gemma.layers if l.kind is LayerKind.SLIDING} == {512}
+    assert {layer.window for layer in gemma.layers if layer.kind is LayerKind.SLIDING} == {512}
     assert gemma.layers[0].head_dim_k == 256 and gemma.layers[0].num_kv_heads == 1
 
 
@@ -253,7 +253,7 @@ def test_gpt_oss_even_layers_slide_and_per_layer_kv_heads():
     )
     spec = spec_from_gguf([parse(data)], filename="oss.gguf")
     assert missing_provenance(spec) == []
-    assert [l.kind for l in spec.layers] == [LayerKind.SLIDING, LayerKind.FULL, LayerKind.NONE, LayerKind.FULL]
+    assert [layer.kind for layer in spec.layers] == [LayerKind.SLIDING, LayerKind.FULL, LayerKind.NONE, LayerKind.FULL]
     assert spec.layers[0].window == 128 and spec.layers[0].head_dim_k == 16
 
 
@@ -273,7 +273,7 @@ def test_bool_array_pattern_and_swa_head_dims():
     )
     spec = spec_from_gguf([parse(data)], filename="g4.gguf")
     assert missing_provenance(spec) == []
-    assert [(l.kind, l.head_dim_k, l.num_kv_heads) for l in spec.layers] == [
+    assert [(layer.kind, layer.head_dim_k, layer.num_kv_heads) for layer in spec.layers] == [
         (LayerKind.SLIDING, 256, 8),
         (LayerKind.SLIDING, 256, 8),
         (LayerKind.FULL, 512, 2),
@@ -341,7 +341,7 @@ def test_hybrid_recurrent_layers_from_ssm_keys():
     )
     spec = spec_from_gguf([parse(data)], filename="next.gguf")
     assert missing_provenance(spec) == []
-    assert [l.kind for l in spec.layers] == [LayerKind.LINEAR] * 3 + [LayerKind.FULL]
+    assert [layer.kind for layer in spec.layers] == [LayerKind.LINEAR] * 3 + [LayerKind.FULL]
     # llama.cpp n_embd_r = (d_conv−1)(d_inner + 2·n_group·d_state), n_embd_s = d_state·d_inner (docs/engines/llamacpp.md#llamacpp-recurrent-state)
     assert spec.layers[0].conv_state_elems == 3 * (4096 + 2 * 16 * 128)
     assert spec.layers[0].ssm_state_elems == 128 * 4096 and spec.layers[0].state_dtype_bytes == 4.0
@@ -356,7 +356,7 @@ def test_llama4_chunked_layers():
     data = gguf_bytes(llama_kvs("llama4", layers=4, **{"attention.head_count_kv": (U32, 1)}))
     spec = spec_from_gguf([parse(data)], filename="l4.gguf")
     assert missing_provenance(spec) == []
-    assert [l.kind for l in spec.layers] == [LayerKind.CHUNKED] * 3 + [LayerKind.FULL]
+    assert [layer.kind for layer in spec.layers] == [LayerKind.CHUNKED] * 3 + [LayerKind.FULL]
     assert spec.layers[0].window == 8192
     assert spec.provenance["attention_chunk_size"].startswith("llama.cpp llama4: n_chunk 8192")
 
@@ -364,7 +364,7 @@ def test_llama4_chunked_layers():
 def test_split_files_merge_all_parts():
     tensors = block_tensors(2)
     first = gguf_bytes(
-        llama_kvs() + [("split.no", U16, 0), ("split.count", U16, 2), ("split.tensors.count", I32, len(tensors))],
+        [*llama_kvs(), ("split.no", U16, 0), ("split.count", U16, 2), ("split.tensors.count", I32, len(tensors))],
         tensors[:3],
     )
     second = gguf_bytes([("split.no", U16, 1), ("split.count", U16, 2)], tensors[3:])
@@ -373,7 +373,7 @@ def test_split_files_merge_all_parts():
     whole = spec_from_gguf([parse(gguf_bytes(llama_kvs(), tensors))], filename="m.gguf")
     assert spec.weights.total_bytes == whole.weights.total_bytes and spec.weights.num_tensors == len(tensors)
     assert spec.extra["split_count"] == 2
-    with pytest.raises(MalformedFileError, match="split.tensors.count"):
+    with pytest.raises(MalformedFileError, match=r"split\.tensors\.count"):
         spec_from_gguf(parts[:1], filename="m-00001-of-00002.gguf")
     assert split_gguf_names("Qwen3-235B-Q4_K_M-00002-of-00003.gguf") == [
         "Qwen3-235B-Q4_K_M-00001-of-00003.gguf",
@@ -537,7 +537,7 @@ def test_bad_alignment_and_block_count():
         parse(gguf_bytes([("general.alignment", U32, 24)]))
     with pytest.raises(MalformedFileError, match="block_count"):
         spec_from_gguf([parse(gguf_bytes([("general.architecture", STR, "llama")]))], filename="x")
-    with pytest.raises(MalformedFileError, match="layers|numbers"):
+    with pytest.raises(MalformedFileError, match=r"layers|numbers"):
         spec_from_gguf([parse(gguf_bytes(llama_kvs(**{"attention.head_count_kv": (ARR, (I32, [1]))})))], filename="x")
 
 

@@ -8,6 +8,8 @@ Golden figures come from fixtures/README.md (corpus SOURCES.md rows of fixtures/
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from hfvram.errors import GatedRepoError, HfvramError, ModelReadError, RepoNotFoundError
@@ -76,7 +78,7 @@ def test_gguf_by_quant_tag_reads_only_the_header(hub):
     cdn = hub.requests_to("/cdn/")
     # windows continue where the previous stopped: no byte is fetched twice
     spans = [tuple(int(x) for x in r.byte_range.removeprefix("bytes=").split("-")) for r in cdn]
-    for (_, end), (start, _) in zip(spans, spans[1:]):
+    for (_, end), (start, _) in itertools.pairwise(spans):
         assert start == end + 1
     assert hub.bytes_sent("/cdn/") <= 1_785_664 + max(e - s + 1 for s, e in spans)
 
@@ -96,7 +98,7 @@ def test_gguf_repo_without_selector_says_how_to_name_a_file(hub):
 
 
 def test_gguf_selector_without_match_lists_what_exists(hub):
-    with pytest.raises(ModelReadError, match="Q8_0.*available: Q4_1"):
+    with pytest.raises(ModelReadError, match=r"Q8_0.*available: Q4_1"):
         load_model(f"{SMOL}:Q8_0")
 
 

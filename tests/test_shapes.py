@@ -245,7 +245,7 @@ def test_the_spec_alone_derives_what_the_config_does(repo):
 )
 def test_counted_experts_sum_like_the_full_tensor_list(repo):
     """derived_weights counts each layer's experts instead of listing them: the same sums as the listed tensors."""
-    spec, config = load(repo)
+    spec, _config = load(repo)
     tensors = tensors_from_spec(spec)
     listed = weights_from_tensors(tensors, quantization=spec.quantization, num_layers=spec.num_layers)
     counted = derived_weights(spec)

@@ -6,7 +6,7 @@ import os
 import re
 from pathlib import Path
 
-from hfvram.errors import HfvramError, ModelReadError, UnsupportedLayoutError
+from hfvram.errors import HfvramError, MalformedFileError, ModelReadError, UnsupportedLayoutError
 from hfvram.sources.facts import COMPANION_FILES, INDEX_FILE, CheckpointFacts, spec_from_facts
 from hfvram.sources.limits import byte_cap, is_regular_file, read_local_bytes, read_local_text
 from hfvram.sources.repo_files import check_file_counts, safetensors_shards
