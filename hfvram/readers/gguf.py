@@ -15,10 +15,9 @@ import re
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Protocol
 
-from hfvram.datafiles import data_table
+from hfvram.datafiles import data_table, ggml_types
 from hfvram.errors import MalformedFileError
 from hfvram.readers.tensors import TensorInfo, gguf_component, spec_with_weights, weights_from_tensor_list
 from hfvram.spec import Layer, LayerKind, ModelSpec, Quantization, Weights
@@ -310,13 +309,10 @@ class _Reader:
 # ---- the header ---------------------------------------------------------------------------------
 
 
-@lru_cache(maxsize=1)
 def _ggml_types() -> dict[int, tuple[str, int, int]]:
-    """ggml type id -> (name, block elements, bytes per block), from the gguf package's table
-    (``gguf.constants.GGML_QUANT_SIZES``; imported lazily: it pulls in numpy)."""
-    from gguf.constants import GGML_QUANT_SIZES
-
-    return {int(qtype): (qtype.name, block, size) for qtype, (block, size) in GGML_QUANT_SIZES.items()}
+    """ggml type id -> (name, block elements, bytes per block): ``hfvram/data/ggml_types.json``, generated from
+    ``gguf.constants.GGML_QUANT_SIZES`` (importing gguf.constants would pull in numpy)."""
+    return ggml_types()[0]
 
 
 def _ggml_type(type_id: int, tensor: str, filename: str) -> tuple[str, int, int]:
@@ -464,11 +460,8 @@ def _arch_table() -> dict:
 def _file_type_name(value: object) -> str | None:
     if isinstance(value, bool) or not isinstance(value, int):
         return None
-    from gguf.constants import LlamaFileType
-
-    try:
-        name = LlamaFileType(value).name
-    except ValueError:
+    name = ggml_types()[1].get(value)  # gguf.constants.LlamaFileType, generated
+    if name is None:
         return None
     return name.removeprefix("MOSTLY_").removeprefix("ALL_")
 
