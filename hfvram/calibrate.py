@@ -8,12 +8,12 @@ rounded to 0.01 GiB by the engine, so every figure here carries that print round
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from hfvram.calibration_paths import calibration_dir, calibration_file, calibration_key
 from hfvram.errors import MalformedFileError, UsageError
 from hfvram.estimate.types import Capacity, Estimate, verdict_for
 
@@ -387,20 +387,6 @@ def parse_log(text: str, engine: str | None = None) -> Measured:
 # ---- calibration files -------------------------------------------------------------------------------------------
 
 
-def calibration_dir() -> Path:
-    """Where saved calibrations live: ``$HFVRAM_CONFIG_DIR`` or ``platformdirs.user_config_dir("hfvram")``."""
-    override = os.environ.get("HFVRAM_CONFIG_DIR")
-    if override:
-        return Path(override) / "calibration"
-    from platformdirs import user_config_dir
-
-    return Path(user_config_dir("hfvram")) / "calibration"
-
-
-def calibration_key(engine: str, gpu_id: str) -> str:
-    return f"{engine}--{gpu_id}".replace("/", "_")
-
-
 def calibration_record(measured: Measured, gpu_id: str, log_name: str) -> dict[str, object]:
     if measured.activations is None and measured.overhead is None:
         raise UsageError("the log has neither an activation nor an overhead figure: nothing to calibrate with")
@@ -443,8 +429,8 @@ def load_calibration_file(path: Path) -> dict[str, object]:
 
 
 def find_calibration(engine: str, gpu_id: str, directory: Path | None = None) -> tuple[Path, dict[str, object]] | None:
-    path = (directory or calibration_dir()) / f"{calibration_key(engine, gpu_id)}.json"
-    if not path.is_file():
+    path = calibration_file(engine, gpu_id, directory)
+    if path is None:
         return None
     return path, load_calibration_file(path)
 

@@ -394,24 +394,19 @@ def calibrate_estimate(est: Any, options: RunOptions, engine: str) -> Any:
         return est
     from pathlib import Path
 
-    from hfvram import calibrate
-
     if options.calibration:
+        from hfvram import calibrate
+
         record = calibrate.load_calibration_file(Path(options.calibration))
         return calibrate.apply_calibration(est, record, options.calibration)
-    if not os.environ.get("HFVRAM_CONFIG_DIR") and not _default_calibration_exists():
+    from hfvram.calibration_paths import calibration_file
+
+    path = calibration_file(engine, est.hardware.gpu.id)
+    if path is None:  # the common case: no calibration saved, and hfvram.calibrate is not imported
         return est
-    found = calibrate.find_calibration(engine, est.hardware.gpu.id)
-    if found is None:
-        return est
-    path, record = found
-    return calibrate.apply_calibration(est, record, str(path))
+    from hfvram import calibrate
 
-
-def _default_calibration_exists() -> bool:
-    from hfvram.calibrate import calibration_dir
-
-    return calibration_dir().is_dir()
+    return calibrate.apply_calibration(est, calibrate.load_calibration_file(path), str(path))
 
 
 def check_report(request: Request, options: RunOptions) -> dict[str, Any]:
