@@ -234,3 +234,25 @@ def test_quantized_repo_default_path_is_at_most_two_round_trips(hub, repo):
     assert hub.requests_to("/cdn/") and by_headers.spec.weights.num_tensors > 0  # the real headers were read
     assert plain.spec.weights.total_bytes == by_headers.spec.weights.total_bytes
     assert plain.spec.params_total == pytest.approx(by_headers.spec.params_total, rel=0.01)
+
+
+def test_explain_reads_each_shard_header_with_a_range_sized_from_the_shapes(hub):
+    """google/gemma-2-9b-it (fixtures/hub): four shard headers of 9.8-16.6 kB. A first check caches the model
+    info and config.json; `--explain` (the per-tensor split) then reads each header with one Range sized from
+    the config shapes (no fixed 32 KiB), plus one exact Range for the rest where that fell short."""
+    repo = "google/gemma-2-9b-it"
+    sizes = _header_bytes(repo)
+    load_model(repo)
+    hub.records.clear()
+    loaded = load_model(repo, need_split=True)
+    assert loaded.spec.weights.exact
+    assert hub.requests_to("/api/") == [] and not [r for r in hub.records if r.path.endswith("config.json")]
+    for name, size in sizes.items():
+        spans = [r.byte_range for r in hub.requests_to("/cdn/") if r.path.endswith(name)]
+        ranges = [tuple(int(x) for x in span.removeprefix("bytes=").split("-")) for span in spans]
+        assert ranges[0][0] == 0 and len(ranges) <= 2, (name, spans)
+        assert ranges[0][1] + 1 <= 1.05 * size + 8192, (name, spans)  # not 32 KiB for a 16.8 kB header
+        if len(ranges) == 2:  # the continuation starts where the first stopped and ends at the header's end
+            assert ranges[1] == (ranges[0][1] + 1, size - 1), (name, spans)
+        else:
+            assert ranges[0][1] + 1 >= size
