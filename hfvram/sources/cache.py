@@ -4,6 +4,11 @@ Location: ``HFVRAM_CACHE_DIR``, else ``platformdirs.user_cache_dir("hfvram")``. 
 atomically (temporary file + ``os.replace``), so a crash mid-write leaves either the old entry or none; an
 entry that does not parse is ignored (and rewritten by the next successful read). A commit sha never
 expires; a branch or tag name maps to a sha for ``REF_TTL_SECONDS``.
+
+A Hub read stores everything it read in one write (:meth:`FactsCache.store`): the ref entry of the revision
+carries the facts of its commit, so a later check reads one file and a scan writes one file per repo. Facts
+stored one by one (:meth:`FactsCache.put`) live in their own files; :meth:`FactsCache.get` looks in the
+facts of the refs this instance resolved first, then there.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import os
 import re
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 FORMAT = 1
@@ -45,6 +51,8 @@ class FactsCache:
     def __init__(self, root: Path | None = None, *, now: float | None = None) -> None:
         self.root = Path(root) if root is not None else default_cache_dir()
         self._now = now
+        #: (repo, sha) -> facts carried by a ref entry read or written by this instance
+        self._bundles: dict[tuple[str, str], dict[str, object]] = {}
 
     def _time(self) -> float:
         return self._now if self._now is not None else time.time()
@@ -86,6 +94,9 @@ class FactsCache:
 
     # ---- facts --------------------------------------------------------------------------------
     def get(self, repo_id: str, sha: str, name: str) -> object | None:
+        bundled = self._bundles.get((repo_id, sha))
+        if bundled is not None and bundled.get(name) is not None:
+            return bundled[name]
         entry = self._read(self._fact_path(repo_id, sha, name))
         if entry is None or entry.get("repo") != repo_id or entry.get("sha") != sha or entry.get("file") != name:
             return None
@@ -101,9 +112,27 @@ class FactsCache:
         entry = self._read(self._ref_path(repo_id, revision))
         if entry is None or entry.get("repo") != repo_id or not is_commit_sha(entry.get("sha")):
             return None
+        facts = entry.get("facts")
+        if isinstance(facts, dict):  # facts of a commit never change: usable even when the ref is stale
+            self._bundles[(repo_id, entry["sha"])] = facts
         fresh = is_commit_sha(revision) or self._time() - float(entry.get("stored", 0)) < REF_TTL_SECONDS
         return entry["sha"] if fresh or allow_stale else None
 
     def remember(self, repo_id: str, revision: str, sha: str) -> bool:
         entry = {"format": FORMAT, "repo": repo_id, "revision": revision, "sha": sha, "stored": self._time()}
+        return self._write(self._ref_path(repo_id, revision), entry)
+
+    def store(self, repo_id: str, revision: str, sha: str, facts: Mapping[str, object]) -> bool:
+        """``revision`` → ``sha`` and the facts read at that commit, in one write (merged with the facts of
+        that commit this instance already holds, e.g. the config cached by an earlier check)."""
+        merged = {**self._bundles.get((repo_id, sha), {}), **{k: v for k, v in facts.items() if v is not None}}
+        entry = {
+            "format": FORMAT,
+            "repo": repo_id,
+            "revision": revision,
+            "sha": sha,
+            "stored": self._time(),
+            "facts": merged,
+        }
+        self._bundles[(repo_id, sha)] = merged
         return self._write(self._ref_path(repo_id, revision), entry)
