@@ -79,8 +79,11 @@ class FactsCache:
     def _write(path: Path, entry: dict) -> bool:
         """Atomic write; a cache that cannot be written is skipped (the answer does not depend on it)."""
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+            try:
+                fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+            except FileNotFoundError:  # the folder is made on the first write only (not a mkdir per write)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
             try:
                 with os.fdopen(fd, "w", encoding="utf-8") as handle:
                     json.dump(entry, handle)
