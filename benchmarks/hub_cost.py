@@ -221,6 +221,15 @@ def hf_mem_scan(targets: list[tuple[str, str | None]], concurrency: int) -> None
 # ---- report --------------------------------------------------------------------------------------
 
 
+def _gguf_header_end(model_id: str, gguf_file: str) -> int:
+    """Where the tensor infos of the fixture header behind a test Hub GGUF file end."""
+    from hubserver import FIXTURES, HEADER_FILES
+
+    from hfvram.readers.gguf import read_gguf_file
+
+    return read_gguf_file(FIXTURES / "headers" / HEADER_FILES[(model_id, gguf_file)][0]).header_end
+
+
 def _row(name: str, cost: Cost) -> str:
     if cost.error:
         return f"  {name:<14} FAILED {cost.error}"
@@ -273,6 +282,14 @@ def main() -> int:
             comparable = not any(cost.error for cost in rows.values())
             for name, cost in rows.items():
                 print(_row(name, cost))
+            if gguf_file is not None and comparable:
+                end = _gguf_header_end(model_id, gguf_file)
+                print(
+                    f"  bytes / the {end:,}-byte header (to the end of the tensor infos): "
+                    + ", ".join(
+                        f"{name} {cost.bytes / end:.3f}x" for name, cost in rows.items() if name != "hfvram-split"
+                    )
+                )
                 if not comparable:
                     continue
                 totals[name][0] += cost.bytes

@@ -4,6 +4,7 @@ a check asks only whether the file for its (engine, GPU) exists, and imports ``c
 from __future__ import annotations
 
 import os
+from functools import lru_cache
 from pathlib import Path
 
 
@@ -12,6 +13,11 @@ def calibration_dir() -> Path:
     override = os.environ.get("HFVRAM_CONFIG_DIR")
     if override:
         return Path(override) / "calibration"
+    return _default_dir()
+
+
+@lru_cache(maxsize=1)
+def _default_dir() -> Path:
     from platformdirs import user_config_dir
 
     return Path(user_config_dir("hfvram")) / "calibration"
