@@ -8,9 +8,10 @@ nor httpx2 is imported. Anything missing → None, and the caller asks the Hub.
 
 from __future__ import annotations
 
+from hfvram.errors import ModelReadError
 from hfvram.sources.cache import FactsCache
 from hfvram.sources.facts import COMPANION_FILES, INDEX_FILE, CheckpointFacts, gguf_header_from_json, spec_from_facts
-from hfvram.sources.repo_files import MODEL_INFO, RepoInfo, gguf_files, safetensors_shards
+from hfvram.sources.repo_files import MODEL_INFO, RepoInfo, gguf_files, quant_tags, safetensors_shards
 from hfvram.spec import LoadedModel, SourceInfo
 
 
@@ -67,15 +68,22 @@ def gguf_from_cache(
     repo_id: str, selector: str, revision: str | None, cache: FactsCache, *, allow_stale: bool = False
 ) -> LoadedModel | None:
     """One GGUF file or split set from the facts cache (``allow_stale``: even past the branch TTL, for offline
-    runs and a Hub that cannot be reached); None when a part is missing or the selector matches nothing."""
+    runs and a Hub that cannot be reached); None when a part is missing; ModelReadError when the cached file
+    list has no file the selector matches."""
     from hfvram.readers.gguf import spec_from_gguf
 
     info = _info(cache, repo_id, revision, allow_stale=allow_stale)
     if info is None:
         return None
     chosen = gguf_files(info.files, selector)
+    if not chosen:  # the file list is known: the same error the Hub path gives
+        tags = quant_tags([f for f in info.files if f.lower().endswith(".gguf")])
+        raise ModelReadError(
+            f"no GGUF file matching {selector!r} in {repo_id}"
+            + (f"; available: {', '.join(tags)}" if tags else "; the repo holds no .gguf files")
+        )
     cached = [cache.get(repo_id, info.sha, f) for f in chosen]
-    if not chosen or not all(isinstance(v, dict) for v in cached):
+    if not all(isinstance(v, dict) for v in cached):
         return None
     headers = [gguf_header_from_json(v) for v in cached]  # type: ignore[arg-type]
     spec = spec_from_gguf(headers, filename=chosen[0])
