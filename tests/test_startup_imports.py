@@ -51,6 +51,7 @@ def test_a_warm_check_imports_no_http_stack_numpy_or_calibrate(hub, kind):
     assert hub.request_count == 0  # every fact came from the facts cache
     assert "hfvram.cli" in modules and "hfvram.sources.warm" in modules  # the report lists imports
     assert _top(modules) == set()
+    assert "importlib.metadata" not in modules  # no package-metadata lookups (email parser) on the hot path
     assert warm.stdout == cold.stdout
 
 

@@ -114,13 +114,9 @@ def _user_agent() -> str:
 
 
 def _computed_user_agent() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+    from hfvram import __version__  # what `hfvram --version` prints (no importlib.metadata on a check's path)
 
-    try:
-        ours = version("hfvram")
-    except PackageNotFoundError:
-        ours = "dev"
-    return f"hfvram/{ours}; huggingface_hub/{_hf_version()}"
+    return f"hfvram/{__version__}; huggingface_hub/{_hf_version()}"
 
 
 def _hf_version() -> str:
