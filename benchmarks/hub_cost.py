@@ -272,13 +272,13 @@ def main() -> int:
         st_totals = {"hfvram": [0, 0], "hfvram-split": [0, 0], "hf-mem": [0, 0]}
         for source, model_id, gguf_file in REPOS:
             print(source)
-            rows = {"hfvram": measure(server, lambda: hfvram_once(source, need_split=False))}
+            rows = {"hfvram": measure(server, lambda s=source: hfvram_once(s, need_split=False))}
             if gguf_file is None:
-                rows["hfvram-split"] = measure(server, lambda: hfvram_once(source, need_split=True))
+                rows["hfvram-split"] = measure(server, lambda s=source: hfvram_once(s, need_split=True))
             else:
                 rows["hfvram-split"] = rows["hfvram"]
             if have_hf_mem:
-                rows["hf-mem"] = measure(server, lambda: hf_mem_once(model_id, gguf_file))
+                rows["hf-mem"] = measure(server, lambda m=model_id, g=gguf_file: hf_mem_once(m, g))
             comparable = not any(cost.error for cost in rows.values())
             for name, cost in rows.items():
                 print(_row(name, cost))
