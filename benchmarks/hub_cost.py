@@ -282,6 +282,13 @@ def main() -> int:
             comparable = not any(cost.error for cost in rows.values())
             for name, cost in rows.items():
                 print(_row(name, cost))
+                if not comparable:
+                    continue
+                totals[name][0] += cost.bytes
+                totals[name][1] += cost.requests
+                if gguf_file is None:
+                    st_totals[name][0] += cost.bytes
+                    st_totals[name][1] += cost.requests
             if gguf_file is not None and comparable:
                 end = _gguf_header_end(model_id, gguf_file)
                 print(
@@ -290,13 +297,6 @@ def main() -> int:
                         f"{name} {cost.bytes / end:.3f}x" for name, cost in rows.items() if name != "hfvram-split"
                     )
                 )
-                if not comparable:
-                    continue
-                totals[name][0] += cost.bytes
-                totals[name][1] += cost.requests
-                if gguf_file is None:
-                    st_totals[name][0] += cost.bytes
-                    st_totals[name][1] += cost.requests
         if have_hf_mem:
             print("\n(totals over the repos every tool read)")
             print(
