@@ -7,14 +7,24 @@ and wall time, cold (empty caches). hf-mem hard-codes https://huggingface.co; it
 redirected to the local server inside this script. Then a scan of 200 repo names (aliases of the fixture
 repos) at concurrency 16. Needs `pip install hf-mem` for the comparison (skipped without it).
 
-    python3 benchmarks/hub_cost.py [--latency 0.05] [--scan 200] [--concurrency 16]
+Then the real ``hfvram scan`` command line (a subprocess, worker processes included) over 2,000 and 10,000
+aliases of the safetensors fixture repos at ``--big-jobs``: wall time, CPU per repo (user + system of the
+whole process tree), peak RSS of its largest process, requests and TCP connections the server saw (one client
+port per connection; the test Hub sets TCP_NODELAY), and the peak RSS ratio 10,000 / 2,000 (memory flat in the
+list length). Targets: 10,000 repos at 50 ms in at most 30 s on a 2-core machine, peak RSS at most 200 MiB.
+The Hub runs in this process, so it competes with hfvram for the same cores: on a machine shared with other
+work, read the load average printed with the figures.
+
+    python3 benchmarks/hub_cost.py [--latency 0.05] [--scan 200] [--concurrency 16] [--big 2000,10000]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -63,7 +73,7 @@ class Cost:
     error: str | None = None
 
 
-def measure(server: HubServer, run) -> Cost:
+def measure(server: HubServer, run, *, trips: bool = True) -> Cost:
     server.records.clear()
     started = time.monotonic()
     error = None
@@ -72,7 +82,44 @@ def measure(server: HubServer, run) -> Cost:
     except Exception as err:
         error = f"{type(err).__name__}: {str(err)[:80]}"
     seconds = time.monotonic() - started
-    return Cost(server.request_count, server.round_trips(), server.bytes_sent(), seconds, error)
+    round_trips = server.round_trips() if trips else 0  # quadratic in the requests: skipped for the big scans
+    return Cost(server.request_count, round_trips, server.bytes_sent(), seconds, error)
+
+
+#: runs a command and reports the CPU seconds and peak RSS (KiB) of its process tree on stderr's last line
+_RUSAGE = (
+    "import resource, subprocess, sys; r = subprocess.run(sys.argv[1:]); "
+    "u = resource.getrusage(resource.RUSAGE_CHILDREN); "
+    "print('rusage', u.ru_utime + u.ru_stime, u.ru_maxrss, file=sys.stderr); sys.exit(r.returncode)"
+)
+
+
+def hfvram_cli_scan(server: HubServer, names: list[str], jobs: int, home: Path) -> dict[str, float]:
+    """The real `hfvram scan --json` over ``names`` (cold facts cache): wall, CPU, peak RSS, rows, errors."""
+    listing = home / f"scan-{len(names)}.txt"
+    listing.write_text("\n".join(names) + "\n")
+    out = home / f"scan-{len(names)}.jsonl"
+    env = {**os.environ, "HFVRAM_CACHE_DIR": str(home / f"facts-{len(names)}"), "PYTHONPATH": str(ROOT)}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    command = [sys.executable, "-c", _RUSAGE, sys.executable, "-m", "hfvram", "scan", str(listing)]
+    command += ["--json", "--jobs", str(jobs), "--gpu", "rtx4090", "--context", "8k"]
+    server.records.clear()
+    started = time.monotonic()
+    with out.open("wb") as stdout:
+        result = subprocess.run(command, stdout=stdout, stderr=subprocess.PIPE, env=env, cwd=ROOT)
+    seconds = time.monotonic() - started
+    cpu, rss_kib = (float(x) for x in result.stderr.decode().strip().splitlines()[-1].split()[1:3])
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    return {
+        "seconds": seconds,
+        "cpu": cpu,
+        "rss_mib": rss_kib / 1024,
+        "rows": len(rows),
+        "errors": sum("error" in row for row in rows),
+        "requests": server.request_count,
+        "connections": len({r.client for r in server.records}),
+        "exit": result.returncode,
+    }
 
 
 # ---- hfvram ----------------------------------------------------------------------------------------
@@ -174,6 +221,15 @@ def hf_mem_scan(targets: list[tuple[str, str | None]], concurrency: int) -> None
 # ---- report --------------------------------------------------------------------------------------
 
 
+def _gguf_header_end(model_id: str, gguf_file: str) -> int:
+    """Where the tensor infos of the fixture header behind a test Hub GGUF file end."""
+    from hubserver import FIXTURES, HEADER_FILES
+
+    from hfvram.readers.gguf import read_gguf_file
+
+    return read_gguf_file(FIXTURES / "headers" / HEADER_FILES[(model_id, gguf_file)][0]).header_end
+
+
 def _row(name: str, cost: Cost) -> str:
     if cost.error:
         return f"  {name:<14} FAILED {cost.error}"
@@ -192,6 +248,8 @@ def main() -> int:
     parser.add_argument("--latency", type=float, default=0.05, help="seconds added to every answer")
     parser.add_argument("--scan", type=int, default=200)
     parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--big", default="2000,10000", help="list lengths of the command-line scans ('' to skip)")
+    parser.add_argument("--big-jobs", type=int, default=32, help="--jobs of the command-line scans")
     parser.add_argument("--watchdog", type=float, default=900, help="dump stacks and exit after this many seconds")
     args = parser.parse_args()
     import faulthandler
@@ -214,13 +272,13 @@ def main() -> int:
         st_totals = {"hfvram": [0, 0], "hfvram-split": [0, 0], "hf-mem": [0, 0]}
         for source, model_id, gguf_file in REPOS:
             print(source)
-            rows = {"hfvram": measure(server, lambda: hfvram_once(source, need_split=False))}
+            rows = {"hfvram": measure(server, lambda s=source: hfvram_once(s, need_split=False))}
             if gguf_file is None:
-                rows["hfvram-split"] = measure(server, lambda: hfvram_once(source, need_split=True))
+                rows["hfvram-split"] = measure(server, lambda s=source: hfvram_once(s, need_split=True))
             else:
                 rows["hfvram-split"] = rows["hfvram"]
             if have_hf_mem:
-                rows["hf-mem"] = measure(server, lambda: hf_mem_once(model_id, gguf_file))
+                rows["hf-mem"] = measure(server, lambda m=model_id, g=gguf_file: hf_mem_once(m, g))
             comparable = not any(cost.error for cost in rows.values())
             for name, cost in rows.items():
                 print(_row(name, cost))
@@ -231,6 +289,14 @@ def main() -> int:
                 if gguf_file is None:
                     st_totals[name][0] += cost.bytes
                     st_totals[name][1] += cost.requests
+            if gguf_file is not None and comparable:
+                end = _gguf_header_end(model_id, gguf_file)
+                print(
+                    f"  bytes / the {end:,}-byte header (to the end of the tensor infos): "
+                    + ", ".join(
+                        f"{name} {cost.bytes / end:.3f}x" for name, cost in rows.items() if name != "hfvram-split"
+                    )
+                )
         if have_hf_mem:
             print("\n(totals over the repos every tool read)")
             print(
@@ -270,6 +336,29 @@ def main() -> int:
         config_names = server.files.alias_many("cfg", args.scan, targets=configs)
         print(f"\nhfvram scan of {args.scan} config-only repos (aliases of {len(configs)} fixture repos)")
         print(_row("hfvram", measure(server, lambda: hfvram_scan(config_names, args.concurrency))))
+
+        sizes = [int(n) for n in args.big.split(",") if n.strip()]
+        if sizes:
+            safetensors = [r[1] for r in REPOS if r[2] is None]
+            print(
+                f"\nhfvram scan (command line, --jobs {args.big_jobs}) of aliases of the {len(safetensors)} safetensors"
+                f" repos, {args.latency * 1000:.0f} ms per answer, {os.cpu_count()} cores"
+            )
+            peaks = {}
+            for size in sizes:
+                names = server.files.alias_many(f"big{size}", size, targets=safetensors)
+                load = os.getloadavg()[0]
+                got = hfvram_cli_scan(server, names, args.big_jobs, Path(home))
+                peaks[size] = got["rss_mib"]
+                print(
+                    f"  {size:>6} repos {got['seconds']:7.2f} s ({size / got['seconds']:6.0f} repos/s), CPU "
+                    f"{got['cpu'] / size * 1000:5.2f} ms/repo, peak RSS {got['rss_mib']:6.1f} MiB, "
+                    f"{got['requests']} requests ({got['requests'] / size:.2f}/repo) on {got['connections']} "
+                    f"connections, {got['rows']} rows ({got['errors']} errors), load average {load:.2f}"
+                )
+            if len(peaks) > 1:
+                small, large = min(peaks), max(peaks)
+                print(f"  peak RSS {large} / {small} repos: {peaks[large] / peaks[small]:.2f}")
     server.stop()
     return 0
 

@@ -8,7 +8,6 @@ rounded to 0.01 GiB by the engine, so every figure here carries that print round
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
@@ -16,6 +15,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from hfvram.calibration_paths import calibration_dir, calibration_file, calibration_files, calibration_key
 from hfvram.errors import MalformedFileError, UsageError
 from hfvram.estimate.types import Capacity, Estimate, verdict_for
 
@@ -490,22 +490,6 @@ def parse_log(text: str, engine: str | None = None) -> Measured:
 # ---- calibration files -------------------------------------------------------------------------------------------
 
 
-def calibration_dir() -> Path:
-    """Where saved calibrations live: ``$HFVRAM_CONFIG_DIR`` or ``platformdirs.user_config_dir("hfvram")``."""
-    override = os.environ.get("HFVRAM_CONFIG_DIR")
-    if override:
-        return Path(override) / "calibration"
-    from platformdirs import user_config_dir
-
-    return Path(user_config_dir("hfvram")) / "calibration"
-
-
-def calibration_key(engine: str, gpu_id: str, family: str | None = None) -> str:
-    """The file name stem: ``vllm--h100-sxm`` (no model family: never applied automatically) or
-    ``vllm--h100-sxm--llama``."""
-    return (f"{engine}--{gpu_id}" + (f"--{family}" if family else "")).replace("/", "_")
-
-
 #: a calibration carries over to a model of the same family whose parameter count is within this factor
 SIZE_FACTOR = 1.5
 
@@ -596,23 +580,15 @@ def load_calibration_file(path: Path) -> dict[str, object]:
 
 
 def find_calibration(engine: str, gpu_id: str, directory: Path | None = None) -> tuple[Path, dict[str, object]] | None:
-    """The calibration saved without a model family for (engine, GPU), if any."""
-    path = (directory or calibration_dir()) / f"{calibration_key(engine, gpu_id)}.json"
-    if not path.is_file():
+    path = calibration_file(engine, gpu_id, directory)
+    if path is None:
         return None
     return path, load_calibration_file(path)
 
 
 def find_calibrations(engine: str, gpu_id: str, directory: Path | None = None) -> list[tuple[Path, dict[str, object]]]:
     """Every calibration saved for (engine, GPU): with a model family first, then the one without."""
-    folder = directory or calibration_dir()
-    stem = calibration_key(engine, gpu_id)
-    paths = [*sorted(folder.glob(f"{glob_escape(stem)}--*.json")), folder / f"{stem}.json"]
-    return [(path, load_calibration_file(path)) for path in paths if path.is_file()]
-
-
-def glob_escape(text: str) -> str:
-    return re.sub(r"([*?\[])", r"[\1]", text)
+    return [(path, load_calibration_file(path)) for path in calibration_files(engine, gpu_id, directory)]
 
 
 def calibration_match(est: Estimate, record: Mapping[str, object]) -> tuple[str, ...]:

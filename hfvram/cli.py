@@ -563,13 +563,17 @@ def calibrate_estimate(est: Any, options: RunOptions, engine: str) -> Any:
     from dataclasses import replace
     from pathlib import Path
 
-    from hfvram import calibrate
-
     if options.calibration:
+        from hfvram import calibrate
+
         record = calibrate.load_calibration_file(Path(options.calibration))
         return calibrate.apply_calibration(est, record, options.calibration)
-    if not os.environ.get("HFVRAM_CONFIG_DIR") and not _default_calibration_exists():
-        return est
+    from hfvram.calibration_paths import calibration_files
+
+    if not calibration_files(engine, est.hardware.gpu.id):
+        return est  # the common case: no calibration saved, and hfvram.calibrate is not imported
+    from hfvram import calibrate
+
     notes = []
     for path, record in calibrate.find_calibrations(engine, est.hardware.gpu.id):
         reasons = calibrate.calibration_match(est, record)
@@ -577,12 +581,6 @@ def calibrate_estimate(est: Any, options: RunOptions, engine: str) -> Any:
             return calibrate.apply_calibration(est, record, str(path))
         notes.append(calibrate.not_applied_warning(path, reasons))
     return replace(est, warnings=tuple(est.warnings) + tuple(notes)) if notes else est
-
-
-def _default_calibration_exists() -> bool:
-    from hfvram.calibrate import calibration_dir
-
-    return calibration_dir().is_dir()
 
 
 def check_report(request: Request, options: RunOptions) -> dict[str, Any]:
@@ -788,9 +786,10 @@ def scan(
 
 
 def _scan_all(sources: list[str], options: RunOptions, jobs: int, output: str) -> tuple[list[dict[str, Any]], bool]:
-    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from hfvram.report.jsonout import error_dict
+    from hfvram.scan import run_scan
 
     reports: list[dict[str, Any]] = []
     stderr = _console(stderr=True)
@@ -803,24 +802,31 @@ def _scan_all(sources: list[str], options: RunOptions, jobs: int, output: str) -
         transient=True,
         disable=not stderr.is_terminal,
     )
-    pool = ThreadPoolExecutor(max_workers=jobs)
     interrupted = False
-    try:
-        with progress:
-            task = progress.add_task("scan", total=len(sources))
-            pending = {pool.submit(scan_one, source, options) for source in sources}
-            while pending:
-                done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
-                for future in done:
-                    report = future.result()
-                    reports.append(report)
-                    _stream_result(report, output, progress.console)
-                    progress.advance(task)
-    except KeyboardInterrupt:
-        interrupted = True
-    finally:
-        pool.shutdown(wait=not interrupted, cancel_futures=True)
+    with progress:
+        task = progress.add_task("scan", total=len(sources))
+
+        def emit(report: dict[str, Any]) -> None:
+            _stream_result(report, output, progress.console)
+            # JSON Lines are printed as they come: keep only what the exit code needs (memory flat in the list)
+            reports.append(_verdict_only(report) if output == "jsonl" else report)
+            progress.advance(task)
+
+        try:
+            run_scan(sources, lambda source: scan_one(source, options), jobs, emit, failed=error_dict)
+        except KeyboardInterrupt:
+            interrupted = True
     return reports, interrupted
+
+
+def _verdict_only(report: dict[str, Any]) -> dict[str, Any]:
+    slim: dict[str, Any] = {"source": {"text": (report.get("source") or {}).get("text")}}
+    if "error" in report:
+        slim["error"] = True
+    else:
+        slim["verdict"] = report.get("verdict")
+        slim["per_gpu"] = {"total": (report.get("per_gpu") or {}).get("total", 0)}
+    return slim
 
 
 def _stream_result(report: dict[str, Any], output: str, console: Any) -> None:

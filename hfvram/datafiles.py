@@ -1,22 +1,59 @@
-"""The packaged data tables (``hfvram/data/**/*.toml``: GPU catalogue, engine constants, reader rules), parsed
-once per process."""
+"""The packaged data tables (``hfvram/data/**/*.toml``: GPU catalogue, engine constants, reader rules), loaded
+once per process.
+
+Each TOML has a pre-built JSON twin in ``hfvram/data/built/`` (``scripts/build_data_tables.py``), read instead of
+parsing the TOML (tomllib is pure Python: ~16 ms for the GPU catalogue); the twin records the CRC-32 and length of
+the TOML it was built from and is used only while they match, so an edited TOML is never shadowed by a stale build.
+"""
 
 from __future__ import annotations
 
-import sys
+import json
+import zlib
 from functools import cache
-from importlib import resources
+from pathlib import Path
 from typing import Any
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10 (pyproject: tomli for python_version < '3.11')
-    import tomli as tomllib
+DATA = Path(__file__).resolve().parent / "data"
+BUILT = DATA / "built"
+
+
+def _parse_toml(raw: bytes) -> dict[str, Any]:
+    import sys
+
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10 (pyproject: tomli for python_version < '3.11')
+        import tomli as tomllib
+    return tomllib.loads(raw.decode("utf-8"))
+
+
+def _built(name: str, raw: bytes) -> dict[str, Any] | None:
+    path = BUILT.joinpath(*name.split("/")).with_suffix(".json")
+    try:
+        entry = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(entry, dict) or entry.get("source_length") != len(raw):
+        return None
+    if entry.get("source_crc32") != zlib.crc32(raw) or not isinstance(entry.get("table"), dict):
+        return None
+    return entry["table"]
 
 
 @cache
 def data_table(name: str) -> dict[str, Any]:
     """``hfvram/data/<name>`` parsed (``name`` may hold a sub-folder: ``engines/vllm.toml``); shared between
     callers, so treat it as read-only."""
-    path = resources.files("hfvram").joinpath("data", *name.split("/"))
-    return tomllib.loads(path.read_text(encoding="utf-8"))
+    raw = DATA.joinpath(*name.split("/")).read_bytes()
+    built = _built(name, raw)
+    return built if built is not None else _parse_toml(raw)
+
+
+@cache
+def ggml_types() -> tuple[dict[int, tuple[str, int, int]], dict[int, str]]:
+    """ggml type id -> (name, block elements, bytes per block), and llama.cpp file type id -> name, from
+    ``hfvram/data/ggml_types.json`` (generated from the gguf package's tables, which import numpy)."""
+    entry = json.loads((DATA / "ggml_types.json").read_bytes())
+    types = {int(k): (v["name"], int(v["block"]), int(v["bytes"])) for k, v in entry["types"].items()}
+    return types, {int(k): str(v) for k, v in entry["file_types"].items()}

@@ -119,6 +119,8 @@ class RequestRecord:
     bytes_sent: int = 0
     authorized: bool = False
     byte_range: str | None = None
+    #: (server port, client host, client port): one per TCP connection, so that tests can count the connections a client opened
+    client: tuple[int, str, int] | None = None
 
 
 @dataclass
@@ -176,6 +178,7 @@ class HubFiles:
         self.headers_dir = headers_dir or FIXTURES / "headers"
         self.repos: dict[str, Repo] = {}
         self.aliases: dict[str, str] = {}
+        self._parameters: dict[int, dict[str, int]] = {}
         self._load()
 
     def _load(self) -> None:
@@ -211,7 +214,26 @@ class HubFiles:
             size = data_size + PADDING
         if full_size is not None:
             size = full_size
-        return RepoFile(name, size, lambda p=path: p.read_bytes(), name.endswith(LFS_SUFFIXES))
+        held: list[bytes] = []  # read once: a scan of thousands of aliases asks for the same files
+
+        def content(p: Path = path) -> bytes:
+            if not held:
+                held.append(p.read_bytes())
+            return held[0]
+
+        return RepoFile(name, size, content, name.endswith(LFS_SUFFIXES))
+
+    def parameters(self, repo: Repo) -> dict[str, int]:
+        """Per-dtype element counts of a repo's safetensors files (computed once per file set: aliases share it)."""
+        key = id(repo.files)
+        if key not in self._parameters:
+            params: dict[str, int] = {}
+            for f in repo.files.values():
+                if f.path.endswith(".safetensors"):
+                    for dtype, count in safetensors_parameters(f.content()).items():
+                        params[dtype] = params.get(dtype, 0) + count
+            self._parameters[key] = params
+        return self._parameters[key]
 
     def alias_many(self, prefix: str, count: int, targets: list[str] | None = None) -> list[str]:
         """``prefix/repo-000`` … as aliases cycling over the known repos (or ``targets``)."""
@@ -351,6 +373,9 @@ def _plain(
 
 class HubHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # TCP_NODELAY on every connection: headers and body go out in separate writes, and on a reused
+    # (keep-alive) connection Nagle's algorithm would hold the body back ~40 ms for the client's delayed ACK
+    disable_nagle_algorithm = True
     hub: HubServer
 
     def log_message(self, format: str, *args: object) -> None:
@@ -374,6 +399,7 @@ class HubHandler(BaseHTTPRequestHandler):
             time.monotonic(),
             authorized=bool(self.headers.get("Authorization")),
             byte_range=self.headers.get("Range"),
+            client=(self.server.server_address[1], *self.client_address[:2]),
         )
         self.hub.record(self._record)  # counted from its start: a client may see the answer before `finally`
         try:
@@ -548,11 +574,7 @@ class HubHandler(BaseHTTPRequestHandler):
             self._send_json(info, None)
             return
         if "safetensors" in wanted:
-            params: dict[str, int] = {}
-            for f in repo.files.values():
-                if f.path.endswith(".safetensors"):
-                    for dtype, count in safetensors_parameters(f.content()).items():
-                        params[dtype] = params.get(dtype, 0) + count
+            params = self.hub.files.parameters(repo)
             if fault is not None and fault.kind == "parameters":
                 params = dict(fault.parameters or {})
             if params:

@@ -41,14 +41,15 @@ def test_branch_refs_expire_commit_refs_do_not(tmp_path):
 
 def test_corrupt_entry_is_ignored_and_rebuilt(hub, tmp_path):
     first = load_model(MINILM, need_split=True)
-    entries = [p for p in (tmp_path / "hfvram_cache" / "facts").rglob("*.json")]
-    header_entry = next(p for p in entries if "model.safetensors" in p.name)
-    header_entry.write_text('{"format": 1, "repo": "sentence-transf')  # torn write
+    # one write per read: the ref entry of `main` carries every fact read at its commit
+    (entry,) = list((tmp_path / "hfvram_cache").rglob("*.json"))
+    assert "model.safetensors" in json.loads(entry.read_text())["facts"]
+    entry.write_text('{"format": 1, "repo": "sentence-transf')  # torn write
     hub.records.clear()
     second = load_model(MINILM, need_split=True)
     assert second.spec.weights == first.spec.weights
     assert [r.path.rsplit("/", 1)[-1] for r in hub.records if r.status == 206] == ["model.safetensors"]
-    assert json.loads(header_entry.read_text())["file"] == "model.safetensors"
+    assert "model.safetensors" in json.loads(entry.read_text())["facts"]
     hub.records.clear()
     load_model(MINILM, need_split=True)
     assert hub.request_count == 0
@@ -97,12 +98,27 @@ def test_crash_mid_write_leaves_old_entry_or_none(tmp_path):
 
 
 def _entry(tmp_path, fragment: str) -> Path:
-    return next(p for p in (tmp_path / "hfvram_cache" / "facts").rglob("*.json") if fragment in p.name)
+    """The cache file holding the fact ``fragment``: the ref entry that carries its commit's facts (one write per
+    read), else a fact file of its own."""
+    root = tmp_path / "hfvram_cache"
+    for path in sorted(root.rglob("*.json")):
+        entry = json.loads(path.read_text())
+        if fragment in (entry.get("facts") or {}) or fragment in path.name:
+            return path
+    raise AssertionError(f"no cache entry holds {fragment}")
 
 
-def _set_value(path: Path, value) -> None:
+def _value(path: Path, fragment: str):
     entry = json.loads(path.read_text())
-    entry["value"] = value
+    return entry["facts"][fragment] if "facts" in entry else entry["value"]
+
+
+def _set_value(path: Path, fragment: str, value) -> None:
+    entry = json.loads(path.read_text())
+    if "facts" in entry:
+        entry["facts"][fragment] = value
+    else:
+        entry["value"] = value
     path.write_text(json.dumps(entry))
 
 
@@ -120,12 +136,12 @@ def _set_value(path: Path, value) -> None:
 def test_valid_json_of_the_wrong_shape_is_discarded_and_rebuilt(hub, tmp_path, fragment, value):
     first = load_model(MINILM, need_split=True)
     path = _entry(tmp_path, fragment)
-    _set_value(path, value)
+    _set_value(path, fragment, value)
     hub.records.clear()
     second = load_model(MINILM, need_split=True)
     assert second.spec.weights == first.spec.weights
     assert hub.request_count >= 1  # the bad entry was read again from the Hub …
-    assert json.loads(path.read_text())["value"] != value  # … and stored again in its right shape
+    assert _value(path, fragment) != value  # … and stored again in its right shape
     hub.records.clear()
     load_model(MINILM, need_split=True)
     assert hub.request_count == 0
@@ -160,7 +176,8 @@ def test_entry_that_is_not_a_small_regular_file_is_not_read(hub, tmp_path, kind)
     second = load_model(MINILM, need_split=True)
     assert second.spec.weights == first.spec.weights
     assert path.is_file() and not path.is_symlink()
-    assert json.loads(path.read_text())["file"] == "model.safetensors"
+    rewritten = json.loads(path.read_text())
+    assert "model.safetensors" in (rewritten.get("facts") or {}) or rewritten.get("file") == "model.safetensors"
 
 
 def test_orphaned_temporary_files_are_removed_once_old(tmp_path):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, overload
 
 from hfvram.datafiles import data_table
@@ -462,6 +463,7 @@ def load_engine_data(name: str) -> Mapping[str, Any]:
     return data_table(f"engines/{name}.toml")
 
 
+@lru_cache(maxsize=1024)
 def version_key(version: str) -> tuple[int, ...]:
     """``"0.19.1"`` -> (0, 19, 1); non-numeric parts (``rc1``, ``post1``) are dropped."""
     parts = []

@@ -15,6 +15,7 @@ import difflib
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
+from functools import cache
 from typing import Any
 
 from hfvram.datafiles import data_table
@@ -60,9 +61,11 @@ def check_kv_dtype(engine: str, choice: EngineChoice, workload: Workload) -> Non
 # ---- setting names ---------------------------------------------------------------------------------------
 
 
-def known_setting_names(engine: str) -> set[str]:
+@cache
+def known_setting_names(engine: str) -> frozenset[str]:
     """Every setting name the engine has: the flags of its command line (``engine_args.toml``: settings,
-    booleans, aliases, environment) and the names its profile reads (``[accepts] settings``)."""
+    booleans, aliases, environment) and the names its profile reads (``[accepts] settings``); built once per
+    engine (the tables are packaged data)."""
     from hfvram.estimate.engine_args import _engine_table
 
     names: set[str] = {_normalized(name) for name in accepts(engine).get("settings", [])}
@@ -72,7 +75,7 @@ def known_setting_names(engine: str) -> set[str]:
     for key in ("aliases", "env"):
         for alias, canonical in dict(table.get(key, {})).items():
             names.update((_normalized(alias), _normalized(str(canonical))))
-    return names
+    return frozenset(names)
 
 
 def unknown_setting_warnings(engine: str, choice: EngineChoice) -> list[str]:

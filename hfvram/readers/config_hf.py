@@ -262,7 +262,19 @@ def _without_stated(facts: HfFacts, config: Mapping[str, Any]) -> HfFacts:
 
 
 def installed_transformers_version() -> str | None:
-    """The installed transformers' version from its package metadata (cheap: transformers is not imported)."""
+    """The installed transformers' version from its package metadata (transformers is not imported): the name of
+    its ``transformers-VERSION.dist-info`` folder on ``sys.path`` (what importlib.metadata finds first, without
+    importing importlib.metadata and its email parser on a check's start-up), else importlib.metadata."""
+    import sys
+
+    for entry in sys.path:
+        try:
+            names = os.listdir(entry or ".")
+        except OSError:
+            continue
+        for name in names:
+            if name.startswith("transformers-") and name.endswith(".dist-info"):
+                return name.removeprefix("transformers-").removesuffix(".dist-info")
     from importlib import metadata
 
     try:

@@ -15,10 +15,9 @@ import re
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Protocol, cast
 
-from hfvram.datafiles import data_table
+from hfvram.datafiles import data_table, ggml_types
 from hfvram.errors import MalformedFileError
 from hfvram.readers.bounds import check_count, gguf_bounds
 from hfvram.readers.tensors import TensorInfo, gguf_component, spec_with_weights, weights_from_tensor_list
@@ -45,6 +44,17 @@ _SKIP_AHEAD = 64 * 1024
 
 class Stream(Protocol):
     def read(self, n: int, /) -> bytes: ...
+
+
+#: window-hint priors (a Range stream's window size only; no fact of the model comes from them), measured on the
+#: corpus headers (fixtures/headers): a tensor info is 8 + name (20–23 chars) + 4 + 8 × dims (1.5–1.8) + 4 + 8 bytes
+TENSOR_INFO_PRIOR = 58
+#: a small metadata pair (key ~25 chars, type, scalar or short string)
+SMALL_KV_PRIOR = 40
+#: bytes per vocabulary string assumed before one is read (corpus means 14.6–17.0)
+STRING_ITEM_PRIOR = 16
+#: tokenizer models whose vocabulary arrays come with float32 scores (llama.cpp's SentencePiece-style vocabularies)
+_SCORED_MODELS = frozenset({"llama", "t5", "ugm", "plamo2"})
 
 
 @dataclass(frozen=True)
@@ -114,6 +124,46 @@ class _Reader:
         self.pos = 0
         #: bytes read from the stream ahead of the parse (only inside a skipped string array), consumed first
         self.pending = b""
+        # what has been parsed so far, for :meth:`header_end_estimate` (a Range stream's window hint)
+        self.kv_left = 0
+        self.tensors_left = 0
+        self.tensor_infos_start: int | None = None
+        self.tensors_done = 0
+        self.vocabulary: tuple[int, float] | None = None  # (tokens, bytes per token) once tokens are read
+        self.array_progress: tuple[str, int, int, int, int] | None = None  # (key, start, items, done, parse point)
+        self.seen_keys: set[str] = set()
+        self.tokenizer_model: object = None
+        self.skipping_to = 0  # end of a scalar array being skipped
+
+    def header_end_estimate(self) -> int:
+        """Where the header (the end of the tensor infos) is expected to end, from what has been parsed: the
+        string array being skipped (items left × their running mean), the vocabulary arrays known to follow the
+        tokens (token types, scores for SentencePiece models, BPE merges about as many as tokens and one byte
+        longer), the metadata pairs left and the tensor infos (running mean once they start). Only a window hint."""
+        end = max(self.pos, self.skipping_to)
+        tokens, token_bytes = self.vocabulary or (0, 0.0)
+        if self.array_progress is not None:
+            key, start, items, done, point = self.array_progress
+            mean = (point - start) / done if done else STRING_ITEM_PRIOR
+            end = point + int((items - done) * mean)
+            if key == "tokenizer.ggml.tokens":
+                tokens, token_bytes = items, mean
+        kv_left = self.kv_left
+        follow = ["tokenizer.ggml.token_type"] if tokens else []
+        if tokens and self.tokenizer_model in _SCORED_MODELS:
+            follow.append("tokenizer.ggml.scores")
+        if tokens and self.tokenizer_model == "gpt2":
+            follow.append("tokenizer.ggml.merges")
+        for key in follow:
+            if key not in self.seen_keys:
+                end += 40 + (int(tokens * (token_bytes + 1)) if key.endswith("merges") else 4 * tokens)
+                kv_left -= 1
+        end += max(0, kv_left) * SMALL_KV_PRIOR
+        if self.tensor_infos_start is not None and self.tensors_done:
+            per_tensor = (self.pos - self.tensor_infos_start) / self.tensors_done
+        else:
+            per_tensor = TENSOR_INFO_PRIOR
+        return end + int(self.tensors_left * per_tensor)
 
     def fail(self, message: str, where: str) -> MalformedFileError:
         return MalformedFileError(f"{message} (at byte {self.pos})", file=self.filename, field=where)
@@ -203,7 +253,9 @@ class _Reader:
         if length <= MAX_KEPT_ARRAY:
             return [self.value(item_type, f"{where}[{i}]", depth) for i in range(length)]
         if item_type in _SCALARS:
-            self.skip(length * struct.calcsize(_SCALARS[item_type][1]), where)
+            size = length * struct.calcsize(_SCALARS[item_type][1])
+            self.skipping_to = self.pos + size
+            self.skip(size, where)
         elif item_type == _STRING:
             self.skip_strings(length, where)
         else:
@@ -211,15 +263,30 @@ class _Reader:
                 self.array(f"{where}[{i}]", depth + 1)
         return SkippedArray(length=length, item_type=_TYPE_NAMES[item_type])
 
+    def _ahead(self, limit: int) -> int:
+        """Read-ahead of at most ``limit`` bytes, kept within what the stream holds already when it says so
+        (``available()``): the vocabulary is then parsed up to the last buffered byte before the stream is asked
+        for more, and sizes its next window from the most strings seen."""
+        available = getattr(self.stream, "available", None)
+        if callable(available):
+            room = available()
+            if isinstance(room, int) and room >= 64:
+                return min(limit, room - 16)
+        return limit
+
     def skip_strings(self, count: int, where: str) -> None:
         """Skip ``count`` strings (a tokenizer's vocabulary: ~10^5 short strings) in bulk. Each string takes at
         least its 8-byte length, so reading up to ``8 × strings left`` bytes ahead never passes the array's end:
         no byte beyond what the header holds is asked of the stream, and what is read ahead is parsed next."""
         buf, off = b"", 0
+        start = self.pos
         for left in range(count - 1, -1, -1):
             if len(buf) - off < 8:
+                self.array_progress = (where, start, count, count - 1 - left, self.pos - len(buf) + off)
                 buf, off = buf[off:], 0
-                buf += self.exact(8 - len(buf) + min(_SKIP_AHEAD, 8 * left), f"{where}[{count - 1 - left}]")
+                buf += self.exact(
+                    8 - len(buf) + self._ahead(min(_SKIP_AHEAD, 8 * left)), f"{where}[{count - 1 - left}]"
+                )
             (length,) = struct.unpack_from("<Q", buf, off)
             off += 8
             if length > MAX_STRING:
@@ -228,9 +295,14 @@ class _Reader:
                 off += length
                 continue
             missing = length - (len(buf) - off)
+            self.array_progress = (where, start, count, count - 1 - left, self.pos - len(buf) + off)
             self.skip(missing, f"{where}[{count - 1 - left}]")
-            buf, off = self.exact(min(_SKIP_AHEAD, 8 * left), where) if left else b"", 0
+            self.array_progress = (where, start, count, count - left, self.pos)
+            buf, off = self.exact(self._ahead(min(_SKIP_AHEAD, 8 * left)), where) if left else b"", 0
+        self.array_progress = None
         unread = buf[off:]
+        if where == "tokenizer.ggml.tokens" and count:
+            self.vocabulary = (count, (self.pos - len(unread) - start) / count)
         self.pos -= len(unread)
         self.pending = unread + self.pending
 
@@ -238,13 +310,10 @@ class _Reader:
 # ---- the header ---------------------------------------------------------------------------------
 
 
-@lru_cache(maxsize=1)
 def _ggml_types() -> dict[int, tuple[str, int, int]]:
-    """ggml type id -> (name, block elements, bytes per block), from the gguf package's table
-    (``gguf.constants.GGML_QUANT_SIZES``; imported lazily: it pulls in numpy)."""
-    from gguf.constants import GGML_QUANT_SIZES
-
-    return {int(qtype): (qtype.name, block, size) for qtype, (block, size) in GGML_QUANT_SIZES.items()}
+    """ggml type id -> (name, block elements, bytes per block): ``hfvram/data/ggml_types.json``, generated from
+    ``gguf.constants.GGML_QUANT_SIZES`` (importing gguf.constants would pull in numpy)."""
+    return ggml_types()[0]
 
 
 def _ggml_type(type_id: int, tensor: str, filename: str) -> tuple[str, int, int]:
@@ -274,6 +343,10 @@ def read_gguf_header(stream: Stream, *, filename: str) -> GGUFHeader:
         )
     tensor_count = reader.u64("tensor_count")
     kv_count = reader.u64("kv_count")
+    reader.kv_left, reader.tensors_left = min(kv_count, MAX_KV), min(tensor_count, MAX_TENSORS)
+    hint = getattr(stream, "set_end_estimate", None)
+    if callable(hint):  # a Range stream sizes its windows from the parse (see _Reader.header_end_estimate)
+        hint(reader.header_end_estimate)
     if tensor_count > MAX_TENSORS:
         raise MalformedFileError(
             f"tensor_count {tensor_count} exceeds {MAX_TENSORS}", file=filename, field="tensor_count"
@@ -289,7 +362,11 @@ def read_gguf_header(stream: Stream, *, filename: str) -> GGUFHeader:
         if key in metadata:
             raise reader.fail("duplicate key", key)
         value_type = reader.u32(key)
+        reader.seen_keys.add(key)
         metadata[key] = reader.value(value_type, key)
+        reader.kv_left -= 1
+        if key == "tokenizer.ggml.model":
+            reader.tokenizer_model = metadata[key]
 
     alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
     if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
@@ -300,7 +377,9 @@ def read_gguf_header(stream: Stream, *, filename: str) -> GGUFHeader:
     tensors: list[GGUFTensor] = []
     names: set[str] = set()
     expected_offset = 0
+    reader.tensor_infos_start = reader.pos
     for index in range(tensor_count):
+        reader.tensors_done, reader.tensors_left = index, tensor_count - index
         name = reader.string(f"tensor[{index}].name", hard_limit=MAX_KEPT_STRING)
         if not isinstance(name, str) or not name or name in names:
             raise reader.fail(f"empty, over-long or duplicate tensor name {name!r}", f"tensor[{index}].name")
@@ -382,11 +461,8 @@ def _arch_table() -> dict:
 def _file_type_name(value: object) -> str | None:
     if isinstance(value, bool) or not isinstance(value, int):
         return None
-    from gguf.constants import LlamaFileType
-
-    try:
-        name = LlamaFileType(value).name
-    except ValueError:
+    name = ggml_types()[1].get(value)  # gguf.constants.LlamaFileType, generated
+    if name is None:
         return None
     return name.removeprefix("MOSTLY_").removeprefix("ALL_")
 

@@ -7,6 +7,11 @@ temporary files such a crash leaves are removed by a later write in the same fol
 a FIFO is not read), parses, and has the shape of what is stored under its name (:func:`value_shape_ok`);
 anything else is deleted and rebuilt by the next successful read. A commit sha never expires; a branch or tag
 name maps to a sha for ``REF_TTL_SECONDS``.
+
+A Hub read stores everything it read in one write (:meth:`FactsCache.store`): the ref entry of the revision
+carries the facts of its commit, so a later check reads one file and a scan writes one file per repo. Facts
+stored one by one (:meth:`FactsCache.put`) live in their own files; :meth:`FactsCache.get` looks in the
+facts of the refs this instance resolved first, then there.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import os
 import re
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 FORMAT = 1
@@ -109,6 +115,8 @@ class FactsCache:
     def __init__(self, root: Path | None = None, *, now: float | None = None) -> None:
         self.root = Path(root) if root is not None else default_cache_dir()
         self._now = now
+        #: (repo, sha) -> facts carried by a ref entry read or written by this instance
+        self._bundles: dict[tuple[str, str], dict[str, object]] = {}
 
     def _time(self) -> float:
         return self._now if self._now is not None else time.time()
@@ -166,9 +174,12 @@ class FactsCache:
     def _write(path: Path, entry: dict) -> bool:
         """Atomic write; a cache that cannot be written is skipped (the answer does not depend on it)."""
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
             FactsCache._sweep_orphans(path.parent, time.time())
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+            try:
+                fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+            except FileNotFoundError:  # the folder is made on the first write only (not a mkdir per write)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
             try:
                 with os.fdopen(fd, "w", encoding="utf-8") as handle:
                     json.dump(entry, handle)
@@ -183,6 +194,11 @@ class FactsCache:
     # ---- facts --------------------------------------------------------------------------------
     def get(self, repo_id: str, sha: str, name: str) -> object | None:
         path = self._fact_path(repo_id, sha, name)
+        bundled = self._bundles.get((repo_id, sha))
+        if bundled is not None and bundled.get(name) is not None:
+            if value_shape_ok(name, bundled[name]):
+                return bundled[name]
+            del bundled[name]  # valid JSON of the wrong shape: read again, and stored again by this run's store()
         entry = self._read(path)
         if entry is None or entry.get("repo") != repo_id or entry.get("sha") != sha or entry.get("file") != name:
             return None
@@ -202,9 +218,27 @@ class FactsCache:
         entry = self._read(self._ref_path(repo_id, revision))
         if entry is None or entry.get("repo") != repo_id or not is_commit_sha(entry.get("sha")):
             return None
+        facts = entry.get("facts")
+        if isinstance(facts, dict):  # facts of a commit never change: usable even when the ref is stale
+            self._bundles[(repo_id, entry["sha"])] = facts
         fresh = is_commit_sha(revision) or self._time() - float(entry.get("stored", 0)) < REF_TTL_SECONDS
         return entry["sha"] if fresh or allow_stale else None
 
     def remember(self, repo_id: str, revision: str, sha: str) -> bool:
         entry = {"format": FORMAT, "repo": repo_id, "revision": revision, "sha": sha, "stored": self._time()}
+        return self._write(self._ref_path(repo_id, revision), entry)
+
+    def store(self, repo_id: str, revision: str, sha: str, facts: Mapping[str, object]) -> bool:
+        """``revision`` → ``sha`` and the facts read at that commit, in one write (merged with the facts of
+        that commit this instance already holds, e.g. the config cached by an earlier check)."""
+        merged = {**self._bundles.get((repo_id, sha), {}), **{k: v for k, v in facts.items() if v is not None}}
+        entry = {
+            "format": FORMAT,
+            "repo": repo_id,
+            "revision": revision,
+            "sha": sha,
+            "stored": self._time(),
+            "facts": merged,
+        }
+        self._bundles[(repo_id, sha)] = merged
         return self._write(self._ref_path(repo_id, revision), entry)

@@ -6,6 +6,7 @@ the readers derive the spec from them at load time, so a reader fix applies to c
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -78,7 +79,7 @@ def best_weights(
         if weights.total_bytes <= 0:  # a header `{}` (or only __metadata__): no weights, not 0 bytes of them
             return None, "weights unknown: the safetensors headers list no tensors"
         return weights, None
-    derived = derived_or_none(spec, config)
+    derived = _derived_once(spec, config, facts)
     if facts.dtype_parameters:
         exact = weights_from_dtype_parameters(facts.dtype_parameters, origin=facts.origin)
         if exact.total_bytes <= 0:
@@ -116,6 +117,26 @@ def _check_index_metadata(metadata: Mapping[str, object]) -> None:
         value = metadata.get(key)
         if value is not None and not isinstance(value, bool) and isinstance(value, (int, float)):
             check_count(value, bound("safetensors", section), file=INDEX_FILE, field=f"metadata.{key}")
+
+
+_DERIVED: dict[tuple[str, tuple[tuple[str, str], ...]], Weights | None] = {}
+_DERIVED_LOCK = threading.Lock()
+_DERIVED_KEPT = 256
+
+
+def _derived_once(spec: ModelSpec, config: Mapping[str, object] | None, facts: CheckpointFacts) -> Weights | None:
+    """:func:`derived_or_none`, computed once per config.json text (and companions): the shapes depend on
+    nothing else, and a scan meets the same config many times (fine-tunes of one base ship it unchanged)."""
+    key = (facts.config_text, tuple(sorted(facts.companions.items())))
+    with _DERIVED_LOCK:
+        if key in _DERIVED:
+            return _DERIVED[key]
+    derived = derived_or_none(spec, config)
+    with _DERIVED_LOCK:
+        while len(_DERIVED) >= _DERIVED_KEPT:
+            del _DERIVED[next(iter(_DERIVED))]
+        _DERIVED[key] = derived
+    return derived
 
 
 def derived_or_none(spec: ModelSpec, config: Mapping[str, object] | None = None) -> Weights | None:

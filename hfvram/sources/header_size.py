@@ -49,10 +49,15 @@ def tensors_by_shard(tensors: Sequence[TensorInfo], shard_count: int) -> list[li
     return shards
 
 
+#: the least first Range sized from a prediction (the 8-byte length and the start of the JSON)
+MIN_FIRST_RANGE = 1 * KIB
+
+
 def first_ranges(tensors: Sequence[TensorInfo], shards: Sequence[str], fallback: int) -> dict[str, int]:
     """Bytes of the first Range per shard (sorted shard names, in checkpoint order): the predicted header
-    plus a margin, rounded up to a KiB, never less than ``fallback`` (which also serves every shard when the
-    shapes predict no tensor: models outside the shape rules, e.g. encoders, keep the fixed first Range)."""
+    plus a margin, rounded up to a KiB, with no fixed floor (a 16.8 kB header is not read as 32 KiB); a
+    prediction that falls short costs one exact Range for the rest, sized from the 8-byte length. ``fallback``
+    serves every shard when the shapes predict no tensor (models outside the shape rules, e.g. encoders)."""
     if not tensors or not shards:
         return {name: fallback for name in shards}
     total = sum(t.nbytes for t in tensors)
@@ -60,7 +65,7 @@ def first_ranges(tensors: Sequence[TensorInfo], shards: Sequence[str], fallback:
     ranges = {}
     for name, held in zip(sorted(shards), per_shard):
         predicted = header_bytes(held, total // len(shards)) * MARGIN + MARGIN_BYTES
-        ranges[name] = max(fallback, -(-int(predicted) // KIB) * KIB)
+        ranges[name] = max(MIN_FIRST_RANGE, -(-int(predicted) // KIB) * KIB)
     return ranges
 
 

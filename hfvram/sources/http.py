@@ -99,14 +99,41 @@ class Fetched:
     history: tuple[int, ...] = field(default_factory=tuple)
 
 
-def _user_agent() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+def share_connections(connections: int) -> None:
+    """One client for the whole process (huggingface_hub's shared session) whose pool keeps up to
+    ``connections`` connections open and reuses them, instead of the default pool that keeps 20 and opens a
+    new connection (a TLS handshake on the real Hub) for every request past them. A scan calls this with its
+    jobs plus a few before its first request."""
+    from huggingface_hub import set_client_factory
 
     try:
-        ours = version("hfvram")
-    except PackageNotFoundError:
-        ours = "dev"
-    return f"hfvram/{ours}; huggingface_hub/{_hf_version()}"
+        from huggingface_hub.utils._http import hf_request_event_hook
+
+        hooks = {"request": [hf_request_event_hook]}
+    except ImportError:  # pragma: no cover - a huggingface_hub without the hook: the client still works
+        hooks = {}
+    limits = httpx2.Limits(max_connections=connections, max_keepalive_connections=connections)
+
+    def factory() -> httpx2.Client:
+        return httpx2.Client(event_hooks=hooks, follow_redirects=True, timeout=None, limits=limits)
+
+    set_client_factory(factory)
+
+
+_AGENT: list[str] = []
+
+
+def _user_agent() -> str:
+    if _AGENT:
+        return _AGENT[0]
+    _AGENT.append(_computed_user_agent())
+    return _AGENT[0]
+
+
+def _computed_user_agent() -> str:
+    from hfvram import __version__  # what `hfvram --version` prints (no importlib.metadata on a check's path)
+
+    return f"hfvram/{__version__}; huggingface_hub/{_hf_version()}"
 
 
 def _hf_version() -> str:

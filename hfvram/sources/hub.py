@@ -13,6 +13,8 @@ stored in the facts cache under the commit sha, so checking the same repo again 
 from __future__ import annotations
 
 import contextvars
+import os
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
@@ -165,26 +167,61 @@ def fetch_gguf_header(repo_id: str, sha: str, filename: str, token: str | None):
     return read_gguf_header(stream, filename=filename), stream.bytes_fetched
 
 
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+_POOL_WORKERS = [PARALLEL]
+
+
+def set_parallel_workers(workers: int) -> None:
+    """Size of the one thread pool every concurrent read of the process shares (a scan sets it to its
+    jobs, so that each job's requests run side by side); takes effect before the pool's first use."""
+    _POOL_WORKERS[0] = max(1, workers)
+
+
+def _forget_pool() -> None:
+    """In a forked child: the parent's pool object has no threads here, so start a fresh one on first use."""
+    global _POOL
+    _POOL = None
+
+
+os.register_at_fork(after_in_child=_forget_pool)
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    if _POOL is None:
+        with _POOL_LOCK:
+            if _POOL is None:
+                _POOL = ThreadPoolExecutor(max_workers=_POOL_WORKERS[0], thread_name_prefix="hfvram-read")
+    return _POOL
+
+
 def in_parallel(jobs: Mapping[str, Callable[[], T]]) -> dict[str, T]:
-    """Run jobs in threads; the first HfvramError (in job order) is raised after all finished."""
+    """Run jobs side by side: the first in the calling thread, the others in the process's shared pool (no
+    executor per call); the first HfvramError (in job order) is raised after all finished."""
     if not jobs:
         return {}
-    if len(jobs) == 1:
-        ((name, job),) = jobs.items()
+    items = list(jobs.items())
+    if len(items) == 1:
+        ((name, job),) = items
         return {name: job()}
-    with ThreadPoolExecutor(max_workers=min(PARALLEL, len(jobs))) as pool:
-        # each job runs in a copy of this context: the model's deadline (HFVRAM_DEADLINE) applies in the threads
-        futures = {name: pool.submit(contextvars.copy_context().run, job) for name, job in jobs.items()}
-        results: dict[str, T] = {}
-        first_error: BaseException | None = None
-        for name, future in futures.items():
-            try:
-                results[name] = future.result()
-            except BaseException as err:
-                first_error = first_error or err
-        if first_error is not None:
-            raise first_error
-        return results
+    # each job runs in a copy of this context: the model's deadline (HFVRAM_DEADLINE) applies in the threads
+    futures = {name: _pool().submit(contextvars.copy_context().run, job) for name, job in items[1:]}
+    results: dict[str, T] = {}
+    first_error: BaseException | None = None
+    name, job = items[0]
+    try:
+        results[name] = job()
+    except BaseException as err:
+        first_error = err
+    for name, future in futures.items():
+        try:
+            results[name] = future.result()
+        except BaseException as err:
+            first_error = first_error or err
+    if first_error is not None:
+        raise first_error
+    return {name: results[name] for name, _ in items}
 
 
 # ---- picking files -------------------------------------------------------------------------------
@@ -273,14 +310,13 @@ def load_hub_checkpoint(
         origin=f"{repo_id}@{sha[:12]}",
     )
     spec = spec_from_facts(facts)  # before caching: facts that do not parse are not kept
-    if cache is not None:
-        cache.remember(repo_id, rev, sha)
-        cache.put(repo_id, sha, MODEL_INFO, info.to_json())
-        cache.put(repo_id, sha, "config.json", config_text)
-        for name, value in {**companions, **headers}.items():
-            cache.put(repo_id, sha, name, value)
-        if index_meta is not None:
-            cache.put(repo_id, sha, INDEX_FILE, index_meta)
+    if cache is not None:  # one write: the ref and every fact read at its commit
+        cache.store(
+            repo_id,
+            rev,
+            sha,
+            {MODEL_INFO: info.to_json(), "config.json": config_text, **companions, **headers, INDEX_FILE: index_meta},
+        )
     used = ("config.json", *companions, *headers, *((INDEX_FILE,) if index_meta else ()))
     return LoadedModel(spec, SourceInfo(kind="hub", repo_id=repo_id, revision=sha, files=tuple(used)))
 
@@ -377,9 +413,7 @@ def load_hub_gguf(
     fetched = in_parallel(missing)
     headers = [fetched[f] if f in fetched else cached[f] for f in chosen]
     spec = spec_from_gguf(headers, filename=chosen[0])
-    if cache is not None:
-        cache.remember(repo_id, rev, info.sha)
-        cache.put(repo_id, info.sha, MODEL_INFO, info.to_json())
-        for f, header in fetched.items():
-            cache.put(repo_id, info.sha, f, gguf_header_to_json(header))
+    if cache is not None:  # one write: the ref and every fact read at its commit
+        facts = {MODEL_INFO: info.to_json(), **{f: gguf_header_to_json(h) for f, h in fetched.items()}}
+        cache.store(repo_id, rev, info.sha, facts)
     return LoadedModel(spec, SourceInfo(kind="hub", repo_id=repo_id, revision=info.sha, files=tuple(chosen)))

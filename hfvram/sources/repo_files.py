@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -14,11 +15,14 @@ MODEL_INFO = "model-info"
 
 
 def offline_requested() -> bool:
-    """Whether HF_HUB_OFFLINE asks for no network, read at call time."""
-    from huggingface_hub import constants as hf_constants
-
-    value = os.environ.get("HF_HUB_OFFLINE", "")
-    return value.strip().upper() in {"1", "ON", "YES", "TRUE"} or bool(hf_constants.HF_HUB_OFFLINE)
+    """Whether HF_HUB_OFFLINE (or TRANSFORMERS_OFFLINE, as huggingface_hub reads it) asks for no network, read at
+    call time; also huggingface_hub's own switch when that library is already loaded (importing it only for
+    this would cost a warm run its start-up)."""
+    value = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or ""
+    if value.strip().upper() in {"1", "ON", "YES", "TRUE"}:
+        return True
+    hf_constants = sys.modules.get("huggingface_hub.constants")
+    return bool(getattr(hf_constants, "HF_HUB_OFFLINE", False))
 
 
 @dataclass(frozen=True)

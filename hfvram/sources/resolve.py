@@ -66,6 +66,14 @@ def load_model(
 
     if offline:
         return _offline(parsed, revision, cache)
+    from hfvram.sources import warm
+
+    if parsed.gguf is not None:
+        found = warm.gguf_from_cache(repo_id, parsed.gguf, revision, cache)
+    else:
+        found = warm.checkpoint_from_cache(repo_id, revision, cache, need_split=need_split)
+    if found is not None:  # every fact cached under a fresh commit: no request, no HTTP stack
+        return found
     validate_endpoint_env()  # before huggingface_hub's HTTP modules read HF_ENDPOINT
     from hfvram.sources import hub  # the HTTP stack, only when the Hub is asked
 
@@ -110,9 +118,9 @@ def _from_facts_cache(parsed: HubSource, revision: str | None, cache: FactsCache
 
     repo_id = parsed.repo_id
     if parsed.gguf is not None:
-        from hfvram.sources.hub import load_hub_gguf
+        from hfvram.sources.warm import gguf_from_cache
 
-        loaded = load_hub_gguf(repo_id, parsed.gguf, revision=revision, token=None, cache=cache, cache_only=True)
+        loaded = gguf_from_cache(repo_id, parsed.gguf, revision, cache, allow_stale=True)
         if loaded is not None:
             warning = f"{reason}: using hfvram's facts cached for commit {loaded.source.revision}"
             loaded = LoadedModel(replace(loaded.spec, warnings=(warning, *loaded.spec.warnings)), loaded.source)

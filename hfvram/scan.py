@@ -1,0 +1,154 @@
+"""The machinery of ``hfvram scan``: many sources read concurrently, results handed back as they finish.
+
+One process runs ``jobs`` threads over the list, submitting a bounded window of sources at a time (memory
+does not grow with the list). Every request of the process goes through one shared HTTP client whose pool
+keeps ``jobs`` + a few connections (``http.share_connections``) and every wave of parallel requests of one
+repo through one shared thread pool (``hub.set_parallel_workers``): no executor and no new connection per repo.
+
+A large scan is bound by one core (parsing answers and estimating cost a few milliseconds per repo), so it
+is spread over worker processes, one per core (at most ``MAX_PROCESSES``), each with its share of the jobs;
+results come back to this process as JSON over a pipe, in the order they finish. ``HFVRAM_SCAN_PROCESSES``
+sets the number (1: threads only).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from typing import Any
+
+Report = dict[str, Any]
+#: worker processes at most (one per core up to this)
+MAX_PROCESSES = 4
+#: a list shorter than this, or fewer jobs, stays in one process (a worker's start costs more than it saves)
+MIN_SOURCES_PER_PROCESS = 32
+MIN_JOBS_FOR_PROCESSES = 8
+#: connections kept besides one per job (the redirect target of a Range, the model-info host)
+EXTRA_CONNECTIONS = 4
+
+
+def process_count(sources: int, jobs: int) -> int:
+    """Worker processes for a scan: HFVRAM_SCAN_PROCESSES, else one per core when one core would be the
+    bound (enough jobs and sources), on platforms that fork."""
+    override = os.environ.get("HFVRAM_SCAN_PROCESSES", "").strip()
+    if override.isdigit() and int(override) > 0:
+        wanted = int(override)
+    elif jobs < MIN_JOBS_FOR_PROCESSES or sources < 2 * MIN_SOURCES_PER_PROCESS:
+        return 1
+    else:
+        wanted = min(os.cpu_count() or 1, MAX_PROCESSES)
+    if not sys.platform.startswith("linux"):
+        return 1  # fork is the only cheap start, and only Linux forks a threaded parent's copy safely enough
+    return max(1, min(wanted, jobs, sources))
+
+
+def _prepare_process(threads: int) -> None:
+    """The shared client and thread pool of this process, sized for ``threads`` jobs (before any request)."""
+    from hfvram.sources import http, hub
+
+    http.share_connections(threads + EXTRA_CONNECTIONS)
+    hub.set_parallel_workers(threads)
+
+
+def _run_threads(
+    indexed: Iterable[tuple[int, str]],
+    work: Callable[[str], Report],
+    threads: int,
+    deliver: Callable[[int, Report], None],
+) -> None:
+    """``work`` over the sources in ``threads`` threads, at most 2 × threads submitted at once."""
+    pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="hfvram-scan")
+    pending: dict[Future[Report], int] = {}
+    todo: Iterator[tuple[int, str]] = iter(indexed)
+    finished = False
+    try:
+
+        def top_up() -> None:
+            for index, source in todo:
+                pending[pool.submit(work, source)] = index
+                if len(pending) >= 2 * threads:
+                    return
+
+        top_up()
+        while pending:
+            done, _ = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+            for future in done:
+                deliver(pending.pop(future), future.result())
+            top_up()
+        finished = True
+    finally:
+        pool.shutdown(wait=finished, cancel_futures=True)
+
+
+def _worker(
+    connection: Any, sources: Sequence[tuple[int, str]], work: Callable[[str], Report], threads: int
+) -> None:  # pragma: no cover - runs in a forked child (covered through the CLI tests' subprocesses)
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides; it terminates the workers on Ctrl-C
+
+    def deliver(index: int, report: Report) -> None:
+        connection.send_bytes(json.dumps([index, report], separators=(",", ":")).encode("utf-8"))
+
+    try:
+        _run_threads(sources, work, threads, deliver)
+    finally:
+        connection.close()
+    os._exit(0)  # no interpreter teardown in the child: the parent owns stdout and the progress bar
+
+
+def run_scan(
+    sources: Sequence[str],
+    work: Callable[[str], Report],
+    jobs: int,
+    emit: Callable[[Report], None],
+    *,
+    failed: Callable[[str, Exception], Report],
+) -> None:
+    """``emit(work(source))`` for every source, as each finishes (any order); in this process or in worker
+    processes (see the module docstring). ``failed(source, error)`` stands in for a source whose worker
+    process died before answering. KeyboardInterrupt propagates after the workers are stopped."""
+    processes = process_count(len(sources), jobs)
+    if processes == 1:
+        _prepare_process(jobs)
+        _run_threads(enumerate(sources), work, jobs, lambda _index, report: emit(report))
+        return
+    import multiprocessing
+    from multiprocessing.connection import wait as wait_connections
+
+    context = multiprocessing.get_context("fork")
+    workers = []
+    shares = [list(enumerate(sources))[k::processes] for k in range(processes)]
+    # before forking: the children inherit the client factory and no open client (the parent's, if any, is
+    # closed here, never shared with a child); hub's thread pool is not inherited (see hub._forget_pool)
+    _prepare_process(-(-jobs // processes))
+    for k, share in enumerate(shares):
+        threads = max(1, (jobs + processes - 1 - k) // processes)
+        receiver, sender = context.Pipe(duplex=False)
+        process = context.Process(target=_worker, args=(sender, share, work, threads), daemon=True)
+        process.start()
+        sender.close()
+        workers.append((process, receiver, {index for index, _ in share}))
+    try:
+        open_connections: dict[Any, set[int]] = {receiver: left for _, receiver, left in workers}
+        while open_connections:
+            for ready in wait_connections(list(open_connections)):
+                left = open_connections[ready]
+                try:
+                    index, report = json.loads(ready.recv_bytes())  # type: ignore[union-attr]
+                except EOFError:
+                    del open_connections[ready]
+                    for index in sorted(left):  # a worker that died early: its unanswered sources are errors
+                        emit(failed(sources[index], RuntimeError("the scan worker process stopped early")))
+                    continue
+                left.discard(index)
+                emit(report)
+    finally:
+        for process, receiver, _ in workers:
+            if process.is_alive():
+                process.terminate()
+            process.join(timeout=5)
+            receiver.close()

@@ -1,0 +1,80 @@
+"""`hfvram scan` at scale, through the real CLI against the local test Hub: one shared client whose pool keeps
+at most jobs + a few connections for the whole scan (counted on the server, one client port per TCP
+connection), one facts-cache write per repo, and the same rows whether the list is read by one process or
+spread over worker processes. Nothing here is timed (benchmarks/hub_cost.py measures speed)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from cli_support import run_hfvram
+
+from hfvram.scan import EXTRA_CONNECTIONS, process_count
+
+TARGETS = [
+    "meta-llama/Llama-3.1-8B-Instruct",
+    "google/gemma-2-9b-it",
+    "openai/gpt-oss-20b",
+    "sentence-transformers/all-MiniLM-L6-v2",
+]
+
+
+def scan(hub, names: list[str], *args: str, processes: int, env: dict | None = None) -> list[dict]:
+    result = run_hfvram(
+        "scan", "-", "--json", "--gpu", "rtx4090", "--context", "8k", *args,
+        stdin="\n".join(names) + "\n",
+        env={"HFVRAM_SCAN_PROCESSES": str(processes), **(env or {})},
+    )  # fmt: skip
+    assert result.returncode in (0, 1), result.stderr[-2000:]
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(rows) == len(names) and not [r for r in rows if "error" in r], result.stdout[-2000:]
+    return rows
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_connections_stay_within_jobs_plus_a_few(hub, processes):
+    names = hub.files.alias_many(f"pool{processes}", 48, targets=TARGETS)
+    jobs = 4
+    scan(hub, names, "--jobs", str(jobs), processes=processes)
+    connections = {r.client for r in hub.records}
+    assert hub.request_count >= 2 * len(names)  # model info + config.json per repo
+    assert len(connections) <= jobs + processes * EXTRA_CONNECTIONS, len(connections)
+
+
+def test_one_facts_cache_write_per_repo(hub, isolated_caches):
+    names = hub.files.alias_many("writes", 12, targets=TARGETS)
+    scan(hub, names, "--jobs", "4", processes=1)
+    cache = isolated_caches / "hfvram_cache"
+    entries = sorted(p for p in cache.rglob("*.json") if "transformers-facts" not in p.parts)
+    assert len(entries) == len(names)  # the ref of each repo, carrying the facts read at its commit
+    assert {json.loads(p.read_text())["repo"] for p in entries} == set(names)
+    hub.records.clear()
+    scan(hub, names, "--jobs", "4", processes=1)
+    assert hub.request_count == 0  # a second scan answers from those entries alone
+
+
+def test_worker_processes_give_the_same_rows(hub, tmp_path):
+    names = hub.files.alias_many("procs", 24, targets=TARGETS)
+    one = scan(hub, names, "--jobs", "4", processes=1)
+    hub.records.clear()
+    two = scan(hub, names, "--jobs", "4", processes=2, env={"HFVRAM_CACHE_DIR": str(tmp_path / "second")})
+    assert hub.request_count >= 2 * len(names)  # a fresh facts cache: read again, in two processes
+
+    def key(row: dict) -> str:
+        return row["source"]["repo_id"]
+
+    def comparable(row: dict) -> str:
+        return json.dumps({k: v for k, v in row.items() if k != "source"}, sort_keys=True)
+
+    assert sorted(map(key, one)) == sorted(map(key, two)) == sorted(names)
+    assert {key(r): comparable(r) for r in one} == {key(r): comparable(r) for r in two}
+
+
+def test_process_count_rules(monkeypatch):
+    monkeypatch.delenv("HFVRAM_SCAN_PROCESSES", raising=False)
+    assert process_count(10, 32) == 1  # a short list stays in one process
+    assert process_count(10_000, 4) == 1  # few jobs: one core is not the bound
+    monkeypatch.setenv("HFVRAM_SCAN_PROCESSES", "3")
+    assert process_count(10_000, 16) == 3
+    assert process_count(2, 16) == 2  # never more processes than sources
