@@ -31,7 +31,8 @@ def catalog_date() -> str | None:
 
 
 def catalog_repos() -> list[str]:
-    return sorted(load_catalog().get("repos", {}))  # type: ignore[arg-type]
+    repos = load_catalog().get("repos")
+    return sorted(repos) if isinstance(repos, dict) else []
 
 
 def _entry(repo_id: str) -> Mapping[str, object] | None:
@@ -99,7 +100,7 @@ def load_from_catalog(repo_id: str, *, reason: str, revision: str | None = None)
     facts = CheckpointFacts(
         config_text=files["config.json"],
         companions=companions,
-        index_metadata=(entry.get("index") or {}).get("metadata"),  # type: ignore[union-attr]
+        index_metadata=index.get("metadata") if isinstance(index := entry.get("index"), dict) else None,
         origin=f"embedded catalogue {catalog_date()}",
     )
     spec = spec_from_facts(facts)

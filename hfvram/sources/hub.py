@@ -17,7 +17,8 @@ import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from functools import partial
+from typing import TypeVar, cast
 from urllib.parse import quote
 
 from huggingface_hub import hf_hub_url
@@ -106,6 +107,11 @@ def fetch_text(repo_id: str, revision: str, filename: str, token: str | None) ->
     except UnicodeDecodeError:
         raise MalformedFileError("not UTF-8 text", file=filename) from None
     return text, answer.headers.get("x-repo-commit")
+
+
+def _fetch_text_only(repo_id: str, revision: str, filename: str, token: str | None) -> str:
+    """The text of :func:`fetch_text`, without the commit it was served from."""
+    return fetch_text(repo_id, revision, filename, token)[0]
 
 
 def ranged_reader(repo_id: str, sha: str, filename: str, token: str | None, cap: int) -> Callable[[int, int], bytes]:
@@ -257,7 +263,8 @@ def load_hub_checkpoint(
     if "config" in got:
         if got["config"] is None:
             raise _no_config(repo_id, info)
-        config_text, served_from = got["config"]  # type: ignore[misc]
+        served_from: str | None
+        config_text, served_from = cast("tuple[str, str | None]", got["config"])
         if served_from and served_from != info.sha:  # the branch moved between the two calls
             config_text, _ = fetch_text(repo_id, info.sha, "config.json", token)
             got.pop(SINGLE_FILE, None)
@@ -285,11 +292,11 @@ def load_hub_checkpoint(
     wave2: dict[str, Callable[[], object]] = {}
     for name, text in companions.items():
         if text is None:
-            wave2[name] = lambda n=name: fetch_text(repo_id, sha, n, token)[0]
+            wave2[name] = partial(_fetch_text_only, repo_id, sha, name, token)
     missing_headers = [shard for shard, text in headers.items() if text is None]
     first = _first_ranges(config_text, shards) if missing_headers else {}
     for shard in missing_headers:
-        wave2[shard] = lambda s=shard: fetch_safetensors_header(repo_id, sha, s, token, first[s])
+        wave2[shard] = partial(fetch_safetensors_header, repo_id, sha, shard, token, first[shard])
     if want_index and index_meta is None:
         wave2[INDEX_FILE] = lambda: _index_summary(fetch_text(repo_id, sha, INDEX_FILE, token)[0])
     fetched = in_parallel(wave2)

@@ -126,8 +126,10 @@ def _from_facts_cache(parsed: HubSource, revision: str | None, cache: FactsCache
             loaded = LoadedModel(replace(loaded.spec, warnings=(warning, *loaded.spec.warnings)), loaded.source)
         return loaded
     sha = cache.resolve(repo_id, revision or "main", allow_stale=True)
-    info_json = cache.get(repo_id, sha, MODEL_INFO) if sha else None
-    config_text = cache.get(repo_id, sha, "config.json") if sha else None
+    if sha is None:
+        return None
+    info_json = cache.get(repo_id, sha, MODEL_INFO)
+    config_text = cache.get(repo_id, sha, "config.json")
     if not isinstance(info_json, dict) or not isinstance(config_text, str):
         return None
     info = RepoInfo.from_json(repo_id, info_json)
@@ -144,7 +146,7 @@ def _from_facts_cache(parsed: HubSource, revision: str | None, cache: FactsCache
         headers=headers if complete_headers else {},  # type: ignore[arg-type]
         dtype_parameters=None if complete_headers else info.dtype_parameters,
         index_metadata=cache.get(repo_id, sha, INDEX_FILE),  # type: ignore[arg-type]
-        origin=f"{repo_id}@{sha[:12]}",  # type: ignore[index]
+        origin=f"{repo_id}@{sha[:12]}",
     )
     spec = spec_from_facts(facts)
     spec = replace(spec, warnings=(f"{reason}: using hfvram's facts cached for commit {sha}", *spec.warnings))
