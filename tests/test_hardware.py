@@ -20,7 +20,8 @@ GIB = 1 << 30
 
 def test_catalog_loads_every_device_with_unique_names():
     catalog = load_catalog()
-    assert len(catalog) == 111  # gpus/README.md: "111 [[device]] tables"
+    # gpus/README.md: "111 [[device]] tables"; issue 10 added the 12 rows of NEW_ROWS below
+    assert len(catalog) == 111 + len(NEW_ROWS)
     names = [name for gpu in catalog for name in (gpu.id, *gpu.aliases)]
     assert len(names) == len(set(names))
 
@@ -45,10 +46,12 @@ def test_memory_is_the_exposed_total_not_the_marketing_number():
         ("h100x8", "h100-sxm", 8),
         ("2 x a100", "a100-80g-sxm", 2),
         ("4090", "rtx4090", 1),
-        ("mi250x", "mi250x", 1),  # ends in x but is an id, not a count
+        ("mi250x", "mi250x-gcd", 2),  # ends in x but is an id, not a count; ROCm shows the board as 2 GCDs
         ("rx7900xtx", "rx7900xtx", 1),
         ("mi325x2", "mi325x", 2),  # "mi325" is no alias: the id ending in x takes the count directly
-        ("mi250x2", "mi250x", 2),
+        ("mi250x2", "mi250x-gcd", 4),  # two boards = four ROCm devices
+        ("2xmi250x", "mi250x-gcd", 4),
+        ("mi250x-gcd", "mi250x-gcd", 1),
     ],
 )
 def test_parse_catalogue_specs(spec, gpu_id, count):
@@ -180,3 +183,206 @@ def test_parallel_sizes_over_the_gpu_bound_exit_2(engine, option):
     result = run_hfvram("check", str(LLAMA_FOLDER), "--engine", engine, *option, timeout=120)
     assert result.returncode == 2, result.stdout + result.stderr
     assert "hfvram's bound" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+# ---- issue 10 item 5: the cards people own, and search by memory size ----------------------------------------------
+
+MIB_ROW = 1 << 20
+
+#: id -> (memory_bytes, memory_bytes_basis). Measured totals: nvidia-smi lines in public GitHub files and issues
+#: (exact-string code search, quoted in each row's memory_source): 3060 Ti / 3070 '/ 8192MiB', 2080 Ti
+#: '/ 11264MiB', 4060 '/ 8188MiB', 5060 '/ 8151MiB', P40 '/ 23040MiB' (ECC on; 24576 ECC off), P100 PCIe
+#: '/ 16280MiB'; one MI250X GCD: a HIP runtime log 'Total GPU memory 68702699520'. Nominal: vendor GB as GiB.
+NEW_ROWS = {
+    "rtx3060ti": (8192 * MIB_ROW, "nvidia-smi"),
+    "rtx3070": (8192 * MIB_ROW, "nvidia-smi"),
+    "rtx2080ti": (11264 * MIB_ROW, "nvidia-smi"),
+    "rtx4060": (8188 * MIB_ROW, "nvidia-smi"),
+    "rtx5060": (8151 * MIB_ROW, "nvidia-smi"),
+    "rtx5060ti-8g": (8151 * MIB_ROW, "nvidia-smi-inferred"),
+    "p40": (23040 * MIB_ROW, "nvidia-smi"),
+    "p100-16g": (16280 * MIB_ROW, "nvidia-smi"),
+    "arc-b580": (12 * GIB, "nominal-gib"),
+    "rx7800xt": (16 * GIB, "nominal-gib"),
+    "rx7600": (8 * GIB, "nominal-gib"),
+    "mi250x-gcd": (68_702_699_520, "hip-runtime"),
+}
+
+
+def _row(gpu_id):
+    from hfvram.estimate.hardware import catalog_row
+
+    return catalog_row(gpu_id)
+
+
+@pytest.mark.parametrize(("gpu_id", "expected"), sorted(NEW_ROWS.items()))
+def test_new_rows_load_with_their_exposed_memory_and_a_source(gpu_id, expected):
+    size, basis = expected
+    gpu = find_gpu(gpu_id)
+    row = _row(gpu_id)
+    assert (gpu.memory_bytes, row["memory_bytes_basis"]) == (size, basis)
+    assert row["memory_bytes_nominal"] == row["memory_gb"] * GIB
+    assert gpu.memory_bandwidth_gbs and gpu.memory_bandwidth_gbs > 0
+    assert row["source"] and all(url.startswith("https://") for url in row["source"])
+    assert row["memory_source"]
+    if basis.startswith("nvidia-smi"):
+        assert row["nvidia_smi_total_mib"] * MIB_ROW == size
+        assert str(row["nvidia_smi_total_mib"]) in row["memory_source"]  # the total the search found
+    if basis == "nominal-gib":
+        assert "nominal" in row["memory_source"]
+    assert basis in memory_provenance(gpu)
+
+
+def test_every_catalogue_row_names_a_source():
+    from hfvram.estimate.hardware import _catalog_rows
+
+    assert all(row.get("source") and row.get("memory_source") for row in _catalog_rows())
+
+
+@pytest.mark.parametrize(
+    ("alias", "gpu_id"),
+    [
+        ("RTX 4060", "rtx4060"),
+        ("4060", "rtx4060"),
+        ("4060ti", "rtx4060ti-8g"),  # bare family name: the 8 GB card (gpus/README.md "aliases")
+        ("rtx-4060-ti-16gb", "rtx4060ti-16g"),
+        ("3060", "rtx3060"),
+        ("3060ti", "rtx3060ti"),
+        ("rtx 3070", "rtx3070"),
+        ("3080", "rtx3080"),
+        ("rtx-3080-12gb", "rtx3080-12g"),
+        ("2080ti", "rtx2080ti"),
+        ("5060", "rtx5060"),
+        ("5060ti", "rtx5060ti-16g"),  # bare name: the 16 GB card
+        ("5060ti-8gb", "rtx5060ti-8g"),
+        ("tesla-p40", "p40"),
+        ("p100", "p100-16g"),
+        ("v100", "v100-16g"),
+        ("v100-32gb", "v100-32g"),
+        ("b580", "arc-b580"),
+        ("rx 7600", "rx7600"),
+        ("7800xt", "rx7800xt"),
+        ("mi250x-64gb", "mi250x-gcd"),
+    ],
+)
+def test_aliases_of_the_cards_people_own(alias, gpu_id):
+    assert find_gpu(alias).id == gpu_id
+
+
+def test_new_aliases_take_a_count():
+    assert parse_gpu_spec("p40x2").label == "p40x2"
+    assert parse_gpu_spec("2x3060").label == "rtx3060x2"
+    assert parse_gpu_spec("rx7600 x4").label == "rx7600x4"
+
+
+def test_mi250x_is_the_two_64gb_devices_rocm_shows():
+    hardware = parse_gpu_spec("mi250x")
+    assert (hardware.gpu.id, hardware.count) == ("mi250x-gcd", 2)
+    assert hardware.gpu.memory_bytes == 68_702_699_520  # HIP "Total GPU memory" of one MI250X device
+    assert hardware.gpu.memory_bandwidth_gbs == pytest.approx(1638.4)  # half the module's 3276.8 GB/s
+    assert _row("mi250x")["memory_gb"] == 128  # the module as sold
+    with pytest.raises(UsageError, match="mi250x-gcd devices"):
+        parse_gpu_spec(f"mi250x{MAX_GPUS}")  # 2 x the bound in devices
+
+
+#: every catalogue row whose nominal memory is 24 GB, read by hand from hfvram/data/gpus.toml (memory_gb = 24)
+CATALOGUE_24GB = {
+    "rtx3090",
+    "rtx3090ti",
+    "rtx4090",
+    "rtx-a5000",
+    "l4",
+    "a10",
+    "a10g",
+    "p40",
+    "rx7900xtx",
+    "m2-24",
+    "m3-24",
+    "m4-24",
+    "m4-pro-24",
+    "m5-24",
+    "m5-pro-24",
+}
+
+
+@pytest.mark.parametrize("query", ["24GB", "24G", "24gb", "24 GB", "24GiB", "24 gib", " 24Gb "])
+def test_size_search_lists_exactly_the_24gb_cards(query):
+    from hfvram.estimate.hardware import _catalog_rows
+
+    found = {gpu.id for gpu in search_catalog(query)}
+    assert found == CATALOGUE_24GB
+    assert found == {row["id"] for row in _catalog_rows() if row["memory_gb"] == 24}
+
+
+def test_size_search_is_not_an_alias_match():
+    # "24gb" as text is in no 24 GB row's alias here, and "24 gb" would match names such as a 624 GB part;
+    # the size search compares memory_gb, so neither a 624 GB nor a 240 GB device can come back
+    from hfvram.estimate.hardware import size_query_gb
+
+    assert size_query_gb("624GB") == 624 and search_catalog("624GB") == ()
+    assert size_query_gb("4090") is None and size_query_gb("rtx4090") is None and size_query_gb("") is None
+    assert {gpu.id for gpu in search_catalog("4090")} == {"rtx4090"}  # a name is still a name search
+    sixteen = {gpu.id for gpu in search_catalog("16GiB", vendor="nvidia")}
+    assert {"rtx4060ti-16g", "rtx5060ti-16g", "p100-16g", "v100-16g", "t4"} <= sixteen
+    assert all(_row(gpu_id)["memory_gb"] == 16 for gpu_id in sixteen)
+    assert {gpu.id for gpu in search_catalog("64gb", vendor="amd")} == {"mi210", "mi250x-gcd"}
+    assert {gpu.id for gpu in search_catalog("8GB", vendor="amd")} == {"rx7600"}
+
+
+# ---- issue 10 item 4: a GPU list is refused plainly until comparison exists ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "what"),
+    [
+        ("rtx4090,rtx5090,rtx3090x2,h100", "comma list"),
+        ("rtx4090,", "comma list"),
+        (",", "comma list"),
+        ("rtx4090+rtx3090", "mixed set"),
+    ],
+)
+def test_gpu_lists_are_refused_as_not_supported_yet(text, what):
+    with pytest.raises(UsageError) as raised:
+        parse_gpu_spec(text)
+    message = str(raised.value)
+    assert what in message and "not supported yet" in message and "unknown GPU" not in message
+    assert raised.value.exit_code == 2 and "\n" not in message
+
+
+def test_an_alias_with_a_plus_is_still_a_name():
+    assert parse_gpu_spec("ryzen-ai-max+-395").gpu.id == "ryzen-ai-max-395-128"
+
+
+# ---- the CLI --------------------------------------------------------------------------------------------------------
+
+
+def test_cli_gpus_24gb_lists_the_24gb_cards():
+    import json
+
+    from cli_support import run_hfvram
+
+    table = run_hfvram("gpus", "24GB")
+    assert table.returncode == 0, table.stderr
+    assert table.stdout.startswith(f"{len(CATALOGUE_24GB)} accelerators")
+    ids = {line.split()[0] for line in table.stdout.splitlines()[3:] if line and not line.startswith("*")}
+    assert ids == CATALOGUE_24GB
+    listed = run_hfvram("gpus", "24 GB", "--vendor", "nvidia", "--json")
+    assert {gpu["id"] for gpu in json.loads(listed.stdout)} == {
+        "rtx3090",
+        "rtx3090ti",
+        "rtx4090",
+        "rtx-a5000",
+        "l4",
+        "a10",
+        "a10g",
+        "p40",
+    }
+
+
+def test_cli_comma_list_is_one_usage_line():
+    from cli_support import LLAMA_FOLDER, run_hfvram
+
+    result = run_hfvram("check", str(LLAMA_FOLDER), "--gpu", "rtx4090,rtx5090,rtx3090x2,h100")
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "comma list" in lines[0] and "not supported yet" in lines[0]

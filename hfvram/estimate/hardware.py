@@ -32,6 +32,10 @@ _COUNT_PREFIX = re.compile(r"^(?P<count>\d+)\s*[x×*]\s*(?P<rest>.+)$")
 #: an id that itself ends in "x" followed directly by the count (``mi325x2`` = 2 × mi325x)
 _COUNT_AFTER_X_ID = re.compile(r"^(?P<rest>.+x)(?P<count>\d+)$")
 _RAW_SIZE = re.compile(r"^(?P<number>\d+(?:\.\d+)?)\s*(?P<unit>gib|gb|g|tib|tb|t|mib|mb|m)$")
+#: a ``hfvram gpus`` query that names a memory size (``24GB``, ``24 gb``, ``16GiB``, ``24G``) rather than a name
+_SIZE_QUERY = re.compile(r"^(?P<number>\d{1,4}(?:\.\d{1,2})?)\s*(?P<unit>gib|gb|g)$")
+#: the separators of GPU lists that ``--gpu`` does not take yet (issue 10: comparison, mixed sets)
+_LIST_SEPARATORS = {",": "a comma list", "+": "a mixed set"}
 #: units of a raw ``--gpu`` size; GPU vendors' "GB" are binary (gpus/README.md caveat 1), so GB = GiB here
 _RAW_UNITS = {
     "m": 1 << 20,
@@ -147,12 +151,28 @@ def find_gpu(name: str, *, unified_fraction: float | None = None) -> GPU:
     return _gpu_from_row(_catalog_rows()[index], unified_fraction)
 
 
+def size_query_gb(query: str | None) -> float | None:
+    """The memory size a ``hfvram gpus`` query names (``24GB``, ``24 GB``, ``24gb``, ``24G``, ``16GiB``), or None.
+
+    Vendors' GB are binary (gpus/README.md caveat 1), so GB and GiB name the same size: the catalogue's
+    ``memory_gb``, the capacity as marketed (for unified-memory machines, the RAM).
+    """
+    match = _SIZE_QUERY.match(_normalise(query or "").replace(" ", ""))
+    return float(match["number"]) if match else None
+
+
 def search_catalog(query: str | None = None, vendor: str | None = None) -> tuple[GPU, ...]:
-    """GPUs whose id, name or an alias contains ``query`` (all when empty), optionally of one vendor."""
+    """GPUs of one nominal memory size when ``query`` is a size (``24GB``), else those whose id, name or an alias
+    contains ``query`` (all when empty); optionally of one vendor."""
+    size = size_query_gb(query)
     needle = _normalise(query or "")
     found = []
-    for gpu in load_catalog():
+    for gpu, row in zip(load_catalog(), _catalog_rows(), strict=True):
         if vendor and gpu.vendor.lower() != vendor.lower():
+            continue
+        if size is not None:
+            if float(row["memory_gb"]) == size:
+                found.append(gpu)
             continue
         haystack = (gpu.id, gpu.name.lower(), *gpu.aliases)
         if not needle or any(needle in _normalise(text) for text in haystack):
@@ -210,11 +230,38 @@ def _parse_single(text: str, unified_fraction: float | None) -> GPU | None:
     return None
 
 
+def _reject_lists(spec: str, text: str) -> None:
+    """A comma list or mixed set that is no catalogue name gets a usage line that says so, not "unknown GPU"."""
+    for separator, what in _LIST_SEPARATORS.items():
+        if separator in spec:
+            shown = text.strip()[:80] + ("…" if len(text.strip()) > 80 else "")
+            raise UsageError(
+                f"--gpu {shown!r} is {what} of GPUs: comparing GPUs or mixing cards in one set is not supported yet; "
+                "give one GPU spec, e.g. --gpu rtx4090 or --gpu rtx4090x2 (run once per GPU to compare)"
+            )
+
+
+def _exposed(gpu: GPU, count: int, text: str, unified_fraction: float | None) -> Hardware:
+    """A catalogue board that software sees as several devices (``exposed_as`` / ``exposed_count``: an MI250X is
+    two 64 GB GCDs under ROCm) -> that many of the device; anything else unchanged."""
+    index = _names().get(gpu.id) if gpu.vendor != "unknown" else None
+    row = _catalog_rows()[index] if index is not None else {}
+    device = row.get("exposed_as")
+    if device is None:
+        return Hardware(gpu=gpu, count=count)
+    total = count * int(row.get("exposed_count", 1))
+    if total > max_gpu_count():
+        raise UsageError(f"{text[:60]!r} is {total:,} {device} devices, more than {max_gpu_count():,}")
+    return Hardware(gpu=find_gpu(device, unified_fraction=unified_fraction), count=total)
+
+
 def parse_gpu_spec(text: str, *, unified_fraction: float | None = None) -> Hardware:
     """``rtx4090``, ``rtx4090x2``, ``2xh100``, ``h100-sxm x8``, ``24GiB``, ``80GBx4`` -> Hardware.
 
     A trailing ``x<N>`` (or leading ``<N>x``) is a count only when what remains is a known id, alias or
-    raw size (gpus/README.md caveat 6); the whole text is tried first. A raw size has no bandwidth.
+    raw size (gpus/README.md caveat 6); the whole text is tried first. A raw size has no bandwidth. A board
+    that software sees as several devices is counted in those devices (``mi250x`` = 2 x ``mi250x-gcd``).
+    A comma list (``rtx4090,h100``) or mixed set (``rtx4090+rtx3090``) is a usage error: not supported yet.
     """
     _validate_fraction(unified_fraction)
     spec = _normalise(text)
@@ -222,13 +269,14 @@ def parse_gpu_spec(text: str, *, unified_fraction: float | None = None) -> Hardw
         raise UsageError("empty --gpu spec")
     single = _parse_single(spec, unified_fraction)
     if single is not None:
-        return Hardware(gpu=single, count=1)
+        return _exposed(single, 1, text, unified_fraction)
     for pattern in (_COUNT_SUFFIX, _COUNT_PREFIX, _COUNT_AFTER_X_ID):
         match = pattern.match(spec)
         if match:
             gpu = _parse_single(match["rest"].strip(), unified_fraction)
             if gpu is not None:
-                return Hardware(gpu=gpu, count=_count(match["count"], text))
+                return _exposed(gpu, _count(match["count"], text), text, unified_fraction)
+    _reject_lists(spec, text)  # after the names: an alias may hold a "+" (ryzen-ai-max+-395)
     raise _unknown(text)
 
 
