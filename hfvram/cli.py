@@ -973,7 +973,10 @@ def gpu_dict(gpu: Any) -> dict[str, Any]:
 @click.option("--json", "as_json", is_flag=True, help="JSON list.")
 @debug_option
 def gpus(query: str | None, vendor: str | None, as_json: bool) -> None:
-    """The accelerator catalogue: id, memory the device exposes, bandwidth, aliases."""
+    """The accelerator catalogue: id, memory the device exposes, bandwidth, aliases.
+
+    QUERY is part of a name (4090, h100) or a memory size (24GB, 16GiB: every device sold with that much).
+    """
     from hfvram.estimate.hardware import search_catalog
 
     found = [gpu_dict(gpu) for gpu in search_catalog(query, vendor=vendor)]
