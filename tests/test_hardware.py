@@ -233,6 +233,32 @@ def test_new_rows_load_with_their_exposed_memory_and_a_source(gpu_id, expected):
     assert basis in memory_provenance(gpu)
 
 
+#: launch MSRP as huggingface.js packages/tasks/src/hardware*.ts list it at commit fe42e68 (2026-08-21), the
+#: catalogue's price source: RTX 3060 Ti 400, 3070 500, 2080 Ti 1_000, 4060 300, 5060 300, 5060 Ti 450 (one figure
+#: for 8 and 16 GB), P40 5_700, P100 7_000, RX 7800 XT 500, Arc B580 250. RX 7600 and the MI250X are not listed there.
+NEW_PRICES = {
+    "rtx3060ti": 400,
+    "rtx3070": 500,
+    "rtx2080ti": 1000,
+    "rtx4060": 300,
+    "rtx5060": 300,
+    "rtx5060ti-8g": 450,
+    "p40": 5700,
+    "p100-16g": 7000,
+    "rx7800xt": 500,
+    "arc-b580": 250,
+}
+
+
+def test_new_rows_carry_the_catalogue_price_with_its_date_and_source():
+    for gpu_id in NEW_ROWS:
+        row = _row(gpu_id)
+        assert row.get("price_usd") == NEW_PRICES.get(gpu_id), gpu_id
+        if gpu_id in NEW_PRICES:
+            assert row["price_date"] == "as listed 2026-08-21"
+            assert "huggingface.js/blob/fe42e68017ffc76d09922ea8f9b38a6964345710" in row["price_source"]
+
+
 def test_every_catalogue_row_names_a_source():
     from hfvram.estimate.hardware import _catalog_rows
 
