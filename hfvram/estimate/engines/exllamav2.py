@@ -101,6 +101,23 @@ def split_layers(n_layers: int, shares: Sequence[float]) -> list[int]:
     return counts
 
 
+#: layer kinds that get a K/V state tensor (attention-free / no-op layers get none)
+CACHED_KINDS = (LayerKind.FULL, LayerKind.SLIDING, LayerKind.CHUNKED)
+
+
+def cached_layers_per_gpu(spec: ModelSpec, layers_per_gpu: Sequence[int]) -> list[int]:
+    """Layers holding a K/V cache on each GPU, in load order. Layers without attention (Nemotron-NAS no-op
+    blocks) get no cache: measured in turboderp-org/exllamav3#50 (Nemotron-Super-49B, FP16 cache, 218 KiB per
+    token of context on a 4090 = 49 attention layers, not 80)."""
+    if len(spec.layers) != sum(layers_per_gpu):
+        return list(layers_per_gpu)
+    counts, start = [], 0
+    for layers in layers_per_gpu:
+        counts.append(sum(1 for layer in spec.layers[start : start + layers] if layer.kind in CACHED_KINDS))
+        start += layers
+    return counts
+
+
 @dataclass(frozen=True)
 class Settings:
     """ExLlamaV2 / TabbyAPI settings as the estimate used them."""
@@ -159,6 +176,8 @@ def resolve_settings(
 class Breakdown:
     settings: Settings
     layers_per_gpu: tuple[int, ...]
+    #: of those, the layers with a K/V cache
+    cached_per_gpu: tuple[int, ...]
     layer_cache: int
     temp: int
     #: (total, weights, KV) per GPU, and the index of the fullest
@@ -178,6 +197,7 @@ def compute(spec: ModelSpec, hardware: Hardware | None, settings: Settings, rule
     count = len(settings.gpu_split)
     n_layers = spec.num_layers
     layers_per_gpu = split_layers(n_layers, settings.gpu_split)
+    cached_per_gpu = cached_layers_per_gpu(spec, layers_per_gpu)
     seq_len, batch = settings.max_seq_len, settings.max_batch_size
     layer_cache = cache_bytes_per_layer(settings.kv_dim, seq_len, batch, settings.mode, settings.q_scale_group)
     temp = temp_bytes_per_device(settings.kv_dim, seq_len, batch, settings.mode)
@@ -188,7 +208,8 @@ def compute(spec: ModelSpec, hardware: Hardware | None, settings: Settings, rule
     per_device = []
     for dev, layers in enumerate(layers_per_gpu):
         device_weights = per_layer_weights * layers + (embd if dev == 0 else 0) + (head if dev == count - 1 else 0)
-        kv = layer_cache * layers + (temp if layers else 0)
+        cached = cached_per_gpu[dev]
+        kv = layer_cache * cached + (temp if cached else 0)
         per_device.append((device_weights + kv, int(device_weights), kv))
     worst = max(range(count), key=lambda index: per_device[index][0])
     overhead_mib = float(rules["cuda_context_mib"])
@@ -196,13 +217,22 @@ def compute(spec: ModelSpec, hardware: Hardware | None, settings: Settings, rule
     capacity = Capacity(kv_tokens=seq_len * batch)
     if hardware is not None:
         free = hardware.gpu.gpu_memory_bytes - per_device[worst][1] - int(overhead_mib * MiB)
-        capacity = capacity_of(spec, settings, free, per_seq_token * layers_per_gpu[worst], temp)
+        capacity = capacity_of(spec, settings, free, per_seq_token * cached_per_gpu[worst], temp)
     decode = decode_tokens_per_second(
-        (active_weight_bytes(spec) or 0) / count + per_seq_token * n_layers * seq_len,
+        (active_weight_bytes(spec) or 0) / count + per_seq_token * sum(cached_per_gpu) * seq_len,
         hardware.gpu.memory_bandwidth_gbs if hardware else None,
     )
     return Breakdown(
-        settings, tuple(layers_per_gpu), layer_cache, temp, tuple(per_device), worst, overhead_mib, capacity, decode
+        settings,
+        tuple(layers_per_gpu),
+        tuple(cached_per_gpu),
+        layer_cache,
+        temp,
+        tuple(per_device),
+        worst,
+        overhead_mib,
+        capacity,
+        decode,
     )
 
 
@@ -243,7 +273,8 @@ def narrate(parts: Breakdown, spec: ModelSpec) -> tuple[list[str], dict[str, str
         "weights": f"checkpoint tensors (EXL2 / GPTQ as stored), {layers} of {spec.num_layers} layers on this GPU",
         "kv_cache": (
             f"{mode['class']}: {settings.max_batch_size} × {settings.max_seq_len} tokens × kv dim {settings.kv_dim} × "
-            f"({mode['k']} + {mode['v']} B{scales}) per layer"
+            f"({mode['k']} + {mode['v']} B{scales}) per layer, {parts.cached_per_gpu[parts.worst]} layers with "
+            "attention on this GPU"
         ),
         "activations": (
             f"one layer of FP16 K/V temporaries per device: {parts.temp / MiB:.1f} MiB"
@@ -266,12 +297,14 @@ class ExLlamaV2Profile(ProfileBase):
         settings = resolve_settings(spec, hardware, choice, workload, rules, self.data["cache_modes"])
         parts = compute(spec, hardware, settings, rules)
         warnings, explain = narrate(parts, spec)
+        # which published measurements this profile was checked against (the TOML's `measured`)
+        explain["measurements"] = str(rules["measured"])
         memory = hardware.gpu.gpu_memory_bytes if hardware else 0
-        layers = parts.layers_per_gpu[parts.worst]
+        cached = parts.cached_per_gpu[parts.worst]
         per_gpu = PerGpu(
             weights=parts.per_device[parts.worst][1],
-            kv_cache=parts.layer_cache * layers,
-            activations=parts.temp if layers else 0,
+            kv_cache=parts.layer_cache * cached,
+            activations=parts.temp if cached else 0,
             overhead=parts.overhead,
             usable=memory,
             memory=memory,

@@ -389,6 +389,8 @@ class LmdeployProfile(ProfileBase):
         rules = {**rules, "max_prefill_token_num": settings.max_prefill_token_num}
         parts = compute(spec, hardware, settings, workload, rules)
         warnings, explain = narrate(parts, spec, workload)
+        # which published measurements this profile was checked against (the TOML's `measured`)
+        explain["measurements"] = str(rules["measured"])
         memory = hardware.gpu.gpu_memory_bytes if hardware else 0
         pool = parts.pool
         per_gpu = PerGpu(

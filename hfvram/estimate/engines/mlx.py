@@ -248,6 +248,8 @@ class MlxProfile(ProfileBase):
         settings = resolve_settings(spec, choice, workload, rules)
         parts = compute(spec, hardware, choice, settings, workload, rules)
         warnings, explain = narrate(parts, spec, hardware, workload)
+        # which published measurements this profile was checked against (the TOML's `measured`)
+        explain["measurements"] = str(rules["measured"])
         per_gpu = PerGpu(
             weights=parts.weights,
             kv_cache=parts.kv,

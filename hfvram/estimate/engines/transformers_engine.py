@@ -266,6 +266,8 @@ class TransformersProfile(ProfileBase):
         settings = resolve_settings(spec, hardware, choice, workload, rules)
         parts = compute(spec, hardware, settings, workload, rules)
         warnings, explain = narrate(parts, spec, hardware, workload)
+        # which published measurements this profile was checked against (the TOML's `measured`)
+        explain["measurements"] = str(rules["measured"])
         memory = hardware.gpu.gpu_memory_bytes if hardware else 0
         per_gpu = PerGpu(
             weights=parts.weights.bytes,

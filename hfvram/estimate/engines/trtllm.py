@@ -279,6 +279,8 @@ class TrtllmProfile(ProfileBase):
         settings = resolve_settings(spec, hardware, choice, workload, rules, version)
         parts = compute(spec, hardware, settings, workload, rules)
         warnings, explain = narrate(parts, spec, choice, workload)
+        # which published measurements this profile was checked against (the TOML's `measured`)
+        explain["measurements"] = str(rules["measured"])
         pool = parts.pool
         per_gpu = PerGpu(
             weights=parts.weights.bytes,
