@@ -241,17 +241,6 @@ def redact(text: str) -> str:
     return body + sep + SECRET_VALUE.sub(lambda m: m[1] + "***", reason)
 
 
-def default_engine(loaded: Any, hardware: Any = None) -> str:
-    """vLLM for safetensors checkpoints, llama.cpp for GGUF (contract table); on Apple Silicon, where vLLM does not
-    run, MLX for safetensors checkpoints."""
-    quant = loaded.spec.quantization
-    if loaded.source.kind == "gguf" or (quant is not None and quant.method == "gguf"):
-        return "llama.cpp"
-    if hardware is not None and hardware.gpu.vendor == "apple":
-        return "mlx"
-    return "vllm"
-
-
 def load(request: Request, options: RunOptions, *, need_split: bool = False) -> Any:
     from hfvram.sources import load_model
 
@@ -268,8 +257,13 @@ def load(request: Request, options: RunOptions, *, need_split: bool = False) -> 
 def engine_choice(request: Request, loaded: Any) -> Any:
     from hfvram.estimate.types import EngineChoice
 
+    name = request.engine
+    if name is None:
+        from hfvram.estimate.defaults import default_engine
+
+        name = default_engine(loaded.spec, loaded.source.kind, request.hardware).name
     return EngineChoice(
-        name=request.engine or default_engine(loaded, request.hardware),
+        name=name,
         version=request.engine_version,
         settings=dict(request.settings),
         tp=request.tp,
@@ -333,7 +327,7 @@ def check_report(request: Request, options: RunOptions) -> dict[str, Any]:
     est = run_estimate(request, options, loaded)
     report = check_dict(loaded.source, est, explain=options.explain)
     report["warnings"] = list(
-        dict.fromkeys(report["warnings"] + list(request.notes) + default_engine_notes(request, est))
+        dict.fromkeys(report["warnings"] + list(request.notes) + default_engine_notes(request, loaded))
     )
     if options.explain and est.hardware is not None:
         from hfvram.estimate.hardware import memory_provenance
@@ -342,14 +336,15 @@ def check_report(request: Request, options: RunOptions) -> dict[str, Any]:
     return report
 
 
-def default_engine_notes(request: Request, est: Any) -> list[str]:
-    """Say when the engine was chosen for the hardware rather than by the contract's plain default."""
-    if request.engine is None and est.hardware is not None and est.engine.get("name") == "mlx":
-        return [
-            "no --engine given: MLX is the default on Apple Silicon (vLLM does not run on Metal); "
-            "--engine llama.cpp describes the other common Mac runtime"
-        ]
-    return []
+def default_engine_notes(request: Request, loaded: Any) -> list[str]:
+    """Say when no --engine was given and the engine was chosen for the hardware rather than by the plain default
+    (the ``note`` of the rule of hfvram/data/engine_defaults.toml that chose it)."""
+    if request.engine is not None:
+        return []
+    from hfvram.estimate.defaults import default_engine
+
+    note = default_engine(loaded.spec, loaded.source.kind, request.hardware).note
+    return [note] if note else []
 
 
 def exit_code_for(verdicts: Iterable[str | None], fail_on_tight: bool) -> int:
