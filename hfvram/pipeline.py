@@ -9,7 +9,6 @@ inside the functions that need them.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -186,6 +185,8 @@ def resolve_request(options: RunOptions, source: str | None) -> Request:
     concurrency = _parse_count(options.concurrency, "--concurrency") if options.concurrency else 1
     kv_dtype = options.kv_dtype or (pasted.kv_dtype if pasted and pasted.kv_dtype else None) or "auto"
     validate_kv_dtype_name(kv_dtype)
+    from hfvram.sources.redaction import redact
+
     hardware = parse_gpu_option(options.gpu, options.unified_fraction)
     return Request(
         source=source,
@@ -215,30 +216,6 @@ def unified_fraction_notes(options: RunOptions, hardware: Any) -> tuple[str, ...
     if not hardware.gpu.unified_memory:
         return (f"--unified-fraction ignored: {hardware.gpu.id} is a discrete GPU with its own memory",)
     return ()
-
-
-SECRET_NAME = r"[\w.-]*(?:key(?![a-z])|keyfile|token(?![a-z])|secret|password|passwd|auth|credential)[\w.-]*"
-#: well-known token shapes, hidden wherever they appear (Hugging Face, OpenAI-style, GitHub)
-SECRET_VALUE = re.compile(r"\b(hf_|sk-|ghp_|github_pat_)[A-Za-z0-9_-]{4,}")
-
-
-def redact(text: str) -> str:
-    """Hide secrets before printing: the whole value of a secret-looking flag (``--api-key a b`` ->
-    ``--api-key ***``), of a secret-looking environment variable (``HF_TOKEN=x`` -> ``HF_TOKEN=***``), and any
-    token-shaped word (``hf_…``, ``sk-…``). ``text`` is one ignored item: ``FLAG VALUE…: reason``."""
-    body, sep, reason = text.rpartition(": ") if ": " in text else (text, "", "")
-    flag = re.match(rf"^(--?{SECRET_NAME})([ =])(.+)$", body, flags=re.IGNORECASE)
-    env = re.match(rf"^({SECRET_NAME})=(.+)$", body, flags=re.IGNORECASE)
-    if flag:
-        body = f"{flag[1]}{flag[2]}***"
-    elif env:
-        body = f"{env[1]}=***"
-    else:  # a launcher or program segment: secrets inside it, one word each
-        body = re.sub(
-            rf"((?<!\S)--?{SECRET_NAME}[ =]|(?<![\w-]){SECRET_NAME}=)(\S+)", r"\1***", body, flags=re.IGNORECASE
-        )
-    body = SECRET_VALUE.sub(lambda m: m[1] + "***", body)
-    return body + sep + SECRET_VALUE.sub(lambda m: m[1] + "***", reason)
 
 
 def load(request: Request, options: RunOptions, *, need_split: bool = False) -> Any:
