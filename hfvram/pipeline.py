@@ -11,9 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hfvram.errors import HfvramError, UsageError
+
+if TYPE_CHECKING:
+    from hfvram.estimate.engine_args import ParsedEngineArgs
+    from hfvram.estimate.types import EngineChoice, Estimate, Hardware, Workload
+    from hfvram.spec import LoadedModel
 
 EXIT_OK = 0
 EXIT_DOES_NOT_FIT = 1
@@ -58,7 +63,7 @@ class Request:
     context: int | None
     concurrency: int
     kv_dtype: str
-    hardware: Any  # hfvram.estimate.types.Hardware | None
+    hardware: Hardware | None
     #: what the pasted engine command line had that hfvram did not use (reported as warnings)
     notes: tuple[str, ...] = ()
 
@@ -80,7 +85,7 @@ def _parse_count(text: str, what: str) -> int:
     return int(cleaned)
 
 
-def parse_gpu_option(text: str | None, unified_fraction: float | None = None) -> Any:
+def parse_gpu_option(text: str | None, unified_fraction: float | None = None) -> Hardware | None:
     """``--gpu`` parsed; None when not given; an empty value (an unset CI variable) is a usage error."""
     if text is None:
         return None
@@ -108,7 +113,7 @@ PASTED_FIELDS = (
 )
 
 
-def _pasted_conflicts(pasted: Any, explicit: dict[str, Any], settings: dict[str, str]) -> list[str]:
+def _pasted_conflicts(pasted: ParsedEngineArgs, explicit: dict[str, Any], settings: dict[str, str]) -> list[str]:
     """An explicit option that disagrees with the pasted command line wins, and says so; the pasted flag is
     dropped so that the engine does not read it either."""
     from hfvram.datafiles import data_table
@@ -207,7 +212,7 @@ def resolve_request(options: RunOptions, source: str | None) -> Request:
     )
 
 
-def unified_fraction_notes(options: RunOptions, hardware: Any) -> tuple[str, ...]:
+def unified_fraction_notes(options: RunOptions, hardware: Hardware | None) -> tuple[str, ...]:
     """--unified-fraction without a GPU, or on a discrete GPU, changes nothing: say so."""
     if options.unified_fraction is None:
         return ()
@@ -218,7 +223,7 @@ def unified_fraction_notes(options: RunOptions, hardware: Any) -> tuple[str, ...
     return ()
 
 
-def load(request: Request, options: RunOptions, *, need_split: bool = False) -> Any:
+def load(request: Request, options: RunOptions, *, need_split: bool = False) -> LoadedModel:
     from hfvram.sources import load_model
 
     # every tensor header only for --explain: otherwise the exact total is split like the config shapes
@@ -231,7 +236,7 @@ def load(request: Request, options: RunOptions, *, need_split: bool = False) -> 
     )
 
 
-def engine_choice(request: Request, loaded: Any) -> Any:
+def engine_choice(request: Request, loaded: LoadedModel) -> EngineChoice:
     from hfvram.estimate.types import EngineChoice
 
     name = request.engine
@@ -249,7 +254,7 @@ def engine_choice(request: Request, loaded: Any) -> Any:
     )
 
 
-def workload(request: Request, *, context: int | None = None, kv_dtype: str | None = None) -> Any:
+def workload(request: Request, *, context: int | None = None, kv_dtype: str | None = None) -> Workload:
     from hfvram.estimate.types import Workload
 
     return Workload(
@@ -259,7 +264,7 @@ def workload(request: Request, *, context: int | None = None, kv_dtype: str | No
     )
 
 
-def run_estimate(request: Request, options: RunOptions, loaded: Any) -> Any:
+def run_estimate(request: Request, options: RunOptions, loaded: LoadedModel) -> Estimate:
     """The estimate for one loaded model, with a calibration applied when one matches (engine + GPU)."""
     from hfvram.estimate.core import estimate
 
@@ -268,7 +273,7 @@ def run_estimate(request: Request, options: RunOptions, loaded: Any) -> Any:
     return calibrate_estimate(est, options, choice.name)
 
 
-def calibrate_estimate(est: Any, options: RunOptions, engine: str) -> Any:
+def calibrate_estimate(est: Estimate, options: RunOptions, engine: str) -> Estimate:
     """A saved calibration replaces the activation / overhead terms only where it was measured with this engine's
     rule set (release range), on this GPU, on a model of this family and size; one that does not match is named in
     a warning and not applied. ``--calibration FILE`` is applied as asked, its mismatches said in warnings."""
@@ -313,7 +318,7 @@ def check_report(request: Request, options: RunOptions) -> dict[str, Any]:
     return report
 
 
-def default_engine_notes(request: Request, loaded: Any) -> list[str]:
+def default_engine_notes(request: Request, loaded: LoadedModel) -> list[str]:
     """Say when no --engine was given and the engine was chosen for the hardware rather than by the plain default
     (the ``note`` of the rule of hfvram/data/engine_defaults.toml that chose it)."""
     if request.engine is not None:
@@ -402,13 +407,13 @@ def fit_report(request: Request, options: RunOptions) -> dict[str, Any]:
 def calibration_prediction(
     measured: Any,
     model: str,
-    hardware: Any,
+    hardware: Hardware | None,
     engine_name: str | None,
     engine_version: str | None,
     settings: tuple[str, ...],
     offline: bool | None,
     token: str | None,
-) -> Any:
+) -> Estimate:
     """hfvram's estimate for the run the log describes (context, memory fraction, TP and KV dtype from the log)."""
     from hfvram.estimate.core import estimate
     from hfvram.estimate.engine_args import parse_set_options
