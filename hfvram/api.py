@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from hfvram.errors import UsageError
 
 if TYPE_CHECKING:
-    from hfvram.cli import RunOptions
     from hfvram.estimate.types import EngineChoice, Hardware, Workload
+    from hfvram.pipeline import RunOptions
     from hfvram.spec import ModelSpec
 
 __all__ = [
@@ -130,7 +130,7 @@ class CheckResult:
     def exit_code(self, fail_on_tight: bool = False) -> int:
         """The command line's exit code for this result: 1 when it does not fit (or is tight, with
         ``fail_on_tight``), else 0."""
-        from hfvram.cli import exit_code_for
+        from hfvram.pipeline import exit_code_for
 
         return exit_code_for([self.verdict], fail_on_tight)
 
@@ -363,15 +363,15 @@ def inspect(
 
 
 def check_with_options(options: RunOptions, source: str | None) -> CheckResult:
-    """``check`` for options as the command line holds them (``hfvram.cli.RunOptions``)."""
-    from hfvram.cli import check_report, resolve_request
+    """``check`` for options as the command line holds them (``hfvram.pipeline.RunOptions``)."""
+    from hfvram.pipeline import check_report, resolve_request
 
     return CheckResult.from_document(check_report(resolve_request(options, source), options))
 
 
 def fit_with_options(options: RunOptions, source: str) -> FitResult:
-    """``fit`` for options as the command line holds them (``hfvram.cli.RunOptions``)."""
-    from hfvram.cli import fit_report, resolve_request
+    """``fit`` for options as the command line holds them (``hfvram.pipeline.RunOptions``)."""
+    from hfvram.pipeline import fit_report, resolve_request
 
     report = fit_report(resolve_request(options, source), options)
     spec, choice = report.get("_spec"), report.get("_choice")
@@ -422,8 +422,8 @@ def _run_options(
     calibration: str | os.PathLike[str] | None = None,
     **text: Any,
 ) -> RunOptions:
-    """Python arguments -> the command line's RunOptions, with the checks click's option types make."""
-    from hfvram.cli import RunOptions
+    """Python arguments -> the RunOptions the command line builds, with the checks click's option types make."""
+    from hfvram.pipeline import RunOptions
 
     for name, value in (("tp", tp), ("pp", pp)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):

@@ -33,6 +33,20 @@ def test_import_hfvram_stays_light():
     assert done.stdout.split() == ["False", "False", "False", "True"], done.stderr
 
 
+def test_a_library_check_never_loads_the_command_line():
+    """api.py runs the wiring of hfvram.pipeline, not of hfvram.cli: a real check from Python imports neither the
+    CLI nor click (the import graph points from the CLI down to the API and the pipeline, never back up)."""
+    code = (
+        "import sys, hfvram; r = hfvram.check(sys.argv[1], gpu='rtx4090', context='8k'); "
+        "print(r.verdict is not None, 'hfvram.pipeline' in sys.modules, 'hfvram.cli' in sys.modules, "
+        "'click' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(LLAMA_FOLDER)], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+    assert done.stdout.split() == ["True", "True", "False", "False"], done.stderr[-2000:]
+
+
 def test_public_names():
     assert {"check", "inspect", "fit", "CheckResult", "FitResult", "InspectResult"} <= set(hfvram.__all__)
     assert {"check", "inspect", "fit"} <= set(dir(hfvram))

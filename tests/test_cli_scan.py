@@ -10,7 +10,8 @@ import pytest
 from cli_support import LLAMA_FOLDER, SMOLLM_GGUF, run_hfvram, validate
 from click.testing import CliRunner
 
-from hfvram.cli import cli, read_source_list, scan_sort_key
+from hfvram.cli import cli
+from hfvram.pipeline import read_source_list, scan_sort_key
 from hfvram.sources.catalog import catalog_repos
 
 runner = CliRunner()

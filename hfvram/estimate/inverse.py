@@ -1,4 +1,5 @@
-"""The inverse questions behind ``hfvram fit``: longest context, most concurrent requests, smallest GPU set.
+"""The inverse questions behind ``hfvram fit``: longest context, most concurrent requests, smallest GPU set, and
+the memory against context that ``fit --plot`` draws.
 
 Every answer comes from the forward estimator (``core.estimate``), so each engine's own rules apply. Where
 the engine reports its capacity in closed form (memory-fraction engines: vLLM, SGLang compute the KV pool once
@@ -9,6 +10,7 @@ and in concurrency (more tokens never need less memory).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from hfvram.datafiles import data_table
@@ -19,6 +21,10 @@ from hfvram.spec import LayerKind, ModelSpec
 #: contexts the fit table walks through (then the model's own maximum)
 TABLE_CONTEXTS: tuple[int, ...] = (4096, 8192, 16384, 32768, 65536, 131072, 262144, 524288, 1048576)
 TABLE_KV_DTYPES: tuple[str, ...] = ("bf16", "fp8")
+#: the four terms of the worst GPU, in the order they stack
+MEMORY_TERMS: tuple[str, ...] = ("weights", "kv_cache", "activations", "overhead")
+#: the most points one series is computed for (each point is one forward estimate)
+MAX_SERIES_POINTS = 4096
 
 
 def _fits(result: Estimate) -> bool:
@@ -191,3 +197,27 @@ def context_table(
                 )
             )
     return rows
+
+
+@dataclass(frozen=True)
+class MemoryPoint:
+    """The worst GPU at one context: bytes per term (:data:`MEMORY_TERMS`) and the usable memory."""
+
+    context: int
+    terms: dict[str, int]
+    usable: int | None
+
+
+def memory_series(
+    spec: ModelSpec, hardware: Hardware, choice: EngineChoice, workload: Workload, contexts: Sequence[int]
+) -> list[MemoryPoint]:
+    """Each term on the worst GPU at each of ``contexts`` (everything else as in ``workload``), one forward
+    estimate per context: the series ``fit --plot`` draws."""
+    if len(contexts) > MAX_SERIES_POINTS:
+        raise ValueError(f"{len(contexts)} contexts: a memory series has at most {MAX_SERIES_POINTS} points")
+    points = []
+    for context in contexts:
+        per_gpu = _at(spec, hardware, choice, workload, context=context).per_gpu
+        terms = {term: int(getattr(per_gpu, term)) for term in MEMORY_TERMS}
+        points.append(MemoryPoint(context=context, terms=terms, usable=per_gpu.usable))
+    return points

@@ -237,16 +237,7 @@ def _build_layers(
         t in (LayerKind.FULL.value, LayerKind.SLIDING.value, LayerKind.CHUNKED.value, CSA, HCA) for t in types
     )
     dims = attention_dims(view, hidden, heads) if needs_attention else None
-    window = (
-        view.integer("sliding_window", ["sliding_window", "sliding_window_size"])
-        if LayerKind.SLIDING.value in types
-        else None
-    )
-    if LayerKind.SLIDING.value in types and window is None:
-        raise view.fail(view.text_prefix + "sliding_window", "sliding layers without a sliding_window size")
-    chunk = view.integer("attention_chunk_size", ["attention_chunk_size"]) if LayerKind.CHUNKED.value in types else None
-    if LayerKind.CHUNKED.value in types and chunk is None:
-        raise view.fail(view.text_prefix + "attention_chunk_size", "chunked layers without an attention_chunk_size")
+    window, chunk = _windows(view, types)
     global_dims = _global_dims(view, dims)
     block_kv = _per_layer_kv_heads(view, heads, len(types))
     shared_kv = view.integer("num_kv_shared_layers", ["num_kv_shared_layers"], minimum=0, use_hf_default=False) or 0
@@ -290,6 +281,21 @@ def _build_layers(
             view.where(view.locate("num_kv_shared_layers")[1]) + " (last layers reuse earlier caches → none)",
         )
     return layers, extra
+
+
+def _windows(view: ConfigView, types: list[str]) -> tuple[int | None, int | None]:
+    """The sliding window and the attention chunk, each required where a layer of that kind exists."""
+    window = (
+        view.integer("sliding_window", ["sliding_window", "sliding_window_size"])
+        if LayerKind.SLIDING.value in types
+        else None
+    )
+    if LayerKind.SLIDING.value in types and window is None:
+        raise view.fail(view.text_prefix + "sliding_window", "sliding layers without a sliding_window size")
+    chunk = view.integer("attention_chunk_size", ["attention_chunk_size"]) if LayerKind.CHUNKED.value in types else None
+    if LayerKind.CHUNKED.value in types and chunk is None:
+        raise view.fail(view.text_prefix + "attention_chunk_size", "chunked layers without an attention_chunk_size")
+    return window, chunk
 
 
 def _global_dims(view: ConfigView, dims: AttentionDims | None) -> AttentionDims | None:
@@ -362,6 +368,9 @@ def read_config(
     hf_facts: HfFacts | Mapping[str, Any] | None = None,
 ) -> ModelSpec:
     """A ModelSpec (weights=None) from a parsed config.json and its companion files.
+
+    Longer than 60 lines: one linear pass that reads each ModelSpec field once, in the order later fields depend
+    on (split up, a dozen half-read facts would travel between the pieces as arguments).
 
     ``hf_facts``: transformers' facts for this config computed earlier (an ``HfFacts`` or its JSON form, e.g.
     from the embedded catalogue), used instead of asking transformers; otherwise they come from

@@ -327,33 +327,8 @@ def _align(offset: int, alignment: int) -> int:
     return offset + (-offset) % alignment
 
 
-def read_gguf_header(stream: Stream, *, filename: str) -> GGUFHeader:
-    """Parse a GGUF file's metadata and tensor infos from ``stream`` (reads no tensor data)."""
-    reader = _Reader(stream, filename)
-    magic = reader.exact(4, "magic")
-    if magic != GGUF_MAGIC:
-        raise MalformedFileError(f"bad magic {magic!r}, not a GGUF file", file=filename, field="magic")
-    version = reader.u32("version")
-    if version not in SUPPORTED_VERSIONS:
-        swapped = int.from_bytes(version.to_bytes(4, "little"), "big")
-        if swapped in (1, 2, 3):
-            raise MalformedFileError("big-endian GGUF is not supported", file=filename, field="version")
-        raise MalformedFileError(
-            f"unsupported GGUF version {version} (supported: 2, 3)", file=filename, field="version"
-        )
-    tensor_count = reader.u64("tensor_count")
-    kv_count = reader.u64("kv_count")
-    reader.kv_left, reader.tensors_left = min(kv_count, MAX_KV), min(tensor_count, MAX_TENSORS)
-    hint = getattr(stream, "set_end_estimate", None)
-    if callable(hint):  # a Range stream sizes its windows from the parse (see _Reader.header_end_estimate)
-        hint(reader.header_end_estimate)
-    if tensor_count > MAX_TENSORS:
-        raise MalformedFileError(
-            f"tensor_count {tensor_count} exceeds {MAX_TENSORS}", file=filename, field="tensor_count"
-        )
-    if kv_count > MAX_KV:
-        raise MalformedFileError(f"kv_count {kv_count} exceeds {MAX_KV}", file=filename, field="kv_count")
-
+def _read_metadata(reader: _Reader, kv_count: int) -> dict[str, object]:
+    """The ``kv_count`` metadata pairs (``kv_count`` already bounded by MAX_KV)."""
     metadata: dict[str, object] = {}
     for index in range(kv_count):
         key = reader.string(f"metadata[{index}].key", hard_limit=MAX_KEPT_STRING)
@@ -367,13 +342,13 @@ def read_gguf_header(stream: Stream, *, filename: str) -> GGUFHeader:
         reader.kv_left -= 1
         if key == "tokenizer.ggml.model":
             reader.tokenizer_model = metadata[key]
+    return metadata
 
-    alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
-    if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
-        raise MalformedFileError(
-            f"alignment {alignment!r} is not a power of two", file=filename, field="general.alignment"
-        )
 
+def _read_tensor_infos(reader: _Reader, tensor_count: int, alignment: int) -> list[GGUFTensor]:
+    """The ``tensor_count`` tensor infos (already bounded by MAX_TENSORS), each checked: a unique name, at most
+    MAX_DIMS dimensions, no overflow, whole blocks, and offsets that follow one another at ``alignment``."""
+    filename = reader.filename
     tensors: list[GGUFTensor] = []
     names: set[str] = set()
     expected_offset = 0
@@ -403,7 +378,44 @@ def read_gguf_header(stream: Stream, *, filename: str) -> GGUFHeader:
         tensors.append(
             GGUFTensor(name=name, ggml_type=type_id, type_name=type_name, shape=shape, offset=offset, nbytes=nbytes)
         )
+    return tensors
 
+
+def read_gguf_header(stream: Stream, *, filename: str) -> GGUFHeader:
+    """Parse a GGUF file's metadata and tensor infos from ``stream`` (reads no tensor data)."""
+    reader = _Reader(stream, filename)
+    magic = reader.exact(4, "magic")
+    if magic != GGUF_MAGIC:
+        raise MalformedFileError(f"bad magic {magic!r}, not a GGUF file", file=filename, field="magic")
+    version = reader.u32("version")
+    if version not in SUPPORTED_VERSIONS:
+        swapped = int.from_bytes(version.to_bytes(4, "little"), "big")
+        if swapped in (1, 2, 3):
+            raise MalformedFileError("big-endian GGUF is not supported", file=filename, field="version")
+        raise MalformedFileError(
+            f"unsupported GGUF version {version} (supported: 2, 3)", file=filename, field="version"
+        )
+    tensor_count = reader.u64("tensor_count")
+    kv_count = reader.u64("kv_count")
+    reader.kv_left, reader.tensors_left = min(kv_count, MAX_KV), min(tensor_count, MAX_TENSORS)
+    hint = getattr(stream, "set_end_estimate", None)
+    if callable(hint):  # a Range stream sizes its windows from the parse (see _Reader.header_end_estimate)
+        hint(reader.header_end_estimate)
+    if tensor_count > MAX_TENSORS:
+        raise MalformedFileError(
+            f"tensor_count {tensor_count} exceeds {MAX_TENSORS}", file=filename, field="tensor_count"
+        )
+    if kv_count > MAX_KV:
+        raise MalformedFileError(f"kv_count {kv_count} exceeds {MAX_KV}", file=filename, field="kv_count")
+
+    metadata = _read_metadata(reader, kv_count)
+    alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
+    if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
+        raise MalformedFileError(
+            f"alignment {alignment!r} is not a power of two", file=filename, field="general.alignment"
+        )
+
+    tensors = _read_tensor_infos(reader, tensor_count, alignment)
     header_end = reader.pos
     return GGUFHeader(
         version=version,
@@ -581,8 +593,32 @@ def _recurrent_layer(facts: _Facts, kind: LayerKind, moe: bool) -> Layer:
     )
 
 
+@dataclass(frozen=True)
+class _HeadDims:
+    """The attention head sizes a GGUF states (None where it does not)."""
+
+    key: int | None
+    value: int | None
+    key_swa: int | None
+    value_swa: int | None
+    kv_lora_rank: int | None
+    #: the file has MLA metadata (``attention.key_length_mla``): converted for llama.cpp's MLA cache
+    mla: bool
+    rope: int | None
+
+
+def _head_dims(facts: _Facts) -> _HeadDims:
+    key, value = facts.int("attention.key_length", "head_dim"), facts.int("attention.value_length", "head_dim_v")
+    key_swa = facts.int("attention.key_length_swa", "head_dim_swa")
+    value_swa = facts.int("attention.value_length_swa", "head_dim_v_swa")
+    kv_lora_rank = facts.int("attention.kv_lora_rank", "kv_lora_rank")
+    mla = f"{facts.arch}.attention.key_length_mla" in facts.metadata
+    rope = facts.int("rope.dimension_count", "qk_rope_head_dim") if kv_lora_rank else None
+    return _HeadDims(key, value, key_swa, value_swa, kv_lora_rank, mla, rope)
+
+
 def _layers(facts: _Facts, n_layers: int, moe_layers: set[int], warnings: list[str]) -> tuple[Layer, ...]:
-    metadata, arch, filename = facts.metadata, facts.arch, facts.filename
+    arch, filename = facts.arch, facts.filename
     n_embd = facts.int("embedding_length", "hidden_size")
     heads = _per_layer(
         facts.get("attention.head_count", "num_attention_heads"), n_layers, f"{arch}.attention.head_count", filename
@@ -595,25 +631,10 @@ def _layers(facts: _Facts, n_layers: int, moe_layers: set[int], warnings: list[s
         facts.provenance["num_kv_heads"] = (
             f"derived: no {arch}.attention.head_count_kv → multi-head attention (= {arch}.attention.head_count)"
         )
-    key_length = facts.int("attention.key_length", "head_dim")
-    value_length = facts.int("attention.value_length", "head_dim_v")
-    key_length_swa = facts.int("attention.key_length_swa", "head_dim_swa")
-    value_length_swa = facts.int("attention.value_length_swa", "head_dim_v_swa")
-    kv_lora_rank = facts.int("attention.kv_lora_rank", "kv_lora_rank")
-    has_mla_keys = f"{arch}.attention.key_length_mla" in metadata
-    rope_dims = facts.int("rope.dimension_count", "qk_rope_head_dim") if kv_lora_rank else None
+    dims = _head_dims(facts)
     facts.provenance["layers"] = f"derived: {arch}.attention.head_count_kv per block (0 = no attention cache)"
     swa, window, windowed_kind = _swa_layers(facts, n_layers, warnings)
-    has_ssm = f"{arch}.ssm.state_size" in metadata or f"{arch}.ssm.inner_size" in metadata
-    table = _arch_table()["recurrent"]
-    recurrent_kind = LayerKind.LINEAR if arch in table["linear_attention"] else LayerKind.MAMBA
-    interval = facts.int("full_attention_interval", "full_attention_interval")
-    if interval is None:
-        interval = table["full_attention_interval_default"].get(arch)
-    if has_ssm:
-        facts.provenance["layers"] = f"derived: recurrent where {arch}.attention.head_count_kv is 0" + (
-            f" or outside every {interval}th block" if interval else ""
-        )
+    has_ssm, recurrent_kind, interval = _recurrent_plan(facts)
     ffn = _per_layer(facts.get("feed_forward_length"), n_layers, f"{arch}.feed_forward_length", filename)
 
     layers: list[Layer] = []
@@ -632,42 +653,63 @@ def _layers(facts: _Facts, n_layers: int, moe_layers: set[int], warnings: list[s
             layers.append(Layer(kind=LayerKind.NONE, moe=moe))
             continue
         default_head = (n_embd // n_head) if n_embd and n_head else 0
-        if kv_lora_rank and has_mla_keys:
-            # MLA-converted GGUF: llama.cpp caches one latent of kv_lora_rank + rope dims per token (no V)
-            layers.append(
-                Layer(
-                    kind=LayerKind.MLA,
-                    num_kv_heads=n_kv,
-                    head_dim_k=key_length or default_head,
-                    head_dim_v=value_length or 0,
-                    kv_lora_rank=kv_lora_rank,
-                    qk_rope_head_dim=rope_dims or 0,
-                    moe=moe,
-                )
-            )
-            continue
-        head_k = key_length or default_head
-        head_v = value_length or head_k
-        if swa[il]:
-            layers.append(
-                Layer(
-                    kind=windowed_kind,
-                    num_kv_heads=n_kv,
-                    head_dim_k=key_length_swa or head_k,
-                    head_dim_v=value_length_swa or head_v,
-                    window=window,
-                    moe=moe,
-                )
-            )
-        else:
-            layers.append(Layer(kind=LayerKind.FULL, num_kv_heads=n_kv, head_dim_k=head_k, head_dim_v=head_v, moe=moe))
-    if key_length is None and any(layer.head_dim_k for layer in layers):
+        windowed = (windowed_kind, window) if swa[il] else None
+        layers.append(_attention_block(dims, n_kv, default_head, windowed, moe))
+    if dims.key is None and any(layer.head_dim_k for layer in layers):
         facts.provenance["head_dim"] = f"derived: {arch}.embedding_length / {arch}.attention.head_count"
-    if value_length is None and any(layer.head_dim_v for layer in layers):
+    if dims.value is None and any(layer.head_dim_v for layer in layers):
         facts.provenance["head_dim_v"] = f"derived: no {arch}.attention.value_length → = head_dim"
-    if kv_lora_rank and not has_mla_keys:
+    if dims.kv_lora_rank and not dims.mla:
         warnings.append(f"{arch}: GGUF converted without MLA metadata; llama.cpp caches full per-head K/V")
     return tuple(layers)
+
+
+def _attention_block(
+    dims: _HeadDims, n_kv: int, default_head: int, windowed: tuple[LayerKind, int | None] | None, moe: bool
+) -> Layer:
+    """One attention block's cache: MLA's latent where the file was converted for it, else K/V per head, windowed
+    (``windowed``: the kind, sliding or chunked, and the window) or full (``windowed`` None)."""
+    if dims.kv_lora_rank and dims.mla:
+        # MLA-converted GGUF: llama.cpp caches one latent of kv_lora_rank + rope dims per token (no V)
+        return Layer(
+            kind=LayerKind.MLA,
+            num_kv_heads=n_kv,
+            head_dim_k=dims.key or default_head,
+            head_dim_v=dims.value or 0,
+            kv_lora_rank=dims.kv_lora_rank,
+            qk_rope_head_dim=dims.rope or 0,
+            moe=moe,
+        )
+    head_k = dims.key or default_head
+    head_v = dims.value or head_k
+    if windowed is not None:
+        kind, window = windowed
+        return Layer(
+            kind=kind,
+            num_kv_heads=n_kv,
+            head_dim_k=dims.key_swa or head_k,
+            head_dim_v=dims.value_swa or head_v,
+            window=window,
+            moe=moe,
+        )
+    return Layer(kind=LayerKind.FULL, num_kv_heads=n_kv, head_dim_k=head_k, head_dim_v=head_v, moe=moe)
+
+
+def _recurrent_plan(facts: _Facts) -> tuple[bool, LayerKind, int | None]:
+    """Whether the model has recurrent (SSM / linear-attention) blocks, their kind, and the period of its full
+    attention blocks (``full_attention_interval``, else gguf_arch.toml's default for the architecture)."""
+    arch = facts.arch
+    has_ssm = f"{arch}.ssm.state_size" in facts.metadata or f"{arch}.ssm.inner_size" in facts.metadata
+    table = _arch_table()["recurrent"]
+    recurrent_kind = LayerKind.LINEAR if arch in table["linear_attention"] else LayerKind.MAMBA
+    interval = facts.int("full_attention_interval", "full_attention_interval")
+    if interval is None:
+        interval = table["full_attention_interval_default"].get(arch)
+    if has_ssm:
+        facts.provenance["layers"] = f"derived: recurrent where {arch}.attention.head_count_kv is 0" + (
+            f" or outside every {interval}th block" if interval else ""
+        )
+    return has_ssm, recurrent_kind, interval
 
 
 def _vocab_size(facts: _Facts, tensors: Sequence[GGUFTensor]) -> int | None:
@@ -763,7 +805,10 @@ def _tied_embeddings(tensors: Sequence[GGUFTensor], provenance: dict[str, str], 
 
 
 def spec_from_gguf(headers: Sequence[GGUFHeader], *, filename: str) -> ModelSpec:
-    """The ModelSpec of a GGUF model: metadata from the first part, tensors from every part."""
+    """The ModelSpec of a GGUF model: metadata from the first part, tensors from every part.
+
+    Longer than 60 lines: one linear pass that reads each ModelSpec field once from the metadata (split up, the
+    half-read facts would travel between the pieces as arguments)."""
     warnings: list[str] = []
     primary = _primary(headers, filename)
     metadata = primary.metadata

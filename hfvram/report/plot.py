@@ -9,7 +9,7 @@ where the stack crosses the usable line, and the legend sits below the panels, n
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from hfvram.errors import UsageError
@@ -54,26 +54,23 @@ class Panel:
 
 
 def panel_for(document: dict[str, Any]) -> Panel:
-    """The series of one ``fit`` document, from the estimator (each point is one forward estimate)."""
-    from hfvram.estimate.core import estimate_memory
+    """The series of one ``fit`` document, computed by ``hfvram.estimate.inverse.memory_series`` (drawn here, not
+    computed)."""
+    from hfvram.estimate.inverse import memory_series
 
     spec, choice, wl, hardware = (document[key] for key in ("_spec", "_choice", "_workload", "_hardware"))
     top = spec.max_position_embeddings or max(131072, document.get("max_context") or 0)
     contexts = plot_contexts(top)
-    terms: dict[str, list[float]] = {term: [] for term, _ in TERM_COLOURS}
-    usable = None
-    for context in contexts:
-        est = estimate_memory(spec, hardware, choice, replace(wl, context=context))
-        for term, _ in TERM_COLOURS:
-            terms[term].append(getattr(est.per_gpu, term) / GIB)
-        usable = est.per_gpu.usable / GIB
+    series = memory_series(spec, hardware, choice, wl, contexts)
+    terms = {term: [point.terms[term] / GIB for point in series] for term, _ in TERM_COLOURS}
+    usable = series[-1].usable if series else None
     source = document.get("source") or {}
     name = source.get("repo_id") or (source.get("files") or ["?"])[0]
     return Panel(
         title=f"{name}\n{document['hardware']} · {document['engine']} · concurrency {document['concurrency']}",
         contexts=contexts,
         terms=terms,
-        usable_gib=usable,
+        usable_gib=None if usable is None else usable / GIB,
         max_context=document.get("max_context"),
         model_limit=spec.max_position_embeddings,
     )

@@ -30,9 +30,9 @@ from hfvram.sources.limits import (
     byte_cap,
     checked_endpoint,
     current_source_deadline,
-    redact_url,
     request_deadline_seconds,
 )
+from hfvram.sources.redaction import redact
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -268,7 +268,7 @@ def _deadline() -> tuple[float, str]:
 
 
 def _deadline_error(what: str, words: str) -> NetworkError:
-    return NetworkError(f"could not fetch {what} from {redact_url(hub_endpoint())}: no complete answer within {words}")
+    return NetworkError(f"could not fetch {what} from {redact(hub_endpoint())}: no complete answer within {words}")
 
 
 def _within(until: float, work: Callable[[threading.Event, dict[str, object]], T]) -> T | None:
@@ -426,7 +426,7 @@ def fetch(
         time.sleep(sleep_for)
         slept += sleep_for
     raise NetworkError(
-        f"could not fetch {what} from {redact_url(endpoint)}: {last_problem} "
+        f"could not fetch {what} from {redact(endpoint)}: {last_problem} "
         f"(after {attempt} tr{'y' if attempt == 1 else 'ies'})"
     )
 

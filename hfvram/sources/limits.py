@@ -8,8 +8,8 @@ Light on purpose (no HTTP stack): offline runs, the facts cache, ``calibrate`` a
 - Deadlines: each HTTP request has a wall-clock deadline (``HFVRAM_REQUEST_DEADLINE``), and reading one model
   from the Hub has one for all its requests together (``HFVRAM_DEADLINE``), set with :func:`source_deadline`
   and carried to worker threads by ``contextvars``.
-- :func:`redact_url` removes secrets (``user:password@``, the query) from a URL before it enters a message;
-  :func:`checked_endpoint` turns a malformed ``HF_ENDPOINT`` into one usage error.
+- :func:`checked_endpoint` turns a malformed ``HF_ENDPOINT`` into one usage error (shown through
+  :func:`hfvram.sources.redaction.redact`, which hides its user info and query).
 """
 
 from __future__ import annotations
@@ -210,26 +210,7 @@ def current_source_deadline() -> tuple[float, float] | None:
     return _SOURCE_DEADLINE.get()
 
 
-# ---- URLs -----------------------------------------------------------------------------------------
-
-
-def redact_url(url: str) -> str:
-    """``url`` without what may be a secret: the user info (``user:token@``), the query and the fragment."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    try:
-        parts = urlsplit(url)
-        host = parts.hostname or ""
-        port = parts.port
-    except ValueError:
-        return "<malformed URL>"
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = host + (f":{port}" if port is not None else "")
-    if parts.username is not None or parts.password is not None:
-        netloc = "***@" + netloc
-    query = "***" if parts.query else ""
-    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+# ---- the Hub endpoint -----------------------------------------------------------------------------------------
 
 
 def checked_endpoint(raw: str) -> str:
@@ -238,7 +219,9 @@ def checked_endpoint(raw: str) -> str:
     from urllib.parse import urlsplit
 
     value = raw.strip().rstrip("/")
-    shown = redact_url(value)
+    from hfvram.sources.redaction import redact
+
+    shown = redact(value)
     try:
         parts = urlsplit(value)
         host = parts.hostname
@@ -269,7 +252,6 @@ __all__ = [
     "read_local_text",
     "read_stream_text",
     "read_user_file",
-    "redact_url",
     "request_deadline_seconds",
     "source_deadline",
     "source_deadline_seconds",

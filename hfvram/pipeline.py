@@ -1,0 +1,434 @@
+"""The run wiring behind ``check`` / ``scan`` / ``fit`` / ``calibrate`` and the Python API (``hfvram.api``): the
+options as typed -> a parsed :class:`Request` -> the model loaded -> the estimate (a saved calibration applied) ->
+the report document. No click and no printing here: ``hfvram.cli`` parses the command line and prints,
+``hfvram.api`` returns typed results; both call this module.
+
+Light on purpose (``hfvram --help`` imports it): the sources, readers, engine profiles and reports are imported
+inside the functions that need them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from hfvram.errors import HfvramError, UsageError
+
+if TYPE_CHECKING:
+    from hfvram.estimate.engine_args import ParsedEngineArgs
+    from hfvram.estimate.types import EngineChoice, Estimate, Hardware, Workload
+    from hfvram.spec import LoadedModel
+
+EXIT_OK = 0
+EXIT_DOES_NOT_FIT = 1
+EXIT_USAGE = 2
+EXIT_UNREADABLE = 3
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """The options shared by check / scan / fit, as typed on the command line (not yet parsed)."""
+
+    gpu: str | None = None
+    engine: str | None = None
+    context: str | None = None
+    concurrency: str | None = None
+    kv_dtype: str | None = None
+    settings: tuple[str, ...] = ()
+    engine_args: str | None = None
+    tp: int | None = None
+    pp: int | None = None
+    gpu_util: float | None = None
+    unified_fraction: float | None = None
+    revision: str | None = None
+    token: str | None = field(default=None, repr=False)
+    offline: bool | None = None
+    explain: bool = False
+    calibration: str | None = None
+
+
+@dataclass(frozen=True)
+class Request:
+    """What to estimate, parsed: everything except the model itself."""
+
+    source: str
+    revision: str | None
+    engine: str | None  # None = pick by the model's format
+    engine_version: str | None
+    settings: dict[str, str]
+    tp: int | None
+    pp: int | None
+    gpu_util: float | None
+    context: int | None
+    concurrency: int
+    kv_dtype: str
+    hardware: Hardware | None
+    #: what the pasted engine command line had that hfvram did not use (reported as warnings)
+    notes: tuple[str, ...] = ()
+
+
+def _parse_positive(text: str, what: str) -> int:
+    from hfvram.estimate.engine_args import parse_size_tokens
+
+    value = parse_size_tokens(text)
+    if value < 1:
+        raise UsageError(f"{what} must be at least 1, got {text!r}")
+    return value
+
+
+def _parse_count(text: str, what: str) -> int:
+    """A whole number of at least 1 (``--concurrency``): not a token count, so no k / M suffixes."""
+    cleaned = str(text).strip().replace(",", "").replace("_", "")
+    if not cleaned.isdigit() or int(cleaned) < 1:
+        raise UsageError(f"{what} must be a whole number of requests, at least 1, got {text!r}")
+    return int(cleaned)
+
+
+def parse_gpu_option(text: str | None, unified_fraction: float | None = None) -> Hardware | None:
+    """``--gpu`` parsed; None when not given; an empty value (an unset CI variable) is a usage error."""
+    if text is None:
+        return None
+    if not text.strip():
+        raise UsageError(
+            "--gpu is empty (an unset variable?): give a GPU such as --gpu rtx4090; `hfvram gpus` lists them"
+        )
+    from hfvram.estimate.hardware import parse_gpu_spec
+
+    return parse_gpu_spec(text, unified_fraction=unified_fraction)
+
+
+def require_gpu_for_fail_on(fail_on: str | None, gpu: str | None) -> None:
+    if fail_on and gpu is None:
+        raise UsageError(f"--fail-on {fail_on} needs --gpu: without a GPU there is no verdict to fail on")
+
+
+#: ParsedEngineArgs field -> the explicit option that overrides it
+PASTED_FIELDS = (
+    ("context", "--context"),
+    ("tp", "--tp"),
+    ("pp", "--pp"),
+    ("gpu_util", "--gpu-util"),
+    ("kv_dtype", "--kv-dtype"),
+)
+
+
+def _pasted_conflicts(pasted: ParsedEngineArgs, explicit: dict[str, Any], settings: dict[str, str]) -> list[str]:
+    """An explicit option that disagrees with the pasted command line wins, and says so; the pasted flag is
+    dropped so that the engine does not read it either."""
+    from hfvram.datafiles import data_table
+
+    fields = (data_table("engine_args.toml")["engines"].get(pasted.engine or "") or {}).get("fields", {})
+    notes = []
+    for name, option in PASTED_FIELDS:
+        mine, theirs = explicit.get(name), getattr(pasted, name)
+        if mine is None or theirs is None or str(mine).lower() == str(theirs).lower():
+            continue
+        flag = fields.get(name)
+        if flag:
+            settings.pop(flag, None)
+        notes.append(f"{option} {mine} overrides the pasted {'--' + flag if flag else name} {theirs}")
+    return notes
+
+
+def validate_kv_dtype_name(name: str) -> None:
+    """UsageError (exit 2) for a KV cache type no engine has; whether the chosen engine has it is the
+    estimator's check (it names the ones that engine accepts)."""
+    from hfvram.estimate.common import kv_dtype_bytes
+    from hfvram.estimate.engine_rules import accepts
+    from hfvram.estimate.engines import ENGINE_MODULES
+
+    known = {str(item).lower() for engine in ENGINE_MODULES for item in accepts(engine).get("kv_dtypes", [])}
+    if all(part.strip().lower() in known for part in name.split("/")):
+        return
+    for part in name.split("/"):
+        kv_dtype_bytes(part)
+
+
+def resolve_request(options: RunOptions, source: str | None) -> Request:
+    """Merge the pasted engine command line with the explicit options: an explicit option that disagrees with the
+    pasted line wins with a warning; a different model or engine is a usage error (exit 2)."""
+    from hfvram.estimate.engine_args import parse_set_options
+    from hfvram.estimate.engines import parse_engine_name
+
+    pasted = None
+    if options.engine_args:
+        from hfvram.estimate.engine_args import parse_engine_args
+
+        pasted = parse_engine_args(options.engine_args)
+    if source and pasted and pasted.model and pasted.model.rstrip("/") != source.rstrip("/"):
+        raise UsageError(
+            f"SOURCE {source!r} and the model of --engine-args ({pasted.model!r}) differ: give one of them"
+        )
+    source = source or (pasted.model if pasted else None)
+    if not source:
+        raise UsageError("missing SOURCE (a Hub repo id, a local folder or a .gguf file)")
+    engine, version = parse_engine_name(options.engine) if options.engine else (None, None)
+    if pasted and pasted.engine:
+        if engine is not None and engine != pasted.engine:
+            raise UsageError(f"--engine {options.engine} and the pasted {pasted.engine} command line differ: give one")
+        engine = pasted.engine
+    settings: dict[str, str] = dict(pasted.settings) if pasted else {}
+    explicit_settings = parse_set_options(list(options.settings))
+    notes: list[str] = []
+    for name, value in explicit_settings.items():
+        if name in settings and settings[name] != value:
+            notes.append(f"--set {name}={value} overrides the pasted {name} {settings[name]}")
+    context = _parse_positive(options.context, "--context") if options.context else None
+    if pasted:
+        explicit = {
+            "context": context,
+            "tp": options.tp,
+            "pp": options.pp,
+            "gpu_util": options.gpu_util,
+            "kv_dtype": options.kv_dtype,
+        }
+        notes += _pasted_conflicts(pasted, explicit, settings)
+    settings.update(explicit_settings)
+    if context is None and pasted:
+        context = pasted.context
+    concurrency = _parse_count(options.concurrency, "--concurrency") if options.concurrency else 1
+    kv_dtype = options.kv_dtype or (pasted.kv_dtype if pasted and pasted.kv_dtype else None) or "auto"
+    validate_kv_dtype_name(kv_dtype)
+    from hfvram.sources.redaction import redact
+
+    hardware = parse_gpu_option(options.gpu, options.unified_fraction)
+    return Request(
+        source=source,
+        revision=options.revision,
+        engine=engine,
+        engine_version=version,
+        settings=settings,
+        tp=options.tp if options.tp is not None else (pasted.tp if pasted else None),
+        pp=options.pp if options.pp is not None else (pasted.pp if pasted else None),
+        gpu_util=options.gpu_util if options.gpu_util is not None else (pasted.gpu_util if pasted else None),
+        context=context,
+        concurrency=concurrency,
+        kv_dtype=kv_dtype,
+        hardware=hardware,
+        notes=tuple(f"--engine-args: ignored {redact(item)}" for item in (pasted.ignored if pasted else ()))
+        + tuple(redact(note) for note in notes)
+        + unified_fraction_notes(options, hardware),
+    )
+
+
+def unified_fraction_notes(options: RunOptions, hardware: Hardware | None) -> tuple[str, ...]:
+    """--unified-fraction without a GPU, or on a discrete GPU, changes nothing: say so."""
+    if options.unified_fraction is None:
+        return ()
+    if hardware is None:
+        return ("--unified-fraction ignored: no --gpu given",)
+    if not hardware.gpu.unified_memory:
+        return (f"--unified-fraction ignored: {hardware.gpu.id} is a discrete GPU with its own memory",)
+    return ()
+
+
+def load(request: Request, options: RunOptions, *, need_split: bool = False) -> LoadedModel:
+    from hfvram.sources import load_model
+
+    # every tensor header only for --explain: otherwise the exact total is split like the config shapes
+    return load_model(
+        request.source,
+        revision=request.revision,
+        token=options.token,
+        offline=options.offline,
+        need_split=need_split or options.explain,
+    )
+
+
+def engine_choice(request: Request, loaded: LoadedModel) -> EngineChoice:
+    from hfvram.estimate.types import EngineChoice
+
+    name = request.engine
+    if name is None:
+        from hfvram.estimate.defaults import default_engine
+
+        name = default_engine(loaded.spec, loaded.source.kind, request.hardware).name
+    return EngineChoice(
+        name=name,
+        version=request.engine_version,
+        settings=dict(request.settings),
+        tp=request.tp,
+        pp=request.pp,
+        gpu_util=request.gpu_util,
+    )
+
+
+def workload(request: Request, *, context: int | None = None, kv_dtype: str | None = None) -> Workload:
+    from hfvram.estimate.types import Workload
+
+    return Workload(
+        context=context if context is not None else request.context,
+        concurrency=request.concurrency,
+        kv_dtype=kv_dtype or request.kv_dtype,
+    )
+
+
+def run_estimate(request: Request, options: RunOptions, loaded: LoadedModel) -> Estimate:
+    """The estimate for one loaded model, with a calibration applied when one matches (engine + GPU)."""
+    from hfvram.estimate.core import estimate
+
+    choice = engine_choice(request, loaded)
+    est = estimate(loaded.spec, request.hardware, choice, workload(request))
+    return calibrate_estimate(est, options, choice.name)
+
+
+def calibrate_estimate(est: Estimate, options: RunOptions, engine: str) -> Estimate:
+    """A saved calibration replaces the activation / overhead terms only where it was measured with this engine's
+    rule set (release range), on this GPU, on a model of this family and size; one that does not match is named in
+    a warning and not applied. ``--calibration FILE`` is applied as asked, its mismatches said in warnings."""
+    if est.hardware is None:
+        return est
+    from dataclasses import replace
+    from pathlib import Path
+
+    if options.calibration:
+        from hfvram import calibrate
+
+        record = calibrate.load_calibration_file(Path(options.calibration))
+        return calibrate.apply_calibration(est, record, options.calibration)
+    from hfvram.calibration_paths import calibration_files
+
+    if not calibration_files(engine, est.hardware.gpu.id):
+        return est  # the common case: no calibration saved, and hfvram.calibrate is not imported
+    from hfvram import calibrate
+
+    notes = []
+    for path, record in calibrate.find_calibrations(engine, est.hardware.gpu.id):
+        reasons = calibrate.calibration_match(est, record)
+        if not reasons:
+            return calibrate.apply_calibration(est, record, str(path))
+        notes.append(calibrate.not_applied_warning(path, reasons))
+    return replace(est, warnings=tuple(est.warnings) + tuple(notes)) if notes else est
+
+
+def check_report(request: Request, options: RunOptions) -> dict[str, Any]:
+    from hfvram.report.jsonout import check_dict
+
+    loaded = load(request, options)
+    est = run_estimate(request, options, loaded)
+    report = check_dict(loaded.source, est, explain=options.explain)
+    report["warnings"] = list(
+        dict.fromkeys(report["warnings"] + list(request.notes) + default_engine_notes(request, loaded))
+    )
+    if options.explain and est.hardware is not None:
+        from hfvram.estimate.hardware import memory_provenance
+
+        report["explain"]["terms"].setdefault("memory", memory_provenance(est.hardware.gpu))
+    return report
+
+
+def default_engine_notes(request: Request, loaded: LoadedModel) -> list[str]:
+    """Say when no --engine was given and the engine was chosen for the hardware rather than by the plain default
+    (the ``note`` of the rule of hfvram/data/engine_defaults.toml that chose it)."""
+    if request.engine is not None:
+        return []
+    from hfvram.estimate.defaults import default_engine
+
+    note = default_engine(loaded.spec, loaded.source.kind, request.hardware).note
+    return [note] if note else []
+
+
+def exit_code_for(verdicts: Iterable[str | None], fail_on_tight: bool) -> int:
+    """0 fits / tight; 1 when any does not fit (or is tight with --fail-on tight)."""
+    for verdict in verdicts:
+        if verdict == "does_not_fit" or (fail_on_tight and verdict == "tight"):
+            return EXIT_DOES_NOT_FIT
+    return EXIT_OK
+
+
+# ---- scan ------------------------------------------------------------------------------------------------------
+
+
+#: the most sources one scan reads
+SCAN_MAX_SOURCES = 100_000
+
+
+def read_source_list(text: str) -> list[str]:
+    """One SOURCE per line; ``#`` starts a comment; blank lines are skipped."""
+    text = text.removeprefix("\ufeff")
+    sources = []
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip() if not line.lstrip().startswith("#") else ""
+        if line:
+            sources.append(line)
+    return sources
+
+
+def scan_one(source: str, options: RunOptions) -> dict[str, Any]:
+    """A check/1 object for one source, or an error row; never raises for a model problem."""
+    from hfvram.report.jsonout import error_dict
+
+    try:
+        request = resolve_request(options, source)
+        return check_report(request, options)
+    except HfvramError as error:
+        return error_dict(source, error)
+    except Exception as error:  # one broken source must not stop the others
+        return error_dict(source, error)
+
+
+VERDICT_ORDER = {"fits": 0, "tight": 1, "does_not_fit": 2, None: 3}
+
+
+def scan_sort_key(report: dict[str, Any]) -> tuple[int, int, str]:
+    """Sorted by verdict (fits first, errors last) then by memory per GPU."""
+    if "error" in report:
+        return (4, 0, report["source"].get("text") or "")
+    return (
+        VERDICT_ORDER.get(report.get("verdict"), 3),
+        report["per_gpu"]["total"],
+        report["source"].get("repo_id") or "",
+    )
+
+
+def scan_exit_code(reports: Sequence[dict[str, Any]], fail_on_tight: bool) -> int:
+    if any("error" in report for report in reports):
+        return EXIT_UNREADABLE
+    return exit_code_for((report.get("verdict") for report in reports), fail_on_tight)
+
+
+# ---- fit -------------------------------------------------------------------------------------------------------
+
+
+def fit_report(request: Request, options: RunOptions) -> dict[str, Any]:
+    """The inverse view for one model on one GPU type (built by hfvram.report.fitdoc)."""
+    from hfvram.report.fitdoc import fit_document
+
+    loaded = load(request, options)
+    document = fit_document(loaded, request.hardware, engine_choice(request, loaded), workload(request))
+    document["warnings"] = list(dict.fromkeys(document["warnings"] + list(request.notes)))
+    return document
+
+
+# ---- calibrate ----------------------------------------------------------------------------------------------------
+
+
+def calibration_prediction(
+    measured: Any,
+    model: str,
+    hardware: Hardware | None,
+    engine_name: str | None,
+    engine_version: str | None,
+    settings: tuple[str, ...],
+    offline: bool | None,
+    token: str | None,
+) -> Estimate:
+    """hfvram's estimate for the run the log describes (context, memory fraction, TP and KV dtype from the log)."""
+    from hfvram.estimate.core import estimate
+    from hfvram.estimate.engine_args import parse_set_options
+    from hfvram.estimate.types import EngineChoice, Workload
+    from hfvram.sources import load_model
+
+    loaded = load_model(model, token=token, offline=offline, need_split=True)
+    choice = EngineChoice(
+        name=engine_name or measured.engine,
+        version=engine_version or measured.engine_version,
+        settings=parse_set_options(list(settings)),
+        tp=measured.tp,
+        gpu_util=measured.gpu_util,
+    )
+    kv_dtype = measured.kv_dtype or "auto"
+    if kv_dtype in ("f16",):
+        kv_dtype = "fp16"
+    return estimate(loaded.spec, hardware, choice, Workload(context=measured.context, kv_dtype=kv_dtype))
