@@ -363,9 +363,9 @@ def read_config(
 ) -> ModelSpec:
     """A ModelSpec (weights=None) from a parsed config.json and its companion files.
 
-    ``hf_facts``: transformers' facts for this config computed earlier (an ``HfFacts`` or its JSON form, e.g.
-    from the embedded catalogue), used instead of asking transformers; otherwise they come from
-    ``config_hf.hf_facts_for`` (facts cache, catalogue, or transformers itself) unless use_transformers=False."""
+    ``hf_facts``: transformers' facts for this config found earlier (an ``HfFacts`` or its JSON form: the sources
+    look them up in the facts cache and the embedded catalogue), used instead of asking transformers; otherwise
+    ``config_hf.hf_facts_for`` computes them (importing transformers) unless use_transformers=False."""
     if not isinstance(config, Mapping):
         raise MalformedFileError(f"expected a JSON object, got {type(config).__name__}", file=filename)
     companions = dict(companions or {})
