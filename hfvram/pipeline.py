@@ -287,10 +287,10 @@ def calibrate_estimate(est: Estimate, options: RunOptions, engine: str) -> Estim
 
         record = calibrate.load_calibration_file(Path(options.calibration))
         return calibrate.apply_calibration(est, record, options.calibration)
-    from hfvram.calibration_paths import calibration_files
+    from hfvram.calibrate.files import calibration_files
 
     if not calibration_files(engine, est.hardware.gpu.id):
-        return est  # the common case: no calibration saved, and hfvram.calibrate is not imported
+        return est  # the common case: no calibration saved; the log patterns and the apply code are not imported
     from hfvram import calibrate
 
     notes = []

@@ -4,8 +4,8 @@ Serves real files from ``fixtures/hub/<org>/<name>/`` (plus GGUF / safetensors h
 repo paths) the way huggingface.co answers huggingface_hub: model info with ``expand``, ``resolve`` with
 HEAD / Range / ETag / X-Repo-Commit / X-Linked-Size and the 302 of LFS files to a CDN path, the tree API,
 and the error headers ``hf_raise_for_status`` reads (X-Error-Code: RepoNotFound / EntryNotFound /
-GatedRepo / RevisionNotFound). Header-only files are presented at their full declared size: Range
-requests inside the header get its bytes, beyond it zeros.
+GatedRepo / RevisionNotFound; the X-Error-Message of a disabled repo). Header-only files are presented at their
+full declared size: Range requests inside the header get its bytes, beyond it zeros.
 
 Fault switches (per path substring, or every path with ``"*"``): delay, status N times (429 with
 Retry-After, 5xx), reset mid-body, ignore Range (streams a huge body of zeros lazily), wrong
@@ -273,6 +273,8 @@ class HubServer:
         self.latency = latency
         self.faults: dict[str, Fault] = {}
         self.gated: set[str] = set()
+        #: repos the Hub has turned access off for (403 with the Hub's "Access to this resource is disabled.")
+        self.disabled: set[str] = set()
         self.tokens: set[str] = set()
         self.records: list[RequestRecord] = []
         self._lock = threading.Lock()
@@ -315,6 +317,7 @@ class HubServer:
         with self._lock:
             self.faults.clear()
             self.gated.clear()
+            self.disabled.clear()
             self.tokens.clear()
             self.records.clear()
             self.latency = 0.0
@@ -501,6 +504,10 @@ class HubHandler(BaseHTTPRequestHandler):
                 b'{"error": "Repository not found"}',
                 {"X-Error-Code": "RepoNotFound", "X-Error-Message": "Repository not found"},
             )
+            return None
+        if repo_id in self.hub.disabled:
+            message = "Access to this resource is disabled."
+            _plain(self, 403, json.dumps({"error": message}).encode(), {"X-Error-Message": message})
             return None
         if files_access and repo_id in self.hub.gated:
             auth = self.headers.get("Authorization", "")

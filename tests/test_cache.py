@@ -7,12 +7,13 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from hfvram.sources import load_model
-from hfvram.sources.cache import ORPHAN_SECONDS, REF_TTL_SECONDS, FactsCache, value_shape_ok
+from hfvram.sources.cache import ORPHAN_SECONDS, REF_TTL_SECONDS, TRANSFORMERS_FACTS, FactsCache, value_shape_ok
 from hfvram.sources.limits import byte_cap
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
@@ -212,3 +213,69 @@ def test_value_shapes():
     assert value_shape_ok("x.gguf", good_gguf)
     assert value_shape_ok("model.safetensors.index.json", {"total_size": 1})
     assert not value_shape_ok("model.safetensors.index.json", "text")
+
+
+# ---- transformers' facts of a config: one entry per (config, transformers version), in the same cache ------------
+
+
+def _hf_facts(version: str = "5.0.0", **changes):
+    from hfvram.readers.config_hf import HfFacts
+
+    # the shape of what config_hf.compute_hf_facts returns for a small Llama config (values as in its config.json)
+    facts = HfFacts(
+        f"transformers {version} LlamaConfig",
+        version,
+        None,
+        ("full_attention",) * 2,
+        {"num_hidden_layers": 2, "tie_word_embeddings": False},
+    )
+    return replace(facts, **changes)
+
+
+def test_transformers_facts_are_kept_per_config_and_version(tmp_path):
+    cache = FactsCache(tmp_path)
+    canonical = json.dumps({"model_type": "llama", "num_hidden_layers": 2}, sort_keys=True)
+    assert cache.transformers_facts(canonical, "5.0.0") is None
+    assert cache.put_transformers_facts(canonical, "5.0.0", _hf_facts())
+    got = cache.transformers_facts(canonical, "5.0.0")
+    assert got is not None and got.origin == "facts cache"
+    assert replace(got, origin=None) == _hf_facts()
+    assert cache.transformers_facts(canonical, "5.0.1") is None  # another transformers: computed again
+    assert cache.transformers_facts(canonical.replace("2", "3"), "5.0.0") is None  # another config
+    (path,) = (tmp_path / TRANSFORMERS_FACTS).glob("*.json")
+    assert path == cache.transformers_path(canonical, "5.0.0")
+    assert not list(tmp_path.rglob(".tmp-*"))  # written through a temporary file
+
+
+@pytest.mark.parametrize(
+    "kind",
+    ["torn", "other-config", "facts-of-another-version", "bad-facts", "unbounded-facts", "dev_zero", "fifo", "huge"],
+)
+def test_a_bad_transformers_facts_entry_is_discarded(tmp_path, kind):
+    """Entries are untrusted like every other: not a capped regular file, torn, naming another config, or facts
+    that do not parse as facts within the bounds are deleted (and the caller computes the facts again)."""
+    cache = FactsCache(tmp_path)
+    canonical = json.dumps({"model_type": "llama"})
+    cache.put_transformers_facts(canonical, "5.0.0", _hf_facts())
+    path = cache.transformers_path(canonical, "5.0.0")
+    entry = json.loads(path.read_text())
+    path.unlink()
+    if kind == "torn":
+        path.write_text(json.dumps(entry)[:40])
+    elif kind == "other-config":
+        path.write_text(json.dumps({**entry, "config_sha256": "0" * 64}))
+    elif kind == "facts-of-another-version":
+        path.write_text(json.dumps({**entry, "value": _hf_facts("4.0.0").to_json()}))
+    elif kind == "bad-facts":  # a default that is not an int / bool
+        path.write_text(json.dumps({**entry, "value": {**entry["value"], "defaults": {"num_hidden_layers": "2"}}}))
+    elif kind == "unbounded-facts":  # a count beyond hfvram's bounds (readers/bounds.py)
+        path.write_text(json.dumps({**entry, "value": {**entry["value"], "defaults": {"num_hidden_layers": 10**12}}}))
+    elif kind == "dev_zero":
+        path.symlink_to("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:  # sparse, larger than the cap: refused by its size, not read
+        with path.open("wb") as fh:
+            fh.truncate(byte_cap("transformers_facts") + 1)
+    assert cache.transformers_facts(canonical, "5.0.0") is None
+    assert not os.path.lexists(path)

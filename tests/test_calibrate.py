@@ -315,7 +315,7 @@ def test_megabyte_lines_are_read_in_linear_time_without_the_line_cap():
     script = f"""
 import json, sys
 sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})
-from hfvram import calibrate as cal
+from hfvram.calibrate import logs as cal
 cal.MAX_LINE = 10**9
 hostile = {HOSTILE!r}
 out = []
@@ -338,6 +338,21 @@ def test_lines_are_cut_at_the_cap():
     line = "x" * (cal.MAX_LINE * 3)
     assert [len(part) for part in cal.log_lines(line + "\nModel loading took 1.50 GiB")] == [cal.MAX_LINE, 27]
     assert cal.parse_vllm_log(line + "\nModel loading took 1.50 GiB").weights == round(1.5 * GIB)
+
+
+def test_the_package_re_exports_each_public_name_from_its_module():
+    """``from hfvram import calibrate; calibrate.X`` keeps working after the split into logs / files / apply: every
+    re-exported name is the object its module defines, and the list matches the lazy table."""
+    import importlib
+
+    from hfvram.calibrate import _HOME
+
+    assert sorted(cal.__all__) == sorted(_HOME)
+    for name, home in _HOME.items():
+        assert getattr(cal, name) is getattr(importlib.import_module(f"hfvram.calibrate.{home}"), name)
+    assert cal.parse_log is cal.logs.parse_log and cal.calibration_files is cal.files.calibration_files
+    with pytest.raises(AttributeError):
+        _ = cal.VLLM_WEIGHTS  # the patterns stay in hfvram.calibrate.logs
 
 
 # ---- issue 17 case 6 (the calibrate side): logs that are not regular files, or endless ------------------------

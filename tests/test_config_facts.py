@@ -1,10 +1,11 @@
-"""transformers facts (hfvram.readers.config_hf): computed once per config and transformers version, kept in
-the facts cache on disk and in the embedded catalogue, and read back so that a cached or catalogued config never
-imports transformers. Configs are the real files of fixtures/hub (sources in fixtures/README.md)."""
+"""transformers facts: computed once per config and transformers version by the reader (hfvram.readers.config_hf,
+which keeps them in-process only), kept on disk in the facts cache (hfvram.sources.cache) or shipped in the
+embedded catalogue, looked up by the sources (hfvram.sources.facts.transformers_facts) and read back so that a
+cached or catalogued config never imports transformers. Configs are the real files of fixtures/hub (sources in
+fixtures/README.md)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -19,13 +20,13 @@ from hfvram.readers.config import load_json_tolerant, read_config
 from hfvram.readers.config_hf import (
     FACTS_FORMAT,
     HfFacts,
-    cached_hf_facts,
     canonical_config,
     compute_hf_facts,
     config_sha256,
-    facts_cache_dir,
     installed_transformers_version,
 )
+from hfvram.sources.cache import FORMAT, TRANSFORMERS_FACTS, FactsCache
+from hfvram.sources.facts import CheckpointFacts, spec_from_facts, transformers_facts
 
 ROOT = Path(__file__).resolve().parent.parent
 HUB = ROOT / "fixtures" / "hub"
@@ -42,8 +43,13 @@ def _config(repo: str | Path) -> dict:
 
 
 def _cache_file(config: dict) -> Path:
-    key = hashlib.sha256(f"{canonical_config(config)}\ntransformers {VERSION}".encode()).hexdigest()
-    return facts_cache_dir() / f"{key}.json"
+    return FactsCache().transformers_path(canonical_config(config), VERSION or "none")
+
+
+def _entry_text(config: dict, facts: dict) -> str:
+    """A facts-cache entry as FactsCache.put_transformers_facts writes it, holding ``facts`` (JSON form)."""
+    entry = {"format": FORMAT, "config_sha256": config_sha256(config), "transformers": VERSION, "stored": 0}
+    return json.dumps({**entry, "value": facts})
 
 
 def _without_decided_by_note(spec):
@@ -57,7 +63,8 @@ def _edited_config(repo: str) -> dict:
 
 
 def test_facts_cache_dir_follows_hfvram_cache_dir(isolated_caches):
-    assert facts_cache_dir() == isolated_caches / "hfvram_cache" / "transformers-facts"
+    config = _config("google/gemma-2-9b-it")
+    assert _cache_file(config).parent == isolated_caches / "hfvram_cache" / TRANSFORMERS_FACTS
 
 
 @needs_transformers
@@ -65,15 +72,17 @@ def test_facts_are_written_once_then_read_from_the_cache():
     config = _edited_config("google/gemma-2-9b-it")
     path = _cache_file(config)
     assert not path.exists()
-    first = cached_hf_facts(config)
-    assert first.origin is None and first.version == VERSION and first.ok
+    first = transformers_facts(config)
+    assert first is not None and first.origin is None and first.version == VERSION and first.ok
     stored = json.loads(path.read_text(encoding="utf-8"))
-    assert stored["format"] == FACTS_FORMAT and stored["version"] == VERSION
-    assert not [p for p in path.parent.iterdir() if p.suffix == ".tmp"]  # written through a temporary file
+    assert stored["config_sha256"] == config_sha256(config) and stored["transformers"] == VERSION
+    assert stored["value"]["format"] == FACTS_FORMAT and stored["value"]["version"] == VERSION
+    assert not [p for p in path.parent.iterdir() if p.name.startswith(".tmp")]  # written through a temporary file
     # the second reading is the stored one: an entry edited on disk is what comes back
-    stored["label"] = "transformers (edited cache entry)"
+    stored["value"]["label"] = "transformers (edited cache entry)"
     path.write_text(json.dumps(stored), encoding="utf-8")
-    second = cached_hf_facts(config)
+    second = transformers_facts(config)
+    assert second is not None
     assert second.origin == "facts cache" and second.label == "transformers (edited cache entry)"
     assert second.layer_types == first.layer_types and second.defaults == first.defaults
 
@@ -85,9 +94,38 @@ def test_a_corrupt_cache_entry_is_ignored_and_rewritten(garbage: bytes):
     path = _cache_file(config)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(garbage)
-    facts = cached_hf_facts(config)
-    assert facts.ok and facts.origin is None
-    assert HfFacts.from_json(json.loads(path.read_text(encoding="utf-8"))).layer_types == facts.layer_types
+    facts = transformers_facts(config)
+    assert facts is not None and facts.ok and facts.origin is None
+    assert HfFacts.from_json(json.loads(path.read_text(encoding="utf-8"))["value"]).layer_types == facts.layer_types
+
+
+@needs_transformers
+def test_facts_computed_by_one_process_are_read_by_the_next_without_transformers(isolated_caches):
+    """A config the catalogue does not know: the first process computes its facts (importing transformers) and
+    stores them; a later process reads the same config through the sources, takes the facts from the cache and
+    leaves transformers unimported, with the same spec."""
+    config = _edited_config("google/gemma-2-9b-it")
+    (isolated_caches / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    script = (
+        "import sys, json\n"
+        "from hfvram.sources.facts import CheckpointFacts, spec_from_facts\n"
+        f"spec = spec_from_facts(CheckpointFacts(open({str(isolated_caches / 'config.json')!r}).read()))\n"
+        "by = [spec.decided_by, spec.provenance.get('decided_by', '')]\n"
+        "print(json.dumps([by, [l.kind for l in spec.layers], 'transformers' in sys.modules]))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    runs = [subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)]
+    assert runs[0].returncode == 0, runs[0].stderr
+    assert _cache_file(config).is_file()
+    runs.append(subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120))
+    assert runs[1].returncode == 0, runs[1].stderr
+    (first_by, first_kinds, first_imported), (second_by, second_kinds, second_imported) = (
+        json.loads(run.stdout) for run in runs
+    )
+    assert first_imported and not second_imported
+    assert first_by[0] == second_by[0] == f"transformers {VERSION}"
+    assert "from the facts cache" in second_by[1] and "from the" not in first_by[1]
+    assert second_kinds == first_kinds
 
 
 @needs_transformers
@@ -122,10 +160,10 @@ def test_catalogue_facts_are_current_for_the_installed_transformers():
 
 def test_a_catalogued_config_takes_its_facts_from_the_catalogue():
     config = _config("meta-llama/Llama-3.1-8B-Instruct")
-    facts = cached_hf_facts(config)
-    assert facts.origin == "hfvram catalogue" and facts.ok
+    facts = transformers_facts(config)
+    assert facts is not None and facts.origin == "hfvram catalogue" and facts.ok
     config_hf._memo_facts.cache_clear()  # an earlier test may have remembered this config's facts in-process
-    spec = read_config(config)
+    spec = spec_from_facts(CheckpointFacts(json.dumps(config)))
     assert "from the hfvram catalogue" in spec.provenance["decided_by"]
     assert spec.decided_by.startswith("transformers 5.")
 
@@ -152,9 +190,9 @@ def test_reading_a_catalogued_config_does_not_import_transformers(tmp_path):
     """The start-up cost the facts remove: reading a catalogued config leaves transformers unimported."""
     script = (
         "import sys, json\n"
-        "from hfvram.readers.config import read_config\n"
-        f"config = json.loads(open({str(HUB / 'meta-llama/Llama-3.1-8B-Instruct/config.json')!r}).read())\n"
-        "spec = read_config(config)\n"
+        "from hfvram.sources.facts import CheckpointFacts, spec_from_facts\n"
+        f"text = open({str(HUB / 'meta-llama/Llama-3.1-8B-Instruct/config.json')!r}).read()\n"
+        "spec = spec_from_facts(CheckpointFacts(text))\n"
         "print(spec.decided_by, 'transformers' in sys.modules)\n"
     )
     env = {**os.environ, "HFVRAM_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
@@ -167,7 +205,7 @@ def test_reading_a_catalogued_config_does_not_import_transformers(tmp_path):
 # ---- issue 17: hostile facts-cache entries (not regular files, too large, counts beyond the bounds) -------------
 
 
-def _entry(kind: str, path: Path, good: dict) -> None:
+def _entry(kind: str, path: Path, good: dict, config: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     if kind == "dev-zero-link":
         path.symlink_to("/dev/zero")
@@ -177,19 +215,26 @@ def _entry(kind: str, path: Path, good: dict) -> None:
         with path.open("wb") as handle:
             handle.truncate(1 << 30)  # sparse: 1 GiB of zeros, nothing written
     elif kind == "layer-types":
-        path.write_text(json.dumps({**good, "layer_types": ["full_attention"] * 1_000_000}), encoding="utf-8")
+        path.write_text(_entry_text(config, {**good, "layer_types": ["full_attention"] * 1_000_000}), encoding="utf-8")
     elif kind == "huge-default":
-        path.write_text(json.dumps({**good, "defaults": {**good["defaults"], "head_dim": 10**400}}), encoding="utf-8")
+        huge = {**good, "defaults": {**good["defaults"], "head_dim": 10**400}}
+        path.write_text(_entry_text(config, huge), encoding="utf-8")
+    elif kind == "bare-facts":  # the layout before the facts cache held these entries: computed again
+        path.write_text(json.dumps(good), encoding="utf-8")
+    elif kind == "other-version":
+        path.write_text(_entry_text(config, {**good, "version": "4.0.0"}), encoding="utf-8")
 
 
 @needs_transformers
 @pytest.mark.skipif(not Path("/dev/zero").exists() or not hasattr(os, "mkfifo"), reason="needs /dev/zero and FIFOs")
-@pytest.mark.parametrize("kind", ["dev-zero-link", "fifo", "huge", "layer-types", "huge-default"])
+@pytest.mark.parametrize(
+    "kind", ["dev-zero-link", "fifo", "huge", "layer-types", "huge-default", "bare-facts", "other-version"]
+)
 def test_a_hostile_cache_entry_is_ignored(kind: str):
     """The entry is not read into memory (nor waited on): the facts are computed again, as for a corrupt entry."""
     config = _edited_config("Qwen/Qwen3-8B")
     good = compute_hf_facts(config).to_json()
-    _entry(kind, _cache_file(config), good)
-    facts = cached_hf_facts(config)
-    assert facts.ok and facts.origin is None
+    _entry(kind, _cache_file(config), good, config)
+    facts = transformers_facts(config)
+    assert facts is not None and facts.ok and facts.origin is None
     assert list(facts.layer_types or ()) == good["layer_types"]

@@ -125,6 +125,18 @@ def test_gated_repo_names_every_token_option(hub):
         assert option in message
 
 
+def test_disabled_repo_is_one_line_saying_so(hub):
+    """huggingface_hub types the Hub's 403 "Access to this resource is disabled." as DisabledRepoError: the
+    message says the repo is disabled rather than asking for a token that would not open it."""
+    hub.disabled.add(MINILM)
+    with pytest.raises(RepoNotFoundError) as err:
+        load_model(MINILM)
+    assert err.value.exit_code == 3
+    assert "\n" not in str(err.value)
+    assert f"repository {MINILM} is disabled on the Hub" in str(err.value)
+    assert "--token" not in str(err.value)
+
+
 def test_token_opens_gated_repo_and_never_shows(hub, monkeypatch, capsys, caplog, tmp_path):
     secret = "hf_SeCrEtToKeN1234567890abcdef"
     hub.gated.add(MINILM)

@@ -1,6 +1,7 @@
 """What a warm check imports: with every fact cached (a first check filled the facts cache from the local test
 Hub), a second check makes no request and loads neither the HTTP stack (huggingface_hub, httpx / httpx2), nor
-numpy (gguf.constants), transformers or hfvram.calibrate (no calibration saved). Read from the real subprocess's
+numpy (gguf.constants), transformers, nor the calibration log patterns or estimate edits (hfvram.calibrate.logs /
+.apply: no calibration saved; hfvram.calibrate.files only looks for a file). Read from the real subprocess's
 ``-X importtime`` report (every module a fresh interpreter imports, one line each); no timing is asserted."""
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from pathlib import Path
 import pytest
 from cli_support import ROOT, run_hfvram
 
-FORBIDDEN = ("huggingface_hub", "httpx", "httpx2", "numpy", "transformers", "torch", "gguf", "hfvram.calibrate")
+FORBIDDEN = ("huggingface_hub", "httpx", "httpx2", "numpy", "transformers", "torch", "gguf")
+#: the calibration modules a check imports only when a calibration is saved for its engine and GPU
+CALIBRATION = ("hfvram.calibrate.logs", "hfvram.calibrate.apply")
 
 SOURCES = {
     "safetensors": ("meta-llama/Llama-3.1-8B-Instruct", "--engine", "vllm"),
@@ -36,7 +39,7 @@ def imported_modules(*args: str) -> tuple[set[str], subprocess.CompletedProcess]
 
 
 def _top(modules: set[str]) -> set[str]:
-    return {m for m in modules if m in FORBIDDEN or m.split(".")[0] in FORBIDDEN[:-1]}
+    return {m for m in modules if m in CALIBRATION or m.split(".")[0] in FORBIDDEN}
 
 
 @pytest.mark.parametrize("kind", sorted(SOURCES))
@@ -51,6 +54,7 @@ def test_a_warm_check_imports_no_http_stack_numpy_or_calibrate(hub, kind):
     assert warm.returncode == cold.returncode, warm.stderr[-2000:]
     assert hub.request_count == 0  # every fact came from the facts cache
     assert "hfvram.cli" in modules and "hfvram.sources.warm" in modules  # the report lists imports
+    assert "hfvram.calibrate.files" in modules  # it did look for a saved calibration
     assert _top(modules) == set()
     assert "importlib.metadata" not in modules  # no package-metadata lookups (email parser) on the hot path
     assert warm.stdout == cold.stdout
@@ -65,8 +69,9 @@ def test_a_cold_check_does_import_the_http_stack(hub):
 
 
 def test_a_saved_calibration_is_still_applied(hub, tmp_path, monkeypatch):
-    """check imports hfvram.calibrate only when a calibration file for the engine and GPU exists, and then uses it
-    (saved by the real ``calibrate --save`` from a published vLLM 0.19 log of Llama-3.1-8B on an H100)."""
+    """check imports the calibration's application (hfvram.calibrate.apply) only when a calibration file for the
+    engine and GPU exists, and then uses it (saved by the real ``calibrate --save`` from a published vLLM 0.19 log
+    of Llama-3.1-8B on an H100); applying a saved calibration needs no log patterns (hfvram.calibrate.logs)."""
     config = tmp_path / "config"
     monkeypatch.setenv("HFVRAM_CONFIG_DIR", str(config))
     log = Path(__file__).resolve().parent.parent / "fixtures" / "logs" / "gt-0062-vllm-v0.19-llama31-8b-h100.log"
@@ -78,7 +83,8 @@ def test_a_saved_calibration_is_still_applied(hub, tmp_path, monkeypatch):
     assert list((config / "calibration").glob("vllm--h100*.json"))
     args = ("check", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "h100", "--engine", "vllm@0.19", "--json")
     modules, result = imported_modules(*args)
-    assert "hfvram.calibrate" in modules, result.stderr[-2000:]
+    assert "hfvram.calibrate.apply" in modules, result.stderr[-2000:]
+    assert "hfvram.calibrate.logs" not in modules
     assert "calibrated from" in result.stdout
 
 

@@ -372,9 +372,9 @@ def read_config(
     Longer than 60 lines: one linear pass that reads each ModelSpec field once, in the order later fields depend
     on (split up, a dozen half-read facts would travel between the pieces as arguments).
 
-    ``hf_facts``: transformers' facts for this config computed earlier (an ``HfFacts`` or its JSON form, e.g.
-    from the embedded catalogue), used instead of asking transformers; otherwise they come from
-    ``config_hf.hf_facts_for`` (facts cache, catalogue, or transformers itself) unless use_transformers=False."""
+    ``hf_facts``: transformers' facts for this config found earlier (an ``HfFacts`` or its JSON form: the sources
+    look them up in the facts cache and the embedded catalogue), used instead of asking transformers; otherwise
+    ``config_hf.hf_facts_for`` computes them (importing transformers) unless use_transformers=False."""
     if not isinstance(config, Mapping):
         raise MalformedFileError(f"expected a JSON object, got {type(config).__name__}", file=filename)
     companions = dict(companions or {})

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
-import tempfile
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 
@@ -94,7 +91,7 @@ def _load_canonical(canonical: str) -> HfConfig:
 
 # ---- transformers facts: the little read_config needs from transformers, as JSON ---------------------------
 
-#: bump when the facts' shape or meaning changes (old cache entries are then ignored)
+#: bump when the facts' shape or meaning changes (old facts-cache entries are then computed again)
 FACTS_FORMAT = 1
 #: keys asked of transformers' defaults besides every int/bool attribute its config serialises (attribute_map
 #: aliases and the per-family keys hfvram.readers.config_layers reads)
@@ -283,76 +280,6 @@ def installed_transformers_version() -> str | None:
         return None
 
 
-def facts_cache_dir() -> Path:
-    override = os.environ.get("HFVRAM_CACHE_DIR")
-    if override:
-        return Path(override) / "transformers-facts"
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("hfvram")) / "transformers-facts"
-
-
-def _cache_path(canonical: str, version: str) -> Path:
-    key = hashlib.sha256(f"{canonical}\ntransformers {version}".encode()).hexdigest()
-    return facts_cache_dir() / f"{key}.json"
-
-
-#: a transformers-facts cache entry is read up to this many bytes (real ones are a few KiB); a larger one is corrupt
-FACTS_CACHE_CAP = 4 * 1024 * 1024
-
-
-def _read_cached(path: Path) -> HfFacts | None:
-    """A cache entry's facts, or None when it is absent, not a regular file (a link to /dev/zero, a FIFO),
-    larger than FACTS_CACHE_CAP, or not facts (then it is computed again and rewritten)."""
-    import stat
-
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO must not block the open
-        with open(fd, "rb", closefd=True) as handle:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return None
-            raw = handle.read(FACTS_CACHE_CAP + 1)
-        if len(raw) > FACTS_CACHE_CAP:
-            return None
-        return HfFacts.from_json(json.loads(raw.decode("utf-8")), origin="facts cache")
-    except (OSError, ValueError, UnicodeDecodeError, RecursionError):  # absent or corrupt: computed again
-        return None
-
-
-def _write_cached(path: Path, facts: HfFacts) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                json.dump(facts.to_json(), handle, sort_keys=True)
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-    except OSError:  # a read-only or full cache only costs the next run the transformers import
-        pass
-
-
-@lru_cache(maxsize=1)
-def _catalogue_facts() -> dict[str, Mapping[str, Any]]:
-    """Facts precomputed by scripts/build_catalog.py, by config sha256."""
-    from importlib import resources
-
-    try:
-        text = resources.files("hfvram").joinpath("data/catalog.json").read_text(encoding="utf-8")
-        repos = json.loads(text).get("repos", {})
-    except (OSError, ValueError, AttributeError):
-        return {}
-    found: dict[str, Mapping[str, Any]] = {}
-    for entry in repos.values() if isinstance(repos, Mapping) else ():
-        facts, sha = (entry.get("hf_facts"), entry.get("config_sha256")) if isinstance(entry, Mapping) else (None, None)
-        if isinstance(facts, Mapping) and isinstance(sha, str):
-            found[sha] = facts
-    return found
-
-
 def precomputed_label(facts: HfFacts, installed: str | None) -> HfFacts:
     """Facts made by another transformers than the installed one say so in their label."""
     if facts.version == installed:
@@ -362,7 +289,11 @@ def precomputed_label(facts: HfFacts, installed: str | None) -> HfFacts:
 
 
 def hf_facts_for(config: Mapping[str, Any]) -> HfFacts:
-    """``cached_hf_facts``, remembered in this process too."""
+    """transformers' facts for ``config``, computed by transformers (imported now) and remembered in this process.
+
+    Readers never touch the disk: facts kept from an earlier process (the facts cache) or shipped in the
+    embedded catalogue are looked up by ``hfvram.sources.facts.transformers_facts``, passed to ``read_config`` as
+    ``hf_facts=``, and what is computed here is stored there."""
     canonical = canonical_config(config)
     if canonical is None or not isinstance(config.get("model_type"), str):
         return facts_from_hf_config(load_hf_config(config))
@@ -371,36 +302,4 @@ def hf_facts_for(config: Mapping[str, Any]) -> HfFacts:
 
 @lru_cache(maxsize=256)
 def _memo_facts(canonical: str) -> HfFacts:
-    return _facts_for_canonical(canonical)
-
-
-def cached_hf_facts(config: Mapping[str, Any]) -> HfFacts:
-    """transformers' facts for ``config``, the cheapest way: the on-disk facts cache for the installed
-    transformers version, the embedded catalogue's precomputed facts (any version, labelled so), else computed
-    now (importing transformers) and written to the cache (temporary file + os.replace; corrupt entries ignored)."""
-    canonical = canonical_config(config)
-    if canonical is None or not isinstance(config.get("model_type"), str):
-        return facts_from_hf_config(load_hf_config(config))
-    return _facts_for_canonical(canonical)
-
-
-def _facts_for_canonical(canonical: str) -> HfFacts:
-    installed = installed_transformers_version()
-    path = _cache_path(canonical, installed) if installed else None
-    if path is not None:
-        cached = _read_cached(path)
-        if cached is not None and cached.version == installed:
-            return cached
-    shipped = _catalogue_facts().get(hashlib.sha256(canonical.encode("utf-8")).hexdigest())
-    if shipped is not None:
-        try:
-            facts = HfFacts.from_json(shipped, origin="hfvram catalogue")
-        except ValueError:
-            facts = None
-        # a failure recorded by another transformers (e.g. an unknown model_type) is asked again of this one
-        if facts is not None and (facts.ok or installed is None or facts.version == installed):
-            return precomputed_label(facts, installed)
-    facts = _without_stated(facts_from_hf_config(_load_canonical(canonical)), json.loads(canonical))
-    if path is not None and facts.version == installed:
-        _write_cached(path, facts)
-    return facts
+    return _without_stated(facts_from_hf_config(_load_canonical(canonical)), json.loads(canonical))

@@ -12,6 +12,10 @@ A Hub read stores everything it read in one write (:meth:`FactsCache.store`): th
 carries the facts of its commit, so a later check reads one file and a scan writes one file per repo. Facts
 stored one by one (:meth:`FactsCache.put`) live in their own files; :meth:`FactsCache.get` looks in the
 facts of the refs this instance resolved first, then there.
+
+transformers' reading of a config (the ``HfFacts`` of ``hfvram.readers.config_hf``) is kept here too, one entry
+per (config, transformers version) under ``transformers-facts/`` (:meth:`FactsCache.transformers_facts`): the
+readers compute those facts and never touch the disk; ``hfvram.sources.facts`` looks them up and stores them.
 """
 
 from __future__ import annotations
@@ -25,6 +29,10 @@ import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from hfvram.readers.config_hf import HfFacts
 
 FORMAT = 1
 REF_TTL_SECONDS = 24 * 3600
@@ -33,6 +41,8 @@ ORPHAN_SECONDS = 600
 _SHA = re.compile(r"^[0-9a-f]{40}$")
 #: names whose stored value is the raw text of the file (the rest: model info, index metadata, GGUF summaries)
 _TEXT_SUFFIXES = (".json", ".safetensors")
+#: the folder of transformers' facts per (config, transformers version), beside ``facts/`` and ``refs/``
+TRANSFORMERS_FACTS = "transformers-facts"
 MODEL_INFO = "model-info"  # = repo_files.MODEL_INFO (kept here so the cache imports nothing else)
 INDEX_FILE = "model.safetensors.index.json"  # = facts.INDEX_FILE
 
@@ -128,17 +138,23 @@ class FactsCache:
     def _ref_path(self, repo_id: str, revision: str) -> Path:
         return self.root / "refs" / _slug(repo_id) / f"{_slug(revision)}.json"
 
+    def transformers_path(self, canonical: str, version: str) -> Path:
+        """The entry of transformers' facts for a config (canonical JSON) and transformers version."""
+        key = hashlib.sha256(f"{canonical}\ntransformers {version}".encode()).hexdigest()
+        return self.root / TRANSFORMERS_FACTS / f"{key}.json"
+
     # ---- io -----------------------------------------------------------------------------------
     @staticmethod
-    def _read(path: Path) -> dict | None:
-        """The entry at ``path``, or None; an entry that is not a capped regular file of JSON is deleted."""
+    def _read(path: Path, cap: str = "cache_entry") -> dict | None:
+        """The entry at ``path``, or None; an entry that is not a regular file of JSON within the ``[bytes] cap``
+        of limits.toml is deleted."""
         from hfvram.errors import HfvramError
         from hfvram.sources.limits import byte_cap, read_local_bytes
 
         if not os.path.lexists(path):
             return None
         try:
-            entry = json.loads(read_local_bytes(path, byte_cap("cache_entry")).decode("utf-8"))
+            entry = json.loads(read_local_bytes(path, byte_cap(cap)).decode("utf-8"))
         except FileNotFoundError:
             return None
         except (HfvramError, OSError, ValueError, UnicodeDecodeError, RecursionError):
@@ -242,3 +258,41 @@ class FactsCache:
         }
         self._bundles[(repo_id, sha)] = merged
         return self._write(self._ref_path(repo_id, revision), entry)
+
+    # ---- transformers facts -------------------------------------------------------------------
+    def transformers_facts(self, canonical: str, version: str) -> HfFacts | None:
+        """transformers' facts for a config (its canonical JSON, ``config_hf.canonical_config``) as transformers
+        ``version`` read it, when stored. The entry must be a regular file within ``[bytes] transformers_facts``,
+        name this config and version, and hold facts of the current format within hfvram's bounds
+        (``HfFacts.from_json``); anything else is deleted and computed again by the caller."""
+        from hfvram.readers.config_hf import HfFacts
+
+        path = self.transformers_path(canonical, version)
+        entry = self._read(path, cap="transformers_facts")
+        if entry is None:
+            return None
+        sha = hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+        try:
+            if entry.get("config_sha256") != sha or entry.get("transformers") != version:
+                raise ValueError("another config or transformers version")
+            value = entry.get("value")
+            if not isinstance(value, dict):
+                raise ValueError("no facts")
+            facts = HfFacts.from_json(value, origin="facts cache")
+            if facts.version != version:
+                raise ValueError("facts of another transformers version")
+        except ValueError:  # valid JSON of the wrong shape: computed again, and this entry rewritten
+            self._discard(path)
+            return None
+        return facts
+
+    def put_transformers_facts(self, canonical: str, version: str, facts: HfFacts) -> bool:
+        """Store what transformers ``version`` made of a config (written atomically, like every entry)."""
+        entry = {
+            "format": FORMAT,
+            "config_sha256": hashlib.sha256(canonical.encode("utf-8")).hexdigest(),
+            "transformers": version,
+            "value": facts.to_json(),
+            "stored": self._time(),
+        }
+        return self._write(self.transformers_path(canonical, version), entry)

@@ -26,6 +26,24 @@ def load_catalog() -> Mapping[str, object]:
     return json.loads(text)
 
 
+@lru_cache(maxsize=1)
+def _hf_facts_by_config() -> dict[str, Mapping[str, object]]:
+    """transformers' facts precomputed by scripts/build_catalog.py (JSON form), by config sha256."""
+    repos = load_catalog().get("repos", {})
+    found: dict[str, Mapping[str, object]] = {}
+    for entry in repos.values() if isinstance(repos, Mapping) else ():
+        facts, sha = (entry.get("hf_facts"), entry.get("config_sha256")) if isinstance(entry, Mapping) else (None, None)
+        if isinstance(facts, Mapping) and isinstance(sha, str):
+            found[sha] = facts
+    return found
+
+
+def catalogue_hf_facts(config_sha256: str) -> Mapping[str, object] | None:
+    """The catalogue's precomputed transformers facts for the config of this canonical sha256, if it has them
+    (whichever repo the config was read from: the facts belong to the config)."""
+    return _hf_facts_by_config().get(config_sha256)
+
+
 def catalog_date() -> str | None:
     return load_catalog().get("built")  # type: ignore[return-value]
 

@@ -9,10 +9,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hfvram.errors import MalformedFileError
 from hfvram.spec import ModelSpec, Weights
+
+if TYPE_CHECKING:
+    from hfvram.readers.config_hf import HfFacts
+    from hfvram.sources.cache import FactsCache
 
 #: Files read next to config.json when a repo has them (quantization details the config may lack).
 COMPANION_FILES: tuple[str, ...] = ("quantize_config.json", "hf_quant_config.json", "quant_config.json")
@@ -44,14 +48,62 @@ def _parse_json(text: str, filename: str) -> dict:
     return parsed
 
 
-def spec_from_facts(facts: CheckpointFacts) -> ModelSpec:
-    """Config (+ companions) through the config reader, then the best weights the facts give (see
-    :func:`best_weights`), so the estimator always reads weights from the spec."""
+def transformers_facts(config: Mapping[str, Any], cache: FactsCache | None = None) -> HfFacts | None:
+    """transformers' facts for ``config``, the cheapest way: the facts cache's entry for the installed transformers
+    version, the embedded catalogue's precomputed facts (any version, labelled so), else computed now by the
+    reader (importing transformers) and stored in the facts cache. None for a config the reader asks transformers
+    about itself (no model_type, or not JSON-able); ``cache``: the facts cache (default: ``HFVRAM_CACHE_DIR``)."""
+    import hashlib
+
+    from hfvram.readers.config_hf import (
+        HfFacts,
+        canonical_config,
+        hf_facts_for,
+        installed_transformers_version,
+        precomputed_label,
+    )
+    from hfvram.sources.cache import FactsCache
+
+    canonical = canonical_config(config)
+    if canonical is None or not isinstance(config.get("model_type"), str):
+        return None
+    if cache is None:
+        cache = FactsCache()
+    installed = installed_transformers_version()
+    if installed:
+        cached = cache.transformers_facts(canonical, installed)
+        if cached is not None:
+            return cached
+    from hfvram.sources.catalog import catalogue_hf_facts
+
+    shipped = catalogue_hf_facts(hashlib.sha256(canonical.encode("utf-8")).hexdigest())
+    if shipped is not None:
+        try:
+            facts: HfFacts | None = HfFacts.from_json(shipped, origin="hfvram catalogue")
+        except ValueError:
+            facts = None
+        # a failure recorded by another transformers (e.g. an unknown model_type) is asked again of this one
+        if facts is not None and (facts.ok or installed is None or facts.version == installed):
+            return precomputed_label(facts, installed)
+    computed = hf_facts_for(config)
+    if installed and computed.version == installed:
+        cache.put_transformers_facts(canonical, installed, computed)  # a cache that cannot be written costs only time
+    return computed
+
+
+def spec_from_facts(facts: CheckpointFacts, cache: FactsCache | None = None) -> ModelSpec:
+    """Config (+ companions) through the config reader, with transformers' facts for the config looked up first
+    (:func:`transformers_facts`), then the best weights the facts give (see :func:`best_weights`), so the
+    estimator always reads weights from the spec."""
     from hfvram.readers.config import read_config
 
     config = _parse_json(facts.config_text, "config.json")
     companions = {name: _parse_json(text, name) for name, text in facts.companions.items()}
-    spec = read_config(config, filename="config.json", companions=companions or None)
+    from hfvram.readers.bounds import validate_config
+
+    validate_config(config, filename="config.json")  # before transformers iterates over a count (read_config too)
+    hf = transformers_facts(config, cache)
+    spec = read_config(config, filename="config.json", companions=companions or None, hf_facts=hf)
     weights, warning = best_weights(spec, facts, config)
     if weights is not None:
         spec = _with_weights(spec, weights)

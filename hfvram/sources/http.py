@@ -46,6 +46,7 @@ ERROR_BODY_CAP = byte_cap("error_body")
 
 T = TypeVar("T")
 
+#: the statuses huggingface_hub's own backoff retries on too (``http_backoff``'s default ``retry_on_status_codes``)
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 MAX_TRIES = 4
 CONNECT_TRIES = 2
@@ -179,8 +180,12 @@ def _what(repo_id: str | None, filename: str | None) -> str:
     return repo_id or filename or "the Hub"
 
 
-def _hub_error(err: Exception, *, repo_id: str | None, filename: str | None) -> HfvramError:
-    """One clean line for a huggingface_hub HTTP error (never the request headers)."""
+def _hub_error(err: hf_errors.HfHubHTTPError, *, repo_id: str | None, filename: str | None) -> HfvramError:
+    """One clean line for a huggingface_hub HTTP error (never the request headers).
+
+    The error's type, as ``hf_raise_for_status`` chose it from the Hub's X-Error-Code / X-Error-Message headers,
+    decides; the status code is read only for what the hub leaves a plain ``HfHubHTTPError`` (a 401 / 403 / 404
+    outside the repo API, without those headers), which no type names."""
     what = _what(repo_id, filename)
     if isinstance(err, hf_errors.GatedRepoError):
         return GatedRepoError(f"{repo_id or what} is gated: accept its licence on the Hub, then {TOKEN_HELP}")
@@ -192,7 +197,9 @@ def _hub_error(err: Exception, *, repo_id: str | None, filename: str | None) -> 
         return RepoNotFoundError(
             f"repository {repo_id or what} not found on the Hub (if it is private or gated, {TOKEN_HELP})"
         )
-    status = getattr(getattr(err, "response", None), "status_code", None)
+    if isinstance(err, hf_errors.DisabledRepoError):  # no token opens it: not the 403 "refused" below
+        return RepoNotFoundError(f"repository {repo_id or what} is disabled on the Hub (access to it is turned off)")
+    status = err.response.status_code if err.response is not None else None
     if status in (401, 403):
         return GatedRepoError(f"access to {what} was refused (HTTP {status}): {TOKEN_HELP}")
     if status == 404:
@@ -341,6 +348,19 @@ def fetch(
     whole-file body is never downloaded. The deadline (per request, and per model read when one is set with
     :func:`~hfvram.sources.limits.source_deadline`) covers every try and every backoff sleep; a server that
     dribbles its answer ends in a :class:`~hfvram.errors.NetworkError` when it passes.
+
+    Why this loop and not ``huggingface_hub.utils.http_backoff`` / ``http_stream_backoff`` (huggingface_hub 2.x):
+    the session and the error types (``hf_raise_for_status``) are the hub's and the retried statuses the same as
+    its, but its backoff cannot be held to hfvram's caps and time budget. ``http_backoff`` reads every body whole.
+    ``http_stream_backoff`` streams, but once its retries are spent it calls ``hf_raise_for_status`` on the unread
+    answer, which reads the whole error body (against the local test Hub, an endless 503 body: 1.8 GiB read in 3 s,
+    still reading); it sleeps with ``time.sleep`` for as long as ``Retry-After`` says plus 1 s (``Retry-After: 600``:
+    a 601 s sleep; whole seconds only), with no overall deadline or sleep budget, and cannot be interrupted, so an abandoned
+    call would wake later and ask the Hub again; every try gets the same timeout, not what is left of the deadline;
+    a failed connection makes it close the process-wide client that a scan's worker threads share
+    (``close_session``) and retry up to ``max_retries`` times where hfvram stops after ``CONNECT_TRIES`` (the
+    network is down: fall back to the catalogue); and it logs each retry with its URL as a warning, where hfvram
+    prints one clean line.
     """
     what = _what(repo_id, filename)
     endpoint = hub_endpoint()  # a malformed HF_ENDPOINT is a usage error before any request

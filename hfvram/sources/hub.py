@@ -316,7 +316,7 @@ def load_hub_checkpoint(
         index_metadata=index_meta,  # type: ignore[arg-type]
         origin=f"{repo_id}@{sha[:12]}",
     )
-    spec = spec_from_facts(facts)  # before caching: facts that do not parse are not kept
+    spec = spec_from_facts(facts, cache)  # before caching: facts that do not parse are not kept
     if cache is not None:  # one write: the ref and every fact read at its commit
         cache.store(
             repo_id,

@@ -148,7 +148,7 @@ def _from_facts_cache(parsed: HubSource, revision: str | None, cache: FactsCache
         index_metadata=cache.get(repo_id, sha, INDEX_FILE),  # type: ignore[arg-type]
         origin=f"{repo_id}@{sha[:12]}",
     )
-    spec = spec_from_facts(facts)
+    spec = spec_from_facts(facts, cache)
     spec = replace(spec, warnings=(f"{reason}: using hfvram's facts cached for commit {sha}", *spec.warnings))
     return LoadedModel(
         spec, SourceInfo(kind="hub", repo_id=repo_id, revision=sha, files=("config.json",), note="facts cache")

@@ -59,7 +59,7 @@ def checkpoint_from_cache(
         index_metadata=index_meta,  # type: ignore[arg-type]
         origin=f"{repo_id}@{sha[:12]}",
     )
-    spec = spec_from_facts(facts)
+    spec = spec_from_facts(facts, cache)
     used = ("config.json", *companions, *headers, *((INDEX_FILE,) if index_meta else ()))
     return LoadedModel(spec, SourceInfo(kind="hub", repo_id=repo_id, revision=sha, files=tuple(used)))
 

@@ -1,27 +1,24 @@
-"""Calibration: read what an engine really reserved from its start-up log (docs/engines/common.md#calibration-logs), and keep the measured
-activation / overhead terms per (engine, GPU) so that later checks use them instead of the rules.
+"""The log reader of ``hfvram calibrate``: what an engine really reserved, read from its start-up log
+(docs/engines/common.md#calibration-logs) into a :class:`Measured`.
 
 Log figures printed in ``GiB`` (and vLLM's old ``GB``, which is bytes / 2**30) are converted to bytes; they are
-rounded to 0.01 GiB by the engine, so every figure here carries that print rounding.
+rounded to 0.01 GiB by the engine, so every figure here carries that print rounding. Where calibrations are kept
+is ``hfvram.calibrate.files``; how one changes an estimate is ``hfvram.calibrate.apply``. A check imports this module
+never: its patterns are compiled at import.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from hfvram.calibration_paths import calibration_dir, calibration_file, calibration_files, calibration_key
-from hfvram.errors import MalformedFileError, UsageError
-from hfvram.estimate.types import Capacity, Estimate, verdict_for
+from hfvram.errors import UsageError
 
 GIB = 1024**3
 MIB = 1024**2
-CALIBRATION_SCHEMA = "hfvram.calibration/1"
 
 # ---- start-up log patterns --------------------------------------------------------------------------------------
 # Logs are untrusted text: every pattern runs on ONE line at a time (lines cut at MAX_LINE characters), only on
@@ -487,257 +484,6 @@ def parse_log(text: str, engine: str | None = None) -> Measured:
     return parsers[engine](lines)
 
 
-# ---- calibration files -------------------------------------------------------------------------------------------
-
-
-#: a calibration carries over to a model of the same family whose parameter count is within this factor
-SIZE_FACTOR = 1.5
-
-
-def _rules_version(engine: str, version: object) -> str | None:
-    """The hfvram rule set an engine release falls under (``0.6.4`` -> ``0.6``), None when unknown."""
-    if not version:
-        return None
-    from hfvram.estimate import common
-
-    try:
-        return common.engine_rules(engine, str(version))[0]
-    except (UsageError, ValueError, OSError):
-        return None
-
-
-def release_range(engine: str, rules_version: str | None) -> str | None:
-    """The engine releases that share a rule set: ``0.19 – 0.20.x`` / ``0.21 and later``."""
-    if rules_version is None:
-        return None
-    from hfvram.estimate import common
-
-    data = common.load_engine_data(engine)
-    versions = sorted(data.get("rule_versions") or data.get("versions", {}), key=common.version_key)
-    later = [v for v in versions if common.version_key(v) > common.version_key(rules_version)]
-    return f"{rules_version} up to {later[0]} (excluded)" if later else f"{rules_version} and later"
-
-
-def calibration_record(
-    measured: Measured, gpu_id: str, log_name: str, spec: object | None = None, model: str | None = None
-) -> dict[str, object]:
-    """What ``calibrate --save`` writes: the measured terms, keyed by engine, the engine's rule set (release
-    range), GPU and — when ``--model`` names the model that ran — its family and size."""
-    if measured.activations is None and measured.overhead is None:
-        raise UsageError("the log has neither an activation nor an overhead figure: nothing to calibrate with")
-    rules = _rules_version(measured.engine, measured.engine_version)
-    record: dict[str, object] = {
-        "schema": CALIBRATION_SCHEMA,
-        "engine": measured.engine,
-        "engine_version": measured.engine_version,
-        "engine_rules": rules,
-        "engine_releases": release_range(measured.engine, rules),
-        "gpu": gpu_id,
-        "activations": measured.activations,
-        "overhead": measured.overhead,
-        "measured": {k: v for k, v in asdict(measured).items() if k not in ("details", "warnings")},
-        "log": log_name,
-    }
-    if spec is not None:
-        record["model"] = {
-            "source": model,
-            "family": getattr(spec, "model_type", None),
-            "architecture": getattr(spec, "architecture", None),
-            "params_total": getattr(spec, "params_total", None),
-        }
-    return record
-
-
-def save_calibration(record: Mapping[str, object], directory: Path | None = None) -> Path:
-    directory = directory or calibration_dir()
-    directory.mkdir(parents=True, exist_ok=True)
-    model = record.get("model")
-    family = model.get("family") if isinstance(model, Mapping) else None
-    path = (
-        directory
-        / f"{calibration_key(str(record['engine']), str(record['gpu']), str(family) if family else None)}.json"
-    )
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    tmp.replace(path)
-    return path
-
-
-def load_calibration_file(path: Path) -> dict[str, object]:
-    from hfvram.sources.limits import byte_cap, read_user_file
-
-    try:  # capped, regular files only (not /dev/zero, not a FIFO)
-        record = json.loads(read_user_file(str(path), byte_cap("local_json"), what="calibration file"))
-    except (OSError, ValueError, RecursionError) as error:
-        raise MalformedFileError(f"not a calibration file ({error})", file=str(path)) from None
-    if not isinstance(record, dict) or record.get("schema") != CALIBRATION_SCHEMA:
-        raise MalformedFileError(f"schema is not {CALIBRATION_SCHEMA}", file=str(path), field="schema")
-    for key in ("activations", "overhead"):
-        value = record.get(key)
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
-            raise MalformedFileError("must be a non-negative integer (bytes) or null", file=str(path), field=key)
-    return record
-
-
-def find_calibration(engine: str, gpu_id: str, directory: Path | None = None) -> tuple[Path, dict[str, object]] | None:
-    path = calibration_file(engine, gpu_id, directory)
-    if path is None:
-        return None
-    return path, load_calibration_file(path)
-
-
-def find_calibrations(engine: str, gpu_id: str, directory: Path | None = None) -> list[tuple[Path, dict[str, object]]]:
-    """Every calibration saved for (engine, GPU): with a model family first, then the one without."""
-    return [(path, load_calibration_file(path)) for path in calibration_files(engine, gpu_id, directory)]
-
-
-def calibration_match(est: Estimate, record: Mapping[str, object]) -> tuple[str, ...]:
-    """Why ``record`` does not describe ``est`` (empty when it does): another engine, rule set (release range), GPU,
-    model family or model size, or a record that does not say which model it measured."""
-    reasons = []
-    engine = est.engine.get("name")
-    if record.get("engine") != engine:
-        reasons.append(f"measured with {record.get('engine')}, not {engine}")
-    rules = record.get("engine_rules") or _rules_version(str(record.get("engine")), record.get("engine_version"))
-    used = est.engine.get("version")
-    if not rules:
-        reasons.append("the log does not say which engine release ran")
-    elif used and rules != used:
-        reasons.append(
-            f"measured on {record.get('engine')} {record.get('engine_version')} ({rules} rules), this estimate follows "
-            f"the {used} rules (--engine {engine}@{record.get('engine_version')} compares like with like)"
-        )
-    if est.hardware is not None and record.get("gpu") != est.hardware.gpu.id:
-        reasons.append(f"measured on {record.get('gpu')}, not {est.hardware.gpu.id}")
-    model = record.get("model")
-    if not isinstance(model, Mapping) or not model.get("family"):
-        reasons.append("saved without --model, so the model family it measured is unknown")
-    else:
-        if model.get("family") != est.spec.model_type:
-            reasons.append(f"measured on a {model.get('family')} model, this is {est.spec.model_type}")
-        size, here = model.get("params_total"), est.spec.params_total
-        if isinstance(size, int) and here and not (size / SIZE_FACTOR <= here <= size * SIZE_FACTOR):
-            reasons.append(f"measured on a {size / 1e9:.1f}B model, this one has {here / 1e9:.1f}B parameters")
-    return tuple(reasons)
-
-
-def not_applied_warning(path: object, reasons: Iterable[str]) -> str:
-    return f"calibration {path} not applied: " + "; ".join(reasons)
-
-
-def apply_calibration(est: Estimate, record: Mapping[str, object], origin: str) -> Estimate:
-    """Replace the activation / overhead terms by the measured ones; verdict and capacity follow.
-
-    Capacity is scaled by the change of the memory left for the KV cache (tokens are proportional to the pool
-    for paged engines); this is stated in the estimate's explanation.
-    """
-    old = est.per_gpu
-    activations = record.get("activations")
-    overhead = record.get("overhead")
-    new = replace(
-        old,
-        activations=old.activations if not isinstance(activations, (int, float)) else int(activations),
-        overhead=old.overhead if not isinstance(overhead, (int, float)) else int(overhead),
-    )
-    explain = dict(est.explain)
-    note = f"calibrated from {origin}"
-    explain["activations"] = (
-        f"{note} (was {old.activations / GIB:.2f} GiB by the rules)"
-        if activations is not None
-        else explain.get("activations", "")
-    )
-    explain["overhead"] = (
-        f"{note} (was {old.overhead / GIB:.2f} GiB by the rules)"
-        if overhead is not None
-        else explain.get("overhead", "")
-    )
-    capacity = est.capacity
-    old_pool = old.usable - old.weights - old.activations - old.overhead
-    new_pool = new.usable - new.weights - new.activations - new.overhead
-    if est.hardware is not None and old_pool > 0:
-        ratio = max(0.0, new_pool) / old_pool
-        capacity = Capacity(
-            kv_tokens=None if capacity.kv_tokens is None else int(capacity.kv_tokens * ratio),
-            max_concurrency=None if capacity.max_concurrency is None else capacity.max_concurrency * ratio,
-            max_context=None if capacity.max_context is None else int(capacity.max_context * ratio),
-        )
-        explain["capacity"] = f"derived: scaled by the KV pool change after calibration (× {ratio:.3f})"
-    verdict = verdict_for(new.total, new.usable) if est.hardware is not None else None
-    utilization = new.total / new.usable if est.hardware is not None and new.usable else est.utilization
-    return replace(
-        est,
-        per_gpu=new,
-        verdict=verdict,
-        utilization=utilization,
-        capacity=capacity,
-        explain=explain,
-        warnings=(*est.warnings, f"activations / overhead measured: {note}", *calibration_mismatches(est, record)),
-    )
-
-
-def _minor(version: object) -> str | None:
-    """``0.19.0`` / ``v0.19`` -> ``0.19``: releases that share their memory rules."""
-    match = re.match(r"v?(\d+)\.(\d+)", str(version or ""))
-    return f"{match[1]}.{match[2]}" if match else None
-
-
-def calibration_mismatches(est: Estimate, record: Mapping[str, object]) -> tuple[str, ...]:
-    """A calibration measured with another engine, release or GPU than the estimate's: said, not refused."""
-    notes = []
-    engine = est.engine.get("name")
-    if record.get("engine") and engine and record["engine"] != engine:
-        notes.append(
-            f"the calibration was measured with {record['engine']}, this estimate is for {engine}: "
-            "its activation / overhead terms may not carry over"
-        )
-    measured, used = _minor(record.get("engine_version")), _minor(est.engine.get("version"))
-    if measured and used and measured != used and record.get("engine") == engine:
-        notes.append(
-            f"the calibration was measured on {engine} {record.get('engine_version')}; this estimate "
-            f"follows the {used} rules (pass --engine {engine}@{measured} to compare like with like)"
-        )
-    if est.hardware is not None and record.get("gpu") and record["gpu"] != est.hardware.gpu.id:
-        notes.append(f"the calibration was measured on {record['gpu']}, this estimate is for {est.hardware.gpu.id}")
-    return tuple(notes)
-
-
-def predicted_terms(est: Estimate) -> dict[str, int | None]:
-    """The estimate's figures in the shape of :class:`Measured` (KV as the pool the engine would allocate)."""
-    per_gpu = est.per_gpu
-    stated = est.engine.get("kv_pool_bytes")
-    pool: int | None = stated if isinstance(stated, int) else None
-    if pool is None and est.hardware is not None:
-        pool = per_gpu.usable - per_gpu.weights - per_gpu.activations - per_gpu.overhead
-    if pool is not None and pool <= 0:
-        pool = 0  # the engine would find no memory for its KV cache, as a failed start-up log shows
-    return {
-        "weights": per_gpu.weights,
-        "kv_cache": pool if pool is not None else per_gpu.kv_cache,
-        "activations": per_gpu.activations,
-        "overhead": per_gpu.overhead,
-        "kv_tokens": est.capacity.kv_tokens,
-    }
-
-
-#: measured and predicted weights further apart than this share point at a different checkpoint or offload
-WEIGHTS_MISMATCH = 0.2
-
-
-def comparison_warnings(measured: Measured, predicted: Mapping[str, int | None]) -> list[str]:
-    """What to check when the prediction is far from the log: usually not hfvram's rules but the inputs."""
-    weights = predicted.get("weights")
-    if measured.weights is None or not weights:
-        return []
-    if abs(measured.weights - weights) <= WEIGHTS_MISMATCH * max(measured.weights, weights):
-        return []
-    return [
-        f"the log's weights ({measured.weights / GIB:.2f} GiB per GPU) are far from --model's "
-        f"({weights / GIB:.2f} GiB): is --model the checkpoint that ran (same quantization / GGUF file), "
-        "and do --set / --engine match the run (tensor parallel, -ngl, -ot / --n-cpu-moe offload)? "
-        "The other differences follow from that one"
-    ]
-
-
 def measured_dict(measured: Measured) -> dict[str, object]:
     out = asdict(measured)
     out["details"] = dict(measured.details)
@@ -751,7 +497,3 @@ def read_log(path: str) -> str:
 
     # capped (limits.toml [bytes] log), regular files only: /dev/zero or a FIFO is a usage error, not a hang
     return read_user_file(path, byte_cap("log"), what="log file", errors="replace")
-
-
-def iter_lines(texts: Iterable[str]) -> str:
-    return "\n".join(texts)

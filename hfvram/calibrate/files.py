@@ -1,0 +1,160 @@
+"""Calibration files: where saved calibrations live, the record ``calibrate --save`` writes, and reading one back
+(capped, schema-checked). A check asks only whether a file for its (engine, GPU) exists, which needs nothing but
+this module: the log patterns (``hfvram.calibrate.logs``) and the estimate edits (``hfvram.calibrate.apply``) are
+imported only when a calibration is read or applied."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import asdict
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from hfvram.errors import MalformedFileError, UsageError
+
+if TYPE_CHECKING:
+    from hfvram.calibrate.logs import Measured
+
+CALIBRATION_SCHEMA = "hfvram.calibration/1"
+
+
+def calibration_dir() -> Path:
+    """Where saved calibrations live: ``$HFVRAM_CONFIG_DIR/calibration`` or ``platformdirs.user_config_dir("hfvram")``."""
+    override = os.environ.get("HFVRAM_CONFIG_DIR")
+    if override:
+        return Path(override) / "calibration"
+    return _default_dir()
+
+
+@lru_cache(maxsize=1)
+def _default_dir() -> Path:
+    from platformdirs import user_config_dir
+
+    return Path(user_config_dir("hfvram")) / "calibration"
+
+
+def calibration_key(engine: str, gpu_id: str, family: str | None = None) -> str:
+    """The file name stem: ``vllm--h100-sxm`` (no model family: never applied automatically) or
+    ``vllm--h100-sxm--llama``."""
+    return (f"{engine}--{gpu_id}" + (f"--{family}" if family else "")).replace("/", "_")
+
+
+def calibration_file(engine: str, gpu_id: str, directory: Path | None = None) -> Path | None:
+    """The calibration saved without a model family for (engine, GPU), when there is one."""
+    path = (directory or calibration_dir()) / f"{calibration_key(engine, gpu_id)}.json"
+    return path if path.is_file() else None
+
+
+def calibration_files(engine: str, gpu_id: str, directory: Path | None = None) -> list[Path]:
+    """Every calibration saved for (engine, GPU): those with a model family first, then the one without."""
+    folder = directory or calibration_dir()
+    if not folder.is_dir():
+        return []
+    stem = calibration_key(engine, gpu_id)
+    paths = [*sorted(folder.glob(f"{glob_escape(stem)}--*.json")), folder / f"{stem}.json"]
+    return [path for path in paths if path.is_file()]
+
+
+def glob_escape(text: str) -> str:
+    return re.sub(r"([*?\[])", r"[\1]", text)
+
+
+def rules_version_of(engine: str, version: object) -> str | None:
+    """The hfvram rule set an engine release falls under (``0.6.4`` -> ``0.6``), None when unknown."""
+    if not version:
+        return None
+    from hfvram.estimate import common
+
+    try:
+        return common.engine_rules(engine, str(version))[0]
+    except (UsageError, ValueError, OSError):
+        return None
+
+
+def release_range(engine: str, rules_version: str | None) -> str | None:
+    """The engine releases that share a rule set: ``0.19 – 0.20.x`` / ``0.21 and later``."""
+    if rules_version is None:
+        return None
+    from hfvram.estimate import common
+
+    data = common.load_engine_data(engine)
+    versions = sorted(data.get("rule_versions") or data.get("versions", {}), key=common.version_key)
+    later = [v for v in versions if common.version_key(v) > common.version_key(rules_version)]
+    return f"{rules_version} up to {later[0]} (excluded)" if later else f"{rules_version} and later"
+
+
+def calibration_record(
+    measured: Measured, gpu_id: str, log_name: str, spec: object | None = None, model: str | None = None
+) -> dict[str, object]:
+    """What ``calibrate --save`` writes: the measured terms, keyed by engine, the engine's rule set (release
+    range), GPU and — when ``--model`` names the model that ran — its family and size."""
+    if measured.activations is None and measured.overhead is None:
+        raise UsageError("the log has neither an activation nor an overhead figure: nothing to calibrate with")
+    rules = rules_version_of(measured.engine, measured.engine_version)
+    record: dict[str, object] = {
+        "schema": CALIBRATION_SCHEMA,
+        "engine": measured.engine,
+        "engine_version": measured.engine_version,
+        "engine_rules": rules,
+        "engine_releases": release_range(measured.engine, rules),
+        "gpu": gpu_id,
+        "activations": measured.activations,
+        "overhead": measured.overhead,
+        "measured": {k: v for k, v in asdict(measured).items() if k not in ("details", "warnings")},
+        "log": log_name,
+    }
+    if spec is not None:
+        record["model"] = {
+            "source": model,
+            "family": getattr(spec, "model_type", None),
+            "architecture": getattr(spec, "architecture", None),
+            "params_total": getattr(spec, "params_total", None),
+        }
+    return record
+
+
+def save_calibration(record: Mapping[str, object], directory: Path | None = None) -> Path:
+    directory = directory or calibration_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    model = record.get("model")
+    family = model.get("family") if isinstance(model, Mapping) else None
+    path = (
+        directory
+        / f"{calibration_key(str(record['engine']), str(record['gpu']), str(family) if family else None)}.json"
+    )
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def load_calibration_file(path: Path) -> dict[str, object]:
+    from hfvram.sources.limits import byte_cap, read_user_file
+
+    try:  # capped, regular files only (not /dev/zero, not a FIFO)
+        record = json.loads(read_user_file(str(path), byte_cap("local_json"), what="calibration file"))
+    except (OSError, ValueError, RecursionError) as error:
+        raise MalformedFileError(f"not a calibration file ({error})", file=str(path)) from None
+    if not isinstance(record, dict) or record.get("schema") != CALIBRATION_SCHEMA:
+        raise MalformedFileError(f"schema is not {CALIBRATION_SCHEMA}", file=str(path), field="schema")
+    for key in ("activations", "overhead"):
+        value = record.get(key)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+            raise MalformedFileError("must be a non-negative integer (bytes) or null", file=str(path), field=key)
+    return record
+
+
+def find_calibration(engine: str, gpu_id: str, directory: Path | None = None) -> tuple[Path, dict[str, object]] | None:
+    path = calibration_file(engine, gpu_id, directory)
+    if path is None:
+        return None
+    return path, load_calibration_file(path)
+
+
+def find_calibrations(engine: str, gpu_id: str, directory: Path | None = None) -> list[tuple[Path, dict[str, object]]]:
+    """Every calibration saved for (engine, GPU): with a model family first, then the one without."""
+    return [(path, load_calibration_file(path)) for path in calibration_files(engine, gpu_id, directory)]
