@@ -404,7 +404,11 @@ def scan(
     _print_scan(reports, output, streamed=output in ("jsonl", "table"))
     if interrupted:
         _write_stderr(f"hfvram: interrupted: {len(reports)} of {len(sources)} sources finished")
-        sys.exit(EXIT_INTERRUPTED)
+        _flush_stdout()
+        with contextlib.suppress(OSError, ValueError):
+            sys.stderr.flush()
+        # the reads still in flight are abandoned: no interpreter teardown that would wait for their threads
+        os._exit(EXIT_INTERRUPTED)
     sys.exit(scan_exit_code(reports, fail_on == "tight"))
 
 

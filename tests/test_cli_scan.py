@@ -195,9 +195,13 @@ def test_ctrl_c_prints_what_finished(hub):
         pytest.fail(f"no row within 60 s; stderr: {process.stderr.read()[-2000:]}")
     first = process.stdout.readline()
     process.send_signal(signal.SIGINT)
-    rest = process.stdout.read()
-    stderr = process.stderr.read()
-    assert process.wait(timeout=60) == 130, stderr
+    process.stdin = None  # closed above: communicate() only reads
+    try:
+        rest, stderr = process.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        pytest.fail("the scan did not exit within 60 s of Ctrl-C")
+    assert process.returncode == 130, stderr
     rows = [json.loads(line) for line in (first + rest).splitlines() if line.strip()]
     assert 1 <= len(rows) < len(repos)
     assert "interrupted" in stderr and "Traceback" not in stderr
