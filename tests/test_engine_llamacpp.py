@@ -172,11 +172,17 @@ def test_qwen3_235b_ubatch_4096_compute_buffer():
     )
 
 
-def test_server_reserves_only_one_logits_row_per_slot(llama8b):
-    # docs/engines/llamacpp.md#llamacpp-defaults: llama-server n_outputs_max = min(n_batch, n_parallel) -> the layer term decides
+def test_server_logits_rows_per_build_era(llama8b):
+    # published llama-server logs reserve one logits row per ubatch token (graph_reserve ... n_outputs = 512,
+    # benchmarks/data/llamacpp_cuda_logs.jsonl); reserve-outputs=slots is the n_outputs_max cap read at e95dae18:
+    # min(n_batch, n_parallel) rows -> the layer term decides
     cli = compute_mib(llama8b, ctx_size=16384, binary="llama-cli")
     server = compute_mib(llama8b, ctx_size=16384, binary="llama-server")
-    assert server < cli / 1.5
+    capped = compute_mib(llama8b, ctx_size=16384, binary="llama-server", reserve_outputs="slots")
+    assert server == cli == pytest.approx(266.5)
+    assert capped < cli / 1.5
+    with pytest.raises(UsageError):
+        compute_mib(llama8b, ctx_size=16384, binary="llama-server", reserve_outputs="sometimes")
 
 
 # ---- placement, usable memory, estimate ----------------------------------------------------------------------
