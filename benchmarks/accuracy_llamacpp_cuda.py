@@ -94,6 +94,9 @@ def choice_for(case: Mapping[str, Any]) -> EngineChoice:
         "parallel": str(s.get("n_parallel", 1)),
         "n-gpu-layers": str(s["n_gpu_layers"]),
     }
+    build = str(case.get("build", "")).split(" ", 1)[0]
+    if build.isdigit():
+        values["build"] = build
     if s.get("override_tensor"):
         values["override-tensor"] = s["override_tensor"]
     if s.get("n_cpu_moe"):

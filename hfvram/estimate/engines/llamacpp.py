@@ -280,18 +280,23 @@ def resolve_ctx_size(spec: ModelSpec, choice: EngineChoice, workload: Workload, 
 
 
 def resolve_batches(choice: EngineChoice, rules: Rules, binary: str, parallel: int) -> tuple[int, int, int]:
-    """(n_batch, n_ubatch, n_outputs_max). The prompt graph of the reserve holds one logits row per ubatch token in
-    every published build we hold logs of (``graph_reserve … n_outputs = n_ubatch``, CUDA and CPU, llama-server and
-    library, builds 5622 … 2026); ``reserve-outputs=slots`` selects the later llama-server that caps the reserve at
-    its slots (``n_outputs_max``), ``n-outputs-max=N`` sets the cap directly."""
+    """(n_batch, n_ubatch, n_outputs_max). The prompt graph of the reserve holds ``min(ubatch, n_outputs_max)`` logits
+    rows; ``n_outputs_max`` is n_batch except in llama-server from build 9460 on (de6f727a, 2026-06-01:
+    ``server_n_outputs_max`` = n_parallel × (1 + draft)). Without ``build=N`` hfvram assumes an older llama-server
+    (every published log we hold: one row per ubatch token); ``reserve-outputs=ubatch|slots`` forces the era,
+    ``n-outputs-max=N`` sets the cap directly."""
     n_batch = setting_int(choice, "batch-size", "b", default=int(rules["n_batch"])) or int(rules["n_batch"])
     n_ubatch = setting_int(choice, "ubatch-size", "ub", default=int(rules["n_ubatch"])) or int(rules["n_ubatch"])
     n_ubatch = min(n_ubatch, n_batch)
     n_outputs_max = n_batch
     if binary == "llama-server":
-        era = (setting(choice, "reserve-outputs") or str(rules["server_reserve_outputs"])).strip().lower()
+        build = setting_int(choice, "build")
+        default = str(rules["server_reserve_outputs"])
+        if build is not None and build > 0:
+            default = "slots" if build >= int(rules["server_outputs_cap_build"]) else "ubatch"
+        era = (setting(choice, "reserve-outputs") or default).strip().lower()
         if era not in ("ubatch", "slots"):
-            raise UsageError(f"reserve-outputs={era!r}: use ubatch (published builds) or slots (n_outputs_max builds)")
+            raise UsageError(f"reserve-outputs={era!r}: use ubatch (builds before the cap) or slots (n_outputs_max)")
         if era == "slots":
             n_outputs_max = min(n_batch, parallel)
     n_outputs_max = setting_int(choice, "n-outputs-max", default=n_outputs_max) or n_outputs_max
@@ -498,8 +503,8 @@ def offload_copy_bytes(
     largest copy and what lives next to it:
 
     - output layer on the CPU (``-ngl`` ≤ n_layer): ``output.weight`` + f32 logits rows + one f32 hidden state;
-    - experts on the CPU (``--cpu-moe`` / ``--n-cpu-moe`` / ``-ot exps=CPU``): the up, gate and down expert tensors
-      of one layer (one split) + the MoE layer's live set.
+    - experts on the CPU (``--cpu-moe`` / ``--n-cpu-moe`` / ``-ot exps=CPU``): one expert tensor (up, gate or down:
+      every offloaded weight starts a new split, so earlier copies are reused) + the MoE layer's live set.
 
     (0, "") on the CPU / Metal backend, below the offload batch, or when nothing is kept in host memory."""
     if not settings.cuda or ub < int(consts["op_offload_min_batch"]):
@@ -521,11 +526,11 @@ def offload_copy_bytes(
         and (il < settings.cpu_moe_layers or _matches_override(f"blk.{il}.ffn_up_exps.weight", settings) == "CPU")
     ]
     if cpu_expert_layers:
-        largest = max(cpu_expert_layers)
+        largest = int(max(cpu_expert_layers) * consts["offload_expert_tensor_share"])
         candidates.append(
             (
                 int(largest + 4 * ub * layer_elems),
-                f"op offload: one layer's CPU experts {largest / MiB:.2f} MiB copied to the GPU + the MoE live set",
+                f"op offload: one CPU expert tensor ~{largest / MiB:.2f} MiB copied to the GPU + the MoE live set",
             )
         )
     return max(candidates, default=(0, ""))
