@@ -94,6 +94,8 @@ def choice_for(case: Mapping[str, Any]) -> EngineChoice:
         "parallel": str(s.get("n_parallel", 1)),
         "n-gpu-layers": str(s["n_gpu_layers"]),
     }
+    if s.get("kv_unified"):
+        values["kv-unified"] = "true"
     build = str(case.get("build", "")).split(" ", 1)[0]
     if build.isdigit():
         values["build"] = build
