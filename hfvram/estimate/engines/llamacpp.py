@@ -191,6 +191,14 @@ def resolve_settings(spec: ModelSpec, choice: EngineChoice, workload: Workload, 
     ctx_size = resolve_ctx_size(spec, choice, workload, parallel, kv_unified)
     n_ctx, n_ctx_seq, n_stream = kv_cells(ctx_size, parallel, kv_unified, int(rules["n_ctx_pad"]))
     n_batch, n_ubatch, n_outputs_max = resolve_batches(choice, rules, binary, parallel)
+    if binary == "llama-server" and not any(
+        setting(choice, name) for name in ("build", "reserve-outputs", "n-outputs-max")
+    ):
+        rows = min(n_ubatch, n_outputs_max)
+        notes.append(
+            f"llama-server reserve: {rows} logits rows per ubatch as builds before {rules['server_outputs_cap_build']} "
+            "reserve them (--set build=N for a newer build)"
+        )
     fa = _on_off_auto(setting(choice, "flash-attn", "fa"), str(rules["flash_attn"]))
     if fa == "auto":
         notes.append("flash-attn auto resolves to on when the device supports every FA op (assumed)")
