@@ -191,6 +191,14 @@ def resolve_settings(spec: ModelSpec, choice: EngineChoice, workload: Workload, 
     ctx_size = resolve_ctx_size(spec, choice, workload, parallel, kv_unified)
     n_ctx, n_ctx_seq, n_stream = kv_cells(ctx_size, parallel, kv_unified, int(rules["n_ctx_pad"]))
     n_batch, n_ubatch, n_outputs_max = resolve_batches(choice, rules, binary, parallel)
+    if binary == "llama-server" and not any(
+        setting(choice, name) for name in ("build", "reserve-outputs", "n-outputs-max")
+    ):
+        rows = min(n_ubatch, n_outputs_max)
+        notes.append(
+            f"llama-server reserve: {rows} logits rows per ubatch as builds before {rules['server_outputs_cap_build']} "
+            "reserve them (--set build=N for a newer build)"
+        )
     fa = _on_off_auto(setting(choice, "flash-attn", "fa"), str(rules["flash_attn"]))
     if fa == "auto":
         notes.append("flash-attn auto resolves to on when the device supports every FA op (assumed)")
@@ -280,11 +288,25 @@ def resolve_ctx_size(spec: ModelSpec, choice: EngineChoice, workload: Workload, 
 
 
 def resolve_batches(choice: EngineChoice, rules: Rules, binary: str, parallel: int) -> tuple[int, int, int]:
-    """(n_batch, n_ubatch, n_outputs_max); llama-server reserves outputs for its slots only."""
+    """(n_batch, n_ubatch, n_outputs_max). The prompt graph of the reserve holds ``min(ubatch, n_outputs_max)`` logits
+    rows; ``n_outputs_max`` is n_batch except in llama-server from build 9460 on (de6f727a, 2026-06-01:
+    ``server_n_outputs_max`` = n_parallel × (1 + draft)). Without ``build=N`` hfvram assumes an older llama-server
+    (every published log we hold: one row per ubatch token); ``reserve-outputs=ubatch|slots`` forces the era,
+    ``n-outputs-max=N`` sets the cap directly."""
     n_batch = setting_int(choice, "batch-size", "b", default=int(rules["n_batch"])) or int(rules["n_batch"])
     n_ubatch = setting_int(choice, "ubatch-size", "ub", default=int(rules["n_ubatch"])) or int(rules["n_ubatch"])
     n_ubatch = min(n_ubatch, n_batch)
-    n_outputs_max = min(n_batch, parallel) if binary == "llama-server" else n_batch
+    n_outputs_max = n_batch
+    if binary == "llama-server":
+        build = setting_int(choice, "build")
+        default = str(rules["server_reserve_outputs"])
+        if build is not None and build > 0:
+            default = "slots" if build >= int(rules["server_outputs_cap_build"]) else "ubatch"
+        era = (setting(choice, "reserve-outputs") or default).strip().lower()
+        if era not in ("ubatch", "slots"):
+            raise UsageError(f"reserve-outputs={era!r}: use ubatch (builds before the cap) or slots (n_outputs_max)")
+        if era == "slots":
+            n_outputs_max = min(n_batch, parallel)
     n_outputs_max = setting_int(choice, "n-outputs-max", default=n_outputs_max) or n_outputs_max
     return n_batch, n_ubatch, n_outputs_max
 
@@ -432,13 +454,20 @@ def attention_masks(spec: ModelSpec, settings: Settings, pad: int = 256) -> list
 
 
 def compute_buffer_bytes(
-    spec: ModelSpec, settings: Settings, consts: Mapping[str, float], *, with_output: bool = True, pad: int = 256
+    spec: ModelSpec,
+    settings: Settings,
+    consts: Mapping[str, float],
+    *,
+    with_output: bool = True,
+    pad: int = 256,
+    first_device: bool = True,
 ) -> tuple[int, str]:
     """The backend compute buffer of the worst-case graph (llama_context::sched_reserve), docs/engines/llamacpp.md#llamacpp-compute-buffer:
 
     ``4 · ub · max(logits, layer + masks)`` with ``logits = n_out·V/ub + 2·n_embd``; FA on: masks f16
     (``n_kv/2`` per mask); FA off: f32 KQ scores ``n_kv·n_head`` plus an f32 mask and ``5.5·n_embd``.
-    ``with_output`` False for a device that holds no output layer (multi-GPU: only the last has logits)."""
+    ``with_output`` False for a device that holds no output layer (multi-GPU: only the last has logits);
+    ``first_device`` False for the other GPUs (CUDA op offload copies host weights to the first GPU only)."""
     ub = min(settings.n_ctx, settings.n_ubatch)
     n_out = min(ub, settings.n_outputs_max)
     n_embd = spec.hidden_size or 0
@@ -466,7 +495,69 @@ def compute_buffer_bytes(
         live = max(logits, layer, scores, recurrent)
         rule = f"FA off: max(logits {logits:.0f}, layer {layer:.0f}, KQ {scores:.0f})"
     size = int(4 * ub * live)
-    return size, f"4 B × ubatch {ub} × {rule} elements per token"
+    rule = f"4 B × ubatch {ub} × {rule} elements per token"
+    copy, copy_rule = offload_copy_bytes(spec, settings, consts, ub, layer) if first_device else (0, "")
+    if copy > size:
+        return copy, copy_rule
+    return size, rule
+
+
+def offload_copy_bytes(
+    spec: ModelSpec, settings: Settings, consts: Mapping[str, float], ub: int, layer_elems: float
+) -> tuple[int, str]:
+    """CUDA op offload (docs/engines/llamacpp.md#llamacpp-compute-buffer): at ``ubatch ≥ 32`` the scheduler runs
+    the matrix products of weights kept in host memory on the first GPU and copies each such weight into that GPU's
+    compute buffer for its split (``ggml_backend_sched`` op offload, ``ggml_backend_cuda_device_offload_op``). The
+    largest copy and what lives next to it:
+
+    - output layer on the CPU (``-ngl`` ≤ n_layer): ``output.weight`` + f32 logits rows + one f32 hidden state;
+    - experts on the CPU (``--cpu-moe`` / ``--n-cpu-moe`` / ``-ot exps=CPU``): one expert tensor (up, gate or down:
+      every offloaded weight starts a new split, so earlier copies are reused) + the MoE layer's live set.
+
+    (0, "") on the CPU / Metal backend, below the offload batch, or when nothing is kept in host memory."""
+    if not settings.cuda or ub < int(consts["op_offload_min_batch"]):
+        return 0, ""
+    n_layer = spec.num_layers
+    _, experts, _, output = _layer_weight_bytes(spec)
+    n_embd = spec.hidden_size or 0
+    candidates: list[tuple[int, str]] = []
+    if settings.n_gpu_layers <= n_layer and output:
+        n_out = min(ub, settings.n_outputs_max)
+        rows = 4 * (n_out * (spec.vocab_size or 0) + consts["offload_output_embd_factor"] * ub * n_embd)
+        candidates.append(
+            (int(output + rows), f"op offload: output.weight {output / MiB:.2f} MiB copied to the GPU + logits rows")
+        )
+    cpu_expert_layers = [
+        experts[il]
+        for il in range(n_layer)
+        if experts[il]
+        and (il < settings.cpu_moe_layers or _matches_override(f"blk.{il}.ffn_up_exps.weight", settings) == "CPU")
+    ]
+    if cpu_expert_layers:
+        largest = int(max(cpu_expert_layers) * consts["offload_expert_tensor_share"])
+        candidates.append(
+            (
+                int(largest + 4 * ub * layer_elems),
+                f"op offload: one CPU expert tensor ~{largest / MiB:.2f} MiB copied to the GPU + the MoE live set",
+            )
+        )
+    return max(candidates, default=(0, ""))
+
+
+def host_compute_buffer_bytes(
+    spec: ModelSpec, settings: Settings, consts: Mapping[str, float], *, pad: int = 256
+) -> tuple[int, str]:
+    """The ``CUDA_Host`` compute buffer (pinned host memory, not VRAM) of a CUDA run: the graph inputs the CPU
+    backend fills and the scheduler uploads — the f32 token embeddings of one ubatch (token_embd stays on the
+    CPU, ``get_rows`` runs there) and the f32 KQ masks (one per mask kind, ``n_kv × ubatch``), with FA on or off.
+    0 on the CPU / Metal backend. docs/engines/llamacpp.md#llamacpp-compute-buffer."""
+    if not settings.cuda:
+        return 0, ""
+    ub = min(settings.n_ctx, settings.n_ubatch)
+    masks = attention_masks(spec, settings, pad)
+    embd = consts["host_embd_factor"] * (spec.hidden_size or 0)
+    size = int(4 * ub * (embd + consts["host_mask_factor"] * sum(masks)))
+    return size, f"4 B × ubatch {ub} × (n_embd {embd:.0f} + f32 masks {sum(masks)}) elements per token"
 
 
 def output_buffer_bytes(spec: ModelSpec, settings: Settings) -> int:
@@ -680,6 +771,8 @@ class Breakdown:
     output_buffer: int
     overhead: int
     worst: int
+    #: the CUDA_Host compute buffer (pinned host memory, not VRAM); 0 on the CPU / Metal backend
+    host_compute: int = 0
 
 
 def breakdown(
@@ -698,7 +791,12 @@ def breakdown(
     computes, rule = [], ""
     for dev, has_output in enumerate(placement.gpu_has_output):
         size, rule_dev = compute_buffer_bytes(
-            spec, settings, compute_consts, with_output=has_output or len(placement.gpu_has_output) == 1, pad=pad
+            spec,
+            settings,
+            compute_consts,
+            with_output=has_output or len(placement.gpu_has_output) == 1,
+            pad=pad,
+            first_device=dev == 0,
         )
         computes.append(size if placement.gpu_layers[dev] or dev == 0 else 0)
         rule = rule if rule and not has_output else rule_dev
@@ -708,8 +806,17 @@ def breakdown(
         for weights, kv_cache, buffer in zip(placement.gpu_weights, placement.gpu_kv, computes)
     ]
     worst = max(range(len(totals)), key=lambda index: totals[index])
+    host_compute, _ = host_compute_buffer_bytes(spec, settings, compute_consts, pad=pad)
     return Breakdown(
-        settings, kv, placement, tuple(computes), rule, output_buffer_bytes(spec, settings), overhead, worst
+        settings,
+        kv,
+        placement,
+        tuple(computes),
+        rule,
+        output_buffer_bytes(spec, settings),
+        overhead,
+        worst,
+        host_compute,
     )
 
 
@@ -916,7 +1023,9 @@ def explain_lines(spec: ModelSpec, hardware: Hardware | None, parts: Breakdown, 
         ),
         "activations": (
             f"compute buffer {parts.gpu_compute[dev] / MiB:.2f} MiB = {parts.compute_rule}; "
-            f"host: logits buffer {parts.output_buffer / MiB:.2f} MiB (not VRAM)"
+            f"host: logits buffer {parts.output_buffer / MiB:.2f} MiB"
+            + (f" + CUDA_Host compute buffer {parts.host_compute / MiB:.2f} MiB" if parts.host_compute else "")
+            + " (not VRAM)"
         ),
         "overhead": overhead_bytes(hardware, rules)[1],
         "usable": (
