@@ -262,9 +262,17 @@ def test_hybrid_cuda_graphs_scale_with_mixer_blocks_not_mlp_blocks():
 
 ESTIMATE_SOURCES = Path(__file__).resolve().parent.parent / "hfvram" / "estimate"
 ENGINE_TOMLS = sorted((Path(__file__).resolve().parent.parent / "hfvram" / "data" / "engines").glob("*.toml"))
-#: tables whose keys are data (release versions, GPU names, model types, vendors, policy numbers), not settings
+#: tables whose keys are data (release versions, GPU names, model types, vendors, policy numbers, the engine flags
+#: named in a warning), not settings
 DATA_KEYED_TABLES = frozenset(
-    {"versions", "max_batch_size_by_gpu_name", "model_type_to_arch", "refused_vendors", "quant_policy_kv"}
+    {
+        "versions",
+        "max_batch_size_by_gpu_name",
+        "model_type_to_arch",
+        "refused_vendors",
+        "quant_policy_kv",
+        "unmodelled_flags",
+    }
 )
 
 
