@@ -10,6 +10,7 @@ import pytest
 from spec_support import derived_spec
 
 from hfvram.errors import UsageError
+from hfvram.estimate import common
 from hfvram.estimate.core import estimate
 from hfvram.estimate.engines import vllm
 from hfvram.estimate.hardware import parse_gpu_spec
@@ -406,3 +407,40 @@ def test_ngram_speculation_and_fp8_quantization_are_not_warned_about():
         quantization="fp8",
     )
     assert not [w for w in result.warnings if "speculative" in w or "--quantization" in w]
+
+
+# ---- weights kept whole on every rank (docs/engines/vllm.md#vllm-parallelism) -----------------------------------
+
+
+def test_mla_latent_projections_are_kept_whole_on_every_rank():
+    """vLLM deepseek_v2.py: ``fused_qkv_a_proj`` (q_a_proj + kv_a_proj_with_mqa) is a
+    ``MergedColumnParallelLinear(disable_tp=True)``: DeepSeek-V3 holds 61 × 7168 × (1536 + 512 + 64) FP8 weights of
+    it whole on every GPU, about 0.86 GiB, 0.75 GiB more per GPU at TP 8 than an even split."""
+    spec = spec_of("deepseek-ai/DeepSeek-V3")
+    whole = common.mla_replicated_bytes(spec, 8)
+    per_param = spec.weights.bytes_by_component["attention"] / spec.weights.params_by_component["attention"]
+    assert whole == pytest.approx(61 * 7168 * 2112 * per_param)
+    assert whole * 7 / 8 / GiB == pytest.approx(0.75, abs=0.01)
+    result = run(spec, parse_gpu_spec("h200x8"), context=8192)
+    assert "+0.75 GiB per GPU" in result.explain["weights"]
+    assert common.mla_replicated_bytes(spec, 1) == 0
+    # without q_lora_rank only kv_a_proj_with_mqa (ReplicatedLinear): DeepSeek-V2-Lite, 27 × 2048 × 576 BF16
+    lite = spec_of("deepseek-ai/DeepSeek-V2-Lite")
+    assert common.mla_replicated_bytes(lite, 2) == pytest.approx(27 * 2048 * 576 * 2, rel=0.01)
+
+
+def test_deepseek_r1_tp8_weights_against_a_published_load():
+    """HabanaAI/vllm-fork#809 (vLLM fork, DeepSeek-R1 FP8 at TP 8): "Pre-loading model weights on hpu:0 took
+    79.41 GiB of device memory". The MTP layer is not loaded (``load_weights`` skips
+    ``get_spec_layer_idx_from_weight_name``) and the MLA latent projections are whole on every rank: 79.29 GiB
+    (an even split of every tensor would say 80.3)."""
+    result = run(spec_of("deepseek-ai/DeepSeek-R1"), parse_gpu_spec("h200x8"), context=8192)
+    assert result.per_gpu.weights / GiB == pytest.approx(79.41, rel=0.01)
+    assert "multi-token-prediction layer(s)" in result.explain["weights"]
+    mtp = run(
+        spec_of("deepseek-ai/DeepSeek-R1"),
+        parse_gpu_spec("h200x8"),
+        context=8192,
+        speculative_config='{"method": "deepseek_mtp", "num_speculative_tokens": 1}',
+    )
+    assert mtp.per_gpu.weights > result.per_gpu.weights + 1.5 * GiB  # 14.36 GiB of MTP layer over 8 GPUs

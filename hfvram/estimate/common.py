@@ -268,6 +268,24 @@ def weights_per_rank(
     )
 
 
+def mla_replicated_bytes(spec: ModelSpec, tp: int, scale: float = 1.0) -> float:
+    """Attention bytes vLLM and SGLang keep whole on every TP rank for MLA (vllm.md#vllm-parallelism,
+    sglang.md#sglang-parallelism): per layer q_a_proj + kv_a_proj_with_mqa (vLLM ``fused_qkv_a_proj``,
+    ``MergedColumnParallelLinear(disable_tp=True)``; SGLang ``fused_qkv_a_proj_with_mqa``, ``ReplicatedLinear``), or
+    ``kv_a_proj_with_mqa`` alone without q_lora_rank: hidden × (q_lora_rank + kv_lora_rank + qk_rope_head_dim)
+    weights, at the checkpoint's attention bytes per parameter (scales included). 0 at TP 1."""
+    hidden = spec.hidden_size or 0
+    mla = [layer for layer in spec.layers if layer.kind is LayerKind.MLA]
+    if tp <= 1 or not mla or not hidden or spec.weights is None:
+        return 0.0
+    elems = sum(hidden * (layer.q_lora_rank + layer.kv_lora_rank + layer.qk_rope_head_dim) for layer in mla)
+    attention_bytes = spec.weights.bytes_by_component.get("attention", 0)
+    attention_params = spec.weights.params_by_component.get("attention", 0)
+    if not attention_bytes or not attention_params:
+        return 0.0
+    return min(float(attention_bytes) * scale, elems * attention_bytes / attention_params * scale)
+
+
 def worst_stage_bytes(per_rank: Mapping[str, float], num_layers: int, pp: int) -> float:
     """Weights on the fullest pipeline stage: layer components follow the layers, embeddings and vision sit on
     the first stage, lm_head, mtp and other on the last."""

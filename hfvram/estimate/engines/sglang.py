@@ -443,13 +443,26 @@ def overhead_bytes(cuda_context_gib: float, nccl_init_gib: float | None) -> int:
     return int(cuda_context_gib * GiB + (nccl_init_gib * GiB if nccl_init_gib is not None else 0))
 
 
+def weights_split(spec: ModelSpec, settings: Settings, rules: Rules) -> common.WeightsSplit:
+    """Weights on the worst rank: the TP / PP split with vocab padding, MLA's ``fused_qkv_a_proj_with_mqa``
+    (``ReplicatedLinear``) whole on every rank (sglang.md#sglang-parallelism)."""
+    replicated = common.mla_replicated_bytes(spec, settings.tp)
+    return common.weights_per_rank(
+        spec,
+        settings.tp,
+        settings.pp,
+        vocab_padding=rules["vocab_padding"],
+        replicated={"attention": replicated} if replicated else None,
+    )
+
+
 def compute(
     spec: ModelSpec, hardware: Hardware | None, settings: Settings, workload: Workload, rules: Rules
 ) -> Breakdown:
     """Every term for ``settings``: weights, overhead, cell size, token pool, the slack outside the static
     fraction and the req_to_token table in it, what the workload needs and the decode bound."""
     context = workload.context or settings.context_length
-    split = common.weights_per_rank(spec, settings.tp, settings.pp, vocab_padding=rules["vocab_padding"])
+    split = weights_split(spec, settings, rules)
     cuda_context_gib = rules["cuda_context_gib"]
     nccl_init_gib = rules["nccl_init_gib"] if settings.tp * settings.pp > 1 else None
     overhead = overhead_bytes(cuda_context_gib, nccl_init_gib)

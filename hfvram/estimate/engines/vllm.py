@@ -80,6 +80,8 @@ class Settings:
     data_parallel_size: int = 1
     #: --num-gpu-blocks-override: the KV pool is that many blocks, whatever the profile left (vllm.md#vllm-budget)
     num_gpu_blocks_override: int | None = None
+    #: --speculative-config's method ("ngram", "eagle", "mtp", …; None without speculative decoding)
+    speculative_method: str | None = None
 
     @property
     def dtype_bytes(self) -> float:
@@ -435,9 +437,6 @@ def resolve_settings(
     block_default = int(rules["block_size_mla"] if has_mla else rules["block_size"])
     kv_mem = common.setting(choice, "kv-cache-memory-bytes")
     warnings.extend(unmodelled_flag_warnings(spec, choice, rules, quant_setting))
-    override = common.setting_int(choice, "num-gpu-blocks-override")
-    if override is not None and override < 1:
-        raise UsageError(f"num-gpu-blocks-override must be a positive number of blocks, got {override}")
     return Settings(
         rules=rules_version,
         gpu_memory_utilization=util,
@@ -459,8 +458,17 @@ def resolve_settings(
         online_quantization=online,
         context_cap=max_model_len if set_len else max(max_model_len, spec.max_position_embeddings or 0),
         data_parallel_size=dp,
-        num_gpu_blocks_override=override,
+        num_gpu_blocks_override=gpu_blocks_override(choice),
+        speculative_method=speculative_method(common.setting(choice, "speculative-config") or "")[0],
     )
+
+
+def gpu_blocks_override(choice: EngineChoice) -> int | None:
+    """``--num-gpu-blocks-override``: a positive block count (UsageError otherwise), None when not set."""
+    override = common.setting_int(choice, "num-gpu-blocks-override")
+    if override is not None and override < 1:
+        raise UsageError(f"num-gpu-blocks-override must be a positive number of blocks, got {override}")
+    return override
 
 
 def unmodelled_flag_warnings(spec: ModelSpec, choice: EngineChoice, rules: Rules, quantization: str) -> list[str]:
@@ -707,6 +715,18 @@ def weights_per_gpu(spec: ModelSpec, settings: Settings, rules: Rules) -> Weight
         )
         scale["experts"] = padded / (hidden * inter)
         notes.append(f"MXFP4 experts padded {hidden}×{inter} → kernel sizes (×{scale['experts']:.3f})")
+    if (
+        spec.weights is not None
+        and spec.weights.bytes_by_component.get("mtp")
+        and "mtp" not in (settings.speculative_method or "")
+    ):
+        # the main model's load_weights skips the MTP layers (get_spec_layer_idx_from_weight_name); only an MTP draft
+        # (--speculative-config method *mtp) loads them (vllm.md#vllm-weights)
+        scale["mtp"] = 0.0
+        notes.append(
+            f"{spec.num_mtp_layers or 'the'} multi-token-prediction layer(s) of the checkpoint "
+            f"({spec.weights.bytes_by_component['mtp'] / GiB:.2f} GiB) not loaded: vLLM loads them only as an MTP draft"
+        )
     stored = spec.dtype_bytes()
     if spec.quantization is None and spec.weights is not None and stored != settings.dtype_bytes:
         for component in {*spec.weights.bytes_by_component, "other"}:
@@ -717,9 +737,20 @@ def weights_per_gpu(spec: ModelSpec, settings: Settings, rules: Rules) -> Weight
         for component in ("attention", "mlp", "experts", "mtp"):
             scale[component] = scale.get(component, 1.0) / settings.dtype_bytes
         notes.append("--quantization fp8: linear layers quantized to 1 byte per weight at load time")
+    replicated = common.mla_replicated_bytes(spec, settings.tensor_parallel_size, scale.get("attention", 1.0))
     split = common.weights_per_rank(
-        spec, settings.tensor_parallel_size, settings.pipeline_parallel_size, int(rules["vocab_padding"]), scale
+        spec,
+        settings.tensor_parallel_size,
+        settings.pipeline_parallel_size,
+        int(rules["vocab_padding"]),
+        scale,
+        replicated={"attention": replicated} if replicated else None,
     )
+    if replicated:
+        notes.append(
+            f"the attention kept whole is MLA's fused_qkv_a_proj / kv_a_proj_with_mqa (not split by vLLM): "
+            f"+{replicated * (1 - 1 / settings.tensor_parallel_size) / GiB:.2f} GiB per GPU over an even split"
+        )
     weights = split.bytes
     if settings.cpu_offload_gb:
         weights = max(0, weights - int(settings.cpu_offload_gb * GiB))
