@@ -206,6 +206,16 @@ def test_mxfp4_experts_are_padded_for_the_kernels():
     assert result.per_gpu.weights == pytest.approx(experts * 3072 * 2944 / 2880**2 + GiB, rel=0.01)
 
 
+def test_mxfp4_padding_is_per_tp_shard():
+    """vLLM pads intermediate_size_per_partition (the TP shard) for the MXFP4 kernels: at TP 2 gpt-oss's 2880 is
+    1440 per rank, padded to 1536 (Marlin, multiple of 128), not half of 2944. gt-0086 (gpt-oss-20b, TP 2, v0.19.0,
+    H100): "Model loading took 7.01 GiB" (an even split of the padded whole says 6.83)."""
+    spec = spec_of("openai/gpt-oss-20b")
+    result = run(spec, replace(H100_LOGGED, count=2), context=8192, tensor_parallel_size=2)
+    assert "2880×1440 per TP shard" in result.explain["weights"]
+    assert result.per_gpu.weights / GiB == pytest.approx(7.01, rel=0.01)
+
+
 def test_without_hardware_only_the_footprint(llama8b):
     result = estimate(llama8b, None, EngineChoice("vllm"), Workload(context=8192))
     assert result.verdict is None and result.capacity.kv_tokens is None

@@ -709,12 +709,15 @@ def weights_per_gpu(spec: ModelSpec, settings: Settings, rules: Rules) -> Weight
     notes = []
     quant = (spec.quantization.method if spec.quantization else "").lower()
     if quant == "mxfp4" and spec.hidden_size and spec.moe_intermediate_size:
-        hidden, inter = spec.hidden_size, spec.moe_intermediate_size
+        # the kernels pad intermediate_size_per_partition, the TP shard (vllm.md#vllm-weights)
+        hidden, inter, tp = spec.hidden_size, spec.moe_intermediate_size, settings.tensor_parallel_size
+        shard = _cdiv(inter, tp)
         padded = common.pad_to_multiple(hidden, int(rules["mxfp4_round_hidden"])) * common.pad_to_multiple(
-            inter, int(rules["mxfp4_round_intermediate"])
+            shard, int(rules["mxfp4_round_intermediate"])
         )
-        scale["experts"] = padded / (hidden * inter)
-        notes.append(f"MXFP4 experts padded {hidden}×{inter} → kernel sizes (×{scale['experts']:.3f})")
+        scale["experts"] = padded * tp / (hidden * inter)
+        shape = f"{hidden}×{shard} per TP shard" if tp > 1 else f"{hidden}×{inter}"
+        notes.append(f"MXFP4 experts padded {shape} → kernel sizes (×{scale['experts']:.3f})")
     if (
         spec.weights is not None
         and spec.weights.bytes_by_component.get("mtp")
