@@ -52,6 +52,8 @@ class Layer:
     #: MLA latent sizes (MLA only): the cache holds kv_lora_rank + qk_rope_head_dim elements per token
     kv_lora_rank: int = 0
     qk_rope_head_dim: int = 0
+    #: MLA query compression rank (q_a_proj's output; 0 = the query is projected whole, DeepSeek-V2-Lite)
+    q_lora_rank: int = 0
     #: recurrent state per sequence in elements (LINEAR / MAMBA), before TP sharding
     conv_state_elems: int = 0
     ssm_state_elems: int = 0

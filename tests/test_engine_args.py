@@ -324,3 +324,24 @@ def test_huge_setting_is_one_line_exit_2():
     )
     assert result.returncode == 2 and "implausible" in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and len(result.stderr) < 300
+
+
+def test_memory_flags_of_issue_12_are_read_not_ignored():
+    """vLLM ``-dp`` (arg_utils: ``--data-parallel-size/-dp``), LoRA, speculative decoding, block override and
+    multimodal limits; SGLang ``--dp`` / LoRA / speculative flags: kept as settings for the profiles, which model
+    them or name them in a warning."""
+    vllm = parse_engine_args(
+        "vllm serve m -dp 2 --enable-lora --max-loras 4 --max-lora-rank 64 --max-cpu-loras 8 "
+        "--num-gpu-blocks-override 512 --limit-mm-per-prompt '{\"image\": 0}' "
+        '--speculative-config \'{"method": "ngram", "num_speculative_tokens": 4}\' --quantization bitsandbytes'
+    )
+    assert vllm.ignored == []
+    assert vllm.settings["data-parallel-size"] == "2" and vllm.settings["enable-lora"] == "true"
+    assert vllm.settings["num-gpu-blocks-override"] == "512" and vllm.settings["max-cpu-loras"] == "8"
+    sglang = parse_engine_args(
+        "python -m sglang.launch_server --model-path m --dp 2 --enable-lora --max-loras-per-batch 4 "
+        "--max-lora-rank 16 --speculative-algorithm EAGLE3 --speculative-draft-model-path d"
+    )
+    assert sglang.ignored == []
+    assert sglang.settings["dp-size"] == "2" and sglang.settings["enable-lora"] == "true"
+    assert sglang.settings["speculative-draft-model-path"] == "d"

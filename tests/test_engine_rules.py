@@ -262,9 +262,17 @@ def test_hybrid_cuda_graphs_scale_with_mixer_blocks_not_mlp_blocks():
 
 ESTIMATE_SOURCES = Path(__file__).resolve().parent.parent / "hfvram" / "estimate"
 ENGINE_TOMLS = sorted((Path(__file__).resolve().parent.parent / "hfvram" / "data" / "engines").glob("*.toml"))
-#: tables whose keys are data (release versions, GPU names, model types, vendors, policy numbers), not settings
+#: tables whose keys are data (release versions, GPU names, model types, vendors, policy numbers, the engine flags
+#: named in a warning), not settings
 DATA_KEYED_TABLES = frozenset(
-    {"versions", "max_batch_size_by_gpu_name", "model_type_to_arch", "refused_vendors", "quant_policy_kv"}
+    {
+        "versions",
+        "max_batch_size_by_gpu_name",
+        "model_type_to_arch",
+        "refused_vendors",
+        "quant_policy_kv",
+        "unmodelled_flags",
+    }
 )
 
 
@@ -350,3 +358,34 @@ def test_estimator_functions_stay_short_or_say_why():
             ):
                 long.append(f"{path.relative_to(ESTIMATE_SOURCES.parent)}:{node.lineno} {node.name}")
     assert not long, f"functions over 60 lines without a reason: {long}"
+
+
+#: flags of engine_args.toml that change no GPU memory: no warning (and the output says nothing about them)
+MEMORY_NEUTRAL_FLAGS = {
+    # prefix caching reuses blocks of the same pool (docs/engines/vllm.md#vllm-kv-groups)
+    "vllm": {"no-enable-prefix-caching"},
+    # the radix cache is the token pool's bookkeeping, not memory of its own (docs/engines/sglang.md#sglang-token-pool)
+    "sglang": {"disable-radix-cache"},
+}
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_every_memory_flag_is_modelled_or_named_in_a_warning(engine):
+    """Issue 12: every flag of the engine that hfvram keeps (engine_args.toml ``settings``) is read by the profile
+    (named in its code), listed in the engine TOML's ``unmodelled_flags`` (a warning names it) or memory-neutral."""
+    import re
+
+    import tomllib
+
+    root = ESTIMATE_SOURCES.parent / "data"
+    flags = tomllib.loads((root / "engine_args.toml").read_text(encoding="utf-8"))["engines"][engine]
+    engine_toml = tomllib.loads((root / "engines" / f"{engine}.toml").read_text(encoding="utf-8"))
+    source = "\n".join(
+        (ESTIMATE_SOURCES / name).read_text(encoding="utf-8")
+        for name in (f"engines/{engine}.py", "common.py", "engine_rules.py")
+    )
+    named = set(re.findall(r"""["']([A-Za-z0-9_.\-]+)["']""", source))
+    warned = set(engine_toml["defaults"]["unmodelled_flags"])
+    fields = set(flags["fields"].values())
+    silent = [flag for flag in flags["settings"] if flag not in named | warned | fields | MEMORY_NEUTRAL_FLAGS[engine]]
+    assert not silent, f"{engine}: flags read from a command line but neither modelled nor warned about: {silent}"

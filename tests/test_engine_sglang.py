@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from spec_support import derived_spec
 
+from hfvram.errors import UsageError
 from hfvram.estimate.common import load_engine_data, rules_for_version
 from hfvram.estimate.core import estimate
 from hfvram.estimate.engines import get_profile, sglang
@@ -214,3 +215,92 @@ def test_without_gpu_reports_footprint_only():
     assert result.per_gpu.weights > 15 * GiB
     assert "derived" in result.explain["weights"]
     assert "approximation" in result.explain["budget"]
+
+
+# ---- the start condition (docs/engines/sglang.md#sglang-start) --------------------------------------------------
+
+
+def test_a_pool_shorter_than_the_default_context_still_starts():
+    """SGLang starts with any positive pool and caps requests at max_req_len = min(context_len − 1,
+    max_total_num_tokens − 1) (tp_worker.py). A published start-up log (2026-05-28) shows it: "max_total_num_tokens=20480
+    ... context_len=131072", then the server up. Llama-3.1-8B on an H100 with --max-total-tokens 20480 and no --context
+    is the same server: not does_not_fit, with a warning that one full-length request would not fit."""
+    spec = spec_of("meta-llama/Llama-3.1-8B-Instruct")
+    result = run(spec, "h100", max_total_tokens=20480)
+    assert result.engine["max_total_num_tokens"] == 20480 and result.engine["context_length"] == 131072
+    assert result.verdict != "does_not_fit"
+    assert result.engine["max_req_len"] == 20479
+    assert any(
+        "would not fit the KV pool of 20,480 tokens" in w and "at most 20,479 tokens" in w for w in result.warnings
+    )
+    # asked about a length, the verdict is for that length (the largest --context that is not does_not_fit)
+    assert run(spec, "h100", context=131072, max_total_tokens=20480).verdict == "does_not_fit"
+    assert run(spec, "h100", context=20480, max_total_tokens=20480).verdict != "does_not_fit"
+
+
+def test_a_pool_too_small_for_one_input_token_is_refused():
+    """tp_worker.py: max_req_input_len = max_req_len − 5 must be positive ("Memory pool size is too small"): a pool
+    of 6 tokens stops SGLang, one of 7 starts."""
+    spec = spec_of("meta-llama/Llama-3.1-8B-Instruct")
+    refused = run(spec, "h100", max_total_tokens=6)
+    assert refused.verdict == "does_not_fit"
+    assert any("Memory pool size is too small" in w for w in refused.warnings)
+    assert run(spec, "h100", max_total_tokens=7).verdict != "does_not_fit"
+
+
+def test_mem_fraction_static_one_is_accepted():
+    """server_args.py takes any float; 1.0 leaves nothing outside the static fraction."""
+    result = run(spec_of("Qwen/Qwen3-8B"), "h100", context=8192, gpu_util=1.0)
+    assert result.engine["mem_fraction_static"] == 1.0
+    assert result.per_gpu.activations == 0
+    with pytest.raises(UsageError):
+        run(spec_of("Qwen/Qwen3-8B"), "h100", context=8192, gpu_util=1.01)
+
+
+# ---- flags: modelled or named in a warning (docs/engines/sglang.md#sglang-unmodelled-flags) -------------------
+
+
+def test_dp_size_replicas_share_the_gpus_unless_dp_attention():
+    """DataParallelController: each of dp_size replicas takes a whole TP group (base_gpu_id += tp_size); with
+    --enable-dp-attention the DP ranks are inside the TP group."""
+    spec = spec_of("Qwen/Qwen3-8B")
+    replicas = run(spec, "h100x4", context=8192, dp_size=2)
+    assert replicas.tp == 2 and replicas.engine["dp_size"] == 2
+    assert replicas.per_gpu == run(spec, "h100x2", context=8192).per_gpu
+    attention = run(spec, "h100x4", context=8192, dp_size=2, enable_dp_attention="true")
+    assert attention.tp == 4 and attention.engine["dp_size"] == 1
+    assert any("--enable-dp-attention: hfvram does not account for" in w for w in attention.warnings)
+    with pytest.raises(UsageError, match="needs 8 GPUs"):
+        run(spec, "h100x4", context=8192, dp_size=2, tp_size=4)
+
+
+@pytest.mark.parametrize(
+    "settings,named",
+    [
+        ({"enable_lora": "true", "max_loras_per_batch": "4"}, ("--enable-lora: hfvram does not account for LoRA",)),
+        (
+            {"speculative_algorithm": "EAGLE3", "speculative_draft_model_path": "lmsys/sglang-EAGLE3-LLaMA3.1"},
+            ("--speculative-algorithm EAGLE3 (draft lmsys/sglang-EAGLE3-LLaMA3.1)", "draft model's weights"),
+        ),
+        ({"quantization": "awq"}, ("--quantization awq: the checkpoint states no quantization",)),
+        ({"quantization": "bitsandbytes"}, ("--quantization bitsandbytes",)),
+    ],
+)
+def test_flags_hfvram_does_not_model_are_named_in_a_warning(settings, named):
+    result = run(spec_of("meta-llama/Llama-3.1-8B-Instruct"), "h100", context=8192, **settings)
+    text = "\n".join(result.warnings)
+    for part in named:
+        assert part in text, text
+
+
+def test_ngram_speculation_is_not_warned_about():
+    result = run(spec_of("meta-llama/Llama-3.1-8B-Instruct"), "h100", context=8192, speculative_algorithm="NGRAM")
+    assert not [w for w in result.warnings if "speculative" in w]
+
+
+def test_mla_latent_projections_are_whole_on_every_rank():
+    """SGLang deepseek_v2.py: ``fused_qkv_a_proj_with_mqa`` is a ``ReplicatedLinear`` (q_lora_rank + kv_lora_rank +
+    qk_rope_head_dim outputs): DeepSeek-V3 at TP 8 holds about 0.75 GiB per GPU more than an even split."""
+    spec = spec_of("deepseek-ai/DeepSeek-V3")
+    result = run(spec, "h200x8", context=8192)
+    assert "0.86 GiB of attention kept whole on every rank" in result.explain["weights"]

@@ -9,8 +9,11 @@ from pathlib import Path
 import pytest
 from spec_support import derived_spec
 
+from hfvram.errors import UsageError
+from hfvram.estimate import common
 from hfvram.estimate.core import estimate
 from hfvram.estimate.engines import vllm
+from hfvram.estimate.hardware import parse_gpu_spec
 from hfvram.estimate.types import GPU, EngineChoice, Hardware, Workload
 from hfvram.spec import ModelSpec, Weights
 
@@ -203,6 +206,16 @@ def test_mxfp4_experts_are_padded_for_the_kernels():
     assert result.per_gpu.weights == pytest.approx(experts * 3072 * 2944 / 2880**2 + GiB, rel=0.01)
 
 
+def test_mxfp4_padding_is_per_tp_shard():
+    """vLLM pads intermediate_size_per_partition (the TP shard) for the MXFP4 kernels: at TP 2 gpt-oss's 2880 is
+    1440 per rank, padded to 1536 (Marlin, multiple of 128), not half of 2944. gt-0086 (gpt-oss-20b, TP 2, v0.19.0,
+    H100): "Model loading took 7.01 GiB" (an even split of the padded whole says 6.83)."""
+    spec = spec_of("openai/gpt-oss-20b")
+    result = run(spec, replace(H100_LOGGED, count=2), context=8192, tensor_parallel_size=2)
+    assert "2880×1440 per TP shard" in result.explain["weights"]
+    assert result.per_gpu.weights / GiB == pytest.approx(7.01, rel=0.01)
+
+
 def test_without_hardware_only_the_footprint(llama8b):
     result = estimate(llama8b, None, EngineChoice("vllm"), Workload(context=8192))
     assert result.verdict is None and result.capacity.kv_tokens is None
@@ -311,3 +324,133 @@ def test_cache_kinds_are_typed_specs_with_their_own_per_request_need():
     )
     kinds = {type(cache).__name__ for cache, _ in vllm.kv_layout(spec, settings).groups}
     assert kinds == {"FullAttentionSpec", "SlidingWindowSpec"}
+
+
+# ---- flags users pass: modelled or named in a warning (docs/engines/vllm.md#vllm-unmodelled-flags) --------------
+
+
+def test_num_gpu_blocks_override_sets_the_pool_to_that_many_blocks():
+    """A published experiment log (vLLM v0.26.0 at 568afb3a, Qwen3-0.6B on an A100 80GB PCIe, block_size 16,
+    max_model_len 640, num_gpu_blocks_override 43): "Overriding num_gpu_blocks=13185 with
+    num_gpu_blocks_override=43", "GPU KV cache size: 688 tokens", "Maximum concurrency for 640 tokens per
+    request: 1.07x" (vLLM ``may_override_num_blocks``: the override replaces the profiled count)."""
+    result = run(
+        spec_of("Qwen/Qwen3-0.6B"),
+        parse_gpu_spec("a100-80g-pcie"),
+        max_model_len=640,
+        num_gpu_blocks_override=43,
+        block_size=16,
+        gpu_memory_utilization=0.3,
+    )
+    assert result.capacity.kv_tokens == 688
+    assert result.capacity.max_concurrency == pytest.approx(1.07, abs=0.005)
+    assert result.engine["num_gpu_blocks_override"] == 43
+    assert "num-gpu-blocks-override 43" in result.explain["budget"]
+    assert result.verdict != "does_not_fit"
+
+
+def test_num_gpu_blocks_override_too_small_for_one_request_does_not_start():
+    """The same log's first run: max_model_len 2048 with 43 blocks (688 tokens) stopped at start-up, "the
+    estimated maximum model length is 688"."""
+    result = run(
+        spec_of("Qwen/Qwen3-0.6B"),
+        parse_gpu_spec("a100-80g-pcie"),
+        max_model_len=2048,
+        num_gpu_blocks_override=43,
+        block_size=16,
+        gpu_memory_utilization=0.3,
+    )
+    assert result.verdict == "does_not_fit"
+    assert any("estimated maximum model length is 688" in w for w in result.warnings)
+
+
+def test_num_gpu_blocks_override_larger_than_the_gpu_runs_out_of_memory():
+    """The override is allocated whatever the budget (the blocks are tensors on the GPU): 10 million blocks of
+    Llama-3.1-8B (2 MiB each) do not fit an H100."""
+    result = run(spec_of("meta-llama/Llama-3.1-8B-Instruct"), H100_LOGGED, num_gpu_blocks_override=10_000_000)
+    assert result.verdict == "does_not_fit"
+    assert any("num-gpu-blocks-override 10000000 asks for" in w for w in result.warnings)
+
+
+def test_data_parallel_replicas_share_the_gpus_and_keep_per_gpu_figures():
+    """vLLM ParallelConfig: world_size = tp × pp per replica, world_size_across_dp = world_size × dp. On 4 GPUs,
+    -dp 2 leaves TP 2 per replica, and each GPU holds what one TP-2 replica's GPU holds."""
+    spec = spec_of("meta-llama/Llama-3.1-8B-Instruct")
+    replicas = run(spec, parse_gpu_spec("h100x4"), data_parallel_size=2)
+    alone = run(spec, parse_gpu_spec("h100x2"))
+    assert replicas.tp == 2 and replicas.engine["data_parallel_size"] == 2
+    assert replicas.per_gpu == alone.per_gpu
+    assert "2 replicas of TP 2" in replicas.explain["parallel"]
+    with pytest.raises(UsageError, match="data parallel 2 needs 8 GPUs, only 4 given"):
+        run(spec, parse_gpu_spec("h100x4"), data_parallel_size=2, tensor_parallel_size=4)
+
+
+@pytest.mark.parametrize(
+    "settings,named",
+    [
+        (
+            {"enable_lora": "true", "max_loras": "4"},
+            ("--enable-lora: hfvram does not account for LoRA", "--max-loras 4"),
+        ),
+        ({"limit_mm_per_prompt": '{"image": 0}'}, ("--limit-mm-per-prompt", "multimodal encoder cache")),
+        (
+            {"speculative_config": '{"model": "yuhuili/EAGLE-LLaMA3.1-Instruct-8B", "method": "eagle"}'},
+            ("--speculative-config (eagle, yuhuili/EAGLE-LLaMA3.1-Instruct-8B)", "draft model's weights"),
+        ),
+        ({"quantization": "bitsandbytes"}, ("--quantization bitsandbytes", "counts the weights at the checkpoint")),
+        ({"quantization": "awq"}, ("--quantization awq: the checkpoint states no quantization",)),
+    ],
+)
+def test_flags_hfvram_does_not_model_are_named_in_a_warning(settings, named):
+    result = run(spec_of("meta-llama/Llama-3.1-8B-Instruct"), H100_LOGGED, **settings)
+    text = "\n".join(result.warnings)
+    for part in named:
+        assert part in text, text
+
+
+def test_ngram_speculation_and_fp8_quantization_are_not_warned_about():
+    """n-gram drafting keeps no model (no memory); --quantization fp8 is modelled (one byte per linear weight)."""
+    result = run(
+        spec_of("meta-llama/Llama-3.1-8B-Instruct"),
+        H100_LOGGED,
+        speculative_config='{"method": "ngram", "num_speculative_tokens": 4}',
+        quantization="fp8",
+    )
+    assert not [w for w in result.warnings if "speculative" in w or "--quantization" in w]
+
+
+# ---- weights kept whole on every rank (docs/engines/vllm.md#vllm-parallelism) -----------------------------------
+
+
+def test_mla_latent_projections_are_kept_whole_on_every_rank():
+    """vLLM deepseek_v2.py: ``fused_qkv_a_proj`` (q_a_proj + kv_a_proj_with_mqa) is a
+    ``MergedColumnParallelLinear(disable_tp=True)``: DeepSeek-V3 holds 61 × 7168 × (1536 + 512 + 64) FP8 weights of
+    it whole on every GPU, about 0.86 GiB, 0.75 GiB more per GPU at TP 8 than an even split."""
+    spec = spec_of("deepseek-ai/DeepSeek-V3")
+    whole = common.mla_replicated_bytes(spec, 8)
+    per_param = spec.weights.bytes_by_component["attention"] / spec.weights.params_by_component["attention"]
+    assert whole == pytest.approx(61 * 7168 * 2112 * per_param)
+    assert whole * 7 / 8 / GiB == pytest.approx(0.75, abs=0.01)
+    result = run(spec, parse_gpu_spec("h200x8"), context=8192)
+    assert "+0.75 GiB per GPU" in result.explain["weights"]
+    assert common.mla_replicated_bytes(spec, 1) == 0
+    # without q_lora_rank only kv_a_proj_with_mqa (ReplicatedLinear): DeepSeek-V2-Lite, 27 × 2048 × 576 BF16
+    lite = spec_of("deepseek-ai/DeepSeek-V2-Lite")
+    assert common.mla_replicated_bytes(lite, 2) == pytest.approx(27 * 2048 * 576 * 2, rel=0.01)
+
+
+def test_deepseek_r1_tp8_weights_against_a_published_load():
+    """HabanaAI/vllm-fork#809 (vLLM fork, DeepSeek-R1 FP8 at TP 8): "Pre-loading model weights on hpu:0 took
+    79.41 GiB of device memory". The MTP layer is not loaded (``load_weights`` skips
+    ``get_spec_layer_idx_from_weight_name``) and the MLA latent projections are whole on every rank: 79.29 GiB
+    (an even split of every tensor would say 80.3)."""
+    result = run(spec_of("deepseek-ai/DeepSeek-R1"), parse_gpu_spec("h200x8"), context=8192)
+    assert result.per_gpu.weights / GiB == pytest.approx(79.41, rel=0.01)
+    assert "multi-token-prediction layer(s)" in result.explain["weights"]
+    mtp = run(
+        spec_of("deepseek-ai/DeepSeek-R1"),
+        parse_gpu_spec("h200x8"),
+        context=8192,
+        speculative_config='{"method": "deepseek_mtp", "num_speculative_tokens": 1}',
+    )
+    assert mtp.per_gpu.weights > result.per_gpu.weights + 1.5 * GiB  # 14.36 GiB of MTP layer over 8 GPUs

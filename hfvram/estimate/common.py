@@ -212,6 +212,7 @@ def weights_per_rank(
     pp: int,
     vocab_padding: int = 64,
     component_scale: Mapping[str, float] | None = None,
+    replicated: Mapping[str, float] | None = None,
 ) -> WeightsSplit:
     """Checkpoint weights on the worst GPU of a TP×PP set (:class:`WeightsUnknownError` without weights).
 
@@ -221,7 +222,9 @@ def weights_per_rank(
     - PP: layer components follow the layers (worst stage = the largest share), embeddings sit on the first
       stage and lm_head on the last (with PP = 1 both on the one rank); vision / mtp / other go with the
       first / last stage respectively;
-    - ``component_scale`` multiplies a component (e.g. MXFP4 kernel padding of experts, vllm.md#vllm-weights)."""
+    - ``component_scale`` multiplies a component (e.g. MXFP4 kernel padding of experts, vllm.md#vllm-weights);
+    - ``replicated``: bytes of a component (after scaling) that the engine keeps whole on every TP rank (e.g.
+      vLLM's MLA ``fused_qkv_a_proj``, vllm.md#vllm-parallelism); the rest of the component is split."""
     weights = require_weights(spec)
     tp, pp = max(1, tp), max(1, pp)
     components = dict(weights.bytes_by_component)
@@ -236,9 +239,11 @@ def weights_per_rank(
             scale[name] = scale.get(name, 1.0) * pad_ratio
 
     per_rank: dict[str, float] = {}
+    whole = replicated or {}
     for name, size in components.items():
         scaled = size * scale.get(name, 1.0)
-        per_rank[name] = scaled if name in REPLICATED_COMPONENTS else scaled / tp
+        kept = min(scaled, max(0.0, float(whole.get(name, 0.0))))
+        per_rank[name] = scaled if name in REPLICATED_COMPONENTS else (scaled - kept) / tp + kept
 
     if pp == 1:
         total = sum(per_rank.values())
@@ -250,12 +255,35 @@ def weights_per_rank(
         f"checkpoint weights {weights.total_bytes / GiB:.2f} GiB "
         f"({weights.source or ('exact' if weights.exact else 'derived from config shapes')})"
         f", split over TP={tp} except norms/router"
+        + "".join(
+            f" and {size / GiB:.2f} GiB of {name} kept whole on every rank"
+            for name, size in whole.items()
+            if size > 0 and tp > 1
+        )
         + (f", vocab padded to a multiple of {vocab_padding}" if vocab and vocab_padding > 1 else "")
         + stage_note
     )
     return WeightsSplit(
         bytes=round(total), by_component={name: int(size) for name, size in per_rank.items()}, explain=explain
     )
+
+
+def mla_replicated_bytes(spec: ModelSpec, tp: int, scale: float = 1.0) -> float:
+    """Attention bytes vLLM and SGLang keep whole on every TP rank for MLA (vllm.md#vllm-parallelism,
+    sglang.md#sglang-parallelism): per layer q_a_proj + kv_a_proj_with_mqa (vLLM ``fused_qkv_a_proj``,
+    ``MergedColumnParallelLinear(disable_tp=True)``; SGLang ``fused_qkv_a_proj_with_mqa``, ``ReplicatedLinear``), or
+    ``kv_a_proj_with_mqa`` alone without q_lora_rank: hidden × (q_lora_rank + kv_lora_rank + qk_rope_head_dim)
+    weights, at the checkpoint's attention bytes per parameter (scales included). 0 at TP 1."""
+    hidden = spec.hidden_size or 0
+    mla = [layer for layer in spec.layers if layer.kind is LayerKind.MLA]
+    if tp <= 1 or not mla or not hidden or spec.weights is None:
+        return 0.0
+    elems = sum(hidden * (layer.q_lora_rank + layer.kv_lora_rank + layer.qk_rope_head_dim) for layer in mla)
+    attention_bytes = spec.weights.bytes_by_component.get("attention", 0)
+    attention_params = spec.weights.params_by_component.get("attention", 0)
+    if not attention_bytes or not attention_params:
+        return 0.0
+    return min(float(attention_bytes) * scale, elems * attention_bytes / attention_params * scale)
 
 
 def worst_stage_bytes(per_rank: Mapping[str, float], num_layers: int, pp: int) -> float:
@@ -434,21 +462,30 @@ def parse_int(text: str, what: str = "value") -> int:
 
 
 def resolve_parallel(
-    choice: EngineChoice, hardware: Hardware | None, tp_names: Iterable[str] = (), pp_names: Iterable[str] = ()
+    choice: EngineChoice,
+    hardware: Hardware | None,
+    tp_names: Iterable[str] = (),
+    pp_names: Iterable[str] = (),
+    dp: int = 1,
 ) -> tuple[int, int]:
     """(tp, pp): explicit ``choice.tp/pp`` first, then engine settings, else all GPUs as TP (contract).
-    UsageError when tp × pp exceeds the GPUs given."""
+    ``dp``: data-parallel replicas of tp × pp GPUs each (vLLM ``-dp``, SGLang ``--dp-size``): the GPUs given
+    are shared by the replicas. UsageError when tp × pp × dp exceeds the GPUs given."""
     pp_names, tp_names = tuple(pp_names), tuple(tp_names)
     pp = choice.pp or (setting_int(choice, *pp_names) if pp_names else None) or 1
     tp = choice.tp or (setting_int(choice, *tp_names) if tp_names else None)
+    dp = max(1, dp)
     _check_gpu_count("tensor parallel", tp)
     _check_gpu_count("pipeline parallel", pp)
+    _check_gpu_count("data parallel", dp)
     if tp is None:
         count = hardware.count if hardware else 1
-        tp = max(1, count // pp)
-    if hardware is not None and tp * pp > hardware.count:
+        tp = max(1, count // (pp * dp))
+    if hardware is not None and tp * pp * dp > hardware.count:
+        replicas = f" x data parallel {dp}" if dp > 1 else ""
         raise UsageError(
-            f"tensor parallel {tp} x pipeline parallel {pp} needs {tp * pp} GPUs, only {hardware.count} given"
+            f"tensor parallel {tp} x pipeline parallel {pp}{replicas} needs {tp * pp * dp} GPUs, "
+            f"only {hardware.count} given"
         )
     return max(1, tp), max(1, pp)
 

@@ -270,6 +270,7 @@ def mla_layer(view: ConfigView, heads: int | None, moe: bool) -> Layer:
     rope = view.required_integer("qk_rope_head_dim", ["qk_rope_head_dim"])
     nope = view.integer("qk_nope_head_dim", ["qk_nope_head_dim"], minimum=0) or 0
     v_dim = view.integer("v_head_dim", ["v_head_dim"]) or 0
+    q_rank = view.integer("q_lora_rank", ["q_lora_rank"], minimum=0, use_hf_default=False) or 0
     return Layer(
         kind=LayerKind.MLA,
         num_kv_heads=heads or 0,
@@ -277,6 +278,7 @@ def mla_layer(view: ConfigView, heads: int | None, moe: bool) -> Layer:
         head_dim_v=v_dim,
         kv_lora_rank=rank,
         qk_rope_head_dim=rope,
+        q_lora_rank=q_rank,
         moe=moe,
     )
 

@@ -70,6 +70,10 @@ class Settings:
     disable_cuda_graph: bool
     #: SWA layers keep a smaller pool of their own (off with --disable-hybrid-swa-memory)
     hybrid_swa_memory: bool = True
+    #: --dp-size: replicas of tp × pp GPUs each (without --enable-dp-attention); figures are per GPU of one
+    dp_size: int = 1
+    #: the context is SGLang's own (context_length), not a --context the user asked about
+    context_is_default: bool = False
 
 
 # ---- mem_fraction_static ---------------------------------------------------------------------------------
@@ -232,6 +236,24 @@ def _is_mla(spec: ModelSpec) -> bool:
     return any(layer.kind is LayerKind.MLA for layer in spec.layers)
 
 
+VLM_FRACTION_NOTE = (
+    "SGLang lowers mem_fraction_static further for vision-language models (adjust_mem_fraction_for_vlm); "
+    "not modelled [unverified]"
+)
+
+
+def resolve_parallel(choice: EngineChoice, hardware: Hardware | None) -> tuple[int, int, int]:
+    """(tp, pp, data-parallel replicas): ``--dp-size`` replicas of tp × pp GPUs each (SGLang's
+    DataParallelController moves ``base_gpu_id`` by a whole TP group per replica, sglang.md#sglang-parallelism);
+    with ``--enable-dp-attention`` the DP ranks live inside the TP group (tp GPUs in all, one replica)."""
+    dp = common.setting_int(choice, "dp-size", "dp", "data-parallel-size") or 1
+    replicas = 1 if common.setting_bool(choice, "enable-dp-attention") else dp
+    tp, pp = common.resolve_parallel(
+        choice, hardware, ("tp-size", "tp", "tensor-parallel-size"), ("pp-size", "pp"), dp=replicas
+    )
+    return tp, pp, replicas
+
+
 def resolve_settings(
     spec: ModelSpec,
     hardware: Hardware | None,
@@ -241,7 +263,7 @@ def resolve_settings(
     rules_version: str,
     warnings: list[str],
 ) -> Settings:
-    tp, pp = common.resolve_parallel(choice, hardware, ("tp-size", "tp", "tensor-parallel-size"), ("pp-size", "pp"))
+    tp, pp, replicas = resolve_parallel(choice, hardware)
     gpu_mem_mib = hardware.gpu.gpu_memory_bytes / MiB if hardware else None
     tier = gpu_tier(rules, gpu_mem_mib if gpu_mem_mib is not None else 0.0)
     chunk = common.setting_int(choice, "chunked-prefill-size", default=tier["chunked_prefill_size"])
@@ -254,19 +276,17 @@ def resolve_settings(
         source = f"default: {source}"
     else:
         source = "given"
-    if not 0 < fraction < 1:
-        raise UsageError(f"mem-fraction-static must be in (0, 1), got {fraction}")
+    if not 0 < fraction <= 1:
+        raise UsageError(f"mem-fraction-static must be in (0, 1], got {fraction}")
     if spec.multimodal:
-        warnings.append(
-            "SGLang lowers mem_fraction_static further for vision-language models "
-            "(adjust_mem_fraction_for_vlm); not modelled [unverified]"
-        )
+        warnings.append(VLM_FRACTION_NOTE)
 
     context = common.setting_int(choice, "context-length") or workload.context or spec.max_position_embeddings
     if context is None:
         raise UsageError("the model does not state its maximum length; give --context")
     kv_name = workload.kv_dtype if workload.kv_dtype != "auto" else (common.setting(choice, "kv-cache-dtype") or "auto")
     kv_bytes = common.kv_dtype_bytes(kv_name, spec.dtype_bytes())
+    warnings.extend(unmodelled_flag_warnings(spec, choice, rules))
     backend = (common.setting(choice, "attention-backend") or "").lower()
     page_default = rules["mla_backend_page_size"] if backend in rules["mla_backends_paged"] else rules["page_size"]
     return Settings(
@@ -291,7 +311,39 @@ def resolve_settings(
         max_total_tokens=common.setting_int(choice, "max-total-tokens"),
         disable_cuda_graph=disable_graphs,
         hybrid_swa_memory=not common.setting_bool(choice, "disable-hybrid-swa-memory"),
+        dp_size=replicas,
+        context_is_default=workload.context is None,
     )
+
+
+def unmodelled_flag_warnings(spec: ModelSpec, choice: EngineChoice, rules: Rules) -> list[str]:
+    """One warning per flag SGLang reads that hfvram does not model (sglang.md#sglang-unmodelled-flags): the
+    TOML's ``unmodelled_flags``, ``--speculative-algorithm`` other than NGRAM, and ``--quantization`` on a
+    checkpoint that states none (SGLang quantizes it while loading; hfvram counts it as stored)."""
+    notes = []
+    for flag, left_out in rules["unmodelled_flags"].items():
+        raw = common.setting(choice, flag)
+        if raw is None or raw.strip().lower() in ("false", "0", "no", "off"):
+            continue
+        shown = f"--{flag}" if raw.strip().lower() in ("", "true") else f"--{flag} {raw[:60]}"
+        notes.append(f"{shown}: hfvram does not account for {left_out}")
+    algorithm = (common.setting(choice, "speculative-algorithm") or "").strip()
+    if algorithm and algorithm.upper() != "NGRAM":
+        draft = common.setting(choice, "speculative-draft-model-path")
+        notes.append(
+            f"--speculative-algorithm {algorithm[:40]}"
+            + (f" (draft {draft[:120]})" if draft else "")
+            + ": hfvram does not account for the draft model's weights and the KV cache of its layers, which "
+            "SGLang adds to each token's cell (n-gram drafting alone costs no memory)"
+        )
+    quantization = (common.setting(choice, "quantization") or "").strip().lower()
+    if quantization not in ("", "none", "auto") and spec.quantization is None:
+        notes.append(
+            f"--quantization {quantization[:40]}: the checkpoint states no quantization; SGLang quantizes it while "
+            "loading (or refuses a method that needs a quantized checkpoint); hfvram does not model that and counts "
+            "the weights as stored"
+        )
+    return notes
 
 
 # ---- the breakdown ---------------------------------------------------------------------------------------
@@ -334,6 +386,15 @@ class Breakdown:
     capacity: Capacity
     decode_modelled: bool
     decode: float | None
+    #: what the workload's requests need of the pool (``kv_needed`` before the clamp below)
+    needed: int = 0
+    #: SGLang's longest request, min(context_len − 1, max_total_num_tokens − 1) (None without a GPU)
+    max_req_len: int | None = None
+    #: the start condition (sglang.md#sglang-start): a positive pool whose max_req_input_len is positive
+    starts: bool = True
+    #: with SGLang's own context (no --context), one full-length request does not fit the pool: SGLang starts and
+    #: clamps requests to max_req_len, so the pool itself is what the server holds (kv_needed = the pool)
+    clamped: bool = False
 
     @property
     def overhead(self) -> int:
@@ -350,12 +411,49 @@ class Breakdown:
 
     @property
     def refused(self) -> bool:
-        return self.pool is not None and not self.pool.tokens and not self.no_cache
+        return self.pool is not None and not self.starts and not self.no_cache
+
+    @property
+    def pool_bytes(self) -> float:
+        return allocated_pool_bytes(self.pool, self.cell)
+
+    @property
+    def requests_short(self) -> bool:
+        """The requests asked about (``--context`` × concurrency) do not fit the pool SGLang allocates: it starts,
+        but refuses them (the verdict for that workload is does_not_fit)."""
+        return (
+            self.pool is not None
+            and self.starts
+            and not self.no_cache
+            and not self.clamped
+            and self.needed > self.pool_bytes
+        )
+
+
+def allocated_pool_bytes(pool: PoolTerm | None, cell: CellSize) -> float:
+    """The pool SGLang allocates, as ``pool_bytes_needed`` counts it: max_total_num_tokens cells (after
+    ``--max-total-tokens``) plus the mamba share of hybrid linear attention."""
+    if pool is None:
+        return 0.0
+    return pool.tokens * cell.cell + (pool.mamba_budget or 0.0)
 
 
 def overhead_bytes(cuda_context_gib: float, nccl_init_gib: float | None) -> int:
     """CUDA context plus NCCL init (None: a single GPU), taken before SGLang's baseline."""
     return int(cuda_context_gib * GiB + (nccl_init_gib * GiB if nccl_init_gib is not None else 0))
+
+
+def weights_split(spec: ModelSpec, settings: Settings, rules: Rules) -> common.WeightsSplit:
+    """Weights on the worst rank: the TP / PP split with vocab padding, MLA's ``fused_qkv_a_proj_with_mqa``
+    (``ReplicatedLinear``) whole on every rank (sglang.md#sglang-parallelism)."""
+    replicated = common.mla_replicated_bytes(spec, settings.tp)
+    return common.weights_per_rank(
+        spec,
+        settings.tp,
+        settings.pp,
+        vocab_padding=rules["vocab_padding"],
+        replicated={"attention": replicated} if replicated else None,
+    )
 
 
 def compute(
@@ -364,7 +462,7 @@ def compute(
     """Every term for ``settings``: weights, overhead, cell size, token pool, the slack outside the static
     fraction and the req_to_token table in it, what the workload needs and the decode bound."""
     context = workload.context or settings.context_length
-    split = common.weights_per_rank(spec, settings.tp, settings.pp, vocab_padding=rules["vocab_padding"])
+    split = weights_split(spec, settings, rules)
     cuda_context_gib = rules["cuda_context_gib"]
     nccl_init_gib = rules["nccl_init_gib"] if settings.tp * settings.pp > 1 else None
     overhead = overhead_bytes(cuda_context_gib, nccl_init_gib)
@@ -377,11 +475,14 @@ def compute(
     needed = pool_bytes_needed(
         cell, window, context, workload.concurrency, settings.page_size, settings.mamba_full_memory_ratio
     )
+    start = start_condition(pool, settings, int(rules["max_req_input_margin"]))
+    no_cache = cell.cell <= 0 and cell.state_bytes_per_request <= 0
+    whole_pool = allocated_pool_bytes(pool, cell)
+    clamped = bool(
+        pool is not None and start[1] and not no_cache and settings.context_is_default and needed > whole_pool
+    )
     active = common.active_weight_bytes(spec)
-    decode = None
-    if hardware is not None and active is not None:
-        bytes_read = active / settings.tp + cell.cell * context
-        decode = common.decode_tokens_per_second(bytes_read, hardware.gpu.memory_bandwidth_gbs)
+    decode = _decode_bound(active, hardware, settings.tp, cell.cell * context)
     return Breakdown(
         settings=settings,
         context=context,
@@ -397,7 +498,11 @@ def compute(
         req_to_token_extra_tokens=int(rules["req_to_token_extra_tokens"]),
         req_to_token_bytes=int(rules["req_to_token_bytes"]),
         window=window,
-        kv_needed=int(needed),
+        kv_needed=int(whole_pool if clamped else needed),
+        needed=int(needed),
+        max_req_len=start[0],
+        starts=start[1],
+        clamped=clamped,
         capacity=_capacity(
             pool.tokens if pool else None,
             cell,
@@ -411,6 +516,24 @@ def compute(
         decode_modelled=hardware is not None and active is not None,
         decode=decode,
     )
+
+
+def _decode_bound(active: int | None, hardware: Hardware | None, tp: int, kv_read: float) -> float | None:
+    if hardware is None or active is None:
+        return None
+    return common.decode_tokens_per_second(active / tp + kv_read, hardware.gpu.memory_bandwidth_gbs)
+
+
+def start_condition(pool: PoolTerm | None, settings: Settings, margin: int) -> tuple[int | None, bool]:
+    """(max_req_len, starts): SGLang raises "Not enough memory" for a pool of no tokens and "Memory pool size is
+    too small" unless ``max_req_len − margin > 0`` with ``max_req_len = min(context_len − 1, tokens − 1)``
+    (sglang.md#sglang-start); any other pool starts, however short of one full-length request."""
+    if pool is None:
+        return None, True
+    if pool.tokens <= 0:
+        return 0, False
+    max_req_len = min(settings.context_length - 1, pool.tokens - 1)
+    return max_req_len, max_req_len - margin > 0
 
 
 def pool_and_slack(
@@ -498,13 +621,41 @@ def narrate(parts: Breakdown, spec: ModelSpec, workload: Workload) -> tuple[list
         warnings.append(
             f"the weights leave no memory for the KV cache under mem_fraction_static={settings.mem_fraction_static}: "
             "SGLang stops at start-up ('Not enough memory' / 'leave no GPU memory for the KV cache')"
+            if not pool or pool.tokens <= 0
+            else f"the KV pool holds only {pool.tokens} tokens: SGLang stops at start-up ('Memory pool size is too "
+            "small')"
         )
+    short = pool_short_note(parts, workload.concurrency)
+    if short and not parts.refused:
+        warnings.append(short)
     if pool is not None and parts.table > parts.slack:
         warnings.append(
             f"req_to_token table {parts.table / GiB:.2f} GiB exceeds the {parts.slack / GiB:.2f} GiB outside "
             "mem_fraction_static: lower --max-running-requests or context-length"
         )
     return warnings, explain
+
+
+def pool_short_note(parts: Breakdown, concurrency: int) -> str | None:
+    """The warning when SGLang starts but the requests asked about (or one full-length request) do not fit its
+    pool (sglang.md#sglang-start); None otherwise."""
+    pool, settings = parts.pool, parts.settings
+    if pool is None or parts.max_req_len is None or not (parts.clamped or parts.requests_short):
+        return None
+    asked = (
+        f"one request of SGLang's full context_length ({settings.context_length:,} tokens)"
+        if parts.clamped and concurrency == 1
+        else f"{concurrency} × {parts.context:,} tokens"
+    )
+    return (
+        f"{asked} would not fit the KV pool of {pool.tokens:,} tokens: SGLang starts and accepts requests of at most "
+        f"{parts.max_req_len:,} tokens (max_req_len = min(context_length − 1, max_total_num_tokens − 1))"
+        + (
+            "; the figures are for the pool SGLang allocates — give --context to check a length"
+            if parts.clamped
+            else ""
+        )
+    )
 
 
 def explain_overhead(parts: Breakdown) -> str:
@@ -607,7 +758,7 @@ class SglangProfile(ProfileBase):
             explain=explain,
             tp=settings.tp,
             pp=settings.pp,
-            force_does_not_fit=parts.refused,
+            force_does_not_fit=parts.refused or parts.requests_short,
         )
 
 
@@ -634,6 +785,8 @@ def engine_report(parts: Breakdown, choice: EngineChoice) -> dict[str, object]:
         "req_to_token_bytes": parts.table,
         "tp_size": settings.tp,
         "pp_size": settings.pp,
+        "dp_size": settings.dp_size,
+        "max_req_len": parts.max_req_len,
     }
 
 

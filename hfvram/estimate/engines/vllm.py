@@ -17,6 +17,7 @@ from the breakdown's own values, so a figure and its explanation cannot disagree
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -75,6 +76,12 @@ class Settings:
     online_quantization: str | None = None
     #: longest context a request may have: max-model-len when the user set it, else the model's maximum
     context_cap: int = 0
+    #: -dp: replicas of tp × pp GPUs each; every figure is per GPU of one replica (vllm.md#vllm-parallelism)
+    data_parallel_size: int = 1
+    #: --num-gpu-blocks-override: the KV pool is that many blocks, whatever the profile left (vllm.md#vllm-budget)
+    num_gpu_blocks_override: int | None = None
+    #: --speculative-config's method ("ngram", "eagle", "mtp", …; None without speculative decoding)
+    speculative_method: str | None = None
 
     @property
     def dtype_bytes(self) -> float:
@@ -241,6 +248,7 @@ class OverheadTerm:
 
 class BudgetMode(Enum):
     KV_CACHE_MEMORY_BYTES = "kv-cache-memory-bytes sets the KV pool"
+    NUM_GPU_BLOCKS_OVERRIDE = "num-gpu-blocks-override sets the KV pool"
     UTILIZATION = "gpu_memory_utilization of the device"
     NONE = "no hardware given"
 
@@ -253,6 +261,13 @@ class BudgetTerm:
     memory: int
     budget: float
     pool: float
+    #: the pool the profile left, before --num-gpu-blocks-override replaced it (None otherwise)
+    profiled_pool: float | None = None
+
+    @property
+    def fixed_pool(self) -> bool:
+        """The pool was set by the user (bytes or blocks), not left by the budget."""
+        return self.mode in (BudgetMode.KV_CACHE_MEMORY_BYTES, BudgetMode.NUM_GPU_BLOCKS_OVERRIDE)
 
 
 #: why start-up fails (or may fail) in the memory outside the budget
@@ -374,10 +389,12 @@ def engine_report(
         "cudagraph_in_budget": settings.cudagraph_in_budget,
         "outside_budget_bytes": parts.overhead.outside_budget,
         "kv_pool_bytes": int(max(0.0, parts.budget.pool))
-        if (hardware is not None or settings.kv_cache_memory_bytes)
+        if (hardware is not None or parts.budget.fixed_pool)
         else None,
         "tensor_parallel_size": settings.tensor_parallel_size,
         "pipeline_parallel_size": settings.pipeline_parallel_size,
+        "data_parallel_size": settings.data_parallel_size,
+        "num_gpu_blocks_override": settings.num_gpu_blocks_override,
     }
 
 
@@ -397,7 +414,10 @@ def resolve_settings(
 ) -> Settings:
     """vLLM's effective settings: user values (``--set`` under vLLM's names) over the defaults of the
     rule version and GPU class (vllm.md#vllm-batch-defaults)."""
-    tp, pp = common.resolve_parallel(choice, hardware, ("tensor-parallel-size", "tp"), ("pipeline-parallel-size", "pp"))
+    dp = common.setting_int(choice, "data-parallel-size", "dp") or 1
+    tp, pp = common.resolve_parallel(
+        choice, hardware, ("tensor-parallel-size", "tp"), ("pipeline-parallel-size", "pp"), dp=dp
+    )
     util = choice.gpu_util or common.setting_float(choice, "gpu-memory-utilization")
     util = util if util is not None else float(rules["gpu_memory_utilization"])
     if not 0 < util <= 1:
@@ -416,6 +436,7 @@ def resolve_settings(
     has_mla = any(layer.kind is LayerKind.MLA for layer in spec.layers)
     block_default = int(rules["block_size_mla"] if has_mla else rules["block_size"])
     kv_mem = common.setting(choice, "kv-cache-memory-bytes")
+    warnings.extend(unmodelled_flag_warnings(spec, choice, rules, quant_setting))
     return Settings(
         rules=rules_version,
         gpu_memory_utilization=util,
@@ -436,6 +457,69 @@ def resolve_settings(
         dtype=dtype,
         online_quantization=online,
         context_cap=max_model_len if set_len else max(max_model_len, spec.max_position_embeddings or 0),
+        data_parallel_size=dp,
+        num_gpu_blocks_override=gpu_blocks_override(choice),
+        speculative_method=speculative_method(common.setting(choice, "speculative-config") or "")[0],
+    )
+
+
+def gpu_blocks_override(choice: EngineChoice) -> int | None:
+    """``--num-gpu-blocks-override``: a positive block count (UsageError otherwise), None when not set."""
+    override = common.setting_int(choice, "num-gpu-blocks-override")
+    if override is not None and override < 1:
+        raise UsageError(f"num-gpu-blocks-override must be a positive number of blocks, got {override}")
+    return override
+
+
+def unmodelled_flag_warnings(spec: ModelSpec, choice: EngineChoice, rules: Rules, quantization: str) -> list[str]:
+    """One warning per flag vLLM reads that hfvram does not model (vllm.md#vllm-unmodelled-flags): the TOML's
+    ``unmodelled_flags``, ``--speculative-config`` (n-gram drafting costs nothing and is not warned about) and
+    ``--quantization`` on an unquantized checkpoint other than fp8."""
+    notes = []
+    for flag, left_out in rules["unmodelled_flags"].items():
+        raw = common.setting(choice, flag)
+        if raw is None or raw.strip().lower() in ("false", "0", "no", "off"):
+            continue
+        shown = f"--{flag}" if raw.strip().lower() in ("", "true") else f"--{flag} {raw[:60]}"
+        notes.append(f"{shown}: hfvram does not account for {left_out}")
+    speculative = common.setting(choice, "speculative-config")
+    if speculative is not None:
+        method, model = speculative_method(speculative)
+        if method != "ngram":
+            drafted = f" ({', '.join(part for part in (method, model) if part)})" if method or model else ""
+            notes.append(
+                f"--speculative-config{drafted}: hfvram does not account for the draft model's weights and KV cache "
+                "or the EAGLE / MTP heads (n-gram drafting alone costs no memory)"
+            )
+    if quantization in rules["inflight_quantizations"] and spec.quantization is None:
+        notes.append(
+            f"--quantization {quantization}: vLLM quantizes this unquantized checkpoint while loading it; hfvram "
+            "does not model that and counts the weights at the checkpoint's dtype (an upper bound)"
+        )
+    elif (
+        quantization not in ("", "none", "auto", "fp8", *rules["inflight_quantizations"]) and spec.quantization is None
+    ):
+        notes.append(
+            f"--quantization {quantization}: the checkpoint states no quantization; vLLM loads {quantization} weights "
+            "only from a checkpoint quantized that way (it looks for the checkpoint's quantization config and "
+            "stops without one); hfvram counts the weights as stored"
+        )
+    return notes
+
+
+def speculative_method(text: str) -> tuple[str | None, str | None]:
+    """(method, draft model) of a ``--speculative-config`` JSON value (``{"method": "ngram", …}``,
+    ``{"model": "…", "num_speculative_tokens": 5}``); (None, None) when it is not a JSON object."""
+    try:
+        value = json.loads(text[:4096])
+    except ValueError:
+        return None, None
+    if not isinstance(value, dict):
+        return None, None
+    method, model = value.get("method"), value.get("model")
+    return (
+        str(method)[:40].lower() if isinstance(method, str) else None,
+        str(model)[:120] if isinstance(model, str) else None,
     )
 
 
@@ -535,10 +619,10 @@ def compute(
         cuda_context=int(rules["cuda_context_gib"] * GiB),
         cudagraph_in_budget=settings.cudagraph_in_budget,
     )
-    budget = budget_term(hardware, settings, weights.bytes + activations.bytes + overhead.in_budget)
     layout = kv_layout(spec, settings)
+    budget = budget_term(hardware, settings, weights.bytes + activations.bytes + overhead.in_budget, layout)
     blocks_per_request = layout.blocks_per_request(context)
-    sized = hardware is not None or settings.kv_cache_memory_bytes is not None
+    sized = hardware is not None or budget.fixed_pool
     num_blocks = layout.num_blocks(budget.pool)
     blocks_at_max = layout.blocks_per_request(settings.max_model_len)
     short = sized and budget.pool > 0 and layout.page_bytes > 0 and blocks_at_max > num_blocks
@@ -558,9 +642,7 @@ def compute(
         longest_single=_longest_context(layout, num_blocks, 1, settings.max_model_len) if short else 0,
         sized=sized,
         kv_bytes_too_large=(
-            hardware is not None
-            and budget.mode is BudgetMode.KV_CACHE_MEMORY_BYTES
-            and budget.budget + overhead.outside_budget > budget.memory
+            hardware is not None and budget.fixed_pool and budget.budget + overhead.outside_budget > budget.memory
         ),
         outside_trouble=outside_budget_trouble(budget, overhead, activations.bytes, hardware, settings),
         hybrid_moe_graphs=bool(
@@ -571,10 +653,18 @@ def compute(
     )
 
 
-def budget_term(hardware: Hardware | None, settings: Settings, deducted: int) -> BudgetTerm:
+def budget_term(hardware: Hardware | None, settings: Settings, deducted: int, layout: KVGroupLayout) -> BudgetTerm:
     """The budget and the KV pool: kv-cache-memory-bytes sets the pool (the budget is then what it adds up
-    to); else ``ceil(memory × gpu_memory_utilization)`` less weights, activations and in-budget overhead."""
+    to); else ``ceil(memory × gpu_memory_utilization)`` less weights, activations and in-budget overhead.
+    num-gpu-blocks-override then replaces the blocks that pool holds by its own count (vLLM
+    ``may_override_num_blocks``, vllm.md#vllm-budget): the pool is that many blocks."""
     memory = hardware.gpu.gpu_memory_bytes if hardware else 0
+    override = settings.num_gpu_blocks_override
+    if override is not None and layout.page_bytes > 0:
+        profiled = budget_term(hardware, replace(settings, num_gpu_blocks_override=None), deducted, layout)
+        pool = layout.bytes_for(override)
+        left = profiled.pool if profiled.mode is not BudgetMode.NONE else None
+        return BudgetTerm(BudgetMode.NUM_GPU_BLOCKS_OVERRIDE, memory, deducted + pool, pool, profiled_pool=left)
     if settings.kv_cache_memory_bytes is not None:
         pool = settings.kv_cache_memory_bytes
         return BudgetTerm(BudgetMode.KV_CACHE_MEMORY_BYTES, memory, deducted + pool, float(pool))
@@ -619,12 +709,27 @@ def weights_per_gpu(spec: ModelSpec, settings: Settings, rules: Rules) -> Weight
     notes = []
     quant = (spec.quantization.method if spec.quantization else "").lower()
     if quant == "mxfp4" and spec.hidden_size and spec.moe_intermediate_size:
-        hidden, inter = spec.hidden_size, spec.moe_intermediate_size
+        # the kernels pad intermediate_size_per_partition, the TP shard (vllm.md#vllm-weights)
+        hidden, inter, tp = spec.hidden_size, spec.moe_intermediate_size, settings.tensor_parallel_size
+        shard = _cdiv(inter, tp)
         padded = common.pad_to_multiple(hidden, int(rules["mxfp4_round_hidden"])) * common.pad_to_multiple(
-            inter, int(rules["mxfp4_round_intermediate"])
+            shard, int(rules["mxfp4_round_intermediate"])
         )
-        scale["experts"] = padded / (hidden * inter)
-        notes.append(f"MXFP4 experts padded {hidden}×{inter} → kernel sizes (×{scale['experts']:.3f})")
+        scale["experts"] = padded * tp / (hidden * inter)
+        shape = f"{hidden}×{shard} per TP shard" if tp > 1 else f"{hidden}×{inter}"
+        notes.append(f"MXFP4 experts padded {shape} → kernel sizes (×{scale['experts']:.3f})")
+    if (
+        spec.weights is not None
+        and spec.weights.bytes_by_component.get("mtp")
+        and "mtp" not in (settings.speculative_method or "")
+    ):
+        # the main model's load_weights skips the MTP layers (get_spec_layer_idx_from_weight_name); only an MTP draft
+        # (--speculative-config method *mtp) loads them (vllm.md#vllm-weights)
+        scale["mtp"] = 0.0
+        notes.append(
+            f"{spec.num_mtp_layers or 'the'} multi-token-prediction layer(s) of the checkpoint "
+            f"({spec.weights.bytes_by_component['mtp'] / GiB:.2f} GiB) not loaded: vLLM loads them only as an MTP draft"
+        )
     stored = spec.dtype_bytes()
     if spec.quantization is None and spec.weights is not None and stored != settings.dtype_bytes:
         for component in {*spec.weights.bytes_by_component, "other"}:
@@ -635,9 +740,20 @@ def weights_per_gpu(spec: ModelSpec, settings: Settings, rules: Rules) -> Weight
         for component in ("attention", "mlp", "experts", "mtp"):
             scale[component] = scale.get(component, 1.0) / settings.dtype_bytes
         notes.append("--quantization fp8: linear layers quantized to 1 byte per weight at load time")
+    replicated = common.mla_replicated_bytes(spec, settings.tensor_parallel_size, scale.get("attention", 1.0))
     split = common.weights_per_rank(
-        spec, settings.tensor_parallel_size, settings.pipeline_parallel_size, int(rules["vocab_padding"]), scale
+        spec,
+        settings.tensor_parallel_size,
+        settings.pipeline_parallel_size,
+        int(rules["vocab_padding"]),
+        scale,
+        replicated={"attention": replicated} if replicated else None,
     )
+    if replicated:
+        notes.append(
+            f"the attention kept whole is MLA's fused_qkv_a_proj / kv_a_proj_with_mqa (not split by vLLM): "
+            f"+{replicated * (1 - 1 / settings.tensor_parallel_size) / GiB:.2f} GiB per GPU over an even split"
+        )
     weights = split.bytes
     if settings.cpu_offload_gb:
         weights = max(0, weights - int(settings.cpu_offload_gb * GiB))
@@ -863,6 +979,15 @@ def narrate(
     if parts.budget.mode is not BudgetMode.NONE:
         explain["budget"] = explain_budget(parts)
     explain["kv_cache"] = explain_kv_cache(parts, workload.concurrency)
+    if parts.settings.data_parallel_size > 1:
+        settings = parts.settings
+        per_replica = settings.tensor_parallel_size * settings.pipeline_parallel_size
+        explain["parallel"] = (
+            f"data parallel {settings.data_parallel_size}: {settings.data_parallel_size} replicas of "
+            f"TP {settings.tensor_parallel_size} × PP {settings.pipeline_parallel_size} = "
+            f"{per_replica * settings.data_parallel_size} GPUs; every figure is per GPU of one replica, each with "
+            "its own budget and KV pool (docs/engines/vllm.md#vllm-parallelism)"
+        )
     explain["verdict"] = VERDICT_NOTE
     if parts.decode_modelled:
         explain["decode"] = DECODE_NOTE
@@ -901,6 +1026,19 @@ def explain_budget(parts: Breakdown) -> str:
     budget, util = parts.budget, parts.settings.gpu_memory_utilization
     if budget.mode is BudgetMode.KV_CACHE_MEMORY_BYTES:
         return "kv-cache-memory-bytes set: the KV pool is that size, utilization ignored (docs/engines/vllm.md#vllm-budget)"
+    if budget.mode is BudgetMode.NUM_GPU_BLOCKS_OVERRIDE:
+        profiled = budget.profiled_pool
+        return (
+            f"num-gpu-blocks-override {parts.settings.num_gpu_blocks_override}: the KV pool is that many blocks = "
+            f"{budget.pool / GiB:.2f} GiB"
+            + (
+                f", in place of the {max(0, parts.layout.num_blocks(profiled))} blocks ({profiled / GiB:.2f} GiB) "
+                "the profile left"
+                if profiled is not None
+                else ""
+            )
+            + " (docs/engines/vllm.md#vllm-budget)"
+        )
     pool = budget.pool
     return (
         f"ceil({budget.memory / GiB:.2f} GiB × gpu_memory_utilization {util}) = "
@@ -928,8 +1066,13 @@ def startup_warnings(parts: Breakdown) -> list[str]:
     warnings = [HYBRID_MOE_GRAPHS_NOTE] if parts.hybrid_moe_graphs else []
     if parts.kv_bytes_too_large:
         room = budget.memory - overhead.outside_budget - budget.budget + budget.pool
+        asked = (
+            "kv-cache-memory-bytes"
+            if budget.mode is BudgetMode.KV_CACHE_MEMORY_BYTES
+            else f"num-gpu-blocks-override {settings.num_gpu_blocks_override}"
+        )
         warnings.append(
-            f"kv-cache-memory-bytes asks for {budget.pool / GiB:.2f} GiB of KV cache but weights, activations and "
+            f"{asked} asks for {budget.pool / GiB:.2f} GiB of KV cache but weights, activations and "
             f"overhead leave only {room / GiB:.2f} GiB on this GPU: the KV cache allocation runs out of memory"
         )
     if parts.layout.page_bytes <= 0:
