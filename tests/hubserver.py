@@ -223,6 +223,12 @@ class HubFiles:
 
         return RepoFile(name, size, content, name.endswith(LFS_SUFFIXES))
 
+    def add_header_repo(self, repo_id: str, files: dict[str, tuple[str, int]]) -> None:
+        """A repo of header-only files (``name -> (header in fixtures/headers, size presented)``), for tests of a
+        repo's listing (several quants, split sets, mmproj files) built from the real headers."""
+        entries = {name: self._file(name, self.headers_dir / header, size) for name, (header, size) in files.items()}
+        self.repos[repo_id] = Repo(repo_id, entries, _sha_for(repo_id, entries))
+
     def parameters(self, repo: Repo) -> dict[str, int]:
         """Per-dtype element counts of a repo's safetensors files (computed once per file set: aliases share it)."""
         key = id(repo.files)

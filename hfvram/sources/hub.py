@@ -23,7 +23,14 @@ from urllib.parse import quote
 
 from huggingface_hub import hf_hub_url
 
-from hfvram.errors import HfvramError, MalformedFileError, ModelReadError, RepoNotFoundError, UnsupportedLayoutError
+from hfvram.errors import (
+    GgufRepoWithoutSelector,
+    HfvramError,
+    MalformedFileError,
+    ModelReadError,
+    RepoNotFoundError,
+    UnsupportedLayoutError,
+)
 from hfvram.sources.cache import FactsCache, is_commit_sha
 from hfvram.sources.facts import (
     COMPANION_FILES,
@@ -368,7 +375,7 @@ def _no_config(repo_id: str, info: RepoInfo) -> HfvramError:
     if ggufs:
         tags = quant_tags(ggufs)
         hint = f"{repo_id}:{tags[0]}" if tags else f"{repo_id}:{ggufs[0]}"
-        return RepoNotFoundError(
+        return GgufRepoWithoutSelector(
             f"{repo_id} has no config.json but holds GGUF files: name one, e.g. `{hint}`"
             + (f" (available: {_some(tags)})" if tags else "")
         )
@@ -424,3 +431,42 @@ def load_hub_gguf(
         facts = {MODEL_INFO: info.to_json(), **{f: gguf_header_to_json(h) for f, h in fetched.items()}}
         cache.store(repo_id, rev, info.sha, facts)
     return LoadedModel(spec, SourceInfo(kind="hub", repo_id=repo_id, revision=info.sha, files=tuple(chosen)))
+
+
+def fetch_tree(repo_id: str, sha: str, token: str | None) -> list[tuple[str, int | None]]:
+    """The repo's files with their sizes at ``sha`` (the tree API, recursive: one request)."""
+    from hfvram.sources.gguf_repo import tree_entries
+
+    url = f"{hub_endpoint()}/api/models/{repo_id}/tree/{quote(sha, safe='')}"
+    data, _ = fetch_json(url, token=token, repo_id=repo_id, filename=None, params={"recursive": "true"})
+    return tree_entries(data, repo_id)
+
+
+def load_hub_gguf_repo(repo_id: str, *, revision: str | None, token: str | None, cache: FactsCache | None):
+    """A GGUF repo as a whole: (its listing, the model of the one header read), None when it lists no GGUF model
+    file. Requests: the model info (commit
+    sha), the tree listing at that commit (sizes), and the Range reads of one header; all cached by commit."""
+    from hfvram.sources.gguf_repo import LISTING, group_listing, header_quant, listing_from_json, listing_to_json
+
+    rev = revision or "main"
+    sha = cache.resolve(repo_id, rev) if cache is not None else None
+    info_json = _cached_or(cache, repo_id, sha, MODEL_INFO)
+    info = RepoInfo.from_json(repo_id, info_json) if info_json else fetch_repo_info(repo_id, revision, token)  # type: ignore[arg-type]
+    origin = f"Hub tree listing of {repo_id} at {info.sha[:12]}"
+    listing = listing_from_json(
+        repo_id, _cached_or(cache, repo_id, info.sha, LISTING), revision=info.sha, origin=origin
+    )
+    if listing is None:
+        entries = fetch_tree(repo_id, info.sha, token)
+        listing = group_listing(repo_id, entries, revision=info.sha, origin=origin)
+        if cache is not None:
+            cache.store(repo_id, rev, info.sha, {MODEL_INFO: info.to_json(), LISTING: listing_to_json(entries)})
+    if not listing.quants:
+        return None  # no GGUF model file: read as a checkpoint repo
+    chosen = header_quant(listing)
+    if cache is not None:
+        loaded = load_hub_gguf(repo_id, chosen.files[0], revision=rev, token=token, cache=cache)
+    else:
+        loaded = load_hub_gguf(repo_id, chosen.files[0], revision=info.sha, token=token, cache=None)
+    assert loaded is not None
+    return listing, loaded
