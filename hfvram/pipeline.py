@@ -375,6 +375,7 @@ def gguf_repo_report(request: Request, options: RunOptions) -> dict[str, Any] | 
     rows: list[dict[str, Any]] = []
     warnings: list[str] = list(request.notes)
     engine = None
+    work = {"context": request.context, "concurrency": request.concurrency, "kv_dtype": request.kv_dtype}
     for quant in listing.quants:
         model = quant_model(read, quant, header_bytes=header_bytes, listing=listing)
         est = run_estimate(request, options, model)
@@ -382,6 +383,7 @@ def gguf_repo_report(request: Request, options: RunOptions) -> dict[str, Any] | 
         engine = engine or doc["engine"]
         if quant is read_quant:
             warnings += doc["warnings"]
+            work = doc["workload"]  # the context the engine runs at when none was asked for
         rows.append(
             {
                 "quant": quant.name,
@@ -399,6 +401,11 @@ def gguf_repo_report(request: Request, options: RunOptions) -> dict[str, Any] | 
                 "capacity": doc["capacity"],
             }
         )
+    if listing.partial:
+        warnings.append(
+            f"the file listing of {listing.repo_id} is partial ({listing.origin}): it holds only the files whose size "
+            "is on record, so other quants of the repo are not shown"
+        )
     recommended = _recommend(rows)
     hardware = request.hardware
     return {
@@ -414,7 +421,7 @@ def gguf_repo_report(request: Request, options: RunOptions) -> dict[str, Any] | 
         if hardware is None
         else {"gpu": hardware.gpu.id, "count": hardware.count, "name": hardware.gpu.name},
         "engine": engine,
-        "workload": {"context": request.context, "concurrency": request.concurrency, "kv_dtype": request.kv_dtype},
+        "workload": work,
         "header_bytes": header_bytes,
         "sizing": (
             f"architecture facts from the header of {read.source.files[0]} (all quants of a repo share them); "

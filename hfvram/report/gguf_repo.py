@@ -62,7 +62,8 @@ def render_gguf_repo(console: Any, report: Mapping[str, Any]) -> None:
 
     source = report.get("source") or {}
     title = plain(source.get("repo_id"), style="bold")
-    title.append(f"  ({len(report.get('quants') or ())} quants; {_headline(report)})", style="dim")
+    count = len(report.get("quants") or ())
+    title.append(f"  ({count} quant{'' if count == 1 else 's'}; {_headline(report)})", style="dim")
     console.print(title)
     table = Table(box=box.SIMPLE_HEAD)
     for i, name in enumerate(HEADERS):

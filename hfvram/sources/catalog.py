@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -131,7 +132,8 @@ def gguf_listing(repo_id: str):
         return None
     entry = listings[name]
     origin = f"embedded catalogue {catalog_date()}: file listing recorded in {entry.get('recorded', 'fixtures/')}"
-    return listing_from_json(name, entry.get("files"), revision=None, origin=origin)
+    listing = listing_from_json(name, entry.get("files"), revision=None, origin=origin)
+    return replace(listing, partial=bool(entry.get("partial"))) if listing is not None else None
 
 
 def load_gguf_repo_from_catalog(repo_id: str, *, reason: str):

@@ -40,6 +40,8 @@ class GgufListing:
     mmproj: tuple[tuple[str, int | None], ...]
     #: where the listing came from ("Hub tree API at <sha>", "embedded catalogue …")
     origin: str
+    #: True when the listing holds only some of the repo's files (a catalogue listing of the sizes on record)
+    partial: bool = False
 
 
 def _max_files() -> int:
