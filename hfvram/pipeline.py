@@ -341,16 +341,13 @@ GGUF_REPO_SCHEMA = "hfvram.gguf_repo/1"
 
 
 def gguf_repo_wanted(source: str) -> bool:
-    """A Hub repo id without ``:QUANT`` whose name says GGUF (``…-GGUF``), or that the catalogue lists as one (other
-    GGUF repos are answered once the Hub shows no config.json but GGUF files)."""
+    """A Hub repo id without ``:QUANT`` whose name says GGUF (``…-GGUF``), as the catalogue's GGUF repos' names do;
+    other GGUF repos are answered once the Hub shows GGUF files and no config.json. The name alone decides: no file
+    is read for a check of any other repo."""
     from hfvram.sources.resolve import HubSource, parse_source
 
     parsed = parse_source(source)
-    if not isinstance(parsed, HubSource) or parsed.gguf is not None:
-        return False
-    from hfvram.sources.catalog import gguf_listing
-
-    return "gguf" in parsed.repo_id.lower() or gguf_listing(parsed.repo_id) is not None
+    return isinstance(parsed, HubSource) and parsed.gguf is None and "gguf" in parsed.repo_id.lower()
 
 
 def gguf_repo_report(request: Request, options: RunOptions) -> dict[str, Any] | None:
