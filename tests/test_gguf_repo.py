@@ -173,6 +173,7 @@ def test_repo_not_named_gguf_is_answered_once_the_hub_shows_gguf_files(hub):
     validate(doc, "gguf_repo")
     assert [q["quant"] for q in doc["quants"]] == ["F16", "Q6_K", "Q4_1"]
     assert len(hub.requests_to("/config.json")) == 1  # asked as a checkpoint first: no config.json there
+    assert len([r for r in hub.records if r.path.endswith("/api/models/hfvram-test/smollm2-quants")]) == 1
 
 
 def test_paged_tree_listing_is_followed(gguf_hub):

@@ -269,7 +269,10 @@ def load_hub_checkpoint(
     assert isinstance(info, RepoInfo)
     if "config" in got:
         if got["config"] is None:
-            raise _no_config(repo_id, info)
+            error = _no_config(repo_id, info)
+            if isinstance(error, GgufRepoWithoutSelector) and cache is not None:
+                cache.store(repo_id, rev, info.sha, {MODEL_INFO: info.to_json()})  # the repo is listed next
+            raise error
         served_from: str | None
         config_text, served_from = cast("tuple[str, str | None]", got["config"])
         if served_from and served_from != info.sha:  # the branch moved between the two calls
