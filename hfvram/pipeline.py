@@ -364,8 +364,9 @@ def gguf_repo_report(request: Request, options: RunOptions) -> dict[str, Any] | 
     listing, read = found
     read_quant = next(q for q in listing.quants if q.files[0] in read.source.files)
     weights = read.spec.weights_bytes
+    # the bytes of the read file(s) that are not tensor data: its metadata (vocabulary included) and tensor infos
     header_bytes = (
-        (read_quant.file_bytes - weights) // len(read_quant.files)
+        read_quant.file_bytes - weights
         if read_quant.file_bytes is not None and weights is not None and read_quant.file_bytes >= weights
         else 0
     )
@@ -423,7 +424,9 @@ def gguf_repo_report(request: Request, options: RunOptions) -> dict[str, Any] | 
         "header_bytes": header_bytes,
         "sizing": (
             f"architecture facts from the header of {read.source.files[0]} (all quants of a repo share them); "
-            f"each other quant's weights = its file bytes ({listing.origin}) minus {header_bytes} header bytes per file"
+            f"each other quant's weights = its file bytes ({listing.origin}) minus {header_bytes} header bytes, once "
+            "per quant (the further parts of a split set hold only their own tensor infos, counted as weights: a "
+            "few KiB too many)"
         ),
         "quants": rows,
         "mmproj": [{"file": name, "file_bytes": size} for name, size in listing.mmproj],

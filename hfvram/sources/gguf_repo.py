@@ -108,12 +108,13 @@ def header_quant(listing: GgufListing) -> Quant:
 
 def quant_model(read: LoadedModel, quant: Quant, *, header_bytes: int, listing: GgufListing) -> LoadedModel:
     """``read`` (the model of the header read) as ``quant``: the same architecture, the weights sized from the
-    listing (file bytes minus the header's bytes, once per file), the components scaled like the file read."""
+    listing (file bytes minus the header's bytes, once per quant: the metadata with the vocabulary is in the first
+    part of a split set only), the components scaled like the file read."""
     spec = read.spec
     if quant.files == read.source.files or spec.weights is None or quant.file_bytes is None:
         return LoadedModel(spec, replace(read.source, files=quant.files))
     weights = spec.weights
-    total = max(quant.file_bytes - header_bytes * len(quant.files), 0)
+    total = max(quant.file_bytes - header_bytes, 0)
     factor = total / weights.total_bytes if weights.total_bytes else 0.0
     by_component = {name: round(value * factor) for name, value in weights.bytes_by_component.items()}
     if by_component:  # rounding: the components still sum to the total
@@ -121,7 +122,8 @@ def quant_model(read: LoadedModel, quant: Quant, *, header_bytes: int, listing: 
         by_component[biggest] += total - sum(by_component.values())
     basis = (
         f"{listing.origin}: {' + '.join(quant.files)} = {quant.file_bytes} bytes, minus {header_bytes} header bytes "
-        f"per file (the metadata and tensor infos of {read.source.files[0]}, which every quant of the repo shares)"
+        f"(the metadata and tensor infos of {read.source.files[0]}, which every quant of the repo shares up to the "
+        "tensor types)"
     )
     new_weights = Weights(
         total_bytes=total,
