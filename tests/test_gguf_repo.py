@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 
+import jsonschema
 import pytest
 from cli_support import run_hfvram, validate
 
@@ -211,3 +212,12 @@ def test_ollama_spelling_without_tag_is_the_repo_as_a_whole(gguf_hub):
     assert doc["schema"] == "hfvram.gguf_repo/1" and doc["engine"]["name"] == "ollama"
     # Ollama pulls Q4_K_M for a repo without a tag (Hugging Face's Ollama guide); this repo has none
     assert any("pulls Q4_K_M, which this repo does not have" in w for w in doc["warnings"])
+
+
+def test_schema_rejects_a_quant_row_without_its_verdict(gguf_hub):
+    _, doc = _check(REPO, "--gpu", "rtx4090", "--json")
+    del doc["quants"][0]["verdict"]
+    with pytest.raises(jsonschema.ValidationError):
+        validate(doc, "gguf_repo")
+    with pytest.raises(jsonschema.ValidationError):
+        validate({**doc, "schema": "hfvram.check/1"}, "gguf_repo")
