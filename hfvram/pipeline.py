@@ -397,6 +397,7 @@ def gguf_repo_report(request: Request, options: RunOptions) -> dict[str, Any] | 
                 "verdict": doc["verdict"],
                 "verdict_reason": doc["verdict_reason"],
                 "capacity": doc["capacity"],
+                "decode_tokens_per_second": doc["decode_tokens_per_second"],
             }
         )
     if listing.partial:

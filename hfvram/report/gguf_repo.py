@@ -44,13 +44,18 @@ def rows(report: Mapping[str, Any]) -> list[list[str]]:
                 gib(per_gpu.get("total")),
                 percent(row.get("utilization")),
                 str(capacity.get("max_context") or "-"),
+                _speed(row.get("decode_tokens_per_second")),
                 VERDICT_WORD.get(row.get("verdict"), str(row.get("verdict"))),
             ]
         )
     return out
 
 
-HEADERS = ["quant", "files", "file", "weights", "KV cache", "total/GPU", "use", "max context", "verdict"]
+HEADERS = ["quant", "files", "file", "weights", "KV cache", "total/GPU", "use", "max context", "tok/s", "verdict"]
+
+
+def _speed(value: object) -> str:
+    return f"{value:,.0f}" if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"
 
 
 def render_gguf_repo(console: Any, report: Mapping[str, Any]) -> None:
@@ -67,7 +72,7 @@ def render_gguf_repo(console: Any, report: Mapping[str, Any]) -> None:
     console.print(title)
     table = Table(box=box.SIMPLE_HEAD)
     for i, name in enumerate(HEADERS):
-        table.add_column(name, justify="left" if i in (0, 8) else "right")
+        table.add_column(name, justify="left" if i in (0, len(HEADERS) - 1) else "right")
     for cells in rows(report):
         best = cells[0] == report.get("recommended")
         table.add_row(
