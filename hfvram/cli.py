@@ -349,6 +349,16 @@ def check(
     require_gpu_for_fail_on(fail_on, options.gpu)
 
     report = check_with_options(options, source).document
+    if report.get("schema") == "hfvram.gguf_repo/1":  # a GGUF repo as a whole: one row per quant
+        from hfvram.report.gguf_repo import gguf_repo_markdown, render_gguf_repo
+
+        if output == "json":
+            _echo_json(report)
+        elif output == "markdown":
+            _echo(gguf_repo_markdown(report), nl=False)
+        else:
+            render_gguf_repo(_console(), report)
+        sys.exit(exit_code_for([report.get("verdict")], fail_on == "tight"))
     if output == "json":
         _echo_json(report)
     elif output == "markdown":

@@ -43,6 +43,10 @@ class RepoNotFoundError(ModelReadError):
     kind = "not_found"
 
 
+class GgufRepoWithoutSelector(RepoNotFoundError):
+    """A repo without config.json that holds GGUF files, named without ``:QUANT``."""
+
+
 class GatedRepoError(ModelReadError):
     kind = "gated"
 

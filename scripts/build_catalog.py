@@ -27,6 +27,9 @@ from hfvram.sources.facts import COMPANION_FILES, INDEX_FILE  # noqa: E402
 
 OUT = ROOT / "hfvram" / "data" / "catalog.json"
 HEADERS = ROOT / "fixtures" / "headers"
+#: recorded file listings of GGUF repos (fixtures/listings/<org>--<name>.json; fixtures/README.md says where each
+#: size comes from)
+LISTINGS = ROOT / "fixtures" / "listings"
 #: (Hub repo, file in it) -> the real header in fixtures/headers (repo and file as fixtures/README.md states them;
 #: the DeepSeek-R1-Distill GGUF header has no known repo, so it is not catalogued)
 GGUF_HEADERS = {
@@ -105,6 +108,19 @@ def gguf_entries(headers: Path) -> dict:
     return entries
 
 
+def gguf_listings(folder: Path) -> dict:
+    """repo id -> {"files": [[path, size], ...], "recorded": fixture path, "partial": bool} for each recorded listing."""
+    entries: dict = {}
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else ():
+        data = json.loads(path.read_text(encoding="utf-8"))
+        entries[data["repo_id"]] = {
+            "files": data["files"],
+            "recorded": f"fixtures/listings/{path.name}",
+            "partial": bool(data.get("partial")),
+        }
+    return entries
+
+
 def build(hub: Path, date: str) -> dict:
     repos = {}
     for org in sorted(p for p in hub.iterdir() if p.is_dir()):
@@ -119,6 +135,7 @@ def build(hub: Path, date: str) -> dict:
         "source": "fixtures/hub (see fixtures/README.md for each file's origin)",
         "repos": repos,
         "gguf": gguf_entries(HEADERS),
+        "gguf_listings": gguf_listings(LISTINGS),
     }
 
 

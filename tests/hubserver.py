@@ -223,6 +223,12 @@ class HubFiles:
 
         return RepoFile(name, size, content, name.endswith(LFS_SUFFIXES))
 
+    def add_header_repo(self, repo_id: str, files: dict[str, tuple[str, int]]) -> None:
+        """A repo of header-only files (``name -> (header in fixtures/headers, size presented)``), for tests of a
+        repo's listing (several quants, split sets, mmproj files) built from the real headers."""
+        entries = {name: self._file(name, self.headers_dir / header, size) for name, (header, size) in files.items()}
+        self.repos[repo_id] = Repo(repo_id, entries, _sha_for(repo_id, entries))
+
     def parameters(self, repo: Repo) -> dict[str, int]:
         """Per-dtype element counts of a repo's safetensors files (computed once per file set: aliases share it)."""
         key = id(repo.files)
@@ -271,6 +277,8 @@ class HubServer:
     def __init__(self, files: HubFiles | None = None, *, latency: float = 0.0) -> None:
         self.files = files or HubFiles()
         self.latency = latency
+        #: entries per page of the tree API (None: one page), as the Hub pages long listings with a Link header
+        self.tree_page_size: int | None = None
         self.faults: dict[str, Fault] = {}
         self.gated: set[str] = set()
         #: repos the Hub has turned access off for (403 with the Hub's "Access to this resource is disabled.")
@@ -321,6 +329,7 @@ class HubServer:
             self.tokens.clear()
             self.records.clear()
             self.latency = 0.0
+            self.tree_page_size = None
 
     def fault(self, match: str, kind: str, **options: object) -> Fault:
         fault = Fault(kind, **options)  # type: ignore[arg-type]
@@ -563,6 +572,15 @@ class HubHandler(BaseHTTPRequestHandler):
                 }
                 for f in repo.files.values()
             ]
+            page = self.hub.tree_page_size
+            if page:  # the Hub pages long listings: a Link header names the next page (cursor = an offset here)
+                start = int((query.get("cursor") or ["0"])[0])
+                headers = {}
+                if start + page < len(body):
+                    base = f"{self.hub.url}/api/models/{repo.repo_id}/tree/{match['rev']}"
+                    headers["Link"] = f'<{base}?recursive=true&cursor={start + page}>; rel="next"'
+                _plain(self, 200, json.dumps(body[start : start + page]).encode(), headers)
+                return
             self._send_json(body, fault)
             return
         expand = query.get("expand", []) + query.get("expand[]", [])

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -136,3 +137,52 @@ def load_from_catalog(repo_id: str, *, reason: str, revision: str | None = None)
             note=f"catalogue built {catalog_date()}",
         ),
     )
+
+
+def gguf_listing(repo_id: str):
+    """The recorded file listing of a catalogued GGUF repo as a GgufListing (None when the catalogue has none)."""
+    from hfvram.sources.gguf_repo import listing_from_json
+
+    listings: Mapping[str, Mapping[str, object]] = load_catalog().get("gguf_listings", {})  # type: ignore[assignment]
+    folded = {name.lower(): name for name in listings}
+    name = folded.get(repo_id.lower())
+    if name is None:
+        return None
+    entry = listings[name]
+    origin = f"embedded catalogue {catalog_date()}: file listing recorded in {entry.get('recorded', 'fixtures/')}"
+    listing = listing_from_json(name, entry.get("files"), revision=None, origin=origin)
+    return replace(listing, partial=bool(entry.get("partial"))) if listing is not None else None
+
+
+def load_gguf_repo_from_catalog(repo_id: str, *, reason: str):
+    """(listing, model of the header held) of a catalogued GGUF repo, or None when the catalogue lacks either."""
+    listing = gguf_listing(repo_id)
+    if listing is None or not listing.quants:
+        return None
+    entries: Mapping[str, Mapping[str, object]] = load_catalog().get("gguf", {})  # type: ignore[assignment]
+    held = entries.get(listing.repo_id, {})
+    readable = [q for q in listing.quants if all(f in held for f in q.files)]
+    if not readable:
+        return None
+    chosen = min(readable, key=lambda q: (len(q.files) > 1, q.file_bytes or 0, q.name))
+    loaded = load_gguf_from_catalog(listing.repo_id, chosen.files[0], reason=reason)
+    return None if loaded is None else (listing, loaded)
+
+
+def did_you_mean(repo_id: str, *, shown: int = 3) -> str:
+    """``"; did you mean a/b, c/d?"`` from the catalogue's closest repo ids ("" when none is close)."""
+    import difflib
+
+    names = sorted(
+        {*catalog_repos(), *load_catalog().get("gguf", {}), *load_catalog().get("gguf_listings", {})}  # type: ignore[misc]
+    )
+    by_lower = {name.lower(): name for name in names}
+    wanted = repo_id.lower()[:200]
+    close = difflib.get_close_matches(wanted, list(by_lower), n=shown, cutoff=0.6)
+    if not close:  # the name alone (a misspelled org, or none)
+        tails = {name.split("/", 1)[-1]: name for name in by_lower}
+        close = [
+            tails[t] for t in difflib.get_close_matches(wanted.split("/", 1)[-1], list(tails), n=shown, cutoff=0.7)
+        ]
+    close = [c for c in close if c != wanted]
+    return f"; did you mean {', '.join(by_lower[c] for c in close)}?" if close else ""

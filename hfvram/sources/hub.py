@@ -23,7 +23,14 @@ from urllib.parse import quote
 
 from huggingface_hub import hf_hub_url
 
-from hfvram.errors import HfvramError, MalformedFileError, ModelReadError, RepoNotFoundError, UnsupportedLayoutError
+from hfvram.errors import (
+    GgufRepoWithoutSelector,
+    HfvramError,
+    MalformedFileError,
+    ModelReadError,
+    RepoNotFoundError,
+    UnsupportedLayoutError,
+)
 from hfvram.sources.cache import FactsCache, is_commit_sha
 from hfvram.sources.facts import (
     COMPANION_FILES,
@@ -262,7 +269,10 @@ def load_hub_checkpoint(
     assert isinstance(info, RepoInfo)
     if "config" in got:
         if got["config"] is None:
-            raise _no_config(repo_id, info)
+            error = _no_config(repo_id, info)
+            if isinstance(error, GgufRepoWithoutSelector) and cache is not None:
+                cache.store(repo_id, rev, info.sha, {MODEL_INFO: info.to_json()})  # the repo is listed next
+            raise error
         served_from: str | None
         config_text, served_from = cast("tuple[str, str | None]", got["config"])
         if served_from and served_from != info.sha:  # the branch moved between the two calls
@@ -368,7 +378,7 @@ def _no_config(repo_id: str, info: RepoInfo) -> HfvramError:
     if ggufs:
         tags = quant_tags(ggufs)
         hint = f"{repo_id}:{tags[0]}" if tags else f"{repo_id}:{ggufs[0]}"
-        return RepoNotFoundError(
+        return GgufRepoWithoutSelector(
             f"{repo_id} has no config.json but holds GGUF files: name one, e.g. `{hint}`"
             + (f" (available: {_some(tags)})" if tags else "")
         )
@@ -424,3 +434,63 @@ def load_hub_gguf(
         facts = {MODEL_INFO: info.to_json(), **{f: gguf_header_to_json(h) for f, h in fetched.items()}}
         cache.store(repo_id, rev, info.sha, facts)
     return LoadedModel(spec, SourceInfo(kind="hub", repo_id=repo_id, revision=info.sha, files=tuple(chosen)))
+
+
+#: pages of one tree listing hfvram follows (the Hub pages long listings, ~1000 entries a page)
+TREE_PAGES = 8
+
+
+def fetch_tree(repo_id: str, sha: str, token: str | None) -> list[tuple[str, int | None]]:
+    """The repo's files with their sizes at ``sha`` (the tree API, recursive: one request a page; the next page is
+    followed only on the Hub's own host, at most TREE_PAGES pages)."""
+    import re
+
+    from hfvram.sources.gguf_repo import tree_entries
+
+    endpoint = hub_endpoint().rstrip("/")
+    url: str | None = f"{endpoint}/api/models/{repo_id}/tree/{quote(sha, safe='')}"
+    params: Mapping[str, object] | None = {"recursive": "true"}
+    entries: list[tuple[str, int | None]] = []
+    for _ in range(TREE_PAGES):
+        assert url is not None
+        data, answer = fetch_json(url, token=token, repo_id=repo_id, filename=None, params=params)
+        entries += tree_entries(data, repo_id)
+        link = re.search(r'<([^>]{1,2000})>\s*;\s*rel="?next"?', str(answer.headers.get("link", ""))[:4000])
+        if link is None:
+            return entries
+        url, params = link[1], None
+        if not url.startswith(endpoint + "/"):
+            raise MalformedFileError(
+                "the next page of the tree listing is on another host", file=f"{repo_id} (Hub tree API)"
+            )
+    raise MalformedFileError(f"tree listing longer than {TREE_PAGES} pages", file=f"{repo_id} (Hub tree API)")
+
+
+def load_hub_gguf_repo(repo_id: str, *, revision: str | None, token: str | None, cache: FactsCache | None):
+    """A GGUF repo as a whole: (its listing, the model of the one header read), None when it lists no GGUF model
+    file. Requests: the model info (commit
+    sha), the tree listing at that commit (sizes), and the Range reads of one header; all cached by commit."""
+    from hfvram.sources.gguf_repo import LISTING, group_listing, header_quant, listing_from_json, listing_to_json
+
+    rev = revision or "main"
+    sha = cache.resolve(repo_id, rev) if cache is not None else None
+    info_json = _cached_or(cache, repo_id, sha, MODEL_INFO)
+    info = RepoInfo.from_json(repo_id, info_json) if info_json else fetch_repo_info(repo_id, revision, token)  # type: ignore[arg-type]
+    origin = f"Hub tree listing of {repo_id} at {info.sha[:12]}"
+    listing = listing_from_json(
+        repo_id, _cached_or(cache, repo_id, info.sha, LISTING), revision=info.sha, origin=origin
+    )
+    if listing is None:
+        entries = fetch_tree(repo_id, info.sha, token)
+        listing = group_listing(repo_id, entries, revision=info.sha, origin=origin)
+        if cache is not None:
+            cache.store(repo_id, rev, info.sha, {MODEL_INFO: info.to_json(), LISTING: listing_to_json(entries)})
+    if not listing.quants:
+        return None  # no GGUF model file: read as a checkpoint repo
+    chosen = header_quant(listing)
+    if cache is not None:
+        loaded = load_hub_gguf(repo_id, chosen.files[0], revision=rev, token=token, cache=cache)
+    else:
+        loaded = load_hub_gguf(repo_id, chosen.files[0], revision=info.sha, token=token, cache=None)
+    assert loaded is not None
+    return listing, loaded

@@ -16,6 +16,17 @@ from hfvram.spec import LoadedModel
 _REPO = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.\-]*/[\w.\-]+)(?:@(?P<rev>[^:@\s]+))?(?::(?P<file>[^@\s]+))?$")
 
 
+#: the Hub's host as Ollama (``ollama run hf.co/org/repo:Q4_K_M``) and browsers spell it before a repo id
+_OLLAMA_HOST = re.compile(
+    r"^(?:https?://)?(?:www\.)?(?:hf\.co|huggingface\.co)/(?=[A-Za-z0-9][\w.\-]*/)", re.IGNORECASE
+)
+
+
+def normalize_source(source: str) -> str:
+    """SOURCE without Ollama's ``hf.co/`` host (so that a pasted ``ollama run hf.co/…`` names the same model)."""
+    return _OLLAMA_HOST.sub("", source.strip()).rstrip("/")
+
+
 @dataclass(frozen=True)
 class HubSource:
     repo_id: str
@@ -28,6 +39,9 @@ def parse_source(source: str) -> Path | HubSource:
     text = source.strip()
     if not text:
         raise UsageError("empty SOURCE")
+    text = _OLLAMA_HOST.sub("", text)  # Ollama's spelling: hf.co/org/repo:Q4_K_M
+    if text.lower().endswith(":latest") and _REPO.match(text[: -len(":latest")]):
+        text = text[: -len(":latest")]  # Ollama's default tag: the repo as a whole
     path = Path(text).expanduser()
     if path.exists() or text.startswith((".", "/", "~")) or (text.lower().endswith(".gguf") and "/" not in text):
         return path
@@ -75,7 +89,9 @@ def load_model(
     if found is not None:  # every fact cached under a fresh commit: no request, no HTTP stack
         return found
     validate_endpoint_env()  # before huggingface_hub's HTTP modules read HF_ENDPOINT
+    from hfvram.errors import GgufRepoWithoutSelector, RepoNotFoundError
     from hfvram.sources import hub  # the HTTP stack, only when the Hub is asked
+    from hfvram.sources.http import EntryMissingError
 
     try:
         with source_deadline():  # every request of this model together (HFVRAM_DEADLINE)
@@ -84,6 +100,11 @@ def load_model(
                 assert loaded is not None  # only a cache_only read can come back empty
                 return loaded
             return hub.load_hub_checkpoint(repo_id, revision=revision, token=token, need_split=need_split, cache=cache)
+    except RepoNotFoundError as err:
+        hint = "" if isinstance(err, (GgufRepoWithoutSelector, EntryMissingError)) else catalog.did_you_mean(repo_id)
+        if not hint:
+            raise
+        raise RepoNotFoundError(f"{err}{hint}") from None
     except NetworkError as err:
         fallback = _from_facts_cache(parsed, revision, cache, reason="the Hub was not reachable")
         if fallback is None:
@@ -91,6 +112,38 @@ def load_model(
         if fallback is None:
             raise
         return fallback
+
+
+def load_gguf_repo(source: str, *, revision: str | None, token: str | None, offline: bool | None):
+    """A GGUF repo as a whole (no ``:QUANT``): (its listing, the model of the one header read), from the Hub, else
+    (offline, or the Hub unreachable) from the embedded catalogue; None when the Hub lists no GGUF model file."""
+    from hfvram.errors import ModelReadError
+
+    parsed = parse_source(source)
+    assert isinstance(parsed, HubSource)
+    revision = revision or parsed.revision
+    if offline is None:
+        validate_endpoint_env()
+        offline = offline_requested()
+    if offline:
+        found = catalog.load_gguf_repo_from_catalog(parsed.repo_id, reason="offline mode: the Hub was not asked")
+        if found is None:
+            raise ModelReadError(
+                f"{parsed.repo_id} is not a GGUF repo of hfvram's embedded catalogue, and offline mode forbids "
+                "asking the Hub for its file listing" + catalog.did_you_mean(parsed.repo_id)
+            )
+        return found
+    validate_endpoint_env()
+    from hfvram.sources import hub
+
+    try:
+        with source_deadline():
+            return hub.load_hub_gguf_repo(parsed.repo_id, revision=revision, token=token, cache=FactsCache())
+    except NetworkError as err:
+        found = catalog.load_gguf_repo_from_catalog(parsed.repo_id, reason=f"the Hub was not reachable ({err})")
+        if found is None:
+            raise
+        return found
 
 
 def _load_path(path: Path) -> LoadedModel:
@@ -173,6 +226,7 @@ def _offline(parsed: HubSource, revision: str | None, cache: FactsCache) -> Load
     raise ModelReadError(
         f"{parsed.repo_id} is not in the HF cache, hfvram's facts cache or its embedded catalogue, and offline mode "
         "forbids asking the Hub (drop --offline / HF_HUB_OFFLINE, or download the repo first)"
+        + catalog.did_you_mean(parsed.repo_id)
     )
 
 
