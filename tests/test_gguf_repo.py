@@ -97,20 +97,38 @@ def test_second_run_asks_nothing(gguf_hub):
 
 
 def test_recommends_the_largest_quant_that_fits_and_exit_1_when_none_does(gguf_hub):
-    # more concurrent full-length requests on one card: the larger quants stop fitting first
-    seen = set()
-    for concurrency in ("100", "114", "4096"):
-        result, doc = _check(REPO, "--gpu", "rtx4090", "--json", "--context", "8192", "--concurrency", concurrency)
+    # more concurrent full-length requests on one card: the larger quants stop fitting first. The concurrency
+    # where each quant stops fitting is read off the figures themselves (the total grows linearly with it)
+    def run(concurrency: int):
+        result, doc = _check(
+            REPO, "--gpu", "rtx4090", "--json", "--context", "8192", "--concurrency", str(concurrency)
+        )  # fmt: skip
         validate(doc, "gguf_repo")
-        totals = [q["per_gpu"]["total"] for q in doc["quants"]]
-        assert totals == sorted(totals, reverse=True)  # F16 > Q6_K > Q4_1 at the same workload
+        return result, doc
+
+    _, one = run(1)
+    _, two = run(2)
+    totals = {q["quant"]: q["per_gpu"]["total"] for q in one["quants"]}
+    per_request = {q["quant"]: q["per_gpu"]["total"] - totals[q["quant"]] for q in two["quants"]}
+    usable = one["quants"][0]["per_gpu"]["usable"]
+    last_fitting = {name: int((0.9 * usable - totals[name]) / per_request[name]) + 1 for name in totals}
+    assert last_fitting["F16"] <= last_fitting["Q4_1"]  # the larger quant leaves less room for requests
+    # near those counts, the first concurrency at which F16 no longer fits but a smaller quant still does
+    candidates = range(max(1, min(last_fitting.values()) - 2), max(last_fitting.values()) + 3)
+    between = next((c for c in candidates if run(c)[1]["recommended"] not in ("F16", None)), None)
+    assert between is not None, last_fitting
+    seen = set()
+    for concurrency in (1, between, 4096):
+        result, doc = run(concurrency)
+        totals_now = [q["per_gpu"]["total"] for q in doc["quants"]]
+        assert totals_now == sorted(totals_now, reverse=True)  # F16 > Q6_K > Q4_1 at the same workload
         fitting = [q["quant"] for q in doc["quants"] if q["verdict"] == "fits"]
         tight = [q["quant"] for q in doc["quants"] if q["verdict"] == "tight"]
         expected = (fitting or tight or [None])[0]  # rows are largest first
         assert doc["recommended"] == expected
         assert result.returncode == (0 if expected else 1), result.stderr
         seen.add(expected)
-    assert None in seen and len(seen) >= 3  # all fit at 100, only smaller ones at 114, none at 4096
+    assert seen >= {"F16", None} and len(seen) == 3  # all fit at 1, only smaller ones in between, none at 4096
     assert doc["verdict"] == "does_not_fit" and {q["verdict"] for q in doc["quants"]} == {"does_not_fit"}
 
 
