@@ -40,6 +40,7 @@ EXIT_INTERRUPTED = 130
 DEBUG_META = "hfvram.debug"
 FORMATS = ("table", "json", "markdown")
 SCAN_FORMATS = ("table", "jsonl", "json", "csv", "markdown")
+MODEL_SORTS = ("verdict", "total", "params", "context", "speed")
 DEFAULT_JOBS = 8
 
 
@@ -501,6 +502,85 @@ def _print_scan(reports: list[dict[str, Any]], output: str, *, streamed: bool) -
         from hfvram.report.table import render_scan
 
         render_scan(_console(), reports)
+
+
+# ---- models ----------------------------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.argument("query", required=False)
+@click.option("--list", "listing", is_flag=True, help="List the catalogue's repo ids (those holding QUERY).")
+@run_options
+@click.option("--family", "family", metavar="F", help="Only architectures / model types holding F (llama, qwen3).")
+@click.option(
+    "--sort",
+    "sort",
+    type=click.Choice(MODEL_SORTS),
+    default="verdict",
+    show_default=True,
+    help="verdict: fits first, then the largest; total: least memory first; params, context, speed: largest first.",
+)
+@click.option("--format", "fmt", type=click.Choice(SCAN_FORMATS), help="Output format (default: table).")
+@click.option("--json", "as_json", is_flag=True, help="Same as --format json (schema hfvram.models/1).")
+@markdown_option
+def models(
+    query: str | None,
+    listing: bool,
+    family: str | None,
+    sort: str,
+    fmt: str | None,
+    as_json: bool,
+    as_markdown: bool,
+    **kwargs: Any,
+) -> None:
+    """Which of the embedded catalogue's models run on --gpu: one row per model (offline, no network).
+
+    \b
+    Examples:
+      hfvram models --gpu m4-max-64 --context 8k
+      hfvram models --gpu rtx4090 --engine llama.cpp --family qwen --sort speed
+      hfvram models --list llama
+
+    Exit codes: 0 at least one model fits (or is tight), 1 none does, 2 usage error. With --list: 0, or 1 when
+    no repo id holds QUERY.
+    """
+    from hfvram.pipeline import catalogue_params, models_query, models_rows
+    from hfvram.report.models import search_repos
+    from hfvram.sources.catalog import catalog_repos
+
+    if listing:
+        from hfvram.report.models import list_lines
+
+        found = search_repos(catalog_repos(), query)
+        if not found:
+            _write_stderr(f"hfvram: no catalogue repo matches {query!r}")
+            sys.exit(1)
+        _echo("\n".join(list_lines(found, catalogue_params(found))))
+        sys.exit(0)
+    if query is not None:
+        raise UsageError(f"QUERY ({query!r}) goes with --list; to check one model use `hfvram check {query}`")
+    options = _run_options(kwargs)
+    output = _output_format(fmt, as_json, as_markdown=as_markdown)
+    asked = models_query(options, family=family, sort=sort)
+    rows = models_rows(options, family=family, sort=sort)
+    from hfvram.report import models as view
+
+    if output == "json":
+        _echo_json(view.models_document(asked, rows))
+    elif output == "jsonl":
+        from hfvram.report.tabular import jsonl_line
+
+        for row in rows:
+            _echo(jsonl_line(row, ascii_only=not _stdout_unicode()))
+    elif output == "csv":
+        _echo(view.models_csv(rows), nl=False)
+    elif output == "markdown":
+        _echo(view.models_markdown(asked, rows), nl=False)
+    else:
+        view.render_models(_console(), asked, rows)
+    if not rows:
+        _write_stderr(f"hfvram: no catalogue model has the family {family!r}")
+    sys.exit(view.models_exit_code(rows))
 
 
 # ---- fit -------------------------------------------------------------------------------------------------------

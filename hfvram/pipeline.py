@@ -575,3 +575,53 @@ def calibration_prediction(
     if kv_dtype in ("f16",):
         kv_dtype = "fp16"
     return estimate(loaded.spec, hardware, choice, Workload(context=measured.context, kv_dtype=kv_dtype))
+
+
+# ---- models ----------------------------------------------------------------------------------------------------
+
+
+def models_query(options: RunOptions, *, family: str | None, sort: str) -> dict[str, Any]:
+    """The ``models`` query, checked before any model is read: a missing, empty or unknown ``--gpu``, a bad number
+    or engine is one usage error (exit 2), not an error row per model."""
+    from hfvram.sources.catalog import catalog_date, catalog_repos
+
+    if options.gpu is None:
+        raise UsageError("models needs --gpu (a GPU or Mac such as --gpu m4-max-64; `hfvram gpus` lists them)")
+    parse_gpu_option(options.gpu, options.unified_fraction)
+    repos = catalog_repos()
+    request = resolve_request(options, repos[0] if repos else "catalogue")
+    return {
+        "gpu": options.gpu,
+        "engine": options.engine,
+        "context": request.context,
+        "concurrency": request.concurrency,
+        "family": family,
+        "sort": sort,
+        "catalogue_built": catalog_date(),
+    }
+
+
+def models_rows(options: RunOptions, *, family: str | None, sort: str) -> list[dict[str, Any]]:
+    """One check/1 row per repo of the embedded catalogue (offline: never the network), filtered by family and
+    sorted (hfvram.report.models)."""
+    from dataclasses import replace
+
+    from hfvram.report.models import select_rows
+    from hfvram.sources.catalog import catalog_repos
+
+    offline = replace(options, offline=True)
+    return select_rows((scan_one(repo, offline) for repo in catalog_repos()), family=family, sort=sort)
+
+
+def catalogue_params(repos: Sequence[str]) -> dict[str, int | None]:
+    """Total parameters of catalogue repos, as the readers derive them from the stored files (None if unread)."""
+    from hfvram.sources.catalog import load_from_catalog
+
+    sizes: dict[str, int | None] = {}
+    for repo in repos:
+        try:
+            loaded = load_from_catalog(repo, reason="listing the catalogue")
+            sizes[repo] = None if loaded is None else loaded.spec.params_total
+        except Exception:  # one unreadable entry must not stop the listing
+            sizes[repo] = None
+    return sizes

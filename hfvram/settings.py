@@ -26,7 +26,7 @@ from typing import Any
 from hfvram.errors import UsageError
 
 #: the commands these defaults apply to (calibrate's --gpu describes a log, never a default)
-COMMANDS = ("check", "scan", "fit")
+COMMANDS = ("check", "scan", "fit", "models")
 #: config key -> the TOML types it accepts
 KEYS: Mapping[str, tuple[type, ...]] = {
     "gpu": (str,),
