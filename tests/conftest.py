@@ -15,6 +15,9 @@ def isolated_caches(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_CACHE", str(home / "hub"))
     monkeypatch.setenv("HFVRAM_CACHE_DIR", str(tmp_path / "hfvram_cache"))
     monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    # output width as off a terminal (the README's 120 columns), whatever terminal or runner the suite is under;
+    # tests of other widths set COLUMNS themselves
+    monkeypatch.setenv("COLUMNS", "120")
     for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "HF_ENDPOINT"):
         monkeypatch.delenv(name, raising=False)
     # no user defaults from the developer's config.toml or HFVRAM_* variables (hfvram.settings)
