@@ -198,7 +198,8 @@ def run_options(function: Callable[..., Any]) -> Callable[..., Any]:
             "gpu",
             metavar="SPEC",
             shell_complete=complete_gpu,
-            help="GPU id or alias with optional count (rtx4090, h100x8, 24GiB).",
+            help="GPU id or alias with optional count (rtx4090, h100x8, 24GiB); a mixed set rtx4090+rtx3090; "
+            "check and fit --cheapest: a comma list of sets to compare (rtx4090,rtx3090x2,h100).",
         ),
         click.option(
             "--engine",
@@ -284,6 +285,14 @@ def _output_format(fmt: str | None, as_json: bool, default: str = "table", as_ma
 
 
 markdown_option = click.option("--markdown", "as_markdown", is_flag=True, help="Same as --format markdown.")
+price_option = click.option(
+    "--price",
+    "price_kind",
+    type=click.Choice(("any", "new", "used")),
+    default="any",
+    show_default=True,
+    help="GPU lists: which published price counts (any: the lowest, new or used; hfvram/data/gpu_prices.toml).",
+)
 
 
 # ---- request resolution (pure wiring of the parsers) -------------------------------------------------------------
@@ -336,18 +345,29 @@ def _echo_json(document: Any) -> None:
     type=click.Choice(["tight"]),
     help="Exit 1 on Tight as well as on Doesn't fit (needs --gpu: without one there is no verdict).",
 )
+@price_option
 def check(
-    source: str | None, fmt: str | None, as_json: bool, as_markdown: bool, fail_on: str | None, **kwargs: Any
+    source: str | None,
+    fmt: str | None,
+    as_json: bool,
+    as_markdown: bool,
+    fail_on: str | None,
+    price_kind: str,
+    **kwargs: Any,
 ) -> None:
     """One model: the four memory terms on the worst GPU, the verdict and the capacity.
 
     SOURCE: org/name[@revision], org/name:Q4_K_M, a local folder, a .gguf file, or a cached repo.
+    With --gpu a,b,c (a comma list) the sets side by side (hfvram.compare/1): exit 0 when at least one fits.
     """
     options = _run_options(kwargs)
     output = _output_format(fmt, as_json, as_markdown=as_markdown)
     from hfvram.api import check_with_options
+    from hfvram.estimate.hardware import is_gpu_list
 
     require_gpu_for_fail_on(fail_on, options.gpu)
+    if is_gpu_list(options.gpu):
+        _print_comparison(options, source, output, price_kind, fail_on == "tight")
 
     report = check_with_options(options, source).document
     if report.get("schema") == "hfvram.gguf_repo/1":  # a GGUF repo as a whole: one row per quant
@@ -371,6 +391,29 @@ def check(
 
         render_check(_console(), report, explain=options.explain)
     sys.exit(exit_code_for([report.get("verdict")], fail_on == "tight"))
+
+
+def _print_comparison(
+    options: RunOptions, source: str | None, output: str, price_kind: str, fail_on_tight: bool, cheapest_from: str = ""
+) -> None:
+    """GPU sets side by side (check --gpu a,b,c) or the cheapest that fits (fit --cheapest); exits."""
+    from hfvram import compare
+    from hfvram.report.compare import compare_markdown, render_compare
+
+    if options.explain:
+        raise UsageError("--explain goes with one GPU set: drop it, or check each set of the list on its own")
+    if cheapest_from:
+        assert source is not None
+        document = compare.cheapest_report(options, source, wanted=cheapest_from, price_kind=price_kind)
+    else:
+        document = compare.compare_report(options, source, price_kind=price_kind)
+    if output == "json":
+        _echo_json(document)
+    elif output == "markdown":
+        _echo(compare_markdown(document), nl=False)
+    else:
+        render_compare(_console(), document)
+    sys.exit(compare.compare_exit_code(document, fail_on_tight))
 
 
 # ---- scan ------------------------------------------------------------------------------------------------------
@@ -600,6 +643,19 @@ def models(
     help="Draw memory against context per term (needs the 'plot' extra).",
 )
 @click.option("--fail-on", "fail_on", type=click.Choice(["tight"]), help="Exit 1 on Tight as well.")
+@click.option(
+    "--cheapest",
+    "cheapest",
+    is_flag=True,
+    help="Name the cheapest GPU set that fits: the --gpu list as given, or the fewest of each priced catalogue GPU.",
+)
+@click.option(
+    "--from",
+    "cheapest_from",
+    type=click.Choice(("consumer", "workstation", "datacenter", "apple", "all")),
+    help="--cheapest without --gpu: the catalogue class to pick from (default all).",
+)
+@price_option
 def fit(
     sources: tuple[str, ...],
     fmt: str | None,
@@ -607,17 +663,42 @@ def fit(
     as_markdown: bool,
     plot: str | None,
     fail_on: str | None,
+    cheapest: bool,
+    cheapest_from: str | None,
+    price_kind: str,
     **kwargs: Any,
 ) -> None:
     """The inverse view: longest context, most concurrent requests and the smallest GPU count that fit.
 
+    With --cheapest: the cheapest GPU set that fits at --context / --concurrency (hfvram.compare/1), from the --gpu
+    list or from the catalogue (--from CLASS, up to 8 GPUs of one kind); exit 0 when one fits, 1 when none does.
+
     Exit codes as for check, for the layout asked (--gpu, --context, --concurrency): 0 fits or tight, 1 does not
     fit (or tight with --fail-on tight) for any SOURCE, 2 usage error, 3 a model could not be read."""
+    from hfvram.estimate.hardware import is_gpu_list
+
     options = _run_options(kwargs)
+    output = _output_format(fmt, as_json, as_markdown=as_markdown)
+    if cheapest_from and not cheapest:
+        raise UsageError("--from goes with --cheapest")
+    if cheapest:
+        if len(sources) != 1:
+            raise UsageError("fit --cheapest answers for one SOURCE at a time")
+        if cheapest_from and options.gpu is not None:
+            raise UsageError("--from picks GPUs from the catalogue; --gpu names them: give one of the two")
+        if plot:
+            raise UsageError("--plot goes with one GPU set, not with --cheapest")
+        _print_comparison(options, sources[0], output, price_kind, fail_on == "tight", cheapest_from or "all")
     if options.gpu is None:
         raise UsageError("fit needs --gpu SPEC (for example --gpu rtx4090)")
-    parse_gpu_option(options.gpu, options.unified_fraction)
-    output = _output_format(fmt, as_json, as_markdown=as_markdown)
+    if is_gpu_list(options.gpu):
+        raise UsageError("fit takes one GPU set; a comma list goes with --cheapest (or `hfvram check`, to compare)")
+    hardware = parse_gpu_option(options.gpu, options.unified_fraction)
+    if hardware is not None and hardware.mixed:
+        raise UsageError(
+            "fit's smallest GPU count is for one kind of GPU: check a mixed set with `hfvram check --gpu "
+            f"{hardware.label}`, or compare it with `fit --cheapest --gpu {hardware.label},…`"
+        )
     if plot:
         from hfvram.report.plot import check_plot_path, require_matplotlib
 

@@ -355,24 +355,7 @@ def test_size_search_is_not_an_alias_match():
     assert {gpu.id for gpu in search_catalog("8GB", vendor="amd")} == {"rx7600"}
 
 
-# ---- issue 10 item 4: a GPU list is refused plainly until comparison exists ----------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("text", "what"),
-    [
-        ("rtx4090,rtx5090,rtx3090x2,h100", "comma list"),
-        ("rtx4090,", "comma list"),
-        (",", "comma list"),
-        ("rtx4090+rtx3090", "mixed set"),
-    ],
-)
-def test_gpu_lists_are_refused_as_not_supported_yet(text, what):
-    with pytest.raises(UsageError) as raised:
-        parse_gpu_spec(text)
-    message = str(raised.value)
-    assert what in message and "not supported yet" in message and "unknown GPU" not in message
-    assert raised.value.exit_code == 2 and "\n" not in message
+# ---- GPU lists and mixed sets: tests/test_gpu_sets.py ------------------------------------------------------------
 
 
 def test_an_alias_with_a_plus_is_still_a_name():
@@ -403,12 +386,3 @@ def test_cli_gpus_24gb_lists_the_24gb_cards():
         "a10g",
         "p40",
     }
-
-
-def test_cli_comma_list_is_one_usage_line():
-    from cli_support import LLAMA_FOLDER, run_hfvram
-
-    result = run_hfvram("check", str(LLAMA_FOLDER), "--gpu", "rtx4090,rtx5090,rtx3090x2,h100")
-    assert result.returncode == 2
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "comma list" in lines[0] and "not supported yet" in lines[0]

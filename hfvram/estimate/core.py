@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from hfvram.datafiles import data_table
 from hfvram.errors import UsageError
-from hfvram.estimate import common, engine_rules
+from hfvram.estimate import common, engine_rules, mixed
 from hfvram.estimate.engines import get_profile, parse_engine_name
 from hfvram.estimate.types import EngineChoice, Estimate, Hardware, Workload
 from hfvram.spec import GROWING_KINDS, WINDOWED_KINDS, LayerKind, ModelSpec
@@ -71,7 +71,9 @@ def estimate_memory(spec: ModelSpec, hardware: Hardware | None, choice: EngineCh
         engine_rules.platform_refusal(name, hardware),
         engine_rules.tp_refusal(name, spec, result.tp, defaulted=tp_defaulted),
         context_refusal(name, spec, choice, result),
+        mixed.mixed_refusal(name, hardware),
     ]
+    notes += mixed.mixed_notes(name, hardware)
     result = engine_rules.with_refusals(result, [r for r in refusals if r], notes)
     pool = kv_pool_sized_by(name)
     return with_kv_figures(replace(result, capacity=replace(result.capacity, kv_pool_sized_by=pool)))

@@ -34,8 +34,9 @@ _COUNT_AFTER_X_ID = re.compile(r"^(?P<rest>.+x)(?P<count>\d+)$")
 _RAW_SIZE = re.compile(r"^(?P<number>\d+(?:\.\d+)?)\s*(?P<unit>gib|gb|g|tib|tb|t|mib|mb|m)$")
 #: a ``hfvram gpus`` query that names a memory size (``24GB``, ``24 gb``, ``16GiB``, ``24G``) rather than a name
 _SIZE_QUERY = re.compile(r"^(?P<number>\d{1,4}(?:\.\d{1,2})?)\s*(?P<unit>gib|gb|g)$")
-#: the separators of GPU lists that ``--gpu`` does not take yet (issue 10: comparison, mixed sets)
-_LIST_SEPARATORS = {",": "a comma list", "+": "a mixed set"}
+#: ``--gpu a,b,c``: several GPU sets compared side by side; ``--gpu a+b``: one set of different cards
+LIST_SEPARATOR = ","
+MIXED_SEPARATOR = "+"
 #: units of a raw ``--gpu`` size; GPU vendors' "GB" are binary (gpus/README.md caveat 1), so GB = GiB here
 _RAW_UNITS = {
     "m": 1 << 20,
@@ -230,17 +231,6 @@ def _parse_single(text: str, unified_fraction: float | None) -> GPU | None:
     return None
 
 
-def _reject_lists(spec: str, text: str) -> None:
-    """A comma list or mixed set that is no catalogue name gets a usage line that says so, not "unknown GPU"."""
-    for separator, what in _LIST_SEPARATORS.items():
-        if separator in spec:
-            shown = text.strip()[:80] + ("…" if len(text.strip()) > 80 else "")
-            raise UsageError(
-                f"--gpu {shown!r} is {what} of GPUs: comparing GPUs or mixing cards in one set is not supported yet; "
-                "give one GPU spec, e.g. --gpu rtx4090 or --gpu rtx4090x2 (run once per GPU to compare)"
-            )
-
-
 def _exposed(gpu: GPU, count: int, text: str, unified_fraction: float | None) -> Hardware:
     """A catalogue board that software sees as several devices (``exposed_as`` / ``exposed_count``: an MI250X is
     two 64 GB GCDs under ROCm) -> that many of the device; anything else unchanged."""
@@ -256,17 +246,38 @@ def _exposed(gpu: GPU, count: int, text: str, unified_fraction: float | None) ->
 
 
 def parse_gpu_spec(text: str, *, unified_fraction: float | None = None) -> Hardware:
-    """``rtx4090``, ``rtx4090x2``, ``2xh100``, ``h100-sxm x8``, ``24GiB``, ``80GBx4`` -> Hardware.
+    """``rtx4090``, ``rtx4090x2``, ``2xh100``, ``h100-sxm x8``, ``24GiB``, ``80GBx4``, ``rtx4090+rtx3090`` -> Hardware.
 
     A trailing ``x<N>`` (or leading ``<N>x``) is a count only when what remains is a known id, alias or
     raw size (gpus/README.md caveat 6); the whole text is tried first. A raw size has no bandwidth. A board
     that software sees as several devices is counted in those devices (``mi250x`` = 2 x ``mi250x-gcd``).
-    A comma list (``rtx4090,h100``) or mixed set (``rtx4090+rtx3090``) is a usage error: not supported yet.
+    ``a+b`` is one mixed set (:func:`parse_mixed_set`); a comma list (``rtx4090,h100``) is several sets, which only
+    the comparison takes (:func:`parse_gpu_sets`): here it is a usage error.
     """
     _validate_fraction(unified_fraction)
     spec = _normalise(text)
     if not spec:
         raise UsageError("empty --gpu spec")
+    hardware = _parse_one_kind(spec, text, unified_fraction)
+    if hardware is not None:
+        return hardware
+    if LIST_SEPARATOR in spec:
+        raise UsageError(
+            f"--gpu {_shown(text)!r} is a comma list of GPU sets: only `hfvram check` (a comparison) and "
+            "`hfvram fit --cheapest` take one; give one GPU set here, e.g. --gpu rtx4090x2 or --gpu rtx4090+rtx3090"
+        )
+    if MIXED_SEPARATOR in spec:  # after the names: an alias may hold a "+" (ryzen-ai-max+-395)
+        return parse_mixed_set(spec, text, unified_fraction)
+    raise _unknown(text)
+
+
+def _shown(text: str, limit: int = 80) -> str:
+    text = text.strip()
+    return text[:limit] + ("…" if len(text) > limit else "")
+
+
+def _parse_one_kind(spec: str, text: str, unified_fraction: float | None) -> Hardware | None:
+    """One catalogue GPU or raw size with an optional count, or None when ``spec`` is neither."""
     single = _parse_single(spec, unified_fraction)
     if single is not None:
         return _exposed(single, 1, text, unified_fraction)
@@ -276,8 +287,98 @@ def parse_gpu_spec(text: str, *, unified_fraction: float | None = None) -> Hardw
             gpu = _parse_single(match["rest"].strip(), unified_fraction)
             if gpu is not None:
                 return _exposed(gpu, _count(match["count"], text), text, unified_fraction)
-    _reject_lists(spec, text)  # after the names: an alias may hold a "+" (ryzen-ai-max+-395)
-    raise _unknown(text)
+    return None
+
+
+def parse_mixed_set(spec: str, text: str, unified_fraction: float | None = None) -> Hardware:
+    """``rtx4090+rtx3090`` (``rtx3090x2+rtx4090``): one set of different cards, in the order given (the device
+    order the engine sees). Unified-memory machines and cards of different vendors do not mix (one backend);
+    a set of one kind (``rtx3090+rtx3090``) is the uniform ``rtx3090x2``."""
+    parts = [part.strip() for part in spec.split(MIXED_SEPARATOR)]
+    if any(not part for part in parts):
+        raise UsageError(
+            f"--gpu {_shown(text)!r}: a mixed set needs a GPU on each side of every '+', e.g. --gpu rtx4090+rtx3090"
+        )
+    devices: list[GPU] = []
+    for index, part in enumerate(parts, 1):
+        one = _parse_one_kind(part, part, unified_fraction)
+        if one is None:
+            raise UsageError(f"in the mixed set --gpu {_shown(text)!r}, GPU {index}: {_unknown(part)}")
+        devices += [one.gpu] * one.count
+        if len(devices) > max_gpu_count():
+            raise UsageError(f"--gpu {_shown(text, 60)!r} is more than {max_gpu_count():,} GPUs")
+    unified = [gpu.id for gpu in devices if gpu.unified_memory]
+    if unified:
+        raise UsageError(
+            f"--gpu {_shown(text)!r}: {unified[0]} is a unified-memory machine; it does not pool memory with other "
+            "GPUs (give it alone)"
+        )
+    vendors = sorted({gpu.vendor for gpu in devices if gpu.vendor != "unknown"})
+    if len(vendors) > 1:
+        raise UsageError(
+            f"--gpu {_shown(text)!r} mixes {' and '.join(vendors)} cards: one engine process runs on one vendor's "
+            "backend; give cards of one vendor"
+        )
+    if len({gpu.id for gpu in devices}) == 1:
+        return Hardware(gpu=devices[0], count=len(devices))
+    return mixed_hardware(devices)
+
+
+def mixed_hardware(devices: list[GPU] | tuple[GPU, ...]) -> Hardware:
+    """A mixed set: ``gpu`` is the card with the least memory (it sets the budget of every equal shard), with the
+    slowest memory bandwidth and compute of the set (tensor-parallel ranks wait for the slowest)."""
+    from dataclasses import replace
+
+    smallest = min(devices, key=lambda gpu: gpu.gpu_memory_bytes)
+    bandwidths = [gpu.memory_bandwidth_gbs for gpu in devices]
+    flops = [gpu.bf16_tflops_dense for gpu in devices]
+    budget = replace(
+        smallest,
+        memory_bandwidth_gbs=min(bandwidths) if None not in bandwidths else None,  # type: ignore[type-var]
+        bf16_tflops_dense=min(flops) if None not in flops else None,  # type: ignore[type-var]
+    )
+    return Hardware(gpu=budget, count=len(devices), devices=tuple(devices))
+
+
+def max_compared_sets() -> int:
+    """The most GPU sets one comparison names (hfvram/data/bounds.toml [hardware] maximum_compared_sets)."""
+    return int(data_table("bounds.toml")["hardware"]["maximum_compared_sets"])
+
+
+def split_gpu_list(text: str) -> list[str]:
+    """The items of a comma list (``rtx4090,rtx5090,rtx3090x2``), each checked for being there: an empty item
+    (``--gpu ,``, ``rtx4090,,h100``, a trailing comma) is a usage error, and so is more than the bound."""
+    items = [item.strip() for item in text.split(LIST_SEPARATOR)]
+    if not any(items):
+        raise UsageError(f"--gpu {_shown(text)!r} lists no GPU: give sets separated by commas, e.g. rtx4090,h100")
+    for index, item in enumerate(items, 1):
+        if not item:
+            raise UsageError(
+                f"--gpu {_shown(text)!r}: item {index} of the comma list is empty (a doubled or trailing comma?)"
+            )
+    if len(items) > max_compared_sets():
+        raise UsageError(f"--gpu lists {len(items):,} GPU sets: a comparison takes at most {max_compared_sets()}")
+    return items
+
+
+def is_gpu_list(text: str | None) -> bool:
+    """Whether ``--gpu`` names several sets (a comma list) rather than one: a catalogue name never holds a comma."""
+    return text is not None and LIST_SEPARATOR in text
+
+
+def parse_gpu_sets(text: str, *, unified_fraction: float | None = None) -> tuple[Hardware, ...]:
+    """A comma list of GPU sets (each a :func:`parse_gpu_spec`), in the order given; a set named twice is a usage
+    error (it would be compared with itself)."""
+    sets: list[Hardware] = []
+    for index, item in enumerate(split_gpu_list(text), 1):
+        try:
+            hardware = parse_gpu_spec(item, unified_fraction=unified_fraction)
+        except UsageError as error:
+            raise UsageError(f"--gpu list item {index} ({_shown(item, 40)!r}): {error}") from None
+        if any(known.label == hardware.label for known in sets):
+            raise UsageError(f"--gpu {_shown(text)!r} names {hardware.label} twice: list each GPU set once")
+        sets.append(hardware)
+    return tuple(sets)
 
 
 def memory_provenance(gpu: GPU) -> str:

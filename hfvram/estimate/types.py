@@ -38,11 +38,34 @@ class GPU:
 
 @dataclass(frozen=True)
 class Hardware:
+    """``count`` GPUs of one kind, or a mixed set (``--gpu rtx4090+rtx3090``): ``devices`` holds every GPU in the
+    order given (the device order the engine sees), and ``gpu`` / ``count`` are the card that sets the budget of an
+    engine that needs equal shards (the one with the least memory; the slowest memory among the set) and the number
+    of devices. A uniform set has no ``devices``; :attr:`gpus` lists the devices of either."""
+
     gpu: GPU
     count: int = 1
+    devices: tuple[GPU, ...] = ()
+
+    @property
+    def gpus(self) -> tuple[GPU, ...]:
+        """Every device of the set, in order."""
+        return self.devices or (self.gpu,) * self.count
+
+    @property
+    def mixed(self) -> bool:
+        return bool(self.devices)
+
+    @property
+    def total_gpu_memory_bytes(self) -> int:
+        return sum(gpu.gpu_memory_bytes for gpu in self.gpus)
 
     @property
     def label(self) -> str:
+        if self.devices:
+            from hfvram.estimate.mixed import compact_label
+
+            return compact_label(self.devices)
         return self.gpu.id if self.count == 1 else f"{self.gpu.id}x{self.count}"
 
 

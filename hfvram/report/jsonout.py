@@ -123,6 +123,10 @@ def check_dict(source: SourceInfo, est: Estimate, *, explain: bool = False) -> d
             "usable_bytes": per_gpu.usable,
             "name": est.hardware.gpu.name,
         }
+        if est.hardware.mixed:  # a mixed set: every device in order; memory_bytes is the worst device's
+            hardware["memory_bytes"] = per_gpu.memory or est.hardware.gpu.gpu_memory_bytes
+            hardware["label"] = est.hardware.label
+            hardware["devices"] = [{"gpu": gpu.id, "memory_bytes": gpu.gpu_memory_bytes} for gpu in est.hardware.gpus]
     engine = dict(est.engine)
     engine.setdefault("name", None)
     engine.setdefault("gpu_util", None)

@@ -34,6 +34,13 @@ def _name(report: Mapping[str, Any]) -> str:
     return text(source.get("repo_id") or source.get("text") or (source.get("files") or ["?"])[0])
 
 
+def _hardware_text(hardware: dict[str, Any]) -> str:
+    """```rtx4090` ×2`` for a uniform set, ```rtx4090+rtx3090``` for a mixed one."""
+    if hardware.get("label"):
+        return f"`{safe(hardware['label'])}`"
+    return f"`{safe(hardware['gpu'])}` ×{hardware['count']}"
+
+
 def check_markdown(report: Mapping[str, Any], *, explain: bool = False) -> str:
     per_gpu = report["per_gpu"]
     workload = report["workload"]
@@ -45,7 +52,7 @@ def check_markdown(report: Mapping[str, Any], *, explain: bool = False) -> str:
         "",
         f"**{VERDICT_MARK.get(report.get('verdict'), report.get('verdict'))}**"
         f"{f' ({text(verdict_note(report))})' if verdict_note(report) else ''} · engine `{safe(engine.get('name'))}` · "
-        f"GPU `{hardware['gpu']}` ×{hardware['count']} · context {tokens_short(workload.get('context'))} · "
+        f"GPU {_hardware_text(hardware)} · context {tokens_short(workload.get('context'))} · "
         f"concurrency {workload.get('concurrency')} · KV `{safe(workload.get('kv_dtype'))}`"
         if hardware
         else f"**footprint only** · engine `{safe(engine.get('name'))}` · context {tokens_short(workload.get('context'))}",

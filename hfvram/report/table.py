@@ -106,7 +106,11 @@ def render_check(console: Console, report: Mapping[str, Any], *, explain: bool =
     engine_text = engine.get("name") or "?"
     if engine.get("version"):
         engine_text += f"@{engine['version']}"
-    hw_text = f"{hardware['gpu']} ×{hardware['count']}" if hardware else "no GPU given (footprint only)"
+    hw_text = (
+        (hardware.get("label") or f"{hardware['gpu']} ×{hardware['count']}")
+        if hardware
+        else "no GPU given (footprint only)"
+    )
     parallel = report.get("parallel") or {}
     console.print(
         plain(

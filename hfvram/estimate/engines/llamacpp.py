@@ -654,8 +654,15 @@ def cuda_row_padding_bytes(spec: ModelSpec, matrix_row_padding: int | None = Non
     return int(missing * bpw / 8)
 
 
-def _device_shares(count: int, tensor_split: Sequence[float]) -> list[float]:
-    split = list(tensor_split[:count]) + [0.0] * max(0, count - len(tensor_split)) if tensor_split else [1.0] * count
+def _device_shares(count: int, tensor_split: Sequence[float], free: Sequence[int] = ()) -> list[float]:
+    """Each device's share of the offloaded layers: ``tensor-split`` when given, else (llama.cpp's default) each
+    device's free memory (``free``: one figure per device, for a mixed set; equal devices share equally)."""
+    if tensor_split:
+        split = list(tensor_split[:count]) + [0.0] * max(0, count - len(tensor_split))
+    elif len(free) == count:
+        split = [float(max(0, size)) for size in free]
+    else:
+        split = [1.0] * count
     total = sum(split) or 1.0
     return [share / total for share in split]
 
@@ -676,7 +683,7 @@ def place_layers(n_layer: int, n_offloaded: int, shares: Sequence[float]) -> lis
     return device
 
 
-def place(spec: ModelSpec, settings: Settings, kv: KvBytes, n_gpus: int) -> Placement:
+def place(spec: ModelSpec, settings: Settings, kv: KvBytes, n_gpus: int, free: Sequence[int] = ()) -> Placement:
     """Weights and KV on each GPU and on the CPU (docs/engines/llamacpp.md#llamacpp-weights): token_embd stays on the CPU; the last
     ``n_gpu_layers`` of ``n_layer + 1`` layers (the output layer counts) go to the GPUs, split by layer in
     proportion to memory (``tensor-split`` when given); ``cpu-moe`` / ``n-cpu-moe`` / ``override-tensor=…=CPU``
@@ -685,7 +692,7 @@ def place(spec: ModelSpec, settings: Settings, kv: KvBytes, n_gpus: int) -> Plac
     dense, experts, embd, output = _layer_weight_bytes(spec)
     row_padding = cuda_row_padding_bytes(spec, settings.matrix_row_padding)
     gpus = 1 if settings.split_mode == "none" else max(1, n_gpus)
-    shares = _device_shares(gpus, settings.tensor_split)
+    shares = _device_shares(gpus, settings.tensor_split, free)
     devices = place_layers(n_layer, min(settings.n_gpu_layers, n_layer + 1), shares)
     gpu_w, gpu_kv = [0] * gpus, [0] * gpus
     gpu_layers, has_output = [0] * gpus, [False] * gpus
@@ -787,7 +794,8 @@ def breakdown(
         settings = replace(settings, cuda=False)
     kv = kv_bytes(spec, settings, pad)
     n_gpus = hardware.count if hardware else 1
-    placement = place(spec, settings, kv, n_gpus)
+    overhead, _ = overhead_bytes(hardware, rules)
+    placement = place(spec, settings, kv, n_gpus, free_memory(hardware, overhead))
     computes, rule = [], ""
     for dev, has_output in enumerate(placement.gpu_has_output):
         size, rule_dev = compute_buffer_bytes(
@@ -800,12 +808,16 @@ def breakdown(
         )
         computes.append(size if placement.gpu_layers[dev] or dev == 0 else 0)
         rule = rule if rule and not has_output else rule_dev
-    overhead, _ = overhead_bytes(hardware, rules)
     totals = [
         weights + kv_cache + buffer + overhead
         for weights, kv_cache, buffer in zip(placement.gpu_weights, placement.gpu_kv, computes)
     ]
-    worst = max(range(len(totals)), key=lambda index: totals[index])
+    if hardware is not None and hardware.mixed and len(totals) == hardware.count:
+        # devices of different sizes: the worst is the fullest against its own memory
+        usable = [usable_bytes(hardware, settings, dev) for dev in range(len(totals))]
+        worst = max(range(len(totals)), key=lambda index: totals[index] / max(1, usable[index]))
+    else:
+        worst = max(range(len(totals)), key=lambda index: totals[index])
     host_compute, _ = host_compute_buffer_bytes(spec, settings, compute_consts, pad=pad)
     return Breakdown(
         settings,
@@ -820,11 +832,27 @@ def breakdown(
     )
 
 
-def usable_bytes(hardware: Hardware, settings: Settings) -> int:
+def free_memory(hardware: Hardware | None, overhead: int) -> tuple[int, ...]:
+    """A mixed set: each device's free memory when llama.cpp loads (its memory less the CUDA / Metal context), the
+    default tensor split's proportions (docs/engines/llamacpp.md#llamacpp-mixed-sets); () for a uniform set."""
+    if hardware is None or not hardware.mixed:
+        return ()
+    return tuple(max(0, gpu.gpu_memory_bytes - overhead) for gpu in hardware.gpus)
+
+
+def device_memory(hardware: Hardware, device: int | None = None) -> int:
+    """The memory of device ``device`` of a mixed set; of the set's GPU otherwise."""
+    gpus = hardware.gpus
+    if device is not None and hardware.mixed and 0 <= device < len(gpus):
+        return gpus[device].gpu_memory_bytes
+    return hardware.gpu.gpu_memory_bytes
+
+
+def usable_bytes(hardware: Hardware, settings: Settings, device: int | None = None) -> int:
     """What llama.cpp lets itself use on one GPU: the device memory minus --fit's free-memory target (1 GiB by
     default), because with fit on a configuration that leaves less free makes llama.cpp shrink the context or
     move layers to the CPU — i.e. what was asked for does not load as asked (docs/methodology.md)."""
-    memory = hardware.gpu.gpu_memory_bytes
+    memory = device_memory(hardware, device)
     return memory - settings.fit_target_bytes if settings.fit else memory
 
 
@@ -896,7 +924,6 @@ class LlamaCppProfile(ProfileBase):
         compute buffer grows with n_kv without flash attention), in steps of the 256-cell padding."""
         if hardware is None:
             return Capacity(kv_tokens=kv_tokens)
-        usable = usable_bytes(hardware, settings)
         pad = int(rules["n_ctx_pad"])
         seqs_now = settings.n_stream if settings.n_stream > 1 else max(1, settings.n_ctx // max(1, settings.n_ctx_seq))
         per_seq_now = settings.n_ctx_seq if settings.n_stream > 1 else settings.n_ctx // seqs_now
@@ -905,10 +932,9 @@ class LlamaCppProfile(ProfileBase):
             trial = with_context(settings, per_seq, seqs, pad)
             parts = breakdown(spec, hardware, trial, rules, compute)
             dev = parts.worst
-            return (
-                parts.placement.gpu_weights[dev] + parts.placement.gpu_kv[dev] + parts.gpu_compute[dev] + parts.overhead
-                <= usable
-            )
+            return parts.placement.gpu_weights[dev] + parts.placement.gpu_kv[dev] + parts.gpu_compute[
+                dev
+            ] + parts.overhead <= usable_bytes(hardware, trial, dev)
 
         limit = max(1, (spec.max_position_embeddings or per_seq_now) // pad)
         lo, hi = 0, limit
@@ -952,8 +978,8 @@ def per_gpu_of(parts: Breakdown, hardware: Hardware | None) -> PerGpu:
         kv_cache=placement.gpu_kv[dev],
         activations=parts.gpu_compute[dev],
         overhead=parts.overhead,
-        usable=usable_bytes(hardware, parts.settings) if hardware else 0,
-        memory=hardware.gpu.gpu_memory_bytes if hardware else 0,
+        usable=usable_bytes(hardware, parts.settings, dev) if hardware else 0,
+        memory=device_memory(hardware, dev) if hardware else 0,
     )
 
 
@@ -1002,7 +1028,46 @@ def narrate_warnings(
         warnings.append(
             "multi-GPU layer split: pipeline parallelism keeps up to 4 copies of split inputs in each compute buffer (not modelled)"
         )
+    if hardware is not None and hardware.mixed:
+        warnings.append(mixed_split_note(spec, hardware, parts))
     return [*warnings, *settings.notes, *placement.notes]
+
+
+def layer_ranges(devices: Sequence[int], device: int) -> str:
+    """``0-20`` / ``21-31 + output`` for the layers placed on ``device`` (the last index is the output layer)."""
+    n_layer = len(devices) - 1
+    runs: list[str] = []
+    start = None
+    for il in range(n_layer + 1):
+        on = il < n_layer and devices[il] == device
+        if on and start is None:
+            start = il
+        if not on and start is not None:
+            runs.append(f"{start}-{il - 1}" if il - 1 > start else str(start))
+            start = None
+    if devices[n_layer] == device:
+        runs.append("output")
+    return " + ".join(runs) if runs else "none"
+
+
+def mixed_split_note(spec: ModelSpec, hardware: Hardware, parts: Breakdown) -> str:
+    """Which layers land where on a mixed set, and by what rule (llama.cpp's default tensor split: free memory)."""
+    settings = parts.settings
+    free = free_memory(hardware, parts.overhead)
+    gpus = 1 if settings.split_mode == "none" else hardware.count
+    shares = _device_shares(gpus, settings.tensor_split, free)
+    devices = place_layers(spec.num_layers, min(settings.n_gpu_layers, spec.num_layers + 1), shares)
+    rule = (
+        f"tensor-split {','.join(f'{share:g}' for share in settings.tensor_split)}"
+        if settings.tensor_split
+        else "llama.cpp's default tensor split, in proportion to each GPU's free memory"
+    )
+    placed = "; ".join(
+        f"GPU {dev} {gpu.id}: layers {layer_ranges(devices, dev)} "
+        f"({parts.placement.gpu_layers[dev] if dev < len(parts.placement.gpu_layers) else 0} of {spec.num_layers}+1)"
+        for dev, gpu in enumerate(hardware.gpus[:gpus])
+    )
+    return f"mixed set {hardware.label}, {rule}: {placed}"
 
 
 def explain_lines(spec: ModelSpec, hardware: Hardware | None, parts: Breakdown, rules: Rules) -> dict[str, str]:
