@@ -4,6 +4,7 @@ per usable GiB — then the cheapest set that fits, where the prices come from, 
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -122,8 +123,13 @@ def render_compare(console: Any, document: Mapping[str, Any]) -> None:
     headers = [(name, "left" if index < 3 else "right") for index, name in enumerate(HEADERS)]
     console.print(Text(title(document), style="bold"))
     console.print(narrow_table(console, headers, cells, flexible=(0,)))
+    width = max(40, console.width)
     for line in footer_lines(document):
-        console.print(Text(line))
+        indent = "    " if line.startswith("  ") else "  "
+        text = textwrap.fill(
+            line, width=width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False
+        )
+        console.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
 def compare_markdown(document: Mapping[str, Any]) -> str:
