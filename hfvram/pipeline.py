@@ -291,8 +291,10 @@ def calibrate_estimate(est: Estimate, options: RunOptions, engine: str) -> Estim
         return calibrate.apply_calibration(est, record, options.calibration)
     from hfvram.calibrate.files import calibration_files
 
-    if not calibration_files(engine, est.hardware.gpu.id):
-        return est  # the common case: no calibration saved; the log patterns and the apply code are not imported
+    if est.hardware.mixed or not calibration_files(engine, est.hardware.gpu.id):
+        # the common case: no calibration saved (the log patterns and the apply code are not imported); a calibration
+        # is measured on one kind of GPU, never on a mixed set
+        return est
     from hfvram import calibrate
 
     notes = []

@@ -318,6 +318,7 @@ def test_llamacpp_judges_the_fullest_device_against_its_own_memory():
     mixed = _check(str(LLAMA_FOLDER), "--gpu", "rtx4090+rtx3060", "--engine", "llama.cpp", "--context", "32k")
     # the worst device is the 3060 (a third of the layers on half the memory): its memory is the report's
     assert mixed["hardware"]["memory_bytes"] == find_gpu("rtx3060").memory_bytes
+    assert mixed["hardware"]["gpu"] == "rtx3060" and mixed["hardware"]["worst_device"] == 1
     assert mixed["per_gpu"]["memory"] == find_gpu("rtx3060").memory_bytes
     uniform = _check(str(LLAMA_FOLDER), "--gpu", "rtx3060x2", "--engine", "llama.cpp", "--context", "32k")
     # a larger first card takes more layers: the 3060's share is smaller than in an even split

@@ -150,6 +150,8 @@ class Estimate:
     pp: int = 1
     #: why the engine itself refuses this layout or hardware (an engine rule, not memory); None otherwise
     refusal: str | None = None
+    #: a mixed set: the index in ``hardware.gpus`` of the device ``per_gpu`` describes (None: every device alike)
+    worst_device: int | None = None
     #: KV cache bytes per token of context, per sequence, of the layers whose cache grows with context, for the
     #: K and the V halves at the KV types the engine resolved (whole model, before tensor parallelism)
     kv_k_bytes_per_token: int | None = None

@@ -123,7 +123,11 @@ def check_dict(source: SourceInfo, est: Estimate, *, explain: bool = False) -> d
             "usable_bytes": per_gpu.usable,
             "name": est.hardware.gpu.name,
         }
-        if est.hardware.mixed:  # a mixed set: every device in order; memory_bytes is the worst device's
+        if est.hardware.mixed:  # a mixed set: every device in order; gpu / memory_bytes are the worst device's
+            devices = est.hardware.gpus
+            if est.worst_device is not None and 0 <= est.worst_device < len(devices):
+                worst = devices[est.worst_device]
+                hardware.update(gpu=worst.id, name=worst.name, worst_device=est.worst_device)
             hardware["memory_bytes"] = per_gpu.memory or est.hardware.gpu.gpu_memory_bytes
             hardware["label"] = est.hardware.label
             hardware["devices"] = [{"gpu": gpu.id, "memory_bytes": gpu.gpu_memory_bytes} for gpu in est.hardware.gpus]

@@ -897,7 +897,7 @@ class LlamaCppProfile(ProfileBase):
         explain = {**explain_lines(spec, hardware, parts, rules), **(extra_explain or {})}
         engine = {"name": self.name, "version": choice.version, "rules": version, **settings.as_dict()}
         kv_dtype = settings.type_k if settings.type_k == settings.type_v else f"{settings.type_k}/{settings.type_v}"
-        return finish_estimate(
+        result = finish_estimate(
             spec=spec,
             hardware=hardware,
             engine=engine,
@@ -910,6 +910,7 @@ class LlamaCppProfile(ProfileBase):
             tp=1,
             pp=hardware.count if hardware and settings.split_mode == "layer" else 1,
         )
+        return replace(result, worst_device=parts.worst) if hardware is not None and hardware.mixed else result
 
     def _capacity(
         self,

@@ -60,7 +60,7 @@ def default_num_ctx(hardware: Hardware | None, rules: Rules) -> int:
     """server/routes.go: num_ctx from the total VRAM of all GPUs (tiers in ollama.toml)."""
     if hardware is None:
         return int(rules["num_ctx_no_gpu"])
-    total_gib = hardware.gpu.gpu_memory_bytes * hardware.count / GiB
+    total_gib = hardware.total_gpu_memory_bytes / GiB  # every GPU's, a mixed set's too
     for threshold, num_ctx in rules["num_ctx_tiers"]:
         if total_gib >= threshold:
             return int(num_ctx)
