@@ -1,4 +1,5 @@
-"""Shell completion of option values: ``--gpu`` (catalogue ids and aliases, ``x2``/``x4``/``x8`` counts),
+"""Shell completion of option values: ``--gpu`` (catalogue ids and aliases, ``x2``/``x4``/``x8`` counts, the last
+item of a comma list or mixed set),
 ``--engine`` (names, then ``@version`` of the accounting rules) and ``--kv-dtype`` (the cache types hfvram
 knows). Enabled with ``eval "$(_HFVRAM_COMPLETE=bash_source hfvram)"`` (``zsh_source``, ``fish_source``).
 
@@ -19,6 +20,19 @@ _WITH_COUNT = re.compile(r"^(?P<name>.+?)x(?P<count>\d*)$")
 
 
 def complete_gpu(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    """A GPU name (with ``x<N>``); in a comma list (``rtx4090,h1``) or a mixed set (``rtx4090+rtx30``) the last
+    item, after what is already typed."""
+    items = _complete_one_gpu(incomplete)
+    cut = max(incomplete.rfind(","), incomplete.rfind("+"))
+    if cut >= 0:
+        head = incomplete[: cut + 1]
+        items += [
+            CompletionItem(head + item.value, help=item.help) for item in _complete_one_gpu(incomplete[cut + 1 :])
+        ]
+    return items
+
+
+def _complete_one_gpu(incomplete: str) -> list[CompletionItem]:
     from hfvram.estimate.hardware import load_catalog
 
     names: dict[str, str] = {}

@@ -32,6 +32,16 @@ def test_gpu_ids_aliases_and_counts():
     assert "rtx4090" in complete("calibrate", "log.txt", "--gpu", "rtx409")
 
 
+def test_gpu_lists_and_mixed_sets_complete_their_last_item():
+    found = complete("check", "org/model", "--gpu", "rtx4090,rtx309")
+    assert "rtx4090,rtx3090" in found and all(name.startswith("rtx4090,rtx309") for name in found)
+    assert complete("check", "org/model", "--gpu", "rtx4090+rtx3060x") == [
+        "rtx4090+rtx3060x2",
+        "rtx4090+rtx3060x4",
+        "rtx4090+rtx3060x8",
+    ]
+
+
 def test_engine_names_then_rule_versions():
     assert complete("check", "x", "--engine", "") == sorted(complete("check", "x", "--engine", ""))
     assert {"vllm", "sglang", "llama.cpp", "ollama"} <= set(complete("check", "x", "--engine", ""))
