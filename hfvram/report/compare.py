@@ -143,8 +143,11 @@ def compare_markdown(document: Mapping[str, Any]) -> str:
     ]
     for row in document.get("sets") or []:
         lines.append("| " + " | ".join(cell(value) for value in row_cells(row)) + " |")
-    lines.append("")
+    previous_item = False
     for line in footer_lines(document):
-        lines.append(cell(line.strip()) if line.startswith("  ") else cell(line))
-        lines[-1] = ("- " + lines[-1]) if line.startswith("  ") else lines[-1]
+        item = line.startswith("  ")
+        if not (item and previous_item):
+            lines.append("")  # a paragraph per line; the indented lines are one list
+        lines.append(f"- {cell(line.strip().removeprefix('• '))}" if item else cell(line))
+        previous_item = item
     return "\n".join(lines) + "\n"
