@@ -74,7 +74,9 @@ def footer_lines(document: Mapping[str, Any]) -> list[str]:
     if cheapest:
         row = next(r for r in sets if r["gpu_set"] == cheapest)
         lines.append(f"Cheapest that fits: {safe(cheapest)} ({price_text(row)}, {row['price']['date']})")
-    elif document.get("question") == "cheapest" or sets:
+    elif not sets:
+        lines.append("Cheapest that fits: none (no GPU of the class has a published price and fits)")
+    else:
         fits = [r for r in sets if r.get("verdict") == "fits"]
         lines.append(
             "Cheapest that fits: none (no set fits with the 10% margin)"
