@@ -310,6 +310,14 @@ def test_llamacpp_splits_layers_by_free_memory_on_a_mixed_set():
     assert f"GPU 1 rtx3060: layers {first}-{n_layer - 1} + output ({n_layer + 1 - first} of {n_layer}+1)" in note
 
 
+def test_llamacpp_mixed_set_table_names_the_set_and_the_worst_device():
+    result = run_hfvram("check", str(SMOLLM_GGUF), "--gpu", "rtx4090+rtx3060", "--context", "8k")
+    assert result.returncode == 0, result.stderr
+    assert "llama.cpp · rtx4090+rtx3060 · " in result.stdout
+    assert "Memory on the worst GPU (GPU 1, rtx3060)" in result.stdout
+    assert "GPU 0 rtx4090: layers 0-" in result.stdout
+
+
 def test_llamacpp_tensor_split_overrides_the_default_on_a_mixed_set():
     report = _check(str(SMOLLM_GGUF), "--gpu", "rtx4090+rtx3060", "--set", "tensor-split=1,1")
     note = next(w for w in report["warnings"] if w.startswith("mixed set"))

@@ -130,7 +130,12 @@ def render_check(console: Console, report: Mapping[str, Any], *, explain: bool =
         highlight=False,
     )
 
-    console.print(f"[bold]{'Memory on the worst GPU' if hardware else 'Memory footprint per GPU'}[/bold]")
+    worst = ""
+    if hardware and hardware.get("worst_device") is not None:  # a mixed set split by layers: name the device
+        from rich.markup import escape
+
+        worst = f" (GPU {hardware['worst_device']}, {escape(safe(hardware['gpu']))})"
+    console.print(f"[bold]{'Memory on the worst GPU' if hardware else 'Memory footprint per GPU'}{worst}[/bold]")
     table = Table()
     table.add_column("term")
     table.add_column("size", justify="right")
