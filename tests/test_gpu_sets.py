@@ -7,7 +7,7 @@ import json
 import re
 
 import pytest
-from cli_support import LLAMA_FOLDER, SMOLLM_GGUF, run_hfvram, validate
+from cli_support import GGUF_HEADERS, LLAMA_FOLDER, SMOLLM_GGUF, run_hfvram, validate
 from click.testing import CliRunner
 
 from hfvram.cli import cli
@@ -287,6 +287,9 @@ def test_cheapest_from_apple_has_no_priced_machine_and_says_so():
 # ---- mixed sets: how each engine runs them -----------------------------------------------------------------------
 
 
+SPEED_SETS = ("rtx3060x2", "rtx4090+rtx3060", "rtx4090x2")
+
+
 def _check(*args: str) -> dict:
     result = CliRunner().invoke(cli, ["check", *args, "--json"])
     assert result.exit_code in (0, 1), result.output
@@ -316,6 +319,13 @@ def test_llamacpp_mixed_set_table_names_the_set_and_the_worst_device():
     assert "llama.cpp · rtx4090+rtx3060 · " in result.stdout
     assert "Memory on the worst GPU (GPU 1, rtx3060)" in result.stdout
     assert "GPU 0 rtx4090: layers 0-" in " ".join(result.stdout.split())  # the warning wraps
+
+
+def test_llamacpp_decode_on_a_mixed_set_reads_each_share_at_its_own_speed():
+    """A layer split runs the devices one after the other: the bound lies between the two uniform sets'."""
+    gguf = str(next(path for path in GGUF_HEADERS if "DeepSeek-R1-Distill-Qwen-7B" in path.name))
+    speed = {gpu: _check(gguf, "--gpu", gpu, "--context", "32k")["decode_tokens_per_second"] for gpu in SPEED_SETS}
+    assert speed["rtx3060x2"] < speed["rtx4090+rtx3060"] < speed["rtx4090x2"]
 
 
 def test_llamacpp_tensor_split_overrides_the_default_on_a_mixed_set():

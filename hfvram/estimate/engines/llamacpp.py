@@ -991,9 +991,22 @@ def decode_bound(spec: ModelSpec, hardware: Hardware | None, parts: Breakdown) -
     active = active_weight_bytes(spec) or 0
     context = settings.n_ctx_seq
     per_token_kv = kv.total / max(1, settings.n_stream) / max(1, settings.n_ctx_seq) * context if kv.total else 0
-    return decode_tokens_per_second(
-        max(0, active - embd) + per_token_kv, hardware.gpu.memory_bandwidth_gbs if hardware else None
-    )
+    return decode_tokens_per_second(max(0, active - embd) + per_token_kv, layer_split_bandwidth(hardware, parts))
+
+
+def layer_split_bandwidth(hardware: Hardware | None, parts: Breakdown) -> float | None:
+    """The bandwidth one token sees: the GPU's; on a mixed set split by layers the devices run one after the other,
+    so each reads its own share of the bytes at its own speed (1 / Σ share_d / bandwidth_d)."""
+    if hardware is None:
+        return None
+    if not hardware.mixed:
+        return hardware.gpu.memory_bandwidth_gbs
+    placed = [w + k for w, k in zip(parts.placement.gpu_weights, parts.placement.gpu_kv)]
+    bandwidths = [gpu.memory_bandwidth_gbs for gpu in hardware.gpus[: len(placed)]]
+    total = sum(placed)
+    if total <= 0 or any(not bw for bw in bandwidths):
+        return hardware.gpu.memory_bandwidth_gbs
+    return 1 / sum(bytes_d / total / float(bw) for bytes_d, bw in zip(placed, bandwidths) if bw)
 
 
 def narrate_warnings(
