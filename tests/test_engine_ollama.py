@@ -211,3 +211,16 @@ def test_legacy_layer_count_on_a_small_gpu():
     parts = bench.predict(case)
     assert (parts.layers_offload, parts.layers_model) == (23, 25)
     assert parts.required_partial / GiB == pytest.approx(15.4, abs=0.1)
+
+
+def test_current_releases_by_version():
+    # v0.13.0 (f560bd077): allocation dry runs, num_ctx still 4096; v0.15.5 (0334ffa62): num_ctx by total VRAM;
+    # v0.30.0 (9db4bdbad): llama-server --fit for every GGUF (docs/engines/ollama.md#ollama-versions)
+    spec = spec_of("Qwen/Qwen3-30B-A3B", 17.3)
+    early = run(spec, "rtx4090", "0.13")
+    assert early.engine["num_ctx"] == 4096 and "dry run" in early.engine["runs"]
+    assert run(spec, "rtx4090", "0.15.5").engine["num_ctx"] == 32768
+    assert "--fit" in run(spec, "rtx4090", "0.30").engine["runs"]
+    # gemma4 gets flash attention by default from v0.24.0 on
+    assert "gemma4" not in ollama.PROFILE.rules("0.20")[1]["flash_attention_archs"]
+    assert "gemma4" in ollama.PROFILE.rules("0.24")[1]["flash_attention_archs"]

@@ -1,16 +1,19 @@
-"""Ollama: llama.cpp underneath, with Ollama's own defaults — and, for ``ollama@0.12``, its legacy estimator.
+"""Ollama: llama.cpp underneath, with Ollama's own defaults — and, before ``ollama@0.13``, its legacy estimator.
 
-Rules: docs/engines/ollama.md (eras, defaults), docs/engines/common.md#kv-dtype-sizes (legacy KV bytes),
-docs/engines/common.md#cuda-context (457 MiB per GPU); constants in
-``hfvram/data/engines/ollama.toml``.
+Rules: docs/engines/ollama.md (eras, defaults, versions #ollama-versions), docs/engines/common.md#kv-dtype-sizes
+(legacy KV bytes), docs/engines/common.md#cuda-context (457 MiB per GPU); constants in
+``hfvram/data/engines/ollama.toml``, one ``[versions."X"]`` table per release where a rule changed (``--engine
+ollama@0.5`` … ``ollama@0.30``; no version = the newest).
 
-- Current (``0.13`` and later): Ollama starts llama-server with ``--fit``, so memory is llama.cpp's (this module
-  reuses ``llamacpp``'s functions) with Ollama's defaults: ``num_ctx`` tiered by total VRAM (≥ 47 GiB → 262 144,
-  ≥ 23 GiB → 32 768, else 4096; never above the model's n_ctx_train), ``num_parallel`` 1, ``num_batch`` 512, KV
-  f16, flash attention on for the architectures of Ollama's list, and 457 MiB (CUDA/ROCm) / 512 MiB (Metal) per
-  GPU for context structures.
-- Legacy (``0.12``): ``llm/memory.go::estimateGPULayers`` + ``fs/ggml/ggml.go::GraphSize`` — KV with the
-  approximate q8_0 = 1.0 / q4_0 = 0.5 bytes, the per-architecture graph formulas, one extra layer kept free.
+- Current (``0.13`` and later): memory is llama.cpp's graph allocation (this module reuses ``llamacpp``'s
+  functions) — Ollama's own allocation dry run from 0.13, llama-server with ``--fit`` from 0.30 — with Ollama's
+  defaults: ``num_ctx`` 4096, tiered by total VRAM from 0.15.5 (≥ 47 GiB → 262 144, ≥ 23 GiB → 32 768, else 4096;
+  never above the model's n_ctx_train), ``num_parallel`` 1, ``num_batch`` 512, KV f16, flash attention on for
+  the architectures of that release's list, and 457 MiB (CUDA/ROCm) / 512 MiB (Metal) per GPU.
+- Legacy (before ``0.13``): ``llm/memory.go::estimateGPULayers`` + ``fs/ggml/ggml.go::GraphSize`` — KV with the
+  approximate q8_0 = 1.0 / q4_0 = 0.5 bytes, the per-architecture graph formulas, one spare layer per GPU, the
+  layer count it would offload (``layers.offload``) and ``memory.required.*``; ``num_ctx`` 2048 (before 0.6.7)
+  or 4096; ``num_parallel`` auto (4 slots before 0.6.7, 2 until 0.10, when the model then fits whole) or 1.
 
 Settings (Ollama's names): ``num_ctx`` (``OLLAMA_CONTEXT_LENGTH``), ``num_parallel`` (``OLLAMA_NUM_PARALLEL``),
 ``num_batch``, ``num_gpu`` (layers on the GPU), ``flash_attention`` (``OLLAMA_FLASH_ATTENTION``),
@@ -324,7 +327,11 @@ def current_estimate(
     engine = {
         **estimate.engine,
         **engine_report(settings, choice, version),
-        "runs": f"llama-server (llama.cpp rules {lc_version})",
+        "runs": (
+            f"llama-server --fit (llama.cpp rules {lc_version})"
+            if rules["runner"] == "llama-server"
+            else f"Ollama's allocation dry run of the llama.cpp graph (llama.cpp rules {lc_version})"
+        ),
     }
     return replace(estimate, engine=engine)
 
