@@ -57,13 +57,18 @@ def load_cases(path: Path = LOGS) -> list[dict[str, Any]]:
 
 
 def spec_for(case: Mapping[str, Any]) -> ModelSpec:
-    """The fixture's config (with the case's overrides) and the weight sizes the log prints."""
+    """The fixture's config (with the case's overrides) and the weight sizes the log prints; before v0.6.1 the
+    log's ``memory.weights.repeating`` includes the KV cache (``memoryWeights += layerSize``), so the logged
+    ``memory.required.kv`` is taken off to get the tensor bytes."""
     model = case["model"]
     config = json.loads((HUB / model["fixture"] / "config.json").read_text(encoding="utf-8"))
     for key, value in model.get("config_overrides", {}).items():
         config[key] = value
     spec = read_config(config)
     repeating = parse_size(case["weights"]["repeating"])
+    _version, rules = engine_rules("ollama", case["rules"])
+    if rules["legacy_weights_include_kv"]:
+        repeating -= parse_size(str(case["published"]["kv"]))
     output = parse_size(case["weights"]["nonrepeating"])
     spec = spec.with_weights(
         Weights(

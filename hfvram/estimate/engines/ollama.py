@@ -506,7 +506,8 @@ def legacy_placement(
         graph_full=full,
         graph_rule=graph_rule,
         gpus=count,
-        weights_repeating=sum(blocks),
+        # before v0.6.1 memory.weights.repeating summed each layer's blk + KV (memoryWeights += layerSize)
+        weights_repeating=sum(blocks) + (sum(kv_layers) if rules["legacy_weights_include_kv"] else 0),
         output=output,
         embd=embd,
         minimum=minimum,
