@@ -7,7 +7,9 @@ runs the llama.cpp profile's own functions with the case's settings on the CUDA 
 predicted vs measured MiB — the fit half and the held-out half apart.
 
 Fit / held-out is decided by the parity of ``sha1(case id)``, fixed before any error was looked at: constants may
-be fitted on the fit half only; the held-out half says how well the rules carry over.
+be fitted on the fit half only; the held-out half says how well the rules carry over. Cases marked
+``"later_added": true`` were collected after the rules were written and form a third group of their own (never
+fitted on; reported before and after any rule change they prompted).
 
 Run: ``python3 benchmarks/accuracy_llamacpp_cuda.py [--markdown]``. The CPU-backend table is
 ``benchmarks/accuracy_llamacpp.py``.
@@ -113,6 +115,11 @@ class Comparison:
     predicted_mib: float | None
     measured_mib: float
     held_out: bool
+    later_added: bool = False
+
+    @property
+    def group(self) -> str:
+        return "later-added" if self.later_added else ("held-out" if self.held_out else "fit")
 
     @property
     def relative(self) -> float | None:
@@ -128,6 +135,7 @@ def compare_case(case: Mapping[str, Any]) -> list[Comparison]:
     pad = int(rules["n_ctx_pad"])
     n_gpus = int(case["settings"].get("n_gpus", 1))
     held = is_held_out(case["id"])
+    later = bool(case.get("later_added"))
     kwargs_ok = "first_device" in inspect.signature(llamacpp.compute_buffer_bytes).parameters
     out = []
     for name, measured in case["buffers_mib"].items():
@@ -147,7 +155,7 @@ def compare_case(case: Mapping[str, Any]) -> list[Comparison]:
             predicted = size / MiB
         else:
             predicted = None  # no rule for this buffer in this version of hfvram
-        out.append(Comparison(case["id"], name, predicted, float(measured), held))
+        out.append(Comparison(case["id"], name, predicted, float(measured), held, later))
     return out
 
 
@@ -164,28 +172,27 @@ def stats(items: list[Comparison]) -> dict[str, float]:
 
 def groups(comparisons: list[Comparison]) -> dict[str, list[Comparison]]:
     out: dict[str, list[Comparison]] = {}
-    for held in (False, True):
+    for group in ("fit", "held-out", "later-added"):
         for kind in ("GPU", "CUDA_Host"):
             items = [
                 c
                 for c in comparisons
-                if c.held_out is held and (c.buffer.startswith("CUDA_Host") == (kind == "CUDA_Host"))
+                if c.group == group and (c.buffer.startswith("CUDA_Host") == (kind == "CUDA_Host"))
             ]
-            out[f"{'held-out' if held else 'fit'} {kind}"] = items
+            out[f"{group} {kind}"] = items
     return out
 
 
 def markdown(comparisons: list[Comparison]) -> str:
     lines = [
-        "| case | half | buffer | predicted MiB | measured MiB | error |",
+        "| case | group | buffer | predicted MiB | measured MiB | error |",
         "|---|---|---|---|---|---|",
     ]
     for c in comparisons:
         predicted = "no rule" if c.predicted_mib is None else f"{c.predicted_mib:.2f}"
         error = "—" if c.relative is None else f"{100 * c.relative:+.1f} %"
-        half = "held-out" if c.held_out else "fit"
-        lines.append(f"| {c.case_id} | {half} | {c.buffer} | {predicted} | {c.measured_mib:.2f} | {error} |")
-    lines += ["", "| half, buffer | compared | median abs error | worst abs error |", "|---|---|---|---|"]
+        lines.append(f"| {c.case_id} | {c.group} | {c.buffer} | {predicted} | {c.measured_mib:.2f} | {error} |")
+    lines += ["", "| group, buffer | compared | median abs error | worst abs error |", "|---|---|---|---|"]
     for label, items in groups(comparisons).items():
         st = stats(items)
         if st["n"]:
@@ -205,13 +212,12 @@ def main(argv: list[str] | None = None) -> int:
     for c in comparisons:
         predicted = "   no rule" if c.predicted_mib is None else f"{c.predicted_mib:10.2f}"
         error = "" if c.relative is None else f"{100 * c.relative:+7.1f}%"
-        half = "held-out" if c.held_out else "fit     "
-        print(f"{half} {c.case_id:40s} {c.buffer:18s} pred {predicted} meas {c.measured_mib:10.2f} {error}")
+        print(f"{c.group:11s} {c.case_id:40s} {c.buffer:18s} pred {predicted} meas {c.measured_mib:10.2f} {error}")
     for label, items in groups(comparisons).items():
         st = stats(items)
         if st["n"]:
             print(
-                f"{label:18s} n={st['n']:.0f} median|rel|={100 * st['median']:5.1f}% worst|rel|={100 * st['worst']:5.1f}%"
+                f"{label:21s} n={st['n']:.0f} median|rel|={100 * st['median']:5.1f}% worst|rel|={100 * st['worst']:5.1f}%"
             )
     return 0
 

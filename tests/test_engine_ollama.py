@@ -118,3 +118,121 @@ def test_gpt_oss_legacy_flash_attention_graph():
     # without flash attention: 2 × heads / kv_heads × KV total / 6 (64 heads, 8 KV heads)
     no_fa, _, _ = ollama.legacy_graph(spec, "gpt-oss", 8192, 1, 512, 6 * GiB, flash=False)
     assert no_fa == 2 * 64 // 8 * 6 * GiB // 6
+
+
+# ---- published Ollama pre-load estimates (benchmarks/data/ollama_logs.jsonl, docs/accuracy.md, section Ollama) -------
+
+
+def _ollama_benchmark():
+    import importlib
+    import sys
+
+    bench_dir = str(HUB.parent.parent / "benchmarks")
+    if bench_dir not in sys.path:
+        sys.path.insert(0, bench_dir)
+    return importlib.import_module("accuracy_ollama")
+
+
+def test_ollama_logs_are_real_records_with_sources():
+    bench = _ollama_benchmark()
+    cases = bench.load_cases()
+    assert len(cases) >= 8
+    for case in cases:
+        assert case["source"]["url"].startswith("https://github.com/ollama/ollama/")
+        line = case["lines"][0]
+        # every published size is printed in the case's own log line (as quoted: some quotes end mid-line)
+        for name, value in case["published"].items():
+            if isinstance(value, str):
+                assert value.split(" ")[0] in line, (case["id"], name)
+
+
+def test_ollama_kv_and_graph_figures_are_reproduced():
+    # memory.required.kv and memory.graph.full / .partial of all ten published lines within 2 %: e.g. ollama #11711
+    # (gpt-oss:20b, 0.11.x: graph 2.0 / 4.0 GiB from the full-context kvTotal), #8447 (deepseek-r1:671b, KV 9.5 GiB
+    # with full per-head K/V), #9031 (qwen2.5:0.5b, 4 auto slots: KV 96.0 MiB), #12000 (gemma3:12b, 992.0 MiB)
+    bench = _ollama_benchmark()
+    comparisons = bench.all_comparisons()
+    sized = [c for c in comparisons if c.figure in ("kv", "graph_full", "graph_partial")]
+    assert len(sized) >= 25
+    for c in sized:
+        assert abs(c.relative) <= 0.02, (c.case_id, c.figure, c.predicted, c.published)
+
+
+def test_ollama_scheduler_figures_within_ten_percent_or_explained():
+    # Done-when of issue 11: each published figure within 10 % (layer and slot counts exact), or its gap explained in
+    # docs/accuracy.md, section Ollama. The explained gaps: #9031 memory.required (-10.9 %: v0.5.x lines come out
+    # low with every term the code adds), #8447 layers 2 vs 5 and required.partial (+16 %: DeepSeek's dense first
+    # layers are smaller than the average layer), #9245 layers 25 vs 24.
+    bench = _ollama_benchmark()
+    explained = {
+        ("ollama-9031-qwen2.5-0.5b-h200", "required_full"),
+        ("ollama-9031-qwen2.5-0.5b-h200", "required_partial"),
+        ("ollama-8447-deepseek-r1-671b-24g", "layers_offload"),
+        ("ollama-8447-deepseek-r1-671b-24g", "required_partial"),
+        ("ollama-9245-qwen2-14b-4080s", "layers_offload"),
+    }
+    comparisons = bench.all_comparisons()
+    off = {(c.case_id, c.figure) for c in comparisons if not c.ok}
+    assert off <= explained, off - explained
+    assert sum(c.ok for c in comparisons) >= 70
+    docs = (HUB.parent.parent / "docs" / "accuracy.md").read_text(encoding="utf-8")
+    for case_id, _ in explained:
+        assert case_id in docs
+
+
+def test_legacy_weights_include_the_kv_cache_before_0_6_1():
+    # llm/memory.go before 033cec232 (v0.6.1): memoryWeights += layerSize, layerSize = blk + kv / block_count, so
+    # memory.weights.repeating of a v0.5 line includes the KV cache (ollama #8922: 39.9 GiB with 2.5 GiB of KV)
+    bench = _ollama_benchmark()
+    case = next(c for c in bench.load_cases() if c["id"] == "ollama-8922-llama-70b-3x24g")
+    parts = bench.predict(case)
+    assert parts.weights_repeating / GiB == pytest.approx(39.9, abs=0.05)
+    assert (parts.weights_repeating - parts.kv_total) / GiB == pytest.approx(39.9 - 2.5, abs=0.05)
+    assert parts.layer_split == (27, 27, 27) and parts.num_parallel == 4
+
+
+def test_ollama_auto_parallel_by_version():
+    # server/sched.go: OLLAMA_NUM_PARALLEL unset tries defaultParallel slots (4 in v0.5.x, 2 from v0.6.7) and keeps
+    # them when the model fits whole; one slot from v0.10 (#11330). ollama #8922 (v0.5.7): 70B on 3 × 24 GB ran
+    # --parallel 4 --ctx-size 8192
+    spec = spec_of("meta-llama/Llama-3.1-8B-Instruct", 4.6)
+    assert run(spec, "rtx4090", "0.5").engine["num_parallel"] == 4
+    assert run(spec, "rtx4090", "0.6.7").engine["num_parallel"] == 2
+    assert run(spec, "rtx4090", "0.10").engine["num_parallel"] == 1
+    assert run(spec, "rtx4090", "0.5").engine["num_ctx"] == 2048  # DefaultOptions before 44b466eeb (2025-04-28)
+    assert run(spec, "rtx4090", "0.6.7").engine["num_ctx"] == 4096
+    # too big to fit whole at 4 slots -> one slot
+    big = spec_of("meta-llama/Llama-3.3-70B-Instruct", 39.9)
+    assert run(big, "rtx4090", "0.5").engine["num_parallel"] == 1
+
+
+def test_ollama_flash_attention_default_by_version():
+    # flash attention on by default per architecture: gpt-oss from v0.11.8 (85ccf7354), qwen3 from v0.12.4 (0bda72892)
+    qwen = spec_of("Qwen/Qwen3-30B-A3B", 17.3)
+    assert run(qwen, "rtx4090", "0.11.8").engine["flash_attention"] is False
+    assert run(qwen, "rtx4090", "0.12.4").engine["flash_attention"] is True
+    oss = spec_of("openai/gpt-oss-20b", 12.0)
+    assert run(oss, "rtx4090", "0.10").engine["flash_attention"] is False
+    assert run(oss, "rtx4090", "0.11.8").engine["flash_attention"] is True
+
+
+def test_legacy_layer_count_on_a_small_gpu():
+    # ollama #11711: gpt-oss:20b on a 4060 Ti (15.6 GiB free), num_ctx 8192 -> layers.offload=23 of 25
+    bench = _ollama_benchmark()
+    case = next(c for c in bench.load_cases() if c["id"] == "ollama-11711-gpt-oss-20b-4060ti")
+    parts = bench.predict(case)
+    assert (parts.layers_offload, parts.layers_model) == (23, 25)
+    assert parts.required_partial / GiB == pytest.approx(15.4, abs=0.1)
+
+
+def test_current_releases_by_version():
+    # v0.13.0 (f560bd077): allocation dry runs, num_ctx still 4096; v0.15.5 (0334ffa62): num_ctx by total VRAM;
+    # v0.30.0 (9db4bdbad): llama-server --fit for every GGUF (docs/engines/ollama.md#ollama-versions)
+    spec = spec_of("Qwen/Qwen3-30B-A3B", 17.3)
+    early = run(spec, "rtx4090", "0.13")
+    assert early.engine["num_ctx"] == 4096 and "dry run" in early.engine["runs"]
+    assert run(spec, "rtx4090", "0.15.5").engine["num_ctx"] == 32768
+    assert "--fit" in run(spec, "rtx4090", "0.30").engine["runs"]
+    # gemma4 gets flash attention by default from v0.24.0 on
+    assert "gemma4" not in ollama.PROFILE.rules("0.20")[1]["flash_attention_archs"]
+    assert "gemma4" in ollama.PROFILE.rules("0.24")[1]["flash_attention_archs"]

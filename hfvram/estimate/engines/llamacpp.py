@@ -465,7 +465,8 @@ def compute_buffer_bytes(
     """The backend compute buffer of the worst-case graph (llama_context::sched_reserve), docs/engines/llamacpp.md#llamacpp-compute-buffer:
 
     ``4 · ub · max(logits, layer + masks)`` with ``logits = n_out·V/ub + 2·n_embd``; FA on: masks f16
-    (``n_kv/2`` per mask); FA off: f32 KQ scores ``n_kv·n_head`` plus an f32 mask and ``5.5·n_embd``.
+    (``n_kv/2`` per mask); FA off: f32 KQ scores ``n_kv·n_head`` plus an f32 mask and ``5.5·n_embd`` (CPU backend) or
+    ``2·n_embd + 2·n_head·head_dim`` (CUDA).
     ``with_output`` False for a device that holds no output layer (multi-GPU: only the last has logits);
     ``first_device`` False for the other GPUs (CUDA op offload copies host weights to the first GPU only)."""
     ub = min(settings.n_ctx, settings.n_ubatch)
@@ -491,7 +492,14 @@ def compute_buffer_bytes(
         rule = f"FA on: max(logits {logits:.0f}, layer {layer:.0f} + f16 masks {consts['mask_fa_on'] * sum(views):.0f})"
     else:
         n_kv = max(views, default=0)
-        scores = n_kv * n_head + consts["mask_fa_off"] * sum(views) + consts["fa_off_embd_factor"] * n_embd + extra
+        if settings.cuda:
+            # CUDA: next to the f32 KQ scores and the mask copy, the residual and the normed input (n_embd each) and Q
+            # before and after RoPE (n_head × head_dim each) — exact on seven published CUDA logs (docs/accuracy.md)
+            n_q = n_head * (spec.head_dim or (n_embd // n_head if n_head else 0))
+            residue = consts["fa_off_cuda_embd_factor"] * n_embd + consts["fa_off_cuda_q_factor"] * n_q
+        else:
+            residue = consts["fa_off_embd_factor"] * n_embd
+        scores = n_kv * n_head + consts["mask_fa_off"] * sum(views) + residue + extra
         live = max(logits, layer, scores, recurrent)
         rule = f"FA off: max(logits {logits:.0f}, layer {layer:.0f}, KQ {scores:.0f})"
     size = int(4 * ub * live)
