@@ -54,6 +54,8 @@ if str(ROOT) not in sys.path:
 from hfvram import check  # noqa: E402
 
 CASES = ROOT / "benchmarks" / "data" / "engine_measurements.jsonl"
+#: transformers measured here (benchmarks/transformers_truth.py): weights and cache bytes of from_config models
+TRUTH = ROOT / "benchmarks" / "data" / "transformers_truth.jsonl"
 GiB = 1 << 30
 MiB = 1 << 20
 #: the five engines this benchmark judges, under hfvram's engine names
@@ -326,8 +328,54 @@ def evaluate(case: Mapping[str, Any]) -> CaseResult:
     return result
 
 
-def run_benchmark(path: Path = CASES) -> list[CaseResult]:
-    return [evaluate(case) for case in load_cases(path)]
+def _derived_config(repo: str, overrides: Mapping[str, Any]) -> Path:
+    """A folder holding ``repo``'s fixture config.json with ``overrides`` applied (what transformers_truth.py built)."""
+    import hashlib
+    import tempfile
+
+    config = json.loads((ROOT / "fixtures" / "hub" / repo / "config.json").read_text(encoding="utf-8"))
+    config.update(overrides)
+    text = json.dumps(config, indent=1, sort_keys=True)
+    folder = Path(tempfile.gettempdir()) / f"hfvram-derived-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
+    folder.mkdir(exist_ok=True)
+    (folder / "config.json").write_text(text, encoding="utf-8")
+    return folder
+
+
+def transformers_results(path: Path = TRUTH) -> list[CaseResult]:
+    """hfvram's transformers profile against transformers measured here: the weights (parameters + buffers of a
+    ``from_config`` model) and the KV cache (``nbytes`` of the cache after ``generate``) at the cache's own length
+    (DynamicCache: the tokens it holds; StaticCache: the positions it allocated) and batch."""
+    if not path.exists():
+        return []
+    results = []
+    with path.open(encoding="utf-8") as handle:
+        rows = [json.loads(line) for line in handle if line.strip()]
+    for number, row in enumerate(rows, start=1):
+        source = f"benchmarks/transformers_truth.py (torch {row['torch']}, transformers {row['transformers']}, CPU)"
+        result = CaseResult(f"tt-{number:02d}", "transformers", row["model"], source, held_out=False, added=True)
+        if row["kind"] == "weights":
+            doc = _doc(row["model"], "transformers", context=1024)
+            measured = float(row["parameter_bytes"] + row["buffer_bytes"])
+            note = f"parameters + buffers, built on {row['build']}"
+            result.terms = [Term("weights", measured / GiB, float(doc["per_gpu"]["weights"]) / GiB, "GiB", note)]
+        else:
+            static = row["cache_class"] == "StaticCache"
+            tokens = max(row["allocated_positions"]) if static else int(row["cache_seq_len"])
+            source_model = row["model"]
+            if row.get("config_overrides"):
+                source_model = str(_derived_config(row["model"], row["config_overrides"]))
+                result.model = f"{row['model']} with {row['config_overrides']}"
+            doc = _doc(source_model, "transformers", context=tokens, concurrency=int(row["batch"]))
+            label = f"kv {row['cache_class']} {tokens} tok x {row['batch']}"
+            note = f"prompt {row['prompt_tokens']} + {row['new_tokens']} new"
+            result.terms = [Term(label, row["cache_bytes"] / MiB, float(doc["per_gpu"]["kv_cache"]) / MiB, "MiB", note)]
+        results.append(result)
+    return results
+
+
+def run_benchmark(path: Path = CASES, truth: Path = TRUTH) -> list[CaseResult]:
+    return [evaluate(case) for case in load_cases(path)] + transformers_results(truth)
 
 
 def profile_of(result: CaseResult) -> str:
@@ -351,6 +399,8 @@ def report(results: list[CaseResult]) -> str:
             continue
         for r in rows:
             split = ("held-out" if r.held_out else "in-sample") + (", added in issue 13" if r.added else "")
+            if r.id.startswith("tt-"):
+                split = "measured here"
             if r.skipped:
                 lines.append(f"   {r.id} {r.model} [{split}] not computed: {r.skipped}")
                 continue
@@ -364,7 +414,7 @@ def report(results: list[CaseResult]) -> str:
             errs = [t.error_pct for r in rows if r.held_out is want and not r.skipped and not r.added for t in r.terms]
             lines.append(f"   first fifteen, {label}: {summary(errs)}")
         added = [t.error_pct for r in rows if r.added and not r.skipped for t in r.terms]
-        lines.append(f"   added in issue 13: {summary(added)}")
+        lines.append(f"   added in issue 13{' (measured here)' if engine == 'transformers' else ''}: {summary(added)}")
         lines.append(f"   all: {summary([t.error_pct for r in rows if not r.skipped for t in r.terms])}")
     return "\n".join(lines)
 
