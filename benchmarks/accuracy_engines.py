@@ -28,8 +28,15 @@ Terms (each derived only from figures the source printed):
 
 Held-out split, fixed before any error was looked at: cases whose id number is even are held out, odd ones are
 in-sample. Cases marked ``"added": "issue 13"`` (em-16 on) were found after the profiles were written; the report
-keeps them apart from the first fifteen. No engine constant was tuned; one rule was corrected on an in-sample case (em-05: the ExLlama cache
-is allocated for attention layers only, so Nemotron-NAS no-op layers hold none); held-out errors are untouched.
+keeps them apart from the first fifteen. No engine constant was tuned; rules were corrected on in-sample cases only,
+each read in the engine's code: em-05 (the ExLlama cache is allocated for attention layers only, so Nemotron-NAS no-op
+layers hold none) and em-21 (MLX materialises one layer's attention scores per prefill chunk for head dims without a
+fused kernel); held-out errors are untouched.
+
+transformers has no published figure for a model hfvram holds: ``benchmarks/data/transformers_truth.jsonl``
+(written by ``benchmarks/transformers_truth.py``, measured here on the CPU) gives ``tt-NN`` rows instead: the weights
+(parameter + buffer bytes of ``from_config`` models) and the cache bytes after ``generate``, against the profile's
+weights and KV terms (one rule corrected on them: a DynamicCache sliding layer keeps ``window - 1`` tokens).
 
 Usage:  python3 benchmarks/accuracy_engines.py [--cases PATH] [--json]
 """
