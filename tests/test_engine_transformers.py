@@ -92,11 +92,13 @@ def test_mla_is_cached_decompressed():
     assert "decompressed" in result.explain["kv_cache"]
 
 
-def test_sliding_layers_keep_their_window():
-    # Gemma 2: 21 full + 21 sliding (window 4096) layers, 8 KV heads x 256 x 2 x 2 B = 8192 B per layer-token
+def test_sliding_layers_keep_their_window_less_one_token():
+    # Gemma 2: 21 full + 21 sliding (window 4096) layers, 8 KV heads x 256 x 2 x 2 B = 8192 B per layer-token;
+    # DynamicSlidingWindowLayer keeps the last window - 1 tokens (measured: benchmarks/data/transformers_truth.jsonl,
+    # a gemma-2 window of 64 holds 63 after generate, transformers 5.24.0)
     gemma = spec_of("google/gemma-2-9b-it")
     result = run(gemma, "h100", context=8192)
-    assert result.per_gpu.kv_cache == 21 * 8192 * 8192 + 21 * 8192 * 4096
+    assert result.per_gpu.kv_cache == 21 * 8192 * 8192 + 21 * 8192 * 4095
 
 
 def test_device_map_auto_splits_layers(llama8b):

@@ -68,6 +68,27 @@ def kv_bytes_per_sequence(
     return total
 
 
+def unfused_scores_bytes(spec: ModelSpec, chunk: int, context: int, step: int, fused_head_dims: tuple[int, ...]) -> int:
+    """Bytes of one layer's materialised attention scores during a prefill chunk, 0 when the fused kernel runs.
+
+    Rule docs/engines/mlx.md#mlx-unfused-attention: for a query longer than 8 tokens MLX's Metal SDPA runs the
+    fused full-attention kernel only for some head dims; otherwise its fallback computes
+    ``scores = q @ kᵀ`` of shape [batch, query heads, chunk, keys] in the model dtype, then softmax and ``@ v``,
+    one layer at a time, so the peak holds one layer's scores (the largest).
+    """
+    heads = spec.num_attention_heads or 0
+    keys = cache_tokens(context, step, None)
+    largest = 0
+    for layer in spec.layers:
+        if layer.kind not in (LayerKind.FULL, *WINDOWED_KINDS) or not heads:
+            continue
+        if layer.head_dim_k in fused_head_dims and layer.head_dim_k == layer.head_dim_v:
+            continue
+        span = min(keys, layer.window) if layer.kind in WINDOWED_KINDS and layer.window else keys
+        largest = max(largest, int(chunk * heads * span * spec.dtype_bytes()))
+    return largest
+
+
 def wired_limit(hardware: Hardware, choice: EngineChoice) -> tuple[int, str]:
     limit_mb = setting_int(choice, "wired_limit_mb", "iogpu.wired_limit_mb")
     if limit_mb:
@@ -129,6 +150,8 @@ class Breakdown:
     per_sequence: float
     kv: int
     activations: int
+    #: one layer's materialised attention scores (unfused SDPA head dims), part of ``activations``
+    scores: int
     act_hidden_factor: float
     act_ff_factor: float
     metal_overhead_mib: float
@@ -161,7 +184,9 @@ def compute(
     hidden_factor, ff_factor = float(rules["act_hidden_factor"]), float(rules["act_ff_factor"])
     ffn = spec.moe_intermediate_size or spec.intermediate_size or 0
     per_token = hidden_factor * (spec.hidden_size or 0) + ff_factor * ffn
-    activations = int(settings.prefill_step_size * per_token * spec.dtype_bytes())
+    fused = tuple(int(d) for d in rules["fused_prefill_head_dims"])
+    scores = unfused_scores_bytes(spec, settings.prefill_step_size, settings.context, settings.kv_step, fused)
+    activations = int(settings.prefill_step_size * per_token * spec.dtype_bytes()) + scores
     overhead_mib = float(rules["metal_overhead_mib"])
     usable, usable_note, memory = 0, "", 0
     if hardware is not None:
@@ -186,6 +211,7 @@ def compute(
         per_sequence=per_seq,
         kv=int(per_seq * workload.concurrency),
         activations=activations,
+        scores=scores,
         act_hidden_factor=hidden_factor,
         act_ff_factor=ff_factor,
         metal_overhead_mib=overhead_mib,
@@ -225,6 +251,12 @@ def narrate(
         "activations": (
             f"prefill step {settings.prefill_step_size} tokens × ({parts.act_hidden_factor}·hidden + "
             f"{parts.act_ff_factor}·FFN) × dtype (approximation)"
+            + (
+                f" + {parts.scores / GiB:.2f} GiB of one layer's attention scores (head dim without a fused "
+                f"prefill kernel: chunk × query heads × context × dtype)"
+                if parts.scores
+                else ""
+            )
         ),
         "overhead": f"Metal context {parts.metal_overhead_mib:g} MiB (mlx.toml metal_overhead_mib)",
         "usable": f"wired limit: {parts.usable_note}" if hardware else "",

@@ -4,7 +4,8 @@ There is no engine budget: the process may use the whole device (usable = memory
 
     weights      the checkpoint (``device_map="auto"`` splits layers over GPUs: the worst GPU's share)
     kv_cache     DynamicCache in the model dtype: every token for full attention; sliding / chunked layers keep
-                 their window; linear-attention / Mamba layers one state per sequence. MLA models cache the
+                 their window less one token (DynamicSlidingWindowLayer); linear-attention / Mamba layers one
+                 state per sequence. MLA models cache the
                  decompressed K (heads × qk_head_dim) and V (heads × v_head_dim), not the latent
     activations  one prefill forward over the whole prompt: residual stream + the largest of attention
                  intermediates (sdpa: q, k, v expanded to all heads, output; eager: + scores and fp32 softmax),
@@ -51,15 +52,24 @@ def cache_elems_per_token(layer: Layer, tp: int) -> int:
 
 
 def kv_bytes(
-    layers: tuple[Layer, ...], tp: int, kv_bytes_per_elem: float, context: int, state_bytes: float
+    layers: tuple[Layer, ...],
+    tp: int,
+    kv_bytes_per_elem: float,
+    context: int,
+    state_bytes: float,
+    window_drop: int = 0,
 ) -> tuple[float, float]:
-    """(bytes per token that grow with context, bytes per sequence that do not) on one rank."""
+    """(bytes per token that grow with context, bytes per sequence that do not) on one rank.
+
+    Sliding / chunked layers keep ``window - window_drop`` tokens (docs/engines/transformers.md#transformers-kv-cache:
+    DynamicSlidingWindowLayer caches the last ``sliding_window - 1``)."""
     growing = fixed = 0.0
     for layer in layers:
         if layer.kind in (LayerKind.FULL, LayerKind.MLA):
             growing += cache_elems_per_token(layer, tp) * kv_bytes_per_elem
         elif layer.kind in WINDOWED_KINDS:
-            fixed += cache_elems_per_token(layer, tp) * kv_bytes_per_elem * min(layer.window or context, context)
+            kept = max(1, layer.window - window_drop) if layer.window else context
+            fixed += cache_elems_per_token(layer, tp) * kv_bytes_per_elem * min(kept, context)
         elif layer.kind in RECURRENT_KINDS:
             fixed += common.layer_state_bytes_rank(layer, tp, state_bytes)
     return growing, fixed
@@ -132,7 +142,8 @@ def resolve_settings(
 def terms(spec: ModelSpec, settings: Settings, rules: Rules, batch: int, context: int) -> tuple[float, float, str]:
     """(KV bytes, prefill activation bytes, its explanation) for ``batch`` sequences of ``context`` tokens."""
     layers = common.worst_stage_layers(spec, settings.pp)
-    growing, fixed = kv_bytes(layers, settings.tp, settings.kv_bytes, context, spec.dtype_bytes())
+    drop = int(rules["dynamic_window_drop"])
+    growing, fixed = kv_bytes(layers, settings.tp, settings.kv_bytes, context, spec.dtype_bytes(), drop)
     activations, text = prefill_activations(spec, settings, rules, batch, context)
     return batch * (growing * context + fixed), activations, text
 
@@ -184,7 +195,12 @@ def compute(
     overhead = int(rules["cuda_context_gib"] * GiB)
     kv, activations, text = terms(spec, settings, rules, workload.concurrency, context)
     growing, fixed = kv_bytes(
-        common.worst_stage_layers(spec, settings.pp), settings.tp, settings.kv_bytes, context, spec.dtype_bytes()
+        common.worst_stage_layers(spec, settings.pp),
+        settings.tp,
+        settings.kv_bytes,
+        context,
+        spec.dtype_bytes(),
+        int(rules["dynamic_window_drop"]),
     )
     capacity = Capacity()
     if hardware is not None:
