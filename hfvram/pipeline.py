@@ -362,14 +362,20 @@ def add_offload_plan(report: dict[str, Any], request: Request, loaded: LoadedMod
     """llama.cpp on discrete GPUs: when the model does not fit as asked, the plan --fit would make
     (``offload_plan``); when the user placed layers in RAM themselves, the decode bound with the host bandwidth
     (docs/engines/llamacpp.md#llamacpp-offload-plan)."""
+    if str(est.engine.get("name")) != "llama.cpp" or est.refusal:
+        return
+    offload_section(report, request, loaded, over=est.per_gpu.total > est.per_gpu.usable)
+
+
+def offload_section(report: dict[str, Any], request: Request, loaded: LoadedModel, *, over: bool) -> None:
+    """Add ``offload_plan`` (and the decode bound of a user's own placement in RAM) to a check or fit document."""
     hardware = request.hardware
-    if hardware is None or str(est.engine.get("name")) != "llama.cpp" or est.refusal:
+    if hardware is None:
         return
     from hfvram.estimate import offload
     from hfvram.estimate.host_memory import parse_host_memory
 
     host = request.host_memory or parse_host_memory(None)
-    over = est.per_gpu.total > est.per_gpu.usable
     plan, speed, why = offload.plan_for(
         loaded.spec,
         hardware,
@@ -596,8 +602,11 @@ def fit_report(request: Request, options: RunOptions) -> dict[str, Any]:
     from hfvram.report.fitdoc import fit_document
 
     loaded = load(request, options)
-    document = fit_document(loaded, request.hardware, engine_choice(request, loaded), workload(request))
+    choice = engine_choice(request, loaded)
+    document = fit_document(loaded, request.hardware, choice, workload(request))
     document["warnings"] = list(dict.fromkeys(document["warnings"] + list(request.notes)))
+    if choice.name == "llama.cpp" and document.get("total") is not None and document.get("usable") is not None:
+        offload_section(document, request, loaded, over=document["total"] > document["usable"])
     return document
 
 

@@ -179,6 +179,8 @@ class OffloadPlan:
         return self._expert_kinds().count("ram")
 
     def as_dict(self, moe: bool) -> dict[str, Any]:
+        """The ``offload_plan`` JSON object (check.schema.json / fit.schema.json). Longer than 60 lines: one flat
+        literal of every field."""
         usage = self.usage
         devices = []
         for d, budget in enumerate(self.budgets):
@@ -283,6 +285,8 @@ class MemoryModel:
         return self._kv[settings.n_ctx]
 
     def usage(self, layers: Sequence[LayerPlace], n_ctx: int) -> Usage:
+        """Weights, KV and compute buffer per GPU, the host's share and the bytes a decoded token reads, for one
+        layout at one context. Longer than 60 lines: one pass over the layers adds every term."""
         settings = self.at_ctx(n_ctx)
         kv = self.kv(settings)
         nd, n_layer = self.nd, self.n_layer
@@ -434,7 +438,10 @@ def plan_offload(
     ram_bytes: int | None = None,
     model_path: str = "MODEL.gguf",
 ) -> OffloadPlan:
-    """The placement llama.cpp's --fit chooses for ``settings`` on ``budgets`` (ordered devices)."""
+    """The placement llama.cpp's --fit chooses for ``settings`` on ``budgets`` (ordered devices).
+
+    Longer than 60 lines: it follows common_params_fit_impl branch by branch (steps 1-4, the false-position searches
+    and the extra-layer tries) so that each can be read against the C++."""
     nd = len(budgets)
     if nd < 1:
         raise ValueError("plan_offload needs at least one device")

@@ -479,6 +479,7 @@ def render_fit(console: Console, fit: Mapping[str, Any]) -> None:
                 values.append(f"[{style}]{text}[/{style}]" if style else text)
             table.add_row(tokens_short(tokens), *values)
         console.print(table)
+    render_offload_plan(console, fit.get("offload_plan"))
     render_warnings(console, fit.get("warnings") or [])
 
 
