@@ -21,7 +21,7 @@ as a longer list. Pure: no I/O.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -517,9 +517,32 @@ def plan_offload(
             f"with only dense weights on the GPUs: {'surplus' if surplus_cpu_moe > 0 else 'deficit'} "
             f"{abs(surplus_cpu_moe) / MiB:.0f} MiB"
         )
+    slots, overflow_to = fit_search(nd, hp_ngl, moe, targets, mem, surplus_cpu_moe, [b.label for b in budgets], steps)
+    return _verdict(finish("offload", slots, overflow_to), targets)
+
+
+MemoryFunction = Callable[[Sequence[Slot], Sequence[int]], list[int]]
+
+
+def fit_search(
+    nd: int,
+    hp_ngl: int,
+    moe: bool,
+    targets: Sequence[int],
+    mem: MemoryFunction,
+    surplus_cpu_moe: int,
+    labels: Sequence[str],
+    steps: list[str],
+) -> tuple[list[Slot], list[int]]:
+    """Steps 3 and 4 of common_params_fit_impl over any memory function ``mem(slots, overflow_to)`` (bytes per
+    device): back-to-front filling with (dense-only) layers, then — for a MoE with a dense surplus — front-to-back
+    conversion to full layers and the one-extra-layer tries (UP, GATE, else ATTN). Returns (slots, overflow_to).
+
+    Longer than 60 lines: it follows the C++ loop by loop so that each branch can be read against it."""
+    no_overflow = [-1] * nd
     slots = [Slot() for _ in range(nd)]
     overflow_to = list(no_overflow)
-    current = mem(slots)
+    current = mem(slots, no_overflow)
     for dev in reversed(range(nd)):
         n_unassigned = hp_ngl + 1 - sum(slots[jd].n_layer for jd in range(dev + 1, nd))
         high = [slot.copy() for slot in slots]
@@ -528,7 +551,7 @@ def plan_offload(
             high[dev].n_part = high[dev].n_layer if dev < nd - 1 else high[dev].n_layer - 1
         if high[dev].n_layer <= 0:
             continue
-        mem_high = mem(high)
+        mem_high = mem(high, no_overflow)
         if mem_high[dev] > targets[dev]:
             delta = high[dev].n_layer - slots[dev].n_layer
             while delta > 1:
@@ -537,7 +560,7 @@ def plan_offload(
                 test[dev].n_layer += step
                 if moe:
                     test[dev].n_part += step - 1 if dev == nd - 1 and test[dev].n_part == 0 else step
-                mem_test = mem(test)
+                mem_test = mem(test, no_overflow)
                 if mem_test[dev] <= targets[dev]:
                     slots, current = test, mem_test
                 else:
@@ -545,9 +568,9 @@ def plan_offload(
                 delta = high[dev].n_layer - slots[dev].n_layer
         else:
             slots, current = high, mem_high
-        steps.append(f"{budgets[dev].label}: {slots[dev].n_layer} {'dense-only ' if moe else ''}layers")
+        steps.append(f"{labels[dev]}: {slots[dev].n_layer} {'dense-only ' if moe else ''}layers")
     if not moe or surplus_cpu_moe <= 0:
-        return _verdict(finish("offload", slots, overflow_to), targets)
+        return slots, overflow_to
 
     # step 4: a MoE whose dense part fits: dense-only layers become full layers, front to back
     id_dense_start = nd
@@ -590,7 +613,12 @@ def plan_offload(
         else:
             slots, current, id_dense_start = high, mem_high, id_dense_start_high
         # try to fit part of one more layer
-        if id_dense_start < nd and slots[id_dense_start].n_layer > (0 if dev < nd - 1 else 1):
+        # (the C++ also tries when that device holds only full layers, where n_part-- wraps a uint32: not replayed)
+        if (
+            id_dense_start < nd
+            and slots[id_dense_start].n_layer > (0 if dev < nd - 1 else 1)
+            and slots[id_dense_start].n_part > 0
+        ):
             test = [slot.copy() for slot in slots]
             start_test = id_dense_start
             test[start_test].n_layer -= 1
@@ -621,11 +649,11 @@ def plan_offload(
                 if fits(mem_test):
                     slots, overflow_to, current, id_dense_start = test, overflow_test, mem_test, start_test
         steps.append(
-            f"{budgets[dev].label}: {slots[dev].n_layer} layers ({slots[dev].n_part} with experts elsewhere, first "
+            f"{labels[dev]}: {slots[dev].n_layer} layers ({slots[dev].n_part} with experts elsewhere, first "
             f"partial {FRACTION_NAMES[slots[dev].overflow]})"
         )
         dev += 1
-    return _verdict(finish("offload", slots, overflow_to), targets)
+    return slots, overflow_to
 
 
 def _verdict(plan: OffloadPlan, targets: Sequence[int]) -> OffloadPlan:

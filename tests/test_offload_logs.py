@@ -1,0 +1,58 @@
+"""hfvram's llama.cpp offload plan and speed bound against published figures (benchmarks/accuracy_offload.py):
+the verbose ``--fit`` logs of benchmarks/data/llamacpp_fit_logs.jsonl and the partly offloaded generation speeds of
+benchmarks/data/llamacpp_offload_speed.jsonl (sources: the permalinks in each case; docs/accuracy.md "Layers in
+RAM")."""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import accuracy_offload as bench  # noqa: E402
+
+FIT_CASES = bench.load(bench.FIT_LOGS)
+SPEED_CASES = bench.load(bench.SPEEDS)
+
+
+def test_the_cases_cite_their_sources():
+    for case in FIT_CASES + SPEED_CASES:
+        assert case["source"]["url"].startswith("https://github.com/"), case["id"]
+    assert len(FIT_CASES) >= 5 and len(SPEED_CASES) >= 4
+
+
+@pytest.mark.parametrize("case", FIT_CASES, ids=lambda c: c["id"])
+def test_fit_log_margins_and_decisions_replay(case):
+    """target = free − 1024 MiB exactly; the printed deficit is the recomputed one (bytes truncated to MiB: +1 at
+    most); where the log shows measured placements, hfvram's search probes each of them and takes the logged
+    accept / reject decision."""
+    result = bench.check_fit_case(case)
+    assert all(0 <= error <= 1 for error in result["margin_errors_mib"]), result
+    if "memory_model" in case:
+        assert result["found_with_decisions"] is True, result["probes"]
+        assert all(abs(p.get("mem_error_mib", 0)) <= 3 for p in result["probes"]), result["probes"]
+
+
+def test_the_first_search_step_of_the_rtx3060_log_is_not_reproduced_in_order():
+    """Recorded gap (docs/accuracy.md): the excerpt does not show the all-full probe the first false-position step
+    divides by, and the fitted model puts it lower, so hfvram probes (42,24) before (42,25) — both with the logged
+    decision."""
+    case = next(c for c in FIT_CASES if c["id"] == "fit-am17an6-rtx3060-mtp-moe")
+    assert bench.check_fit_case(case)["in_order"] is False
+
+
+def test_decode_bound_with_layers_in_ram_is_an_upper_bound_and_its_median_ratio_holds():
+    """measured / bound: every case <= 1 (the bound ignores compute and the CPU's own speed); the median of the
+    partly offloaded cases 0.44 (RAM-bound runs reach ~40-60 % of the theoretical bound), the full-GPU reference 0.87."""
+    rows = [bench.speed_case(case) for case in SPEED_CASES]
+    assert all(row["ratio"] <= 1.0 for row in rows), rows
+    offloaded = [row["ratio"] for row in rows if row["ram_gib"] > 0.01]
+    assert len(offloaded) == 3
+    assert statistics.median(offloaded) == pytest.approx(0.44, abs=0.03)
+    full_gpu = [row["ratio"] for row in rows if row["ram_gib"] <= 0.01]
+    assert full_gpu == [pytest.approx(0.87, abs=0.03)]
