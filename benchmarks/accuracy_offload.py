@@ -116,7 +116,7 @@ def check_fit_case(case: Mapping[str, Any]) -> dict[str, Any]:
         "in_order": None,
         "found_with_decisions": None,
     }
-    targets = [free - case["margin_mib"] for free in case["free_mib"]]
+    targets = [free - case["margin_mib"] for free in case["free_mib"] or ()]
     initial = next((line for line in case["logged"] if line["kind"] == "initial"), None)
     for line in case["logged"]:
         if line["kind"] == "target":
@@ -191,6 +191,13 @@ def main() -> int:
     for case in load(FIT_LOGS):
         result = check_fit_case(case)
         margins = ", ".join(f"{e:+d}" for e in result["margin_errors_mib"]) or "—"
+        if "result" in case:
+            shape = case["result"]
+            print(
+                f"  {result['id']}: final -ngl {shape['ngl']} of {case['hp_ngl'] + 1}, layer {shape['first_partial_layer']} "
+                f"{shape['first_partial_kind']}, experts in RAM from layer {shape['moe_layers_from']} (the plan's shape)"
+            )
+            continue
         found = {None: "—", True: "yes", False: "NO"}[result["found_with_decisions"]]
         order = {None: "—", True: "yes", False: "no"}[result["in_order"]]
         print(

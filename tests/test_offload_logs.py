@@ -56,3 +56,34 @@ def test_decode_bound_with_layers_in_ram_is_an_upper_bound_and_its_median_ratio_
     assert statistics.median(offloaded) == pytest.approx(0.44, abs=0.03)
     full_gpu = [row["ratio"] for row in rows if row["ram_gib"] <= 0.01]
     assert full_gpu == [pytest.approx(0.87, abs=0.03)]
+
+
+def test_a_published_moe_plan_has_the_shape_hfvram_plans():
+    """lmstudio-bug-tracker#1673 (Qwen3.5-35B-A3B on 16 GB): -ngl n_layer + 1, the experts of the first layers on
+    the GPU, one UP layer, the experts of every later layer in RAM. hfvram's plan for a MoE of the same family
+    (the Qwen3-30B-A3B header) on a 16 GB card has that shape; the printed patterns differ by build (gate_up)."""
+    from cli_support import FIXTURES
+
+    from hfvram.estimate import offload
+    from hfvram.estimate.hardware import parse_gpu_spec
+    from hfvram.estimate.host_memory import parse_host_memory
+    from hfvram.estimate.types import EngineChoice, Workload
+    from hfvram.readers.gguf import read_gguf_file, spec_from_gguf
+
+    case = next(c for c in FIT_CASES if "result" in c)
+    result = case["result"]
+    assert result["ngl"] == case["hp_ngl"] + 1 and result["moe_layers_from"] == result["first_partial_layer"] + 1
+    path = FIXTURES / "headers" / "derived" / "qwen3-30b-a3b.gguf"
+    spec = spec_from_gguf([read_gguf_file(path)], filename=path.name)
+    plan, _, _ = offload.plan_for(
+        spec,
+        parse_gpu_spec("rtx4070ti-super"),
+        EngineChoice("llama.cpp"),
+        Workload(context=40960),
+        host=parse_host_memory(None),
+    )
+    assert plan.n_gpu_layers == spec.num_layers + 1
+    kinds = [place.kind for place in plan.layers[: spec.num_layers]]
+    first = kinds.index(next(kind for kind in kinds if kind != "full"))
+    assert kinds[first] == "up" and set(kinds[first + 1 :]) == {"moe"}
+    assert plan.overrides[0][0] == rf"blk\.{first}\.ffn_(gate|gate_up|down).*"
