@@ -661,12 +661,15 @@ def _verdict(plan: OffloadPlan, targets: Sequence[int]) -> OffloadPlan:
     totals = plan.usage.totals
     over = [plan.budgets[d].label for d, (u, t) in enumerate(zip(totals, targets)) if u > t]
     if over:
+        worst = max(range(len(totals)), key=lambda d: totals[d] - targets[d])
         return replace(
             plan,
             status="none",
             reason=(
-                f"does not fit even with every layer on the CPU: {', '.join(over)} still needs "
-                f"{max(totals) / MiB:.0f} MiB (compute buffer) against {max(targets) / MiB:.0f} MiB"
+                f"does not fit even with every layer on the CPU: {plan.budgets[worst].label} still needs "
+                f"{totals[worst] / MiB:.0f} MiB (its compute buffer) with {max(0, targets[worst]) / MiB:.0f} MiB to "
+                f"spare after the {plan.budgets[worst].margin_bytes / MiB:.0f} MiB margin; the CPU would need "
+                f"{plan.usage.host_total / GiB:.2f} GiB of RAM"
             ),
         )
     if plan.ram_bytes is not None and plan.usage.host_total > plan.ram_bytes:
