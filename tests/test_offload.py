@@ -2,7 +2,7 @@
 and the host-memory input (hfvram/estimate/host_memory.py): self-consistency of the plan (it keeps the margin, one
 more layer / expert block on the GPU would not), llama.cpp's decision rules, the CLI output and its bad inputs.
 
-Models: the DERIVED GGUF headers of fixtures/headers/derived (Qwen3-30B-A3B and gpt-oss-20b shapes, sources in
+Models: the DERIVED GGUF headers of fixtures/gguf-derived (Qwen3-30B-A3B and gpt-oss-20b shapes, sources in
 fixtures/README.md) and the dense Llama-3.1-8B header of benchmarks/data/llamacpp_headers."""
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from hfvram.estimate.host_memory import host_memory_names, parse_host_memory, pa
 from hfvram.estimate.types import EngineChoice, Workload
 from hfvram.readers.gguf import read_gguf_file, spec_from_gguf
 
-QWEN3 = FIXTURES / "headers" / "derived" / "qwen3-30b-a3b.gguf"
-GPT_OSS = FIXTURES / "headers" / "derived" / "gpt-oss-20b.gguf"
+QWEN3 = FIXTURES / "gguf-derived" / "qwen3-30b-a3b.gguf"
+GPT_OSS = FIXTURES / "gguf-derived" / "gpt-oss-20b.gguf"
 LLAMA8B = ROOT / "benchmarks" / "data" / "llamacpp_headers" / "llama-3.1-8b.gguf-header"
 HOST = parse_host_memory(None)
 

@@ -73,7 +73,7 @@ def test_a_published_moe_plan_has_the_shape_hfvram_plans():
     case = next(c for c in FIT_CASES if "result" in c)
     result = case["result"]
     assert result["ngl"] == case["hp_ngl"] + 1 and result["moe_layers_from"] == result["first_partial_layer"] + 1
-    path = FIXTURES / "headers" / "derived" / "qwen3-30b-a3b.gguf"
+    path = FIXTURES / "gguf-derived" / "qwen3-30b-a3b.gguf"
     spec = spec_from_gguf([read_gguf_file(path)], filename=path.name)
     plan, _, _ = offload.plan_for(
         spec,
