@@ -229,3 +229,22 @@ def test_a_gpu_list_with_an_unknown_card_is_a_usage_error(gpu):
     result = run_hfvram("check", str(QWEN3), "--gpu", gpu)
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_the_expert_override_matches_exactly_the_planned_layers():
+    """-ot patterns are matched with regex_search on tensor names: the compact alternation of
+    offload.number_alternation must select exactly the planned blocks (random sets and runs up to 999)."""
+    import random
+    import re
+
+    rng = random.Random(11)
+    for trial in range(300):
+        if trial % 2:
+            layers = set(rng.sample(range(1000), rng.randint(1, 40)))
+        else:
+            start = rng.randint(0, 500)
+            layers = set(range(start, rng.randint(start, 999) + 1))
+        pattern = re.compile(offload.expert_override(sorted(layers))[0])
+        for il in range(1000):
+            assert bool(pattern.search(f"blk.{il}.ffn_up_exps.weight")) == (il in layers), (sorted(layers)[:5], il)
+            assert not pattern.search(f"blk.{il}.attn_q.weight")

@@ -376,10 +376,45 @@ class MemoryModel:
 
 def expert_override(layers: Sequence[int]) -> tuple[str, str]:
     """One ``-ot`` pair sending the routed-expert tensors of ``layers`` to the CPU."""
-    return (
-        r"blk\.(" + "|".join(str(il) for il in sorted(set(layers))) + r")\.ffn_(up|down|gate_up|gate)_(ch|)exps",
-        "CPU",
-    )
+    return (r"blk\.(" + number_alternation(layers) + r")\.ffn_(up|down|gate_up|gate)_(ch|)exps", "CPU")
+
+
+def _range_parts(low: int, high: int) -> list[str]:
+    """Regex alternatives matching exactly the decimal numbers ``low..high`` (no leading zeros)."""
+    if low > high:
+        return []
+    low_text, high_text = str(low), str(high)
+    if len(low_text) != len(high_text):
+        split = 10 ** len(low_text) - 1
+        return _range_parts(low, split) + _range_parts(split + 1, high)
+    if low == high:
+        return [low_text]
+    if len(low_text) == 1:
+        return [f"[{low}-{high}]"]
+    if low // 10 == high // 10:
+        return [f"{low // 10}[{low % 10}-{high % 10}]"]
+    head: list[str] = []
+    tail: list[str] = []
+    if low % 10:
+        head = _range_parts(low, low // 10 * 10 + 9)
+        low = (low // 10 + 1) * 10
+    if high % 10 != 9:
+        tail = _range_parts(high // 10 * 10, high)
+        high = high // 10 * 10 - 1
+    middle = [f"{prefix}[0-9]" for prefix in _range_parts(low // 10, high // 10)] if low <= high else []
+    return head + middle + tail
+
+
+def number_alternation(numbers: Sequence[int]) -> str:
+    """``7|8|…|47`` written compactly as ``[7-9]|[1-3][0-9]|4[0-7]`` (each run of consecutive numbers as ranges);
+    the regex matches exactly the given numbers (tests/test_offload.py checks it on random sets up to 1000)."""
+    runs: list[list[int]] = []
+    for value in sorted({int(n) for n in numbers}):
+        if runs and value == runs[-1][1] + 1:
+            runs[-1][1] = value
+        else:
+            runs.append([value, value])
+    return "|".join(part for low, high in runs for part in _range_parts(low, high))
 
 
 def layout(n_layer: int, slots: Sequence[Slot], overflow_to: Sequence[int]) -> list[LayerPlace]:
