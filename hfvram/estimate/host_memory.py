@@ -32,6 +32,8 @@ class HostMemory:
     assumed: bool = False
 
     def describe(self) -> str:
+        if self.source == "--host-memory":
+            return f"{self.bandwidth_gbs:g} GB/s (--host-memory)"
         basis = ", default" if self.assumed else ""
         return f"{self.bandwidth_gbs:g} GB/s ({self.id}{basis})"
 
