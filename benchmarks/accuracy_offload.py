@@ -161,6 +161,49 @@ def check_fit_case(case: Mapping[str, Any]) -> dict[str, Any]:
     return result
 
 
+def byte_model_case(case: Mapping[str, Any]) -> dict[str, Any]:
+    """hfvram's own buffer model on a logged model it can build (``byte_model.spec``): the initial projection, the
+    context step, the dense-only surplus, the plan, and the memory of the log's own final placement."""
+    from hfvram.pipeline import RunOptions, load, resolve_request
+
+    facts = case["byte_model"]
+    options = RunOptions(engine="llama.cpp", offline=True)
+    folder = facts["spec"].split(" ")[0]
+    spec = load(resolve_request(options, str(REPO / folder)), options).spec
+    choice = EngineChoice("llama.cpp", settings={"binary": facts["binary"]})
+    _, settings, rules, consts = llamacpp.PROFILE.settings_for(spec, None, choice, Workload())
+    budget = offload.DeviceBudget(case["gpu"], case["free_mib"][0] * MIB, case["margin_mib"] * MIB, None)
+    mm = offload.MemoryModel(spec, settings, rules, consts, 1)
+    n = spec.num_layers
+    full = offload.default_slots(n, [budget])
+    initial = mm.usage(offload.layout(n, full, [-1]), settings.n_ctx).totals[0]
+    logged = facts["logged"]
+    at_min = mm.usage(offload.layout(n, full, [-1]), logged["ctx_to"]).totals[0]
+    dense_only = [offload.LayerPlace(p.device, "moe") for p in offload.layout(n, full, [-1])]
+    surplus = budget.target - mm.usage(dense_only, logged["ctx_to"]).totals[0]
+    plan = offload.plan_offload(spec, settings, rules, consts, [budget], n_ctx_auto=True)
+    first_ram = logged["final_expert_layers_in_ram_from"]
+    own = [offload.LayerPlace(-1)] + [offload.LayerPlace(0, "full" if il < first_ram else "moe") for il in range(1, n)]
+    logged_placement = mm.usage([*own, offload.LayerPlace(0)], logged["ctx_to"])
+    return {
+        "id": case["id"],
+        "initial_mib": initial / MIB,
+        "ctx_reduction_mib": (initial - at_min) / MIB,
+        "dense_only_surplus_mib": surplus / MIB,
+        "plan_ctx": plan.n_ctx,
+        "plan_ngl": plan.n_gpu_layers,
+        "plan_full_expert_layers": plan.expert_layers_on_gpu,
+        "plan_first_ram_block": next(il for il, p in enumerate(plan.layers[:n]) if p.kind in ("moe", "attn")),
+        "plan_partial": next(
+            (f"{il} {p.kind.upper()}" for il, p in enumerate(plan.layers[:n]) if p.kind not in ("full", "moe")), None
+        ),
+        "plan_used_mib": plan.usage.totals[0] / MIB,
+        "logged_placement_mib": logged_placement.totals[0] / MIB,
+        "logged_placement_compute_mib": logged_placement.gpu_compute[0] / MIB,
+        "logged": logged,
+    }
+
+
 # ---- 2. decode speed with layers in RAM --------------------------------------------------------------------------
 
 
@@ -191,6 +234,22 @@ def main() -> int:
     for case in load(FIT_LOGS):
         result = check_fit_case(case)
         margins = ", ".join(f"{e:+d}" for e in result["margin_errors_mib"]) or "—"
+        if "byte_model" in case:
+            row = byte_model_case(case)
+            logged = row["logged"]
+            print(
+                f"  {row['id']}: initial {row['initial_mib']:.0f} vs {logged['initial_mib']} MiB; context "
+                f"{logged['ctx_from']} -> {row['plan_ctx']} ({logged['ctx_to']}), {row['ctx_reduction_mib']:.0f} vs "
+                f"{logged['ctx_reduction_mib']} MiB less; dense-only surplus {row['dense_only_surplus_mib']:.0f} vs "
+                f"{logged['dense_only_surplus_mib']} MiB"
+            )
+            print(
+                f"      the log's placement (-ngl {logged['final_ngl']}, experts of {logged['final_expert_layers_in_ram_from']}+ "
+                f"in RAM): {row['logged_placement_mib']:.0f} vs {logged['final_used_mib']} MiB used; hfvram's plan: "
+                f"-ngl {row['plan_ngl']}, experts of blocks {row['plan_first_ram_block']}+ in RAM (partial layer "
+                f"{row['plan_partial']}), {row['plan_used_mib']:.0f} MiB"
+            )
+            continue
         if "result" in case:
             shape = case["result"]
             print(

@@ -87,3 +87,19 @@ def test_a_published_moe_plan_has_the_shape_hfvram_plans():
     first = kinds.index(next(kind for kind in kinds if kind != "full"))
     assert kinds[first] == "up" and set(kinds[first + 1 :]) == {"moe"}
     assert plan.overrides[0][0] == rf"blk\.{first}\.ffn_(gate|gate_up|down).*"
+
+
+def test_the_fit_params_readme_example_is_reproduced_by_the_byte_model():
+    """llama.cpp's own tools/fit-params README (Qwen3-30B-A3B F16 on an RTX 4090, build 6895): hfvram's buffers for
+    the same model (the fixture config's bf16 bytes = the F16 GGUF) give the initial projection within 0.1 %, the
+    context step 40960 -> 4096 and its 3456 MiB exactly, the dense-only surplus within 10 MiB, and a plan that keeps
+    the experts of blocks 0-13 on the GPU and moves those of 14-47 to RAM, as the log's -ot does."""
+    case = next(c for c in FIT_CASES if "byte_model" in c)
+    row = bench.byte_model_case(case)
+    logged = row["logged"]
+    assert row["initial_mib"] == pytest.approx(logged["initial_mib"], rel=1e-3)
+    assert row["plan_ctx"] == logged["ctx_to"] and round(row["ctx_reduction_mib"]) == logged["ctx_reduction_mib"]
+    assert abs(row["dense_only_surplus_mib"] - logged["dense_only_surplus_mib"]) <= 10
+    assert row["plan_first_ram_block"] == logged["final_expert_layers_in_ram_from"]
+    # recorded gap: the log's own placement (layer 0 on the CPU under the old -ngl count) comes out 3.3 % low
+    assert row["logged_placement_mib"] == pytest.approx(logged["final_used_mib"], rel=0.04)
