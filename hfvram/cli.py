@@ -244,6 +244,14 @@ def run_options(function: Callable[..., Any]) -> Callable[..., Any]:
             metavar="F",
             help=UNIFIED_FRACTION_HELP,
         ),
+        click.option(
+            "--host-memory",
+            "host_memory",
+            metavar="MEM",
+            help="llama.cpp with layers in RAM: the host memory (ddr5-6000x2, epyc-9004, apple-m4-max, 90GB/s; "
+            "default ddr5-5600x2).",
+        ),
+        click.option("--ram", "ram", metavar="SIZE", help="llama.cpp offload plan: the RAM there is (64GiB)."),
         click.option("--revision", "revision", metavar="R", help="Hub revision (branch, tag, commit)."),
         click.option(
             "--token", "token", metavar="T", help="Hub token (else HF_TOKEN / the saved token). Never printed."

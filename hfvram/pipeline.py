@@ -46,6 +46,9 @@ class RunOptions:
     offline: bool | None = None
     explain: bool = False
     calibration: str | None = None
+    #: host memory system or bandwidth for layers kept in RAM (--host-memory), RAM size (--ram)
+    host_memory: str | None = None
+    ram: str | None = None
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,9 @@ class Request:
     hardware: Hardware | None
     #: what the pasted engine command line had that hfvram did not use (reported as warnings)
     notes: tuple[str, ...] = ()
+    #: --host-memory parsed (None: not given, the catalogue default applies) and --ram in bytes
+    host_memory: Any = None
+    ram_bytes: int | None = None
 
 
 def _parse_positive(text: str, what: str) -> int:
@@ -195,6 +201,10 @@ def resolve_request(options: RunOptions, source: str | None) -> Request:
     from hfvram.sources.redaction import redact
 
     hardware = parse_gpu_option(options.gpu, options.unified_fraction)
+    from hfvram.estimate.host_memory import parse_host_memory, parse_ram
+
+    host_memory = parse_host_memory(options.host_memory)
+    ram_bytes = parse_ram(options.ram) if options.ram else None
     return Request(
         source=source,
         revision=options.revision,
@@ -211,6 +221,8 @@ def resolve_request(options: RunOptions, source: str | None) -> Request:
         notes=tuple(f"--engine-args: ignored {redact(item)}" for item in (pasted.ignored if pasted else ()))
         + tuple(redact(note) for note in notes)
         + unified_fraction_notes(options, hardware),
+        host_memory=host_memory,
+        ram_bytes=ram_bytes,
     )
 
 
@@ -327,6 +339,7 @@ def check_report(request: Request, options: RunOptions, *, whole_gguf_repo: bool
         return document
     est = run_estimate(request, options, loaded)
     report = check_dict(loaded.source, est, explain=options.explain)
+    add_offload_plan(report, request, loaded, est)
     report["warnings"] = list(
         dict.fromkeys(report["warnings"] + list(request.notes) + default_engine_notes(request, loaded))
     )
@@ -335,6 +348,56 @@ def check_report(request: Request, options: RunOptions, *, whole_gguf_repo: bool
 
         report["explain"]["terms"].setdefault("memory", memory_provenance(est.hardware.gpu))
     return report
+
+
+def model_argument(loaded: LoadedModel) -> str:
+    """How llama-server names the model: ``-m PATH`` for a local file, ``-hf repo[:QUANT]`` for a Hub GGUF."""
+    source = loaded.source
+    files = [name for name in source.files if name.endswith(".gguf")]
+    if source.kind in ("hub", "cache") and source.repo_id:
+        quant = loaded.spec.extra.get("file_type") if loaded.spec.extra else None
+        return f"-hf {source.repo_id}" + (f":{quant}" if isinstance(quant, str) and quant else "")
+    return files[0] if files else (source.repo_id or "MODEL.gguf")
+
+
+def add_offload_plan(report: dict[str, Any], request: Request, loaded: LoadedModel, est: Estimate) -> None:
+    """llama.cpp on discrete GPUs: when the model does not fit as asked, the plan --fit would make
+    (``offload_plan``); when the user placed layers in RAM themselves, the decode bound with the host bandwidth
+    (docs/engines/llamacpp.md#llamacpp-offload-plan)."""
+    if str(est.engine.get("name")) != "llama.cpp" or est.refusal:
+        return
+    offload_section(report, request, loaded, over=est.per_gpu.total > est.per_gpu.usable)
+
+
+def offload_section(report: dict[str, Any], request: Request, loaded: LoadedModel, *, over: bool) -> None:
+    """Add ``offload_plan`` (and the decode bound of a user's own placement in RAM) to a check or fit document."""
+    hardware = request.hardware
+    if hardware is None:
+        return
+    from hfvram.estimate import offload
+    from hfvram.estimate.host_memory import parse_host_memory
+
+    host = request.host_memory or parse_host_memory(None)
+    plan, speed, why = offload.plan_for(
+        loaded.spec,
+        hardware,
+        engine_choice(request, loaded),
+        workload(request),
+        host=host,
+        ram_bytes=request.ram_bytes,
+        model_path=model_argument(loaded),
+    )
+    if speed is not None:
+        report["decode_tokens_per_second"] = speed.decode_tokens_per_second
+        report["warnings"].append(
+            f"decode bound with layers in RAM: {speed.gpu_read_bytes / 2**30:.2f} GiB read on the GPU + "
+            f"{speed.host_read_bytes / 2**30:.2f} GiB in RAM per token, host memory {speed.host_memory}"
+        )
+    if plan is None or not over:
+        if over and why:
+            report["warnings"].append(f"no --fit plan: {why}")
+        return
+    report["offload_plan"] = plan.as_dict(moe=any(layer.moe for layer in loaded.spec.layers))
 
 
 # ---- a GGUF repo as a whole ----------------------------------------------------------------------------------
@@ -541,8 +604,11 @@ def fit_report(request: Request, options: RunOptions) -> dict[str, Any]:
     from hfvram.report.fitdoc import fit_document
 
     loaded = load(request, options)
-    document = fit_document(loaded, request.hardware, engine_choice(request, loaded), workload(request))
+    choice = engine_choice(request, loaded)
+    document = fit_document(loaded, request.hardware, choice, workload(request))
     document["warnings"] = list(dict.fromkeys(document["warnings"] + list(request.notes)))
+    if choice.name == "llama.cpp" and document.get("total") is not None and document.get("usable") is not None:
+        offload_section(document, request, loaded, over=document["total"] > document["usable"])
     return document
 
 

@@ -76,6 +76,7 @@ def check_markdown(report: Mapping[str, Any], *, explain: bool = False) -> str:
         lines.append(f"| GPU memory | {gib(per_gpu.get('memory'))} | |")
     lines.append("")
     lines += [f"- {line}" for line in capacity_lines(report)]
+    lines += offload_markdown(report.get("offload_plan"))
     for warning in report.get("warnings") or []:
         lines.append(f"- ⚠️ {text(warning)}")
     if explain and report.get("explain"):
@@ -108,6 +109,20 @@ def scan_markdown(reports: Iterable[Mapping[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def offload_markdown(plan: Mapping[str, Any] | None) -> list[str]:
+    """llama.cpp's --fit plan as list items; the command line as code."""
+    if not plan:
+        return []
+    from hfvram.estimate.offload import plan_lines
+
+    lines = plan_lines(plan)
+    out = [f"- **{text(lines[0])}**"]
+    for line in lines[1:]:
+        line = line.strip()
+        out.append(f"  - `{line}`" if line.startswith("llama-server") else f"  - {text(line)}")
+    return out
+
+
 def fit_markdown(fit: Mapping[str, Any]) -> str:
     conc = fit.get("max_concurrency")
     max_context = fit.get("max_context")
@@ -125,6 +140,7 @@ def fit_markdown(fit: Mapping[str, Any]) -> str:
         f"- concurrent {context} requests: {'—' if conc is None else f'{conc:.1f}'}",
         f"- {text(smallest_gpu_line(fit))}",
     ]
+    lines += offload_markdown(fit.get("offload_plan"))
     lines += [f"- ⚠️ {text(warning)}" for warning in fit.get("warnings") or []]
     rows = fit.get("context_table") or []
     if rows and not no_room:

@@ -175,10 +175,23 @@ def render_check(console: Console, report: Mapping[str, Any], *, explain: bool =
     speed = report.get("decode_tokens_per_second")
     if speed is not None and verdict != "does_not_fit":
         console.print(f"Decode: ≤ {speed:,.1f} tokens/s per sequence (memory-bandwidth bound)", highlight=False)
+    render_offload_plan(console, report.get("offload_plan"))
     render_warnings(console, report.get("warnings") or [])
     if explain:
         render_term_explanations(console, terms_explain)
         render_provenance(console, (report.get("explain") or {}).get("provenance") or {}, report)
+
+
+def render_offload_plan(console: Console, plan: Mapping[str, Any] | None) -> None:
+    """llama.cpp's --fit plan (hfvram.estimate.offload.plan_lines), printed as plain text."""
+    if not plan:
+        return
+    from hfvram.estimate.offload import plan_lines
+
+    lines = plan_lines(plan)
+    console.print(Text(lines[0], style="bold"), highlight=False)
+    for line in lines[1:]:
+        console.print(Text(line), highlight=False, soft_wrap=line.startswith("  llama-server"))
 
 
 #: the order terms are explained in: the table's rows first, then whatever else the engine explained
@@ -475,6 +488,7 @@ def render_fit(console: Console, fit: Mapping[str, Any]) -> None:
                 values.append(f"[{style}]{text}[/{style}]" if style else text)
             table.add_row(tokens_short(tokens), *values)
         console.print(table)
+    render_offload_plan(console, fit.get("offload_plan"))
     render_warnings(console, fit.get("warnings") or [])
 
 
