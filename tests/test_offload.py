@@ -248,3 +248,21 @@ def test_the_expert_override_matches_exactly_the_planned_layers():
         for il in range(1000):
             assert bool(pattern.search(f"blk.{il}.ffn_up_exps.weight")) == (il in layers), (sorted(layers)[:5], il)
             assert not pattern.search(f"blk.{il}.attn_q.weight")
+
+
+def test_a_mixed_set_plan_budgets_each_card_by_its_own_memory():
+    """rtx3060 (12 GB) + rtx4060 (8 GB): each device's free memory is its own card's (the catalogue's memory less
+    the CUDA context), the plan keeps the -fitt margin on both, and the larger card takes more of the weights."""
+    spec, plan, _, _, _ = _plan(QWEN3, "rtx3060+rtx4060", 32768)
+    assert plan is not None and plan.status == "offload"
+    hardware = parse_gpu_spec("rtx3060+rtx4060")
+    overhead, _ = lc.overhead_bytes(
+        hardware, lc.PROFILE.settings_for(spec, hardware, EngineChoice("llama.cpp"), Workload(context=32768))[2]
+    )
+    doc = plan.as_dict(moe=True)
+    frees = [device["free_bytes"] for device in doc["devices"]]
+    assert frees == [gpu.gpu_memory_bytes - overhead for gpu in hardware.gpus]
+    assert frees[0] > frees[1]
+    for device in doc["devices"]:
+        assert device["used_bytes"] + device["margin_bytes"] <= device["free_bytes"]
+    assert doc["devices"][0]["weights_bytes"] > doc["devices"][1]["weights_bytes"]

@@ -827,24 +827,29 @@ def command_line(plan: OffloadPlan, settings: lc.Settings, model_path: str) -> s
 
 
 def uniform_budgets(hardware: Hardware, settings: lc.Settings, rules: Mapping[str, object]) -> list[DeviceBudget]:
-    """``count`` identical devices: free = device memory − the CUDA context and pool (llama.cpp.toml
-    ``cuda_overhead_mib``, what CUDA does not report free), margin = ``-fitt``."""
+    """Every device of the set, in order (``count`` identical devices, or each card of a mixed set): free = the
+    device's memory − the CUDA context and pool (llama.cpp.toml ``cuda_overhead_mib``, what CUDA does not report
+    free), margin = ``-fitt``."""
     overhead, _ = lc.overhead_bytes(hardware, rules)
-    free = hardware.gpu.gpu_memory_bytes - overhead
     return [
         DeviceBudget(
-            f"CUDA{index} ({hardware.gpu.id})", free, settings.fit_target_bytes, hardware.gpu.memory_bandwidth_gbs
+            f"CUDA{index} ({gpu.id})",
+            gpu.gpu_memory_bytes - overhead,
+            settings.fit_target_bytes,
+            gpu.memory_bandwidth_gbs,
         )
-        for index in range(hardware.count)
+        for index, gpu in enumerate(hardware.gpus)
     ]
 
 
-def placement_of_settings(spec: ModelSpec, settings: lc.Settings, nd: int) -> list[LayerPlace]:
+def placement_of_settings(
+    spec: ModelSpec, settings: lc.Settings, nd: int, free: Sequence[int] = ()
+) -> list[LayerPlace]:
     """The layout the user's own ``-ngl`` / ``--n-cpu-moe`` / ``-ot …exps=CPU`` give (one device or a layer split in
     equal shares), to time a placement hfvram did not choose."""
     n_layer = spec.num_layers
     devices = lc.place_layers(
-        n_layer, min(settings.n_gpu_layers, n_layer + 1), lc._device_shares(nd, settings.tensor_split)
+        n_layer, min(settings.n_gpu_layers, n_layer + 1), lc._device_shares(nd, settings.tensor_split, free)
     )
     places = []
     for il in range(n_layer + 1):
@@ -866,7 +871,9 @@ def speed_of_settings(
 ) -> Speed | None:
     """Decode / prefill bounds of the user's own placement; None when nothing but token_embd is in RAM."""
     mm = MemoryModel(spec, settings, rules, consts, len(budgets))
-    usage = mm.usage(placement_of_settings(spec, settings, len(budgets)), settings.n_ctx)
+    usage = mm.usage(
+        placement_of_settings(spec, settings, len(budgets), [b.free_bytes for b in budgets]), settings.n_ctx
+    )
     if usage.host_read <= 0:
         return None
     return speed_of(usage, budgets, host, settings)
