@@ -108,9 +108,10 @@ def case_version(case: Mapping[str, Any]) -> str:
     """The vLLM release whose rules apply: the printed version, else by the log's date (docs/engines/vllm.md#vllm-budget
     table: V0 until early 2025, CUDA graphs in the budget from 2026-04-21)."""
     text = str(case.get("engine_version", ""))
-    if "V0" in text:
-        return "0.6"
     match = re.search(r"v?(\d+\.\d+(?:\.\d+)?)", text)
+    if "V0" in text:
+        # a V0 log: its release when the text names one (the V0 rules and non-torch rows are per release)
+        return match.group(1) if match and not text.startswith("unknown") else "0.6"
     if match and not text.startswith("unknown") and not text.startswith("main"):
         return match.group(1)
     date = str(case.get("source", {}).get("date", ""))
