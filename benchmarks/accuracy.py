@@ -190,7 +190,7 @@ def measured_figures(case: Mapping[str, Any]) -> dict[str, float | None]:
     )
     tokens = measured.get("gpu_kv_cache_size_tokens")
     if tokens is None:
-        blocks = measured.get("gpu_blocks") or measured.get("gpu_blocks_after_fix")
+        blocks = measured.get("gpu_blocks") or measured.get("gpu_blocks_after_fix") or measured.get("cuda_blocks")
         tokens = blocks * 16 if isinstance(blocks, int) else None  # V0 block size 16 (README)
     non_kv = None
     total_non_kv = size_bytes(measured.get("total_non_kv_cache_memory") or measured.get("total_non_kv_memory"))
@@ -297,7 +297,8 @@ class CaseResult:
         errors = {}
         for metric in METRICS:
             got, want = predicted.get(metric), self.measured.get(metric)
-            if got is not None and want:
+            # a negative logged pool ("kv_cache: -1.05GiB", a failed start) has no relative error to judge
+            if got is not None and want and want > 0:
                 errors[metric] = (got - want) / abs(want)
         return errors
 
@@ -352,7 +353,9 @@ def run_case(case: Mapping[str, Any], fixtures: Mapping[str, Mapping[str, Any]])
     workload = Workload(context=int(context) if context else None)
     spec = fixture_spec(row)
 
-    full, result.weights_source = checkpoint_weights(spec, row)
+    # a checkpoint whose architecture we hold but whose weight format differs (AWQ, bitsandbytes): only the
+    # measured-weights run judges it (fixture_map.toml given_weights_only)
+    full, result.weights_source = (spec, None) if row.get("given_weights_only") else checkpoint_weights(spec, row)
     if result.weights_source is not None:
         estimate_full = estimate(full, hardware, choice, workload)
         result.predicted = predicted_figures(estimate_full)

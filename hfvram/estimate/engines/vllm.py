@@ -86,6 +86,8 @@ class Settings:
     engine_generation: str = "v1"
     #: the release asked for (--engine vllm@X), None for the newest; the non-torch table matches on it
     requested_version: str | None = None
+    #: V0 pads each MLA cache entry to this many bytes (0 = no padding; V1)
+    mla_entry_align_bytes: int = 0
 
     @property
     def dtype_bytes(self) -> float:
@@ -902,11 +904,19 @@ def _cache_key(layer: Layer) -> tuple[type[KVCacheSpec], int | None]:
     return spec_type, (layer.window if windowed else None)
 
 
+def layer_token_bytes(layer: Layer, tp: int, settings: Settings) -> float:
+    """K+V bytes one token takes in ``layer`` on one rank; with ``settings.mla_entry_align_bytes`` (V0's
+    ``align_to_256bytes`` of an MLA cache entry, docs/engines/vllm.md#vllm-v0) an MLA entry is rounded up to it."""
+    raw = common.layer_kv_elems_per_token_rank(layer, tp) * settings.kv_bytes
+    align = settings.mla_entry_align_bytes
+    return float(_cdiv(math.ceil(raw), align) * align) if align and layer.kind is LayerKind.MLA else raw
+
+
 def _page_layout(attention: Sequence[Layer], recurrent: Sequence[Layer], settings: Settings) -> tuple[int, int]:
     """(page bytes, block size in tokens) of the unified page (docs/engines/vllm.md#vllm-block-size): with recurrent layers the attention
     block grows until one attention page holds one mamba state, and the mamba page is padded to it."""
     tp, block = settings.tensor_parallel_size, settings.block_size
-    per_token = [common.layer_kv_elems_per_token_rank(layer, tp) * settings.kv_bytes for layer in attention]
+    per_token = [layer_token_bytes(layer, tp, settings) for layer in attention]
     states = [common.layer_state_bytes_rank(layer, tp, settings.dtype_bytes) for layer in recurrent]
     if states and per_token:
         attn_token = max(per_token)
@@ -940,7 +950,7 @@ def kv_layout(spec: ModelSpec, settings: Settings) -> KVGroupLayout:
         # as one page × group_size so that bytes_for() is exact
         (spec_type, window), count = next(iter(kinds.items()))
         if attention:
-            per_token = (common.layer_kv_elems_per_token_rank(layer, tp) * settings.kv_bytes for layer in attention)
+            per_token = (layer_token_bytes(layer, tp, settings) for layer in attention)
             page_sum = sum(int(block * elems) for elems in per_token)
         else:
             page_sum = page * count

@@ -82,7 +82,10 @@ def resolve_batch_v0(
     max_num_seqs = common.setting_int(choice, "max-num-seqs", default=int(v0["max_num_seqs"])) or int(
         v0["max_num_seqs"]
     )
-    has_mla = any(layer.kind is LayerKind.MLA for layer in spec.layers)
+    mla_since = common.version_key(str(v0["chunked_prefill_mla_since"]))
+    has_mla = any(layer.kind is LayerKind.MLA for layer in spec.layers) and (
+        choice.version is None or common.version_key(choice.version) >= mla_since
+    )
     lora = common.setting_bool(choice, "enable-lora")
     auto_chunked = (
         max_model_len > int(v0["chunked_prefill_above"])
@@ -124,6 +127,8 @@ def estimate(
         max_num_batched_tokens=batched,
         max_num_seqs=seqs,
         engine_generation=GENERATION,
+        mla_entry_align_bytes=int(v0["mla_entry_align_bytes"]),
+        block_size=common.setting_int(choice, "block-size", default=int(v0["block_size"])) or int(v0["block_size"]),
         # V0: total × utilization, no ceil; a float budget keeps the arithmetic of determine_num_available_blocks
     )
     cache_spec, windowed = full_length_spec(spec)
