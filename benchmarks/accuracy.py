@@ -171,7 +171,7 @@ def case_hardware(case: Mapping[str, Any], gpus_needed: int) -> Hardware | None:
     if logged:
         memory = int(float(logged.group(1)) * GiB)
         base = catalogued or GPU(id="logged", name=name, vendor="nvidia", memory_bytes=memory)
-        gpu = replace(base, memory_bytes=memory, addressable_bytes=None)
+        gpu = replace(base, memory_bytes=memory, addressable_bytes=None, cuda_total_bytes=None)
     elif catalogued is not None:
         gpu = catalogued
     else:

@@ -148,7 +148,7 @@ def test_no_free_memory_check_at_start_up():
 
 
 def test_non_torch_memory_by_gpu_and_engine():
-    # docs/engines/vllm.md#vllm-non-torch: V1 at TP >= 2 is 2.1 GiB on NVSwitch H100s (fitted, gt-0072), 0.65 GiB on
+    # docs/engines/vllm.md#vllm-non-torch: V1 at TP >= 2 is 2.1 GiB on H100 (fitted, gt-0072: 2.07 GiB), 0.65 GiB on
     # A100 (issue 12, v0.10); V0 at TP >= 2 0.20 GiB (vllm#14447)
     spec = loaded("meta-llama/Llama-3.1-8B-Instruct", 7.51, ranks=2)
     h100 = run(spec, card(79.19, "h100-sxm", "NVIDIA H100 80GB HBM3", 2), "0.19", max_model_len=8192)

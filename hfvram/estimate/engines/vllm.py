@@ -702,7 +702,8 @@ def budget_term(hardware: Hardware | None, settings: Settings, deducted: int, la
     to); else ``ceil(memory × gpu_memory_utilization)`` less weights, activations and in-budget overhead.
     num-gpu-blocks-override then replaces the blocks that pool holds by its own count (vLLM
     ``may_override_num_blocks``, vllm.md#vllm-budget): the pool is that many blocks."""
-    memory = hardware.gpu.gpu_memory_bytes if hardware else 0
+    # total_memory as vLLM's MemorySnapshot reads it (torch.cuda.mem_get_info): the CUDA total where measured
+    memory = hardware.gpu.engine_visible_bytes if hardware else 0
     override = settings.num_gpu_blocks_override
     if override is not None and layout.page_bytes > 0:
         profiled = budget_term(hardware, replace(settings, num_gpu_blocks_override=None), deducted, layout)
