@@ -157,3 +157,22 @@ def test_non_torch_memory_by_gpu_and_engine():
     assert h100.per_gpu.overhead / GiB == pytest.approx(2.1, abs=0.01) and "[fitted]" in h100.explain["overhead"]
     assert a100.per_gpu.overhead / GiB == pytest.approx(0.65, abs=0.01) and "[later]" in a100.explain["overhead"]
     assert old.per_gpu.overhead / GiB == pytest.approx(0.20, abs=0.01) and "vllm#14447" in old.explain["overhead"]
+
+
+def test_vllm_budget_uses_the_cuda_total_engines_see():
+    # gpus.toml cuda_total_gib: H100 80GB "total_memory 79.19 GiB" (llm-d v0.19 logs, gt-0046 ...), A100 80GB
+    # "total capacity of 79.14 GiB" (lianqi1008/Control-GIC#6), RTX 3090 "total_gpu_memory=23.58GiB" (vllm#10517);
+    # the RTX A6000 with ECC on was not observed: its nvidia-smi total (46068 MiB) stays the budget's base
+    from hfvram.estimate.hardware import memory_provenance, parse_gpu_spec
+
+    spec = loaded("meta-llama/Llama-3.1-8B-Instruct", 14.99)
+    for name, gib in (("h100", 79.19), ("a100", 79.14), ("rtx3090", 23.58)):
+        hardware = parse_gpu_spec(name)
+        assert hardware.gpu.engine_visible_bytes == int(gib * GiB)
+        assert hardware.gpu.engine_visible_bytes < hardware.gpu.memory_bytes
+        assert f"cuda_total_gib {gib}" in memory_provenance(hardware.gpu)
+        result = run(spec, hardware, "0.19", context=4096, max_model_len=4096)
+        assert result.per_gpu.memory == int(gib * GiB)
+        assert result.per_gpu.usable == pytest.approx(0.9 * gib * GiB, abs=1)
+    a6000 = parse_gpu_spec("rtx-a6000").gpu
+    assert a6000.cuda_total_bytes is None and a6000.engine_visible_bytes == 46068 * (1 << 20)
