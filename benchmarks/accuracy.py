@@ -122,6 +122,21 @@ def case_version(case: Mapping[str, Any]) -> str:
     return "0.19"
 
 
+def common_version_key(version: str) -> tuple[int, ...]:
+    from hfvram.estimate.common import version_key
+
+    return version_key(version)
+
+
+V1_MARKERS = ("gpu_model_runner.py", "kv_cache_utils.py", "gpu_worker.py", "EngineCore", "V1 LLM engine")
+
+
+def v1_log(case: Mapping[str, Any]) -> bool:
+    """The log lines (or the version text) are a V1 engine's (``gpu_model_runner.py``, ``EngineCore``, ...)."""
+    text = " ".join(str(line) for line in case.get("log_lines", ())) + " " + str(case.get("engine_version", ""))
+    return any(marker in text for marker in V1_MARKERS) or "V1" in str(case.get("engine_version", ""))
+
+
 def case_settings(case: Mapping[str, Any]) -> dict[str, str]:
     """The case's stated settings under vLLM's names; unknown ones left to the engine's defaults."""
     settings: dict[str, str] = {}
@@ -290,6 +305,10 @@ class CaseResult:
     verdict_given_weights: str | None = None
     skipped: str | None = None
     warnings: tuple[str, ...] = ()
+    #: "fitted" (the cases the constants were fitted on, the file's first 76) or "later" (added afterwards)
+    group: str = "fitted"
+    #: the vLLM engine whose rules judged the case ("v1" / "v0"), as the estimate reports it
+    generation: str = ""
 
     def errors(self, which: str = "predicted") -> dict[str, float]:
         """Relative errors (predicted − measured) / measured for the metrics both sides have."""
@@ -330,6 +349,7 @@ def run_case(case: Mapping[str, Any], fixtures: Mapping[str, Mapping[str, Any]])
         fixture=None,
         measured=measured_figures(case),
         failure=is_failure(case),
+        group=str(case.get("group", "fitted")),
     )
     row = fixtures.get(model)
     if row is None:
@@ -349,7 +369,10 @@ def run_case(case: Mapping[str, Any], fixtures: Mapping[str, Mapping[str, Any]])
     context = leading_number(case.get("settings", {}).get("max_model_len"))
     if context is None and row.get("overrides", {}).get("max_position_embeddings"):
         context = row["overrides"]["max_position_embeddings"]
-    choice = EngineChoice("vllm", case_version(case), settings, tp=tp, pp=pp)
+    version = case_version(case)
+    if common_version_key(version) < (0, 10) and v1_log(case):
+        settings["VLLM_USE_V1"] = "1"  # a V1 engine's lines on a release hfvram runs as V0 by default
+    choice = EngineChoice("vllm", version, settings, tp=tp, pp=pp)
     workload = Workload(context=int(context) if context else None)
     spec = fixture_spec(row)
 
@@ -360,6 +383,7 @@ def run_case(case: Mapping[str, Any], fixtures: Mapping[str, Mapping[str, Any]])
         estimate_full = estimate(full, hardware, choice, workload)
         result.predicted = predicted_figures(estimate_full)
         result.verdict = estimate_full.verdict
+        result.generation = str(estimate_full.engine.get("engine_generation", ""))
         result.warnings = tuple(estimate_full.warnings)
         if hardware is None:
             result.predicted["kv_pool"] = None  # given, not predicted
@@ -373,6 +397,7 @@ def run_case(case: Mapping[str, Any], fixtures: Mapping[str, Mapping[str, Any]])
         result.given_weights = predicted_figures(given)
         result.given_weights["weights"] = None  # plugged in, not predicted
         result.verdict_given_weights = given.verdict
+        result.generation = str(given.engine.get("engine_generation", ""))
         result.warnings = tuple(dict.fromkeys(result.warnings + tuple(given.warnings)))
     elif result.weights_source is None:
         result.skipped = "no weight facts and no measured weights"
@@ -436,7 +461,7 @@ def print_report(results: list[CaseResult], out=sys.stdout) -> None:
             file=out,
         )
     for which, label in (("predicted", "end-to-end"), ("given_weights", "measured weights given")):
-        for key in ("engine", "family"):
+        for key in ("engine", "group", "generation", "family"):
             print(f"\nsummary ({label}) by {key}: median |error| / worst error (n)", file=out)
             for group, metrics in summarize(results, which, key).items():
                 cells = "  ".join(
@@ -453,7 +478,7 @@ def print_report(results: list[CaseResult], out=sys.stdout) -> None:
 def print_markdown(results: list[CaseResult], out=sys.stdout) -> None:
     """The summaries as Markdown tables: the vLLM section of docs/accuracy.md is this output."""
     for which, label in (("predicted", "end-to-end"), ("given_weights", "measured weights given")):
-        for key in ("engine", "family"):
+        for key in ("engine", "group", "generation", "family"):
             groups = summarize(results, which, key)
             metrics = sorted({m for values in groups.values() for m in values})
             print(f"\n**{label}, by {key}**: median \\|error\\| / worst error (n)\n", file=out)

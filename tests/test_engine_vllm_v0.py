@@ -176,3 +176,22 @@ def test_vllm_budget_uses_the_cuda_total_engines_see():
         assert result.per_gpu.usable == pytest.approx(0.9 * gib * GiB, abs=1)
     a6000 = parse_gpu_spec("rtx-a6000").gpu
     assert a6000.cuda_total_bytes is None and a6000.engine_visible_bytes == 46068 * (1 << 20)
+
+
+def test_v0_before_0_6_5_shows_no_sampler_peak():
+    # gt-0201 (vllm#10517, same 3090 and model as gt-0003): max_model_len 35000 started where 29000 failed: above
+    # 32768 chunked prefill is on, and "peak_torch_memory=15.05GiB" is 0.06 GiB over the 14.99 GiB of weights, the bf16
+    # logits of 256 rows alone (the sort-path sampler peak appears from v0.6.5 on, gt-0006)
+    spec = loaded("meta-llama/Llama-3.1-8B-Instruct", 14.9888)
+    result = run(spec, card(23.58, "rtx3090"), "0.6.4", max_model_len=35000)
+    assert result.engine["enable_chunked_prefill"] is True
+    assert result.per_gpu.activations / GiB == pytest.approx(15.05 - 14.9888, abs=0.03)
+    assert result.verdict != "does_not_fit"
+
+
+def test_v1_pool_to_tokens_under_tp_4():
+    # gt-0203 (vllm#21348, V1, Qwen3-235B-A22B-FP8 on 4 x H100, TP 4): "Available KV cache memory: 8.11 GiB",
+    # "GPU KV cache size: 178,880 tokens" -- 94 layers x 1 KV head per rank x 128 x (K + V) x 2 B per token
+    spec = derived_spec("Qwen/Qwen3-235B-A22B-FP8")
+    result = run(spec, None, "0.19", max_model_len=40960, tensor_parallel_size=4, kv_cache_memory_bytes=int(8.11 * GiB))
+    assert result.capacity.kv_tokens == pytest.approx(178880, rel=0.02)

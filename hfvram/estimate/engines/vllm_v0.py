@@ -36,12 +36,14 @@ RECURRENT_NOTE = (
 )
 
 
-def v0_rules(rules: Rules, v0: Rules) -> dict[str, object]:
-    """The V1 rule set with V0's own constants over it (the ``[v0]`` table): what the shared helpers read."""
+def v0_rules(rules: Rules, v0: Rules, version: str | None) -> dict[str, object]:
+    """The V1 rule set with V0's own constants over it (the ``[v0]`` table): what the shared helpers read. Before
+    ``sampler_since`` the profile shows the logits of the dummy sequences only, no sampler peak."""
+    sampled = version is None or common.version_key(version) >= common.version_key(str(v0["sampler_since"]))
     return {
         **rules,
         "gpu_memory_utilization": v0["gpu_memory_utilization"],
-        "sampler_bytes_per_logit": v0["sampler_bytes_per_logit"],
+        "sampler_bytes_per_logit": v0["sampler_bytes_per_logit" if sampled else "logits_bytes_per_logit"],
         "forward_bytes_per_ffn": v0["forward_bytes_per_ffn"],
         "forward_bytes_per_hidden": v0["forward_bytes_per_hidden"],
         "cudagraph_gib_small": v0["cudagraph_gib"],
@@ -98,8 +100,12 @@ def resolve_batch_v0(
     chunked = common.setting_bool(choice, "enable-chunked-prefill", default=auto_chunked)
     batched = common.setting_int(choice, "max-num-batched-tokens")
     floor = int(v0["max_num_batched_tokens"])
+    early = choice.version is not None and common.version_key(choice.version) < common.version_key(
+        str(v0["chunked_2048_since"])
+    )
+    chunk = int(v0["early_chunked_max_num_batched_tokens"]) if early else floor
     if batched is None:
-        batched = floor if chunked else max(max_model_len, floor)
+        batched = chunk if chunked else max(max_model_len, floor)
         if spec.multimodal and not chunked:
             batched = max(batched, int(v0["multimodal_max_num_batched_tokens"]))
     return batched, min(max_num_seqs, batched), chunked
@@ -117,7 +123,7 @@ def estimate(
 ) -> Estimate:
     """The V0 estimate: V0's settings and terms, then the shared breakdown, start-up checks and narration."""
     v0 = profile.data["v0"]
-    merged = v0_rules(rules, v0)
+    merged = v0_rules(rules, v0, choice.version)
     settings = v1.resolve_settings(spec, hardware, choice, workload, merged, rules_version, notes)
     batched, seqs, chunked = resolve_batch_v0(
         spec, choice, v0, settings.max_model_len, settings.speculative_method is not None
