@@ -63,6 +63,7 @@ VLLM_SETTINGS = (
     "enable_chunked_prefill",
     "dtype",
     "quantization",
+    "VLLM_USE_V1",
 )
 
 
@@ -134,7 +135,9 @@ V1_MARKERS = ("gpu_model_runner.py", "kv_cache_utils.py", "gpu_worker.py", "Engi
 def v1_log(case: Mapping[str, Any]) -> bool:
     """The log lines (or the version text) are a V1 engine's (``gpu_model_runner.py``, ``EngineCore``, ...)."""
     text = " ".join(str(line) for line in case.get("log_lines", ())) + " " + str(case.get("engine_version", ""))
-    return any(marker in text for marker in V1_MARKERS) or "V1" in str(case.get("engine_version", ""))
+    return any(marker in text for marker in V1_MARKERS) or bool(
+        re.search(r"\bV1\b", str(case.get("engine_version", "")))
+    )
 
 
 def case_settings(case: Mapping[str, Any]) -> dict[str, str]:
@@ -370,7 +373,7 @@ def run_case(case: Mapping[str, Any], fixtures: Mapping[str, Mapping[str, Any]])
     if context is None and row.get("overrides", {}).get("max_position_embeddings"):
         context = row["overrides"]["max_position_embeddings"]
     version = case_version(case)
-    if common_version_key(version) < (0, 10) and v1_log(case):
+    if common_version_key(version) < (0, 10) and v1_log(case) and "VLLM_USE_V1" not in settings:
         settings["VLLM_USE_V1"] = "1"  # a V1 engine's lines on a release hfvram runs as V0 by default
     choice = EngineChoice("vllm", version, settings, tp=tp, pp=pp)
     workload = Workload(context=int(context) if context else None)
