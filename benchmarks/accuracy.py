@@ -440,6 +440,22 @@ def summarize(
     return summary
 
 
+def verdict_score(results: Iterable[CaseResult]) -> tuple[int, int, list[str]]:
+    """(right, judged, wrong case ids): a start must not be called "does not fit", a failure must be; each case by
+    its end-to-end verdict, else the one with the logged weights given."""
+    right, judged, wrong = 0, 0, []
+    for r in results:
+        verdict = r.verdict or r.verdict_given_weights
+        if r.skipped or r.failure is None or verdict is None:
+            continue
+        judged += 1
+        if (verdict == "does_not_fit") == r.failure:
+            right += 1
+        else:
+            wrong.append(r.case_id)
+    return right, judged, wrong
+
+
 def _pct(value: float | None) -> str:
     return "" if value is None else f"{value * 100:+.1f}%"
 
@@ -498,6 +514,13 @@ def print_markdown(results: list[CaseResult], out=sys.stdout) -> None:
     flips = [r.case_id for r in results if r.verdict_flipped]
     failures = [r.case_id for r in results if r.failure and not r.skipped]
     skipped = sum(1 for r in results if r.skipped)
+    for group in ("fitted", "later"):
+        right, judged, wrong = verdict_score(r for r in results if r.group == group)
+        print(
+            f"\nVerdicts right ({group}): {right} of {judged} published starts and failures"
+            + (f" (wrong: {', '.join(wrong)})" if wrong else ""),
+            file=out,
+        )
     print(
         f"\nCases: {len(results)}, {len(results) - skipped} evaluated, {skipped} skipped (no fixture config of "
         f"that checkpoint). Failure cases evaluated: {', '.join(failures) or 'none'}; verdicts flipped: "

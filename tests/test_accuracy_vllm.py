@@ -95,3 +95,12 @@ def test_cases_added_after_the_fit_are_reported_apart(results):
     assert groups == {"fitted", "later"}
     summary = module.summarize(cases, "predicted", "group")
     assert "later" in summary and "fitted" in summary
+
+
+def test_verdicts_right_on_ninety_percent_of_published_starts_and_failures(results):
+    """Issue 12 target: a start is not called "does not fit" and a failure is, on >= 90 % of the judged cases."""
+    module, cases = results
+    right, judged, wrong = module.verdict_score(cases)
+    assert judged >= 35
+    assert right >= 0.9 * judged
+    assert set(wrong) <= KNOWN_POST_START_OOM
