@@ -195,3 +195,22 @@ def test_v1_pool_to_tokens_under_tp_4():
     spec = derived_spec("Qwen/Qwen3-235B-A22B-FP8")
     result = run(spec, None, "0.19", max_model_len=40960, tensor_parallel_size=4, kv_cache_memory_bytes=int(8.11 * GiB))
     assert result.capacity.kv_tokens == pytest.approx(178880, rel=0.02)
+
+
+def test_cli_picks_the_engine_from_the_release_and_vllm_use_v1():
+    # the real CLI: --engine vllm@0.9 runs V0 (gt-0004: 29000 tokens on a 3090 fail); a pasted command line's
+    # VLLM_USE_V1=1 (engine_args.toml [engines.vllm.env]) selects V1 for the same release
+    import json
+
+    from cli_support import run_hfvram
+
+    base = ("check", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "rtx3090", "--offline", "--json")
+    v0 = run_hfvram(*base, "--engine", "vllm@0.9", "--set", "max-model-len=29000")
+    assert v0.returncode in (0, 1), v0.stderr
+    document = json.loads(v0.stdout)
+    assert document["engine"]["engine_generation"] == "v0" and document["engine"]["max_num_seqs"] == 256
+    assert document["verdict"] == "does_not_fit"
+    pasted = "VLLM_USE_V1=1 vllm serve meta-llama/Llama-3.1-8B-Instruct --max-model-len 29000"
+    v1 = run_hfvram(*base, "--engine", "vllm@0.9", "--engine-args", pasted)
+    assert v1.returncode in (0, 1), v1.stderr
+    assert json.loads(v1.stdout)["engine"]["engine_generation"] == "v1"
