@@ -714,7 +714,9 @@ def budget_term(hardware: Hardware | None, settings: Settings, deducted: int, la
         pool = settings.kv_cache_memory_bytes
         return BudgetTerm(BudgetMode.KV_CACHE_MEMORY_BYTES, memory, deducted + pool, float(pool))
     if hardware is not None:
-        budget = math.ceil(memory * settings.gpu_memory_utilization)
+        # V1 requests ceil(total × util); V0's determine_num_available_blocks takes total × util as it is
+        product = memory * settings.gpu_memory_utilization
+        budget = product if settings.engine_generation == "v0" else math.ceil(product)
         return BudgetTerm(BudgetMode.UTILIZATION, memory, budget, budget - deducted)
     return BudgetTerm(BudgetMode.NONE, memory, 0, 0.0)
 
@@ -1115,8 +1117,9 @@ def explain_budget(parts: Breakdown) -> str:
             + " (docs/engines/vllm.md#vllm-budget)"
         )
     pool = budget.pool
+    rounded = "" if parts.settings.engine_generation == "v0" else "ceil"
     return (
-        f"ceil({budget.memory / GiB:.2f} GiB × gpu_memory_utilization {util}) = "
+        f"{rounded}({budget.memory / GiB:.2f} GiB × gpu_memory_utilization {util}) = "
         f"{budget.budget / GiB:.2f} GiB per GPU; KV pool = budget − weights − activations − overhead"
         + (
             f" = {pool / GiB:.2f} GiB"
