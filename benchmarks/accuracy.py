@@ -63,6 +63,7 @@ VLLM_SETTINGS = (
     "enable_chunked_prefill",
     "dtype",
     "quantization",
+    "VLLM_USE_V1",
 )
 
 
@@ -108,9 +109,10 @@ def case_version(case: Mapping[str, Any]) -> str:
     """The vLLM release whose rules apply: the printed version, else by the log's date (docs/engines/vllm.md#vllm-budget
     table: V0 until early 2025, CUDA graphs in the budget from 2026-04-21)."""
     text = str(case.get("engine_version", ""))
-    if "V0" in text:
-        return "0.6"
     match = re.search(r"v?(\d+\.\d+(?:\.\d+)?)", text)
+    if "V0" in text:
+        # a V0 log: its release when the text names one (the V0 rules and non-torch rows are per release)
+        return match.group(1) if match and not text.startswith("unknown") else "0.6"
     if match and not text.startswith("unknown") and not text.startswith("main"):
         return match.group(1)
     date = str(case.get("source", {}).get("date", ""))
@@ -119,6 +121,23 @@ def case_version(case: Mapping[str, Any]) -> str:
     if date and date >= "2026-04-21":
         return "0.21"
     return "0.19"
+
+
+def common_version_key(version: str) -> tuple[int, ...]:
+    from hfvram.estimate.common import version_key
+
+    return version_key(version)
+
+
+V1_MARKERS = ("gpu_model_runner.py", "kv_cache_utils.py", "gpu_worker.py", "EngineCore", "V1 LLM engine")
+
+
+def v1_log(case: Mapping[str, Any]) -> bool:
+    """The log lines (or the version text) are a V1 engine's (``gpu_model_runner.py``, ``EngineCore``, ...)."""
+    text = " ".join(str(line) for line in case.get("log_lines", ())) + " " + str(case.get("engine_version", ""))
+    return any(marker in text for marker in V1_MARKERS) or bool(
+        re.search(r"\bV1\b", str(case.get("engine_version", "")))
+    )
 
 
 def case_settings(case: Mapping[str, Any]) -> dict[str, str]:
@@ -170,7 +189,7 @@ def case_hardware(case: Mapping[str, Any], gpus_needed: int) -> Hardware | None:
     if logged:
         memory = int(float(logged.group(1)) * GiB)
         base = catalogued or GPU(id="logged", name=name, vendor="nvidia", memory_bytes=memory)
-        gpu = replace(base, memory_bytes=memory, addressable_bytes=None)
+        gpu = replace(base, memory_bytes=memory, addressable_bytes=None, cuda_total_bytes=None)
     elif catalogued is not None:
         gpu = catalogued
     else:
@@ -189,7 +208,7 @@ def measured_figures(case: Mapping[str, Any]) -> dict[str, float | None]:
     )
     tokens = measured.get("gpu_kv_cache_size_tokens")
     if tokens is None:
-        blocks = measured.get("gpu_blocks") or measured.get("gpu_blocks_after_fix")
+        blocks = measured.get("gpu_blocks") or measured.get("gpu_blocks_after_fix") or measured.get("cuda_blocks")
         tokens = blocks * 16 if isinstance(blocks, int) else None  # V0 block size 16 (README)
     non_kv = None
     total_non_kv = size_bytes(measured.get("total_non_kv_cache_memory") or measured.get("total_non_kv_memory"))
@@ -289,6 +308,10 @@ class CaseResult:
     verdict_given_weights: str | None = None
     skipped: str | None = None
     warnings: tuple[str, ...] = ()
+    #: "fitted" (the cases the constants were fitted on, the file's first 76) or "later" (added afterwards)
+    group: str = "fitted"
+    #: the vLLM engine whose rules judged the case ("v1" / "v0"), as the estimate reports it
+    generation: str = ""
 
     def errors(self, which: str = "predicted") -> dict[str, float]:
         """Relative errors (predicted − measured) / measured for the metrics both sides have."""
@@ -296,7 +319,8 @@ class CaseResult:
         errors = {}
         for metric in METRICS:
             got, want = predicted.get(metric), self.measured.get(metric)
-            if got is not None and want:
+            # a negative logged pool ("kv_cache: -1.05GiB", a failed start) has no relative error to judge
+            if got is not None and want and want > 0:
                 errors[metric] = (got - want) / abs(want)
         return errors
 
@@ -328,6 +352,7 @@ def run_case(case: Mapping[str, Any], fixtures: Mapping[str, Mapping[str, Any]])
         fixture=None,
         measured=measured_figures(case),
         failure=is_failure(case),
+        group=str(case.get("group", "fitted")),
     )
     row = fixtures.get(model)
     if row is None:
@@ -347,15 +372,21 @@ def run_case(case: Mapping[str, Any], fixtures: Mapping[str, Mapping[str, Any]])
     context = leading_number(case.get("settings", {}).get("max_model_len"))
     if context is None and row.get("overrides", {}).get("max_position_embeddings"):
         context = row["overrides"]["max_position_embeddings"]
-    choice = EngineChoice("vllm", case_version(case), settings, tp=tp, pp=pp)
+    version = case_version(case)
+    if common_version_key(version) < (0, 10) and v1_log(case) and "VLLM_USE_V1" not in settings:
+        settings["VLLM_USE_V1"] = "1"  # a V1 engine's lines on a release hfvram runs as V0 by default
+    choice = EngineChoice("vllm", version, settings, tp=tp, pp=pp)
     workload = Workload(context=int(context) if context else None)
     spec = fixture_spec(row)
 
-    full, result.weights_source = checkpoint_weights(spec, row)
+    # a checkpoint whose architecture we hold but whose weight format differs (AWQ, bitsandbytes): only the
+    # measured-weights run judges it (fixture_map.toml given_weights_only)
+    full, result.weights_source = (spec, None) if row.get("given_weights_only") else checkpoint_weights(spec, row)
     if result.weights_source is not None:
         estimate_full = estimate(full, hardware, choice, workload)
         result.predicted = predicted_figures(estimate_full)
         result.verdict = estimate_full.verdict
+        result.generation = str(estimate_full.engine.get("engine_generation", ""))
         result.warnings = tuple(estimate_full.warnings)
         if hardware is None:
             result.predicted["kv_pool"] = None  # given, not predicted
@@ -369,6 +400,7 @@ def run_case(case: Mapping[str, Any], fixtures: Mapping[str, Mapping[str, Any]])
         result.given_weights = predicted_figures(given)
         result.given_weights["weights"] = None  # plugged in, not predicted
         result.verdict_given_weights = given.verdict
+        result.generation = str(given.engine.get("engine_generation", ""))
         result.warnings = tuple(dict.fromkeys(result.warnings + tuple(given.warnings)))
     elif result.weights_source is None:
         result.skipped = "no weight facts and no measured weights"
@@ -408,6 +440,22 @@ def summarize(
     return summary
 
 
+def verdict_score(results: Iterable[CaseResult]) -> tuple[int, int, list[str]]:
+    """(right, judged, wrong case ids): a start must not be called "does not fit", a failure must be; each case by
+    its end-to-end verdict, else the one with the logged weights given."""
+    right, judged, wrong = 0, 0, []
+    for r in results:
+        verdict = r.verdict or r.verdict_given_weights
+        if r.skipped or r.failure is None or verdict is None:
+            continue
+        judged += 1
+        if (verdict == "does_not_fit") == r.failure:
+            right += 1
+        else:
+            wrong.append(r.case_id)
+    return right, judged, wrong
+
+
 def _pct(value: float | None) -> str:
     return "" if value is None else f"{value * 100:+.1f}%"
 
@@ -432,7 +480,7 @@ def print_report(results: list[CaseResult], out=sys.stdout) -> None:
             file=out,
         )
     for which, label in (("predicted", "end-to-end"), ("given_weights", "measured weights given")):
-        for key in ("engine", "family"):
+        for key in ("engine", "group", "generation", "family"):
             print(f"\nsummary ({label}) by {key}: median |error| / worst error (n)", file=out)
             for group, metrics in summarize(results, which, key).items():
                 cells = "  ".join(
@@ -449,7 +497,7 @@ def print_report(results: list[CaseResult], out=sys.stdout) -> None:
 def print_markdown(results: list[CaseResult], out=sys.stdout) -> None:
     """The summaries as Markdown tables: the vLLM section of docs/accuracy.md is this output."""
     for which, label in (("predicted", "end-to-end"), ("given_weights", "measured weights given")):
-        for key in ("engine", "family"):
+        for key in ("engine", "group", "generation", "family"):
             groups = summarize(results, which, key)
             metrics = sorted({m for values in groups.values() for m in values})
             print(f"\n**{label}, by {key}**: median \\|error\\| / worst error (n)\n", file=out)
@@ -466,6 +514,13 @@ def print_markdown(results: list[CaseResult], out=sys.stdout) -> None:
     flips = [r.case_id for r in results if r.verdict_flipped]
     failures = [r.case_id for r in results if r.failure and not r.skipped]
     skipped = sum(1 for r in results if r.skipped)
+    for group in ("fitted", "later"):
+        right, judged, wrong = verdict_score(r for r in results if r.group == group)
+        print(
+            f"\nVerdicts right ({group}): {right} of {judged} published starts and failures"
+            + (f" (wrong: {', '.join(wrong)})" if wrong else ""),
+            file=out,
+        )
     print(
         f"\nCases: {len(results)}, {len(results) - skipped} evaluated, {skipped} skipped (no fixture config of "
         f"that checkpoint). Failure cases evaluated: {', '.join(failures) or 'none'}; verdicts flipped: "

@@ -71,9 +71,14 @@ def test_vllm_cuda_context_constant_moves_figure_and_text():
 
 
 def test_vllm_non_torch_constant_moves_figure_and_text():
-    changed = vllm_estimate(with_constant("vllm", "non_torch_gib_tp1", 0.8), enforce_eager="true")
+    # the one-GPU V1 row of vllm.toml's [[non_torch]] table (docs/engines/vllm.md#vllm-non-torch) set to 0.8 GiB
+    data = copy.deepcopy(dict(common.load_engine_data("vllm")))
+    row = next(r for r in data["non_torch"] if (r["engine"], r.get("parallel"), r.get("since")) == ("v1", "tp1", None))
+    row["gib"], row["source"] = 0.8, "a changed row"
+    changed = vllm_estimate(data, enforce_eager="true")
     assert changed.per_gpu.overhead == int(0.8 * GiB)
     assert "non-torch memory 0.80 GiB" in changed.explain["overhead"]
+    assert "a changed row" in changed.explain["overhead"]
 
 
 def test_vllm_release_of_a_rule_change_is_read_from_the_toml():

@@ -88,6 +88,7 @@ def _gpu_from_row(row: Mapping[str, Any], unified_fraction: float | None = None)
         unified_memory=bool(row.get("unified_memory", False)),
         addressable_bytes=_addressable_bytes(row, unified_fraction),
         aliases=tuple(row.get("aliases", ())),
+        cuda_total_bytes=int(float(row["cuda_total_gib"]) * (1 << 30)) if "cuda_total_gib" in row else None,
     )
 
 
@@ -387,6 +388,8 @@ def memory_provenance(gpu: GPU) -> str:
         return f"raw size given on the command line: {gpu.memory_bytes} bytes"
     row = catalog_row(gpu.id)
     base = f"gpus.toml [{gpu.id}] memory_bytes ({row.get('memory_bytes_basis', 'basis not stated')})"
+    if gpu.cuda_total_bytes is not None and gpu.addressable_bytes is None:
+        base += f"; engines see the CUDA total, cuda_total_gib {row.get('cuda_total_gib')} ({row.get('cuda_total_source', '')})"
     if not gpu.unified_memory or gpu.addressable_bytes is None:
         return base
     measured = row.get("gpu_addressable_bytes_default")

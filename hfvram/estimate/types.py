@@ -29,11 +29,22 @@ class GPU:
     #: unified-memory parts: the GPU-addressable share of RAM (bytes); None for discrete GPUs
     addressable_bytes: int | None = None
     aliases: tuple[str, ...] = ()
+    #: the total CUDA reports to a process (cudaMemGetInfo, torch.cuda.mem_get_info()[1]) as a published log
+    #: showed it (gpus.toml cuda_total_gib); None = not observed
+    cuda_total_bytes: int | None = None
 
     @property
     def gpu_memory_bytes(self) -> int:
         """What the GPU can address: the whole card, or the addressable share of unified memory."""
         return self.addressable_bytes if self.addressable_bytes is not None else self.memory_bytes
+
+    @property
+    def engine_visible_bytes(self) -> int:
+        """The total an engine's ``torch.cuda.mem_get_info()`` sees (the budget vLLM takes a fraction of): the
+        measured CUDA total where the catalogue has one, else :attr:`gpu_memory_bytes`."""
+        if self.cuda_total_bytes is not None and self.addressable_bytes is None:
+            return self.cuda_total_bytes
+        return self.gpu_memory_bytes
 
 
 @dataclass(frozen=True)

@@ -82,6 +82,12 @@ class Settings:
     num_gpu_blocks_override: int | None = None
     #: --speculative-config's method ("ngram", "eagle", "mtp", …; None without speculative decoding)
     speculative_method: str | None = None
+    #: the engine whose rules apply: "v1", or "v0" (vllm_v0.py; docs/engines/vllm.md#vllm-v0)
+    engine_generation: str = "v1"
+    #: the release asked for (--engine vllm@X), None for the newest; the non-torch table matches on it
+    requested_version: str | None = None
+    #: V0 pads each MLA cache entry to this many bytes (0 = no padding; V1)
+    mla_entry_align_bytes: int = 0
 
     @property
     def dtype_bytes(self) -> float:
@@ -236,6 +242,8 @@ class OverheadTerm:
     cudagraphs: int
     cuda_context: int
     cudagraph_in_budget: bool
+    #: the [[non_torch]] row of vllm.toml the non-torch figure came from (its source and group)
+    non_torch_source: str = ""
 
     @property
     def in_budget(self) -> int:
@@ -275,6 +283,8 @@ class OutsideTrouble(Enum):
     CUDA_CONTEXT = "the CUDA context does not fit"  # start-up fails
     CUDA_GRAPHS = "the CUDA graphs captured after the KV cache do not fit"  # start-up fails
     SAMPLER_WARM_UP = "the sampler warm-up after start-up may not fit"  # a warning only
+    #: V0 checks no free memory at start-up: context and graphs outside the budget may not fit (a warning only)
+    UNCHECKED_OUTSIDE = "the CUDA context and graphs outside the budget may not fit (V0 does not check)"
 
 
 @dataclass(frozen=True)
@@ -339,8 +349,14 @@ class VllmProfile(ProfileBase):
         self, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload
     ) -> Estimate:
         rules_version, rules = self.rules(choice.version)
+        rules = {**rules, "non_torch": tuple(self.data.get("non_torch", ()))}
         common.require_weights(spec)
         notes: list[str] = []
+        generation = engine_generation(choice, rules, self.data.get("v0", {}), notes)
+        if generation == "v0":
+            from hfvram.estimate.engines import vllm_v0
+
+            return vllm_v0.estimate(self, spec, hardware, choice, workload, rules, rules_version, notes)
         settings = resolve_settings(spec, hardware, choice, workload, rules, rules_version, notes)
         parts = compute(spec, hardware, settings, workload, rules)
         warnings, explain = narrate(parts, spec, workload, self.first_version_with("cudagraph_in_budget", True))
@@ -368,6 +384,28 @@ class VllmProfile(ProfileBase):
         )
 
 
+def engine_generation(choice: EngineChoice, rules: Rules, v0: Rules, notes: list[str]) -> str:
+    """Which engine's rules apply (docs/engines/vllm.md#vllm-v0): the release's default (``engine`` of its
+    ``[versions]`` table), or what ``VLLM_USE_V1`` says (``--set VLLM_USE_V1=0``); V0 asked for on a release without
+    it is a warning and the V1 rules."""
+    default = str(rules.get("engine", "v1"))
+    raw = common.setting(choice, "VLLM_USE_V1")
+    if raw is None:
+        return default
+    wants_v0 = not common.setting_bool(choice, "VLLM_USE_V1")
+    if not wants_v0:
+        return "v1"
+    removed_in = str(v0.get("removed_in", ""))
+    if removed_in and (choice.version is None or common.version_key(choice.version) >= common.version_key(removed_in)):
+        asked = f"vllm@{choice.version}" if choice.version else "the newest vLLM"
+        notes.append(
+            f"VLLM_USE_V1=0: {asked} has no V0 engine (removed in v{removed_in}); the V1 rules apply "
+            f"(name an older release, e.g. --engine vllm@0.9, for V0)"
+        )
+        return "v1"
+    return "v0"
+
+
 def engine_report(
     parts: Breakdown, choice: EngineChoice, rules_version: str, hardware: Hardware | None
 ) -> dict[str, object]:
@@ -377,6 +415,7 @@ def engine_report(
         "name": ENGINE,
         "version": rules_version,
         "requested_version": choice.version,
+        "engine_generation": settings.engine_generation,
         "gpu_util": settings.gpu_memory_utilization,
         "max_model_len": settings.max_model_len,
         "max_num_batched_tokens": settings.max_num_batched_tokens,
@@ -460,6 +499,7 @@ def resolve_settings(
         data_parallel_size=dp,
         num_gpu_blocks_override=gpu_blocks_override(choice),
         speculative_method=speculative_method(common.setting(choice, "speculative-config") or "")[0],
+        requested_version=choice.version,
     )
 
 
@@ -613,11 +653,15 @@ def compute(
     context = workload.context or settings.max_model_len
     weights = weights_per_gpu(spec, settings, rules)
     activations = activation_peak(spec, settings, rules)
+    non_torch, non_torch_row = non_torch_bytes(settings, hardware, rules)
     overhead = OverheadTerm(
-        non_torch=non_torch_bytes(settings.tensor_parallel_size, settings.pipeline_parallel_size, rules),
+        non_torch=non_torch,
         cudagraphs=cudagraph_bytes(spec, settings, rules),
         cuda_context=int(rules["cuda_context_gib"] * GiB),
         cudagraph_in_budget=settings.cudagraph_in_budget,
+        non_torch_source=f"{non_torch_row.get('source', '')} [{non_torch_row.get('group', '')}]"
+        if non_torch_row
+        else "",
     )
     layout = kv_layout(spec, settings)
     budget = budget_term(hardware, settings, weights.bytes + activations.bytes + overhead.in_budget, layout)
@@ -658,7 +702,8 @@ def budget_term(hardware: Hardware | None, settings: Settings, deducted: int, la
     to); else ``ceil(memory × gpu_memory_utilization)`` less weights, activations and in-budget overhead.
     num-gpu-blocks-override then replaces the blocks that pool holds by its own count (vLLM
     ``may_override_num_blocks``, vllm.md#vllm-budget): the pool is that many blocks."""
-    memory = hardware.gpu.gpu_memory_bytes if hardware else 0
+    # total_memory as vLLM's MemorySnapshot reads it (torch.cuda.mem_get_info): the CUDA total where measured
+    memory = hardware.gpu.engine_visible_bytes if hardware else 0
     override = settings.num_gpu_blocks_override
     if override is not None and layout.page_bytes > 0:
         profiled = budget_term(hardware, replace(settings, num_gpu_blocks_override=None), deducted, layout)
@@ -669,7 +714,9 @@ def budget_term(hardware: Hardware | None, settings: Settings, deducted: int, la
         pool = settings.kv_cache_memory_bytes
         return BudgetTerm(BudgetMode.KV_CACHE_MEMORY_BYTES, memory, deducted + pool, float(pool))
     if hardware is not None:
-        budget = math.ceil(memory * settings.gpu_memory_utilization)
+        # V1 requests ceil(total × util); V0's determine_num_available_blocks takes total × util as it is
+        product = memory * settings.gpu_memory_utilization
+        budget = product if settings.engine_generation == "v0" else math.ceil(product)
         return BudgetTerm(BudgetMode.UTILIZATION, memory, budget, budget - deducted)
     return BudgetTerm(BudgetMode.NONE, memory, 0, 0.0)
 
@@ -798,13 +845,33 @@ def activation_peak(spec: ModelSpec, settings: Settings, rules: Rules) -> Activa
     )
 
 
-def non_torch_bytes(tp: int, pp: int, rules: Rules) -> int:
-    """Non-torch memory that grows during the first forward, inside the budget (common.md#cuda-context [gt])."""
-    if tp >= 2:
-        return int(float(rules["non_torch_gib_tp_multi"]) * GiB)
-    if pp >= 2:
-        return int(float(rules["non_torch_gib_pp_only"]) * GiB)
-    return int(float(rules["non_torch_gib_tp1"]) * GiB)
+def non_torch_row(settings: Settings, hardware: Hardware | None, rows: Sequence[Rules]) -> Rules | None:
+    """The first ``[[non_torch]]`` row of vllm.toml for this engine generation, parallelism, release and GPU
+    (docs/engines/vllm.md#vllm-non-torch); None when no row matches."""
+    tp, pp = settings.tensor_parallel_size, settings.pipeline_parallel_size
+    parallel = "tp" if tp >= 2 else ("pp" if pp >= 2 else "tp1")
+    gpu = f"{hardware.gpu.id} {hardware.gpu.name}".lower() if hardware is not None else ""
+    asked = common.version_key(settings.requested_version) if settings.requested_version else None
+    for row in rows:
+        if row.get("engine", "v1") != settings.engine_generation or row.get("parallel", parallel) != parallel:
+            continue
+        since, until = row.get("since"), row.get("until")
+        if since and asked is not None and asked < common.version_key(str(since)):
+            continue
+        if until and (asked is None or asked[: len(common.version_key(str(until)))] > common.version_key(str(until))):
+            continue
+        names = [str(name).lower() for name in row.get("gpus", ())]
+        if names and not any(name in gpu for name in names):
+            continue
+        return row
+    return None
+
+
+def non_torch_bytes(settings: Settings, hardware: Hardware | None, rules: Rules) -> tuple[int, Rules | None]:
+    """Non-torch memory that grows during the first forward, inside the budget, and the table row it came from
+    (docs/engines/vllm.md#vllm-non-torch); 0 when no row matches."""
+    row = non_torch_row(settings, hardware, rules.get("non_torch", ()))
+    return (int(float(row["gib"]) * GiB), row) if row else (0, None)
 
 
 def cudagraph_bytes(spec: ModelSpec, settings: Settings, rules: Rules) -> int:
@@ -840,11 +907,19 @@ def _cache_key(layer: Layer) -> tuple[type[KVCacheSpec], int | None]:
     return spec_type, (layer.window if windowed else None)
 
 
+def layer_token_bytes(layer: Layer, tp: int, settings: Settings) -> float:
+    """K+V bytes one token takes in ``layer`` on one rank; with ``settings.mla_entry_align_bytes`` (V0's
+    ``align_to_256bytes`` of an MLA cache entry, docs/engines/vllm.md#vllm-v0) an MLA entry is rounded up to it."""
+    raw = common.layer_kv_elems_per_token_rank(layer, tp) * settings.kv_bytes
+    align = settings.mla_entry_align_bytes
+    return float(_cdiv(math.ceil(raw), align) * align) if align and layer.kind is LayerKind.MLA else raw
+
+
 def _page_layout(attention: Sequence[Layer], recurrent: Sequence[Layer], settings: Settings) -> tuple[int, int]:
     """(page bytes, block size in tokens) of the unified page (docs/engines/vllm.md#vllm-block-size): with recurrent layers the attention
     block grows until one attention page holds one mamba state, and the mamba page is padded to it."""
     tp, block = settings.tensor_parallel_size, settings.block_size
-    per_token = [common.layer_kv_elems_per_token_rank(layer, tp) * settings.kv_bytes for layer in attention]
+    per_token = [layer_token_bytes(layer, tp, settings) for layer in attention]
     states = [common.layer_state_bytes_rank(layer, tp, settings.dtype_bytes) for layer in recurrent]
     if states and per_token:
         attn_token = max(per_token)
@@ -878,7 +953,7 @@ def kv_layout(spec: ModelSpec, settings: Settings) -> KVGroupLayout:
         # as one page × group_size so that bytes_for() is exact
         (spec_type, window), count = next(iter(kinds.items()))
         if attention:
-            per_token = (common.layer_kv_elems_per_token_rank(layer, tp) * settings.kv_bytes for layer in attention)
+            per_token = (layer_token_bytes(layer, tp, settings) for layer in attention)
             page_sum = sum(int(block * elems) for elems in per_token)
         else:
             page_sum = page * count
@@ -1011,7 +1086,9 @@ def explain_overhead(parts: Breakdown, since: str) -> str:
     overhead, tp = parts.overhead, parts.settings.tensor_parallel_size
     graphs = overhead.cudagraphs / GiB
     return (
-        f"non-torch memory {overhead.non_torch / GiB:.2f} GiB (TP={tp})"
+        f"non-torch memory {overhead.non_torch / GiB:.2f} GiB (TP={tp}"
+        + (f"; {overhead.non_torch_source}" if overhead.non_torch_source else "")
+        + ")"
         + (
             f" + CUDA graphs {graphs:.2f} GiB (deducted from the budget since {since})"
             if overhead.cudagraph_in_budget
@@ -1040,8 +1117,9 @@ def explain_budget(parts: Breakdown) -> str:
             + " (docs/engines/vllm.md#vllm-budget)"
         )
     pool = budget.pool
+    rounded = "" if parts.settings.engine_generation == "v0" else "ceil"
     return (
-        f"ceil({budget.memory / GiB:.2f} GiB × gpu_memory_utilization {util}) = "
+        f"{rounded}({budget.memory / GiB:.2f} GiB × gpu_memory_utilization {util}) = "
         f"{budget.budget / GiB:.2f} GiB per GPU; KV pool = budget − weights − activations − overhead"
         + (
             f" = {pool / GiB:.2f} GiB"
@@ -1124,6 +1202,13 @@ def outside_budget_note(parts: Breakdown) -> str | None:
             f"{left:.2f} GiB gpu_memory_utilization leaves (minus {context:.2f} GiB CUDA "
             "context): start-up runs out of memory while capturing them; lower gpu-memory-utilization or "
             "set enforce-eager"
+        )
+    if parts.outside_trouble is OutsideTrouble.UNCHECKED_OUTSIDE:
+        return (
+            f"the CUDA context (~{context:.2f} GiB) and CUDA graphs ({graphs:.2f} GiB) are outside vLLM V0's budget, "
+            f"in the {left:.2f} GiB gpu_memory_utilization={util} leaves: V0 does not check free memory at start-up, "
+            "so it may run out of memory allocating the KV cache or capturing graphs (or, if the real context is "
+            "smaller, start); a lower gpu-memory-utilization or enforce-eager is safer"
         )
     if parts.outside_trouble is OutsideTrouble.SAMPLER_WARM_UP:
         # gt-0085/0086: the sampler is warmed up again after the KV cache is allocated
