@@ -134,7 +134,7 @@ def test_a_set_price_is_the_sum_and_a_card_without_a_price_has_none():
     assert price_of("rtx3090").kind == "used"  # any = the lowest published
     assert set_price(["rtx3090", "rtx3090"], "new")["usd"] == 2998
     assert set_price(["rtx3090", "rtx3090"], "used")["usd"] == 1500
-    assert set_price(["rtx4090", "rtx3060"]) is None  # the 3060 has no price row: no partial sum
+    assert set_price(["rtx4090", "a10g"]) is None  # the A10G has no price row: no partial sum
     assert price_of("m4-max-64") is None
 
 
@@ -144,7 +144,7 @@ def test_a_set_price_is_the_sum_and_a_card_without_a_price_has_none():
 @pytest.fixture(scope="module")
 def comparison() -> dict:
     result = CliRunner().invoke(
-        cli, ["check", str(LLAMA_FOLDER), "--gpu", "rtx4090,rtx5090,rtx3090x2,h100,rtx4090+rtx3060", "--json"]
+        cli, ["check", str(LLAMA_FOLDER), "--gpu", "rtx4090,rtx5090,rtx3090x2,h100,rtx4090+rtx3060,a10g", "--json"]
     )
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)
@@ -159,6 +159,7 @@ def test_comparison_validates_and_holds_one_row_per_set(comparison):
         "rtx3090x2",
         "h100-sxm",
         "rtx4090+rtx3060",
+        "a10g",
     ]
 
 
@@ -179,7 +180,8 @@ def test_comparison_prices_and_price_per_usable_gib(comparison):
     assert rows["rtx4090"]["price"]["usd"] == 1599 and rows["rtx4090"]["price"]["kind"] == "new"
     assert rows["rtx4090"]["price"]["cards"][0]["source"].startswith("https://")
     assert rows["rtx3090x2"]["price"]["usd"] == 1500
-    assert rows["rtx4090+rtx3060"]["price"] is None and rows["rtx4090+rtx3060"]["price_per_usable_gib"] is None
+    assert rows["a10g"]["price"] is None and rows["a10g"]["price_per_usable_gib"] is None  # no price row
+    assert rows["rtx4090+rtx3060"]["price"]["usd"] == 1599 + price_of("rtx3060").usd  # a mixed set: the sum
     for row in comparison["sets"]:
         if row["price"]:
             usable = row["usable_total_bytes"] / (1 << 30)
@@ -204,7 +206,9 @@ def test_comparison_reads_the_model_once(hub):
 
 
 def test_comparison_table_and_markdown_state_prices_with_dates():
-    table = run_hfvram("check", str(LLAMA_FOLDER), "--gpu", "rtx4090,rtx3090x2,rtx4090+rtx3060", "--context", "32k")
+    table = run_hfvram(
+        "check", str(LLAMA_FOLDER), "--gpu", "rtx4090,rtx3090x2,rtx4090+rtx3060,a10g", "--context", "32k"
+    )
     assert table.returncode == 0, table.stderr
     out = table.stdout
     assert "GPU sets side by side" in out and "$1,599 new" in out and "no price" in out

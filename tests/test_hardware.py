@@ -251,12 +251,20 @@ NEW_PRICES = {
 
 
 def test_new_rows_carry_the_catalogue_price_with_its_date_and_source():
+    """Prices live in one table (hfvram/data/gpu_prices.toml); the catalogue rows hold none."""
+    from hfvram.prices import price_rows
+
     for gpu_id in NEW_ROWS:
-        row = _row(gpu_id)
-        assert row.get("price_usd") == NEW_PRICES.get(gpu_id), gpu_id
-        if gpu_id in NEW_PRICES:
-            assert row["price_date"] == "as listed 2026-08-21"
-            assert "huggingface.js/blob/fe42e68017ffc76d09922ea8f9b38a6964345710" in row["price_source"]
+        assert not any(key.startswith("price") for key in _row(gpu_id)), gpu_id
+        rows = [row for row in price_rows() if row.gpu == gpu_id and "huggingface.js" in row.source]
+        if gpu_id in NEW_PRICES and rows:
+            assert [row.usd for row in rows] == [NEW_PRICES[gpu_id]], gpu_id
+            assert rows[0].date == "2026-08-21"
+            assert "huggingface.js/blob/fe42e68017ffc76d09922ea8f9b38a6964345710" in rows[0].source
+        elif gpu_id in NEW_PRICES:  # a launch MSRP from the vendor's announcement took its place
+            assert any(row.gpu == gpu_id and row.kind == "new" for row in price_rows()), gpu_id
+        else:
+            assert not rows, gpu_id
 
 
 def test_every_catalogue_row_names_a_source():
