@@ -121,5 +121,5 @@ def what_if_lines(report: Mapping[str, Any]) -> list[str]:
             f"{c.get('quant')} {gib(c.get('weights_bytes'))} {str(c.get('verdict') or 'no verdict').replace('_', ' ')}"
             for c in auto.get("candidates") or []
         )
-        lines.append(f"--quant auto picked {auto.get('chosen')}, the largest that fits (tried: {tried})")
+        lines.append(f"--quant auto picked {auto.get('chosen')}, the largest that fits (estimated: {tried})")
     return lines
