@@ -44,7 +44,8 @@ def parse(name: str) -> Any:
         choice = module.parse(text)
         if choice is not None:
             return choice
-    raise UsageError(f"unknown quant {text!r}; known: {', '.join(names())}, auto")
+    shown = text if len(text) <= 40 else text[:40] + "…"
+    raise UsageError(f"unknown quant {shown!r}; known: {', '.join(names())}, auto")
 
 
 def _family(choice: Any) -> ModuleType:

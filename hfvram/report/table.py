@@ -435,6 +435,8 @@ def render_fit(console: Console, fit: Mapping[str, Any]) -> None:
     title.append(safe(fit["hardware"]), style="bold")
     title.append(f" with {safe(fit['engine'])}")
     console.print(title)
+    for sentence in what_if_lines(fit):
+        console.print(plain(f"  {sentence}", style="bold"), highlight=False)
     verdict = fit.get("verdict")
     context = tokens_short(fit.get("context"))
     style = VERDICT_STYLE.get(verdict, "bold")
