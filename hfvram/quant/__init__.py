@@ -49,10 +49,15 @@ def parse(name: str) -> Any:
 
 
 def _family(choice: Any) -> ModuleType:
+    """The family module of ``choice``: the module its class is defined in, else the family that parses its name
+    back to an equal choice."""
     module = importlib.import_module(type(choice).__module__)
-    if module.__name__.rpartition(".")[2] not in _FAMILIES:
-        raise TypeError(f"{type(choice).__name__} is not a quant choice of {', '.join(_FAMILIES)}")
-    return module
+    if module.__name__.rpartition(".")[2] in _FAMILIES:
+        return module
+    for family in families():
+        if family.parse(label(choice)) == choice:
+            return family
+    raise TypeError(f"{type(choice).__name__} is not a quant choice of {', '.join(_FAMILIES)}")
 
 
 def apply(spec: Any, choice: Any) -> Any:
