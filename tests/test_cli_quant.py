@@ -13,6 +13,8 @@ import pytest
 from cli_support import ROOT, run_hfvram, validate
 from test_schema import validate_as
 
+from hfvram.errors import UsageError
+
 TRUTH = ROOT / "benchmarks" / "data" / "llamacpp_quant_truth.jsonl"
 
 
@@ -171,3 +173,15 @@ def test_models_quant_auto(fmt):
             )
     qwen8 = next(row for row in rows if row["source"]["repo_id"] == "Qwen/Qwen3-8B")
     assert qwen8["what_if"]["quant"] == "Q8_0"  # 8 GiB of weights fit a 24 GB card at 8k
+
+
+def test_python_api_takes_quant():
+    from hfvram import api
+
+    result = api.check("Qwen/Qwen3-8B", gpu="rtx4090", quant="Q4_K_M", offline=True)
+    assert result.engine == "llama.cpp"
+    assert result.document["what_if"]["weights_bytes"] == truth_bytes("qwen3-8b", "Q4_K_M")
+    fit = api.fit("Qwen/Qwen3-8B", gpu="rtx4090", quant="auto", offline=True)
+    assert fit.verdict == "fits"
+    with pytest.raises(UsageError, match="unknown quant"):
+        api.check("Qwen/Qwen3-8B", gpu="rtx4090", quant="Q9_K", offline=True)
