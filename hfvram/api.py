@@ -233,6 +233,7 @@ def check(
     offline: bool | None = None,
     explain: bool = False,
     calibration: str | os.PathLike[str] | None = None,
+    quant: str | None = None,
 ) -> CheckResult:
     """Will ``source`` fit ``gpu`` with ``engine`` at ``context`` × ``concurrency``? Same as ``hfvram check``.
 
@@ -254,6 +255,9 @@ def check(
         revision, token, offline: how the Hub is read (``token`` is never printed or stored).
         explain: add every input figure with where it came from (``document["explain"]``).
         calibration: a file written by ``hfvram calibrate --save``.
+        quant: a what-if format (``"Q4_K_M"``, ``"IQ4_XS"``, …) or ``"auto"`` (the largest that fits ``gpu``):
+            the weights sized as that format would store them, every other fact read from the real files;
+            ``document["what_if"]`` says how.
 
     Raises:
         UsageError: bad input (unknown GPU or engine, a bad number).
@@ -276,6 +280,7 @@ def check(
         offline=offline,
         explain=explain,
         calibration=calibration,
+        quant=quant,
     )
     return check_with_options(options, None if source is None else os.fspath(source))
 
@@ -297,6 +302,7 @@ def fit(
     revision: str | None = None,
     token: str | None = None,
     offline: bool | None = None,
+    quant: str | None = None,
 ) -> FitResult:
     """The inverse questions for ``source`` on ``gpu``: the longest context, the most concurrent requests and the
     smallest GPU count that fit, and the table by context and KV type. Same as ``hfvram fit``; the arguments
@@ -318,6 +324,7 @@ def fit(
         revision=revision,
         token=token,
         offline=offline,
+        quant=quant,
     )
     return fit_with_options(options, os.fspath(source))
 

@@ -49,6 +49,8 @@ class RunOptions:
     #: host memory system or bandwidth for layers kept in RAM (--host-memory), RAM size (--ram)
     host_memory: str | None = None
     ram: str | None = None
+    #: ``--quant``: a what-if format name (Q4_K_M, …) or "auto" (hfvram.quant)
+    quant: str | None = None
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,8 @@ class Request:
     #: --host-memory parsed (None: not given, the catalogue default applies) and --ram in bytes
     host_memory: Any = None
     ram_bytes: int | None = None
+    #: the ``--quant`` what-if: a family's choice (hfvram.quant.parse), "auto", or None for the files as they are
+    quant: Any = None
 
 
 def _parse_positive(text: str, what: str) -> int:
@@ -205,6 +209,7 @@ def resolve_request(options: RunOptions, source: str | None) -> Request:
 
     host_memory = parse_host_memory(options.host_memory)
     ram_bytes = parse_ram(options.ram) if options.ram else None
+    quant_choice = parse_quant_option(options.quant)
     return Request(
         source=source,
         revision=options.revision,
@@ -223,7 +228,19 @@ def resolve_request(options: RunOptions, source: str | None) -> Request:
         + unified_fraction_notes(options, hardware),
         host_memory=host_memory,
         ram_bytes=ram_bytes,
+        quant=quant_choice,
     )
+
+
+def parse_quant_option(text: str | None) -> Any:
+    """``--quant`` parsed: None, "auto", or a family's choice; an unknown name is one usage error listing them."""
+    if text is None:
+        return None
+    from hfvram import quant
+
+    if text.strip().lower() == quant.AUTO:
+        return quant.AUTO
+    return quant.parse(text)
 
 
 def unified_fraction_notes(options: RunOptions, hardware: Hardware | None) -> tuple[str, ...]:
@@ -241,13 +258,30 @@ def load(request: Request, options: RunOptions, *, need_split: bool = False) -> 
     from hfvram.sources import load_model
 
     # every tensor header only for --explain: otherwise the exact total is split like the config shapes
-    return load_model(
+    loaded = load_model(
         request.source,
         revision=request.revision,
         token=options.token,
         offline=options.offline,
         need_split=need_split or options.explain,
     )
+    if request.quant is None or isinstance(request.quant, str):
+        return loaded  # as the files are; "auto" is applied per candidate (auto_quant)
+    return with_quant(loaded, request.quant)
+
+
+def with_quant(loaded: LoadedModel, choice: Any) -> LoadedModel:
+    """The loaded model as if its weights were stored as ``choice`` (hfvram.quant): a what-if."""
+    from dataclasses import replace
+
+    from hfvram import quant
+    from hfvram.errors import UnsupportedLayoutError
+
+    try:
+        spec = quant.apply(loaded.spec, choice)
+    except ValueError as error:
+        raise UnsupportedLayoutError(f"--quant {quant.label(choice)}: {error}") from error
+    return replace(loaded, spec=spec)
 
 
 def engine_choice(request: Request, loaded: LoadedModel) -> EngineChoice:
@@ -284,7 +318,20 @@ def run_estimate(request: Request, options: RunOptions, loaded: LoadedModel) -> 
 
     choice = engine_choice(request, loaded)
     est = estimate(loaded.spec, request.hardware, choice, workload(request))
+    est = quant_engine_rule(est, request, choice.name)
     return calibrate_estimate(est, options, choice.name)
+
+
+def quant_engine_rule(est: Estimate, request: Request, engine: str) -> Estimate:
+    """The ``--quant`` format's engine rule: a refusal (verdict does_not_fit, ``engine rule: …``) or warnings."""
+    if request.quant is None or isinstance(request.quant, str):
+        return est
+    from hfvram import quant
+    from hfvram.estimate.engine_rules import with_refusals
+    from hfvram.estimate.engines import parse_engine_name
+
+    reason, notes = quant.engine_rule(request.quant, parse_engine_name(engine)[0], request.hardware)
+    return with_refusals(est, [reason] if reason else [], list(notes))
 
 
 def calibrate_estimate(est: Estimate, options: RunOptions, engine: str) -> Estimate:
@@ -324,6 +371,7 @@ def check_report(request: Request, options: RunOptions, *, whole_gguf_repo: bool
     from hfvram.errors import GgufRepoWithoutSelector
     from hfvram.report.jsonout import check_dict
 
+    request = gguf_repo_quant(request)
     if whole_gguf_repo and gguf_repo_wanted(request.source):
         document = gguf_repo_report(request, options)
         if document is not None:
@@ -337,12 +385,17 @@ def check_report(request: Request, options: RunOptions, *, whole_gguf_repo: bool
         if document is None:
             raise
         return document
+    tried: list[dict[str, Any]] | None = None
+    if request.quant == "auto":
+        request, loaded, tried = auto_quant(request, loaded)
     est = run_estimate(request, options, loaded)
     report = check_dict(loaded.source, est, explain=options.explain)
     add_offload_plan(report, request, loaded, est)
     report["warnings"] = list(
         dict.fromkeys(report["warnings"] + list(request.notes) + default_engine_notes(request, loaded))
     )
+    if request.quant is not None:
+        report["what_if"] = what_if_dict(request.quant, loaded, tried)
     if options.explain and est.hardware is not None:
         from hfvram.estimate.hardware import memory_provenance
 
@@ -398,6 +451,95 @@ def offload_section(report: dict[str, Any], request: Request, loaded: LoadedMode
             report["warnings"].append(f"no --fit plan: {why}")
         return
     report["offload_plan"] = plan.as_dict(moe=any(layer.moe for layer in loaded.spec.layers))
+
+
+# ---- the --quant what-if -------------------------------------------------------------------------------------
+
+
+def gguf_repo_quant(request: Request) -> Request:
+    """A GGUF repo named without ``:QUANT`` and ``--quant Q``: the repo's own file of that quant (real, not a
+    what-if), as ``org/repo:Q``; ``--quant auto`` answers for every quant of the repo (its recommendation)."""
+    if request.quant is None or not gguf_repo_wanted(request.source):
+        return request
+    from dataclasses import replace
+
+    if request.quant == "auto":
+        return replace(request, quant=None)
+    return replace(request, source=f"{request.source}:{request.quant.name}", quant=None)
+
+
+def auto_quant(request: Request, loaded: LoadedModel) -> tuple[Request, LoadedModel, list[dict[str, Any]]]:
+    """``--quant auto``: the largest candidate (by weight bytes) that fits, else the largest that is tight, else
+    the smallest; each candidate under the engine asked for (or the one its format gets by default), candidates
+    that engine refuses left out. Returns the request with the chosen quant, the model as it, and the candidates
+    the search estimated (quant, weights bytes, verdict), largest first."""
+    from dataclasses import replace
+
+    from hfvram import quant
+    from hfvram.estimate.core import estimate_memory
+    from hfvram.estimate.engines import parse_engine_name
+
+    if request.hardware is None:
+        raise UsageError("--quant auto needs --gpu: the best quant is the largest that fits a GPU")
+    sized = []
+    for choice in quant.auto_candidates(None, request.hardware):
+        model = with_quant(loaded, choice)
+        engine = engine_choice(request, model)
+        if quant.engine_rule(choice, parse_engine_name(engine.name)[0], request.hardware)[0] is None:
+            sized.append((model.spec.weights_bytes or 0, choice, model, engine))
+    if not sized:
+        engine_name = request.engine or "the default engine"
+        raise UsageError(f"--quant auto: {engine_name} runs none of the what-if formats; name one with --quant")
+    sized.sort(key=lambda item: -item[0])
+    verdicts: dict[int, str | None] = {}
+
+    def verdict(index: int) -> str | None:
+        if index not in verdicts:
+            _, _, model, engine = sized[index]
+            verdicts[index] = estimate_memory(model.spec, request.hardware, engine, workload(request)).verdict
+        return verdicts[index]
+
+    # memory grows with the weights: a binary search finds the largest that fits (else is tight)
+    pick = _first_index(len(sized), lambda i: verdict(i) == "fits")
+    if pick is None:
+        pick = _first_index(len(sized), lambda i: verdict(i) in ("fits", "tight"))
+    if pick is None:
+        pick = len(sized) - 1
+    tried = [
+        {"quant": quant.label(sized[i][1]), "weights_bytes": sized[i][0], "verdict": verdicts.get(i)}
+        for i in sorted(verdicts)
+    ]
+    return replace(request, quant=sized[pick][1]), sized[pick][2], tried
+
+
+def _first_index(count: int, good: Any) -> int | None:
+    """The first index in ``range(count)`` where ``good`` holds, for a ``good`` that holds from some index on."""
+    lo, hi = 0, count
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if good(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo if lo < count and good(lo) else None
+
+
+def what_if_dict(choice: Any, loaded: LoadedModel, tried: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """The check document's ``what_if`` object: which quant, from which family, sized how."""
+    from hfvram import quant
+
+    weights = loaded.spec.weights
+    out: dict[str, Any] = {
+        "quant": quant.label(choice),
+        "family": getattr(choice, "family", None),
+        "weights_bytes": weights.total_bytes if weights else None,
+        "weights_source": weights.source if weights else None,
+        "bytes_by_type": dict(weights.bytes_by_dtype) if weights else {},
+        "auto": None,
+    }
+    if tried is not None:
+        out["auto"] = {"chosen": quant.label(choice), "candidates": tried}
+    return out
 
 
 # ---- a GGUF repo as a whole ----------------------------------------------------------------------------------
@@ -603,12 +745,31 @@ def fit_report(request: Request, options: RunOptions) -> dict[str, Any]:
     """The inverse view for one model on one GPU type (built by hfvram.report.fitdoc)."""
     from hfvram.report.fitdoc import fit_document
 
+    request = gguf_repo_quant(request)
     loaded = load(request, options)
     choice = engine_choice(request, loaded)
     document = fit_document(loaded, request.hardware, choice, workload(request))
     document["warnings"] = list(dict.fromkeys(document["warnings"] + list(request.notes)))
     if choice.name == "llama.cpp" and document.get("total") is not None and document.get("usable") is not None:
         offload_section(document, request, loaded, over=document["total"] > document["usable"])
+    tried = None
+    if request.quant == "auto":
+        request, loaded, tried = auto_quant(request, loaded)
+    choice = engine_choice(request, loaded)
+    document = fit_document(loaded, request.hardware, choice, workload(request))
+    notes = list(request.notes)
+    if request.quant is not None:
+        from hfvram import quant
+        from hfvram.estimate.engines import parse_engine_name
+
+        reason, quant_notes = quant.engine_rule(request.quant, parse_engine_name(choice.name)[0], request.hardware)
+        notes += list(quant_notes)
+        if reason:
+            document["verdict"] = "does_not_fit"
+            document["verdict_reason"] = f"engine rule: {reason}"
+            notes.append(reason)
+        document["what_if"] = what_if_dict(request.quant, loaded, tried)
+    document["warnings"] = list(dict.fromkeys(document["warnings"] + notes))
     return document
 
 
@@ -658,7 +819,7 @@ def models_query(options: RunOptions, *, family: str | None, sort: str) -> dict[
     parse_gpu_option(options.gpu, options.unified_fraction)
     repos = catalog_repos()
     request = resolve_request(options, repos[0] if repos else "catalogue")
-    return {
+    query: dict[str, Any] = {
         "gpu": options.gpu,
         "engine": options.engine,
         "context": request.context,
@@ -667,6 +828,9 @@ def models_query(options: RunOptions, *, family: str | None, sort: str) -> dict[
         "sort": sort,
         "catalogue_built": catalog_date(),
     }
+    if options.quant is not None:
+        query["quant"] = options.quant  # an addition: only with --quant
+    return query
 
 
 def models_rows(options: RunOptions, *, family: str | None, sort: str) -> list[dict[str, Any]]:

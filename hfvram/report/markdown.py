@@ -8,7 +8,14 @@ from typing import Any
 
 from hfvram.report.text import safe
 from hfvram.report.units import count, gib, percent, tokens_short
-from hfvram.report.wording import capacity_lines, context_grid, smallest_gpu_line, split_provenance, verdict_note
+from hfvram.report.wording import (
+    capacity_lines,
+    context_grid,
+    smallest_gpu_line,
+    split_provenance,
+    verdict_note,
+    what_if_lines,
+)
 
 VERDICT_MARK = {"fits": "✅ fits", "tight": "⚠️ tight", "does_not_fit": "❌ does not fit", None: "— (no GPU)"}
 
@@ -57,6 +64,7 @@ def check_markdown(report: Mapping[str, Any], *, explain: bool = False) -> str:
         if hardware
         else f"**footprint only** · engine `{safe(engine.get('name'))}` · context {tokens_short(workload.get('context'))}",
         "",
+        *[f"> {text(line)}\n" for line in what_if_lines(report)],
         "| term | per GPU | of usable |",
         "|---|---:|---:|",
     ]
@@ -134,6 +142,7 @@ def fit_markdown(fit: Mapping[str, Any]) -> str:
     lines = [
         f"### {_name(fit)} on {text(fit['hardware'])} ({text(fit['engine'])})",
         "",
+        *[f"> {text(line)}\n" for line in what_if_lines(fit)],
         at,
         f"- longest context at concurrency {fit['concurrency']}: "
         + ("none (nothing is left for the KV cache)" if no_room else f"{count(max_context)} tokens"),

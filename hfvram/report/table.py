@@ -13,7 +13,14 @@ from rich.text import Text
 
 from hfvram.report.text import safe
 from hfvram.report.units import count, gib, params, percent, tokens_short
-from hfvram.report.wording import capacity_lines, context_grid, smallest_gpu_line, split_provenance, verdict_note
+from hfvram.report.wording import (
+    capacity_lines,
+    context_grid,
+    smallest_gpu_line,
+    split_provenance,
+    verdict_note,
+    what_if_lines,
+)
 
 VERDICT_STYLE = {"fits": "bold green", "tight": "bold yellow", "does_not_fit": "bold red", None: "bold"}
 VERDICT_LABEL = {"fits": "FITS", "tight": "TIGHT", "does_not_fit": "DOES NOT FIT", None: "no verdict (no --gpu)"}
@@ -123,12 +130,15 @@ def render_check(console: Console, report: Mapping[str, Any], *, explain: bool =
     console.print(
         plain(
             f"{model.get('architecture')} · {params(model.get('params_total'))} parameters"
-            f" ({params(model.get('params_active'))} active) · checkpoint {gib(model.get('weights_bytes'))} · "
+            f" ({params(model.get('params_active'))} active) · "
+            f"{'what-if weights' if report.get('what_if') else 'checkpoint'} {gib(model.get('weights_bytes'))} · "
             f"KV {count(model.get('kv_bytes_per_token'))} B/token",
             style="dim",
         ),
         highlight=False,
     )
+    for sentence in what_if_lines(report):
+        console.print(plain(sentence, style="bold"), highlight=False)
 
     worst = ""
     if hardware and hardware.get("worst_device") is not None:  # a mixed set split by layers: name the device
@@ -317,6 +327,9 @@ def display_name(report: Mapping[str, Any], limit: int = 44) -> str:
 def scan_row(report: Mapping[str, Any]) -> list[Text]:
     """One row of the scan summary: source, verdict, total, share of usable, KV tokens, concurrency (or the error)."""
     name = Text(display_name(report))
+    what_if = report.get("what_if")
+    if what_if:
+        name.append(f" [what-if {safe(what_if.get('quant'))}]")
     if "error" in report:
         return [name, plain(f"ERROR ({report['error']['kind']})", style="red"), Text(), Text(), Text(), Text()]
     per_gpu = report["per_gpu"]
@@ -447,6 +460,8 @@ def render_fit(console: Console, fit: Mapping[str, Any]) -> None:
     title.append(safe(fit["hardware"]), style="bold")
     title.append(f" with {safe(fit['engine'])}")
     console.print(title)
+    for sentence in what_if_lines(fit):
+        console.print(plain(f"  {sentence}", style="bold"), highlight=False)
     verdict = fit.get("verdict")
     context = tokens_short(fit.get("context"))
     style = VERDICT_STYLE.get(verdict, "bold")

@@ -1,0 +1,88 @@
+"""The ``--quant Q`` what-if: size any model as if its weights were stored in another format.
+
+Each format family is a module of this package named in ``_FAMILIES`` and imported by name when a quant is asked
+for (nothing here is on the start-up path). A family module implements:
+
+- ``NAMES: tuple[str, ...]``: its canonical names (listed in the "unknown quant" error);
+- ``parse(name) -> Choice | None``: a frozen dataclass *defined in that module* (dispatch goes by the class's
+  module), or None when the name is not of this family;
+- ``apply(spec, choice) -> ModelSpec``: the spec with ``weights`` (``exact=False``, a ``source`` that says it is a
+  what-if) and ``quantization`` replaced; every other fact stays the one read from the real files;
+- ``engine_rule(choice, engine, hardware) -> (refusal reason | None, warnings)``;
+- optionally ``AUTO: tuple[str, ...]``: the candidates of ``--quant auto``, largest first.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+from typing import Any
+
+from hfvram.errors import UsageError
+
+_FAMILIES: tuple[str, ...] = ("gguf_types",)
+
+#: the value that asks for the best quant that fits (fit / check / models)
+AUTO = "auto"
+
+
+def families() -> list[ModuleType]:
+    return [importlib.import_module(f"{__name__}.{name}") for name in _FAMILIES]
+
+
+def names() -> list[str]:
+    """Every canonical quant name, family by family."""
+    return [name for module in families() for name in module.NAMES]
+
+
+def parse(name: str) -> Any:
+    """The choice ``name`` spells; a usage error (exit 2) listing every known name otherwise."""
+    text = (name or "").strip()
+    if not text:
+        raise UsageError("--quant is empty: give a quant such as Q4_K_M (or auto)")
+    for module in families():
+        choice = module.parse(text)
+        if choice is not None:
+            return choice
+    shown = text if len(text) <= 40 else text[:40] + "…"
+    raise UsageError(f"unknown quant {shown!r}; known: {', '.join(names())}, auto")
+
+
+def _family(choice: Any) -> ModuleType:
+    """The family module of ``choice``: the module its class is defined in, else the family that parses its name
+    back to an equal choice."""
+    module = importlib.import_module(type(choice).__module__)
+    if module.__name__.rpartition(".")[2] in _FAMILIES:
+        return module
+    for family in families():
+        if family.parse(label(choice)) == choice:
+            return family
+    raise TypeError(f"{type(choice).__name__} is not a quant choice of {', '.join(_FAMILIES)}")
+
+
+def apply(spec: Any, choice: Any) -> Any:
+    """``spec`` as if stored as ``choice`` (the family's ``apply``)."""
+    return _family(choice).apply(spec, choice)
+
+
+def engine_rule(choice: Any, engine: str, hardware: Any) -> tuple[str | None, tuple[str, ...]]:
+    """Whether ``engine`` runs ``choice`` on ``hardware``: (refusal reason or None, warnings)."""
+    return _family(choice).engine_rule(choice, engine, hardware)
+
+
+def label(choice: Any) -> str:
+    return str(getattr(choice, "label", None) or getattr(choice, "name", choice))
+
+
+def auto_candidates(engine: str | None, hardware: Any) -> list[Any]:
+    """The ``--quant auto`` candidates, family by family, largest first; with ``engine``, only those it runs on
+    ``hardware``."""
+    out = []
+    for module in families():
+        for name in getattr(module, "AUTO", ()):
+            choice = module.parse(name)
+            if choice is None:
+                continue
+            if engine is None or module.engine_rule(choice, engine, hardware)[0] is None:
+                out.append(choice)
+    return out
