@@ -748,10 +748,6 @@ def fit_report(request: Request, options: RunOptions) -> dict[str, Any]:
     request = gguf_repo_quant(request)
     loaded = load(request, options)
     choice = engine_choice(request, loaded)
-    document = fit_document(loaded, request.hardware, choice, workload(request))
-    document["warnings"] = list(dict.fromkeys(document["warnings"] + list(request.notes)))
-    if choice.name == "llama.cpp" and document.get("total") is not None and document.get("usable") is not None:
-        offload_section(document, request, loaded, over=document["total"] > document["usable"])
     tried = None
     if request.quant == "auto":
         request, loaded, tried = auto_quant(request, loaded)
@@ -770,6 +766,8 @@ def fit_report(request: Request, options: RunOptions) -> dict[str, Any]:
             notes.append(reason)
         document["what_if"] = what_if_dict(request.quant, loaded, tried)
     document["warnings"] = list(dict.fromkeys(document["warnings"] + notes))
+    if choice.name == "llama.cpp" and document.get("total") is not None and document.get("usable") is not None:
+        offload_section(document, request, loaded, over=document["total"] > document["usable"])
     return document
 
 
