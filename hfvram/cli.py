@@ -228,6 +228,13 @@ def run_options(function: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--engine-args", "engine_args", metavar='"…"', help="A pasted engine command line (vllm serve … -tp 2)."
         ),
+        click.option(
+            "--quant",
+            "quant",
+            metavar="Q|auto",
+            help="What-if: size the weights as another format (GGUF Q4_K_M, Q8_0, IQ4_XS, …; `auto`: the largest "
+            "that fits --gpu). Every other fact is read from the real files.",
+        ),
         click.option("--tp", "tp", type=click.IntRange(min=1), help="Tensor-parallel degree."),
         click.option("--pp", "pp", type=click.IntRange(min=1), help="Pipeline-parallel degree."),
         click.option(

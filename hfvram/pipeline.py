@@ -46,6 +46,8 @@ class RunOptions:
     offline: bool | None = None
     explain: bool = False
     calibration: str | None = None
+    #: ``--quant``: a what-if format name (Q4_K_M, …) or "auto" (hfvram.quant)
+    quant: str | None = None
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,8 @@ class Request:
     hardware: Hardware | None
     #: what the pasted engine command line had that hfvram did not use (reported as warnings)
     notes: tuple[str, ...] = ()
+    #: the ``--quant`` what-if: a family's choice (hfvram.quant.parse), "auto", or None for the files as they are
+    quant: Any = None
 
 
 def _parse_positive(text: str, what: str) -> int:
@@ -195,6 +199,7 @@ def resolve_request(options: RunOptions, source: str | None) -> Request:
     from hfvram.sources.redaction import redact
 
     hardware = parse_gpu_option(options.gpu, options.unified_fraction)
+    quant_choice = parse_quant_option(options.quant)
     return Request(
         source=source,
         revision=options.revision,
@@ -211,7 +216,19 @@ def resolve_request(options: RunOptions, source: str | None) -> Request:
         notes=tuple(f"--engine-args: ignored {redact(item)}" for item in (pasted.ignored if pasted else ()))
         + tuple(redact(note) for note in notes)
         + unified_fraction_notes(options, hardware),
+        quant=quant_choice,
     )
+
+
+def parse_quant_option(text: str | None) -> Any:
+    """``--quant`` parsed: None, "auto", or a family's choice; an unknown name is one usage error listing them."""
+    if text is None:
+        return None
+    from hfvram import quant
+
+    if text.strip().lower() == quant.AUTO:
+        return quant.AUTO
+    return quant.parse(text)
 
 
 def unified_fraction_notes(options: RunOptions, hardware: Hardware | None) -> tuple[str, ...]:
@@ -229,13 +246,30 @@ def load(request: Request, options: RunOptions, *, need_split: bool = False) -> 
     from hfvram.sources import load_model
 
     # every tensor header only for --explain: otherwise the exact total is split like the config shapes
-    return load_model(
+    loaded = load_model(
         request.source,
         revision=request.revision,
         token=options.token,
         offline=options.offline,
         need_split=need_split or options.explain,
     )
+    if request.quant is None or isinstance(request.quant, str):
+        return loaded  # as the files are; "auto" is applied per candidate (auto_quant)
+    return with_quant(loaded, request.quant)
+
+
+def with_quant(loaded: LoadedModel, choice: Any) -> LoadedModel:
+    """The loaded model as if its weights were stored as ``choice`` (hfvram.quant): a what-if."""
+    from dataclasses import replace
+
+    from hfvram import quant
+    from hfvram.errors import UnsupportedLayoutError
+
+    try:
+        spec = quant.apply(loaded.spec, choice)
+    except ValueError as error:
+        raise UnsupportedLayoutError(f"--quant {quant.label(choice)}: {error}") from error
+    return replace(loaded, spec=spec)
 
 
 def engine_choice(request: Request, loaded: LoadedModel) -> EngineChoice:
@@ -272,7 +306,20 @@ def run_estimate(request: Request, options: RunOptions, loaded: LoadedModel) -> 
 
     choice = engine_choice(request, loaded)
     est = estimate(loaded.spec, request.hardware, choice, workload(request))
+    est = quant_engine_rule(est, request, choice.name)
     return calibrate_estimate(est, options, choice.name)
+
+
+def quant_engine_rule(est: Estimate, request: Request, engine: str) -> Estimate:
+    """The ``--quant`` format's engine rule: a refusal (verdict does_not_fit, ``engine rule: …``) or warnings."""
+    if request.quant is None or isinstance(request.quant, str):
+        return est
+    from hfvram import quant
+    from hfvram.estimate.engine_rules import with_refusals
+    from hfvram.estimate.engines import parse_engine_name
+
+    reason, notes = quant.engine_rule(request.quant, parse_engine_name(engine)[0], request.hardware)
+    return with_refusals(est, [reason] if reason else [], list(notes))
 
 
 def calibrate_estimate(est: Estimate, options: RunOptions, engine: str) -> Estimate:
@@ -310,6 +357,7 @@ def check_report(request: Request, options: RunOptions, *, whole_gguf_repo: bool
     from hfvram.errors import GgufRepoWithoutSelector
     from hfvram.report.jsonout import check_dict
 
+    request = gguf_repo_quant(request)
     if whole_gguf_repo and gguf_repo_wanted(request.source):
         document = gguf_repo_report(request, options)
         if document is not None:
@@ -323,16 +371,91 @@ def check_report(request: Request, options: RunOptions, *, whole_gguf_repo: bool
         if document is None:
             raise
         return document
+    tried: list[dict[str, Any]] | None = None
+    if request.quant == "auto":
+        request, loaded, tried = auto_quant(request, loaded)
     est = run_estimate(request, options, loaded)
     report = check_dict(loaded.source, est, explain=options.explain)
     report["warnings"] = list(
         dict.fromkeys(report["warnings"] + list(request.notes) + default_engine_notes(request, loaded))
     )
+    if request.quant is not None:
+        report["what_if"] = what_if_dict(request.quant, loaded, tried)
     if options.explain and est.hardware is not None:
         from hfvram.estimate.hardware import memory_provenance
 
         report["explain"]["terms"].setdefault("memory", memory_provenance(est.hardware.gpu))
     return report
+
+
+# ---- the --quant what-if -------------------------------------------------------------------------------------
+
+
+def gguf_repo_quant(request: Request) -> Request:
+    """A GGUF repo named without ``:QUANT`` and ``--quant Q``: the repo's own file of that quant (real, not a
+    what-if), as ``org/repo:Q``; ``--quant auto`` answers for every quant of the repo (its recommendation)."""
+    if request.quant is None or not gguf_repo_wanted(request.source):
+        return request
+    from dataclasses import replace
+
+    if request.quant == "auto":
+        return replace(request, quant=None)
+    return replace(request, source=f"{request.source}:{request.quant.name}", quant=None)
+
+
+def auto_quant(request: Request, loaded: LoadedModel) -> tuple[Request, LoadedModel, list[dict[str, Any]]]:
+    """``--quant auto``: the largest candidate (by weight bytes) that fits, else the largest that is tight, else
+    the smallest; each candidate under the engine asked for (or the one its format gets by default), candidates
+    that engine refuses left out. Returns the request with the chosen quant, the model as it, and every candidate
+    tried (quant, weights bytes, verdict)."""
+    from dataclasses import replace
+
+    from hfvram import quant
+    from hfvram.estimate.core import estimate_memory
+    from hfvram.estimate.engines import parse_engine_name
+
+    if request.hardware is None:
+        raise UsageError("--quant auto needs --gpu: the best quant is the largest that fits a GPU")
+    sized = []
+    for choice in quant.auto_candidates(None, request.hardware):
+        model = with_quant(loaded, choice)
+        engine = engine_choice(request, model)
+        if quant.engine_rule(choice, parse_engine_name(engine.name)[0], request.hardware)[0] is None:
+            sized.append((model.spec.weights_bytes or 0, choice, model, engine))
+    if not sized:
+        engine_name = request.engine or "the default engine"
+        raise UsageError(f"--quant auto: {engine_name} runs none of the what-if formats; name one with --quant")
+    sized.sort(key=lambda item: -item[0])
+    tried: list[dict[str, Any]] = []
+    chosen = tight = None
+    for weights, choice, model, engine in sized:
+        est = estimate_memory(model.spec, request.hardware, engine, workload(request))
+        tried.append({"quant": quant.label(choice), "weights_bytes": weights, "verdict": est.verdict})
+        if est.verdict == "fits":
+            chosen = (choice, model)
+            break
+        if est.verdict == "tight" and tight is None:
+            tight = (choice, model)
+    choice, model = chosen or tight or (sized[-1][1], sized[-1][2])
+    return replace(request, quant=choice), model, tried
+
+
+def what_if_dict(choice: Any, loaded: LoadedModel, tried: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """The check document's ``what_if`` object: which quant, from which family, sized how."""
+    from hfvram import quant
+
+    weights = loaded.spec.weights
+    out: dict[str, Any] = {
+        "quant": quant.label(choice),
+        "family": getattr(choice, "family", None),
+        "weights_bytes": weights.total_bytes if weights else None,
+        "weights_source": weights.source if weights else None,
+        "bytes_by_type": dict(weights.bytes_by_dtype) if weights else {},
+        "auto": None,
+    }
+    if tried is not None:
+        out["auto"] = {"chosen": quant.label(choice), "candidates": tried}
+    return out
 
 
 # ---- a GGUF repo as a whole ----------------------------------------------------------------------------------
@@ -538,9 +661,26 @@ def fit_report(request: Request, options: RunOptions) -> dict[str, Any]:
     """The inverse view for one model on one GPU type (built by hfvram.report.fitdoc)."""
     from hfvram.report.fitdoc import fit_document
 
+    request = gguf_repo_quant(request)
     loaded = load(request, options)
-    document = fit_document(loaded, request.hardware, engine_choice(request, loaded), workload(request))
-    document["warnings"] = list(dict.fromkeys(document["warnings"] + list(request.notes)))
+    tried = None
+    if request.quant == "auto":
+        request, loaded, tried = auto_quant(request, loaded)
+    choice = engine_choice(request, loaded)
+    document = fit_document(loaded, request.hardware, choice, workload(request))
+    notes = list(request.notes)
+    if request.quant is not None:
+        from hfvram import quant
+        from hfvram.estimate.engines import parse_engine_name
+
+        reason, quant_notes = quant.engine_rule(request.quant, parse_engine_name(choice.name)[0], request.hardware)
+        notes += list(quant_notes)
+        if reason:
+            document["verdict"] = "does_not_fit"
+            document["verdict_reason"] = f"engine rule: {reason}"
+            notes.append(reason)
+        document["what_if"] = what_if_dict(request.quant, loaded, tried)
+    document["warnings"] = list(dict.fromkeys(document["warnings"] + notes))
     return document
 
 

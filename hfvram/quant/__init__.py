@@ -1,8 +1,15 @@
-"""The ``--quant Q`` what-if: size a model as if its weights were stored in another format.
+"""The ``--quant Q`` what-if: size any model as if its weights were stored in another format.
 
-Each format family is a module of this package named in ``_FAMILIES`` (``hub_formats``: the Hugging Face Hub
-formats). A family implements ``NAMES``, ``parse(name) -> Choice | None``, ``apply(spec, choice) -> ModelSpec`` and
-``engine_rule(choice, engine, hardware) -> (refusal reason | None, warnings)``.
+Each format family is a module of this package named in ``_FAMILIES`` and imported by name when a quant is asked
+for (nothing here is on the start-up path). A family module implements:
+
+- ``NAMES: tuple[str, ...]``: its canonical names (listed in the "unknown quant" error);
+- ``parse(name) -> Choice | None``: a frozen dataclass *defined in that module* (dispatch goes by the class's
+  module), or None when the name is not of this family;
+- ``apply(spec, choice) -> ModelSpec``: the spec with ``weights`` (``exact=False``, a ``source`` that says it is a
+  what-if) and ``quantization`` replaced; every other fact stays the one read from the real files;
+- ``engine_rule(choice, engine, hardware) -> (refusal reason | None, warnings)``;
+- optionally ``AUTO: tuple[str, ...]``: the candidates of ``--quant auto``, largest first.
 """
 
 from __future__ import annotations
@@ -13,18 +20,63 @@ from typing import Any
 
 from hfvram.errors import UsageError
 
-_FAMILIES: tuple[str, ...] = ("hub_formats",)
+_FAMILIES: tuple[str, ...] = ("gguf_types", "hub_formats")
+
+#: the value that asks for the best quant that fits (fit / check / models)
+AUTO = "auto"
 
 
 def families() -> list[ModuleType]:
     return [importlib.import_module(f"{__name__}.{name}") for name in _FAMILIES]
 
 
+def names() -> list[str]:
+    """Every canonical quant name, family by family."""
+    return [name for module in families() for name in module.NAMES]
+
+
 def parse(name: str) -> Any:
     """The choice ``name`` spells; a usage error (exit 2) listing every known name otherwise."""
+    text = (name or "").strip()
+    if not text:
+        raise UsageError("--quant is empty: give a quant such as Q4_K_M (or auto)")
     for module in families():
-        choice = module.parse(name)
+        choice = module.parse(text)
         if choice is not None:
             return choice
-    known = ", ".join(n for module in families() for n in module.NAMES)
-    raise UsageError(f"unknown quant {name!r}; known: {known}")
+    raise UsageError(f"unknown quant {text!r}; known: {', '.join(names())}, auto")
+
+
+def _family(choice: Any) -> ModuleType:
+    module = importlib.import_module(type(choice).__module__)
+    if module.__name__.rpartition(".")[2] not in _FAMILIES:
+        raise TypeError(f"{type(choice).__name__} is not a quant choice of {', '.join(_FAMILIES)}")
+    return module
+
+
+def apply(spec: Any, choice: Any) -> Any:
+    """``spec`` as if stored as ``choice`` (the family's ``apply``)."""
+    return _family(choice).apply(spec, choice)
+
+
+def engine_rule(choice: Any, engine: str, hardware: Any) -> tuple[str | None, tuple[str, ...]]:
+    """Whether ``engine`` runs ``choice`` on ``hardware``: (refusal reason or None, warnings)."""
+    return _family(choice).engine_rule(choice, engine, hardware)
+
+
+def label(choice: Any) -> str:
+    return str(getattr(choice, "label", None) or getattr(choice, "name", choice))
+
+
+def auto_candidates(engine: str | None, hardware: Any) -> list[Any]:
+    """The ``--quant auto`` candidates, family by family, largest first; with ``engine``, only those it runs on
+    ``hardware``."""
+    out = []
+    for module in families():
+        for name in getattr(module, "AUTO", ()):
+            choice = module.parse(name)
+            if choice is None:
+                continue
+            if engine is None or module.engine_rule(choice, engine, hardware)[0] is None:
+                out.append(choice)
+    return out

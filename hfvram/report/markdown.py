@@ -8,7 +8,14 @@ from typing import Any
 
 from hfvram.report.text import safe
 from hfvram.report.units import count, gib, percent, tokens_short
-from hfvram.report.wording import capacity_lines, context_grid, smallest_gpu_line, split_provenance, verdict_note
+from hfvram.report.wording import (
+    capacity_lines,
+    context_grid,
+    smallest_gpu_line,
+    split_provenance,
+    verdict_note,
+    what_if_lines,
+)
 
 VERDICT_MARK = {"fits": "✅ fits", "tight": "⚠️ tight", "does_not_fit": "❌ does not fit", None: "— (no GPU)"}
 
@@ -50,6 +57,7 @@ def check_markdown(report: Mapping[str, Any], *, explain: bool = False) -> str:
         if hardware
         else f"**footprint only** · engine `{safe(engine.get('name'))}` · context {tokens_short(workload.get('context'))}",
         "",
+        *[f"> {text(line)}\n" for line in what_if_lines(report)],
         "| term | per GPU | of usable |",
         "|---|---:|---:|",
     ]

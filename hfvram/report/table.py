@@ -13,7 +13,14 @@ from rich.text import Text
 
 from hfvram.report.text import safe
 from hfvram.report.units import count, gib, params, percent, tokens_short
-from hfvram.report.wording import capacity_lines, context_grid, smallest_gpu_line, split_provenance, verdict_note
+from hfvram.report.wording import (
+    capacity_lines,
+    context_grid,
+    smallest_gpu_line,
+    split_provenance,
+    verdict_note,
+    what_if_lines,
+)
 
 VERDICT_STYLE = {"fits": "bold green", "tight": "bold yellow", "does_not_fit": "bold red", None: "bold"}
 VERDICT_LABEL = {"fits": "FITS", "tight": "TIGHT", "does_not_fit": "DOES NOT FIT", None: "no verdict (no --gpu)"}
@@ -119,12 +126,15 @@ def render_check(console: Console, report: Mapping[str, Any], *, explain: bool =
     console.print(
         plain(
             f"{model.get('architecture')} · {params(model.get('params_total'))} parameters"
-            f" ({params(model.get('params_active'))} active) · checkpoint {gib(model.get('weights_bytes'))} · "
+            f" ({params(model.get('params_active'))} active) · "
+            f"{'what-if weights' if report.get('what_if') else 'checkpoint'} {gib(model.get('weights_bytes'))} · "
             f"KV {count(model.get('kv_bytes_per_token'))} B/token",
             style="dim",
         ),
         highlight=False,
     )
+    for sentence in what_if_lines(report):
+        console.print(plain(sentence, style="bold"), highlight=False)
 
     console.print(f"[bold]{'Memory on the worst GPU' if hardware else 'Memory footprint per GPU'}[/bold]")
     table = Table()

@@ -103,3 +103,23 @@ def smallest_gpu_line(fit: Mapping[str, Any]) -> str:
     if tight is not None:
         text += f" ({tight} runs, but tight: over 90% of usable memory)"
     return f"fewest {fit['gpu']} that fit: {text}"
+
+
+def what_if_lines(report: Mapping[str, Any]) -> list[str]:
+    """The ``--quant`` what-if said plainly: the weights are not the repo's files but sized as the format would
+    store them (and, for ``--quant auto``, which candidates were tried)."""
+    what_if = report.get("what_if")
+    if not what_if:
+        return []
+    lines = [
+        f"What-if --quant {what_if.get('quant')}: weights {gib(what_if.get('weights_bytes'))} are not the repo's "
+        f"files but sized {str(what_if.get('weights_source') or 'from the config').removeprefix('what-if: ')}"
+    ]
+    auto = what_if.get("auto")
+    if auto:
+        tried = ", ".join(
+            f"{c.get('quant')} {gib(c.get('weights_bytes'))} {str(c.get('verdict') or 'no verdict').replace('_', ' ')}"
+            for c in auto.get("candidates") or []
+        )
+        lines.append(f"--quant auto picked {auto.get('chosen')}, the largest that fits (tried: {tried})")
+    return lines

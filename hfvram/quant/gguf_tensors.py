@@ -1,0 +1,189 @@
+"""The tensor list llama.cpp's converter (``convert_hf_to_gguf.py``) writes for a model, from its config shapes.
+
+The Hugging Face tensor list comes from :func:`hfvram.readers.shapes.tensors_from_spec` (the modelling code's
+names and shapes, unquantized); each tensor is renamed as gguf-py's ``TensorNameMap`` maps it (the tables of
+``hfvram/data/quant/gguf.toml`` ``[names.*]``), the experts of a layer are stacked into one 3-D ``*_exps``
+tensor as the converters do, and each tensor gets the type the converter writes at ``--outtype F16``: F32 for
+1-D tensors, norms, biases and routers, else F16. The vision tower is left out (llama.cpp writes it to a
+separate ``mmproj`` file) and so are multi-token-prediction layers. Shapes are in ggml order (``ne[0]`` is the
+row length: the HF ``[out, in]`` weight is ``ne = (in, out)``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from functools import cache
+from typing import Any
+
+from hfvram.datafiles import data_table
+from hfvram.spec import LayerKind, ModelSpec
+
+TABLE = "quant/gguf.toml"
+
+_BLOCK = re.compile(r"^(?:.*\.)?layers\.(\d+)\.(.+)\.(weight|bias)$")
+_EXPERT = re.compile(r"^(.+)\.(\d+)\.([A-Za-z0-9_]+)$")
+
+
+@cache
+def gguf_table() -> Mapping[str, Any]:
+    return data_table(TABLE)
+
+
+@dataclass(frozen=True)
+class GgufTensor:
+    """One tensor of the converted GGUF: name, ggml shape (``ne[0]`` first), the converter's type, component."""
+
+    name: str
+    ne: tuple[int, ...]
+    src_type: str
+    component: str
+    layer: int | None = None
+
+    @property
+    def n_dims(self) -> int:
+        return len(self.ne)
+
+    @property
+    def numel(self) -> int:
+        total = 1
+        for n in self.ne:
+            total *= n
+        return total
+
+
+@dataclass
+class ConvertedModel:
+    """What the quantizer reads of a model: its GGUF architecture, hyper-parameters and tensor list."""
+
+    arch: str
+    n_layer: int
+    n_head: int
+    n_head_kv: int
+    n_expert: int
+    tensors: list[GgufTensor]
+    warnings: list[str] = field(default_factory=list)
+
+
+def gguf_arch_of(spec: ModelSpec) -> str:
+    """The GGUF architecture name the converter writes for ``spec`` (a GGUF source keeps its own)."""
+    arch = (spec.extra or {}).get("gguf_arch")
+    if isinstance(arch, str) and arch:
+        return arch
+    facts = (spec.extra or {}).get("shape_config") or {}
+    model_type = (facts.get("text_model_type") if isinstance(facts, Mapping) else None) or spec.model_type or ""
+    return str(gguf_table()["gguf_arch"].get(model_type, model_type or "unknown"))
+
+
+def _names(arch: str) -> tuple[dict[str, str], Mapping[str, str], Mapping[str, Any]]:
+    names = gguf_table()["names"]
+    block = dict(names["block"])
+    block.update(names.get("block_by_arch", {}).get(arch, {}))
+    return block, names["global"], names["experts"]
+
+
+def _converter_type(name: str, n_dims: int) -> str:
+    """conversion/base.py prepare_tensors: F32 for 1-D tensors, norms, non-".weight" names, routers and conv1d."""
+    conv = gguf_table()["converter"]
+    if n_dims <= 1 or name.endswith("_norm.weight") or not name.endswith(".weight"):
+        return "F32"
+    if any(part in name for part in conv["f32_substrings"]):
+        return "F32"
+    return str(conv["outtype"])
+
+
+def _hf_component(name: str, num_layers: int) -> str:
+    from hfvram.readers.tensors import hf_component
+
+    return hf_component(name, num_layers=num_layers)
+
+
+def converted_model(spec: ModelSpec) -> ConvertedModel:
+    """The GGUF tensor list of ``spec`` as the converter writes it (see the module docstring)."""
+    from hfvram.readers.shapes import tensors_from_spec
+
+    arch = gguf_arch_of(spec)
+    block_names, global_names, expert_names = _names(arch)
+    slots = tuple(str(s) for s in expert_names["slots"])
+    num_layers = spec.num_layers
+    hf = tensors_from_spec(replace(spec, quantization=None))
+    tensors: list[GgufTensor] = []
+    experts: dict[tuple[int, str], list[Any]] = {}
+    unmapped: set[str] = set()
+    dropped: dict[str, int] = {"vision": 0, "mtp": 0}
+    for info in hf:
+        component = _hf_component(info.name, num_layers)
+        if component in dropped:
+            dropped[component] += 1
+            continue
+        ne = tuple(int(n) for n in reversed(info.shape))
+        match = _BLOCK.match(info.name)
+        if match is None:
+            base, _, suffix = info.name.rpartition(".")
+            key = base.rsplit(".", 1)[-1]
+            gguf = global_names.get(key)
+            if gguf is None:
+                unmapped.add(key)
+                gguf = base
+            name = f"{gguf}.{suffix}"
+            tensors.append(GgufTensor(name, ne, _converter_type(name, len(ne)), component))
+            continue
+        layer, rest, suffix = int(match.group(1)), match.group(2), match.group(3)
+        expert = _EXPERT.match(rest)
+        if expert is not None and expert.group(1) in slots and expert.group(3) in expert_names:
+            slot = (layer, str(expert_names[expert.group(3)]))
+            group = experts.setdefault(slot, [ne, 0, component])
+            group[1] += 1
+            continue
+        gguf = block_names.get(rest)
+        if gguf is None:
+            unmapped.add(re.sub(r"\.\d+\.", ".#.", rest))
+            gguf = rest
+        name = f"blk.{layer}.{gguf}.{suffix}"
+        tensors.append(GgufTensor(name, ne, _converter_type(name, len(ne)), component, layer))
+    for (layer, gguf), (ne, count, component) in experts.items():
+        name = f"blk.{layer}.{gguf}.weight"
+        stacked = (*ne, count)
+        tensors.append(GgufTensor(name, stacked, _converter_type(name, len(stacked)), component, layer))
+    tensors += _rope_freqs(spec, arch)
+    warnings = []
+    if unmapped:
+        warnings.append(
+            "GGUF what-if: no GGUF name known for "
+            + ", ".join(sorted(unmapped)[:6])
+            + (" …" if len(unmapped) > 6 else "")
+            + ": quantized by the file type's default rule"
+        )
+    if dropped["vision"]:
+        warnings.append("GGUF what-if: the vision tower goes to a separate mmproj GGUF (not counted here)")
+    if dropped["mtp"]:
+        warnings.append("GGUF what-if: multi-token-prediction layers left out (the converter does not write them)")
+    return ConvertedModel(
+        arch=arch,
+        n_layer=num_layers,
+        n_head=spec.num_attention_heads or 0,
+        n_head_kv=_n_head_kv(spec),
+        n_expert=spec.num_experts or 0,
+        tensors=tensors,
+        warnings=warnings,
+    )
+
+
+def _n_head_kv(spec: ModelSpec) -> int:
+    """``head_count_kv`` of layer 0 as the converter writes it (MLA models: 1, the shared latent)."""
+    for layer in spec.layers[:1]:
+        if layer.kind is LayerKind.MLA:
+            return 1
+        if layer.num_kv_heads:
+            return layer.num_kv_heads
+    return spec.num_attention_heads or 0
+
+
+def _rope_freqs(spec: ModelSpec, arch: str) -> Sequence[GgufTensor]:
+    """LlamaModel.generate_extra_tensors: Llama-3 rope scaling is written as ``rope_freqs.weight`` (head_dim / 2, F32)."""
+    rope = spec.rope_scaling or {}
+    kind = str(rope.get("rope_type") or rope.get("type") or "")
+    if arch != "llama" or kind != "llama3" or not spec.head_dim:
+        return []
+    return [GgufTensor("rope_freqs.weight", (spec.head_dim // 2,), "F32", "other")]
