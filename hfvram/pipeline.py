@@ -199,7 +199,7 @@ def resolve_request(options: RunOptions, source: str | None) -> Request:
     from hfvram.sources.redaction import redact
 
     hardware = parse_gpu_option(options.gpu, options.unified_fraction)
-    quant_choice = parse_quant_option(options.quant)
+    quant_choice = parse_quant_option(options.quant, engine)
     return Request(
         source=source,
         revision=options.revision,
@@ -220,15 +220,16 @@ def resolve_request(options: RunOptions, source: str | None) -> Request:
     )
 
 
-def parse_quant_option(text: str | None) -> Any:
-    """``--quant`` parsed: None, "auto", or a family's choice; an unknown name is one usage error listing them."""
+def parse_quant_option(text: str | None, engine: str | None = None) -> Any:
+    """``--quant`` parsed: None, "auto", or a family's choice; an unknown name is one usage error listing them.
+    ``engine`` (when given) decides a name two families spell (``mxfp4`` under vLLM is the Hub format)."""
     if text is None:
         return None
     from hfvram import quant
 
     if text.strip().lower() == quant.AUTO:
         return quant.AUTO
-    return quant.parse(text)
+    return quant.parse(text, engine)
 
 
 def unified_fraction_notes(options: RunOptions, hardware: Hardware | None) -> tuple[str, ...]:

@@ -35,16 +35,21 @@ def names() -> list[str]:
     return [name for module in families() for name in module.NAMES]
 
 
-def parse(name: str) -> Any:
-    """The choice ``name`` spells; a usage error (exit 2) listing every known name otherwise."""
+def parse(name: str, engine: str | None = None) -> Any:
+    """The choice ``name`` spells; a usage error (exit 2) listing every known name otherwise. A name two families
+    spell (``MXFP4``: a GGUF type and a Hub format) is the first family's, unless ``engine`` refuses it and runs
+    another family's (``--quant mxfp4 --engine vllm`` is the Hub format)."""
     text = (name or "").strip()
     if not text:
         raise UsageError("--quant is empty: give a quant such as Q4_K_M (or auto)")
-    for module in families():
-        choice = module.parse(text)
-        if choice is not None:
-            return choice
-    raise UsageError(f"unknown quant {text!r}; known: {', '.join(names())}, auto")
+    matches = [choice for module in families() if (choice := module.parse(text)) is not None]
+    if not matches:
+        raise UsageError(f"unknown quant {text!r}; known: {', '.join(names())}, auto")
+    if engine is not None and len(matches) > 1:
+        for choice in matches:
+            if engine_rule(choice, engine, None)[0] is None:
+                return choice
+    return matches[0]
 
 
 def _family(choice: Any) -> ModuleType:

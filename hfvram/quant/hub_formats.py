@@ -289,8 +289,8 @@ def _params(spec: ModelSpec, base: list[tuple[TensorInfo, int]], dropped_mtp: bo
     return params
 
 
-def kept_modules(choice: HubChoice) -> list[str]:
-    """The components the format leaves in 16 bits, in the report's words."""
+def kept_modules(choice: HubChoice, present: set[str] | None = None) -> list[str]:
+    """The components the format leaves in 16 bits, in the report's words (only those in ``present`` when given)."""
     quantize = set(choice.spec_row["quantize"])
     words = {
         "embeddings": "embed_tokens",
@@ -302,11 +302,8 @@ def kept_modules(choice: HubChoice) -> list[str]:
         "mlp": "dense MLP",
         "other": "other linear layers",
     }
-    return [
-        words[c]
-        for c in ("embeddings", "lm_head", "router", "norms", "vision", "attention", "mlp")
-        if c not in quantize
-    ]
+    order = ("embeddings", "lm_head", "router", "norms", "vision", "attention", "mlp")
+    return [words[c] for c in order if c not in quantize and (present is None or c in present)]
 
 
 def apply(spec: ModelSpec, choice: HubChoice) -> ModelSpec:
@@ -343,7 +340,7 @@ def apply(spec: ModelSpec, choice: HubChoice) -> ModelSpec:
             by_dtype["as stored"] = by_dtype.get("as stored", 0) + nbytes
             params[component] = real.params_by_component.get(component, 0)
             notes.append(f"{component} not derived from the config: kept at its real size ({nbytes / 2**30:.2f} GiB)")
-    kept = kept_modules(choice)
+    kept = kept_modules(choice, {hf_component(info.name, num_layers=spec.num_layers) for info, _ in base})
     derived = "tensor shapes from config.json"
     source = f"what-if: {row['label']}; kept in 16 bits: {', '.join(kept)}; {derived}"
     ordered = [c for c in COMPONENTS if c in by_component]
@@ -438,8 +435,11 @@ def _engine_key(engine: str) -> str:
     return ENGINE_ALIASES.get(key, key)
 
 
-def engine_rule(choice: HubChoice, engine: str, hardware: Any) -> tuple[str | None, tuple[str, ...]]:
-    """(refusal reason or None, warnings): whether ``engine`` loads ``choice`` and runs it on ``hardware``."""
+def engine_rule(choice: HubChoice, engine: str | None, hardware: Any) -> tuple[str | None, tuple[str, ...]]:
+    """(refusal reason or None, warnings): whether ``engine`` loads ``choice`` and runs it on ``hardware``; no
+    engine (None) is no rule."""
+    if engine is None:
+        return None, ()
     key = _engine_key(engine)
     table = _table()
     other = table["other_engines"]
