@@ -37,8 +37,8 @@ def names() -> list[str]:
 
 def parse(name: str, engine: str | None = None) -> Any:
     """The choice ``name`` spells; a usage error (exit 2) listing every known name otherwise. A name two families
-    spell (``MXFP4``: a GGUF type and a Hub format) is the first family's, unless ``engine`` refuses it and runs
-    another family's (``--quant mxfp4 --engine vllm`` is the Hub format)."""
+    spell (``MXFP4``: a GGUF type and a Hub format) is the first family's, unless ``engine`` runs another family's
+    without a refusal or a warning (``--quant mxfp4 --engine vllm`` is the Hub format, under llama.cpp the GGUF type)."""
     text = (name or "").strip()
     if not text:
         raise UsageError("--quant is empty: give a quant such as Q4_K_M (or auto)")
@@ -46,9 +46,11 @@ def parse(name: str, engine: str | None = None) -> Any:
     if not matches:
         raise UsageError(f"unknown quant {text!r}; known: {', '.join(names())}, auto")
     if engine is not None and len(matches) > 1:
-        for choice in matches:
-            if engine_rule(choice, engine, None)[0] is None:
-                return choice
+        rules = [(choice, engine_rule(choice, engine, None)) for choice in matches]
+        runs = [choice for choice, (reason, notes) in rules if reason is None and not notes]
+        runs = runs or [choice for choice, (reason, _) in rules if reason is None]
+        if runs:
+            return runs[0]
     return matches[0]
 
 

@@ -226,10 +226,18 @@ def _linear(info: TensorInfo) -> tuple[str, list[tuple[int, int]]] | None:
     return None
 
 
-def _is_embedding_or_head(component: str, name: str) -> bool:
-    """Embeddings and output heads, also those inside an MTP block (``embed_tokens``, ``shared_head.head``)."""
-    segments = name.split(".")
-    return component in ("embeddings", "lm_head") or "embed_tokens" in segments or "head" in segments
+#: module names of an MTP block that stay in 16 bits (DeepSeek-V3's FP8 checkpoint stores them in BF16)
+_MTP_KEPT = {"embed_tokens", "head", "eh_proj"}
+
+
+def _converted(component: str, name: str, quantize: set[str]) -> bool:
+    """Whether the quantizer converts the Linear ``name`` of ``component``: an MTP block's layers follow the role
+    they play (its router stays 16-bit), its embedding, head and ``eh_proj`` stay 16-bit."""
+    if component != "mtp":
+        return component in quantize
+    if "mtp" not in quantize or _MTP_KEPT & set(name.split(".")):
+        return False
+    return hf_component(name) in ("attention", "mlp", "experts", "other")
 
 
 @dataclass
@@ -251,7 +259,7 @@ def _restore(spec: ModelSpec, choice: HubChoice, base: list[tuple[TensorInfo, in
             result.dropped_mtp += copies
             continue
         linear = _linear(info)
-        if linear is not None and component in quantize and not _is_embedding_or_head(component, info.name):
+        if linear is not None and _converted(component, info.name, quantize):
             stem, matrices = linear
             n_out, n_in = matrices[0]
             if _fits(choice, n_out, n_in):
@@ -486,10 +494,11 @@ def engine_rule(choice: HubChoice, engine: str | None, hardware: Any) -> tuple[s
             f"for {choice.format} not checked"
         )
         return None, tuple(warnings)
+    names = table["family_names"]
     if family not in rule["runs"]:
-        runs = ", ".join(rule["runs"])
+        runs = ", ".join(str(names[f]) for f in rule["runs"])
         return (
-            f"{name} runs {choice.format} on {runs} GPUs; {gpu_name} is sm_{sm} ({family}) ({doc})",
+            f"{name} runs {choice.format} only on {runs} GPUs; the {gpu_name} is sm_{sm}, {names[family]} ({doc})",
             tuple(warnings),
         )
     if family in rule.get("weight_only", ()):
