@@ -498,7 +498,8 @@ def engine_rule(choice: HubChoice, engine: str | None, hardware: Any) -> tuple[s
     if family not in rule["runs"]:
         runs = ", ".join(str(names[f]) for f in rule["runs"])
         return (
-            f"{name} runs {choice.format} only on {runs} GPUs; the {gpu_name} is sm_{sm}, {names[family]} ({doc})",
+            f"{name} runs {choice.format} only on {runs} GPUs; the {gpu_name} is sm_{sm} "
+            f"({str(names[family]).split(' (')[0]}) ({doc})",
             tuple(warnings),
         )
     if family in rule.get("weight_only", ()):
