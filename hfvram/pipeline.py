@@ -407,8 +407,8 @@ def gguf_repo_quant(request: Request) -> Request:
 def auto_quant(request: Request, loaded: LoadedModel) -> tuple[Request, LoadedModel, list[dict[str, Any]]]:
     """``--quant auto``: the largest candidate (by weight bytes) that fits, else the largest that is tight, else
     the smallest; each candidate under the engine asked for (or the one its format gets by default), candidates
-    that engine refuses left out. Returns the request with the chosen quant, the model as it, and every candidate
-    tried (quant, weights bytes, verdict)."""
+    that engine refuses left out. Returns the request with the chosen quant, the model as it, and the candidates
+    the search estimated (quant, weights bytes, verdict), largest first."""
     from dataclasses import replace
 
     from hfvram import quant
@@ -427,18 +427,37 @@ def auto_quant(request: Request, loaded: LoadedModel) -> tuple[Request, LoadedMo
         engine_name = request.engine or "the default engine"
         raise UsageError(f"--quant auto: {engine_name} runs none of the what-if formats; name one with --quant")
     sized.sort(key=lambda item: -item[0])
-    tried: list[dict[str, Any]] = []
-    chosen = tight = None
-    for weights, choice, model, engine in sized:
-        est = estimate_memory(model.spec, request.hardware, engine, workload(request))
-        tried.append({"quant": quant.label(choice), "weights_bytes": weights, "verdict": est.verdict})
-        if est.verdict == "fits":
-            chosen = (choice, model)
-            break
-        if est.verdict == "tight" and tight is None:
-            tight = (choice, model)
-    choice, model = chosen or tight or (sized[-1][1], sized[-1][2])
-    return replace(request, quant=choice), model, tried
+    verdicts: dict[int, str | None] = {}
+
+    def verdict(index: int) -> str | None:
+        if index not in verdicts:
+            _, _, model, engine = sized[index]
+            verdicts[index] = estimate_memory(model.spec, request.hardware, engine, workload(request)).verdict
+        return verdicts[index]
+
+    # memory grows with the weights: a binary search finds the largest that fits (else is tight)
+    pick = _first_index(len(sized), lambda i: verdict(i) == "fits")
+    if pick is None:
+        pick = _first_index(len(sized), lambda i: verdict(i) in ("fits", "tight"))
+    if pick is None:
+        pick = len(sized) - 1
+    tried = [
+        {"quant": quant.label(sized[i][1]), "weights_bytes": sized[i][0], "verdict": verdicts.get(i)}
+        for i in sorted(verdicts)
+    ]
+    return replace(request, quant=sized[pick][1]), sized[pick][2], tried
+
+
+def _first_index(count: int, good: Any) -> int | None:
+    """The first index in ``range(count)`` where ``good`` holds, for a ``good`` that holds from some index on."""
+    lo, hi = 0, count
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if good(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo if lo < count and good(lo) else None
 
 
 def what_if_dict(choice: Any, loaded: LoadedModel, tried: list[dict[str, Any]] | None) -> dict[str, Any]:
@@ -739,6 +758,7 @@ def models_query(options: RunOptions, *, family: str | None, sort: str) -> dict[
         "family": family,
         "sort": sort,
         "catalogue_built": catalog_date(),
+        "quant": options.quant,
     }
 
 

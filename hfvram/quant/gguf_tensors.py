@@ -23,6 +23,9 @@ from hfvram.spec import LayerKind, ModelSpec
 TABLE = "quant/gguf.toml"
 
 _BLOCK = re.compile(r"^(?:.*\.)?layers\.(\d+)\.(.+)\.(weight|bias)$")
+#: experts stored fused as 3-D tensors (gpt-oss, Llama 4): [E, hidden, 2·ff] gate_up, [E, ff, hidden] down
+_FUSED = re.compile(r"^(?:.*\.)?layers\.(\d+)\.(?:mlp|feed_forward)\.experts\.(gate_up_proj|down_proj)(_bias)?$")
+_SINKS = re.compile(r"^(?:.*\.)?layers\.(\d+)\.self_attn\.sinks$")
 _EXPERT = re.compile(r"^(.+)\.(\d+)\.([A-Za-z0-9_]+)$")
 
 
@@ -99,25 +102,50 @@ def _hf_component(name: str, num_layers: int) -> str:
     return hf_component(name, num_layers=num_layers)
 
 
+#: the last specs converted (id -> (spec, model)): ``--quant auto`` sizes one model as many file types
+_CONVERTED: dict[int, tuple[ModelSpec, ConvertedModel]] = {}
+
+
 def converted_model(spec: ModelSpec) -> ConvertedModel:
-    """The GGUF tensor list of ``spec`` as the converter writes it (see the module docstring)."""
-    from hfvram.readers.shapes import tensors_from_spec
+    """The GGUF tensor list of ``spec`` as the converter writes it (see the module docstring); the same object for
+    the same spec (kept for the last few specs)."""
+    hit = _CONVERTED.get(id(spec))
+    if hit is not None and hit[0] is spec:
+        return hit[1]
+    model = _convert(spec)
+    if len(_CONVERTED) >= 4:
+        _CONVERTED.pop(next(iter(_CONVERTED)))
+    _CONVERTED[id(spec)] = (spec, model)
+    return model
+
+
+def _convert(spec: ModelSpec) -> ConvertedModel:
+    from hfvram.readers.shapes import counted_tensors_from_spec
 
     arch = gguf_arch_of(spec)
     block_names, global_names, expert_names = _names(arch)
     slots = tuple(str(s) for s in expert_names["slots"])
     num_layers = spec.num_layers
-    hf = tensors_from_spec(replace(spec, quantization=None))
+    hf = counted_tensors_from_spec(replace(spec, quantization=None))
     tensors: list[GgufTensor] = []
     experts: dict[tuple[int, str], list[Any]] = {}
     unmapped: set[str] = set()
     dropped: dict[str, int] = {"vision": 0, "mtp": 0}
-    for info in hf:
+    for info, copies in hf:
         component = _hf_component(info.name, num_layers)
         if component in dropped:
-            dropped[component] += 1
+            dropped[component] += copies
             continue
         ne = tuple(int(n) for n in reversed(info.shape))
+        fused = _fused_experts(info.name, info.shape, component)
+        if fused is not None:
+            tensors += fused
+            continue
+        sinks = _SINKS.match(info.name)
+        if sinks is not None:
+            name = f"blk.{sinks.group(1)}.attn_sinks.weight"
+            tensors.append(GgufTensor(name, ne, "F32", component, int(sinks.group(1))))
+            continue
         match = _BLOCK.match(info.name)
         if match is None:
             base, _, suffix = info.name.rpartition(".")
@@ -134,7 +162,7 @@ def converted_model(spec: ModelSpec) -> ConvertedModel:
         if expert is not None and expert.group(1) in slots and expert.group(3) in expert_names:
             slot = (layer, str(expert_names[expert.group(3)]))
             group = experts.setdefault(slot, [ne, 0, component])
-            group[1] += 1
+            group[1] += copies
             continue
         gguf = block_names.get(rest)
         if gguf is None:
@@ -168,6 +196,43 @@ def converted_model(spec: ModelSpec) -> ConvertedModel:
         tensors=tensors,
         warnings=warnings,
     )
+
+
+def _fused_experts(name: str, shape: Sequence[int], component: str) -> list[GgufTensor] | None:
+    """gpt-oss / Llama 4 fused experts as the converters split them (conversion/gpt_oss.py, llama4.py):
+    ``gate_up_proj [E, hidden, 2·ff]`` -> ``ffn_gate_exps`` + ``ffn_up_exps`` of ne (hidden, ff, E);
+    ``down_proj [E, ff, hidden]`` -> ``ffn_down_exps`` of ne (ff, hidden, E); their biases likewise."""
+    match = _FUSED.match(name)
+    if match is None:
+        return None
+    layer, kind, bias = int(match.group(1)), match.group(2), bool(match.group(3))
+    if bias and len(shape) == 2:
+        experts, width = shape
+        if kind == "gate_up_proj":
+            half = (width // 2, experts)
+            return [
+                GgufTensor(f"blk.{layer}.ffn_{part}_exps.bias", half, "F32", component, layer)
+                for part in ("gate", "up")
+            ]
+        return [GgufTensor(f"blk.{layer}.ffn_down_exps.bias", (width, experts), "F32", component, layer)]
+    if bias or len(shape) != 3:
+        return None
+    experts, rows_in, cols_out = shape
+    if kind == "gate_up_proj":
+        stacked = (rows_in, cols_out // 2, experts)
+        return [
+            GgufTensor(f"blk.{layer}.ffn_{part}_exps.weight", stacked, _converter_type("x.weight", 3), component, layer)
+            for part in ("gate", "up")
+        ]
+    return [
+        GgufTensor(
+            f"blk.{layer}.ffn_down_exps.weight",
+            (rows_in, cols_out, experts),
+            _converter_type("x.weight", 3),
+            component,
+            layer,
+        )
+    ]
 
 
 def _n_head_kv(spec: ModelSpec) -> int:

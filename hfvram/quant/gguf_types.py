@@ -105,8 +105,7 @@ def parse(name: str) -> GgufChoice | None:
 
 
 def _needs_imatrix(name: str) -> bool:
-    table = gguf_table()["imatrix"]
-    return str(_ftypes()[name]["default"]) in table["types"] or name in table["q2_k_in"]
+    return name in gguf_table()["imatrix"]["ftypes"]
 
 
 def commit() -> str:
@@ -119,6 +118,14 @@ def typed_tensors(spec: ModelSpec, choice: GgufChoice) -> tuple[list[tuple[Any, 
 
     model = converted_model(spec)
     return tensor_types(model, choice.name, has_imatrix=choice.imatrix), model.warnings, model.arch
+
+
+def needs_imatrix(typed: list[tuple[Any, str]], choice: GgufChoice) -> bool:
+    """Whether llama-quantize refuses to write these types without ``--imatrix`` (tensor_requires_imatrix of any
+    tensor: a type whose rows all fall back, gpt-oss's IQ3_XXS, needs none)."""
+    from hfvram.quant.llama_quant import requires_imatrix
+
+    return any(requires_imatrix(tensor.name, ggml_type, choice.name) for tensor, ggml_type in typed)
 
 
 def apply(spec: ModelSpec, choice: GgufChoice) -> ModelSpec:
@@ -185,7 +192,7 @@ def apply(spec: ModelSpec, choice: GgufChoice) -> ModelSpec:
     )
     provenance = {**spec.provenance, "weights": source, "quantization": source}
     notes = list(warnings)
-    if choice.imatrix:
+    if needs_imatrix(typed, choice):
         notes.append(
             f"{choice.name}: llama-quantize makes this type only with an importance matrix (--imatrix); sized as "
             "it writes it with one"

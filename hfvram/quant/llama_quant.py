@@ -6,7 +6,7 @@ attn_v / attn_qkv / attn_kv_b tensors; ``n_ffn_down`` = the block count), ``tens
 and 3-D ``…weight`` tensors; norms, routers and the names of ``[keep]`` keep the converter's type),
 ``llama_tensor_get_type_impl`` (the per-category rules of each mix, written out below in the C++ order) and
 ``tensor_type_fallback`` (``[fallback]``). The tables are data (``hfvram/data/quant/gguf.toml``); the decisions are
-code. Each rule is explained with a permalink in docs/engines/llamacpp.md, "What llama-quantize writes".
+code. Each rule is explained with a permalink in docs/engines/llamacpp.md#llamacpp-quantize ("What llama-quantize writes").
 """
 
 from __future__ import annotations

@@ -611,6 +611,15 @@ def tensors_from_spec(spec: ModelSpec, config: Mapping[str, Any] | None = None) 
     return _build(spec, _facts(spec, config)).tensors
 
 
+def counted_tensors_from_spec(spec: ModelSpec, config: Mapping[str, Any] | None = None) -> list[tuple[TensorInfo, int]]:
+    """The tensor list of :func:`tensors_from_spec` with each layer's experts counted, not listed: (tensor, how many
+    tensors it stands for); an expert group is named after its expert 0."""
+    return [
+        (next(entry.expand()) if entry.slot else entry.info, entry.copies if entry.slot else 1)
+        for entry in _build(spec, _facts(spec, config)).entries
+    ]
+
+
 def derive_warnings(spec: ModelSpec, config: Mapping[str, Any] | None = None) -> list[str]:
     """What the derived tensor list leaves out or guesses, one line each (deduplicated)."""
     return list(dict.fromkeys(_build(spec, _facts(spec, config)).warnings))

@@ -128,11 +128,29 @@ def row_cells(report: Mapping[str, Any]) -> list[str]:
 HEADERS = ("model", "params / active", "verdict", "per GPU", "longest context", "requests", "decode")
 
 
+def quant_cell(report: Mapping[str, Any]) -> str:
+    """The ``--quant`` what-if of a row (the quant ``auto`` chose), else empty."""
+    what_if = report.get("what_if") or {}
+    return safe(str(what_if.get("quant") or ""))
+
+
+def has_quant(rows: Sequence[Mapping[str, Any]]) -> bool:
+    return any(row.get("what_if") for row in rows)
+
+
 def title(query: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> str:
     counts = models_document(query, rows)["counts"]
     runs = counts["fits"] + counts["tight"]
     at = f"{tokens_short(query.get('context'))} context" if query.get("context") else "the engine's default context"
-    return f"{runs} of {counts['models']} catalogue models run on {safe(query.get('gpu'))} at {at}"
+    quant = query.get("quant")
+    what_if = ""
+    if quant:
+        what_if = (
+            " · what-if --quant auto: the largest GGUF quant that fits, as llama.cpp would write it"
+            if str(quant).lower() == "auto"
+            else f" · what-if --quant {safe(quant)}: weights as that format would store them"
+        )
+    return f"{runs} of {counts['models']} catalogue models run on {safe(query.get('gpu'))} at {at}{what_if}"
 
 
 def render_models(console: Any, query: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> None:
@@ -140,12 +158,15 @@ def render_models(console: Any, query: Mapping[str, Any], rows: Sequence[Mapping
 
     from hfvram.report.table import VERDICT_STYLE, narrow_table
 
+    quant = has_quant(rows)
     cells: list[list[Text]] = []
     for report in rows:
-        values = row_cells(report)
+        values = row_cells(report) + ([quant_cell(report)] if quant else [])
         style = "red" if "error" in report else VERDICT_STYLE.get(report.get("verdict"), "")
         cells.append([Text(value, style=style) if index == 2 else Text(value) for index, value in enumerate(values)])
     headers = [(name, "left" if index < 3 else "right") for index, name in enumerate(HEADERS)]
+    if quant:
+        headers.append(("quant", "left"))
     console.print(Text(title(query, rows), style="bold"))
     console.print(narrow_table(console, headers, cells, flexible=(0,)))
     errors = [report for report in rows if "error" in report]
@@ -159,11 +180,12 @@ def models_markdown(query: Mapping[str, Any], rows: Sequence[Mapping[str, Any]])
     lines = [
         f"**{cell(title(query, rows))}**",
         "",
-        "| " + " | ".join(HEADERS) + " |",
-        "|---|---|---|---:|---:|---:|---:|",
+        "| " + " | ".join(HEADERS + (("quant",) if has_quant(rows) else ())) + " |",
+        "|---|---|---|---:|---:|---:|---:|" + ("---|" if has_quant(rows) else ""),
     ]
     for report in rows:
-        lines.append("| " + " | ".join(cell(value) for value in row_cells(report)) + " |")
+        values = row_cells(report) + ([quant_cell(report)] if has_quant(rows) else [])
+        lines.append("| " + " | ".join(cell(value) for value in values) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -171,11 +193,20 @@ def models_csv(rows: Iterable[Mapping[str, Any]]) -> str:
     """scan's CSV columns plus the parameter counts and the decode speed."""
     from hfvram.report.tabular import CSV_COLUMNS, csv_row
 
-    columns = (*CSV_COLUMNS[:4], "params_total", "params_active", *CSV_COLUMNS[4:], "decode_tokens_per_second")
+    listed = list(rows)
+    quant = ("quant",) if has_quant(listed) else ()
+    columns = (
+        *CSV_COLUMNS[:4],
+        "params_total",
+        "params_active",
+        *CSV_COLUMNS[4:],
+        "decode_tokens_per_second",
+        *quant,
+    )
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
     writer.writeheader()
-    for report in rows:
+    for report in listed:
         row = csv_row(report)
         model = report.get("model") or {}
         row.update(
@@ -183,6 +214,8 @@ def models_csv(rows: Iterable[Mapping[str, Any]]) -> str:
             params_active=model.get("params_active"),
             decode_tokens_per_second=report.get("decode_tokens_per_second"),
         )
+        if quant:
+            row["quant"] = (report.get("what_if") or {}).get("quant")
         writer.writerow({key: safe(value) if isinstance(value, str) else value for key, value in row.items()})
     return buffer.getvalue()
 

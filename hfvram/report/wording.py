@@ -121,5 +121,9 @@ def what_if_lines(report: Mapping[str, Any]) -> list[str]:
             f"{c.get('quant')} {gib(c.get('weights_bytes'))} {str(c.get('verdict') or 'no verdict').replace('_', ' ')}"
             for c in auto.get("candidates") or []
         )
-        lines.append(f"--quant auto picked {auto.get('chosen')}, the largest that fits (tried: {tried})")
+        verdict = report.get("verdict")
+        why = {"fits": "the largest that fits", "tight": "none fits; the largest that is tight"}.get(
+            str(verdict), "none fits, not even the smallest"
+        )
+        lines.append(f"--quant auto picked {auto.get('chosen')}: {why} (estimated: {tried})")
     return lines
