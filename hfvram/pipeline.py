@@ -418,7 +418,7 @@ def auto_quant(request: Request, loaded: LoadedModel) -> tuple[Request, LoadedMo
     if request.hardware is None:
         raise UsageError("--quant auto needs --gpu: the best quant is the largest that fits a GPU")
     sized = []
-    for choice in quant.auto_candidates(None, request.hardware):
+    for choice in quant.auto_candidates(request.engine, request.hardware):
         model = with_quant(loaded, choice)
         engine = engine_choice(request, model)
         if quant.engine_rule(choice, parse_engine_name(engine.name)[0], request.hardware)[0] is None:

@@ -434,3 +434,19 @@ def test_the_what_if_on_real_safetensors_headers(tmp_path):
 def test_hub_formats_import_nothing_heavy():
     source = Path(hub_formats.__file__).read_text(encoding="utf-8")
     assert not re.search(r"^\s*(import|from)\s+(torch|numpy|transformers)\b", source, re.M)
+
+
+def test_quant_auto_under_vllm_picks_the_largest_hub_format_that_fits():
+    """`--quant auto --engine vllm`: the Hub formats vLLM loads (not its experimental GGUF loader), largest first;
+    without --engine the GGUF types (tests/test_cli_quant.py)."""
+    result, document = check_json(
+        "Qwen/Qwen3-8B", "--gpu", "rtx4090", "--engine", "vllm", "--context", "8k", "--quant", "auto"
+    )
+    assert document is not None, result.stderr
+    what = document["what_if"]
+    assert what["family"] == "hub_formats"
+    candidates = what["auto"]["candidates"]
+    assert {c["quant"] for c in candidates} <= set(hub_formats.AUTO)
+    chosen = next(c for c in candidates if c["quant"] == what["quant"])
+    assert document["verdict"] == chosen["verdict"] == "fits"
+    assert all(c["verdict"] != "fits" for c in candidates if c["weights_bytes"] > chosen["weights_bytes"])

@@ -76,14 +76,22 @@ def label(choice: Any) -> str:
 
 
 def auto_candidates(engine: str | None, hardware: Any) -> list[Any]:
-    """The ``--quant auto`` candidates, family by family, largest first; with ``engine``, only those it runs on
-    ``hardware``."""
-    out = []
+    """The ``--quant auto`` candidates, family by family, largest first. Without ``engine``: the first family's (the
+    GGUF types, which llama.cpp serves by default). With ``engine``: the families it runs without a refusal or a
+    warning (vLLM: the Hub formats, not its experimental GGUF loader; llama.cpp: the GGUF types), else every family
+    it does not refuse; and of those, the candidates it runs on ``hardware``."""
+    per_family = []
     for module in families():
-        for name in getattr(module, "AUTO", ()):
-            choice = module.parse(name)
-            if choice is None:
-                continue
+        choices = [choice for name in getattr(module, "AUTO", ()) if (choice := module.parse(name)) is not None]
+        per_family.append((module, choices))
+    if engine is None:
+        per_family = per_family[:1]
+    else:
+        clean = [(m, cs) for m, cs in per_family if any(m.engine_rule(c, engine, None) == (None, ()) for c in cs)]
+        per_family = clean or per_family
+    out = []
+    for module, choices in per_family:
+        for choice in choices:
             if engine is None or module.engine_rule(choice, engine, hardware)[0] is None:
                 out.append(choice)
     return out
