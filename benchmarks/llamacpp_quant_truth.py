@@ -416,6 +416,16 @@ def print_comparison(results: list[dict[str, Any]]) -> None:
         )
     worst = max((abs(r["error"]) for r in results), default=0.0)
     print(f"worst |error| {worst * 100:.4f}% over {len(results)} rows")
+    by_arch: dict[tuple[str, str], list[float]] = {}
+    for r in results:
+        by_arch.setdefault((r["architecture"], r["quant"]), []).append(abs(r["error"]))
+    print("\nworst |error| per (architecture, type), % of llama.cpp's tensor bytes:")
+    archs = sorted({a for a, _ in by_arch})
+    quants = list(dict.fromkeys(r["quant"] for r in results))
+    print(f"{'type':<10}" + "".join(f"{a:>10}" for a in archs))
+    for q in quants:
+        cells = [f"{max(by_arch[(a, q)]) * 100:>9.3f}%" if (a, q) in by_arch else f"{'-':>10}" for a in archs]
+        print(f"{q:<10}" + "".join(cells))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -750,7 +750,7 @@ def models_query(options: RunOptions, *, family: str | None, sort: str) -> dict[
     parse_gpu_option(options.gpu, options.unified_fraction)
     repos = catalog_repos()
     request = resolve_request(options, repos[0] if repos else "catalogue")
-    return {
+    query: dict[str, Any] = {
         "gpu": options.gpu,
         "engine": options.engine,
         "context": request.context,
@@ -758,8 +758,10 @@ def models_query(options: RunOptions, *, family: str | None, sort: str) -> dict[
         "family": family,
         "sort": sort,
         "catalogue_built": catalog_date(),
-        "quant": options.quant,
     }
+    if options.quant is not None:
+        query["quant"] = options.quant  # an addition: only with --quant
+    return query
 
 
 def models_rows(options: RunOptions, *, family: str | None, sort: str) -> list[dict[str, Any]]:

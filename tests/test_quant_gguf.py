@@ -196,3 +196,24 @@ def test_engine_rules():
     assert reason is None and "experimental" in notes[0]
     reason, _ = quant.engine_rule(choice, "tensorrt-llm", None)
     assert reason and "GGUF" in reason
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        "DeepSeek-R1-Distill-Qwen-7B-Q4_K_M.gguf-header.gguf",
+        "SmolLM2-135M-Instruct.Q4_1.gguf-header.gguf",
+        "hugginllam--gemma-3-270m-Q4_K_M-GGUF--gemma-3-270m-q4_k_m.gguf-header.gguf",
+    ],
+)
+def test_real_hub_ggufs_resized_as_their_own_file_type_give_their_own_bytes(header):
+    """Three real GGUF files of the Hub (their headers in fixtures/headers: qwen2 Q4_K_M, llama Q4_1, gemma3
+    Q4_K_M, quantized by their publishers' llama.cpp builds): the what-if of the file's own type, from the facts
+    the header states, is exactly the tensor bytes the file holds."""
+    from hfvram.sources.local import load_gguf_file
+
+    spec = load_gguf_file(ROOT / "fixtures" / "headers" / header).spec
+    out = quant.apply(spec, quant.parse(str(spec.extra["file_type"])))
+    assert spec.weights is not None and out.weights is not None
+    assert out.weights.total_bytes == spec.weights.total_bytes
+    assert dict(out.weights.bytes_by_dtype) == dict(spec.weights.bytes_by_dtype)

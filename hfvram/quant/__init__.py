@@ -44,7 +44,8 @@ def parse(name: str, engine: str | None = None) -> Any:
         raise UsageError("--quant is empty: give a quant such as Q4_K_M (or auto)")
     matches = [choice for module in families() if (choice := module.parse(text)) is not None]
     if not matches:
-        raise UsageError(f"unknown quant {text!r}; known: {', '.join(names())}, auto")
+        shown = text if len(text) <= 40 else text[:40] + "…"
+        raise UsageError(f"unknown quant {shown!r}; known: {', '.join(names())}, auto")
     if engine is not None and len(matches) > 1:
         rules = [(choice, engine_rule(choice, engine, None)) for choice in matches]
         runs = [choice for choice, (reason, notes) in rules if reason is None and not notes]
@@ -55,10 +56,15 @@ def parse(name: str, engine: str | None = None) -> Any:
 
 
 def _family(choice: Any) -> ModuleType:
+    """The family module of ``choice``: the module its class is defined in, else the family that parses its name
+    back to an equal choice."""
     module = importlib.import_module(type(choice).__module__)
-    if module.__name__.rpartition(".")[2] not in _FAMILIES:
-        raise TypeError(f"{type(choice).__name__} is not a quant choice of {', '.join(_FAMILIES)}")
-    return module
+    if module.__name__.rpartition(".")[2] in _FAMILIES:
+        return module
+    for family in families():
+        if family.parse(label(choice)) == choice:
+            return family
+    raise TypeError(f"{type(choice).__name__} is not a quant choice of {', '.join(_FAMILIES)}")
 
 
 def apply(spec: Any, choice: Any) -> Any:

@@ -120,6 +120,7 @@ def fit_markdown(fit: Mapping[str, Any]) -> str:
     lines = [
         f"### {_name(fit)} on {text(fit['hardware'])} ({text(fit['engine'])})",
         "",
+        *[f"> {text(line)}\n" for line in what_if_lines(fit)],
         at,
         f"- longest context at concurrency {fit['concurrency']}: "
         + ("none (nothing is left for the KV cache)" if no_room else f"{count(max_context)} tokens"),

@@ -305,6 +305,9 @@ def display_name(report: Mapping[str, Any], limit: int = 44) -> str:
 def scan_row(report: Mapping[str, Any]) -> list[Text]:
     """One row of the scan summary: source, verdict, total, share of usable, KV tokens, concurrency (or the error)."""
     name = Text(display_name(report))
+    what_if = report.get("what_if")
+    if what_if:
+        name.append(f" [what-if {safe(what_if.get('quant'))}]")
     if "error" in report:
         return [name, plain(f"ERROR ({report['error']['kind']})", style="red"), Text(), Text(), Text(), Text()]
     per_gpu = report["per_gpu"]
@@ -435,6 +438,8 @@ def render_fit(console: Console, fit: Mapping[str, Any]) -> None:
     title.append(safe(fit["hardware"]), style="bold")
     title.append(f" with {safe(fit['engine'])}")
     console.print(title)
+    for sentence in what_if_lines(fit):
+        console.print(plain(f"  {sentence}", style="bold"), highlight=False)
     verdict = fit.get("verdict")
     context = tokens_short(fit.get("context"))
     style = VERDICT_STYLE.get(verdict, "bold")
