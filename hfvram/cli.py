@@ -233,8 +233,9 @@ def run_options(function: Callable[..., Any]) -> Callable[..., Any]:
             "--quant",
             "quant",
             metavar="Q|auto",
-            help="What-if: size the weights as another format (GGUF Q4_K_M, Q8_0, IQ4_XS, …; `auto`: the largest "
-            "that fits --gpu). Every other fact is read from the real files.",
+            help="What-if: size the weights as another format (GGUF Q4_K_M, Q8_0, IQ4_XS, …; Hub awq, "
+            "gptq-int4-g128, fp8, fp8-block, nvfp4, mxfp4, bnb-nf4, w8a8-int8, …; `auto`: the largest that fits "
+            "--gpu). Every other fact is read from the real files.",
         ),
         click.option("--tp", "tp", type=click.IntRange(min=1), help="Tensor-parallel degree."),
         click.option("--pp", "pp", type=click.IntRange(min=1), help="Pipeline-parallel degree."),

@@ -209,7 +209,7 @@ def resolve_request(options: RunOptions, source: str | None) -> Request:
 
     host_memory = parse_host_memory(options.host_memory)
     ram_bytes = parse_ram(options.ram) if options.ram else None
-    quant_choice = parse_quant_option(options.quant)
+    quant_choice = parse_quant_option(options.quant, engine)
     return Request(
         source=source,
         revision=options.revision,
@@ -232,15 +232,16 @@ def resolve_request(options: RunOptions, source: str | None) -> Request:
     )
 
 
-def parse_quant_option(text: str | None) -> Any:
-    """``--quant`` parsed: None, "auto", or a family's choice; an unknown name is one usage error listing them."""
+def parse_quant_option(text: str | None, engine: str | None = None) -> Any:
+    """``--quant`` parsed: None, "auto", or a family's choice; an unknown name is one usage error listing them.
+    ``engine`` (when given) decides a name two families spell (``mxfp4`` under vLLM is the Hub format)."""
     if text is None:
         return None
     from hfvram import quant
 
     if text.strip().lower() == quant.AUTO:
         return quant.AUTO
-    return quant.parse(text)
+    return quant.parse(text, engine)
 
 
 def unified_fraction_notes(options: RunOptions, hardware: Hardware | None) -> tuple[str, ...]:
@@ -482,7 +483,7 @@ def auto_quant(request: Request, loaded: LoadedModel) -> tuple[Request, LoadedMo
     if request.hardware is None:
         raise UsageError("--quant auto needs --gpu: the best quant is the largest that fits a GPU")
     sized = []
-    for choice in quant.auto_candidates(None, request.hardware):
+    for choice in quant.auto_candidates(request.engine, request.hardware):
         model = with_quant(loaded, choice)
         engine = engine_choice(request, model)
         if quant.engine_rule(choice, parse_engine_name(engine.name)[0], request.hardware)[0] is None:

@@ -20,7 +20,7 @@ from typing import Any
 
 from hfvram.errors import UsageError
 
-_FAMILIES: tuple[str, ...] = ("gguf_types",)
+_FAMILIES: tuple[str, ...] = ("gguf_types", "hub_formats")
 
 #: the value that asks for the best quant that fits (fit / check / models)
 AUTO = "auto"
@@ -35,17 +35,24 @@ def names() -> list[str]:
     return [name for module in families() for name in module.NAMES]
 
 
-def parse(name: str) -> Any:
-    """The choice ``name`` spells; a usage error (exit 2) listing every known name otherwise."""
+def parse(name: str, engine: str | None = None) -> Any:
+    """The choice ``name`` spells; a usage error (exit 2) listing every known name otherwise. A name two families
+    spell (``MXFP4``: a GGUF type and a Hub format) is the first family's, unless ``engine`` runs another family's
+    without a refusal or a warning (``--quant mxfp4 --engine vllm`` is the Hub format, under llama.cpp the GGUF type)."""
     text = (name or "").strip()
     if not text:
         raise UsageError("--quant is empty: give a quant such as Q4_K_M (or auto)")
-    for module in families():
-        choice = module.parse(text)
-        if choice is not None:
-            return choice
-    shown = text if len(text) <= 40 else text[:40] + "…"
-    raise UsageError(f"unknown quant {shown!r}; known: {', '.join(names())}, auto")
+    matches = [choice for module in families() if (choice := module.parse(text)) is not None]
+    if not matches:
+        shown = text if len(text) <= 40 else text[:40] + "…"
+        raise UsageError(f"unknown quant {shown!r}; known: {', '.join(names())}, auto")
+    if engine is not None and len(matches) > 1:
+        rules = [(choice, engine_rule(choice, engine, None)) for choice in matches]
+        runs = [choice for choice, (reason, notes) in rules if reason is None and not notes]
+        runs = runs or [choice for choice, (reason, _) in rules if reason is None]
+        if runs:
+            return runs[0]
+    return matches[0]
 
 
 def _family(choice: Any) -> ModuleType:
@@ -75,14 +82,22 @@ def label(choice: Any) -> str:
 
 
 def auto_candidates(engine: str | None, hardware: Any) -> list[Any]:
-    """The ``--quant auto`` candidates, family by family, largest first; with ``engine``, only those it runs on
-    ``hardware``."""
-    out = []
+    """The ``--quant auto`` candidates, family by family, largest first. Without ``engine``: the first family's (the
+    GGUF types, which llama.cpp serves by default). With ``engine``: the families it runs without a refusal or a
+    warning (vLLM: the Hub formats, not its experimental GGUF loader; llama.cpp: the GGUF types), else every family
+    it does not refuse; and of those, the candidates it runs on ``hardware``."""
+    per_family = []
     for module in families():
-        for name in getattr(module, "AUTO", ()):
-            choice = module.parse(name)
-            if choice is None:
-                continue
+        choices = [choice for name in getattr(module, "AUTO", ()) if (choice := module.parse(name)) is not None]
+        per_family.append((module, choices))
+    if engine is None:
+        per_family = per_family[:1]
+    else:
+        clean = [(m, cs) for m, cs in per_family if any(m.engine_rule(c, engine, None) == (None, ()) for c in cs)]
+        per_family = clean or per_family
+    out = []
+    for module, choices in per_family:
+        for choice in choices:
             if engine is None or module.engine_rule(choice, engine, hardware)[0] is None:
                 out.append(choice)
     return out

@@ -625,6 +625,12 @@ def derive_warnings(spec: ModelSpec, config: Mapping[str, Any] | None = None) ->
     return list(dict.fromkeys(_build(spec, _facts(spec, config)).warnings))
 
 
+def counted_tensors(spec: ModelSpec, config: Mapping[str, Any] | None = None) -> list[tuple[TensorInfo, int]]:
+    """The derived tensor list as ``(tensor, copies)`` pairs: each layer's experts built once and counted (what
+    ``derived_weights`` sums; the ``--quant`` what-if re-stores these tensors in another format)."""
+    return [(entry.info, entry.copies) for entry in _build(spec, _facts(spec, config)).entries]
+
+
 def derived_weights(spec: ModelSpec, config: Mapping[str, Any] | None = None) -> Weights | None:
     """``Weights`` summed from the derived tensor list (``exact=False``); the same sums as summing
     ``tensors_from_spec`` tensor by tensor, with each layer's experts counted rather than listed. None when no
