@@ -111,6 +111,19 @@ def run_scan(
     """``emit(work(source))`` for every source, as each finishes (any order); in this process or in worker
     processes (see the module docstring). ``failed(source, error)`` stands in for a source whose worker
     process died before answering. KeyboardInterrupt propagates after the workers are stopped."""
+    from hfvram.sources.http import scan_token
+
+    with scan_token():  # the token looked up once (the worker processes inherit it)
+        _run_scan(sources, work, jobs, emit, failed)
+
+
+def _run_scan(
+    sources: Sequence[str],
+    work: Callable[[str], Report],
+    jobs: int,
+    emit: Callable[[Report], None],
+    failed: Callable[[str, Exception], Report],
+) -> None:
     processes = process_count(len(sources), jobs)
     if processes == 1:
         _prepare_process(jobs)

@@ -242,6 +242,8 @@ def _build_layers(
     block_kv = _per_layer_kv_heads(view, heads, len(types))
     shared_kv = view.integer("num_kv_shared_layers", ["num_kv_shared_layers"], minimum=0, use_hf_default=False) or 0
     layers: list[Layer] = []
+    #: attention layers made so far by their shape: the layers of a model mostly repeat (one frozen Layer each)
+    made: dict[tuple[str, AttentionDims, int | None, bool], Layer] = {}
     for i, (name, is_moe) in enumerate(zip(types, moe)):
         if i >= len(types) - shared_kv and name != LayerKind.NONE.value:
             layers.append(Layer(kind=LayerKind.NONE, moe=is_moe))  # reuses an earlier layer's cache (Gemma-3n style)
@@ -266,7 +268,11 @@ def _build_layers(
             if block_kv[i] is not None:
                 layer_dims = AttentionDims(layer_dims.num_attention_heads, block_kv[i] or 1, layer_dims.head_dim)
             layer_window = window if kind is LayerKind.SLIDING else chunk
-            layers.append(attention_layer(kind, layer_dims, layer_window, is_moe))
+            shape = (name, layer_dims, layer_window, is_moe)
+            layer = made.get(shape)
+            if layer is None:
+                layer = made[shape] = attention_layer(kind, layer_dims, layer_window, is_moe)
+            layers.append(layer)
         elif name == LayerKind.MLA.value:
             layers.append(mla_layer(view, heads, is_moe))
         elif name == LayerKind.LINEAR.value:
@@ -366,6 +372,7 @@ def read_config(
     companions: Mapping[str, dict] | None = None,
     use_transformers: bool = True,
     hf_facts: HfFacts | Mapping[str, Any] | None = None,
+    validated: bool = False,
 ) -> ModelSpec:
     """A ModelSpec (weights=None) from a parsed config.json and its companion files.
 
@@ -374,11 +381,13 @@ def read_config(
 
     ``hf_facts``: transformers' facts for this config found earlier (an ``HfFacts`` or its JSON form: the sources
     look them up in the facts cache and the embedded catalogue), used instead of asking transformers; otherwise
-    ``config_hf.hf_facts_for`` computes them (importing transformers) unless use_transformers=False."""
+    ``config_hf.hf_facts_for`` computes them (importing transformers) unless use_transformers=False.
+    ``validated``: the caller has already passed ``config`` (not the companions) through ``validate_config``."""
     if not isinstance(config, Mapping):
         raise MalformedFileError(f"expected a JSON object, got {type(config).__name__}", file=filename)
     companions = dict(companions or {})
-    validate_config(config, filename=filename)  # before transformers or anything else iterates over a count
+    if not validated:
+        validate_config(config, filename=filename)  # before transformers or anything else iterates over a count
     for name, companion in companions.items():
         validate_config(companion, filename=name)
     text, prefix = _text_part(config, filename)

@@ -15,7 +15,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -143,13 +143,28 @@ def _hf_version() -> str:
     return huggingface_hub.__version__
 
 
+#: the token of a scan in progress, looked up once for all its requests (see :func:`scan_token`)
+_SCAN_TOKEN: list[str | None] = []
+
+
+@contextlib.contextmanager
+def scan_token() -> Iterator[None]:
+    """While a scan runs, its requests carry the token found at its start (HF_TOKEN or the saved one) instead of
+    reading the environment and the token file again for each of them."""
+    _SCAN_TOKEN[:] = [get_token()]
+    try:
+        yield
+    finally:
+        _SCAN_TOKEN.clear()
+
+
 def request_headers(token: str | None, extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """Auth (the token argument, else HF_TOKEN / the token saved by `hf auth login`) and user agent.
 
     Built here rather than with ``build_hf_headers`` because that helper first fetches the Hub's agent
     registry (one more blocking request per day and process)."""
     headers = {"user-agent": _user_agent()}
-    secret = token if token else get_token()
+    secret = token if token else (_SCAN_TOKEN[0] if _SCAN_TOKEN else get_token())
     if secret:
         headers["authorization"] = f"Bearer {secret}"
     if extra:
