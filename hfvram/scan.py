@@ -107,14 +107,25 @@ def run_scan(
     emit: Callable[[Report], None],
     *,
     failed: Callable[[str, Exception], Report],
+    render: Callable[[Report], Report] | None = None,
 ) -> None:
-    """``emit(work(source))`` for every source, as each finishes (any order); in this process or in worker
-    processes (see the module docstring). ``failed(source, error)`` stands in for a source whose worker
+    """``emit(render(work(source)))`` for every source, as each finishes (any order); in this process or in worker
+    processes (see the module docstring). ``render`` (default: none) turns a report into what is handed back,
+    where the work is done: a worker process then sends the finished output (a JSON line) rather than the report
+    for this process to decode and encode again. ``failed(source, error)`` stands in for a source whose worker
     process died before answering. KeyboardInterrupt propagates after the workers are stopped."""
     from hfvram.sources.http import scan_token
 
+    if render is not None:
+        work, failed = _rendered(work, failed, render)
     with scan_token():  # the token looked up once (the worker processes inherit it)
         _run_scan(sources, work, jobs, emit, failed)
+
+
+def _rendered(
+    work: Callable[[str], Report], failed: Callable[[str, Exception], Report], render: Callable[[Report], Report]
+) -> tuple[Callable[[str], Report], Callable[[str, Exception], Report]]:
+    return (lambda source: render(work(source))), (lambda source, error: render(failed(source, error)))
 
 
 def _run_scan(
