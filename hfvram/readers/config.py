@@ -233,8 +233,8 @@ def _build_layers(
     view: ConfigView, types: list[str], moe: list[bool], hidden: int | None, heads: int | None, model_type: str | None
 ) -> tuple[list[Layer], dict[str, object]]:
     extra: dict[str, object] = {}
-    needs_attention = any(
-        t in (LayerKind.FULL.value, LayerKind.SLIDING.value, LayerKind.CHUNKED.value, CSA, HCA) for t in types
+    needs_attention = not {LayerKind.FULL.value, LayerKind.SLIDING.value, LayerKind.CHUNKED.value, CSA, HCA}.isdisjoint(
+        types
     )
     dims = attention_dims(view, hidden, heads) if needs_attention else None
     window, chunk = _windows(view, types)
@@ -244,13 +244,16 @@ def _build_layers(
     layers: list[Layer] = []
     #: attention layers made so far by their shape: the layers of a model mostly repeat (one frozen Layer each)
     made: dict[tuple[str, AttentionDims, int | None, bool], Layer] = {}
+    none, sliding = LayerKind.NONE.value, LayerKind.SLIDING.value
+    attention_kinds = (LayerKind.FULL.value, sliding, LayerKind.CHUNKED.value)
+    first_shared = len(types) - shared_kv
     for i, (name, is_moe) in enumerate(zip(types, moe)):
-        if i >= len(types) - shared_kv and name != LayerKind.NONE.value:
+        if i >= first_shared and name != none:
             layers.append(Layer(kind=LayerKind.NONE, moe=is_moe))  # reuses an earlier layer's cache (Gemma-3n style)
             continue
         if name in (CSA, HCA):
             layers.append(_deepseek_v4_layer(view, name, dims, is_moe, extra))
-        elif name == LayerKind.SLIDING.value and dims is not None and model_type == "deepseek_v4":
+        elif name == sliding and dims is not None and model_type == "deepseek_v4":
             layers.append(
                 Layer(
                     kind=LayerKind.SLIDING,
@@ -261,7 +264,7 @@ def _build_layers(
                     moe=is_moe,
                 )
             )
-        elif name in (LayerKind.FULL.value, LayerKind.SLIDING.value, LayerKind.CHUNKED.value):
+        elif name in attention_kinds:
             kind = LayerKind(name)
             layer_dims = global_dims if kind is LayerKind.FULL and global_dims is not None else dims
             assert layer_dims is not None

@@ -21,6 +21,7 @@ readers compute those facts and never touch the disk; ``hfvram.sources.facts`` l
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -115,6 +116,7 @@ def default_cache_dir() -> Path:
     return Path(platformdirs.user_cache_dir("hfvram"))
 
 
+@functools.lru_cache(maxsize=4096)
 def _slug(text: str) -> str:
     safe = re.sub(r"[^A-Za-z0-9._-]+", "_", text)[:80]
     return f"{safe}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
