@@ -510,6 +510,8 @@ def unmodelled_flag_warnings(spec: ModelSpec, choice: EngineChoice, rules: Rules
 def speculative_method(text: str) -> tuple[str | None, str | None]:
     """(method, draft model) of a ``--speculative-config`` JSON value (``{"method": "ngram", …}``,
     ``{"model": "…", "num_speculative_tokens": 5}``); (None, None) when it is not a JSON object."""
+    if not text.strip():
+        return None, None  # not set (every estimate without it): no JSON error raised and caught
     try:
         value = json.loads(text[:4096])
     except ValueError:
@@ -646,7 +648,7 @@ def compute(
         ),
         outside_trouble=outside_budget_trouble(budget, overhead, activations.bytes, hardware, settings),
         hybrid_moe_graphs=bool(
-            overhead.cudagraphs and any(layer.kind in RECURRENT_KINDS for layer in spec.layers) and spec.num_experts
+            overhead.cudagraphs and spec.num_experts and any(layer.kind in RECURRENT_KINDS for layer in spec.layers)
         ),
         decode_modelled=hardware is not None and common.active_weight_bytes(spec) is not None,
         decode=decode_bound(spec, hardware, layout, blocks_per_request, settings.tensor_parallel_size),
