@@ -242,8 +242,7 @@ def _build_layers(
     block_kv = _per_layer_kv_heads(view, heads, len(types))
     shared_kv = view.integer("num_kv_shared_layers", ["num_kv_shared_layers"], minimum=0, use_hf_default=False) or 0
     layers: list[Layer] = []
-    #: attention layers made so far by their shape: the layers of a model mostly repeat (one frozen Layer each)
-    made: dict[tuple[str, AttentionDims, int | None, bool], Layer] = {}
+    made: dict[tuple[LayerKind, AttentionDims, int | None, bool], Layer] = {}
     none, sliding = LayerKind.NONE.value, LayerKind.SLIDING.value
     attention_kinds = (LayerKind.FULL.value, sliding, LayerKind.CHUNKED.value)
     first_shared = len(types) - shared_kv
@@ -270,12 +269,9 @@ def _build_layers(
             assert layer_dims is not None
             if block_kv[i] is not None:
                 layer_dims = AttentionDims(layer_dims.num_attention_heads, block_kv[i] or 1, layer_dims.head_dim)
-            layer_window = window if kind is LayerKind.SLIDING else chunk
-            shape = (name, layer_dims, layer_window, is_moe)
-            layer = made.get(shape)
-            if layer is None:
-                layer = made[shape] = attention_layer(kind, layer_dims, layer_window, is_moe)
-            layers.append(layer)
+            layers.append(
+                _shared_attention_layer(made, kind, layer_dims, window if kind is LayerKind.SLIDING else chunk, is_moe)
+            )
         elif name == LayerKind.MLA.value:
             layers.append(mla_layer(view, heads, is_moe))
         elif name == LayerKind.LINEAR.value:
@@ -290,6 +286,21 @@ def _build_layers(
             view.where(view.locate("num_kv_shared_layers")[1]) + " (last layers reuse earlier caches → none)",
         )
     return layers, extra
+
+
+def _shared_attention_layer(
+    made: dict[tuple[LayerKind, AttentionDims, int | None, bool], Layer],
+    kind: LayerKind,
+    dims: AttentionDims,
+    window: int | None,
+    moe: bool,
+) -> Layer:
+    """The attention layer of this shape, made once per model: its layers mostly repeat (one frozen Layer each)."""
+    shape = (kind, dims, window, moe)
+    layer = made.get(shape)
+    if layer is None:
+        layer = made[shape] = attention_layer(kind, dims, window, moe)
+    return layer
 
 
 def _windows(view: ConfigView, types: list[str]) -> tuple[int | None, int | None]:
