@@ -139,11 +139,12 @@ class FactsCache:
         return self._now if self._now is not None else time.time()
 
     # ---- paths --------------------------------------------------------------------------------
+    # (joined as text, one Path made: a scan builds several per repo)
     def _fact_path(self, repo_id: str, sha: str, name: str) -> Path:
-        return self.root / "facts" / _slug(repo_id) / sha / f"{_slug(name)}.json"
+        return Path(os.path.join(self.root, "facts", _slug(repo_id), sha, f"{_slug(name)}.json"))
 
     def _ref_path(self, repo_id: str, revision: str) -> Path:
-        return self.root / "refs" / _slug(repo_id) / f"{_slug(revision)}.json"
+        return Path(os.path.join(self.root, "refs", _slug(repo_id), f"{_slug(revision)}.json"))
 
     def transformers_path(self, canonical: str, version: str) -> Path:
         """The entry of transformers' facts for a config (canonical JSON) and transformers version."""
