@@ -504,13 +504,32 @@ def _scan_all(sources: list[str], options: RunOptions, jobs: int, output: str) -
         task = progress.add_task("scan", total=len(sources))
 
         def emit(report: dict[str, Any]) -> None:
-            _stream_result(report, output, progress.console)
-            # JSON Lines are printed as they come: keep only what the exit code needs (memory flat in the list)
-            reports.append(_verdict_only(report) if output == "jsonl" else report)
+            if output == "jsonl":  # rendered where the source was read (see _jsonl_rendered)
+                _echo(report["line"])
+                reports.append(report["slim"])
+            else:
+                _stream_result(report, output, progress.console)
+                reports.append(report)
             progress.advance(task)
 
+        ascii_only = not _stdout_unicode()
+
+        def as_jsonl(report: dict[str, Any]) -> dict[str, Any]:
+            """JSON Lines are printed as they come: the line, and only what the exit code needs of the report
+            (memory flat in the list)."""
+            from hfvram.report.tabular import jsonl_line
+
+            return {"line": jsonl_line(report, ascii_only=ascii_only), "slim": _verdict_only(report)}
+
         try:
-            run_scan(sources, lambda source: scan_one(source, options), jobs, emit, failed=error_dict)
+            run_scan(
+                sources,
+                lambda source: scan_one(source, options),
+                jobs,
+                emit,
+                failed=error_dict,
+                render=as_jsonl if output == "jsonl" else None,
+            )
         except KeyboardInterrupt:
             interrupted = True
     return reports, interrupted

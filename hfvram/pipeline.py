@@ -706,12 +706,35 @@ def read_source_list(text: str) -> list[str]:
     return sources
 
 
+#: the request a scan's options make, parsed once per options (RunOptions -> a Request for the first source)
+_SCAN_REQUESTS: dict[RunOptions, Request] = {}
+
+
+def scan_request(options: RunOptions, source: str) -> Request:
+    """:func:`resolve_request` for one source of a scan. Without a pasted command line (which may name a model to
+    compare with the source) the options parse to the same request for every source: parsed once (the GPU spec,
+    the KV type, the settings), then only the source differs."""
+    if options.engine_args or not source:
+        return resolve_request(options, source)
+    template = _SCAN_REQUESTS.get(options)
+    if template is None:
+        template = resolve_request(options, source)  # a usage error is raised, and parsed again, for every source
+        if len(_SCAN_REQUESTS) >= 16:
+            _SCAN_REQUESTS.clear()
+        _SCAN_REQUESTS[options] = template
+    if template.source == source:
+        return template
+    from dataclasses import replace
+
+    return replace(template, source=source, settings=dict(template.settings))
+
+
 def scan_one(source: str, options: RunOptions) -> dict[str, Any]:
     """A check/1 object for one source, or an error row; never raises for a model problem."""
     from hfvram.report.jsonout import error_dict
 
     try:
-        request = resolve_request(options, source)
+        request = scan_request(options, source)
         return check_report(request, options, whole_gguf_repo=False)  # one row per source: name the quant
     except HfvramError as error:
         return error_dict(source, error)

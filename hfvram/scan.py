@@ -1,7 +1,7 @@
 """The machinery of ``hfvram scan``: many sources read concurrently, results handed back as they finish.
 
-One process runs ``jobs`` threads over the list, submitting a bounded window of sources at a time (memory
-does not grow with the list). Every request of the process goes through one shared HTTP client whose pool
+One process runs ``jobs`` threads over the list, each taking the next source when it has finished one (at
+most ``jobs`` sources in flight: memory does not grow with the list). Every request of the process goes through one shared HTTP client whose pool
 keeps ``jobs`` + a few connections (``http.share_connections``) and every wave of parallel requests of one
 repo through one shared thread pool (``hub.set_parallel_workers``): no executor and no new connection per repo.
 
@@ -16,8 +16,8 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
 Report = dict[str, Any]
@@ -59,28 +59,42 @@ def _run_threads(
     threads: int,
     deliver: Callable[[int, Report], None],
 ) -> None:
-    """``work`` over the sources in ``threads`` threads, at most 2 × threads submitted at once."""
-    pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="hfvram-scan")
-    pending: dict[Future[Report], int] = {}
+    """``work`` over the sources in ``threads`` threads, each taking the next source when it is done (at most
+    ``threads`` in flight, no futures to wait on); ``deliver`` is called for each result as it finishes, one at a
+    time. The first exception (of ``work`` or ``deliver``) stops the others taking sources and is raised here;
+    so is KeyboardInterrupt, after which nothing more is delivered."""
     todo: Iterator[tuple[int, str]] = iter(indexed)
-    finished = False
-    try:
+    taking, giving = threading.Lock(), threading.Lock()
+    stopped = threading.Event()
+    errors: list[BaseException] = []
 
-        def top_up() -> None:
-            for index, source in todo:
-                pending[pool.submit(work, source)] = index
-                if len(pending) >= 2 * threads:
+    def run() -> None:
+        try:
+            while not stopped.is_set():
+                with taking:
+                    item = next(todo, None)
+                if item is None:
                     return
+                report = work(item[1])
+                with giving:
+                    if stopped.is_set():
+                        return
+                    deliver(item[0], report)
+        except BaseException as err:  # raised by the calling thread
+            errors.append(err)
+            stopped.set()
 
-        top_up()
-        while pending:
-            done, _ = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
-            for future in done:
-                deliver(pending.pop(future), future.result())
-            top_up()
-        finished = True
+    workers = [threading.Thread(target=run, name="hfvram-scan", daemon=True) for _ in range(max(1, threads))]
+    for worker in workers:
+        worker.start()
+    try:
+        for worker in workers:
+            while worker.is_alive():
+                worker.join(0.2)  # a timed wait, so that Ctrl-C reaches this thread
     finally:
-        pool.shutdown(wait=finished, cancel_futures=True)
+        stopped.set()
+    if errors:
+        raise errors[0]
 
 
 def _worker(
@@ -107,10 +121,34 @@ def run_scan(
     emit: Callable[[Report], None],
     *,
     failed: Callable[[str, Exception], Report],
+    render: Callable[[Report], Report] | None = None,
 ) -> None:
-    """``emit(work(source))`` for every source, as each finishes (any order); in this process or in worker
-    processes (see the module docstring). ``failed(source, error)`` stands in for a source whose worker
+    """``emit(render(work(source)))`` for every source, as each finishes (any order); in this process or in worker
+    processes (see the module docstring). ``render`` (default: none) turns a report into what is handed back,
+    where the work is done: a worker process then sends the finished output (a JSON line) rather than the report
+    for this process to decode and encode again. ``failed(source, error)`` stands in for a source whose worker
     process died before answering. KeyboardInterrupt propagates after the workers are stopped."""
+    from hfvram.sources.http import scan_token
+
+    if render is not None:
+        work, failed = _rendered(work, failed, render)
+    with scan_token():  # the token looked up once (the worker processes inherit it)
+        _run_scan(sources, work, jobs, emit, failed)
+
+
+def _rendered(
+    work: Callable[[str], Report], failed: Callable[[str, Exception], Report], render: Callable[[Report], Report]
+) -> tuple[Callable[[str], Report], Callable[[str, Exception], Report]]:
+    return (lambda source: render(work(source))), (lambda source, error: render(failed(source, error)))
+
+
+def _run_scan(
+    sources: Sequence[str],
+    work: Callable[[str], Report],
+    jobs: int,
+    emit: Callable[[Report], None],
+    failed: Callable[[str, Exception], Report],
+) -> None:
     processes = process_count(len(sources), jobs)
     if processes == 1:
         _prepare_process(jobs)

@@ -1,7 +1,8 @@
 """`hfvram scan` at scale, through the real CLI against the local test Hub: one shared client whose pool keeps
 at most jobs + a few connections for the whole scan (counted on the server, one client port per TCP
 connection), one facts-cache write per repo, and the same rows whether the list is read by one process or
-spread over worker processes. Nothing here is timed (benchmarks/hub_cost.py measures speed)."""
+spread over worker processes; the job threads, the options parsed once and the request threads reused.
+Nothing here is timed (benchmarks/hub_cost.py measures speed)."""
 
 from __future__ import annotations
 
@@ -78,3 +79,68 @@ def test_process_count_rules(monkeypatch):
     monkeypatch.setenv("HFVRAM_SCAN_PROCESSES", "3")
     assert process_count(10_000, 16) == 3
     assert process_count(2, 16) == 2  # never more processes than sources
+
+
+def test_job_threads_deliver_every_source_once_with_at_most_jobs_in_flight():
+    import threading
+    import time
+
+    from hfvram.scan import _run_threads
+
+    lock, running, most, delivered = threading.Lock(), [0], [0], []
+
+    def work(source: str) -> dict:
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.002)
+        with lock:
+            running[0] -= 1
+        return {"source": source}
+
+    sources = [f"org/repo-{i}" for i in range(60)]
+    _run_threads(enumerate(sources), work, 4, lambda index, report: delivered.append((index, report["source"])))
+    assert sorted(delivered) == list(enumerate(sources))  # each once, whatever the order they finished in
+    assert 1 <= most[0] <= 4
+
+
+def test_job_threads_stop_at_the_first_error_and_raise_it():
+    from hfvram.scan import _run_threads
+
+    delivered = []
+
+    def work(source: str) -> dict:
+        if source == "org/bad":
+            raise ValueError("broken source")
+        return {"source": source}
+
+    sources = ["org/bad"] + [f"org/repo-{i}" for i in range(200)]
+    with pytest.raises(ValueError, match="broken source"):
+        _run_threads(enumerate(sources), work, 1, lambda index, report: delivered.append(index))
+    assert delivered == []  # one thread: nothing was taken after the failing source
+
+
+def test_a_scan_parses_its_options_once_into_the_request_of_each_source():
+    from hfvram.pipeline import RunOptions, resolve_request, scan_request
+
+    options = RunOptions(gpu="rtx4090x2", context="32k", engine="vllm", settings=("max-num-seqs=64",), kv_dtype="fp8")
+    first, second = scan_request(options, "org/one"), scan_request(options, "org/two")
+    assert first == resolve_request(options, "org/one") and second == resolve_request(options, "org/two")
+    second.settings["max-num-seqs"] = "1"  # each source's request has its own settings
+    assert scan_request(options, "org/three").settings == {"max-num-seqs": "64"}
+
+
+def test_request_attempts_reuse_their_threads(hub):
+    """A request is handed to a waiting runner thread, not a new thread per request (the deadline still
+    applies: tests/test_faults.py)."""
+    import threading
+
+    from hfvram.sources.hub import fetch_repo_info
+
+    def runners() -> int:
+        return sum(t.name == "hfvram-fetch" for t in threading.enumerate())
+
+    before = runners()  # idle runners left by earlier tests of this process wait for work too
+    for _ in range(30):
+        fetch_repo_info(TARGETS[0], None, None)
+    assert 1 <= runners() <= max(before, 1) + 1, (before, runners())

@@ -401,6 +401,8 @@ def finish_estimate(
 
 def setting(choice: EngineChoice, *names: str) -> str | None:
     """The first of ``names`` set in ``choice.settings`` (dashes and underscores are interchangeable)."""
+    if not choice.settings:
+        return None  # the common case (no --set): an estimate asks for dozens of settings
     normalized = {k.replace("_", "-").lower().lstrip("-"): v for k, v in choice.settings.items()}
     for name in names:
         key = name.replace("_", "-").lower()

@@ -8,6 +8,7 @@ the shared building blocks in ``hfvram.estimate.common``. This module only check
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from hfvram.datafiles import data_table
 from hfvram.errors import UsageError
@@ -76,7 +77,7 @@ def estimate_memory(spec: ModelSpec, hardware: Hardware | None, choice: EngineCh
     notes += mixed.mixed_notes(name, hardware)
     result = engine_rules.with_refusals(result, [r for r in refusals if r], notes)
     pool = kv_pool_sized_by(name)
-    return with_kv_figures(replace(result, capacity=replace(result.capacity, kv_pool_sized_by=pool)))
+    return with_kv_figures(result, capacity=replace(result.capacity, kv_pool_sized_by=pool))
 
 
 def kv_pool_sized_by(engine: str) -> str | None:
@@ -121,9 +122,10 @@ def context_refusal(engine: str, spec: ModelSpec, choice: EngineChoice, result: 
     )
 
 
-def with_kv_figures(result: Estimate) -> Estimate:
+def with_kv_figures(result: Estimate, **changes: Any) -> Estimate:
     """The KV bytes per token (K and V apart) and per sequence at the KV types the engine resolved, so that the
-    reports only format them. A ``K/V`` type (llama.cpp ``-ctk q8_0 -ctv f16``) gives each half its own size."""
+    reports only format them. A ``K/V`` type (llama.cpp ``-ctk q8_0 -ctv f16``) gives each half its own size.
+    ``changes``: other fields replaced in the same copy."""
     spec = result.spec
     model_bytes = spec.dtype_bytes()
     k_name, _, v_name = str(result.workload.kv_dtype or "auto").partition("/")
@@ -135,7 +137,7 @@ def with_kv_figures(result: Estimate) -> Estimate:
             f"KV bytes per token are not given for {result.workload.kv_dtype} (the engine's own cache type; "
             "its KV cache term is)"
         )
-        return replace(result, warnings=tuple(dict.fromkeys([*result.warnings, note])))
+        return replace(result, warnings=tuple(dict.fromkeys([*result.warnings, note])), **changes)
     k_elems = v_elems = 0
     for layer in spec.layers:
         if layer.kind is LayerKind.MLA:
@@ -155,4 +157,5 @@ def with_kv_figures(result: Estimate) -> Estimate:
         kv_k_bytes_per_token=k_per_token,
         kv_v_bytes_per_token=v_per_token,
         kv_fixed_bytes_per_sequence=round(fixed),
+        **changes,
     )

@@ -95,24 +95,26 @@ def validate_config(config: Mapping[str, Any], *, filename: str = "config.json")
         path, node = stack.pop()
         if isinstance(node, Mapping):
             for key, value in node.items():
-                where = f"{path}.{key}" if path else str(key)
                 if value is None:
                     continue
+                # the dotted path is spelled out only where it is used (an error, a nested value)
                 if key in counts and isinstance(value, (int, float)) and not isinstance(value, bool):
-                    check_count(value, counts[key][1], file=filename, field=where)
+                    check_count(value, counts[key][1], file=filename, field=f"{path}.{key}" if path else str(key))
                 elif key in counts and isinstance(value, str) and _NUMERIC.match(value):
                     # a config class might convert it: a count is a JSON number
                     raise MalformedFileError(
-                        f"expected a number, got the string {_show(value)}", file=filename, field=where
+                        f"expected a number, got the string {_show(value)}",
+                        file=filename,
+                        field=f"{path}.{key}" if path else str(key),
                     )
                 elif key in list_keys and isinstance(value, (list, str)) and len(value) > list_max:
                     raise MalformedFileError(
                         f"implausible length {len(value):,} (hfvram's bound: at most {list_max:,} entries)",
                         file=filename,
-                        field=where,
+                        field=f"{path}.{key}" if path else str(key),
                     )
                 if isinstance(value, (Mapping, list)):
-                    stack.append((where, value))
+                    stack.append((f"{path}.{key}" if path else str(key), value))
         elif isinstance(node, list):
             for index, value in enumerate(node):
                 if isinstance(value, (Mapping, list)):

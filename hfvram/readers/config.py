@@ -233,8 +233,8 @@ def _build_layers(
     view: ConfigView, types: list[str], moe: list[bool], hidden: int | None, heads: int | None, model_type: str | None
 ) -> tuple[list[Layer], dict[str, object]]:
     extra: dict[str, object] = {}
-    needs_attention = any(
-        t in (LayerKind.FULL.value, LayerKind.SLIDING.value, LayerKind.CHUNKED.value, CSA, HCA) for t in types
+    needs_attention = not {LayerKind.FULL.value, LayerKind.SLIDING.value, LayerKind.CHUNKED.value, CSA, HCA}.isdisjoint(
+        types
     )
     dims = attention_dims(view, hidden, heads) if needs_attention else None
     window, chunk = _windows(view, types)
@@ -242,13 +242,17 @@ def _build_layers(
     block_kv = _per_layer_kv_heads(view, heads, len(types))
     shared_kv = view.integer("num_kv_shared_layers", ["num_kv_shared_layers"], minimum=0, use_hf_default=False) or 0
     layers: list[Layer] = []
+    made: dict[tuple[LayerKind, AttentionDims, int | None, bool], Layer] = {}
+    none, sliding = LayerKind.NONE.value, LayerKind.SLIDING.value
+    attention_kinds = (LayerKind.FULL.value, sliding, LayerKind.CHUNKED.value)
+    first_shared = len(types) - shared_kv
     for i, (name, is_moe) in enumerate(zip(types, moe)):
-        if i >= len(types) - shared_kv and name != LayerKind.NONE.value:
+        if i >= first_shared and name != none:
             layers.append(Layer(kind=LayerKind.NONE, moe=is_moe))  # reuses an earlier layer's cache (Gemma-3n style)
             continue
         if name in (CSA, HCA):
             layers.append(_deepseek_v4_layer(view, name, dims, is_moe, extra))
-        elif name == LayerKind.SLIDING.value and dims is not None and model_type == "deepseek_v4":
+        elif name == sliding and dims is not None and model_type == "deepseek_v4":
             layers.append(
                 Layer(
                     kind=LayerKind.SLIDING,
@@ -259,14 +263,15 @@ def _build_layers(
                     moe=is_moe,
                 )
             )
-        elif name in (LayerKind.FULL.value, LayerKind.SLIDING.value, LayerKind.CHUNKED.value):
+        elif name in attention_kinds:
             kind = LayerKind(name)
             layer_dims = global_dims if kind is LayerKind.FULL and global_dims is not None else dims
             assert layer_dims is not None
             if block_kv[i] is not None:
                 layer_dims = AttentionDims(layer_dims.num_attention_heads, block_kv[i] or 1, layer_dims.head_dim)
-            layer_window = window if kind is LayerKind.SLIDING else chunk
-            layers.append(attention_layer(kind, layer_dims, layer_window, is_moe))
+            layers.append(
+                _shared_attention_layer(made, kind, layer_dims, window if kind is LayerKind.SLIDING else chunk, is_moe)
+            )
         elif name == LayerKind.MLA.value:
             layers.append(mla_layer(view, heads, is_moe))
         elif name == LayerKind.LINEAR.value:
@@ -281,6 +286,21 @@ def _build_layers(
             view.where(view.locate("num_kv_shared_layers")[1]) + " (last layers reuse earlier caches → none)",
         )
     return layers, extra
+
+
+def _shared_attention_layer(
+    made: dict[tuple[LayerKind, AttentionDims, int | None, bool], Layer],
+    kind: LayerKind,
+    dims: AttentionDims,
+    window: int | None,
+    moe: bool,
+) -> Layer:
+    """The attention layer of this shape, made once per model: its layers mostly repeat (one frozen Layer each)."""
+    shape = (kind, dims, window, moe)
+    layer = made.get(shape)
+    if layer is None:
+        layer = made[shape] = attention_layer(kind, dims, window, moe)
+    return layer
 
 
 def _windows(view: ConfigView, types: list[str]) -> tuple[int | None, int | None]:
@@ -366,6 +386,7 @@ def read_config(
     companions: Mapping[str, dict] | None = None,
     use_transformers: bool = True,
     hf_facts: HfFacts | Mapping[str, Any] | None = None,
+    validated: bool = False,
 ) -> ModelSpec:
     """A ModelSpec (weights=None) from a parsed config.json and its companion files.
 
@@ -374,11 +395,13 @@ def read_config(
 
     ``hf_facts``: transformers' facts for this config found earlier (an ``HfFacts`` or its JSON form: the sources
     look them up in the facts cache and the embedded catalogue), used instead of asking transformers; otherwise
-    ``config_hf.hf_facts_for`` computes them (importing transformers) unless use_transformers=False."""
+    ``config_hf.hf_facts_for`` computes them (importing transformers) unless use_transformers=False.
+    ``validated``: the caller has already passed ``config`` (not the companions) through ``validate_config``."""
     if not isinstance(config, Mapping):
         raise MalformedFileError(f"expected a JSON object, got {type(config).__name__}", file=filename)
     companions = dict(companions or {})
-    validate_config(config, filename=filename)  # before transformers or anything else iterates over a count
+    if not validated:
+        validate_config(config, filename=filename)  # before transformers or anything else iterates over a count
     for name, companion in companions.items():
         validate_config(companion, filename=name)
     text, prefix = _text_part(config, filename)

@@ -258,10 +258,21 @@ def _without_stated(facts: HfFacts, config: Mapping[str, Any]) -> HfFacts:
     return replace(facts, defaults={k: v for k, v in facts.defaults.items() if k not in stated})
 
 
+#: the installed transformers' version, once found (a scan asks for it once per repo)
+_INSTALLED: list[str | None] = []
+
+
 def installed_transformers_version() -> str | None:
     """The installed transformers' version from its package metadata (transformers is not imported): the name of
     its ``transformers-VERSION.dist-info`` folder on ``sys.path`` (what importlib.metadata finds first, without
-    importing importlib.metadata and its email parser on a check's start-up), else importlib.metadata."""
+    importing importlib.metadata and its email parser on a check's start-up), else importlib.metadata. Looked up
+    once per process."""
+    if not _INSTALLED:
+        _INSTALLED.append(_find_transformers_version())
+    return _INSTALLED[0]
+
+
+def _find_transformers_version() -> str | None:
     import sys
 
     for entry in sys.path:

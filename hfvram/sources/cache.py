@@ -21,10 +21,12 @@ readers compute those facts and never touch the disk; ``hfvram.sources.facts`` l
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
 import re
+import stat
 import tempfile
 import time
 from collections.abc import Mapping
@@ -114,9 +116,14 @@ def default_cache_dir() -> Path:
     return Path(platformdirs.user_cache_dir("hfvram"))
 
 
+@functools.lru_cache(maxsize=4096)
 def _slug(text: str) -> str:
     safe = re.sub(r"[^A-Za-z0-9._-]+", "_", text)[:80]
     return f"{safe}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
+
+
+#: transformers' facts entries read and checked by this process, by (path, inode, size, mtime): the facts they hold
+_CHECKED_FACTS: dict[tuple[str, int, int, int], HfFacts] = {}
 
 
 class FactsCache:
@@ -132,11 +139,12 @@ class FactsCache:
         return self._now if self._now is not None else time.time()
 
     # ---- paths --------------------------------------------------------------------------------
+    # (joined as text, one Path made: a scan builds several per repo)
     def _fact_path(self, repo_id: str, sha: str, name: str) -> Path:
-        return self.root / "facts" / _slug(repo_id) / sha / f"{_slug(name)}.json"
+        return Path(os.path.join(self.root, "facts", _slug(repo_id), sha, f"{_slug(name)}.json"))
 
     def _ref_path(self, repo_id: str, revision: str) -> Path:
-        return self.root / "refs" / _slug(repo_id) / f"{_slug(revision)}.json"
+        return Path(os.path.join(self.root, "refs", _slug(repo_id), f"{_slug(revision)}.json"))
 
     def transformers_path(self, canonical: str, version: str) -> Path:
         """The entry of transformers' facts for a config (canonical JSON) and transformers version."""
@@ -196,12 +204,14 @@ class FactsCache:
             except FileNotFoundError:  # the folder is made on the first write only (not a mkdir per write)
                 path.parent.mkdir(parents=True, exist_ok=True)
                 fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+            replaced = False
             try:
                 with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                    json.dump(entry, handle)
+                    handle.write(json.dumps(entry))  # the same text as json.dump, from the C encoder in one piece
                 os.replace(tmp, path)
+                replaced = True
             finally:
-                if os.path.exists(tmp):
+                if not replaced and os.path.exists(tmp):
                     os.unlink(tmp)
             return True
         except OSError:
@@ -268,6 +278,16 @@ class FactsCache:
         from hfvram.readers.config_hf import HfFacts
 
         path = self.transformers_path(canonical, version)
+        try:
+            seen = os.lstat(path)
+        except OSError:
+            return None
+        # the same file, unchanged since this process last read and checked it (a scan of many repos that share
+        # a config reads it once): (path, inode, size, modification time) name one version of a regular file
+        stamp = (str(path), seen.st_ino, seen.st_size, seen.st_mtime_ns) if stat.S_ISREG(seen.st_mode) else None
+        known = _CHECKED_FACTS.get(stamp) if stamp else None
+        if known is not None:
+            return known
         entry = self._read(path, cap="transformers_facts")
         if entry is None:
             return None
@@ -284,6 +304,10 @@ class FactsCache:
         except ValueError:  # valid JSON of the wrong shape: computed again, and this entry rewritten
             self._discard(path)
             return None
+        if stamp is not None:
+            if len(_CHECKED_FACTS) >= 256:
+                _CHECKED_FACTS.clear()
+            _CHECKED_FACTS[stamp] = facts
         return facts
 
     def put_transformers_facts(self, canonical: str, version: str, facts: HfFacts) -> bool:

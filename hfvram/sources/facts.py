@@ -103,7 +103,7 @@ def spec_from_facts(facts: CheckpointFacts, cache: FactsCache | None = None) -> 
 
     validate_config(config, filename="config.json")  # before transformers iterates over a count (read_config too)
     hf = transformers_facts(config, cache)
-    spec = read_config(config, filename="config.json", companions=companions or None, hf_facts=hf)
+    spec = read_config(config, filename="config.json", companions=companions or None, hf_facts=hf, validated=True)
     weights, warning = best_weights(spec, facts, config)
     if weights is not None:
         spec = _with_weights(spec, weights)

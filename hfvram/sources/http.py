@@ -15,7 +15,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -143,13 +143,28 @@ def _hf_version() -> str:
     return huggingface_hub.__version__
 
 
+#: the token of a scan in progress, looked up once for all its requests (see :func:`scan_token`)
+_SCAN_TOKEN: list[str | None] = []
+
+
+@contextlib.contextmanager
+def scan_token() -> Iterator[None]:
+    """While a scan runs, its requests carry the token found at its start (HF_TOKEN or the saved one) instead of
+    reading the environment and the token file again for each of them."""
+    _SCAN_TOKEN[:] = [get_token()]
+    try:
+        yield
+    finally:
+        _SCAN_TOKEN.clear()
+
+
 def request_headers(token: str | None, extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """Auth (the token argument, else HF_TOKEN / the token saved by `hf auth login`) and user agent.
 
     Built here rather than with ``build_hf_headers`` because that helper first fetches the Hub's agent
     registry (one more blocking request per day and process)."""
     headers = {"user-agent": _user_agent()}
-    secret = token if token else get_token()
+    secret = token if token else (_SCAN_TOKEN[0] if _SCAN_TOKEN else get_token())
     if secret:
         headers["authorization"] = f"Bearer {secret}"
     if extra:
@@ -278,8 +293,50 @@ def _deadline_error(what: str, words: str) -> NetworkError:
     return NetworkError(f"could not fetch {what} from {redact(hub_endpoint())}: no complete answer within {words}")
 
 
+class _Runner:
+    """A daemon thread that runs request attempts handed to it one at a time; once idle it waits in ``_IDLE`` for
+    the next, so that a request costs a hand-over, not a thread start (a scan makes tens of thousands). A runner
+    stuck in an abandoned attempt stays out of ``_IDLE`` until that attempt ends."""
+
+    def __init__(self) -> None:
+        import queue
+
+        self.tasks: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        threading.Thread(target=self._loop, name="hfvram-fetch", daemon=True).start()
+
+    def _loop(self) -> None:
+        while True:
+            self.tasks.get()()
+            with _IDLE_LOCK:
+                if len(_IDLE) >= MAX_IDLE_RUNNERS:
+                    return
+                _IDLE.append(self)
+
+
+#: idle runner threads, the last one to finish on top; at most MAX_IDLE_RUNNERS kept
+_IDLE: list[_Runner] = []
+_IDLE_LOCK = threading.Lock()
+MAX_IDLE_RUNNERS = 64
+
+
+def _forget_runners() -> None:
+    """In a forked child the parent's runner threads do not exist: start fresh ones."""
+    global _IDLE_LOCK
+    _IDLE.clear()
+    _IDLE_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_runners)
+
+
+def _start(task: Callable[[], None]) -> None:
+    with _IDLE_LOCK:
+        runner = _IDLE.pop() if _IDLE else None
+    (runner or _Runner()).tasks.put(task)
+
+
 def _within(until: float, work: Callable[[threading.Event, dict[str, object]], T]) -> T | None:
-    """``work(cancelled, box)`` in a daemon thread; its result, or None when ``until`` passes first (the socket
+    """``work(cancelled, box)`` in a runner thread; its result, or None when ``until`` passes first (the socket
     of the response it put in ``box`` is shut down, and the thread drops the answer when it next wakes)."""
     box: dict[str, object] = {}
     done = threading.Event()
@@ -294,7 +351,7 @@ def _within(until: float, work: Callable[[threading.Event, dict[str, object]], T
         finally:
             done.set()
 
-    threading.Thread(target=run, name="hfvram-fetch", daemon=True).start()
+    _start(run)
     if not done.wait(max(0.0, until - time.monotonic())):
         cancelled.set()
         _shut_down(box)

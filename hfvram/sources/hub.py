@@ -62,6 +62,7 @@ from hfvram.sources.repo_files import (
 from hfvram.spec import LoadedModel, SourceInfo
 
 EXPAND = ("sha", "siblings", "gated", "safetensors")
+EXPAND_QUERY = "&".join(f"expand={field}" for field in EXPAND)
 #: first Range of a safetensors file: holds the whole header of most single-file checkpoints and dense
 #: shards; a longer header (large MoE shards) is continued with one more Range
 FIRST_HEADER_RANGE = 32 * KIB
@@ -77,7 +78,8 @@ T = TypeVar("T")
 def fetch_repo_info(repo_id: str, revision: str | None, token: str | None) -> RepoInfo:
     base = f"{hub_endpoint()}/api/models/{repo_id}"
     url = base if revision is None else f"{base}/revision/{quote(revision, safe='')}"
-    data, _ = fetch_json(url, token=token, repo_id=repo_id, filename=None, params={"expand": list(EXPAND)})
+    # the query as httpx would encode params={"expand": EXPAND}, written out: the URL is parsed once, not twice
+    data, _ = fetch_json(f"{url}?{EXPAND_QUERY}", token=token, repo_id=repo_id, filename=None)
     if not isinstance(data, dict) or not is_commit_sha(data.get("sha")):
         raise MalformedFileError("model info without a commit sha", file=f"{repo_id} (Hub model info)")
     siblings = data.get("siblings") or []

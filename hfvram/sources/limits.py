@@ -213,9 +213,17 @@ def current_source_deadline() -> tuple[float, float] | None:
 # ---- the Hub endpoint -----------------------------------------------------------------------------------------
 
 
+#: endpoints already found valid (raw value -> checked value): every request checks HF_ENDPOINT, a scan thousands of
+#: times; a malformed one is never kept, so it fails every time
+_VALID_ENDPOINTS: dict[str, str] = {}
+
+
 def checked_endpoint(raw: str) -> str:
     """``raw`` (HF_ENDPOINT) when it is an http(s) URL with a host and a valid port; else one usage error
     that shows the value redacted."""
+    known = _VALID_ENDPOINTS.get(raw)
+    if known is not None:
+        return known
     from urllib.parse import urlsplit
 
     value = raw.strip().rstrip("/")
@@ -232,6 +240,8 @@ def checked_endpoint(raw: str) -> str:
         raise UsageError(f"HF_ENDPOINT {shown} is not an http(s) URL with a host name")
     if any(ch.isspace() or ord(ch) < 32 for ch in value):
         raise UsageError(f"HF_ENDPOINT {shown} contains spaces or control characters")
+    if len(_VALID_ENDPOINTS) < 16:
+        _VALID_ENDPOINTS[raw] = value
     return value
 
 

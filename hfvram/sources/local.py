@@ -120,17 +120,18 @@ def cached_snapshot(repo_id: str, revision: str | None) -> Path | None:
 
     Read from the cache's own layout (``models--ORG--NAME/refs/REV`` → ``snapshots/SHA``, as huggingface_hub's
     ``try_to_load_from_cache`` does) so that an offline run never imports the HTTP stack."""
-    repo_dir = hf_hub_cache() / ("models--" + repo_id.replace("/", "--"))
+    # plain strings and os.path until a snapshot is found: a scan asks this once per repo, mostly in vain
+    repo_dir = os.path.join(hf_hub_cache(), "models--" + repo_id.replace("/", "--"))
     wanted = revision or "main"
-    ref = repo_dir / "refs" / wanted
+    ref = os.path.join(repo_dir, "refs", wanted)
     try:
-        sha = read_local_text(ref, 4096).strip() if ref.is_file() else wanted
+        sha = read_local_text(Path(ref), 4096).strip() if os.path.isfile(ref) else wanted
     except (OSError, HfvramError):
         return None
     if not sha or "/" in sha or sha in (".", ".."):
         return None
-    snapshot = repo_dir / "snapshots" / sha
-    return snapshot if (snapshot / "config.json").is_file() else None
+    snapshot = os.path.join(repo_dir, "snapshots", sha)
+    return Path(snapshot) if os.path.isfile(os.path.join(snapshot, "config.json")) else None
 
 
 def snapshot_is_complete(snapshot: Path) -> bool:

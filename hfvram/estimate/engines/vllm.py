@@ -550,6 +550,8 @@ def unmodelled_flag_warnings(spec: ModelSpec, choice: EngineChoice, rules: Rules
 def speculative_method(text: str) -> tuple[str | None, str | None]:
     """(method, draft model) of a ``--speculative-config`` JSON value (``{"method": "ngram", …}``,
     ``{"model": "…", "num_speculative_tokens": 5}``); (None, None) when it is not a JSON object."""
+    if not text.strip():
+        return None, None  # not set (every estimate without it): no JSON error raised and caught
     try:
         value = json.loads(text[:4096])
     except ValueError:
@@ -690,7 +692,7 @@ def compute(
         ),
         outside_trouble=outside_budget_trouble(budget, overhead, activations.bytes, hardware, settings),
         hybrid_moe_graphs=bool(
-            overhead.cudagraphs and any(layer.kind in RECURRENT_KINDS for layer in spec.layers) and spec.num_experts
+            overhead.cudagraphs and spec.num_experts and any(layer.kind in RECURRENT_KINDS for layer in spec.layers)
         ),
         decode_modelled=hardware is not None and common.active_weight_bytes(spec) is not None,
         decode=decode_bound(spec, hardware, layout, blocks_per_request, settings.tensor_parallel_size),
@@ -930,8 +932,35 @@ def _page_layout(attention: Sequence[Layer], recurrent: Sequence[Layer], setting
     return int(block * max(per_token)), block
 
 
+#: layouts already worked out: id(spec.layers) -> (those layers, {settings the layout reads: layout}). One estimate
+#: (its longest-context and concurrency searches) and a scan's repeated models ask for the same layout many times.
+_LAYOUTS: dict[int, tuple[tuple[Layer, ...], dict[tuple[object, ...], KVGroupLayout]]] = {}
+_LAYOUTS_KEPT = 256
+
+
 def kv_layout(spec: ModelSpec, settings: Settings) -> KVGroupLayout:
-    """Per-rank page sizes and groups (docs/engines/vllm.md#vllm-kv-specs to docs/engines/vllm.md#vllm-block-size) for the worst pipeline stage, as ``get_kv_cache_groups``."""
+    """Per-rank page sizes and groups (docs/engines/vllm.md#vllm-kv-specs to docs/engines/vllm.md#vllm-block-size) for the worst pipeline stage, as ``get_kv_cache_groups``.
+    A pure function of the layers and the settings it reads, remembered for the same layers."""
+    key = (
+        settings.tensor_parallel_size,
+        settings.pipeline_parallel_size,
+        settings.max_num_batched_tokens,
+        settings.block_size,
+        settings.kv_bytes,
+        settings.dtype_bytes,
+    )
+    entry = _LAYOUTS.get(id(spec.layers))
+    if entry is None or entry[0] is not spec.layers:  # the layers held keep their id from being reused
+        if len(_LAYOUTS) >= _LAYOUTS_KEPT:
+            _LAYOUTS.clear()
+        entry = _LAYOUTS[id(spec.layers)] = (spec.layers, {})
+    layout = entry[1].get(key)
+    if layout is None:
+        layout = entry[1][key] = _kv_layout(spec, settings)
+    return layout
+
+
+def _kv_layout(spec: ModelSpec, settings: Settings) -> KVGroupLayout:
     tp = settings.tensor_parallel_size
     layers = common.worst_stage_layers(spec, settings.pipeline_parallel_size)
     attention = [layer for layer in layers if layer.kv_elems_per_token]
