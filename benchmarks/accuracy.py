@@ -291,6 +291,8 @@ class CaseResult:
     verdict_given_weights: str | None = None
     skipped: str | None = None
     warnings: tuple[str, ...] = ()
+    #: "fitted" (the set the constants were fitted on) or "later-added" (a case with an ``added`` field, kept apart)
+    added: str = "fitted"
 
     def errors(self, which: str = "predicted") -> dict[str, float]:
         """Relative errors (predicted − measured) / measured for the metrics both sides have."""
@@ -330,6 +332,7 @@ def run_case(case: Mapping[str, Any], fixtures: Mapping[str, Mapping[str, Any]])
         fixture=None,
         measured=measured_figures(case),
         failure=is_failure(case),
+        added="later-added" if str(case.get("added", "")).startswith("later") else "fitted",
     )
     row = fixtures.get(model)
     if row is None:
@@ -437,7 +440,7 @@ def print_report(results: list[CaseResult], out=sys.stdout) -> None:
             file=out,
         )
     for which, label in (("predicted", "end-to-end"), ("given_weights", "measured weights given")):
-        for key in ("engine", "family"):
+        for key in ("engine", "added", "family"):
             print(f"\nsummary ({label}) by {key}: median |error| / worst error (n)", file=out)
             for group, metrics in summarize(results, which, key).items():
                 cells = "  ".join(
@@ -454,7 +457,7 @@ def print_report(results: list[CaseResult], out=sys.stdout) -> None:
 def print_markdown(results: list[CaseResult], out=sys.stdout) -> None:
     """The summaries as Markdown tables: the vLLM section of docs/accuracy.md is this output."""
     for which, label in (("predicted", "end-to-end"), ("given_weights", "measured weights given")):
-        for key in ("engine", "family"):
+        for key in ("engine", "added", "family"):
             groups = summarize(results, which, key)
             metrics = sorted({m for values in groups.values() for m in values})
             print(f"\n**{label}, by {key}**: median \\|error\\| / worst error (n)\n", file=out)

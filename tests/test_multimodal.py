@@ -155,3 +155,14 @@ def test_without_weights_of_a_tower_nothing_is_added(scout):
     bare = scout.with_weights(Weights(total_bytes=GiB, params_total=GiB // 2, bytes_by_component={"mlp": GiB}))
     placement = multimodal.tower_placement(bare, "vllm", 4, multimodal.MultimodalSettings(encoder_tp_mode="data"))
     assert placement.replicated_bytes == 0 and placement.notes == ()
+
+
+def test_sglang_keeps_the_llama4_tower_whole(scout):
+    """SGLang's mllama4.py builds transformers' Llama4VisionModel (plain nn.Linear): whole on every rank."""
+    result = estimate(scout, h100s(4), EngineChoice("sglang", None, {}, tp=4), Workload(context=8192))
+    vision = scout.weights.bytes_by_component["vision"]
+    assert f"{vision / GiB:.2f} GiB of vision kept whole on every rank" in result.explain["weights"]
+    split = multimodal.tower_placement(
+        replace(scout, model_type="gemma3"), "sglang", 4, multimodal.MultimodalSettings()
+    )
+    assert split.replicated_bytes == 0 and any("not known" in w for w in split.warnings)
