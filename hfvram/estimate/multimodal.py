@@ -94,7 +94,7 @@ def parse_limits(text: str | None) -> dict[str, int] | None:
         raise UsageError(f"limit-mm-per-prompt is longer than {MAX_LIMIT_TEXT} characters")
     if not raw:
         return None
-    items: dict[str, object]
+    items: dict[str, object] = {}
     if raw.startswith("{"):
         try:
             parsed = json.loads(raw)
@@ -104,7 +104,6 @@ def parse_limits(text: str | None) -> dict[str, int] | None:
             raise UsageError("limit-mm-per-prompt must be a JSON object of modality -> count")
         items = parsed
     else:
-        items = {}
         for part in raw.split(",")[: MAX_LIMIT_KEYS + 1]:
             key, sep, value = part.partition("=")
             if not sep:
@@ -113,8 +112,8 @@ def parse_limits(text: str | None) -> dict[str, int] | None:
     if len(items) > MAX_LIMIT_KEYS:
         raise UsageError(f"limit-mm-per-prompt names more than {MAX_LIMIT_KEYS} modalities")
     limits: dict[str, int] = {}
-    for key, value in items.items():
-        count = value.get("count") if isinstance(value, dict) else value
+    for key, entry in items.items():
+        count = entry.get("count") if isinstance(entry, dict) else entry
         try:
             number = int(str(count))
         except ValueError as exc:
@@ -193,7 +192,7 @@ def tower_placement(spec: ModelSpec, engine: str, tp: int, settings: MultimodalS
     else:
         warning = f"multimodal {name}: how {engine} places its encoder under TP is not known; counted as split"
         return TowerPlacement(scale=1.0, replicated_bytes=0.0, profiled=True, warnings=(warning,) if tp > 1 else ())
-    notes = ()
+    notes: tuple[str, ...] = ()
     if tp > 1 and vision:
         if whole:
             notes = (
