@@ -166,3 +166,12 @@ def test_sglang_keeps_the_llama4_tower_whole(scout):
         replace(scout, model_type="gemma3"), "sglang", 4, multimodal.MultimodalSettings()
     )
     assert split.replicated_bytes == 0 and any("not known" in w for w in split.warnings)
+
+
+def test_text_only_serving_before_vllm_0_10_1_counts_the_tower(scout):
+    """PR vllm-project/vllm#22299 (merged 2025-08-06, in 0.10.1) made `limit-mm-per-prompt` 0 skip the tower."""
+    choice = EngineChoice("vllm", "0.9", {"limit-mm-per-prompt": '{"image": 0}'}, tp=4)
+    old = estimate(scout, h100s(4), choice, Workload(context=8192))
+    served = estimate(scout, h100s(4), replace(choice, settings={}), Workload(context=8192))
+    assert old.per_gpu.weights == served.per_gpu.weights
+    assert any("only from 0.10.1" in w for w in old.warnings)

@@ -30,6 +30,17 @@ MAX_LIMIT_TEXT = 2000
 MAX_LIMIT_KEYS = 16
 #: vLLM's --mm-encoder-tp-mode choices (MultiModalConfig.mm_encoder_tp_mode)
 TP_MODES = ("weights", "data")
+#: the first vLLM release that skips a tower limited to 0 (0.10.1, PR #22299, for the families of this table;
+#: ``_mark_tower_model`` made it general later)
+TEXT_ONLY_SINCE = (0, 10, 1)
+
+
+def _version(text: str) -> tuple[int, ...]:
+    parts = []
+    for part in text.split(".")[:3]:
+        digits = "".join(ch for ch in part if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
 
 
 @dataclass(frozen=True)
@@ -52,6 +63,8 @@ class MultimodalSettings:
 
     limits: Mapping[str, int] | None = None
     encoder_tp_mode: str = "weights"
+    #: the engine version skips a tower whose modalities are all limited to 0 (vLLM >= 0.10.1, PR #22299)
+    skips_unused_tower: bool = True
 
 
 @dataclass(frozen=True)
@@ -155,7 +168,7 @@ def tower_placement(spec: ModelSpec, engine: str, tp: int, settings: MultimodalS
     if not spec.multimodal:
         return TowerPlacement(scale=1.0, replicated_bytes=0.0, profiled=False)
     family = families().get(spec.model_type or "")
-    if engine == "vllm" and text_only(family, settings):
+    if engine == "vllm" and settings.skips_unused_tower and text_only(family, settings):
         shown = ", ".join(f"{k}=0" for k in (family.modalities if family else settings.limits or {}))
         return TowerPlacement(
             scale=0.0,
@@ -206,16 +219,28 @@ def tower_placement(spec: ModelSpec, engine: str, tp: int, settings: MultimodalS
     )
 
 
-def settings_of(spec: ModelSpec, given: Mapping[str, str], tp: int, warnings: list[str]) -> MultimodalSettings:
+def settings_of(
+    spec: ModelSpec, given: Mapping[str, str], tp: int, version: str, warnings: list[str]
+) -> MultimodalSettings:
     """vLLM's --limit-mm-per-prompt and --mm-encoder-tp-mode from the engine settings (UsageError on bad
-    values); warnings when they are given for a model without an encoder, or when the tower's placement under
-    TP ``tp`` is not known."""
+    values); warnings when they are given for a model without an encoder, when the tower's placement under TP
+    ``tp`` is not known, or when vLLM ``version`` (asked for, else the rules') predates text-only serving."""
     normalized = {key.replace("_", "-").lower().lstrip("-"): value for key, value in given.items()}
     settings = MultimodalSettings(
         limits=parse_limits(normalized.get("limit-mm-per-prompt")),
         encoder_tp_mode=parse_tp_mode(normalized.get("mm-encoder-tp-mode")),
+        skips_unused_tower=_version(version) >= TEXT_ONLY_SINCE,
     )
     warnings.extend(flag_warnings(spec, settings, given))
+    if (
+        spec.multimodal
+        and not settings.skips_unused_tower
+        and text_only(families().get(spec.model_type or ""), settings)
+    ):
+        warnings.append(
+            f"--limit-mm-per-prompt at 0 for every modality: vLLM skips the encoder tower only from 0.10.1 ({version} "
+            "predates it); the tower is counted"
+        )
     warnings.extend(tower_placement(spec, "vllm", tp, settings).warnings)
     return settings
 

@@ -441,7 +441,7 @@ def resolve_settings(
     block_default = int(rules["block_size_mla"] if has_mla else rules["block_size"])
     kv_mem = common.setting(choice, "kv-cache-memory-bytes")
     warnings.extend(unmodelled_flag_warnings(spec, choice, rules, quant_setting))
-    mm_settings = multimodal.settings_of(spec, choice.settings, tp, warnings)
+    mm_settings = multimodal.settings_of(spec, choice.settings, tp, choice.version or rules_version, warnings)
     return Settings(
         rules=rules_version,
         gpu_memory_utilization=util,
