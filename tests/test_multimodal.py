@@ -175,3 +175,16 @@ def test_text_only_serving_before_vllm_0_10_1_counts_the_tower(scout):
     served = estimate(scout, h100s(4), replace(choice, settings={}), Workload(context=8192))
     assert old.per_gpu.weights == served.per_gpu.weights
     assert any("only from 0.10.1" in w for w in old.warnings)
+
+
+def test_table_rows_cover_the_issue_families_and_say_their_caveats(scout):
+    rows = multimodal.families()
+    assert {"llama4", "gemma3", "qwen2_5_vl", "qwen3_vl", "mistral3", "internvl_chat", "qwen2_audio"} <= set(rows)
+    assert all(row.vllm_source.startswith("https://github.com/vllm-project/vllm/blob/") for row in rows.values())
+    data = multimodal.MultimodalSettings(encoder_tp_mode="data")
+    pixtral = multimodal.tower_placement(replace(scout, model_type="mistral3"), "vllm", 2, data)
+    assert pixtral.replicated_bytes == 0 and any("does not read it" in w for w in pixtral.warnings)
+    intern = multimodal.tower_placement(
+        replace(scout, model_type="internvl_chat"), "vllm", 2, multimodal.MultimodalSettings()
+    )
+    assert any("InternViT's attention is kept whole" in w for w in intern.warnings)

@@ -54,6 +54,7 @@ class Family:
     vllm_source: str
     sglang_tower: str | None = None
     sglang_source: str | None = None
+    vllm_caveat: str | None = None
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,7 @@ def families() -> dict[str, Family]:
             vllm_source=str(row["vllm_source"]),
             sglang_tower=row.get("sglang_tower"),
             sglang_source=row.get("sglang_source"),
+            vllm_caveat=row.get("vllm_caveat"),
         )
         for name, row in rows.items()
     }
@@ -198,6 +200,8 @@ def tower_placement(spec: ModelSpec, engine: str, tp: int, settings: MultimodalS
         warnings: tuple[str, ...] = ()
         if settings.encoder_tp_mode == "data" and not family.vllm_data_mode and family.vllm_tower != "replicated":
             warnings = (f"--mm-encoder-tp-mode data: {name}'s encoder does not read it; its weights stay split",)
+        if family.vllm_caveat and tp > 1 and not whole:
+            warnings = (*warnings, f"{name}: {family.vllm_caveat}")
     elif engine == "sglang" and family.sglang_tower is not None:
         whole = family.sglang_tower == "replicated"
         how = "built from transformers modules" if whole else "parallel layers"
