@@ -188,3 +188,9 @@ def test_table_rows_cover_the_issue_families_and_say_their_caveats(scout):
         replace(scout, model_type="internvl_chat"), "vllm", 2, multimodal.MultimodalSettings()
     )
     assert any("InternViT's attention is kept whole" in w for w in intern.warnings)
+
+
+def test_partial_rotary_factor_narrows_the_rotary_cache():
+    """Qwen3.5-27B: rope_parameters.partial_rotary_factor 0.25 of head_dim 256 -> 64 rotary dims over 262,144."""
+    spec = derived_spec("Qwen/Qwen3.5-27B")
+    assert multimodal.rope_cache(spec, 2.0)[0] == 262_144 * 64 * 2

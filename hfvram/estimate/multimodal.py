@@ -278,7 +278,8 @@ _KNOWN_ROPE = ("default", "llama3", "linear", "dynamic", "yarn")
 def rope_cache(spec: ModelSpec, dtype_bytes: float) -> tuple[int, str | None]:
     """Bytes of vLLM's rotary cos/sin cache on every rank and a note (None when the model has no rotary
     attention). ``RotaryEmbeddingBase`` stores ``[length, rotary_dim]`` (cos ‖ sin) in the model dtype, one
-    instance per distinct configuration (``get_rope`` caches them); length = ``max_position_embeddings``
+    instance per distinct configuration (``get_rope`` caches them); rotary_dim = head_dim × partial_rotary_factor
+    (MLA: qk_rope_head_dim); length = ``max_position_embeddings``
     (default, llama3), × factor (linear, dynamic), ``original_max_position_embeddings`` × factor (yarn)."""
     attention = [
         layer for layer in spec.layers if layer.kind not in (LayerKind.LINEAR, LayerKind.MAMBA, LayerKind.NONE)
@@ -290,6 +291,10 @@ def rope_cache(spec: ModelSpec, dtype_bytes: float) -> tuple[int, str | None]:
         rotary_dim = layer.qk_rope_head_dim
     else:
         rotary_dim = layer.head_dim_k or (spec.head_dim or 0)
+    shape = spec.extra.get("shape_config")
+    partial = shape.get("partial_rotary_factor") if isinstance(shape, Mapping) else None
+    if isinstance(partial, (int, float)) and not isinstance(partial, bool) and 0 < partial < 1:
+        rotary_dim = int(rotary_dim * partial)
     if rotary_dim <= 0:
         return 0, None
     scaling = dict(spec.rope_scaling or {})

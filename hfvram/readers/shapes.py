@@ -62,6 +62,8 @@ SHAPE_KEYS = (
     "mlp_bias",
     "moe_shared_expert_intermediate_size",
     "block_configs",
+    # not shapes: the rotary share of a head, for the engines' rotary caches (hfvram/estimate/multimodal.py)
+    "partial_rotary_factor",
 )
 #: DeciLM (nemotron-nas) rounds each layer's FFN width up to this multiple (modeling_decilm._find_multiple)
 _DECI_FFN_MULTIPLE = 256
@@ -75,6 +77,10 @@ def shape_config(config: Mapping[str, Any]) -> dict[str, Any]:
     nested = isinstance(text, Mapping)
     merged: Mapping[str, Any] = {**config, **text} if isinstance(text, Mapping) else config
     facts: dict[str, Any] = {key: merged[key] for key in SHAPE_KEYS if key in merged}
+    rope_parameters = merged.get("rope_parameters")
+    # transformers 5 keeps partial_rotary_factor inside rope_parameters
+    if isinstance(rope_parameters, Mapping) and "partial_rotary_factor" in rope_parameters:
+        facts.setdefault("partial_rotary_factor", rope_parameters["partial_rotary_factor"])
     facts["nested_text_config"] = nested
     if isinstance(text, Mapping) and isinstance(text.get("model_type"), str):
         facts["text_model_type"] = text["model_type"]
