@@ -38,7 +38,9 @@ if str(ROOT) not in sys.path:
 
 from hfvram.errors import HfvramError  # noqa: E402
 from hfvram.estimate.core import estimate  # noqa: E402
+from hfvram.estimate.engines.vllm import dtype_bytes_of  # noqa: E402
 from hfvram.estimate.hardware import parse_gpu_spec  # noqa: E402
+from hfvram.estimate.multimodal import rope_cache  # noqa: E402
 from hfvram.estimate.types import GPU, EngineChoice, Estimate, Hardware, Workload  # noqa: E402
 from hfvram.readers.config import read_config  # noqa: E402
 from hfvram.spec import ModelSpec, Weights  # noqa: E402
@@ -395,7 +397,10 @@ def run_case(case: Mapping[str, Any], fixtures: Mapping[str, Mapping[str, Any]])
         # the measured bytes already carry --dtype and --quantization: load them as they are
         loaded_dtype = settings.get("dtype", spec.dtype)
         plain = replace(choice, settings={k: v for k, v in settings.items() if k != "quantization"})
-        measured_spec = with_measured_weights(replace(spec, dtype=loaded_dtype), int(weights), tp * pp)
+        # "Model loading took" includes the buffers built with the model (the rotary cache the engine rules add
+        # per rank, hfvram/estimate/multimodal.py): the checkpoint's share is the rest
+        rope, _ = rope_cache(spec, dtype_bytes_of(str(loaded_dtype or "bfloat16")))
+        measured_spec = with_measured_weights(replace(spec, dtype=loaded_dtype), int(weights) - rope, tp * pp)
         given = estimate(measured_spec, hardware, plain, workload)
         result.given_weights = predicted_figures(given)
         result.given_weights["weights"] = None  # plugged in, not predicted

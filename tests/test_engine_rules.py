@@ -382,7 +382,7 @@ def test_every_memory_flag_is_modelled_or_named_in_a_warning(engine):
     engine_toml = tomllib.loads((root / "engines" / f"{engine}.toml").read_text(encoding="utf-8"))
     source = "\n".join(
         (ESTIMATE_SOURCES / name).read_text(encoding="utf-8")
-        for name in (f"engines/{engine}.py", "common.py", "engine_rules.py")
+        for name in (f"engines/{engine}.py", "common.py", "engine_rules.py", "multimodal.py")
     )
     named = set(re.findall(r"""["']([A-Za-z0-9_.\-]+)["']""", source))
     warned = set(engine_toml["defaults"]["unmodelled_flags"])

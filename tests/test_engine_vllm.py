@@ -393,7 +393,7 @@ def test_data_parallel_replicas_share_the_gpus_and_keep_per_gpu_figures():
             {"enable_lora": "true", "max_loras": "4"},
             ("--enable-lora: hfvram does not account for LoRA", "--max-loras 4"),
         ),
-        ({"limit_mm_per_prompt": '{"image": 0}'}, ("--limit-mm-per-prompt", "multimodal encoder cache")),
+        ({"limit_mm_per_prompt": '{"image": 0}'}, ("--limit-mm-per-prompt: a text-only model has no encoder",)),
         (
             {"speculative_config": '{"model": "yuhuili/EAGLE-LLaMA3.1-Instruct-8B", "method": "eagle"}'},
             ("--speculative-config (eagle, yuhuili/EAGLE-LLaMA3.1-Instruct-8B)", "draft model's weights"),

@@ -198,7 +198,15 @@ def test_llama4_scout_fused_experts_and_shared_expert():
     assert spec.tie_word_embeddings is False and "tie_word_embeddings" in spec.provenance
     assert weights.params_by_component["lm_head"] == 202_048 * 5_120
     assert "language_model.lm_head.weight" in names
-    assert 16.5e9 < params_active(weights, spec) < 17.5e9
+    # the vision tower + pixel-shuffle adapter + projector (transformers Llama4VisionModel): 34 layers of width
+    # 1408, counted in the vision component; with it the total is the Hub's safetensors parameter count of the
+    # repository, 108,641,793,536 ("109B")
+    assert names["vision_model.model.layers.33.mlp.fc1.weight"].shape == (5632, 1408)
+    assert names["multi_modal_projector.linear_1.weight"].shape == (5120, 4096)
+    assert weights.params_total == 108_641_793_536
+    vision = weights.params_by_component["vision"]
+    assert vision == 871_932_416
+    assert 16.5e9 < params_active(weights, spec) - vision < 17.5e9  # the name's 17B active: the text model
 
 
 def test_nemotron_super_block_configs_set_each_layer():

@@ -62,6 +62,8 @@ SHAPE_KEYS = (
     "mlp_bias",
     "moe_shared_expert_intermediate_size",
     "block_configs",
+    # not shapes: the rotary share of a head, for the engines' rotary caches (hfvram/estimate/multimodal.py)
+    "partial_rotary_factor",
 )
 #: DeciLM (nemotron-nas) rounds each layer's FFN width up to this multiple (modeling_decilm._find_multiple)
 _DECI_FFN_MULTIPLE = 256
@@ -75,6 +77,10 @@ def shape_config(config: Mapping[str, Any]) -> dict[str, Any]:
     nested = isinstance(text, Mapping)
     merged: Mapping[str, Any] = {**config, **text} if isinstance(text, Mapping) else config
     facts: dict[str, Any] = {key: merged[key] for key in SHAPE_KEYS if key in merged}
+    rope_parameters = merged.get("rope_parameters")
+    # transformers 5 keeps partial_rotary_factor inside rope_parameters
+    if isinstance(rope_parameters, Mapping) and "partial_rotary_factor" in rope_parameters:
+        facts.setdefault("partial_rotary_factor", rope_parameters["partial_rotary_factor"])
     facts["nested_text_config"] = nested
     if isinstance(text, Mapping) and isinstance(text.get("model_type"), str):
         facts["text_model_type"] = text["model_type"]
@@ -532,6 +538,37 @@ class _Builder:
         self.plain("multi_modal_projector.mm_input_projection_weight", (hidden, text_hidden))
         self.plain("multi_modal_projector.mm_soft_emb_norm.weight", (hidden,))
 
+    def llama4_vision(self, vision: Mapping[str, Any], text_hidden: int) -> None:
+        """Llama-4 vision tower + pixel-shuffle adapter + projector (transformers Llama4VisionModel,
+        Llama4VisionPixelShuffleMLP, Llama4MultiModalProjector)."""
+        hidden, inter = int(vision["hidden_size"]), int(vision["intermediate_size"])
+        patch, image = int(vision["patch_size"]), int(vision["image_size"])
+        channels = int(vision.get("num_channels", 3))
+        projector_in, projector_out = int(vision["projector_input_dim"]), int(vision["projector_output_dim"])
+        output_dim = int(vision.get("vision_output_dim", projector_out))
+        base = "vision_model"
+        self.plain(f"{base}.patch_embedding.linear.weight", (hidden, channels * patch * patch))
+        self.plain(f"{base}.class_embedding", (hidden,))
+        self.plain(f"{base}.positional_embedding_vlm", ((image // patch) ** 2 + 1, hidden))
+        for norm in ("layernorm_pre", "layernorm_post"):
+            self.plain(f"{base}.{norm}.weight", (hidden,))
+            self.plain(f"{base}.{norm}.bias", (hidden,))
+        for il in range(int(vision["num_hidden_layers"])):
+            p = f"{base}.model.layers.{il}"
+            for norm in ("input_layernorm", "post_attention_layernorm"):
+                self.plain(f"{p}.{norm}.weight", (hidden,))
+                self.plain(f"{p}.{norm}.bias", (hidden,))
+            for proj in ("q_proj", "k_proj", "v_proj", "o_proj"):
+                self.plain(f"{p}.self_attn.{proj}.weight", (hidden, hidden))
+                self.plain(f"{p}.self_attn.{proj}.bias", (hidden,))
+            self.plain(f"{p}.mlp.fc1.weight", (inter, hidden))
+            self.plain(f"{p}.mlp.fc1.bias", (inter,))
+            self.plain(f"{p}.mlp.fc2.weight", (hidden, inter))
+            self.plain(f"{p}.mlp.fc2.bias", (hidden,))
+        self.plain(f"{base}.vision_adapter.mlp.fc1.weight", (projector_in, inter))
+        self.plain(f"{base}.vision_adapter.mlp.fc2.weight", (projector_out, projector_out))
+        self.plain("multi_modal_projector.linear_1.weight", (text_hidden, output_dim))
+
 
 @dataclass(frozen=True)
 class _Exclusions:
@@ -693,9 +730,11 @@ def _build(spec: ModelSpec, facts: Mapping[str, Any]) -> _Builder:
     if spec.multimodal and not isinstance(vision, Mapping):
         builder.warnings.append("multimodal model without its vision_config: vision tower weights not derived")
     if isinstance(vision, Mapping):
-        if vision.get("model_type") == "siglip_vision_model":
+        towers = {"siglip_vision_model": builder.siglip_vision, "llama4_vision_model": builder.llama4_vision}
+        tower = towers.get(str(vision.get("model_type")))
+        if tower is not None:
             try:
-                builder.siglip_vision(vision, hidden)
+                tower(vision, hidden)
             except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
                 builder.warnings.append(f"vision_config incomplete ({exc!r}): vision tower not derived")
         else:

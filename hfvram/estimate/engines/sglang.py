@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from hfvram.errors import UsageError
-from hfvram.estimate import common
+from hfvram.estimate import common, multimodal
 from hfvram.estimate.common import GiB, MiB, Rules
 from hfvram.estimate.engines.base import ProfileBase
 from hfvram.estimate.types import Capacity, EngineChoice, Estimate, Hardware, PerGpu, Workload
@@ -445,14 +445,19 @@ def overhead_bytes(cuda_context_gib: float, nccl_init_gib: float | None) -> int:
 
 def weights_split(spec: ModelSpec, settings: Settings, rules: Rules) -> common.WeightsSplit:
     """Weights on the worst rank: the TP / PP split with vocab padding, MLA's ``fused_qkv_a_proj_with_mqa``
-    (``ReplicatedLinear``) whole on every rank (sglang.md#sglang-parallelism)."""
+    (``ReplicatedLinear``) whole on every rank (sglang.md#sglang-parallelism), and an encoder tower SGLang builds
+    from transformers modules (sglang.md#sglang-multimodal)."""
     replicated = common.mla_replicated_bytes(spec, settings.tp)
+    kept = {"attention": float(replicated)} if replicated else {}
+    tower = multimodal.tower_placement(spec, "sglang", settings.tp, multimodal.MultimodalSettings())
+    if tower.replicated_bytes:
+        kept["vision"] = tower.replicated_bytes
     return common.weights_per_rank(
         spec,
         settings.tp,
         settings.pp,
         vocab_padding=rules["vocab_padding"],
-        replicated={"attention": replicated} if replicated else None,
+        replicated=kept or None,
     )
 
 

@@ -20,11 +20,11 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import Enum
 
 from hfvram.errors import UsageError
-from hfvram.estimate import common
+from hfvram.estimate import common, multimodal
 from hfvram.estimate.common import GiB, Rules
 from hfvram.estimate.engines.base import ProfileBase
 from hfvram.estimate.types import Capacity, EngineChoice, Estimate, Hardware, PerGpu, Workload
@@ -88,6 +88,8 @@ class Settings:
     requested_version: str | None = None
     #: V0 pads each MLA cache entry to this many bytes (0 = no padding; V1)
     mla_entry_align_bytes: int = 0
+    #: --limit-mm-per-prompt and --mm-encoder-tp-mode (vllm.md#vllm-multimodal)
+    multimodal: multimodal.MultimodalSettings = field(default_factory=multimodal.MultimodalSettings)
 
     @property
     def dtype_bytes(self) -> float:
@@ -228,10 +230,12 @@ class ActivationTerm:
     sampler: float
     forward: float
     workspace: float
+    #: dummy encoder outputs held through the dummy forward and sampler runs (multimodal, vllm.md#vllm-multimodal)
+    encoder_cache: float = 0.0
 
     @property
     def bytes(self) -> int:
-        return int(max(self.sampler, self.forward) + self.workspace)
+        return int(max(self.sampler, self.forward) + self.workspace + self.encoder_cache)
 
 
 @dataclass(frozen=True)
@@ -476,6 +480,7 @@ def resolve_settings(
     block_default = int(rules["block_size_mla"] if has_mla else rules["block_size"])
     kv_mem = common.setting(choice, "kv-cache-memory-bytes")
     warnings.extend(unmodelled_flag_warnings(spec, choice, rules, quant_setting))
+    mm_settings = multimodal.settings_of(spec, choice.settings, tp, choice.version or rules_version, warnings)
     return Settings(
         rules=rules_version,
         gpu_memory_utilization=util,
@@ -500,6 +505,7 @@ def resolve_settings(
         num_gpu_blocks_override=gpu_blocks_override(choice),
         speculative_method=speculative_method(common.setting(choice, "speculative-config") or "")[0],
         requested_version=choice.version,
+        multimodal=mm_settings,
     )
 
 
@@ -753,7 +759,8 @@ def decode_bound(
 
 def weights_per_gpu(spec: ModelSpec, settings: Settings, rules: Rules) -> WeightsTerm:
     """ "Model loading took X GiB" on the worst rank (vllm.md#vllm-weights): TP/PP split, vocab padding, MXFP4 padding,
-    float32 checkpoints loaded as bfloat16, minus ``cpu-offload-gb``."""
+    float32 checkpoints loaded as bfloat16, the encoder tower and rotary cache (vllm.md#vllm-multimodal), minus
+    ``cpu-offload-gb``."""
     scale: dict[str, float] = {}
     notes = []
     quant = (spec.quantization.method if spec.quantization else "").lower()
@@ -790,20 +797,22 @@ def weights_per_gpu(spec: ModelSpec, settings: Settings, rules: Rules) -> Weight
             scale[component] = scale.get(component, 1.0) / settings.dtype_bytes
         notes.append("--quantization fp8: linear layers quantized to 1 byte per weight at load time")
     replicated = common.mla_replicated_bytes(spec, settings.tensor_parallel_size, scale.get("attention", 1.0))
+    kept: dict[str, float] = {"attention": replicated} if replicated else {}
+    notes.extend(multimodal.place_tower(spec, settings.tensor_parallel_size, settings.multimodal, scale, kept))
     split = common.weights_per_rank(
         spec,
         settings.tensor_parallel_size,
         settings.pipeline_parallel_size,
         int(rules["vocab_padding"]),
         scale,
-        replicated={"attention": replicated} if replicated else None,
+        replicated=kept or None,
     )
     if replicated:
         notes.append(
             f"the attention kept whole is MLA's fused_qkv_a_proj / kv_a_proj_with_mqa (not split by vLLM): "
             f"+{replicated * (1 - 1 / settings.tensor_parallel_size) / GiB:.2f} GiB per GPU over an even split"
         )
-    weights = split.bytes
+    weights = split.bytes + multimodal.rope_cache_noted(spec, settings.dtype_bytes, notes)
     if settings.cpu_offload_gb:
         weights = max(0, weights - int(settings.cpu_offload_gb * GiB))
         notes.append(f"cpu-offload-gb {settings.cpu_offload_gb} moved to host memory")
@@ -836,6 +845,8 @@ def activation_peak(spec: ModelSpec, settings: Settings, rules: Rules) -> Activa
     if is_moe and quant not in rules["moe_workspace_exempt_quantizations"]:
         per_elem = float(rules["moe_workspace_bytes_per_elem"])
         workspace = batched * experts_per_token * (2 * moe_ffn / tp + hidden) * per_elem
+    tower = multimodal.tower_placement(spec, "vllm", tp, settings.multimodal)
+    encoder = multimodal.encoder_cache_bytes(spec, batched, settings.dtype_bytes) if tower.profiled else 0
     return ActivationTerm(
         sampler_bytes_per_logit=per_logit,
         sampler_rows=seqs,
@@ -844,6 +855,7 @@ def activation_peak(spec: ModelSpec, settings: Settings, rules: Rules) -> Activa
         sampler=per_logit * seqs * vocab,
         forward=forward,
         workspace=workspace,
+        encoder_cache=encoder,
     )
 
 
@@ -1107,7 +1119,11 @@ def explain_activations(term: ActivationTerm, spec: ModelSpec) -> str:
         f"max(sampler {term.sampler_bytes_per_logit:g} B × {term.sampler_rows} seqs × vocab {term.vocab} = "
         f"{term.sampler / GiB:.2f} GiB, forward {term.forward_tokens} tokens = {term.forward / GiB:.2f} GiB)"
         + (f" + fused-MoE workspace {term.workspace / GiB:.2f} GiB" if term.workspace else "")
-        + (" — multimodal encoder profiling not modelled" if spec.multimodal else "")
+        + (
+            f" + dummy encoder outputs {term.encoder_cache / GiB:.2f} GiB held through both"
+            if term.encoder_cache
+            else ""
+        )
     )
 
 
