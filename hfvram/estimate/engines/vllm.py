@@ -471,13 +471,8 @@ def resolve_settings(
     dtype = load_dtype(spec, common.setting(choice, "dtype"))
     quant_setting = (common.setting(choice, "quantization", "q") or "").strip().lower()
     online = quant_setting if quant_setting not in ("", "none", "auto") and spec.quantization is None else None
-    kv_name = (
-        workload.kv_dtype
-        if workload.kv_dtype not in ("", "auto")
-        else (common.setting(choice, "kv-cache-dtype") or "auto")
-    )
-    has_mla = any(layer.kind is LayerKind.MLA for layer in spec.layers)
-    block_default = int(rules["block_size_mla"] if has_mla else rules["block_size"])
+    kv_name = kv_dtype_name(choice, workload)
+    block_default = default_block_size(spec, rules)
     kv_mem = common.setting(choice, "kv-cache-memory-bytes")
     warnings.extend(unmodelled_flag_warnings(spec, choice, rules, quant_setting))
     mm_settings = multimodal.settings_of(spec, choice.settings, tp, choice.version or rules_version, warnings)
@@ -507,6 +502,19 @@ def resolve_settings(
         requested_version=choice.version,
         multimodal=mm_settings,
     )
+
+
+def kv_dtype_name(choice: EngineChoice, workload: Workload) -> str:
+    """The KV cache dtype asked for: ``--kv-dtype`` over ``--kv-cache-dtype`` (``auto`` = the model's dtype)."""
+    if workload.kv_dtype not in ("", "auto"):
+        return workload.kv_dtype
+    return common.setting(choice, "kv-cache-dtype") or "auto"
+
+
+def default_block_size(spec: ModelSpec, rules: Rules) -> int:
+    """vLLM's default block size: ``block_size_mla`` for an MLA model, else ``block_size`` (vllm.md#vllm-kv-specs)."""
+    has_mla = any(layer.kind is LayerKind.MLA for layer in spec.layers)
+    return int(rules["block_size_mla"] if has_mla else rules["block_size"])
 
 
 def gpu_blocks_override(choice: EngineChoice) -> int | None:
