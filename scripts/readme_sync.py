@@ -90,6 +90,17 @@ def run(command: str, home: Path) -> str:
     return done.stdout
 
 
+def same_output(command: str, output: list[str], shown: list[str]) -> bool:
+    """The fresh output says what the pasted one says. ``hfvram scan`` prints one progress line per source in the
+    order the sources finish (concurrently), so its lines before the summary are compared as a set."""
+    got = [line.rstrip() for line in output]
+    was = [line.rstrip() for line in shown]
+    if not command.startswith("hfvram scan") or "Scan summary" not in got or "Scan summary" not in was:
+        return got == was
+    cut_got, cut_was = got.index("Scan summary"), was.index("Scan summary")
+    return sorted(got[:cut_got]) == sorted(was[:cut_was]) and got[cut_got:] == was[cut_was:]
+
+
 def rendered(text: str) -> tuple[str, list[str]]:
     """README.md with every re-runnable block replaced by fresh output; the commands whose output changed."""
     changed: list[str] = []
@@ -103,7 +114,9 @@ def rendered(text: str) -> tuple[str, list[str]]:
             body = []
             for command, shown in items:
                 output = run(command, home).rstrip("\n").splitlines()
-                if [line.rstrip() for line in output] != [line.rstrip() for line in shown]:
+                if same_output(command, output, shown):
+                    output = shown  # unchanged: keep the pasted run (a scan's progress lines come in any order)
+                else:
                     changed.append(command.replace("\\\n", " "))
                 body.append(f"$ {command}")
                 body.extend(line.rstrip() for line in output)
