@@ -17,6 +17,8 @@ Terms (each derived only from figures the source printed):
 - ``cache_mode_delta``: MiB saved by a quantized cache mode at one context, against hfvram's difference;
 - ``block_bytes``: LMDeploy TurboMind's "[BlockManager] block_size = X MB" (block_size / 2^20, so MiB) against
   the profile's block of ``block_size`` tokens × KV bytes per token;
+- ``kv_per_session``: MiB a TurboMind load adds per concurrent session (two batch sizes of one table), against the
+  difference of the profile's KV term at the same batch sizes;
 - ``kv_quant_block_gain``: LMDeploy's documented "int4/int8 kv can be increased by 4 times and 2 times" blocks, against
   the profile's fp16 block over its int8 / int4 block (``quant_policy`` 8 / 4, scales and zeros included);
 - ``stated_kv_per_token``: the ExLlamaV2 developer's per-token cache figures ("240 kB per token", "~0.56" bytes per
@@ -334,11 +336,15 @@ def mlx_terms(case: Mapping[str, Any]) -> list[Term]:
     return terms
 
 
-def _lmdeploy_doc(model: str, settings: Mapping[str, Any], **extra: Any) -> Mapping[str, Any]:
+def _lmdeploy_doc(model: str, settings: Mapping[str, Any], concurrency: int = 1, **extra: Any) -> Mapping[str, Any]:
     """hfvram's LMDeploy estimate with the settings a case states (an unstated one keeps the profile default). The
     terms judged here (block bytes) do not depend on the device; an 80 GB card gives the pool that they are read
     from room to exist whatever the weights."""
-    kwargs: dict[str, Any] = {"context": int(settings.get("session_len", 4096)), "gpu": "a100-80g-sxm"}
+    kwargs: dict[str, Any] = {
+        "context": int(settings.get("session_len", 4096)),
+        "gpu": "a100-80g-sxm",
+        "concurrency": concurrency,
+    }
     if isinstance(settings.get("cache_max_entry_count"), float):
         kwargs["gpu_util"] = float(settings["cache_max_entry_count"])
     chosen: dict[str, Any] = dict(extra)
@@ -374,6 +380,26 @@ def lmdeploy_terms(case: Mapping[str, Any]) -> list[Term]:
                     f"{doc['engine']['block_size']} tokens x KV bytes per token",
                 )
             )
+        elif name == "kv_per_session":
+            # MiB added per concurrent session between two batch sizes of one table (the weights cancel), against the
+            # difference of the profile's KV term at the same batch sizes (fp16: quant_policy 0, int8: 8)
+            for label, policy in (("fp16", 0), ("int8", 8)):
+                extra = {"quant-policy": policy} if policy else {}
+                for low, high in pairwise(int(b) for b in s["batch_sizes"]):
+                    kv = [
+                        float(_lmdeploy_doc(case["model"], s, concurrency=n, **extra)["per_gpu"]["kv_cache"])
+                        for n in (low, high)
+                    ]
+                    measured = (float(m[f"{label}_{high}"]) - float(m[f"{label}_{low}"])) / (high - low)
+                    terms.append(
+                        Term(
+                            f"{name} {label} {low}->{high}",
+                            measured,
+                            (kv[1] - kv[0]) / (high - low) / MiB,
+                            "MiB",
+                            f"{s['session_len']} tokens per session",
+                        )
+                    )
         elif name == "kv_quant_block_gain":
             # kv_quant.md: how many more blocks an int8 / int4 cache holds than fp16 in the same memory, i.e. the
             # fp16 block over the quantized block (TurboMind quant_policy 8 = int8, 4 = int4)
