@@ -86,6 +86,8 @@ GPU_IDS = {
     # the TensorRT-LLM memory guide's log names no card; its 79.10 GiB total is an 80 GB one (the pool rule judged on
     # it reads the logged free memory, not the card)
     "unknown 80 GB (79.10 GiB total)": "h100",
+    # the tensorrtllm_backend multimodal guide's log (93.10 GiB total, an H100 NVL-class card); likewise card-independent
+    "unknown 94 GB (93.10 GiB total)": "h100",
     "B200": "b200",
     # the M5 Max is not in the catalogue; the slope terms it is used for do not depend on the device
     "M5 Max 128 GB": "m4-max-128",

@@ -308,6 +308,13 @@ def test_trtllm_default_fraction_matches_the_memory_guide_log(results):
     assert abs(term.error_pct) < 0.5, term
 
 
+def test_trtllm_set_fraction_matches_the_multimodal_guide_log(results):
+    """triton-inference-server/tensorrtllm_backend docs/multimodal.md (05ceae03): kv_cache_free_gpu_mem_fraction 0.9,
+    'available: 85.57 GiB', 'Allocated 77.02 GiB for max tokens in paged KV cache (315488)' (LLaVA-1.5-7B, TP 2)."""
+    (term,) = _terms(results, "em-29", "kv_pool_from_available")
+    assert abs(term.error_pct) < 0.5, term
+
+
 def test_engines_reach_five_computed_cases_or_say_how_many(bench, results):
     """Issue 13's bar: five computed published cases per engine; docs/accuracy.md states the count where it is not met."""
     profile = {"exllamav3": "exllamav2"}
