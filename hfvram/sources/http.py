@@ -302,7 +302,8 @@ class _Runner:
         import queue
 
         self.tasks: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
-        threading.Thread(target=self._loop, name="hfvram-fetch", daemon=True).start()
+        self.thread = threading.Thread(target=self._loop, name="hfvram-fetch", daemon=True)
+        self.thread.start()
 
     def _loop(self) -> None:
         while True:
@@ -317,6 +318,12 @@ class _Runner:
 _IDLE: list[_Runner] = []
 _IDLE_LOCK = threading.Lock()
 MAX_IDLE_RUNNERS = 64
+
+
+def idle_runner_threads() -> set[threading.Thread]:
+    """The threads of the runners waiting for their next attempt (none of them is reading)."""
+    with _IDLE_LOCK:
+        return {runner.thread for runner in _IDLE}
 
 
 def _forget_runners() -> None:
