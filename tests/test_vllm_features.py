@@ -255,6 +255,40 @@ def test_cli_engine_args_show_the_lora_term(hub):
     assert "LoRA: 4 slot(s) of rank 64" in text.output and "LoRA slots (--enable-lora)" in text.output
 
 
+# ---- SGLang (the same rules where its code is the same) -----------------------------------------------------
+
+
+def sglang(spec, hardware="h100", **settings):
+    choice = EngineChoice("sglang", None, {k.replace("_", "-"): str(v) for k, v in settings.items()})
+    return estimate(spec, parse_gpu_spec(hardware), choice, Workload(context=8192))
+
+
+def test_sglang_lora_pool_for_all_target_modules():
+    """SGLang LoRAMemoryPool (mem_pool.py ``get_lora_A_shape`` / ``get_lora_B_shape``): A [slots, r × stacked,
+    in (/ tp for row layers)], B [slots, out per rank, r]: the layers as vLLM's; ``all`` adds embed_tokens (A
+    [slots, r, vocab], B [slots, hidden, r]) and lm_head (A [slots, r, hidden], B [slots, vocab / tp, r])."""
+    spec = derived_spec("meta-llama/Llama-3.1-8B-Instruct")
+    loras, rank, tp = 4, 32, 2
+    base = sglang(spec, "h100x2")
+    pooled = sglang(
+        spec, "h100x2", enable_lora="true", max_lora_rank=rank, lora_target_modules="all", max_loras_per_batch=loras
+    )
+    layers_and_embed = llama_lora_bytes(loras, rank, tp) - 2 * loras * rank * (128256 + 4096)  # vLLM's lm_head
+    expected = layers_and_embed + 2 * loras * rank * (4096 + 128256 // tp)
+    assert pooled.per_gpu.weights - base.per_gpu.weights == expected
+    assert "LoRA pool (4 slots of rank 32" in pooled.explain["weights"]
+    # without a rank and "all" the adapters decide: a warning, nothing counted
+    unsized = sglang(spec, "h100x2", enable_lora="true", lora_paths="adapter")
+    assert unsized.per_gpu.weights == base.per_gpu.weights
+    assert any("--lora-paths, which hfvram does not read" in w for w in unsized.warnings)
+
+
+def test_sglang_cpu_offload_is_the_same_rule():
+    spec = derived_spec("meta-llama/Llama-3.1-8B-Instruct")
+    assert sglang(spec).per_gpu.weights - sglang(spec, cpu_offload_gb=2).per_gpu.weights == 2 * GiB
+    assert not [w for w in sglang(spec, cpu_offload_gb=2).warnings if "cpu-offload" in w]
+
+
 def run_rules():
     """vllm.toml's rules for the newest release (the LoRA constants are release-independent)."""
     from hfvram.estimate.engines import vllm

@@ -94,7 +94,7 @@ def _mlp_elems(spec: ModelSpec, lora: LoraSettings, tp: int, gated: bool) -> int
     return up + _row(loras, rank, inter // tp, hidden, tp, fully)
 
 
-def _moe_elems(spec: ModelSpec, lora: LoraSettings, tp: int) -> int:
+def _moe_elems(spec: ModelSpec, lora: LoraSettings, tp: int, router: bool = True) -> int:
     """FusedMoEWithLoRA (2-D adapters): w1/w3 lora_a [loras, experts, rank, hidden] and lora_b [loras, experts,
     inter per rank, rank]; w2 lora_a [loras, experts, rank, inter per rank], lora_b [loras, experts, hidden, rank];
     the router (a ReplicatedLinear) gets [rank, hidden] + [experts, rank]."""
@@ -105,17 +105,26 @@ def _moe_elems(spec: ModelSpec, lora: LoraSettings, tp: int) -> int:
     hidden_b = hidden // tp if lora.fully_sharded_loras else hidden
     w13 = 2 * loras * experts * (rank_a * hidden + inter * rank)
     w2 = loras * experts * (rank * inter + hidden_b * rank)
-    return w13 + w2 + _replicated(loras, rank, hidden, experts)
+    return w13 + w2 + (_replicated(loras, rank, hidden, experts) if router else 0)
 
 
 def lora_term(
-    spec: ModelSpec, lora: LoraSettings, tp: int, layers: tuple[Layer, ...], batched_tokens: int, rules: Rules
+    spec: ModelSpec,
+    lora: LoraSettings,
+    tp: int,
+    layers: tuple[Layer, ...],
+    batched_tokens: int,
+    rules: Rules,
+    engine: str = "vllm",
 ) -> LoraTerm:
-    """The LoRA slots vLLM allocates on the worst rank for ``layers`` (that rank's stage), in bytes
-    (docs/engines/vllm.md#vllm-features)."""
+    """The LoRA slots allocated on the worst rank for ``layers`` (that rank's stage), in bytes
+    (docs/engines/vllm.md#vllm-features). ``engine="sglang"``: SGLang's ``LoRAMemoryPool`` for
+    ``--lora-target-modules all`` (docs/engines/sglang.md#sglang-features): the same layer shapes, embed_tokens and
+    lm_head always, lm_head's lora_b split over TP, no router slots."""
     tp = max(1, tp)
     architecture = spec.architecture or ""
-    gated = (spec.model_type or "") not in rules["lora_ungated_model_types"]
+    sglang = engine == "sglang"
+    gated = (spec.model_type or "") not in rules.get("lora_ungated_model_types", ())
     attention = mlp = experts = 0
     unmodelled: dict[str, int] = {}
     for layer in layers:
@@ -124,15 +133,17 @@ def lora_term(
         elif layer.kind is not LayerKind.NONE:
             unmodelled[layer.kind.value] = unmodelled.get(layer.kind.value, 0) + 1
         if layer.moe and spec.num_experts:
-            experts += _moe_elems(spec, lora, tp)
+            experts += _moe_elems(spec, lora, tp, router=not sglang)
         elif spec.intermediate_size:
             mlp += _mlp_elems(spec, lora, tp, gated)
     vocab, hidden = spec.vocab_size or 0, spec.hidden_size or 0
     loras, rank = lora.max_loras, lora.max_lora_rank
     # VocabParallelEmbeddingWithLoRA: lora_a [loras, vocab, rank] and lora_b [loras, 1, hidden, rank], whole on
     # every rank; LogitsProcessorWithLoRA: lora_a [loras, 1, rank, hidden], lora_b [loras, 1, vocab, rank]
-    embed = loras * rank * (vocab + hidden) if architecture in rules["lora_input_embedding_architectures"] else 0
-    head = loras * rank * (hidden + vocab) if architecture in rules["lora_output_embedding_architectures"] else 0
+    inputs = sglang or architecture in rules.get("lora_input_embedding_architectures", ())
+    outputs = sglang or architecture in rules.get("lora_output_embedding_architectures", ())
+    embed = loras * rank * (vocab + hidden) if inputs else 0
+    head = loras * rank * (hidden + (-(-vocab // tp) if sglang else vocab)) if outputs else 0
     per_elem = lora.dtype_bytes
     parts = {
         "attention": int(attention * per_elem),
@@ -146,7 +157,7 @@ def lora_term(
         names.append("the shared experts")
     # the widest LoRA matmul of the profile run: [slices, tokens, rank] in float32 (punica add_lora_linear)
     slices = 3 if attention else (2 if gated else 1)
-    activation = int(slices * batched_tokens * rank * float(rules["lora_buffer_bytes_per_elem"]))
+    activation = int(slices * batched_tokens * rank * float(rules.get("lora_buffer_bytes_per_elem", 0)))
     kept = tuple(sorted(((name, size) for name, size in parts.items() if size), key=lambda item: -item[1]))
     return LoraTerm(lora, sum(parts.values()), activation if kept else 0, kept, tuple(names))
 
