@@ -129,6 +129,32 @@ def test_fused_moe_lora_slots_of_mixtral():
     assert dict(term.parts)["experts + router"] == 2 * config["num_hidden_layers"] * (per_layer + router)
 
 
+def extra_vocab_bytes(loras: int, rank: int, extra: int = 256) -> int:
+    """What ``lora_extra_vocab_size`` added to Llama-3.1-8B at TP 1 before vllm#28545 (llama.py, the LoRA layers at
+    df44df01, the parent of that change): embed_tokens grows by extra × max_loras rows (padded to 64), lm_head by
+    extra rows with the vocabulary padded to 256 (128256 is a multiple of 256: + 256 rows), each LoRA wrapper keeps
+    ``embeddings_tensors`` [max_loras, extra, hidden]; embed lora_a covers vocab + extra rows and the logits' lora_b
+    pad256(vocab + extra) = 128512 rows."""
+    hidden, vocab = 4096, 128256
+    rows = 4 * 256 + 256 + 2 * loras * extra
+    lora_rows = loras * rank * extra + loras * rank * (128512 - vocab)
+    return 2 * (rows * hidden + lora_rows)
+
+
+def test_releases_before_the_extra_vocab_removal_add_its_rows():
+    """vllm@0.9 (V0) and vllm@0.10 (V1) still had lora_extra_vocab_size = 256; the newest has none."""
+    for version, use_v1 in (("0.9", "0"), ("0.10", "1")):
+        base = run("meta-llama/Llama-3.1-8B-Instruct", version=version, VLLM_USE_V1=use_v1)
+        lora = run(
+            "meta-llama/Llama-3.1-8B-Instruct", version=version, VLLM_USE_V1=use_v1, enable_lora="true", max_loras=4
+        )
+        assert lora.engine["engine_generation"] == ("v0" if use_v1 == "0" else "v1")
+        assert lora.per_gpu.weights - base.per_gpu.weights == llama_lora_bytes(4, 16, 1) + extra_vocab_bytes(4, 16)
+        assert "extra vocabulary" in lora.explain["lora"]
+    newest = run("meta-llama/Llama-3.1-8B-Instruct", version=None, enable_lora="true", max_loras=4)
+    assert newest.engine["lora_bytes"] == llama_lora_bytes(4, 16, 1)
+
+
 def test_mla_layers_are_named_as_not_counted():
     result = run("deepseek-ai/DeepSeek-V2-Lite", enable_lora="true")
     assert any("the LoRA slots of 27 mla layer(s)" in w for w in result.warnings), result.warnings

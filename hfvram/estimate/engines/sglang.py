@@ -511,6 +511,7 @@ def feature_weights(spec: ModelSpec, settings: Settings, split: common.WeightsSp
             + ", ".join(f"{name} {size / GiB:.3f} GiB" for name, size in lora.parts)
             + ")"
         )
+        notes.extend(lora.warnings)
     if not notes:
         return split
     return replace(split, bytes=weights, explain=split.explain + "; " + "; ".join(notes))

@@ -373,8 +373,6 @@ class VllmProfile(ProfileBase):
             return vllm_v0.estimate(self, spec, hardware, choice, workload, rules, rules_version, notes)
         settings = resolve_settings(spec, hardware, choice, workload, rules, rules_version, notes)
         parts = compute(spec, hardware, settings, workload, rules)
-        if parts.weights.lora is not None:
-            notes.extend(features.lora_warnings(parts.weights.lora, spec, rules))
         warnings, explain = narrate(parts, spec, workload, self.first_version_with("cudagraph_in_budget", True))
         per_gpu = PerGpu(
             weights=parts.weights.bytes,
@@ -545,12 +543,16 @@ def lora_setting(choice: EngineChoice, rules: Rules, dtype: str) -> features.Lor
     lora_dtype = dtype if named == "auto" else DTYPE_NAMES.get(named)
     if lora_dtype is None:
         raise UsageError(f"unknown lora-dtype {named!r}; vLLM takes auto, float16 or bfloat16")
+    until = common.version_key(str(rules["lora_extra_vocab_until"]))
+    old_release = choice.version is not None and common.version_key(choice.version)[: len(until)] <= until
+    extra = common.setting_int(choice, "lora-extra-vocab-size") if old_release else None
     return features.LoraSettings(
         max_loras=loras,
         max_lora_rank=rank,
         dtype_bytes=dtype_bytes_of(lora_dtype),
         fully_sharded_loras=common.setting_bool(choice, "fully-sharded-loras"),
         max_cpu_loras=cpu_loras,
+        extra_vocab=(int(rules["lora_extra_vocab_size"]) if extra is None else extra) if old_release else 0,
     )
 
 
@@ -1270,6 +1272,8 @@ def startup_warnings(parts: Breakdown) -> list[str]:
     """What vLLM says (or would run into) at start-up, in the order it would meet them."""
     settings, budget, overhead = parts.settings, parts.budget, parts.overhead
     warnings = [HYBRID_MOE_GRAPHS_NOTE] if parts.hybrid_moe_graphs else []
+    if parts.weights.lora is not None:
+        warnings.extend(parts.weights.lora.warnings)
     if parts.settings.prefix_caching_set:
         warnings.append(PREFIX_CACHING_NOTE)
     if parts.kv_bytes_too_large:

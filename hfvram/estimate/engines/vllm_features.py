@@ -42,6 +42,8 @@ class LoraSettings:
     dtype_bytes: float
     fully_sharded_loras: bool = False
     max_cpu_loras: int | None = None
+    #: lora_extra_vocab_size of releases before its removal (0 since; docs/engines/vllm.md#vllm-features)
+    extra_vocab: int = 0
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,8 @@ class LoraTerm:
     parts: tuple[tuple[str, int], ...]
     #: layer kinds / modules whose LoRA slots are not counted (named in a warning)
     unmodelled: tuple[str, ...]
+    #: the warnings this term gives (unmodelled modules, vLLM's vocabulary limit)
+    warnings: tuple[str, ...] = ()
 
 
 def _column(loras: int, rank: int, in_size: int, out_slices: Iterable[int], tp: int, fully: bool) -> int:
@@ -142,8 +146,14 @@ def lora_term(
     # every rank; LogitsProcessorWithLoRA: lora_a [loras, 1, rank, hidden], lora_b [loras, 1, vocab, rank]
     inputs = sglang or architecture in rules.get("lora_input_embedding_architectures", ())
     outputs = sglang or architecture in rules.get("lora_output_embedding_architectures", ())
-    embed = loras * rank * (vocab + hidden) if inputs else 0
-    head = loras * rank * (hidden + (-(-vocab // tp) if sglang else vocab)) if outputs else 0
+    extra = 0 if sglang else lora.extra_vocab
+    embed = loras * rank * (vocab + extra + hidden) if inputs else 0
+    head_rows = -(-vocab // tp) if sglang else vocab
+    if extra and outputs:
+        # LogitsProcessorWithLoRA pads lora_b to lora_vocab_padding_size (256) over vocab + extra
+        head_rows = _pad(vocab + extra, int(rules["lora_vocab_padding_size"]))
+    head = loras * rank * (hidden + head_rows) if outputs else 0
+    extra_bytes = _extra_vocab_bytes(spec, lora, tp, rules, inputs, outputs) if extra else 0
     per_elem = lora.dtype_bytes
     parts = {
         "attention": int(attention * per_elem),
@@ -151,6 +161,7 @@ def lora_term(
         "experts + router": int(experts * per_elem),
         "embed_tokens": int(embed * per_elem),
         "lm_head": int(head * per_elem),
+        "extra vocabulary": extra_bytes,
     }
     names = [f"{count} {kind} layer(s)" for kind, count in unmodelled.items()]
     if spec.num_shared_experts and any(layer.moe for layer in layers):
@@ -159,7 +170,27 @@ def lora_term(
     slices = 3 if attention else (2 if gated else 1)
     activation = int(slices * batched_tokens * rank * float(rules.get("lora_buffer_bytes_per_elem", 0)))
     kept = tuple(sorted(((name, size) for name, size in parts.items() if size), key=lambda item: -item[1]))
-    return LoraTerm(lora, sum(parts.values()), activation if kept else 0, kept, tuple(names))
+    term = LoraTerm(lora, sum(parts.values()), activation if kept else 0, kept, tuple(names))
+    return replace(term, warnings=tuple(lora_warnings(term, spec, rules)))
+
+
+def _pad(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def _extra_vocab_bytes(spec: ModelSpec, lora: LoraSettings, tp: int, rules: Rules, inputs: bool, outputs: bool) -> int:
+    """What ``lora_extra_vocab_size`` (E) added before its removal: the Llama-style classes grow embed_tokens by
+    E × max_loras rows (padded to 64) and lm_head by E rows with its vocabulary padded to 256 instead of 64, both
+    split over TP; each wrapper keeps ``embeddings_tensors`` [max_loras, E, hidden] in the model dtype."""
+    vocab, hidden, extra = spec.vocab_size or 0, spec.hidden_size or 0, lora.extra_vocab
+    base_pad, lora_pad = int(rules["vocab_padding"]), int(rules["lora_vocab_padding_size"])
+    rows = 0
+    if inputs:
+        rows += _pad(extra * lora.max_loras, base_pad) / tp + lora.max_loras * extra
+    if outputs:
+        grown = _pad(vocab, lora_pad) + _pad(extra, lora_pad) - _pad(vocab, base_pad)
+        rows += (0 if spec.tie_word_embeddings else grown / tp) + lora.max_loras * extra
+    return int(rows * hidden * lora.dtype_bytes)
 
 
 def explain_lora(term: LoraTerm) -> str:
@@ -186,8 +217,8 @@ def lora_warnings(term: LoraTerm, spec: ModelSpec, rules: Rules) -> list[str]:
             f"--enable-lora: the LoRA slots of {', '.join(term.unmodelled)} are not counted (hfvram sizes vLLM's "
             "LoRA buffers for plain attention, dense MLP and fused-MoE layers only)"
         )
-    limit = int(rules["lora_max_vocab"])
-    if (spec.vocab_size or 0) > limit:
+    limit = int(rules.get("lora_max_vocab", 0))
+    if limit and (spec.vocab_size or 0) > limit:
         notes.append(f"--enable-lora: vLLM refuses LoRA on a vocabulary above {limit} (this one: {spec.vocab_size})")
     return notes
 
