@@ -186,6 +186,7 @@ def test_mtp_draft_loads_its_layer_and_caches_in_the_same_pool():
     assert mtp.per_gpu.weights > base.per_gpu.weights
     assert mtp.engine["speculative_method"] == "mtp"
     assert "1 MTP layer(s)" in mtp.explain["speculative"]
+    assert any("drafter's own profile-run activations and CUDA graphs are not" in w for w in mtp.warnings)
 
 
 def test_mtp_without_mtp_layers_is_a_warning():

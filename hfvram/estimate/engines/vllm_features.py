@@ -288,7 +288,10 @@ def speculative_warnings(speculative: Speculative | None, rules: Rules) -> list[
                 f"speculative decoding (mtp{tokens}): the config states no multi-token-prediction layers; vLLM "
                 "refuses an MTP draft without them (nothing counted)"
             ]
-        return []
+        return [
+            f"speculative decoding (mtp{tokens}): its {speculative.draft_kv_layers} MTP layer(s) are counted in the "
+            "weights and the KV pool; the drafter's own profile-run activations and CUDA graphs are not"
+        ]
     draft = f" {speculative.model[:120]}" if speculative.model else ""
     return [
         f"speculative decoding ({method}{tokens}): the draft{draft} is a second checkpoint hfvram has not read: its "
