@@ -184,7 +184,7 @@ def _extra_vocab_bytes(spec: ModelSpec, lora: LoraSettings, tp: int, rules: Rule
     split over TP; each wrapper keeps ``embeddings_tensors`` [max_loras, E, hidden] in the model dtype."""
     vocab, hidden, extra = spec.vocab_size or 0, spec.hidden_size or 0, lora.extra_vocab
     base_pad, lora_pad = int(rules["vocab_padding"]), int(rules["lora_vocab_padding_size"])
-    rows = 0
+    rows = 0.0
     if inputs:
         rows += _pad(extra * lora.max_loras, base_pad) / tp + lora.max_loras * extra
     if outputs:
