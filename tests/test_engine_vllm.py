@@ -389,14 +389,11 @@ def test_data_parallel_replicas_share_the_gpus_and_keep_per_gpu_figures():
 @pytest.mark.parametrize(
     "settings,named",
     [
-        (
-            {"enable_lora": "true", "max_loras": "4"},
-            ("--enable-lora: hfvram does not account for LoRA", "--max-loras 4"),
-        ),
+        ({"kv_transfer_config": '{"kv_connector": "OffloadingConnector"}'}, ("--kv-transfer-config", "KV connector")),
         ({"limit_mm_per_prompt": '{"image": 0}'}, ("--limit-mm-per-prompt: a text-only model has no encoder",)),
         (
             {"speculative_config": '{"model": "yuhuili/EAGLE-LLaMA3.1-Instruct-8B", "method": "eagle"}'},
-            ("--speculative-config (eagle, yuhuili/EAGLE-LLaMA3.1-Instruct-8B)", "draft model's weights"),
+            ("speculative decoding (eagle): the draft yuhuili/EAGLE-LLaMA3.1-Instruct-8B", "its weights, its KV cache"),
         ),
         ({"quantization": "bitsandbytes"}, ("--quantization bitsandbytes", "counts the weights at the checkpoint")),
         ({"quantization": "awq"}, ("--quantization awq: the checkpoint states no quantization",)),
@@ -410,14 +407,18 @@ def test_flags_hfvram_does_not_model_are_named_in_a_warning(settings, named):
 
 
 def test_ngram_speculation_and_fp8_quantization_are_not_warned_about():
-    """n-gram drafting keeps no model (no memory); --quantization fp8 is modelled (one byte per linear weight)."""
+    """n-gram drafting keeps no model (a note says it costs no memory); --quantization fp8 is modelled (one byte per
+    linear weight)."""
     result = run(
         spec_of("meta-llama/Llama-3.1-8B-Instruct"),
         H100_LOGGED,
         speculative_config='{"method": "ngram", "num_speculative_tokens": 4}',
         quantization="fp8",
     )
-    assert not [w for w in result.warnings if "speculative" in w or "--quantization" in w]
+    assert not [w for w in result.warnings if "--quantization" in w]
+    assert [w for w in result.warnings if "speculative" in w] == [
+        "speculative decoding (ngram, 4 tokens) drafts from the tokens already seen: no GPU memory"
+    ]
 
 
 # ---- weights kept whole on every rank (docs/engines/vllm.md#vllm-parallelism) -----------------------------------

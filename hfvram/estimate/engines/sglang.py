@@ -23,6 +23,7 @@ from typing import Any
 from hfvram.errors import UsageError
 from hfvram.estimate import common, multimodal
 from hfvram.estimate.common import GiB, MiB, Rules
+from hfvram.estimate.engines import vllm_features as features
 from hfvram.estimate.engines.base import ProfileBase
 from hfvram.estimate.types import Capacity, EngineChoice, Estimate, Hardware, PerGpu, Workload
 from hfvram.spec import GROWING_KINDS, RECURRENT_KINDS, WINDOWED_KINDS, Layer, LayerKind, ModelSpec
@@ -74,6 +75,10 @@ class Settings:
     dp_size: int = 1
     #: the context is SGLang's own (context_length), not a --context the user asked about
     context_is_default: bool = False
+    #: --cpu-offload-gb: decoder-layer parameters moved to host memory (OffloaderV1, sglang.md#sglang-features)
+    cpu_offload_gb: float = 0.0
+    #: the LoRA memory pool when its rank and target modules are given (None otherwise; sglang.md#sglang-features)
+    lora: features.LoraSettings | None = None
 
 
 # ---- mem_fraction_static ---------------------------------------------------------------------------------
@@ -263,6 +268,8 @@ def resolve_settings(
     rules_version: str,
     warnings: list[str],
 ) -> Settings:
+    """SGLang's effective settings: the user's ServerArgs over the defaults of the rule version and GPU tier.
+    Longer than 60 lines: one keyword per ServerArgs field it resolves, read in one place."""
     tp, pp, replicas = resolve_parallel(choice, hardware)
     gpu_mem_mib = hardware.gpu.gpu_memory_bytes / MiB if hardware else None
     tier = gpu_tier(rules, gpu_mem_mib if gpu_mem_mib is not None else 0.0)
@@ -313,7 +320,34 @@ def resolve_settings(
         hybrid_swa_memory=not common.setting_bool(choice, "disable-hybrid-swa-memory"),
         dp_size=replicas,
         context_is_default=workload.context is None,
+        cpu_offload_gb=common.setting_float(choice, "cpu-offload-gb", default=0.0) or 0.0,
+        lora=lora_pool_setting(spec, choice, rules, warnings),
     )
+
+
+def lora_pool_setting(
+    spec: ModelSpec, choice: EngineChoice, rules: Rules, warnings: list[str]
+) -> features.LoraSettings | None:
+    """SGLang's LoRA memory pool (docs/engines/sglang.md#sglang-features): ``--max-loras-per-batch`` slots (default
+    8) of ``--max-lora-rank`` for ``--lora-target-modules all``, in the model dtype. Without an explicit rank and
+    ``all``, the rank and target modules come from the adapters of ``--lora-paths``, which hfvram does not read: a
+    warning, nothing counted. None without LoRA."""
+    paths = common.setting(choice, "lora-paths")
+    if not common.setting_bool(choice, "enable-lora") and not paths:
+        return None
+    rank = common.setting_int(choice, "max-lora-rank")
+    targets = (common.setting(choice, "lora-target-modules") or "").strip().lower()
+    slots = common.setting_int(choice, "max-loras-per-batch") or int(rules["lora_default_max_loras_per_batch"])
+    if slots < 1 or (rank is not None and rank < 1):
+        raise UsageError(f"max-loras-per-batch and max-lora-rank must be positive, got {slots} and {rank}")
+    if rank is None or targets != "all":
+        warnings.append(
+            "--enable-lora: SGLang sizes its LoRA pool from the rank and target modules of the adapters in "
+            "--lora-paths, which hfvram does not read; the pool is not counted (give --max-lora-rank R and "
+            "--lora-target-modules all to have it sized)"
+        )
+        return None
+    return features.LoraSettings(max_loras=slots, max_lora_rank=rank, dtype_bytes=spec.dtype_bytes())
 
 
 def unmodelled_flag_warnings(spec: ModelSpec, choice: EngineChoice, rules: Rules) -> list[str]:
@@ -328,7 +362,9 @@ def unmodelled_flag_warnings(spec: ModelSpec, choice: EngineChoice, rules: Rules
         shown = f"--{flag}" if raw.strip().lower() in ("", "true") else f"--{flag} {raw[:60]}"
         notes.append(f"{shown}: hfvram does not account for {left_out}")
     algorithm = (common.setting(choice, "speculative-algorithm") or "").strip()
-    if algorithm and algorithm.upper() != "NGRAM":
+    if algorithm.upper() == "NGRAM":
+        notes.append("speculative decoding (NGRAM) drafts from the tokens already seen: no GPU memory")
+    elif algorithm:
         draft = common.setting(choice, "speculative-draft-model-path")
         notes.append(
             f"--speculative-algorithm {algorithm[:40]}"
@@ -461,13 +497,38 @@ def weights_split(spec: ModelSpec, settings: Settings, rules: Rules) -> common.W
     )
 
 
+def feature_weights(spec: ModelSpec, settings: Settings, split: common.WeightsSplit) -> common.WeightsSplit:
+    """The split less ``--cpu-offload-gb`` (OffloaderV1 moves whole decoder-layer parameters, as vLLM's
+    UVAOffloader) plus the LoRA pool, which ``init_lora_manager`` allocates before the KV pool is sized
+    (docs/engines/sglang.md#sglang-features)."""
+    weights, notes = split.bytes, []
+    if settings.cpu_offload_gb:
+        moved, _ = features.offloaded_bytes(split.by_component, settings.pp, settings.cpu_offload_gb)
+        weights -= moved
+        notes.append(f"cpu-offload-gb {settings.cpu_offload_gb}: {moved / GiB:.2f} GiB of decoder layers on the host")
+    if settings.lora is not None:
+        layers = common.worst_stage_layers(spec, settings.pp)
+        lora = features.lora_term(spec, settings.lora, settings.tp, layers, 0, {}, engine="sglang")
+        weights += lora.bytes
+        notes.append(
+            f"+{lora.bytes / GiB:.3f} GiB LoRA pool ({settings.lora.max_loras} slots of rank "
+            f"{settings.lora.max_lora_rank}: "
+            + ", ".join(f"{name} {size / GiB:.3f} GiB" for name, size in lora.parts)
+            + ")"
+        )
+        notes.extend(lora.warnings)
+    if not notes:
+        return split
+    return replace(split, bytes=weights, explain=split.explain + "; " + "; ".join(notes))
+
+
 def compute(
     spec: ModelSpec, hardware: Hardware | None, settings: Settings, workload: Workload, rules: Rules
 ) -> Breakdown:
     """Every term for ``settings``: weights, overhead, cell size, token pool, the slack outside the static
     fraction and the req_to_token table in it, what the workload needs and the decode bound."""
     context = workload.context or settings.context_length
-    split = weights_split(spec, settings, rules)
+    split = feature_weights(spec, settings, weights_split(spec, settings, rules))
     cuda_context_gib = rules["cuda_context_gib"]
     nccl_init_gib = rules["nccl_init_gib"] if settings.tp * settings.pp > 1 else None
     overhead = overhead_bytes(cuda_context_gib, nccl_init_gib)

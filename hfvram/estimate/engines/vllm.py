@@ -26,6 +26,7 @@ from enum import Enum
 from hfvram.errors import UsageError
 from hfvram.estimate import common, multimodal
 from hfvram.estimate.common import GiB, Rules
+from hfvram.estimate.engines import vllm_features as features
 from hfvram.estimate.engines.base import ProfileBase
 from hfvram.estimate.types import Capacity, EngineChoice, Estimate, Hardware, PerGpu, Workload
 from hfvram.spec import RECURRENT_KINDS, Layer, LayerKind, ModelSpec
@@ -80,8 +81,6 @@ class Settings:
     data_parallel_size: int = 1
     #: --num-gpu-blocks-override: the KV pool is that many blocks, whatever the profile left (vllm.md#vllm-budget)
     num_gpu_blocks_override: int | None = None
-    #: --speculative-config's method ("ngram", "eagle", "mtp", …; None without speculative decoding)
-    speculative_method: str | None = None
     #: the engine whose rules apply: "v1", or "v0" (vllm_v0.py; docs/engines/vllm.md#vllm-v0)
     engine_generation: str = "v1"
     #: the release asked for (--engine vllm@X), None for the newest; the non-torch table matches on it
@@ -90,10 +89,21 @@ class Settings:
     mla_entry_align_bytes: int = 0
     #: --limit-mm-per-prompt and --mm-encoder-tp-mode (vllm.md#vllm-multimodal)
     multimodal: multimodal.MultimodalSettings = field(default_factory=multimodal.MultimodalSettings)
+    #: --enable-lora and its sizes (None without LoRA; docs/engines/vllm.md#vllm-features)
+    lora: features.LoraSettings | None = None
+    #: --speculative-config as vLLM resolves it (None without speculative decoding)
+    speculative: features.Speculative | None = None
+    #: --enable-prefix-caching / --no-enable-prefix-caching given on the command line (no memory change either way)
+    prefix_caching_set: bool = False
 
     @property
     def dtype_bytes(self) -> float:
         return dtype_bytes_of(self.dtype)
+
+    @property
+    def speculative_method(self) -> str | None:
+        """--speculative-config's method as vLLM resolves it ("ngram", "eagle", "mtp", …; None without it)."""
+        return self.speculative.method if self.speculative else None
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -217,6 +227,8 @@ class WeightsTerm:
     bytes: int
     split_explain: str
     notes: tuple[str, ...]
+    #: the LoRA slots allocated with the weights (included in ``bytes``; docs/engines/vllm.md#vllm-features)
+    lora: features.LoraTerm | None = None
 
 
 @dataclass(frozen=True)
@@ -232,10 +244,12 @@ class ActivationTerm:
     workspace: float
     #: dummy encoder outputs held through the dummy forward and sampler runs (multimodal, vllm.md#vllm-multimodal)
     encoder_cache: float = 0.0
+    #: the LoRA shrink buffer of the widest LoRA matmul in the forward (docs/engines/vllm.md#vllm-features)
+    lora: float = 0.0
 
     @property
     def bytes(self) -> int:
-        return int(max(self.sampler, self.forward) + self.workspace + self.encoder_cache)
+        return int(max(self.sampler, self.forward + self.lora) + self.workspace + self.encoder_cache)
 
 
 @dataclass(frozen=True)
@@ -438,6 +452,8 @@ def engine_report(
         "pipeline_parallel_size": settings.pipeline_parallel_size,
         "data_parallel_size": settings.data_parallel_size,
         "num_gpu_blocks_override": settings.num_gpu_blocks_override,
+        "lora_bytes": parts.weights.lora.bytes if parts.weights.lora else None,
+        "speculative_method": settings.speculative.method if settings.speculative else None,
     }
 
 
@@ -476,6 +492,7 @@ def resolve_settings(
     kv_mem = common.setting(choice, "kv-cache-memory-bytes")
     warnings.extend(unmodelled_flag_warnings(spec, choice, rules, quant_setting))
     mm_settings = multimodal.settings_of(spec, choice.settings, tp, choice.version or rules_version, warnings)
+    speculative = speculative_setting(choice, spec, rules, warnings)
     return Settings(
         rules=rules_version,
         gpu_memory_utilization=util,
@@ -498,9 +515,11 @@ def resolve_settings(
         context_cap=max_model_len if set_len else max(max_model_len, spec.max_position_embeddings or 0),
         data_parallel_size=dp,
         num_gpu_blocks_override=gpu_blocks_override(choice),
-        speculative_method=speculative_method(common.setting(choice, "speculative-config") or "")[0],
         requested_version=choice.version,
         multimodal=mm_settings,
+        lora=lora_setting(choice, rules, dtype),
+        speculative=speculative,
+        prefix_caching_set=prefix_caching_given(choice),
     )
 
 
@@ -517,6 +536,61 @@ def default_block_size(spec: ModelSpec, rules: Rules) -> int:
     return int(rules["block_size_mla"] if has_mla else rules["block_size"])
 
 
+def prefix_caching_given(choice: EngineChoice) -> bool:
+    """``--enable-prefix-caching`` or ``--no-enable-prefix-caching`` on the command line (neither changes memory)."""
+    return any(
+        common.setting(choice, flag) is not None for flag in ("enable-prefix-caching", "no-enable-prefix-caching")
+    )
+
+
+def lora_setting(choice: EngineChoice, rules: Rules, dtype: str) -> features.LoraSettings | None:
+    """``--enable-lora`` with ``--max-loras`` / ``--max-lora-rank`` / ``--max-cpu-loras`` / ``--lora-dtype`` /
+    ``--fully-sharded-loras`` (LoRAConfig's defaults when not set, docs/engines/vllm.md#vllm-features); None without
+    --enable-lora (vLLM then reads none of them)."""
+    if not common.setting_bool(choice, "enable-lora"):
+        return None
+    loras = common.setting_int(choice, "max-loras") or int(rules["lora_default_max_loras"])
+    rank = common.setting_int(choice, "max-lora-rank") or int(rules["lora_default_max_lora_rank"])
+    cpu_loras = common.setting_int(choice, "max-cpu-loras")
+    if loras < 1 or rank < 1:
+        raise UsageError(f"max-loras and max-lora-rank must be positive, got {loras} and {rank}")
+    if cpu_loras is not None and cpu_loras < loras:
+        raise UsageError(f"max-cpu-loras ({cpu_loras}) must be >= max-loras ({loras}), as vLLM requires")
+    named = (common.setting(choice, "lora-dtype") or "auto").strip().lower()
+    lora_dtype = dtype if named == "auto" else DTYPE_NAMES.get(named)
+    if lora_dtype is None:
+        raise UsageError(f"unknown lora-dtype {named!r}; vLLM takes auto, float16 or bfloat16")
+    until = common.version_key(str(rules["lora_extra_vocab_until"]))
+    old_release = choice.version is not None and common.version_key(choice.version)[: len(until)] <= until
+    extra = common.setting_int(choice, "lora-extra-vocab-size") if old_release else None
+    return features.LoraSettings(
+        max_loras=loras,
+        max_lora_rank=rank,
+        dtype_bytes=dtype_bytes_of(lora_dtype),
+        fully_sharded_loras=common.setting_bool(choice, "fully-sharded-loras"),
+        max_cpu_loras=cpu_loras,
+        extra_vocab=(int(rules["lora_extra_vocab_size"]) if extra is None else extra) if old_release else 0,
+    )
+
+
+def speculative_setting(
+    choice: EngineChoice, spec: ModelSpec, rules: Rules, warnings: list[str]
+) -> features.Speculative | None:
+    """``--speculative-config`` (JSON), else the old ``--speculative-model`` / ``--num-speculative-tokens``, as
+    vLLM resolves the method (docs/engines/vllm.md#vllm-features), with its note or warning; None without
+    speculative decoding."""
+    text = common.setting(choice, "speculative-config")
+    if text is not None:
+        method, model, tokens = speculative_method(text)
+    else:
+        method, model = None, common.setting(choice, "speculative-model")
+        tokens = common.setting_int(choice, "num-speculative-tokens")
+        model = model[:120] if model else None
+    speculative = features.resolve_speculative(method, model, tokens, spec, rules)
+    warnings.extend(features.speculative_warnings(speculative, rules))
+    return speculative
+
+
 def gpu_blocks_override(choice: EngineChoice) -> int | None:
     """``--num-gpu-blocks-override``: a positive block count (UsageError otherwise), None when not set."""
     override = common.setting_int(choice, "num-gpu-blocks-override")
@@ -527,8 +601,8 @@ def gpu_blocks_override(choice: EngineChoice) -> int | None:
 
 def unmodelled_flag_warnings(spec: ModelSpec, choice: EngineChoice, rules: Rules, quantization: str) -> list[str]:
     """One warning per flag vLLM reads that hfvram does not model (vllm.md#vllm-unmodelled-flags): the TOML's
-    ``unmodelled_flags``, ``--speculative-config`` (n-gram drafting costs nothing and is not warned about) and
-    ``--quantization`` on an unquantized checkpoint other than fp8."""
+    ``unmodelled_flags`` and ``--quantization`` on an unquantized checkpoint other than fp8 (speculative decoding:
+    :func:`vllm_features.speculative_warnings`)."""
     notes = []
     for flag, left_out in rules["unmodelled_flags"].items():
         raw = common.setting(choice, flag)
@@ -536,15 +610,6 @@ def unmodelled_flag_warnings(spec: ModelSpec, choice: EngineChoice, rules: Rules
             continue
         shown = f"--{flag}" if raw.strip().lower() in ("", "true") else f"--{flag} {raw[:60]}"
         notes.append(f"{shown}: hfvram does not account for {left_out}")
-    speculative = common.setting(choice, "speculative-config")
-    if speculative is not None:
-        method, model = speculative_method(speculative)
-        if method != "ngram":
-            drafted = f" ({', '.join(part for part in (method, model) if part)})" if method or model else ""
-            notes.append(
-                f"--speculative-config{drafted}: hfvram does not account for the draft model's weights and KV cache "
-                "or the EAGLE / MTP heads (n-gram drafting alone costs no memory)"
-            )
     if quantization in rules["inflight_quantizations"] and spec.quantization is None:
         notes.append(
             f"--quantization {quantization}: vLLM quantizes this unquantized checkpoint while loading it; hfvram "
@@ -561,21 +626,22 @@ def unmodelled_flag_warnings(spec: ModelSpec, choice: EngineChoice, rules: Rules
     return notes
 
 
-def speculative_method(text: str) -> tuple[str | None, str | None]:
-    """(method, draft model) of a ``--speculative-config`` JSON value (``{"method": "ngram", …}``,
-    ``{"model": "…", "num_speculative_tokens": 5}``); (None, None) when it is not a JSON object."""
+def speculative_method(text: str) -> tuple[str | None, str | None, int | None]:
+    """(method, draft model, num_speculative_tokens) of a ``--speculative-config`` JSON value (``{"method":
+    "ngram", …}``, ``{"model": "…", "num_speculative_tokens": 5}``); a value that is not a JSON object is bad input."""
     if not text.strip():
-        return None, None  # not set (every estimate without it): no JSON error raised and caught
+        return None, None, None
     try:
         value = json.loads(text[:4096])
-    except ValueError:
-        return None, None
+    except ValueError as exc:
+        raise UsageError(f"--speculative-config is not JSON: {text[:60]!r}") from exc
     if not isinstance(value, dict):
-        return None, None
-    method, model = value.get("method"), value.get("model")
+        raise UsageError(f"--speculative-config must be a JSON object, got {text[:60]!r}")
+    method, model, tokens = value.get("method"), value.get("model"), value.get("num_speculative_tokens")
     return (
         str(method)[:40].lower() if isinstance(method, str) else None,
         str(model)[:120] if isinstance(model, str) else None,
+        tokens if isinstance(tokens, int) and not isinstance(tokens, bool) and 0 < tokens <= 1024 else None,
     )
 
 
@@ -668,7 +734,7 @@ def compute(
     the workload takes of it, start-up checks and the decode bound."""
     context = workload.context or settings.max_model_len
     weights = weights_per_gpu(spec, settings, rules)
-    activations = activation_peak(spec, settings, rules)
+    activations = activation_peak(spec, settings, rules, weights.lora)
     non_torch, non_torch_row = non_torch_bytes(settings, hardware, rules)
     overhead = OverheadTerm(
         non_torch=non_torch,
@@ -679,7 +745,7 @@ def compute(
         if non_torch_row
         else "",
     )
-    layout = kv_layout(spec, settings)
+    layout = kv_layout(features.spec_with_draft_layers(spec, settings.speculative), settings)
     budget = budget_term(hardware, settings, weights.bytes + activations.bytes + overhead.in_budget, layout)
     blocks_per_request = layout.blocks_per_request(context)
     sized = hardware is not None or budget.fixed_pool
@@ -820,14 +886,39 @@ def weights_per_gpu(spec: ModelSpec, settings: Settings, rules: Rules) -> Weight
             f"the attention kept whole is MLA's fused_qkv_a_proj / kv_a_proj_with_mqa (not split by vLLM): "
             f"+{replicated * (1 - 1 / settings.tensor_parallel_size) / GiB:.2f} GiB per GPU over an even split"
         )
+    return feature_weights(spec, settings, rules, split, notes)
+
+
+def feature_weights(
+    spec: ModelSpec, settings: Settings, rules: Rules, split: common.WeightsSplit, notes: list[str]
+) -> WeightsTerm:
+    """The split weights less ``--cpu-offload-gb`` (decoder-layer parameters only) plus the LoRA slots allocated
+    while the model loads (docs/engines/vllm.md#vllm-features)."""
     weights = split.bytes + multimodal.rope_cache_noted(spec, settings.dtype_bytes, notes)
     if settings.cpu_offload_gb:
-        weights = max(0, weights - int(settings.cpu_offload_gb * GiB))
-        notes.append(f"cpu-offload-gb {settings.cpu_offload_gb} moved to host memory")
-    return WeightsTerm(bytes=weights, split_explain=split.explain, notes=tuple(notes))
+        moved, movable = features.offloaded_bytes(
+            split.by_component, settings.pipeline_parallel_size, settings.cpu_offload_gb
+        )
+        weights -= moved
+        short = moved < settings.cpu_offload_gb * GiB
+        notes.append(
+            f"cpu-offload-gb {settings.cpu_offload_gb}: {moved / GiB:.2f} GiB of decoder-layer parameters moved to "
+            "host memory" + (f" (all {movable / GiB:.2f} GiB the layers hold)" if short else "")
+        )
+    lora = None
+    if settings.lora is not None:
+        layers = common.worst_stage_layers(spec, settings.pipeline_parallel_size)
+        lora = features.lora_term(
+            spec, settings.lora, settings.tensor_parallel_size, layers, settings.max_num_batched_tokens, rules
+        )
+        weights += lora.bytes
+        notes.append(f"+{lora.bytes / GiB:.3f} GiB LoRA slots (--enable-lora)")
+    return WeightsTerm(bytes=weights, split_explain=split.explain, notes=tuple(notes), lora=lora)
 
 
-def activation_peak(spec: ModelSpec, settings: Settings, rules: Rules) -> ActivationTerm:
+def activation_peak(
+    spec: ModelSpec, settings: Settings, rules: Rules, lora: features.LoraTerm | None = None
+) -> ActivationTerm:
     """Torch peak during ``profile_run`` (vllm.md#vllm-activations), the same on every rank:
 
     max(sampler, forward) + fused-MoE workspace, where
@@ -864,6 +955,7 @@ def activation_peak(spec: ModelSpec, settings: Settings, rules: Rules) -> Activa
         forward=forward,
         workspace=workspace,
         encoder_cache=encoder,
+        lora=float(lora.activation) if lora else 0.0,
     )
 
 
@@ -1083,6 +1175,10 @@ VERDICT_NOTE = (
     "total = what the workload needs (weights + KV for context × concurrency + activations + overhead "
     "inside the budget) against usable = vLLM's budget; the KV pool vLLM allocates is the whole rest"
 )
+PREFIX_CACHING_NOTE = (
+    "prefix caching (on by default in V1) reuses the KV pool's own blocks for shared prefixes: it changes no memory "
+    "figure (docs/engines/vllm.md#vllm-features)"
+)
 DECODE_NOTE = (
     "upper bound: memory bandwidth / (active weights per GPU + KV at the context), one sequence; "
     "compute, communication and scheduling ignored"
@@ -1103,6 +1199,11 @@ def narrate(
     if parts.budget.mode is not BudgetMode.NONE:
         explain["budget"] = explain_budget(parts)
     explain["kv_cache"] = explain_kv_cache(parts, workload.concurrency)
+    if parts.weights.lora is not None:
+        explain["lora"] = features.explain_lora(parts.weights.lora)
+    speculative = features.explain_speculative(parts.settings.speculative)
+    if speculative:
+        explain["speculative"] = speculative
     if parts.settings.data_parallel_size > 1:
         settings = parts.settings
         per_replica = settings.tensor_parallel_size * settings.pipeline_parallel_size
@@ -1132,6 +1233,7 @@ def explain_activations(term: ActivationTerm, spec: ModelSpec) -> str:
             if term.encoder_cache
             else ""
         )
+        + (f" + LoRA shrink buffer {term.lora / GiB:.3f} GiB in the forward" if term.lora else "")
     )
 
 
@@ -1187,7 +1289,9 @@ def explain_kv_cache(parts: Breakdown, concurrency: int) -> str:
     return (
         f"{concurrency} × {parts.blocks_per_request} blocks of {layout.page_bytes} B × {layout.group_size} "
         f"layers (block_size {layout.min_block_size}, {parts.settings.kv_cache_dtype}, {layout.num_groups} groups) "
-        f"for {parts.context} tokens per request on the worst rank"
+        f"for {parts.context} tokens per request on the worst rank; prefix caching "
+        f"({'on' if parts.settings.enable_prefix_caching else 'as the release defaults'}) reuses blocks of this pool: "
+        "no memory change"
     )
 
 
@@ -1195,6 +1299,10 @@ def startup_warnings(parts: Breakdown) -> list[str]:
     """What vLLM says (or would run into) at start-up, in the order it would meet them."""
     settings, budget, overhead = parts.settings, parts.budget, parts.overhead
     warnings = [HYBRID_MOE_GRAPHS_NOTE] if parts.hybrid_moe_graphs else []
+    if parts.weights.lora is not None:
+        warnings.extend(parts.weights.lora.warnings)
+    if parts.settings.prefix_caching_set:
+        warnings.append(PREFIX_CACHING_NOTE)
     if parts.kv_bytes_too_large:
         room = budget.memory - overhead.outside_budget - budget.budget + budget.pool
         asked = (

@@ -1,0 +1,322 @@
+"""vLLM features that cost memory (docs/engines/vllm.md#vllm-features): LoRA adapter slots, speculative decoding,
+CPU weight offload, prefix caching. Pure arithmetic on the spec and the settings; vllm.py reads the flags and
+adds the terms to its breakdown.
+
+- LoRA: ``LoRAModelManager`` wraps every linear layer (and the embeddings / lm_head the model class lists) at
+  load time and allocates ``max_loras`` A/B slots of rank ``max_lora_rank`` per wrapped module, in the LoRA dtype
+  (the model's by default), inside "Model loading took"; the profile run adds one float32 shrink buffer
+  ``[slices, tokens, rank]`` per LoRA matmul.
+- Speculative decoding: n-gram / suffix keep no model; an MTP draft runs the checkpoint's own MTP layers, whose
+  attention caches in the same KV pool (one more layer per MTP layer); a draft model or EAGLE head is a second
+  checkpoint hfvram has not read (a warning names it).
+- ``--cpu-offload-gb``: ``UVAOffloader`` moves whole parameters of the decoder layers to host memory until the
+  budget is used; embeddings and lm_head stay on the GPU.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+
+from hfvram.estimate.common import GiB, Rules
+from hfvram.spec import Layer, LayerKind, ModelSpec
+
+#: layer kinds whose q/k/v/o projections vLLM builds as QKVParallelLinear + RowParallelLinear
+_PLAIN_ATTENTION = (LayerKind.FULL, LayerKind.SLIDING, LayerKind.CHUNKED)
+#: spec components the decoder layers hold (what the CPU offloader walks)
+_LAYER_COMPONENTS = ("attention", "mlp", "experts", "router", "norms")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# LoRA
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LoraSettings:
+    """``--enable-lora`` and its sizes under vLLM's names (LoRAConfig defaults when not set)."""
+
+    max_loras: int
+    max_lora_rank: int
+    dtype_bytes: float
+    fully_sharded_loras: bool = False
+    max_cpu_loras: int | None = None
+    #: lora_extra_vocab_size of releases before its removal (0 since; docs/engines/vllm.md#vllm-features)
+    extra_vocab: int = 0
+
+
+@dataclass(frozen=True)
+class LoraTerm:
+    """The LoRA buffers on the worst rank: the stacked A/B slots and the profile run's shrink buffer."""
+
+    settings: LoraSettings
+    #: stacked lora_a / lora_b bytes on one rank, allocated while the model loads
+    bytes: int
+    #: float32 shrink buffer of the widest LoRA matmul during the profile run
+    activation: int
+    #: (module, bytes on one rank) for --explain, largest first
+    parts: tuple[tuple[str, int], ...]
+    #: layer kinds / modules whose LoRA slots are not counted (named in a warning)
+    unmodelled: tuple[str, ...]
+    #: the warnings this term gives (unmodelled modules, vLLM's vocabulary limit)
+    warnings: tuple[str, ...] = ()
+
+
+def _column(loras: int, rank: int, in_size: int, out_slices: Iterable[int], tp: int, fully: bool) -> int:
+    """Column-parallel (Merged/QKV) LoRA: per slice lora_a [loras, 1, rank (/tp fully sharded), in] and
+    lora_b [loras, 1, out_slice per rank, rank]."""
+    slices = list(out_slices)
+    rank_a = rank // tp if fully else rank
+    return loras * (len(slices) * rank_a * in_size + sum(slices) * rank)
+
+
+def _row(loras: int, rank: int, in_per_rank: int, out_size: int, tp: int, fully: bool) -> int:
+    """Row-parallel LoRA: lora_a [loras, 1, rank, in per rank], lora_b [loras, 1, out (/tp fully sharded), rank]."""
+    return loras * (rank * in_per_rank + (out_size // tp if fully else out_size) * rank)
+
+
+def _replicated(loras: int, rank: int, in_size: int, out_size: int) -> int:
+    return loras * rank * (in_size + out_size)
+
+
+def _attention_elems(layer: Layer, spec: ModelSpec, lora: LoraSettings, tp: int) -> int:
+    heads, hidden = spec.num_attention_heads or 0, spec.hidden_size or 0
+    q_shard = heads // tp * layer.head_dim_k
+    # QKVParallelLinear keeps at least one KV head per rank (replicated when tp exceeds the KV heads)
+    kv_heads = max(1, layer.num_kv_heads // tp)
+    loras, rank, fully = lora.max_loras, lora.max_lora_rank, lora.fully_sharded_loras
+    qkv = _column(loras, rank, hidden, (q_shard, kv_heads * layer.head_dim_k, kv_heads * layer.head_dim_v), tp, fully)
+    o_proj = _row(loras, rank, heads // tp * layer.head_dim_v, hidden, tp, fully)
+    return qkv + o_proj
+
+
+def _mlp_elems(spec: ModelSpec, lora: LoraSettings, tp: int, gated: bool) -> int:
+    hidden, inter = spec.hidden_size or 0, spec.intermediate_size or 0
+    loras, rank, fully = lora.max_loras, lora.max_lora_rank, lora.fully_sharded_loras
+    up = _column(loras, rank, hidden, (inter // tp,) * (2 if gated else 1), tp, fully)
+    return up + _row(loras, rank, inter // tp, hidden, tp, fully)
+
+
+def _moe_elems(spec: ModelSpec, lora: LoraSettings, tp: int, router: bool = True) -> int:
+    """FusedMoEWithLoRA (2-D adapters): w1/w3 lora_a [loras, experts, rank, hidden] and lora_b [loras, experts,
+    inter per rank, rank]; w2 lora_a [loras, experts, rank, inter per rank], lora_b [loras, experts, hidden, rank];
+    the router (a ReplicatedLinear) gets [rank, hidden] + [experts, rank]."""
+    hidden, experts = spec.hidden_size or 0, spec.num_experts or 0
+    inter = (spec.moe_intermediate_size or spec.intermediate_size or 0) // tp
+    loras, rank = lora.max_loras, lora.max_lora_rank
+    rank_a = rank // tp if lora.fully_sharded_loras else rank
+    hidden_b = hidden // tp if lora.fully_sharded_loras else hidden
+    w13 = 2 * loras * experts * (rank_a * hidden + inter * rank)
+    w2 = loras * experts * (rank * inter + hidden_b * rank)
+    return w13 + w2 + (_replicated(loras, rank, hidden, experts) if router else 0)
+
+
+def lora_term(
+    spec: ModelSpec,
+    lora: LoraSettings,
+    tp: int,
+    layers: tuple[Layer, ...],
+    batched_tokens: int,
+    rules: Rules,
+    engine: str = "vllm",
+) -> LoraTerm:
+    """The LoRA slots allocated on the worst rank for ``layers`` (that rank's stage), in bytes
+    (docs/engines/vllm.md#vllm-features). ``engine="sglang"``: SGLang's ``LoRAMemoryPool`` for
+    ``--lora-target-modules all`` (docs/engines/sglang.md#sglang-features): the same layer shapes, embed_tokens and
+    lm_head always, lm_head's lora_b split over TP, no router slots."""
+    tp = max(1, tp)
+    architecture = spec.architecture or ""
+    sglang = engine == "sglang"
+    gated = (spec.model_type or "") not in rules.get("lora_ungated_model_types", ())
+    attention = mlp = experts = 0
+    unmodelled: dict[str, int] = {}
+    for layer in layers:
+        if layer.kind in _PLAIN_ATTENTION and layer.num_kv_heads:
+            attention += _attention_elems(layer, spec, lora, tp)
+        elif layer.kind is not LayerKind.NONE:
+            unmodelled[layer.kind.value] = unmodelled.get(layer.kind.value, 0) + 1
+        if layer.moe and spec.num_experts:
+            experts += _moe_elems(spec, lora, tp, router=not sglang)
+        elif spec.intermediate_size:
+            mlp += _mlp_elems(spec, lora, tp, gated)
+    vocab, hidden = spec.vocab_size or 0, spec.hidden_size or 0
+    loras, rank = lora.max_loras, lora.max_lora_rank
+    # VocabParallelEmbeddingWithLoRA: lora_a [loras, vocab, rank] and lora_b [loras, 1, hidden, rank], whole on
+    # every rank; LogitsProcessorWithLoRA: lora_a [loras, 1, rank, hidden], lora_b [loras, 1, vocab, rank]
+    inputs = sglang or architecture in rules.get("lora_input_embedding_architectures", ())
+    outputs = sglang or architecture in rules.get("lora_output_embedding_architectures", ())
+    extra = 0 if sglang else lora.extra_vocab
+    embed = loras * rank * (vocab + extra + hidden) if inputs else 0
+    head_rows = -(-vocab // tp) if sglang else vocab
+    if extra and outputs:
+        # LogitsProcessorWithLoRA pads lora_b to lora_vocab_padding_size (256) over vocab + extra
+        head_rows = _pad(vocab + extra, int(rules["lora_vocab_padding_size"]))
+    head = loras * rank * (hidden + head_rows) if outputs else 0
+    extra_bytes = _extra_vocab_bytes(spec, lora, tp, rules, inputs, outputs) if extra else 0
+    per_elem = lora.dtype_bytes
+    parts = {
+        "attention": int(attention * per_elem),
+        "mlp": int(mlp * per_elem),
+        "experts + router": int(experts * per_elem),
+        "embed_tokens": int(embed * per_elem),
+        "lm_head": int(head * per_elem),
+        "extra vocabulary": extra_bytes,
+    }
+    names = [f"{count} {kind} layer(s)" for kind, count in unmodelled.items()]
+    if spec.num_shared_experts and any(layer.moe for layer in layers):
+        names.append("the shared experts")
+    # the widest LoRA matmul of the profile run: [slices, tokens, rank] in float32 (punica add_lora_linear)
+    slices = 3 if attention else (2 if gated else 1)
+    activation = int(slices * batched_tokens * rank * float(rules.get("lora_buffer_bytes_per_elem", 0)))
+    kept = tuple(sorted(((name, size) for name, size in parts.items() if size), key=lambda item: -item[1]))
+    term = LoraTerm(lora, sum(parts.values()), activation if kept else 0, kept, tuple(names))
+    return replace(term, warnings=tuple(lora_warnings(term, spec, rules)))
+
+
+def _pad(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def _extra_vocab_bytes(spec: ModelSpec, lora: LoraSettings, tp: int, rules: Rules, inputs: bool, outputs: bool) -> int:
+    """What ``lora_extra_vocab_size`` (E) added before its removal: the Llama-style classes grow embed_tokens by
+    E × max_loras rows (padded to 64) and lm_head by E rows with its vocabulary padded to 256 instead of 64, both
+    split over TP; each wrapper keeps ``embeddings_tensors`` [max_loras, E, hidden] in the model dtype."""
+    vocab, hidden, extra = spec.vocab_size or 0, spec.hidden_size or 0, lora.extra_vocab
+    base_pad, lora_pad = int(rules["vocab_padding"]), int(rules["lora_vocab_padding_size"])
+    rows = 0.0
+    if inputs:
+        rows += _pad(extra * lora.max_loras, base_pad) / tp + lora.max_loras * extra
+    if outputs:
+        grown = _pad(vocab, lora_pad) + _pad(extra, lora_pad) - _pad(vocab, base_pad)
+        rows += (0 if spec.tie_word_embeddings else grown / tp) + lora.max_loras * extra
+    return int(rows * hidden * lora.dtype_bytes)
+
+
+def explain_lora(term: LoraTerm) -> str:
+    lora = term.settings
+    shown = ", ".join(f"{name} {size / GiB:.3f} GiB" for name, size in term.parts)
+    return (
+        f"LoRA: {lora.max_loras} slot(s) of rank {lora.max_lora_rank} at {lora.dtype_bytes:g} B "
+        f"({'fully sharded' if lora.fully_sharded_loras else 'lora_b split as the layer'}) = "
+        f"{term.bytes / GiB:.3f} GiB ({shown or 'no module wrapped'}), allocated with the weights; "
+        f"profile-run shrink buffer {term.activation / GiB:.3f} GiB"
+        + (
+            f"; {lora.max_cpu_loras} adapter(s) cached in host memory (--max-cpu-loras, no GPU memory)"
+            if lora.max_cpu_loras
+            else ""
+        )
+        + " (docs/engines/vllm.md#vllm-features)"
+    )
+
+
+def lora_warnings(term: LoraTerm, spec: ModelSpec, rules: Rules) -> list[str]:
+    notes = []
+    if term.unmodelled:
+        notes.append(
+            f"--enable-lora: the LoRA slots of {', '.join(term.unmodelled)} are not counted (hfvram sizes vLLM's "
+            "LoRA buffers for plain attention, dense MLP and fused-MoE layers only)"
+        )
+    limit = int(rules.get("lora_max_vocab", 0))
+    if limit and (spec.vocab_size or 0) > limit:
+        notes.append(f"--enable-lora: vLLM refuses LoRA on a vocabulary above {limit} (this one: {spec.vocab_size})")
+    return notes
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Speculative decoding
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Speculative:
+    """What ``--speculative-config`` (or the old ``--speculative-model``) asks for, as vLLM resolves it."""
+
+    #: vLLM's method after its own resolution: "ngram", "suffix", "mtp", "eagle", "eagle3", "draft_model", …
+    method: str
+    model: str | None
+    num_speculative_tokens: int | None
+    #: MTP layers whose KV the pool holds (0 unless method is mtp)
+    draft_kv_layers: int = 0
+
+
+def resolve_speculative(method: str | None, model: str | None, tokens: int | None, spec: ModelSpec, rules: Rules):
+    """vLLM's ``SpeculativeConfig.__post_init__`` method resolution: a named MTP type becomes "mtp", no method
+    with model "ngram" is n-gram, no method otherwise a draft model (docs/engines/vllm.md#vllm-features)."""
+    if method is None and model is None and tokens is None:
+        return None
+    if method is None:
+        method = "ngram" if model in ("ngram", "[ngram]") else "draft_model"
+    if method == "[ngram]":
+        method = "ngram"
+    if method in rules["speculative_mtp_methods"]:
+        method = "mtp"
+    layers = spec.num_mtp_layers if method == "mtp" else 0
+    return Speculative(method, model, tokens, draft_kv_layers=layers)
+
+
+@functools.lru_cache(maxsize=64)
+def _with_layers(layers: tuple[Layer, ...], count: int) -> tuple[Layer, ...]:
+    """``layers`` and ``count`` copies of its last full-attention (or MLA) layer: the MTP layers' attention."""
+    attention = [layer for layer in layers if layer.kind in (LayerKind.FULL, LayerKind.MLA)]
+    if not attention or count <= 0:
+        return layers
+    return (*layers, *(attention[-1],) * count)
+
+
+def spec_with_draft_layers(spec: ModelSpec, speculative: Speculative | None) -> ModelSpec:
+    """The spec whose layers include the MTP draft's: vLLM's ``get_kv_cache_spec`` walks every attention layer of
+    the static forward context, the drafter's too, so they share the one KV pool."""
+    if speculative is None or not speculative.draft_kv_layers:
+        return spec
+    layers = _with_layers(spec.layers, speculative.draft_kv_layers)
+    return spec if layers is spec.layers else replace(spec, layers=layers, num_layers=len(layers))
+
+
+def speculative_warnings(speculative: Speculative | None, rules: Rules) -> list[str]:
+    """A note that n-gram / suffix drafting costs nothing and that MTP is counted; a warning naming a draft model
+    or EAGLE head whose weights and KV hfvram has not read."""
+    if speculative is None:
+        return []
+    method = speculative.method
+    tokens = f", {speculative.num_speculative_tokens} tokens" if speculative.num_speculative_tokens else ""
+    if method in rules["speculative_free_methods"]:
+        return [f"speculative decoding ({method}{tokens}) drafts from the tokens already seen: no GPU memory"]
+    if method == "mtp":
+        if not speculative.draft_kv_layers:
+            return [
+                f"speculative decoding (mtp{tokens}): the config states no multi-token-prediction layers; vLLM "
+                "refuses an MTP draft without them (nothing counted)"
+            ]
+        return [
+            f"speculative decoding (mtp{tokens}): its {speculative.draft_kv_layers} MTP layer(s) are counted in the "
+            "weights and the KV pool; the drafter's own profile-run activations and CUDA graphs are not"
+        ]
+    draft = f" {speculative.model[:120]}" if speculative.model else ""
+    return [
+        f"speculative decoding ({method}{tokens}): the draft{draft} is a second checkpoint hfvram has not read: its "
+        "weights, its KV cache (its layers share the pool) and its activations are not counted"
+    ]
+
+
+def explain_speculative(speculative: Speculative | None) -> str | None:
+    if speculative is None or not speculative.draft_kv_layers:
+        return None
+    return (
+        f"speculative decoding (mtp): the checkpoint's {speculative.draft_kv_layers} MTP layer(s) are loaded with "
+        "the weights and cache in the same KV pool (one more attention layer each per token; "
+        "docs/engines/vllm.md#vllm-features)"
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# CPU weight offload
+# ---------------------------------------------------------------------------------------------------------
+
+
+def offloaded_bytes(by_component: Mapping[str, int], pp: int, cpu_offload_gb: float) -> tuple[int, int]:
+    """(bytes moved to host memory, bytes the offloader could move): ``UVAOffloader`` walks the decoder layers'
+    parameters and moves whole parameters until ``cpu_offload_gb`` GiB are moved (it checks before each
+    parameter, so it may pass the budget by one parameter); embeddings, lm_head and the final norm stay."""
+    layers = sum(by_component.get(name, 0) for name in _LAYER_COMPONENTS) // max(1, pp)
+    return min(layers, int(cpu_offload_gb * GiB)), layers
