@@ -78,3 +78,14 @@ def test_small_mac_does_not_fit_a_70b():
     assert result.verdict == "does_not_fit"
     # 2/3 of 16 GB (docs/engines/mlx.md#mlx-wired-limit)
     assert result.per_gpu.usable == pytest.approx(10.67 * GiB, rel=0.01)
+
+
+def test_linear_attention_state_is_float32_conv_state_in_model_dtype():
+    # mlx_lm/models/gated_delta.py (ml-explore/mlx-lm d78bf58e) creates the Gated DeltaNet state as
+    # mx.zeros((B, Hv, Dv, Dk), dtype=mx.float32); qwen3_next.py's conv state is in the input dtype.
+    # Qwen3-Next-80B (fixture config): 36 linear layers, conv 3 x (2 x 16 x 128 + 32 x 128), state 32 x 128 x 128;
+    # 12 full-attention layers with 2 KV heads of 256.
+    spec = spec_of("Qwen/Qwen3-Next-80B-A3B-Thinking", 40.0)
+    linear = 36 * (3 * (2 * 16 * 128 + 32 * 128) * 2 + 32 * 128 * 128 * 4)
+    full = 12 * 2 * 2 * 256 * 2 * 256
+    assert run(spec, "m3-max-128", context=200).per_gpu.kv_cache == linear + full

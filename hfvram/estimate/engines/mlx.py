@@ -52,10 +52,19 @@ def cache_tokens(context: int, step: int, cap: int | None) -> int:
 
 
 def kv_bytes_per_sequence(
-    spec: ModelSpec, context: int, element_bytes: float, step: int, max_kv_size: int | None
+    spec: ModelSpec,
+    context: int,
+    element_bytes: float,
+    step: int,
+    max_kv_size: int | None,
+    linear_ssm_state_bytes: float | None = None,
 ) -> float:
     """KV of one sequence: full / MLA layers at the (stepped) context, sliding layers in a rotating cache of their
-    window, recurrent layers their state (layer dtype, else the model dtype)."""
+    window, recurrent layers their state (layer dtype, else the model dtype).
+
+    Rule docs/engines/mlx.md#mlx-linear-state: a linear-attention (Gated DeltaNet) layer's recurrent state is created
+    by mlx-lm's ``gated_delta_update`` in float32 (``linear_ssm_state_bytes``) whatever the config's
+    ``mamba_ssm_dtype``; its conv state is in the model dtype."""
     total = 0.0
     for layer in spec.layers:
         if layer.kind in WINDOWED_KINDS and layer.window:
@@ -63,6 +72,8 @@ def kv_bytes_per_sequence(
             total += layer_kv_elems_per_token_rank(layer, 1) * element_bytes * tokens
         elif layer.kind in (LayerKind.FULL, LayerKind.MLA):
             total += layer_kv_elems_per_token_rank(layer, 1) * element_bytes * cache_tokens(context, step, max_kv_size)
+        elif layer.kind is LayerKind.LINEAR and linear_ssm_state_bytes:
+            total += layer.conv_state_elems * spec.dtype_bytes() + layer.ssm_state_elems * linear_ssm_state_bytes
         elif layer.kind in RECURRENT_KINDS:
             total += layer.state_elems * (layer.state_dtype_bytes or spec.dtype_bytes())
     return total
@@ -178,7 +189,12 @@ def compute(
 ) -> Breakdown:
     """Weights as stored, the stepped KV buffers, one prefill chunk's activations, the wired limit."""
     per_seq = kv_bytes_per_sequence(
-        spec, settings.context, settings.element_bytes, settings.kv_step, settings.max_kv_size
+        spec,
+        settings.context,
+        settings.element_bytes,
+        settings.kv_step,
+        settings.max_kv_size,
+        float(rules["linear_ssm_state_bytes"]),
     )
     weights = require_weights(spec).total_bytes
     hidden_factor, ff_factor = float(rules["act_hidden_factor"]), float(rules["act_ff_factor"])
