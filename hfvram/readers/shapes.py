@@ -512,6 +512,19 @@ class _Builder:
         self.plain(f"{prefix}.shared_head.norm.weight", (hidden,))
         self.plain(f"{prefix}.shared_head.head.weight", (vocab, hidden))
 
+    def vit_layer(self, p: str, hidden: int, inter: int, norms: tuple[str, str], out_proj: str) -> None:
+        """One ViT encoder layer: two biased LayerNorms, biased q/k/v/out projections, a biased fc1 → fc2 MLP."""
+        for norm in norms:
+            self.plain(f"{p}.{norm}.weight", (hidden,))
+            self.plain(f"{p}.{norm}.bias", (hidden,))
+        for proj in ("q_proj", "k_proj", "v_proj", out_proj):
+            self.plain(f"{p}.self_attn.{proj}.weight", (hidden, hidden))
+            self.plain(f"{p}.self_attn.{proj}.bias", (hidden,))
+        self.plain(f"{p}.mlp.fc1.weight", (inter, hidden))
+        self.plain(f"{p}.mlp.fc1.bias", (inter,))
+        self.plain(f"{p}.mlp.fc2.weight", (hidden, inter))
+        self.plain(f"{p}.mlp.fc2.bias", (hidden,))
+
     def siglip_vision(self, vision: Mapping[str, Any], text_hidden: int) -> None:
         """SigLIP tower + Gemma-3 projector (transformers SiglipVisionModel, Gemma3MultiModalProjector)."""
         hidden, inter = int(vision["hidden_size"]), int(vision["intermediate_size"])
@@ -522,17 +535,7 @@ class _Builder:
         self.plain(f"{base}.embeddings.patch_embedding.bias", (hidden,))
         self.plain(f"{base}.embeddings.position_embedding.weight", ((image // patch) ** 2, hidden))
         for il in range(int(vision["num_hidden_layers"])):
-            p = f"{base}.encoder.layers.{il}"
-            for norm in ("layer_norm1", "layer_norm2"):
-                self.plain(f"{p}.{norm}.weight", (hidden,))
-                self.plain(f"{p}.{norm}.bias", (hidden,))
-            for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
-                self.plain(f"{p}.self_attn.{proj}.weight", (hidden, hidden))
-                self.plain(f"{p}.self_attn.{proj}.bias", (hidden,))
-            self.plain(f"{p}.mlp.fc1.weight", (inter, hidden))
-            self.plain(f"{p}.mlp.fc1.bias", (inter,))
-            self.plain(f"{p}.mlp.fc2.weight", (hidden, inter))
-            self.plain(f"{p}.mlp.fc2.bias", (hidden,))
+            self.vit_layer(f"{base}.encoder.layers.{il}", hidden, inter, ("layer_norm1", "layer_norm2"), "out_proj")
         self.plain(f"{base}.post_layernorm.weight", (hidden,))
         self.plain(f"{base}.post_layernorm.bias", (hidden,))
         self.plain("multi_modal_projector.mm_input_projection_weight", (hidden, text_hidden))
@@ -554,17 +557,8 @@ class _Builder:
             self.plain(f"{base}.{norm}.weight", (hidden,))
             self.plain(f"{base}.{norm}.bias", (hidden,))
         for il in range(int(vision["num_hidden_layers"])):
-            p = f"{base}.model.layers.{il}"
-            for norm in ("input_layernorm", "post_attention_layernorm"):
-                self.plain(f"{p}.{norm}.weight", (hidden,))
-                self.plain(f"{p}.{norm}.bias", (hidden,))
-            for proj in ("q_proj", "k_proj", "v_proj", "o_proj"):
-                self.plain(f"{p}.self_attn.{proj}.weight", (hidden, hidden))
-                self.plain(f"{p}.self_attn.{proj}.bias", (hidden,))
-            self.plain(f"{p}.mlp.fc1.weight", (inter, hidden))
-            self.plain(f"{p}.mlp.fc1.bias", (inter,))
-            self.plain(f"{p}.mlp.fc2.weight", (hidden, inter))
-            self.plain(f"{p}.mlp.fc2.bias", (hidden,))
+            norms = ("input_layernorm", "post_attention_layernorm")
+            self.vit_layer(f"{base}.model.layers.{il}", hidden, inter, norms, "o_proj")
         self.plain(f"{base}.vision_adapter.mlp.fc1.weight", (projector_in, inter))
         self.plain(f"{base}.vision_adapter.mlp.fc2.weight", (projector_out, projector_out))
         self.plain("multi_modal_projector.linear_1.weight", (text_hidden, output_dim))
