@@ -378,28 +378,43 @@ class VllmProfile(ProfileBase):
         settings = resolve_settings(spec, hardware, choice, workload, rules, rules_version, notes)
         parts = compute(spec, hardware, settings, workload, rules)
         warnings, explain = narrate(parts, spec, workload, self.first_version_with("cudagraph_in_budget", True))
-        per_gpu = PerGpu(
-            weights=parts.weights.bytes,
-            kv_cache=parts.kv_needed,
-            activations=parts.activations.bytes,
-            overhead=parts.overhead.in_budget,
-            usable=int(parts.budget.budget) if parts.sized else 0,
-            memory=parts.budget.memory,
-        )
-        return common.finish_estimate(
-            spec=spec,
-            hardware=hardware,
-            engine=engine_report(parts, choice, rules_version, hardware),
-            workload=replace(workload, context=parts.context, kv_dtype=settings.kv_cache_dtype),
-            per_gpu=per_gpu,
-            capacity=parts.capacity,
-            decode=parts.decode,
-            warnings=[*notes, *warnings],
-            explain=explain,
-            tp=settings.tensor_parallel_size,
-            pp=settings.pipeline_parallel_size,
-            force_does_not_fit=parts.refused,
-        )
+        report = engine_report(parts, choice, rules_version, hardware)
+        return finish(parts, spec, hardware, workload, settings, report, [*notes, *warnings], explain)
+
+
+def finish(
+    parts: Breakdown,
+    spec: ModelSpec,
+    hardware: Hardware | None,
+    workload: Workload,
+    settings: Settings,
+    report: dict[str, object],
+    warnings: list[str],
+    explain: dict[str, str],
+) -> Estimate:
+    """The estimate of a computed breakdown (V1 and V0 alike): its per-GPU terms inside vLLM's budget."""
+    per_gpu = PerGpu(
+        weights=parts.weights.bytes,
+        kv_cache=parts.kv_needed,
+        activations=parts.activations.bytes,
+        overhead=parts.overhead.in_budget,
+        usable=int(parts.budget.budget) if parts.sized else 0,
+        memory=parts.budget.memory,
+    )
+    return common.finish_estimate(
+        spec=spec,
+        hardware=hardware,
+        engine=report,
+        workload=replace(workload, context=parts.context, kv_dtype=settings.kv_cache_dtype),
+        per_gpu=per_gpu,
+        capacity=parts.capacity,
+        decode=parts.decode,
+        warnings=warnings,
+        explain=explain,
+        tp=settings.tensor_parallel_size,
+        pp=settings.pipeline_parallel_size,
+        force_does_not_fit=parts.refused,
+    )
 
 
 def engine_generation(choice: EngineChoice, rules: Rules, v0: Rules, notes: list[str]) -> str:

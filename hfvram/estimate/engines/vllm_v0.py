@@ -21,7 +21,7 @@ from dataclasses import replace
 from hfvram.estimate import common
 from hfvram.estimate.common import GiB, Rules
 from hfvram.estimate.engines import vllm as v1
-from hfvram.estimate.types import EngineChoice, Estimate, Hardware, PerGpu, Workload
+from hfvram.estimate.types import EngineChoice, Estimate, Hardware, Workload
 from hfvram.spec import RECURRENT_KINDS, LayerKind, ModelSpec
 
 GENERATION = "v0"
@@ -147,30 +147,9 @@ def estimate(
     elif trouble is v1.OutsideTrouble.SAMPLER_WARM_UP:
         parts = replace(parts, outside_trouble=None)
     warnings, explain = narrate_v0(profile, parts, spec, workload, merged, chunked, windowed, notes)
-    per_gpu = PerGpu(
-        weights=parts.weights.bytes,
-        kv_cache=parts.kv_needed,
-        activations=parts.activations.bytes,
-        overhead=parts.overhead.in_budget,
-        usable=int(parts.budget.budget) if parts.sized else 0,
-        memory=parts.budget.memory,
-    )
     report = v1.engine_report(parts, choice, rules_version, hardware)
     report["enable_chunked_prefill"] = chunked
-    return common.finish_estimate(
-        spec=spec,
-        hardware=hardware,
-        engine=report,
-        workload=replace(workload, context=parts.context, kv_dtype=settings.kv_cache_dtype),
-        per_gpu=per_gpu,
-        capacity=parts.capacity,
-        decode=parts.decode,
-        warnings=[*notes, *warnings],
-        explain=explain,
-        tp=settings.tensor_parallel_size,
-        pp=settings.pipeline_parallel_size,
-        force_does_not_fit=parts.refused,
-    )
+    return v1.finish(parts, spec, hardware, workload, settings, report, [*notes, *warnings], explain)
 
 
 def narrate_v0(
