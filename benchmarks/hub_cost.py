@@ -90,7 +90,7 @@ def measure(server: HubServer, run, *, trips: bool = True) -> Cost:
 _RUSAGE = (
     "import resource, subprocess, sys; r = subprocess.run(sys.argv[1:]); "
     "u = resource.getrusage(resource.RUSAGE_CHILDREN); "
-    "print('rusage', u.ru_utime + u.ru_stime, u.ru_maxrss, file=sys.stderr); sys.exit(r.returncode)"
+    "print('rusage', u.ru_utime + u.ru_stime, u.ru_maxrss, u.ru_utime, u.ru_stime, file=sys.stderr); sys.exit(r.returncode)"
 )
 
 
@@ -108,11 +108,13 @@ def hfvram_cli_scan(server: HubServer, names: list[str], jobs: int, home: Path) 
     with out.open("wb") as stdout:
         result = subprocess.run(command, stdout=stdout, stderr=subprocess.PIPE, env=env, cwd=ROOT)
     seconds = time.monotonic() - started
-    cpu, rss_kib = (float(x) for x in result.stderr.decode().strip().splitlines()[-1].split()[1:3])
+    cpu, rss_kib, user, system = (float(x) for x in result.stderr.decode().strip().splitlines()[-1].split()[1:5])
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     return {
         "seconds": seconds,
         "cpu": cpu,
+        "user": user,
+        "system": system,
         "rss_mib": rss_kib / 1024,
         "rows": len(rows),
         "errors": sum("error" in row for row in rows),
