@@ -150,6 +150,20 @@ def test_active_weights_of_a_moe_count_only_routed_experts():
     assert common.active_weight_bytes(spec) == 1000 + 12800 * spec.experts_per_token // spec.num_experts
 
 
+def test_decode_reads_neither_the_encoders_nor_the_mtp_layers_nor_an_untied_input_table():
+    spec = spec_of("Qwen/Qwen3-30B-A3B")  # its expert counts are not used: no experts component here
+    parts = {"embeddings": 300, "attention": 1000, "mlp": 2000, "lm_head": 300, "vision": 400, "mtp": 500}
+    untied = spec.with_weights(Weights(total_bytes=sum(parts.values()), params_total=0, bytes_by_component=parts))
+    # an image is encoded once at prefill, MTP layers only draft, an own lm_head leaves one embedding row per token
+    assert common.active_weight_bytes(untied) == 1000 + 2000 + 300
+    tied_parts = {name: size for name, size in parts.items() if name != "lm_head"}
+    tied = spec.with_weights(
+        Weights(total_bytes=sum(tied_parts.values()), params_total=0, bytes_by_component=tied_parts)
+    )
+    # tied: the one table is also the output projection, streamed whole for every token
+    assert common.active_weight_bytes(tied) == 300 + 1000 + 2000
+
+
 # ---- speed, capacity, versions, settings --------------------------------------------------------------------
 
 

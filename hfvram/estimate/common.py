@@ -305,13 +305,23 @@ def worst_stage_bytes(per_rank: Mapping[str, float], num_layers: int, pp: int) -
     return max(stage_totals)
 
 
+#: components a decode step does not read: the encoders (an image or a clip is encoded once, at prefill) and the
+#: multi-token-prediction layers (read only when they draft tokens for speculative decoding)
+NOT_READ_PER_TOKEN = ("vision", "mtp")
+
+
 def active_weight_bytes(spec: ModelSpec) -> int | None:
-    """Weight bytes read per decoded token: all of a dense model; for a MoE the non-expert part plus
-    ``experts_per_token / num_experts`` of the experts (shared experts are counted as dense ``mlp``)."""
+    """Weight bytes read per decoded token: the text decoder's weights, of a MoE only ``experts_per_token /
+    num_experts`` of the experts (shared experts count as dense ``mlp``). Not read: the encoders and MTP layers
+    (``NOT_READ_PER_TOKEN``) and, where the checkpoint has its own ``lm_head``, the input embedding table (one
+    row is gathered per token); a tied table is the output projection and is read whole."""
     if spec.weights is None:
         return None
-    total = spec.weights.total_bytes
-    experts = spec.weights.bytes_by_component.get("experts", 0)
+    by_component = spec.weights.bytes_by_component
+    total = spec.weights.total_bytes - sum(by_component.get(name, 0) for name in NOT_READ_PER_TOKEN)
+    if by_component.get("lm_head"):
+        total -= by_component.get("embeddings", 0)
+    experts = by_component.get("experts", 0)
     if experts and spec.num_experts and spec.experts_per_token:
         return int(total - experts + experts * min(1.0, spec.experts_per_token / spec.num_experts))
     if spec.params_active and spec.weights.params_total:

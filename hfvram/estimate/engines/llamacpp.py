@@ -995,11 +995,10 @@ def per_gpu_of(parts: Breakdown, hardware: Hardware | None) -> PerGpu:
 def decode_bound(spec: ModelSpec, hardware: Hardware | None, parts: Breakdown) -> float | None:
     """Bandwidth / (active weights on the GPUs + one sequence's KV at the context)."""
     settings, kv = parts.settings, parts.kv
-    embd = spec.weights.bytes_by_component.get("embeddings", 0) if spec.weights else 0
     active = active_weight_bytes(spec) or 0
     context = settings.n_ctx_seq
     per_token_kv = kv.total / max(1, settings.n_stream) / max(1, settings.n_ctx_seq) * context if kv.total else 0
-    return decode_tokens_per_second(max(0, active - embd) + per_token_kv, layer_split_bandwidth(hardware, parts))
+    return decode_tokens_per_second(active + per_token_kv, layer_split_bandwidth(hardware, parts))
 
 
 def layer_split_bandwidth(hardware: Hardware | None, parts: Breakdown) -> float | None:

@@ -627,7 +627,7 @@ def legacy_estimate(
     kv = settings.kv_cache_type
     warnings, explain = legacy_narration(spec, hardware, version, rules, settings, parts, count)
     decode = decode_tokens_per_second(
-        (active_weight_bytes(spec) or 0) - parts.embd + parts.kv_total / max(1, count),
+        (active_weight_bytes(spec) or 0) + parts.kv_total / max(1, count),
         hardware.gpu.memory_bandwidth_gbs if hardware else None,
     )
     engine = legacy_engine_report(settings, choice, version, parts, hardware is not None)
