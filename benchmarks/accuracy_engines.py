@@ -42,8 +42,9 @@ first computed then through a KV-geometry stand-in), whose documentation and dev
 ``"added": "issue 13, round 3"`` the third (em-30 on, MLX). No engine constant was tuned; rules were corrected on in-sample cases only,
 each read in the engine's code: em-05 (the ExLlama cache is allocated for attention layers only, so Nemotron-NAS no-op
 layers hold none) and em-21 (MLX materialises one layer's attention scores per prefill chunk for head dims without a
-fused kernel) and em-31 (mlx-lm keeps the gated-delta recurrent state in float32); held-out errors are untouched
-(em-30's MLA miss is reported, not fixed).
+fused kernel) and em-31 (mlx-lm keeps the gated-delta recurrent state in float32); held-out errors are untouched,
+with one exception said here and in ``REFITTED``: em-30 (held out by its number) showed a 94 % MLA miss that was
+then read in mlx-lm's code and fixed (docs/engines/mlx.md#mlx-mla-prefill), so it is reported in-sample.
 
 transformers has no published figure for a model hfvram holds: ``benchmarks/data/transformers_truth.jsonl``
 (written by ``benchmarks/transformers_truth.py``, measured here on the CPU) gives ``tt-NN`` rows instead: the weights
@@ -135,10 +136,14 @@ def load_cases(path: Path = CASES) -> list[dict[str, Any]]:
         return [json.loads(line) for line in handle if line.strip()]
 
 
+#: held-out cases on which a rule was corrected after their error was seen: reported in-sample from then on
+REFITTED = frozenset({"em-30"})
+
+
 def held_out(case_id: str) -> bool:
-    """Even id numbers are held out (fixed before looking at any error)."""
+    """Even id numbers are held out (fixed before looking at any error), except the ``REFITTED`` ones."""
     digits = re.findall(r"[0-9]+", case_id)
-    return bool(digits) and int(digits[-1]) % 2 == 0
+    return bool(digits) and int(digits[-1]) % 2 == 0 and case_id not in REFITTED
 
 
 def size_bytes(text: str, binary_mb: bool = False) -> float:

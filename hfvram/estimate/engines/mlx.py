@@ -100,6 +100,29 @@ def unfused_scores_bytes(spec: ModelSpec, chunk: int, context: int, step: int, f
     return largest
 
 
+def mla_prefill_bytes(spec: ModelSpec, chunk: int, context: int, step: int, model_types: tuple[str, ...]) -> int:
+    """Bytes one MLA layer holds during a prefill chunk, 0 for a model whose mlx-lm attention is not this one.
+
+    Rule docs/engines/mlx.md#mlx-mla-prefill: mlx-lm's DeepSeek-V3-style MLA attention (``model_types``) computes
+    the rope part of the scores, ``pe_scores = q_pe @ k_peᵀ`` of shape [batch, query heads, chunk, keys] in the model
+    dtype, masks it with ``mx.where`` (a second array of that shape while the first is read), and expands the cached
+    latent to per-head K (``embed_q``, qk_nope_head_dim) and V (``unembed_out``, v_head_dim) for every key before the
+    fused SDPA takes ``pe_scores`` as its mask; one layer at a time, so the peak holds the largest layer's arrays.
+    """
+    if spec.model_type not in model_types:
+        return 0
+    heads = spec.num_attention_heads or 0
+    keys = cache_tokens(context, step, None)
+    largest = 0
+    for layer in spec.layers:
+        if layer.kind is not LayerKind.MLA or not heads:
+            continue
+        rope_scores = 2 * chunk * heads * keys
+        expanded = heads * keys * (layer.head_dim_k - layer.qk_rope_head_dim + layer.head_dim_v)
+        largest = max(largest, int((rope_scores + expanded) * spec.dtype_bytes()))
+    return largest
+
+
 def wired_limit(hardware: Hardware, choice: EngineChoice) -> tuple[int, str]:
     limit_mb = setting_int(choice, "wired_limit_mb", "iogpu.wired_limit_mb")
     if limit_mb:
@@ -163,6 +186,8 @@ class Breakdown:
     activations: int
     #: one layer's materialised attention scores (unfused SDPA head dims), part of ``activations``
     scores: int
+    #: one MLA layer's rope scores (twice) and per-head K and V during a prefill chunk, part of ``activations``
+    mla: int
     act_hidden_factor: float
     act_ff_factor: float
     metal_overhead_mib: float
@@ -177,6 +202,22 @@ class Breakdown:
     @property
     def overhead(self) -> int:
         return int(self.metal_overhead_mib * MiB)
+
+
+def prefill_chunk_bytes(spec: ModelSpec, settings: Settings, hidden_factor: float, ff_factor: float) -> int:
+    """One prefill chunk's activations: step × (a·hidden + b·FFN width) × dtype (an approximation, mlx.toml)."""
+    ffn = spec.moe_intermediate_size or spec.intermediate_size or 0
+    per_token = hidden_factor * (spec.hidden_size or 0) + ff_factor * ffn
+    return int(settings.prefill_step_size * per_token * spec.dtype_bytes())
+
+
+def prefill_attention_bytes(spec: ModelSpec, settings: Settings, rules: Rules) -> tuple[int, int]:
+    """(one layer's unfused attention scores, one MLA layer's prefill arrays) during a prefill chunk."""
+    fused = tuple(int(d) for d in rules["fused_prefill_head_dims"])
+    scores = unfused_scores_bytes(spec, settings.prefill_step_size, settings.context, settings.kv_step, fused)
+    mla_types = tuple(str(name) for name in rules["mla_prefill_model_types"])
+    mla = mla_prefill_bytes(spec, settings.prefill_step_size, settings.context, settings.kv_step, mla_types)
+    return scores, mla
 
 
 def compute(
@@ -198,11 +239,8 @@ def compute(
     )
     weights = require_weights(spec).total_bytes
     hidden_factor, ff_factor = float(rules["act_hidden_factor"]), float(rules["act_ff_factor"])
-    ffn = spec.moe_intermediate_size or spec.intermediate_size or 0
-    per_token = hidden_factor * (spec.hidden_size or 0) + ff_factor * ffn
-    fused = tuple(int(d) for d in rules["fused_prefill_head_dims"])
-    scores = unfused_scores_bytes(spec, settings.prefill_step_size, settings.context, settings.kv_step, fused)
-    activations = int(settings.prefill_step_size * per_token * spec.dtype_bytes()) + scores
+    scores, mla = prefill_attention_bytes(spec, settings, rules)
+    activations = prefill_chunk_bytes(spec, settings, hidden_factor, ff_factor) + scores + mla
     overhead_mib = float(rules["metal_overhead_mib"])
     usable, usable_note, memory = 0, "", 0
     if hardware is not None:
@@ -228,6 +266,7 @@ def compute(
         kv=int(per_seq * workload.concurrency),
         activations=activations,
         scores=scores,
+        mla=mla,
         act_hidden_factor=hidden_factor,
         act_ff_factor=ff_factor,
         metal_overhead_mib=overhead_mib,
@@ -271,6 +310,12 @@ def narrate(
                 f" + {parts.scores / GiB:.2f} GiB of one layer's attention scores (head dim without a fused "
                 f"prefill kernel: chunk × query heads × context × dtype)"
                 if parts.scores
+                else ""
+            )
+            + (
+                f" + {parts.mla / GiB:.2f} GiB of one MLA layer's prefill arrays (rope scores and their masked copy: "
+                "2 × chunk × query heads × context, and K and V expanded per head for every key)"
+                if parts.mla
                 else ""
             )
         ),
