@@ -383,6 +383,8 @@ def apply(spec: ModelSpec, choice: HubChoice) -> ModelSpec:
     }
     if choice.desc_act:
         details["desc_act"] = True
+    if choice.group_size == -1:
+        details["group_size"] = -1  # per channel, as the config reader records a checkpoint's -1
     group = None if choice.group_size <= 0 else choice.group_size
     quantization = Quantization(
         method=str(row["method"]),
