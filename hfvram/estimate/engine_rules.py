@@ -372,6 +372,11 @@ def quant_tp_check(
     return None, [f"{engine} at tensor parallel size {tp}: {note} ({rules['doc']})" for note in notes]
 
 
+def _splits_evenly(spec: ModelSpec, tp: int) -> bool:
+    """Whether the MLP and expert sizes divide by ``tp`` (the engines' ``divide`` asserts otherwise)."""
+    return all(not size or size % tp == 0 for size in (spec.intermediate_size, spec.moe_intermediate_size))
+
+
 def quant_tp_refusal(
     engine: str, spec: ModelSpec, tp: int, hardware: Hardware | None = None, defaulted: bool = False
 ) -> tuple[str | None, list[str]]:
@@ -382,7 +387,11 @@ def quant_tp_refusal(
         return None, notes
     rules = accepts(engine)["quant_tp"]
     size = f"tensor parallel size {tp}" + (" (all GPUs given, as no --tp was set)" if defaulted else "")
-    sizes = [s for s in range(1, tp) if tp_accepted(spec, s) and quant_tp_check(engine, spec, s, hardware)[0] is None]
+    sizes = [
+        s
+        for s in range(1, tp)
+        if tp_accepted(spec, s) and _splits_evenly(spec, s) and quant_tp_check(engine, spec, s, hardware)[0] is None
+    ]
     accepted = f"it accepts {', '.join(map(str, sizes))} below {tp} (pass --tp)" if sizes else "pass --tp"
     return f"{engine} refuses {size}: {failure} ({rules['rule']}, {rules['doc']}); {accepted}", []
 
