@@ -93,24 +93,33 @@ def test_sglang_gptq_tp_8_is_a_warning_not_a_refusal(hub):
     assert "1728 inputs per GPU" in note and "not modelled" in note
 
 
+def gptq_copy(tmp_path, **changes) -> str:
+    """The Llama-2-13B-chat-GPTQ fixture (config.json, quantize_config.json, header-only safetensors) in a folder,
+    with ``changes`` to its quantization_config (``torch_dtype`` to the config itself)."""
+    folder = tmp_path / "Llama-2-13B-chat-GPTQ-variant"
+    shutil.copytree(FIXTURES / "hub" / GPTQ_REPO, folder)
+    config = json.loads((folder / "config.json").read_text())
+    if "torch_dtype" in changes:
+        config["torch_dtype"] = changes.pop("torch_dtype")
+    config["quantization_config"].update(changes)
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "quantize_config.json").write_text(json.dumps(config["quantization_config"]))
+    return str(folder)
+
+
 def test_a_per_channel_gptq_config_has_no_group_constraint(tmp_path):
     """The same checkpoint with group_size -1 (one scale per output channel): at TP 4 (3456 inputs per GPU) it loads;
     at TP 8 the constraint left is Marlin's own min_thread_k (1728 % 128), not a group, and Exllama does not take
     per-channel weights: refused on an A100, Machete on an H100."""
-    folder = tmp_path / "Llama-2-13B-chat-GPTQ-g-1"
-    shutil.copytree(FIXTURES / "hub" / GPTQ_REPO, folder)
-    config = json.loads((folder / "config.json").read_text())
-    config["quantization_config"]["group_size"] = -1
-    (folder / "config.json").write_text(json.dumps(config))
-    (folder / "quantize_config.json").write_text(json.dumps(config["quantization_config"]))
-    four = check(str(folder), "--gpu", "a100x4", "--engine", "vllm", "--tp", "4")
+    folder = gptq_copy(tmp_path, group_size=-1)
+    four = check(folder, "--gpu", "a100x4", "--engine", "vllm", "--tp", "4")
     assert refusal(four) is None and notes(four) == []
-    eight = check(str(folder), "--gpu", "a100x8", "--engine", "vllm", "--tp", "8")
+    eight = check(folder, "--gpu", "a100x8", "--engine", "vllm", "--tp", "8")
     reason = refusal(eight)
     assert eight["verdict"] == "does_not_fit" and reason is not None
     assert "min_thread_k 128" in reason and "group size" not in reason
     assert "it accepts 1, 2, 4 below 8" in reason
-    assert refusal(check(str(folder), "--gpu", "h100x8", "--engine", "vllm", "--tp", "8")) is None
+    assert refusal(check(folder, "--gpu", "h100x8", "--engine", "vllm", "--tp", "8")) is None
 
 
 # ---- the golden case: Qwen2.5-72B sizes as AWQ (QwenLM/Qwen3-VL#831, vllm-project/vllm#13980) ------------------
@@ -143,18 +152,37 @@ def test_sglang_awq_checks_the_column_slices_too(hub):
     assert "docs/engines/sglang.md#sglang-quant-tp" in reason
 
 
-def test_gptq_bf16_what_if_has_no_fallback_off_hopper(hub):
-    """CodeLlama-34B (bfloat16, intermediate_size 22016 = 172 x 128) as GPTQ int4 g128 at TP 8: down_proj's 2752
-    inputs per GPU (21.5 groups) are declined by Marlin; Exllama needs float16 activations; Machete runs on sm_90
-    only (2752 % 64 == 0): refused on an A100, loaded on an H100; with act order, refused on both."""
-    args = ("codellama/CodeLlama-34b-Instruct-hf", "--engine", "vllm", "--tp", "8")
-    a100 = check(*args, "--quant", "gptq-int4-g128", "--gpu", "a100x8")
-    assert "2752 inputs per GPU" in (refusal(a100) or "") and "float16 activations only" in refusal(a100)
-    assert "Failed to find a kernel" in refusal(a100)
-    h100 = check(*args, "--quant", "gptq-int4-g128", "--gpu", "h100x8")
+def test_a_bfloat16_gptq_checkpoint_has_no_fallback_off_hopper(tmp_path):
+    """The checkpoint with torch_dtype bfloat16: at TP 8 down_proj's 1728 inputs per GPU are declined by Marlin,
+    Exllama needs float16 activations, Machete runs on sm_90 only: refused on an A100, loaded on an H100."""
+    folder = gptq_copy(tmp_path, torch_dtype="bfloat16")
+    a100 = check(folder, "--gpu", "a100x8", "--engine", "vllm", "--tp", "8")
+    reason = refusal(a100) or ""
+    assert "1728 inputs per GPU" in reason and "float16 activations only" in reason
+    assert "Failed to find a kernel that can implement the WNA16 linear layer" in reason
+    assert "it accepts 1, 2, 4 below 8" in reason
+    h100 = check(folder, "--gpu", "h100x8", "--engine", "vllm", "--tp", "8")
     assert refusal(h100) is None and "Machete" in notes(h100)[0]
-    act = check(*args, "--quant", "gptq-int4-g128-act", "--gpu", "h100x8")
-    assert "act-order" in (refusal(act) or "")
+
+
+def test_act_order_on_a_split_input_is_refused_on_every_gpu(tmp_path):
+    """desc_act true: neither Exllama nor Machete takes act order on a row-parallel slice, whatever the GPU."""
+    folder = gptq_copy(tmp_path, desc_act=True)
+    for gpu in ("a100x8", "h100x8"):
+        reason = refusal(check(folder, "--gpu", gpu, "--engine", "vllm", "--tp", "8")) or ""
+        assert "act-order (desc_act) with a split input" in reason
+    assert refusal(check(folder, "--gpu", "a100x4", "--engine", "vllm", "--tp", "4")) is None
+
+
+def test_the_gptq_what_if_runs_as_the_float16_checkpoint_its_quantizer_writes(hub):
+    """CodeLlama-34B (bfloat16; intermediate_size 22016 = 172 x 128) as --quant gptq-int4-g128 at TP 8: 2752
+    inputs per GPU (21.5 groups) miss Marlin; GPTQModel writes float16 (hub_formats.toml kept_dtype F16), so
+    Exllama takes the layer; with act order (gptq-int4-g128-act) nothing does."""
+    args = ("codellama/CodeLlama-34b-Instruct-hf", "--engine", "vllm", "--tp", "8", "--gpu", "a100x8")
+    plain = check(*args, "--quant", "gptq-int4-g128")
+    assert refusal(plain) is None and any("2752 inputs per GPU" in n and "Exllama" in n for n in notes(plain))
+    act = check(*args, "--quant", "gptq-int4-g128-act")
+    assert "2752 inputs per GPU" in (refusal(act) or "") and "act-order" in refusal(act)
 
 
 # ---- MoE experts -------------------------------------------------------------------------------------------------
@@ -181,11 +209,8 @@ def test_fit_skips_the_tp_sizes_the_quant_rule_refuses(hub):
     groups) fits."""
 
     def smallest(gpu: str) -> int | None:
-        result = runner.invoke(
-            cli,
-            ["fit", "codellama/CodeLlama-34b-Instruct-hf", "--quant", "awq", "--gpu", gpu, "--engine", "vllm"]
-            + ["--context", "4k", "--json"],
-        )
+        args = ["codellama/CodeLlama-34b-Instruct-hf", "--quant", "awq", "--gpu", gpu, "--engine", "vllm"]
+        result = runner.invoke(cli, ["fit", *args, "--context", "4k", "--json"])
         assert result.exit_code in (0, 1), result.output  # 1: does not fit on one GPU
         return json.loads(result.stdout)["smallest_gpu_count"]
 

@@ -294,7 +294,8 @@ def _gptq_kernels(
     assert quant is not None
     pack = 32 // int(quant.bits or 4)
     desc_act = bool(quant.details.get("desc_act")) and split.row
-    act = (spec.dtype or "").lower()
+    # the activations run in the checkpoint's torch_dtype (a --quant what-if: the dtype its quantizer writes)
+    act = str(quant.details.get("torch_dtype") or spec.dtype or "").lower()
     machete_shape = (
         not desc_act
         and group in rules["machete_group_sizes"]
