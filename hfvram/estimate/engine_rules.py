@@ -245,11 +245,16 @@ def _gpu_sm(hardware: Hardware | None) -> int | None:
     """The NVIDIA GPU's compute capability x 10 from the catalogue, or None (unknown, or not NVIDIA)."""
     if hardware is None or hardware.gpu.vendor != "nvidia":
         return None
+    return _catalogue_sm(hardware.gpu.id)
+
+
+@cache
+def _catalogue_sm(gpu_id: str) -> int | None:
     from hfvram.estimate.hardware import catalog_row
     from hfvram.quant.hub_formats import compute_capability
 
     try:
-        return compute_capability(catalog_row(hardware.gpu.id).get("architecture"))
+        return compute_capability(catalog_row(gpu_id).get("architecture"))
     except (UsageError, KeyError):
         return None
 
@@ -290,6 +295,8 @@ def _gptq_kernels(
     why = _marlin_rejects(rules, split.rank_in, split.rank_out, split.full_in, group)
     if why is None:
         return None, None
+    if hardware is not None and hardware.gpu.vendor != "nvidia":
+        return None, f"{split.name}: {why}; {engine}'s kernel choice off NVIDIA GPUs is not modelled"
     quant = spec.quantization
     assert quant is not None
     pack = 32 // int(quant.bits or 4)
@@ -378,11 +385,37 @@ def _splits_evenly(spec: ModelSpec, tp: int) -> bool:
     return all(not size or size % tp == 0 for size in (spec.intermediate_size, spec.moe_intermediate_size))
 
 
+#: quant_tp_refusal answers by the facts it reads (the searches of hfvram.estimate.inverse ask the same one often)
+_QUANT_TP_ANSWERS: dict[tuple[object, ...], tuple[str | None, list[str]]] = {}
+_QUANT_TP_ANSWERS_MAX = 1024
+
+
 def quant_tp_refusal(
     engine: str, spec: ModelSpec, tp: int, hardware: Hardware | None = None, defaulted: bool = False
 ) -> tuple[str | None, list[str]]:
     """(refusal, notes): the engine failing to load the group-quantized checkpoint at ``tp`` (the layer, its sizes,
     the engine's error and the sizes below ``tp`` it accepts), like :func:`tp_refusal`."""
+    quant = spec.quantization
+    if quant is None or tp <= 1 or not accepts(engine).get("quant_tp"):
+        return None, []
+    details = quant.details
+    layers = frozenset((layer.kind, layer.num_kv_heads, layer.head_dim_v, layer.moe) for layer in spec.layers)
+    key: tuple[object, ...] = (engine, quant.method, quant.bits, quant.group_size, details.get("group_size"))
+    key += (details.get("desc_act"),)
+    key += (details.get("torch_dtype"), spec.dtype, spec.hidden_size, spec.num_attention_heads, layers)
+    key += (spec.intermediate_size, spec.moe_intermediate_size, tp, defaulted)
+    key += (hardware.gpu.id, hardware.gpu.vendor) if hardware is not None else (None, None)
+    answer = _QUANT_TP_ANSWERS.get(key)
+    if answer is None:
+        if len(_QUANT_TP_ANSWERS) >= _QUANT_TP_ANSWERS_MAX:
+            _QUANT_TP_ANSWERS.clear()
+        answer = _QUANT_TP_ANSWERS[key] = _quant_tp_refusal(engine, spec, tp, hardware, defaulted)
+    return answer[0], list(answer[1])
+
+
+def _quant_tp_refusal(
+    engine: str, spec: ModelSpec, tp: int, hardware: Hardware | None, defaulted: bool
+) -> tuple[str | None, list[str]]:
     failure, notes = quant_tp_check(engine, spec, tp, hardware)
     if failure is None:
         return None, notes
