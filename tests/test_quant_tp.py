@@ -165,6 +165,14 @@ def test_a_bfloat16_gptq_checkpoint_has_no_fallback_off_hopper(tmp_path):
     assert refusal(h100) is None and "Machete" in notes(h100)[0]
 
 
+def test_the_gptq_kernel_choice_is_not_judged_off_nvidia(tmp_path):
+    """vLLM's ROCm kernel list (Triton W4A16, Conch, Exllama) is not modelled: the bfloat16 copy at TP 8 on MI300X
+    is a warning, not a refusal."""
+    document = check(gptq_copy(tmp_path, torch_dtype="bfloat16"), "--gpu", "mi300xx8", "--engine", "vllm", "--tp", "8")
+    assert refusal(document) is None
+    assert any("off NVIDIA GPUs is not modelled" in note for note in notes(document))
+
+
 def test_act_order_on_a_split_input_is_refused_on_every_gpu(tmp_path):
     """desc_act true: neither Exllama nor Machete takes act order on a row-parallel slice, whatever the GPU."""
     folder = gptq_copy(tmp_path, desc_act=True)
