@@ -68,9 +68,12 @@ def estimate_memory(spec: ModelSpec, hardware: Hardware | None, choice: EngineCh
         name, choice.version, profile.rule_versions
     )
     tp_defaulted = choice.tp is None and common.setting(choice, "tp", "tp-size", "tensor-parallel-size") is None
+    quant_refusal, quant_notes = engine_rules.quant_tp_refusal(name, spec, result.tp, hardware, defaulted=tp_defaulted)
+    notes += quant_notes
     refusals = [
         engine_rules.platform_refusal(name, hardware),
         engine_rules.tp_refusal(name, spec, result.tp, defaulted=tp_defaulted),
+        quant_refusal,
         context_refusal(name, spec, choice, result),
         mixed.mixed_refusal(name, hardware),
     ]

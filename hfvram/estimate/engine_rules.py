@@ -14,7 +14,7 @@ from __future__ import annotations
 import difflib
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any
 
@@ -150,6 +150,284 @@ def valid_tp_hint(spec: ModelSpec, tp: int) -> str:
     kvs = kv_head_counts(spec)
     sizes = [size for size in candidates if size < tp and all(kv % size == 0 or size % kv == 0 for kv in kvs)]
     return f"it accepts {', '.join(map(str, sizes))} below {tp} (pass --tp)" if sizes else "pass --tp"
+
+
+# ---- quantized weights under tensor parallelism ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class QuantSplit:
+    """One linear layer's weight ``[out, in]`` as tensor parallelism cuts it: the full and per-GPU sizes."""
+
+    name: str
+    full_in: int
+    full_out: int
+    rank_in: int
+    rank_out: int
+    #: row-parallel (the input is split: o_proj, down_proj); column-parallel otherwise (qkv_proj, gate_up_proj)
+    row: bool
+
+
+def quant_splits(spec: ModelSpec, tp: int) -> list[QuantSplit]:
+    """The quantized linear layers of one decoder layer of each kind, cut for ``tp`` GPUs (vLLM / SGLang
+    ``ColumnParallelLinear`` divides the output, ``RowParallelLinear`` the input): attention projections of
+    non-MLA attention layers, the dense MLP, the routed experts (``moe_intermediate_size`` per GPU, as ``w2``'s
+    input). A size that does not divide by ``tp`` is left out (the engine's ``divide`` asserts on it first)."""
+    hidden, heads = spec.hidden_size, spec.num_attention_heads
+    if not hidden or tp < 1:
+        return []
+    splits: list[QuantSplit] = []
+    attention = [layer for layer in spec.layers if layer.kind in (LayerKind.FULL, LayerKind.SLIDING, LayerKind.CHUNKED)]
+    if heads and heads % tp == 0 and attention and not any(layer.kind is LayerKind.MLA for layer in spec.layers):
+        head_dim, kv = attention[0].head_dim_v, attention[0].num_kv_heads
+        if head_dim and kv:
+            qkv_rank = (heads // tp + 2 * max(1, kv // tp)) * head_dim
+            splits.append(QuantSplit("qkv_proj", hidden, (heads + 2 * kv) * head_dim, hidden, qkv_rank, False))
+            o_in = heads * head_dim
+            splits.append(QuantSplit(f"o_proj (heads x head_dim {o_in})", o_in, hidden, o_in // tp, hidden, True))
+    inter = spec.intermediate_size
+    if inter and inter % tp == 0 and any(not layer.moe for layer in spec.layers):
+        splits.append(QuantSplit("gate_up_proj", hidden, 2 * inter, hidden, 2 * inter // tp, False))
+        splits.append(QuantSplit(f"down_proj (intermediate_size {inter})", inter, hidden, inter // tp, hidden, True))
+    return splits
+
+
+#: (failure, note) of one layer
+_Check = tuple[str | None, str | None]
+
+
+def _marlin_rejects(rules: Mapping[str, Any], rank_in: int, rank_out: int, full_in: int, group: int) -> str | None:
+    """Why Marlin's shape check (``verify_marlin_supports_shape``) rejects these sizes, or None."""
+    thread_n, thread_k = int(rules["marlin_min_thread_n"]), int(rules["marlin_min_thread_k"])
+    if rank_out % thread_n:
+        return f"{rank_out} outputs per GPU, not a multiple of Marlin's min_thread_n {thread_n}"
+    if rank_in % thread_k:
+        return f"{rank_in} inputs per GPU, not a multiple of Marlin's min_thread_k {thread_k}"
+    if 0 < group < full_in and rank_in % group:
+        return f"{rank_in} inputs per GPU, not a multiple of the group size {group}"
+    return None
+
+
+def _groups(rank_in: int, group: int) -> str:
+    """ "3696 inputs per GPU = 28.875 groups of 128" (or, per channel, not the whole input)."""
+    if group <= 0:
+        return f"{rank_in} inputs per GPU, while per-channel scales need the whole input"
+    return f"{rank_in} inputs per GPU = {rank_in / group:g} groups of {group}"
+
+
+def _moe_check(rules: Mapping[str, Any], spec: ModelSpec, tp: int, group: int) -> _Check:
+    """(failure, note) of the routed experts: Marlin MoE (``check_moe_marlin_supports_layer``) or, when it cannot
+    take them, ``MoeWNA16Method``, which halves the group size until it divides both sizes and asserts it stays at
+    least ``moe_wna16_min_group``."""
+    inter, hidden = spec.moe_intermediate_size, spec.hidden_size
+    if not inter or not hidden or inter % tp or not any(layer.moe for layer in spec.layers):
+        return None, None
+    rank = inter // tp
+    marlin = (
+        hidden % int(rules["moe_marlin_hidden_align"]) == 0
+        and rank % max(int(rules["moe_marlin_k_align"]), group) == 0
+        and group in rules["marlin_group_sizes"]
+    )
+    if marlin or group <= 0:
+        return None, None
+    size, floor = group, int(rules["moe_wna16_min_group"])
+    while rank % size or hidden % size:
+        size //= 2
+        if size < floor:
+            return (
+                f"the experts' w2 splits moe_intermediate_size {inter} into {rank} per GPU, which no group size "
+                f"from {group} down to {floor} divides (MoeWNA16Method.create_weights asserts group_size >= {floor})"
+            ), None
+    return None, f"the experts' {rank} per GPU do not suit Marlin MoE; the MoE WNA16 kernel takes them"
+
+
+def _gpu_sm(hardware: Hardware | None) -> int | None:
+    """The NVIDIA GPU's compute capability x 10 from the catalogue, or None (unknown, or not NVIDIA)."""
+    if hardware is None or hardware.gpu.vendor != "nvidia":
+        return None
+    return _catalogue_sm(hardware.gpu.id)
+
+
+@cache
+def _catalogue_sm(gpu_id: str) -> int | None:
+    from hfvram.estimate.hardware import catalog_row
+    from hfvram.quant.hub_formats import compute_capability
+
+    try:
+        return compute_capability(catalog_row(gpu_id).get("architecture"))
+    except (UsageError, KeyError):
+        return None
+
+
+def _awq_fallback(engine: str, rules: Mapping[str, Any], split: QuantSplit, group: int, pack: int) -> _Check:
+    """vLLM AWQ: ``AWQMarlinConfig.get_quant_method`` checks the per-GPU sizes; a layer Marlin declines goes to
+    ``AWQLinearMethod``, which raises on a slice that is not whole groups (per channel: not the whole input)."""
+    why = _marlin_rejects(rules, split.rank_in, split.rank_out, split.full_in, group)
+    if why is None:
+        return None, None
+    if split.rank_in % (group if group > 0 else split.full_in):
+        return (
+            f"AWQ {split.name}: {_groups(split.rank_in, group)}; Marlin declines the layer and the AWQ kernel "
+            f"{engine} falls back to raises {rules['awq_error']!r}"
+        ), None
+    if split.rank_out % pack:
+        return f"AWQ {split.name}: {split.rank_out} outputs per GPU, not a multiple of {pack}", None
+    return None, f"{split.name}: {why}; {engine} falls back to the unoptimized AWQ kernel"
+
+
+def _awq_verified(rules: Mapping[str, Any], split: QuantSplit, group: int) -> _Check:
+    """SGLang AWQ: Marlin is picked on the full sizes (the per-GPU ones are set after ``get_quant_method``) and
+    ``verify_marlin_supports_shape`` raises on the per-GPU ones; a layer declined on its full sizes goes to the AWQ
+    scheme, which takes the group size as stated."""
+    if _marlin_rejects(rules, split.full_in, split.full_out, split.full_in, group) is not None:
+        if group > 0 and split.rank_in % group:
+            return f"AWQ {split.name}: {_groups(split.rank_in, group)} ({rules['awq_error']!r})", None
+        return None, None
+    why = _marlin_rejects(rules, split.rank_in, split.rank_out, split.full_in, group)
+    return (f"AWQ {split.name}: {why} ({rules['marlin_error']})" if why else None), None
+
+
+def _gptq_kernels(
+    engine: str, rules: Mapping[str, Any], spec: ModelSpec, split: QuantSplit, group: int, hardware: Hardware | None
+) -> _Check:
+    """vLLM GPTQ: ``choose_mp_linear_kernel`` in its CUDA order (Machete on sm_90 before Marlin, Exllama last);
+    it raises when none takes the layer."""
+    why = _marlin_rejects(rules, split.rank_in, split.rank_out, split.full_in, group)
+    if why is None:
+        return None, None
+    if hardware is not None and hardware.gpu.vendor != "nvidia":
+        return None, f"{split.name}: {why}; {engine}'s kernel choice off NVIDIA GPUs is not modelled"
+    quant = spec.quantization
+    assert quant is not None
+    pack = 32 // int(quant.bits or 4)
+    desc_act = bool(quant.details.get("desc_act")) and split.row
+    # the activations run in the checkpoint's torch_dtype (a --quant what-if: the dtype its quantizer writes)
+    act = str(quant.details.get("torch_dtype") or spec.dtype or "").lower()
+    machete_shape = (
+        not desc_act
+        and group in rules["machete_group_sizes"]
+        and split.rank_in % int(rules["machete_k_align"]) == 0
+        and split.rank_out % int(rules["machete_n_align"]) == 0
+    )
+    sm = _gpu_sm(hardware)
+    if machete_shape and sm in rules["machete_sm"]:
+        return None, f"{split.name}: {why}; on sm_{sm} {engine} runs it with its Machete kernel"
+    fp16 = act in rules["exllama_act_dtypes"]
+    if fp16 and not desc_act and group > 0 and split.full_in % group == 0 and split.rank_out % pack == 0:
+        return None, f"{split.name}: {why}; {engine} falls back to its Exllama kernel ({act} activations)"
+    if machete_shape and sm is None:
+        return None, (
+            f"{split.name}: {why}; {engine} takes it with its Machete kernel on sm_90 GPUs only and fails "
+            "elsewhere (the GPU's compute capability is not known here)"
+        )
+    reasons = [
+        "" if fp16 else "Exllama takes float16 activations only",
+        "act-order (desc_act) with a split input is taken by neither Exllama nor Machete" if desc_act else "",
+    ]
+    reason = "; ".join(r for r in reasons if r) or "neither Exllama nor Machete takes it"
+    return f"GPTQ {split.name}: {why}, and {reason} ({rules['kernel_error']!r})", None
+
+
+def _layer_check(
+    engine: str, rules: Mapping[str, Any], spec: ModelSpec, split: QuantSplit, group: int, hardware: Hardware | None
+) -> _Check:
+    """(failure, note) of one layer under the engine's loading path for the checkpoint's method."""
+    quant = spec.quantization
+    assert quant is not None
+    if quant.method in rules.get("marlin_fallback_methods", []):
+        return _awq_fallback(engine, rules, split, group, 32 // int(quant.bits or 4))
+    if quant.method in rules.get("marlin_verified_methods", []):
+        return _awq_verified(rules, split, group)
+    if quant.method in rules.get("kernel_choice_methods", []):
+        return _gptq_kernels(engine, rules, spec, split, group, hardware)
+    if quant.method in rules.get("unchecked_methods", []):
+        why = _marlin_rejects(rules, split.rank_in, split.rank_out, split.full_in, group)
+        if why:
+            return None, (
+                f"{split.name}: {why}; {engine} loads it without acting on its Marlin shape check, and whether its "
+                "first forward then fails is not modelled"
+            )
+    return None, None
+
+
+def quant_tp_check(
+    engine: str, spec: ModelSpec, tp: int, hardware: Hardware | None = None
+) -> tuple[str | None, list[str]]:
+    """(the first failure, notes) of the checkpoint's group-quantized (GPTQ / AWQ) layers at ``tp``:
+    ``[accepts.quant_tp]`` of the engine's data file says which methods each loading path applies to."""
+    rules = accepts(engine).get("quant_tp")
+    quant = spec.quantization
+    if not rules or quant is None or tp <= 1:
+        return None, []
+    group = quant.group_size or (-1 if quant.details.get("group_size") == -1 else None)
+    if group is None:
+        return None, []
+    notes: list[str] = []
+    for split in quant_splits(spec, tp):
+        failure, note = _layer_check(engine, rules, spec, split, group, hardware)
+        if failure:
+            return failure, []
+        if note:
+            notes.append(note)
+    if quant.method in rules.get("marlin_fallback_methods", []) + rules.get("marlin_verified_methods", []) + rules.get(
+        "kernel_choice_methods", []
+    ):
+        failure, note = _moe_check(rules, spec, tp, group)
+        if failure:
+            return f"{quant.method.upper()} {failure}", []
+        if note:
+            notes.append(note)
+    return None, [f"{engine} at tensor parallel size {tp}: {note} ({rules['doc']})" for note in notes]
+
+
+def _splits_evenly(spec: ModelSpec, tp: int) -> bool:
+    """Whether the MLP and expert sizes divide by ``tp`` (the engines' ``divide`` asserts otherwise)."""
+    return all(not size or size % tp == 0 for size in (spec.intermediate_size, spec.moe_intermediate_size))
+
+
+#: quant_tp_refusal answers by the facts it reads (the searches of hfvram.estimate.inverse ask the same one often)
+_QUANT_TP_ANSWERS: dict[tuple[object, ...], tuple[str | None, list[str]]] = {}
+_QUANT_TP_ANSWERS_MAX = 1024
+
+
+def quant_tp_refusal(
+    engine: str, spec: ModelSpec, tp: int, hardware: Hardware | None = None, defaulted: bool = False
+) -> tuple[str | None, list[str]]:
+    """(refusal, notes): the engine failing to load the group-quantized checkpoint at ``tp`` (the layer, its sizes,
+    the engine's error and the sizes below ``tp`` it accepts), like :func:`tp_refusal`."""
+    quant = spec.quantization
+    if quant is None or tp <= 1 or not accepts(engine).get("quant_tp"):
+        return None, []
+    details = quant.details
+    layers = frozenset((layer.kind, layer.num_kv_heads, layer.head_dim_v, layer.moe) for layer in spec.layers)
+    key: tuple[object, ...] = (engine, quant.method, quant.bits, quant.group_size, details.get("group_size"))
+    key += (details.get("desc_act"),)
+    key += (details.get("torch_dtype"), spec.dtype, spec.hidden_size, spec.num_attention_heads, layers)
+    key += (spec.intermediate_size, spec.moe_intermediate_size, tp, defaulted)
+    key += (hardware.gpu.id, hardware.gpu.vendor) if hardware is not None else (None, None)
+    answer = _QUANT_TP_ANSWERS.get(key)
+    if answer is None:
+        if len(_QUANT_TP_ANSWERS) >= _QUANT_TP_ANSWERS_MAX:
+            _QUANT_TP_ANSWERS.clear()
+        answer = _QUANT_TP_ANSWERS[key] = _quant_tp_refusal(engine, spec, tp, hardware, defaulted)
+    return answer[0], list(answer[1])
+
+
+def _quant_tp_refusal(
+    engine: str, spec: ModelSpec, tp: int, hardware: Hardware | None, defaulted: bool
+) -> tuple[str | None, list[str]]:
+    failure, notes = quant_tp_check(engine, spec, tp, hardware)
+    if failure is None:
+        return None, notes
+    rules = accepts(engine)["quant_tp"]
+    size = f"tensor parallel size {tp}" + (" (all GPUs given, as no --tp was set)" if defaulted else "")
+    sizes = [
+        s
+        for s in range(1, tp)
+        if tp_accepted(spec, s) and _splits_evenly(spec, s) and quant_tp_check(engine, spec, s, hardware)[0] is None
+    ]
+    accepted = f"it accepts {', '.join(map(str, sizes))} below {tp} (pass --tp)" if sizes else "pass --tp"
+    return f"{engine} refuses {size}: {failure} ({rules['rule']}, {rules['doc']}); {accepted}", []
 
 
 # ---- hardware --------------------------------------------------------------------------------------------

@@ -383,6 +383,10 @@ def apply(spec: ModelSpec, choice: HubChoice) -> ModelSpec:
     }
     if choice.desc_act:
         details["desc_act"] = True
+    if choice.group_size == -1:
+        details["group_size"] = -1  # per channel, as the config reader records a checkpoint's -1
+    if row["kept_dtype"] != "model":  # the dtype the quantizer writes: the checkpoint's torch_dtype (engine rules)
+        details["torch_dtype"] = {"F16": "float16", "BF16": "bfloat16"}.get(str(row["kept_dtype"]), "")
     group = None if choice.group_size <= 0 else choice.group_size
     quantization = Quantization(
         method=str(row["method"]),

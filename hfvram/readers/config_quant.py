@@ -83,6 +83,8 @@ def _awq(qc: Mapping[str, Any], file: str, path: str) -> Quantization:
     bits = _bits(qc.get(bits_key), file, f"{path}.{bits_key}")
     group = _group(qc.get(group_key), file, f"{path}.{group_key}")
     details = _keep(qc, ("version", "zero_point", "modules_to_not_convert"))
+    if qc.get(group_key) == -1:
+        details["group_size"] = -1
     return Quantization("awq", bits, group, details, f"{file}: {path}.{bits_key}")
 
 
