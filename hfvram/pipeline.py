@@ -76,6 +76,9 @@ class Request:
     ram_bytes: int | None = None
     #: the ``--quant`` what-if: a family's choice (hfvram.quant.parse), "auto", or None for the files as they are
     quant: Any = None
+    #: the speculative draft checkpoint the settings name, read by :func:`with_draft` (an
+    #: ``hfvram.estimate.types.DraftModel``; None when none is named or the engine does not size one)
+    draft: Any = None
 
 
 def _parse_positive(text: str, what: str) -> int:
@@ -300,7 +303,41 @@ def engine_choice(request: Request, loaded: LoadedModel) -> EngineChoice:
         tp=request.tp,
         pp=request.pp,
         gpu_util=request.gpu_util,
+        draft=request.draft,
     )
+
+
+def with_draft(request: Request, options: RunOptions, loaded: LoadedModel) -> Request:
+    """The request with the speculative draft checkpoint its vLLM settings name (``--speculative-config
+    '{"model": …}'`` for a draft model / EAGLE head, or ``--speculative-model``) read through the same sources as the
+    model (Hub, local folder, HF cache; the same caps, deadlines and errors). A draft that cannot be read is kept as
+    its error (the estimate warns and counts nothing of it); other engines read no draft (they warn)."""
+    if request.draft is not None or not any(key.startswith("speculative-") for key in request.settings):
+        return request
+    from dataclasses import replace
+
+    from hfvram.estimate.engines import parse_engine_name
+
+    choice = engine_choice(request, loaded)
+    if parse_engine_name(choice.name)[0] != "vllm":
+        return request
+    from hfvram.estimate.engines.vllm import speculative_draft_name
+    from hfvram.estimate.types import DraftModel
+    from hfvram.sources import load_model
+
+    name = speculative_draft_name(choice)
+    if name is None:
+        return request
+    try:
+        draft = load_model(name, token=options.token, offline=options.offline, need_split=options.explain)
+    except HfvramError as error:
+        return replace(
+            request,
+            draft=DraftModel(name=name, error=str(error).splitlines()[0][:200] if str(error) else type(error).__name__),
+        )
+    where = draft.source
+    shown = " ".join(part for part in (where.kind, where.repo_id, where.revision and f"@{where.revision[:12]}") if part)
+    return replace(request, draft=DraftModel(name=name, spec=draft.spec, source=shown or where.kind))
 
 
 def workload(request: Request, *, context: int | None = None, kv_dtype: str | None = None) -> Workload:
@@ -387,6 +424,7 @@ def check_report(request: Request, options: RunOptions, *, whole_gguf_repo: bool
             raise
         return document
     tried: list[dict[str, Any]] | None = None
+    request = with_draft(request, options, loaded)
     if request.quant == "auto":
         request, loaded, tried = auto_quant(request, loaded)
     est = run_estimate(request, options, loaded)
@@ -771,6 +809,7 @@ def fit_report(request: Request, options: RunOptions) -> dict[str, Any]:
 
     request = gguf_repo_quant(request)
     loaded = load(request, options)
+    request = with_draft(request, options, loaded)
     choice = engine_choice(request, loaded)
     tried = None
     if request.quant == "auto":

@@ -91,6 +91,21 @@ class Workload:
 
 
 @dataclass(frozen=True)
+class DraftModel:
+    """The speculative-decoding draft checkpoint the settings name (vLLM's ``--speculative-config '{"model": …}'``),
+    read by the pipeline through the same sources as the model: its facts, or why they could not be read."""
+
+    #: the draft as the settings name it (a Hub repo id or a path), capped
+    name: str
+    #: the draft's facts; None when it could not be read (``error`` says why)
+    spec: ModelSpec | None = None
+    #: where its facts came from ("hub meta-llama/Llama-3.2-1B@sha", "local /path", …)
+    source: str | None = None
+    #: why the draft could not be read (one line), None when it was
+    error: str | None = None
+
+
+@dataclass(frozen=True)
 class EngineChoice:
     """What the user asked for: engine name, optional release, settings under the engine's own names."""
 
@@ -100,6 +115,8 @@ class EngineChoice:
     tp: int | None = None
     pp: int | None = None
     gpu_util: float | None = None
+    #: the draft checkpoint the settings name, as read by the pipeline (None: none named, or not read)
+    draft: DraftModel | None = None
 
 
 @dataclass(frozen=True)

@@ -333,6 +333,8 @@ class Breakdown:
     #: a decode bound was worked out (hardware and active weights known; it is None without a bandwidth)
     decode_modelled: bool
     decode: float | None
+    #: the speculative draft checkpoint's weights and KV (included in weights and layout; None without one)
+    draft: features.DraftTerm | None = None
 
     @property
     def pool_empty(self) -> bool:
@@ -374,6 +376,8 @@ class VllmProfile(ProfileBase):
         if generation == "v0":
             from hfvram.estimate.engines import vllm_v0
 
+            # V0 ran a draft in its own worker with its own cache: the draft read for V1 is not sized there
+            choice = replace(choice, draft=None)
             return vllm_v0.estimate(self, spec, hardware, choice, workload, rules, rules_version, notes)
         settings = resolve_settings(spec, hardware, choice, workload, rules, rules_version, notes)
         parts = compute(spec, hardware, settings, workload, rules)
@@ -469,6 +473,7 @@ def engine_report(
         "num_gpu_blocks_override": settings.num_gpu_blocks_override,
         "lora_bytes": parts.weights.lora.bytes if parts.weights.lora else None,
         "speculative_method": settings.speculative.method if settings.speculative else None,
+        "speculative_draft": parts.draft.as_dict() if parts.draft else None,
     }
 
 
@@ -507,7 +512,7 @@ def resolve_settings(
     kv_mem = common.setting(choice, "kv-cache-memory-bytes")
     warnings.extend(unmodelled_flag_warnings(spec, choice, rules, quant_setting))
     mm_settings = multimodal.settings_of(spec, choice.settings, tp, choice.version or rules_version, warnings)
-    speculative = speculative_setting(choice, spec, rules, warnings)
+    speculative = speculative_setting(choice, spec, rules, warnings, tp)
     return Settings(
         rules=rules_version,
         gpu_memory_utilization=util,
@@ -589,21 +594,66 @@ def lora_setting(choice: EngineChoice, rules: Rules, dtype: str) -> features.Lor
 
 
 def speculative_setting(
-    choice: EngineChoice, spec: ModelSpec, rules: Rules, warnings: list[str]
+    choice: EngineChoice, spec: ModelSpec, rules: Rules, warnings: list[str], tp: int = 1
 ) -> features.Speculative | None:
-    """``--speculative-config`` (JSON), else the old ``--speculative-model`` / ``--num-speculative-tokens``, as
-    vLLM resolves the method (docs/engines/vllm.md#vllm-features), with its note or warning; None without
-    speculative decoding."""
+    """``--speculative-config`` (JSON), else the old ``--speculative-model`` / ``--num-speculative-tokens`` /
+    ``--speculative-draft-tensor-parallel-size``, as vLLM resolves the method and the draft's TP
+    (docs/engines/vllm.md#vllm-features), with the draft checkpoint the pipeline read (``choice.draft``) and its note
+    or warning; None without speculative decoding."""
     text = common.setting(choice, "speculative-config")
     if text is not None:
         method, model, tokens = speculative_method(text)
+        draft_tp = speculative_draft_tp(text)
     else:
         method, model = None, common.setting(choice, "speculative-model")
         tokens = common.setting_int(choice, "num-speculative-tokens")
+        draft_tp = common.setting_int(choice, "speculative-draft-tensor-parallel-size")
         model = model[:120] if model else None
-    speculative = features.resolve_speculative(method, model, tokens, spec, rules)
+    draft = choice.draft if choice.draft is not None and choice.draft.name == model else None
+    speculative = features.resolve_speculative(method, model, tokens, spec, rules, draft, draft_tp, tp)
     warnings.extend(features.speculative_warnings(speculative, rules))
+    warnings.extend(features.draft_vocab_warnings(speculative, spec))
     return speculative
+
+
+def speculative_draft_name(choice: EngineChoice) -> str | None:
+    """The draft checkpoint the settings name for a method whose draft hfvram reads (draft_model / eagle /
+    eagle3; docs/engines/vllm.md#vllm-features), None otherwise: what the pipeline loads before the estimate."""
+    _, rules = PROFILE.rules(choice.version)
+    text = common.setting(choice, "speculative-config")
+    if text is not None:
+        method, model, _ = speculative_method(text)
+    else:
+        method, model = None, common.setting(choice, "speculative-model")
+        model = model[:120] if model else None
+    if not model or model in ("ngram", "[ngram]") or features.names_custom_class(model):
+        return None
+    resolved = method or "draft_model"
+    return model if resolved in rules["speculative_draft_methods"] else None
+
+
+def speculative_draft_tp(text: str) -> int | None:
+    """``draft_tensor_parallel_size`` of a ``--speculative-config`` JSON value (None when not set); vLLM refuses
+    ``tensor_parallel_size`` there (it names the draft's TP ``draft_tensor_parallel_size``)."""
+    try:
+        value = json.loads(text[:4096]) if text.strip() else {}
+    except ValueError:
+        return None
+    if not isinstance(value, dict):
+        return None
+    if "tensor_parallel_size" in value:
+        raise UsageError(
+            "--speculative-config: vLLM refuses 'tensor_parallel_size' there; the draft's TP is "
+            "'draft_tensor_parallel_size'"
+        )
+    size = value.get("draft_tensor_parallel_size")
+    if size is None:
+        return None
+    if not isinstance(size, int) or isinstance(size, bool) or not 0 < size <= 1024:
+        raise UsageError(
+            f"--speculative-config: draft_tensor_parallel_size must be a positive whole number, got {size!r}"
+        )
+    return size
 
 
 def gpu_blocks_override(choice: EngineChoice) -> int | None:
@@ -760,7 +810,13 @@ def compute(
         if non_torch_row
         else "",
     )
-    layout = kv_layout(features.spec_with_draft_layers(spec, settings.speculative), settings)
+    draft = draft_term(settings, rules)
+    if draft is not None:
+        notes = (*weights.notes, f"+{draft.weights / GiB:.3f} GiB draft {draft.name} (speculative decoding)")
+        weights = replace(weights, bytes=weights.bytes + draft.weights, notes=notes)
+    layout = kv_layout(
+        features.spec_with_draft_layers(spec, settings.speculative, settings.tensor_parallel_size), settings
+    )
     budget = budget_term(hardware, settings, weights.bytes + activations.bytes + overhead.in_budget, layout)
     blocks_per_request = layout.blocks_per_request(context)
     sized = hardware is not None or budget.fixed_pool
@@ -791,6 +847,42 @@ def compute(
         ),
         decode_modelled=hardware is not None and common.active_weight_bytes(spec) is not None,
         decode=decode_bound(spec, hardware, layout, blocks_per_request, settings.tensor_parallel_size),
+        draft=draft,
+    )
+
+
+def draft_term(settings: Settings, rules: Rules) -> features.DraftTerm | None:
+    """The draft checkpoint's weights on one rank, loaded as vLLM's ``get_model`` loads the target's (the target's
+    dtype, the draft's TP, no --quantization, no LoRA, no CPU offload) inside "Model loading took", and its
+    attention layers' K+V bytes per token in the shared pool (docs/engines/vllm.md#vllm-features)."""
+    speculative = settings.speculative
+    draft = speculative.draft_spec if speculative is not None else None
+    if speculative is None or draft is None or draft.weights is None:
+        return None
+    if speculative.method not in rules["speculative_draft_methods"]:
+        return None
+    own = replace(
+        settings,
+        tensor_parallel_size=speculative.draft_tp,
+        online_quantization=None,
+        cpu_offload_gb=0.0,
+        lora=None,
+        speculative=None,
+        multimodal=multimodal.MultimodalSettings(),
+    )
+    weights = weights_per_gpu(draft, own, rules)
+    layers = features.draft_kv_layers(speculative, settings.tensor_parallel_size)
+    tp = settings.tensor_parallel_size
+    return features.DraftTerm(
+        name=speculative.model or "",
+        method=speculative.method,
+        tp=speculative.draft_tp,
+        weights=weights.bytes,
+        shared=speculative.shared,
+        kv_layers=sum(1 for layer in layers if layer.kv_elems_per_token),
+        kv_bytes_per_token=sum(layer_token_bytes(layer, tp, settings) for layer in layers),
+        source=(speculative.draft.source if speculative.draft else None) or "",
+        weights_explain=explain_weights(weights),
     )
 
 
@@ -1216,7 +1308,7 @@ def narrate(
     explain["kv_cache"] = explain_kv_cache(parts, workload.concurrency)
     if parts.weights.lora is not None:
         explain["lora"] = features.explain_lora(parts.weights.lora)
-    speculative = features.explain_speculative(parts.settings.speculative)
+    speculative = features.explain_speculative(parts.settings.speculative, parts.draft)
     if speculative:
         explain["speculative"] = speculative
     if parts.settings.data_parallel_size > 1:

@@ -8,7 +8,8 @@ adds the terms to its breakdown.
   ``[slices, tokens, rank]`` per LoRA matmul.
 - Speculative decoding: n-gram / suffix keep no model; an MTP draft runs the checkpoint's own MTP layers, whose
   attention caches in the same KV pool (one more layer per MTP layer); a draft model or EAGLE head is a second
-  checkpoint hfvram has not read (a warning names it).
+  checkpoint the pipeline reads (``EngineChoice.draft``): its weights at the draft's TP, less what an EAGLE head
+  shares with the target, and its own attention layers in the same KV pool; one it could not read is a warning.
 - ``--cpu-offload-gb``: ``UVAOffloader`` moves whole parameters of the decoder layers to host memory until the
   budget is used; embeddings and lm_head stay on the GPU.
 """
@@ -19,7 +20,9 @@ import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
+from hfvram.errors import UsageError
 from hfvram.estimate.common import GiB, Rules
+from hfvram.estimate.types import DraftModel
 from hfvram.spec import Layer, LayerKind, ModelSpec
 
 #: layer kinds whose q/k/v/o projections vLLM builds as QKVParallelLinear + RowParallelLinear
@@ -238,21 +241,108 @@ class Speculative:
     num_speculative_tokens: int | None
     #: MTP layers whose KV the pool holds (0 unless method is mtp)
     draft_kv_layers: int = 0
+    #: the draft checkpoint as the pipeline read it (draft_model / eagle / eagle3 only; None otherwise)
+    draft: DraftModel | None = None
+    #: the draft's tensor-parallel size (vLLM ``_verify_and_get_draft_tp``: the target's unless set to 1)
+    draft_tp: int = 1
+    #: components of the draft checkpoint vLLM does not keep: it shares the target's (EAGLE without its own)
+    shared: tuple[str, ...] = ()
+
+    @property
+    def draft_spec(self) -> ModelSpec | None:
+        """The draft's facts when it was read and its method is one hfvram sizes."""
+        return self.draft.spec if self.draft is not None else None
 
 
-def resolve_speculative(method: str | None, model: str | None, tokens: int | None, spec: ModelSpec, rules: Rules):
-    """vLLM's ``SpeculativeConfig.__post_init__`` method resolution: a named MTP type becomes "mtp", no method
-    with model "ngram" is n-gram, no method otherwise a draft model (docs/engines/vllm.md#vllm-features)."""
+def names_custom_class(model: str | None) -> bool:
+    """vLLM: a model with a dot, no slash and no URL scheme names a proposer class (``custom_class``)."""
+    return bool(model) and "." in str(model) and "/" not in str(model) and not str(model).startswith("file://")
+
+
+def resolve_speculative(
+    method: str | None,
+    model: str | None,
+    tokens: int | None,
+    spec: ModelSpec,
+    rules: Rules,
+    draft: DraftModel | None = None,
+    draft_tp: int | None = None,
+    tp: int = 1,
+):
+    """vLLM's ``SpeculativeConfig.__post_init__`` method resolution: a model naming a class is custom_class, no
+    method with model "ngram" is n-gram, no method otherwise a draft model; a named MTP type becomes "mtp"; a draft
+    checkpoint whose name holds "eagle-" / "eagle3" is eagle / eagle3, one whose config's model_type is medusa /
+    mlp_speculator / an MTP type is that method; the draft's TP is the target's unless set (1 or the target's
+    only, and equal for draft_model) (docs/engines/vllm.md#vllm-features)."""
     if method is None and model is None and tokens is None:
         return None
-    if method is None:
+    if names_custom_class(model):
+        method = "custom_class"
+    elif method is None:
         method = "ngram" if model in ("ngram", "[ngram]") else "draft_model"
     if method == "[ngram]":
         method = "ngram"
     if method in rules["speculative_mtp_methods"]:
         method = "mtp"
     layers = spec.num_mtp_layers if method == "mtp" else 0
-    return Speculative(method, model, tokens, draft_kv_layers=layers)
+    if method not in rules["speculative_draft_methods"] or not model:
+        return Speculative(method, model, tokens, draft_kv_layers=layers)
+    lowered = model.lower()
+    if method not in ("eagle", "eagle3"):
+        if "eagle-" in lowered:
+            method = "eagle"
+        elif "eagle3" in lowered:
+            method = "eagle3"
+        elif draft is not None and draft.spec is not None and draft.spec.model_type in ("medusa", "mlp_speculator"):
+            method = str(draft.spec.model_type)
+    sized_tp = _draft_tp(method, draft_tp, tp)
+    shared = shared_components(method, draft.spec if draft else None, rules)
+    return Speculative(method, model, tokens, draft=draft, draft_tp=sized_tp, shared=shared)
+
+
+def _draft_tp(method: str, asked: int | None, tp: int) -> int:
+    """vLLM ``_verify_and_get_draft_tp`` (and ``DraftModelProposer``'s check): unset = the target's TP; set, 1 or
+    the target's; a draft model needs the target's."""
+    if asked is None:
+        return tp
+    if asked not in (1, tp):
+        raise UsageError(
+            f"draft_tensor_parallel_size {asked}: vLLM takes 1 or the target's tensor_parallel_size ({tp})"
+        )
+    if method == "draft_model" and asked != tp:
+        raise UsageError(
+            f"draft_tensor_parallel_size {asked}: vLLM runs a draft model only at the target's "
+            f"tensor_parallel_size ({tp})"
+        )
+    return asked
+
+
+def shared_components(method: str, draft: ModelSpec | None, rules: Rules) -> tuple[str, ...]:
+    """Weight components of an EAGLE head vLLM takes from the target instead of keeping its own: embed_tokens
+    and lm_head when the checkpoint holds no such tensor (``has_own_embed_tokens`` / ``has_own_lm_head`` stay
+    False; the head's own allocation is deleted after loading, before "Model loading took" is measured). The
+    header-summed weights already leave them out; this names them. Only known from tensor headers: a head sized
+    from its config shapes shares nothing here (its tensors are not known)."""
+    if draft is None or draft.weights is None or not draft.weights.exact:
+        return ()
+    if method not in rules["speculative_shared_embedding_methods"]:
+        return ()
+    held = draft.weights.bytes_by_component
+    return tuple(name for name in ("embeddings", "lm_head") if not held.get(name))
+
+
+def draft_kv_layers(speculative: Speculative | None, tp: int) -> tuple[Layer, ...]:
+    """The draft's attention layers as the target's TP rank holds them: the draft's own geometry (KV heads, head
+    dims, windows); at draft TP 1 under a larger target TP every rank holds the draft's whole KV heads."""
+    draft = speculative.draft_spec if speculative is not None else None
+    if draft is None:
+        return ()
+    layers = tuple(layer for layer in draft.layers if layer.kind is not LayerKind.NONE)
+    if speculative is not None and speculative.draft_tp != tp and tp > 1:
+        layers = tuple(
+            replace(layer, num_kv_heads=layer.num_kv_heads * tp) if layer.num_kv_heads else layer for layer in layers
+        )
+    return layers
 
 
 @functools.lru_cache(maxsize=64)
@@ -264,18 +354,30 @@ def _with_layers(layers: tuple[Layer, ...], count: int) -> tuple[Layer, ...]:
     return (*layers, *(attention[-1],) * count)
 
 
-def spec_with_draft_layers(spec: ModelSpec, speculative: Speculative | None) -> ModelSpec:
-    """The spec whose layers include the MTP draft's: vLLM's ``get_kv_cache_spec`` walks every attention layer of
-    the static forward context, the drafter's too, so they share the one KV pool."""
-    if speculative is None or not speculative.draft_kv_layers:
+@functools.lru_cache(maxsize=64)
+def _with_draft(layers: tuple[Layer, ...], draft: tuple[Layer, ...]) -> tuple[Layer, ...]:
+    return (*layers, *draft)
+
+
+def spec_with_draft_layers(spec: ModelSpec, speculative: Speculative | None, tp: int = 1) -> ModelSpec:
+    """The spec whose layers include the draft's: vLLM's ``get_kv_cache_spec`` walks every attention layer of
+    the static forward context, the drafter's too (MTP layers, a draft model's or EAGLE head's layers), so they
+    share the one KV pool."""
+    if speculative is None:
         return spec
-    layers = _with_layers(spec.layers, speculative.draft_kv_layers)
+    if speculative.draft_kv_layers:
+        layers = _with_layers(spec.layers, speculative.draft_kv_layers)
+    else:
+        extra = draft_kv_layers(speculative, tp)
+        if not extra:
+            return spec
+        layers = _with_draft(spec.layers, extra)
     return spec if layers is spec.layers else replace(spec, layers=layers, num_layers=len(layers))
 
 
 def speculative_warnings(speculative: Speculative | None, rules: Rules) -> list[str]:
-    """A note that n-gram / suffix drafting costs nothing and that MTP is counted; a warning naming a draft model
-    or EAGLE head whose weights and KV hfvram has not read."""
+    """A note that n-gram / suffix drafting costs nothing and that MTP is counted; for a draft model or EAGLE head
+    what is counted of the checkpoint read, or a warning naming one hfvram could not read."""
     if speculative is None:
         return []
     method = speculative.method
@@ -293,13 +395,75 @@ def speculative_warnings(speculative: Speculative | None, rules: Rules) -> list[
             "weights and the KV pool; the drafter's own profile-run activations and CUDA graphs are not"
         ]
     draft = f" {speculative.model[:120]}" if speculative.model else ""
+    read = speculative.draft
+    if read is not None and read.spec is not None and method in rules["speculative_draft_methods"]:
+        return [
+            f"speculative decoding ({method}{tokens}): the draft{draft}'s weights (TP {speculative.draft_tp}) and its "
+            f"{sum(1 for layer in draft_kv_layers(speculative, 1) if layer.kv_elems_per_token)} attention layer(s) in "
+            "the KV pool are counted; its own "
+            "profile-run activations, sampler and CUDA graphs are not"
+        ]
+    why = f" ({read.error[:160]})" if read is not None and read.error else ""
     return [
-        f"speculative decoding ({method}{tokens}): the draft{draft} is a second checkpoint hfvram has not read: its "
-        "weights, its KV cache (its layers share the pool) and its activations are not counted"
+        f"speculative decoding ({method}{tokens}): the draft{draft} is a second checkpoint hfvram has not read{why}: "
+        "its weights, its KV cache (its layers share the pool) and its activations are not counted"
     ]
 
 
-def explain_speculative(speculative: Speculative | None) -> str | None:
+def draft_vocab_warnings(speculative: Speculative | None, spec: ModelSpec) -> list[str]:
+    """``verify_equal_vocab_size_if_draft_model``: vLLM refuses a draft model whose vocabulary is not the
+    target's."""
+    draft = speculative.draft_spec if speculative is not None else None
+    if draft is None or speculative is None or speculative.method != "draft_model":
+        return []
+    if draft.vocab_size and spec.vocab_size and draft.vocab_size != spec.vocab_size:
+        return [
+            f"speculative decoding (draft_model): the draft's vocabulary ({draft.vocab_size}) is not the target's "
+            f"({spec.vocab_size}); vLLM refuses such a draft model at start-up"
+        ]
+    return []
+
+
+@dataclass(frozen=True)
+class DraftTerm:
+    """The draft checkpoint's share of the worst rank: its weights (in "Model loading took") and its KV."""
+
+    name: str
+    method: str
+    tp: int
+    #: the draft's weights on one rank, less what it shares with the target
+    weights: int
+    #: components taken from the target (not loaded twice)
+    shared: tuple[str, ...]
+    #: the draft's attention layers in the KV pool, and their K+V bytes per token on one rank
+    kv_layers: int
+    kv_bytes_per_token: float
+    #: where the draft's facts came from, and how its weights were sized
+    source: str
+    weights_explain: str
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "model": self.name,
+            "method": self.method,
+            "tensor_parallel_size": self.tp,
+            "weights_bytes": self.weights,
+            "shared_with_target": list(self.shared),
+            "kv_layers": self.kv_layers,
+            "kv_bytes_per_token": self.kv_bytes_per_token,
+            "source": self.source,
+        }
+
+
+def explain_speculative(speculative: Speculative | None, term: DraftTerm | None = None) -> str | None:
+    if term is not None:
+        shared = f"; {' and '.join(term.shared)} shared with the target (not loaded twice)" if term.shared else ""
+        return (
+            f"speculative decoding ({term.method}): draft {term.name} ({term.source}) loaded at TP {term.tp} with the "
+            f"target, {term.weights / GiB:.3f} GiB per GPU ({term.weights_explain}){shared}; its {term.kv_layers} "
+            f"attention layer(s) cache in the same KV pool, {term.kv_bytes_per_token:g} B per token per GPU "
+            "(docs/engines/vllm.md#vllm-features)"
+        )
     if speculative is None or not speculative.draft_kv_layers:
         return None
     return (
