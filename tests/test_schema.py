@@ -160,3 +160,19 @@ def test_calibrate_output_validates(args):
     assert ("predicted" in document) == ("--model" in args)
     with pytest.raises(jsonschema.ValidationError):
         validate_as({**document, "measured": {**document["measured"], "weights": -1}}, "calibrate")
+
+
+def test_check_with_a_speculative_draft_validates(hub):
+    """engine.speculative_draft (vLLM with a draft checkpoint read from the local test Hub) is in the check schema;
+    a draft that is not an object with its weights and KV figures is rejected."""
+    config = '{"model": "meta-llama/Llama-3.2-1B", "num_speculative_tokens": 5}'
+    args = ["check", "meta-llama/Llama-3.1-70B-Instruct", "--gpu", "h100x4", "--engine", "vllm", "--json"]
+    result = CliRunner().invoke(cli, [*args, "--engine-args", f"--speculative-config '{config}'"])
+    assert result.exit_code in (0, 1), result.output
+    document = json.loads(result.stdout)
+    validate(document)
+    assert document["engine"]["speculative_draft"]["model"] == "meta-llama/Llama-3.2-1B"
+    broken = copy.deepcopy(document)
+    del broken["engine"]["speculative_draft"]["weights_bytes"]
+    with pytest.raises(jsonschema.ValidationError):
+        validate(broken)

@@ -881,6 +881,9 @@ def draft_term(settings: Settings, rules: Rules) -> features.DraftTerm | None:
         shared=speculative.shared,
         kv_layers=sum(1 for layer in layers if layer.kv_elems_per_token),
         kv_bytes_per_token=sum(layer_token_bytes(layer, tp, settings) for layer in layers),
+        kv_bytes_per_token_whole=sum(
+            layer_token_bytes(layer, 1, settings) for layer in features.draft_kv_layers(speculative, 1)
+        ),
         source=(speculative.draft.source if speculative.draft else None) or "",
         weights_explain=explain_weights(weights),
     )

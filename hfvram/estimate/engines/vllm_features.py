@@ -438,6 +438,8 @@ class DraftTerm:
     #: the draft's attention layers in the KV pool, and their K+V bytes per token on one rank
     kv_layers: int
     kv_bytes_per_token: float
+    #: the same for the whole draft (before tensor parallelism), at the KV type the engine resolved
+    kv_bytes_per_token_whole: float
     #: where the draft's facts came from, and how its weights were sized
     source: str
     weights_explain: str
@@ -450,7 +452,8 @@ class DraftTerm:
             "weights_bytes": self.weights,
             "shared_with_target": list(self.shared),
             "kv_layers": self.kv_layers,
-            "kv_bytes_per_token": self.kv_bytes_per_token,
+            "kv_bytes_per_token": round(self.kv_bytes_per_token_whole),
+            "kv_bytes_per_token_per_gpu": round(self.kv_bytes_per_token),
             "source": self.source,
         }
 
