@@ -197,6 +197,20 @@ def test_an_eagle_head_at_draft_tp_1_holds_its_whole_kv_heads_on_every_rank():
     assert four.engine["speculative_draft"]["kv_bytes_per_token_per_gpu"] == draft_kv_bytes_per_token(DRAFT) // 4
     # sized from config shapes, the head's own embed_tokens / lm_head are unknown: nothing is taken as shared
     assert one.engine["speculative_draft"]["shared_with_target"] == []
+    assert any("sized from its config shapes, embed_tokens and lm_head included" in w for w in one.warnings)
+
+
+def test_an_eagle_head_read_from_tensor_headers_counts_the_embeddings_it_holds(hub):
+    """Read from real safetensors headers (the Llama-3.1-8B-Instruct fixture's, standing in for a head that ships
+    its own embed_tokens and lm_head): both are counted, with a warning that vLLM shares them when they equal the
+    target's (it compares the tensors while loading, which no header says)."""
+    config = json.dumps({"model": "meta-llama/Llama-3.1-8B-Instruct", "method": "eagle", "num_speculative_tokens": 3})
+    drafted = check(TARGET, "--gpu", "h100x4", "--engine", "vllm", "--engine-args", f"--speculative-config '{config}'")
+    term = drafted["engine"]["speculative_draft"]
+    assert term["method"] == "eagle" and term["shared_with_target"] == []
+    alone = check("meta-llama/Llama-3.1-8B-Instruct", "--gpu", "h100x4", "--engine", "vllm", "--tp", "4")
+    assert term["weights_bytes"] == alone["per_gpu"]["weights"]
+    assert any("own embeddings and lm_head are counted; vLLM shares" in w for w in drafted["warnings"])
 
 
 def test_vllm_names_the_method_from_the_draft():

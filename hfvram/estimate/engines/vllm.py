@@ -512,7 +512,7 @@ def resolve_settings(
     kv_mem = common.setting(choice, "kv-cache-memory-bytes")
     warnings.extend(unmodelled_flag_warnings(spec, choice, rules, quant_setting))
     mm_settings = multimodal.settings_of(spec, choice.settings, tp, choice.version or rules_version, warnings)
-    speculative = speculative_setting(choice, spec, rules, warnings, tp)
+    speculative = speculative_setting(choice, spec, rules, warnings, tp, pp)
     return Settings(
         rules=rules_version,
         gpu_memory_utilization=util,
@@ -594,7 +594,7 @@ def lora_setting(choice: EngineChoice, rules: Rules, dtype: str) -> features.Lor
 
 
 def speculative_setting(
-    choice: EngineChoice, spec: ModelSpec, rules: Rules, warnings: list[str], tp: int = 1
+    choice: EngineChoice, spec: ModelSpec, rules: Rules, warnings: list[str], tp: int = 1, pp: int = 1
 ) -> features.Speculative | None:
     """``--speculative-config`` (JSON), else the old ``--speculative-model`` / ``--num-speculative-tokens`` /
     ``--speculative-draft-tensor-parallel-size``, as vLLM resolves the method and the draft's TP
@@ -612,7 +612,7 @@ def speculative_setting(
     draft = choice.draft if choice.draft is not None and choice.draft.name == model else None
     speculative = features.resolve_speculative(method, model, tokens, spec, rules, draft, draft_tp, tp)
     warnings.extend(features.speculative_warnings(speculative, rules))
-    warnings.extend(features.draft_vocab_warnings(speculative, spec))
+    warnings.extend(features.draft_warnings(speculative, spec, pp, rules))
     return speculative
 
 
@@ -853,8 +853,9 @@ def compute(
 
 def draft_term(settings: Settings, rules: Rules) -> features.DraftTerm | None:
     """The draft checkpoint's weights on one rank, loaded as vLLM's ``get_model`` loads the target's (the target's
-    dtype, the draft's TP, no --quantization, no LoRA, no CPU offload) inside "Model loading took", and its
-    attention layers' K+V bytes per token in the shared pool (docs/engines/vllm.md#vllm-features)."""
+    dtype, the draft's TP, whole on the last pipeline stage, no --quantization, no LoRA, no CPU offload) inside
+    "Model loading took", and its attention layers' K+V bytes per token in the shared pool
+    (docs/engines/vllm.md#vllm-features)."""
     speculative = settings.speculative
     draft = speculative.draft_spec if speculative is not None else None
     if speculative is None or draft is None or draft.weights is None:
@@ -864,6 +865,7 @@ def draft_term(settings: Settings, rules: Rules) -> features.DraftTerm | None:
     own = replace(
         settings,
         tensor_parallel_size=speculative.draft_tp,
+        pipeline_parallel_size=1,
         online_quantization=None,
         cpu_offload_gb=0.0,
         lora=None,

@@ -410,18 +410,41 @@ def speculative_warnings(speculative: Speculative | None, rules: Rules) -> list[
     ]
 
 
-def draft_vocab_warnings(speculative: Speculative | None, spec: ModelSpec) -> list[str]:
-    """``verify_equal_vocab_size_if_draft_model``: vLLM refuses a draft model whose vocabulary is not the
-    target's."""
+def draft_warnings(speculative: Speculative | None, spec: ModelSpec, pp: int, rules: Rules) -> list[str]:
+    """What a read draft's figures leave open: vLLM refuses a draft model whose vocabulary is not the target's
+    (``verify_equal_vocab_size_if_draft_model``); an EAGLE head's embed_tokens / lm_head that its checkpoint holds
+    are shared when they equal the target's (vLLM compares the tensors; hfvram counts them), and ones sized from
+    config shapes are counted whole; with pipeline parallelism the whole draft sits on the last stage."""
     draft = speculative.draft_spec if speculative is not None else None
-    if draft is None or speculative is None or speculative.method != "draft_model":
+    if draft is None or speculative is None or speculative.method not in rules["speculative_draft_methods"]:
         return []
-    if draft.vocab_size and spec.vocab_size and draft.vocab_size != spec.vocab_size:
-        return [
+    notes = []
+    method = speculative.method
+    if method == "draft_model" and draft.vocab_size and spec.vocab_size and draft.vocab_size != spec.vocab_size:
+        notes.append(
             f"speculative decoding (draft_model): the draft's vocabulary ({draft.vocab_size}) is not the target's "
             f"({spec.vocab_size}); vLLM refuses such a draft model at start-up"
-        ]
-    return []
+        )
+    if method in rules["speculative_shared_embedding_methods"] and draft.weights is not None:
+        if not draft.weights.exact:
+            notes.append(
+                f"speculative decoding ({method}): the head's weights are sized from its config shapes, embed_tokens "
+                "and lm_head included; vLLM takes the target's when the checkpoint has none (its tensor headers "
+                "would say)"
+            )
+        else:
+            held = [name for name in ("embeddings", "lm_head") if draft.weights.bytes_by_component.get(name)]
+            if held:
+                notes.append(
+                    f"speculative decoding ({method}): the head's own {' and '.join(held)} are counted; vLLM shares "
+                    "the target's instead when the tensors are equal (it compares them while loading)"
+                )
+    if pp > 1:
+        notes.append(
+            "speculative decoding with pipeline parallelism: vLLM puts the whole draft on the last stage; hfvram adds "
+            "its weights to the worst stage and its layers to that stage's pool (an approximation)"
+        )
+    return notes
 
 
 @dataclass(frozen=True)
