@@ -25,6 +25,7 @@ from hfvram.pipeline import (
     resolve_request,
     run_estimate,
     unified_fraction_notes,
+    with_draft,
     workload,
 )
 
@@ -48,13 +49,14 @@ def max_cheapest_count() -> int:
 
 
 def _request_and_model(options: RunOptions, source: str | None) -> tuple[Request, LoadedModel]:
-    """Everything but the GPU parsed once, and the model read once."""
+    """Everything but the GPU parsed once, and the model (and a speculative draft checkpoint it names) read once."""
     request = resolve_request(replace(options, gpu=None, unified_fraction=None), source)
     if gguf_repo_wanted(request.source):
         raise UsageError(
             f"{request.source!r} is a GGUF repo: a comparison needs one model file; name the quant (`{request.source}:Q4_K_M`)"
         )
-    return request, load(request, options)
+    loaded = load(request, options)
+    return with_draft(request, options, loaded), loaded
 
 
 def _usable_total(doc: dict[str, Any], hardware: Hardware, engine: str) -> int:

@@ -238,3 +238,27 @@ def test_v0_does_not_size_the_draft():
     )
     without = estimate(spec, H100X4, EngineChoice("vllm", "0.6", config, tp=4), Workload(context=8192))
     assert with_draft.per_gpu == without.per_gpu
+
+
+def test_a_comparison_of_gpu_sets_counts_the_draft_on_each(hub):
+    """``check --gpu A,B`` (hfvram.compare/1) reads the draft once and counts it on every set as a single check."""
+    args = ["--engine", "vllm", "--context", "8k", "--engine-args", f"--speculative-config '{DRAFT_CONFIG}'"]
+    result = CliRunner().invoke(cli, ["check", TARGET, "--gpu", "h100x4,h200x4", *args, "--json"])
+    assert result.exit_code in (0, 1), result.output
+    comparison = json.loads(result.stdout)
+    validate(comparison, "compare")
+    single = check(TARGET, "--gpu", "h100x4", *args)
+    row = comparison["sets"][0]
+    assert row["total_per_gpu"] == single["per_gpu"]["total"]
+    assert single["engine"]["speculative_draft"]["model"] == DRAFT
+    assert not any("has not read" in w for w in row["warnings"])
+
+
+def test_fit_reads_the_draft_too(hub):
+    args = ["--gpu", "h100", "--engine", "vllm", "--engine-args", f"--speculative-config '{DRAFT_CONFIG}'", "--json"]
+    result = CliRunner().invoke(cli, ["fit", TARGET, *args])
+    assert result.exit_code in (0, 1), result.output
+    document = json.loads(result.stdout)
+    validate(document, "fit")
+    text = "\\n".join(document["warnings"])
+    assert f"the draft {DRAFT}'s weights" in text and "has not read" not in text
