@@ -262,3 +262,28 @@ def test_fit_reads_the_draft_too(hub):
     validate(document, "fit")
     text = "\\n".join(document["warnings"])
     assert f"the draft {DRAFT}'s weights" in text and "has not read" not in text
+
+
+@pytest.mark.parametrize("kind", [None, "status", "gzip_bomb_error"])
+def test_a_draft_the_hub_fails_to_serve_is_a_warning_not_a_crash(hub, kind):
+    """The draft is read with the model's own deadlines, retries and caps: a Hub that keeps answering 503, or sends a
+    gzip bomb for an error body, for the draft's repo (Llama-3.2-1B under a name the embedded catalogue does not
+    hold, so nothing falls back) ends in the warning and the figures without the draft; served (no fault), the
+    same name is read and counted."""
+    alias = "hfvram-test/Llama-3.2-1B-draft"
+    hub.files.aliases[alias] = DRAFT
+    try:
+        if kind is not None:
+            hub.fault(alias, kind, status=503, times=None)
+        common = [TARGET, "--gpu", "h100x4", "--engine", "vllm", "--context", "8k"]
+        config = json.dumps({"model": alias, "num_speculative_tokens": 5})
+        drafted = check(*common, "--engine-args", f"--speculative-config '{config}'")
+        base = check(*common)
+    finally:
+        hub.files.aliases.pop(alias, None)
+    if kind is None:
+        assert drafted["engine"]["speculative_draft"]["model"] == alias
+        assert drafted["per_gpu"]["weights"] > base["per_gpu"]["weights"]
+        return
+    assert drafted["per_gpu"] == base["per_gpu"] and drafted["engine"]["speculative_draft"] is None
+    assert any(f"{alias} is a second checkpoint hfvram has not read (" in w for w in drafted["warnings"])
