@@ -403,6 +403,11 @@ def speculative_warnings(speculative: Speculative | None, rules: Rules) -> list[
             "the KV pool are counted; its own "
             "profile-run activations, sampler and CUDA graphs are not"
         ]
+    if read is not None and read.spec is not None:
+        return [
+            f"speculative decoding ({method}{tokens}): hfvram does not size a {method} draft{draft}: its weights, its "
+            "KV cache and its activations are not counted"
+        ]
     why = f" ({read.error[:160]})" if read is not None and read.error else ""
     return [
         f"speculative decoding ({method}{tokens}): the draft{draft} is a second checkpoint hfvram has not read{why}: "
