@@ -401,7 +401,7 @@ def speculative_warnings(speculative: Speculative | None, rules: Rules) -> list[
             f"speculative decoding ({method}{tokens}): the draft{draft}'s weights (TP {speculative.draft_tp}) and its "
             f"{sum(1 for layer in draft_kv_layers(speculative, 1) if layer.kv_elems_per_token)} attention layer(s) in "
             "the KV pool are counted; its own "
-            "profile-run activations, sampler and CUDA graphs are not"
+            "profile-run activations, input buffers and CUDA graphs are not"
         ]
     if read is not None and read.spec is not None:
         return [
