@@ -287,3 +287,25 @@ def test_a_draft_the_hub_fails_to_serve_is_a_warning_not_a_crash(hub, kind):
         return
     assert drafted["per_gpu"] == base["per_gpu"] and drafted["engine"]["speculative_draft"] is None
     assert any(f"{alias} is a second checkpoint hfvram has not read (" in w for w in drafted["warnings"])
+
+
+@pytest.mark.parametrize(
+    "broken,reason",
+    [
+        (None, "not valid JSON"),
+        ({"num_hidden_layers": 10**12}, "implausible value"),
+        ({"num_key_value_heads": "x"}, "expected an integer"),
+    ],
+)
+def test_a_hostile_local_draft_is_a_warning_with_its_reason(hub, tmp_path, broken, reason):
+    """A draft folder is read by the local source with the model's bounds: a config that is not JSON, a layer count
+    past hfvram's bound or a field of the wrong type ends in the warning naming why, the figures without the draft
+    (the config is the Llama-3.2-1B fixture's, broken at test time)."""
+    config = config_of(DRAFT)
+    text = "{" if broken is None else json.dumps({**config, **broken})
+    (tmp_path / "config.json").write_text(text, encoding="utf-8")
+    common = [TARGET, "--gpu", "h100x4", "--engine", "vllm", "--context", "8k"]
+    settings = json.dumps({"model": str(tmp_path), "num_speculative_tokens": 5})
+    drafted = check(*common, "--engine-args", f"--speculative-config '{settings}'")
+    assert drafted["per_gpu"] == check(*common)["per_gpu"] and drafted["engine"]["speculative_draft"] is None
+    assert any("hfvram has not read (" in w and reason in w for w in drafted["warnings"])
