@@ -17,7 +17,7 @@ from hfvram.errors import HfvramError, UsageError
 
 if TYPE_CHECKING:
     from hfvram.estimate.engine_args import ParsedEngineArgs
-    from hfvram.estimate.types import EngineChoice, Estimate, Hardware, Workload
+    from hfvram.estimate.types import DraftModel, EngineChoice, Estimate, Hardware, Workload
     from hfvram.spec import LoadedModel
 
 EXIT_OK = 0
@@ -76,9 +76,9 @@ class Request:
     ram_bytes: int | None = None
     #: the ``--quant`` what-if: a family's choice (hfvram.quant.parse), "auto", or None for the files as they are
     quant: Any = None
-    #: the speculative draft checkpoint the settings name, read by :func:`with_draft` (an
-    #: ``hfvram.estimate.types.DraftModel``; None when none is named or the engine does not size one)
-    draft: Any = None
+    #: the speculative draft checkpoint the settings name, read by :func:`with_draft` (None when none is named or
+    #: the engine does not size one)
+    draft: DraftModel | None = None
 
 
 def _parse_positive(text: str, what: str) -> int:
@@ -312,7 +312,8 @@ def with_draft(request: Request, options: RunOptions, loaded: LoadedModel) -> Re
     '{"model": …}'`` for a draft model / EAGLE head, or ``--speculative-model``) read through the same sources as the
     model (Hub, local folder, HF cache; the same caps, deadlines and errors). A draft that cannot be read is kept as
     its error (the estimate warns and counts nothing of it); other engines read no draft (they warn)."""
-    if request.draft is not None or not any(key.startswith("speculative-") for key in request.settings):
+    named = (key.replace("_", "-").lstrip("-").lower() for key in request.settings)
+    if request.draft is not None or not any(key.startswith("speculative-") for key in named):
         return request
     from dataclasses import replace
 
@@ -331,10 +332,10 @@ def with_draft(request: Request, options: RunOptions, loaded: LoadedModel) -> Re
     try:
         draft = load_model(name, token=options.token, offline=options.offline, need_split=options.explain)
     except HfvramError as error:
-        return replace(
-            request,
-            draft=DraftModel(name=name, error=str(error).splitlines()[0][:200] if str(error) else type(error).__name__),
-        )
+        from hfvram.sources.redaction import redact
+
+        why = redact(str(error).splitlines()[0][:200]) if str(error) else type(error).__name__
+        return replace(request, draft=DraftModel(name=name, error=why))
     where = draft.source
     shown = " ".join(part for part in (where.kind, where.repo_id, where.revision and f"@{where.revision[:12]}") if part)
     return replace(request, draft=DraftModel(name=name, spec=draft.spec, source=shown or where.kind))

@@ -309,3 +309,12 @@ def test_a_hostile_local_draft_is_a_warning_with_its_reason(hub, tmp_path, broke
     drafted = check(*common, "--engine-args", f"--speculative-config '{settings}'")
     assert drafted["per_gpu"] == check(*common)["per_gpu"] and drafted["engine"]["speculative_draft"] is None
     assert any("hfvram has not read (" in w and reason in w for w in drafted["warnings"])
+
+
+def test_set_with_underscores_reads_the_draft(hub):
+    """``--set speculative_config=…`` (underscores, as vLLM's Python names) is the same setting."""
+    common = [TARGET, "--gpu", "h100x4", "--engine", "vllm", "--context", "8k"]
+    pasted = check(*common, "--engine-args", f"--speculative-config '{DRAFT_CONFIG}'")
+    typed = check(*common, "--set", f"speculative_config={DRAFT_CONFIG}")
+    assert typed["engine"]["speculative_draft"] == pasted["engine"]["speculative_draft"]
+    assert typed["per_gpu"] == pasted["per_gpu"]
