@@ -142,6 +142,22 @@ def worst_stage_layers(spec: ModelSpec, pp: int) -> tuple[Layer, ...]:
     return max(stages, key=lambda layers: (sum(layer.kv_elems_per_token for layer in layers), len(layers)))
 
 
+def layer_counts(layers: Iterable[Layer]) -> list[tuple[Layer, int]]:
+    """Each layer object of ``layers`` once with the number of times it occurs, in order of first appearance.
+
+    The config reader makes one ``Layer`` per distinct layer shape (a decoder is runs of a few identical layers),
+    so a per-layer sum runs once per distinct layer and is multiplied by its count; equal layers held as separate
+    objects are counted apart, which gives the same sums."""
+    counts: dict[int, list[Any]] = {}
+    for layer in layers:
+        entry = counts.get(id(layer))
+        if entry is None:
+            counts[id(layer)] = [layer, 1]
+        else:
+            entry[1] += 1
+    return [(layer, count) for layer, count in counts.values()]
+
+
 def kv_bytes_per_token_rank(layers: Iterable[Layer], tp: int, kv_bytes: float) -> float:
     """KV bytes per token of context per sequence on one rank, over the layers that grow with context."""
     return sum(layer_kv_elems_per_token_rank(layer, tp) for layer in layers if layer.kind in GROWING_KINDS) * kv_bytes

@@ -138,20 +138,22 @@ def with_kv_figures(result: Estimate, **changes: Any) -> Estimate:
             "its KV cache term is)"
         )
         return replace(result, warnings=tuple(dict.fromkeys([*result.warnings, note])), **changes)
+    layers = common.layer_counts(spec.layers)  # each distinct layer once, with its count
     k_elems = v_elems = 0
-    for layer in spec.layers:
+    for layer, count in layers:
         if layer.kind is LayerKind.MLA:
-            k_elems += layer.kv_elems_per_token  # the latent is one cache (llama.cpp keeps it as K)
+            k_elems += layer.kv_elems_per_token * count  # the latent is one cache (llama.cpp keeps it as K)
         elif layer.kind in GROWING_KINDS:
-            k_elems += layer.num_kv_heads * layer.head_dim_k
-            v_elems += layer.num_kv_heads * layer.head_dim_v
+            k_elems += layer.num_kv_heads * layer.head_dim_k * count
+            v_elems += layer.num_kv_heads * layer.head_dim_v * count
     k_per_token, v_per_token = round(k_elems * k_bytes), round(v_elems * v_bytes)
     context = result.workload.context
     fixed = float(spec.kv_fixed_bytes_per_sequence(0.0, context))  # the recurrent state alone
-    for layer in spec.layers:
+    for layer, count in layers:
         if layer.kind in WINDOWED_KINDS:
             tokens = min(layer.window or 0, context) if context is not None else layer.window or 0
-            fixed += layer.num_kv_heads * (layer.head_dim_k * k_bytes + layer.head_dim_v * v_bytes) * tokens
+            per_layer = layer.num_kv_heads * (layer.head_dim_k * k_bytes + layer.head_dim_v * v_bytes) * tokens
+            fixed += per_layer * count
     return replace(
         result,
         kv_k_bytes_per_token=k_per_token,

@@ -1046,7 +1046,8 @@ def layer_token_bytes(layer: Layer, tp: int, settings: Settings) -> float:
 
 def _page_layout(attention: Sequence[Layer], recurrent: Sequence[Layer], settings: Settings) -> tuple[int, int]:
     """(page bytes, block size in tokens) of the unified page (docs/engines/vllm.md#vllm-block-size): with recurrent layers the attention
-    block grows until one attention page holds one mamba state, and the mamba page is padded to it."""
+    block grows until one attention page holds one mamba state, and the mamba page is padded to it. ``attention`` /
+    ``recurrent``: the distinct layers of each sort (only their largest entry counts)."""
     tp, block = settings.tensor_parallel_size, settings.block_size
     per_token = [layer_token_bytes(layer, tp, settings) for layer in attention]
     states = [common.layer_state_bytes_rank(layer, tp, settings.dtype_bytes) for layer in recurrent]
@@ -1089,28 +1090,28 @@ def kv_layout(spec: ModelSpec, settings: Settings) -> KVGroupLayout:
 
 def _kv_layout(spec: ModelSpec, settings: Settings) -> KVGroupLayout:
     tp = settings.tensor_parallel_size
-    layers = common.worst_stage_layers(spec, settings.pipeline_parallel_size)
-    attention = [layer for layer in layers if layer.kv_elems_per_token]
-    recurrent = [layer for layer in layers if layer.kind in RECURRENT_KINDS]
+    # each distinct layer once, with its count: the sums below are per layer
+    layers = common.layer_counts(common.worst_stage_layers(spec, settings.pipeline_parallel_size))
+    attention = [(layer, count) for layer, count in layers if layer.kv_elems_per_token]
+    recurrent = [(layer, count) for layer, count in layers if layer.kind in RECURRENT_KINDS]
     batched = settings.max_num_batched_tokens
     if not attention and not recurrent:
         return KVGroupLayout(0, 0, 0, settings.block_size, (), batched)
-    page, block = _page_layout(attention, recurrent, settings)
+    page, block = _page_layout([layer for layer, _ in attention], [layer for layer, _ in recurrent], settings)
 
     kinds: dict[tuple[type[KVCacheSpec], int | None], int] = {}
-    for layer in attention:
+    for layer, count in attention:
         key = _cache_key(layer)
-        kinds[key] = kinds.get(key, 0) + 1
+        kinds[key] = kinds.get(key, 0) + count
     if recurrent:
-        kinds[(MambaSpec, None)] = len(recurrent)
+        kinds[(MambaSpec, None)] = sum(count for _, count in recurrent)
 
     if len(kinds) == 1:
         # one type: one group spanning every layer (UniformTypeKVCacheSpecs when page sizes differ), expressed
         # as one page × group_size so that bytes_for() is exact
         (spec_type, window), count = next(iter(kinds.items()))
         if attention:
-            per_token = (layer_token_bytes(layer, tp, settings) for layer in attention)
-            page_sum = sum(int(block * elems) for elems in per_token)
+            page_sum = sum(int(block * layer_token_bytes(layer, tp, settings)) * n for layer, n in attention)
         else:
             page_sum = page * count
         page_bytes = int(page_sum // count) if count else 0
