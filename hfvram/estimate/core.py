@@ -138,7 +138,7 @@ def with_kv_figures(result: Estimate, **changes: Any) -> Estimate:
             "its KV cache term is)"
         )
         return replace(result, warnings=tuple(dict.fromkeys([*result.warnings, note])), **changes)
-    layers = common.layer_counts(spec.layers)  # each distinct layer once, with its count
+    layers = common.layer_summary(spec.layers).counts  # each distinct layer once, with its count
     k_elems = v_elems = 0
     for layer, count in layers:
         if layer.kind is LayerKind.MLA:

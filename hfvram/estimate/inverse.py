@@ -59,6 +59,8 @@ def context_setting_names(engine: str) -> frozenset[str]:
 
 def context_following(choice: EngineChoice) -> EngineChoice:
     """``choice`` without the engine's own context setting, so that the context it serves follows ``--context``."""
+    if not choice.settings:
+        return choice  # the common case: nothing to drop
     from hfvram.estimate.engines import parse_engine_name
 
     names = context_setting_names(parse_engine_name(choice.name)[0])

@@ -547,7 +547,7 @@ def kv_dtype_name(choice: EngineChoice, workload: Workload) -> str:
 
 def default_block_size(spec: ModelSpec, rules: Rules) -> int:
     """vLLM's default block size: ``block_size_mla`` for an MLA model, else ``block_size`` (vllm.md#vllm-kv-specs)."""
-    has_mla = any(layer.kind is LayerKind.MLA for layer in spec.layers)
+    has_mla = LayerKind.MLA in common.layer_summary(spec.layers).kinds
     return int(rules["block_size_mla"] if has_mla else rules["block_size"])
 
 
@@ -1011,7 +1011,7 @@ def cudagraph_bytes(spec: ModelSpec, settings: Settings, rules: Rules) -> int:
     only their mixer blocks, else each mixer+MLP pair would be charged twice."""
     if settings.enforce_eager:
         return 0
-    if any(layer.kind in RECURRENT_KINDS for layer in spec.layers) and spec.hidden_size:
+    if not RECURRENT_KINDS.isdisjoint(common.layer_summary(spec.layers).kinds) and spec.hidden_size:
         mixers = sum(1 for layer in spec.layers if layer.kind is not LayerKind.NONE)
         per_rank = float(rules["cudagraph_hybrid_bytes_per_layer_hidden"]) * mixers * spec.hidden_size
         per_rank /= settings.pipeline_parallel_size
@@ -1091,7 +1091,8 @@ def kv_layout(spec: ModelSpec, settings: Settings) -> KVGroupLayout:
 def _kv_layout(spec: ModelSpec, settings: Settings) -> KVGroupLayout:
     tp = settings.tensor_parallel_size
     # each distinct layer once, with its count: the sums below are per layer
-    layers = common.layer_counts(common.worst_stage_layers(spec, settings.pipeline_parallel_size))
+    stage = common.worst_stage_layers(spec, settings.pipeline_parallel_size)
+    layers = common.layer_summary(stage).counts if stage is spec.layers else common.layer_counts(stage)
     attention = [(layer, count) for layer, count in layers if layer.kv_elems_per_token]
     recurrent = [(layer, count) for layer, count in layers if layer.kind in RECURRENT_KINDS]
     batched = settings.max_num_batched_tokens
