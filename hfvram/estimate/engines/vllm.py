@@ -205,6 +205,16 @@ class KVGroupLayout:
         """Σ over groups of ``cdiv(max_memory_usage_bytes, page)`` for a request of ``context`` tokens."""
         return sum(count * spec.blocks_needed(context, self.max_num_batched_tokens) for spec, count in self.groups)
 
+    def full_attention_groups(self) -> int | None:
+        """The number of groups when every group is full attention (MLA included) of the layout's block size: a
+        request then holds ``cdiv(context, block_size)`` blocks in each; None otherwise."""
+        full = (FullAttentionSpec, MLAAttentionSpec)
+        if not self.groups or any(
+            type(spec) not in full or spec.block_size != self.min_block_size for spec, _ in self.groups
+        ):
+            return None
+        return sum(count for _, count in self.groups)
+
     def num_blocks(self, pool_bytes: float) -> int:
         if self.page_bytes <= 0 or self.group_size <= 0:
             return 0
@@ -1168,6 +1178,11 @@ def _longest_context(layout: KVGroupLayout, num_blocks: int, concurrency: int, c
     """Largest context ≤ cap with ``concurrency × blocks_per_request(context) ≤ num_blocks`` (monotone)."""
     if concurrency * layout.blocks_per_request(1) > num_blocks:
         return 0
+    groups = layout.full_attention_groups()
+    if groups:
+        # blocks_per_request(context) = groups × cdiv(context, block_size): whole blocks, in closed form (the
+        # search below would find the same; it starts at 1)
+        return max(1, min(cap, num_blocks // (concurrency * groups) * layout.min_block_size))
     low, high = 1, cap
     while low < high:
         mid = (low + high + 1) // 2
