@@ -1180,9 +1180,14 @@ def _longest_context(layout: KVGroupLayout, num_blocks: int, concurrency: int, c
         return 0
     groups = layout.full_attention_groups()
     if groups:
-        # blocks_per_request(context) = groups × cdiv(context, block_size): whole blocks, in closed form (the
-        # search below would find the same; it starts at 1)
+        # blocks_per_request(context) = groups × cdiv(context, block_size): whole blocks, in closed form (what
+        # the search finds; it starts at 1)
         return max(1, min(cap, num_blocks // (concurrency * groups) * layout.min_block_size))
+    return _longest_context_search(layout, num_blocks, concurrency, cap)
+
+
+def _longest_context_search(layout: KVGroupLayout, num_blocks: int, concurrency: int, cap: int) -> int:
+    """:func:`_longest_context` by binary search over 1 … cap, for a layout where one token fits."""
     low, high = 1, cap
     while low < high:
         mid = (low + high + 1) // 2

@@ -1,0 +1,115 @@
+"""Per-layer sums once per distinct layer: the config reader makes one Layer object per distinct layer, the
+estimator sums each distinct object once times its count (``common.layer_counts`` / ``layer_summary``), and
+vLLM's longest context of an all-full-attention layout is in closed form. None of it may change a figure: the
+estimates of every fixture config are compared with those of the same spec whose layers are all separate objects
+(equal values, so every per-layer sum runs once per layer)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+import pytest
+from spec_support import HUB, derived_spec
+
+from hfvram.errors import HfvramError
+from hfvram.estimate import common
+from hfvram.estimate.core import estimate
+from hfvram.estimate.engines import vllm
+from hfvram.estimate.hardware import parse_gpu_spec
+from hfvram.estimate.types import EngineChoice, Workload
+from hfvram.spec import ModelSpec
+
+REPOS = sorted(f"{path.parent.parent.name}/{path.parent.name}" for path in HUB.glob("*/*/config.json"))
+
+
+def separate_layers(spec: ModelSpec) -> ModelSpec:
+    """The spec with every layer its own object (the same values)."""
+    return replace(spec, layers=tuple(replace(layer) for layer in spec.layers))
+
+
+def test_the_reader_makes_one_layer_object_per_distinct_layer():
+    llama = derived_spec("meta-llama/Llama-3.1-8B-Instruct")
+    assert len(llama.layers) == 32
+    assert common.layer_counts(llama.layers) == [(llama.layers[0], 32)]
+    gemma = derived_spec("google/gemma-2-9b-it")  # sliding and full layers alternate
+    counts = common.layer_counts(gemma.layers)
+    assert [(layer.kind.value, count) for layer, count in counts] == [("sliding_attention", 21), ("full_attention", 21)]
+
+
+@pytest.mark.parametrize("repo", REPOS)
+def test_layer_counts_cover_every_layer_in_order_of_first_appearance(repo):
+    spec = derived_spec(repo)
+    counts = common.layer_counts(spec.layers)
+    assert sum(count for _, count in counts) == len(spec.layers)
+    firsts = [next(i for i, layer in enumerate(spec.layers) if layer is distinct) for distinct, _ in counts]
+    assert firsts == sorted(firsts)
+    # equal layers held apart are counted apart: one entry per layer
+    assert len(common.layer_counts(separate_layers(spec).layers)) == len(spec.layers)
+
+
+def test_the_layer_summary_belongs_to_one_tuple_not_to_its_values():
+    spec = derived_spec("meta-llama/Llama-3.1-8B-Instruct")
+    summary = common.layer_summary(spec.layers)
+    assert common.layer_summary(spec.layers) is summary
+    copy = tuple(list(spec.layers))
+    assert copy == spec.layers and copy is not spec.layers
+    assert common.layer_summary(copy) is not summary
+    assert common.layer_summary(copy) == summary
+
+
+ENGINE_CASES = [
+    ("vllm", "h100x2", 32768, 1, "auto", {}),
+    ("vllm", "rtx4090", 8192, 8, "fp8", {}),
+    ("vllm", "a100-80gbx4", 131072, 1, "auto", {"pipeline-parallel-size": "2", "tensor-parallel-size": "2"}),
+    ("sglang", "h100x2", 32768, 1, "auto", {}),
+    ("llamacpp", "rtx4090", 32768, 1, "q8_0", {}),
+]
+
+
+def _estimate_or_error(spec, engine, gpu, context, concurrency, kv, settings):
+    try:
+        return estimate(
+            spec, parse_gpu_spec(gpu), EngineChoice(engine, None, settings), Workload(context, concurrency, kv)
+        )
+    except HfvramError as error:
+        return f"{type(error).__name__}: {error}"
+
+
+@pytest.mark.parametrize("repo", REPOS)
+def test_shared_layer_objects_change_no_figure(repo):
+    spec = derived_spec(repo)
+    apart = separate_layers(spec)
+    for case in ENGINE_CASES:
+        shared, separate = _estimate_or_error(spec, *case), _estimate_or_error(apart, *case)
+        # every field: the terms, verdict, capacity, KV figures, warnings and explain lines
+        assert shared == separate, (repo, case)
+
+
+def _search_layout(rng: random.Random) -> vllm.KVGroupLayout:
+    block = rng.choice([1, 7, 16, 64, 128, 256])
+    spec_types = (vllm.FullAttentionSpec, vllm.MLAAttentionSpec)
+    groups = tuple((rng.choice(spec_types)(block, 4096), rng.randint(1, 6)) for _ in range(rng.randint(1, 3)))
+    return vllm.KVGroupLayout(4096, 3, len(groups), block, groups, rng.choice([512, 2048, 8192]))
+
+
+def test_the_closed_form_longest_context_is_what_the_search_finds():
+    rng = random.Random(16)
+    for _ in range(20000):
+        layout = _search_layout(rng)
+        assert layout.full_attention_groups() == sum(count for _, count in layout.groups)
+        blocks, concurrency = rng.randint(0, 50_000), rng.randint(1, 16)
+        cap = rng.choice([0, 1, 2, 100, 4096, 131072, rng.randint(1, 1 << 20)])
+        if concurrency * layout.blocks_per_request(1) > blocks:
+            assert vllm._longest_context(layout, blocks, concurrency, cap) == 0
+            continue
+        expected = vllm._longest_context_search(layout, blocks, concurrency, cap)
+        assert vllm._longest_context(layout, blocks, concurrency, cap) == expected
+
+
+def test_a_layout_with_a_sliding_group_keeps_the_search():
+    layout = vllm.KVGroupLayout(
+        4096, 1, 2, 16, ((vllm.FullAttentionSpec(16, 4096), 1), (vllm.SlidingWindowSpec(16, 4096, 4096), 1)), 2048
+    )
+    assert layout.full_attention_groups() is None
+    assert vllm._longest_context(layout, 1000, 1, 131072) == vllm._longest_context_search(layout, 1000, 1, 131072)
