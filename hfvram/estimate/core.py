@@ -47,7 +47,7 @@ def estimate(spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, w
         return result
     from hfvram.estimate import inverse
 
-    longest = inverse.max_context(spec, hardware, choice, workload)  # type: ignore[arg-type]
+    longest = inverse.max_context(spec, hardware, choice, workload, known=result)  # type: ignore[arg-type]
     # a layout the engine refuses serves no request, whatever its pool would hold
     held = 0.0 if result.refusal and result.capacity.max_concurrency is not None else result.capacity.max_concurrency
     return replace(result, capacity=replace(result.capacity, max_context=longest, max_concurrency=held))
