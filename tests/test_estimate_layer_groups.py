@@ -113,3 +113,22 @@ def test_a_layout_with_a_sliding_group_keeps_the_search():
     )
     assert layout.full_attention_groups() is None
     assert vllm._longest_context(layout, 1000, 1, 131072) == vllm._longest_context_search(layout, 1000, 1, 131072)
+
+
+@pytest.mark.parametrize(
+    "repo", ["google/gemma-2-9b-it", "meta-llama/Llama-2-7b-hf", "meta-llama/Llama-3.1-8B-Instruct", "Qwen/Qwen3-8B"]
+)
+def test_the_longest_context_reusing_the_checks_own_estimate_is_the_same(repo):
+    """``max_context(known=...)`` takes the check's forward estimate where its search asks for the check's context
+    again (the model's own limit asked for, or the closed form's candidate): the answer is the one computed anew."""
+    from hfvram.estimate import inverse
+    from hfvram.estimate.core import estimate_memory
+
+    spec = derived_spec(repo)
+    for gpu, context in (("rtx4090", 4096), ("rtx4090", spec.max_position_embeddings), ("h100x2", 32768)):
+        hardware, choice = parse_gpu_spec(gpu), EngineChoice("vllm")
+        workload = Workload(context=context)
+        first = estimate_memory(spec, hardware, choice, workload)
+        assert inverse.max_context(spec, hardware, choice, workload, known=first) == inverse.max_context(
+            spec, hardware, choice, workload
+        )

@@ -15,7 +15,7 @@ from hfvram.errors import UsageError
 from hfvram.estimate import common, engine_rules, mixed
 from hfvram.estimate.engines import get_profile, parse_engine_name
 from hfvram.estimate.types import EngineChoice, Estimate, Hardware, Workload
-from hfvram.spec import GROWING_KINDS, WINDOWED_KINDS, LayerKind, ModelSpec
+from hfvram.spec import GROWING_KINDS, RECURRENT_KINDS, WINDOWED_KINDS, LayerKind, ModelSpec
 
 
 def validate_workload(workload: Workload) -> None:
@@ -138,7 +138,8 @@ def with_kv_figures(result: Estimate, **changes: Any) -> Estimate:
             "its KV cache term is)"
         )
         return replace(result, warnings=tuple(dict.fromkeys([*result.warnings, note])), **changes)
-    layers = common.layer_summary(spec.layers).counts  # each distinct layer once, with its count
+    summary = common.layer_summary(spec.layers)
+    layers = summary.counts  # each distinct layer once, with its count
     k_elems = v_elems = 0
     for layer, count in layers:
         if layer.kind is LayerKind.MLA:
@@ -148,7 +149,8 @@ def with_kv_figures(result: Estimate, **changes: Any) -> Estimate:
             v_elems += layer.num_kv_heads * layer.head_dim_v * count
     k_per_token, v_per_token = round(k_elems * k_bytes), round(v_elems * v_bytes)
     context = result.workload.context
-    fixed = float(spec.kv_fixed_bytes_per_sequence(0.0, context))  # the recurrent state alone
+    # the recurrent state alone (none without recurrent layers)
+    fixed = float(spec.kv_fixed_bytes_per_sequence(0.0, context)) if summary.kinds & RECURRENT_KINDS else 0.0
     for layer, count in layers:
         if layer.kind in WINDOWED_KINDS:
             tokens = min(layer.window or 0, context) if context is not None else layer.window or 0
