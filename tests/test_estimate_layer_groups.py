@@ -1,6 +1,6 @@
 """Per-layer sums once per distinct layer: the config reader makes one Layer object per distinct layer, the
 estimator sums each distinct object once times its count (``common.layer_counts`` / ``layer_summary``), and
-vLLM's longest context of an all-full-attention layout is in closed form. None of it may change a figure: the
+vLLM's longest context past the layout's saturation is in closed form. None of it may change a figure: the
 estimates of every fixture config are compared with those of the same spec whose layers are all separate objects
 (equal values, so every per-layer sum runs once per layer)."""
 
@@ -86,19 +86,26 @@ def test_shared_layer_objects_change_no_figure(repo):
         assert shared == separate, (repo, case)
 
 
-def _search_layout(rng: random.Random) -> vllm.KVGroupLayout:
-    block = rng.choice([1, 7, 16, 64, 128, 256])
-    spec_types = (vllm.FullAttentionSpec, vllm.MLAAttentionSpec)
-    groups = tuple((rng.choice(spec_types)(block, 4096), rng.randint(1, 6)) for _ in range(rng.randint(1, 3)))
-    return vllm.KVGroupLayout(4096, 3, len(groups), block, groups, rng.choice([512, 2048, 8192]))
+def _random_spec(rng: random.Random, block: int) -> vllm.KVCacheSpec:
+    kind = rng.choice(["full", "mla", "sliding", "chunked", "mamba"])
+    if kind == "sliding":
+        return vllm.SlidingWindowSpec(block, 4096, sliding_window=rng.choice([0, 1, 128, 4096, rng.randint(1, 20000)]))
+    if kind == "chunked":
+        return vllm.ChunkedLocalAttentionSpec(
+            block, 4096, attention_chunk_size=rng.choice([0, 8192, rng.randint(1, 9999)])
+        )
+    return {"full": vllm.FullAttentionSpec, "mla": vllm.MLAAttentionSpec, "mamba": vllm.MambaSpec}[kind](block, 4096)
 
 
-def test_the_closed_form_longest_context_is_what_the_search_finds():
+def test_the_longest_context_in_closed_form_is_what_the_search_finds():
+    """Past the layout's saturation only the full-attention groups grow: the closed form there, the binary search
+    below it, equal to the binary search over the whole range for layouts of every kind of group."""
     rng = random.Random(16)
     for _ in range(20000):
-        layout = _search_layout(rng)
-        assert layout.full_attention_groups() == sum(count for _, count in layout.groups)
-        blocks, concurrency = rng.randint(0, 50_000), rng.randint(1, 16)
+        block = rng.choice([1, 7, 16, 64, 128, 256])
+        groups = tuple((_random_spec(rng, block), rng.randint(1, 6)) for _ in range(rng.randint(1, 4)))
+        layout = vllm.KVGroupLayout(4096, 3, len(groups), block, groups, rng.choice([1, 512, 2048, 8192]))
+        blocks, concurrency = rng.choice([rng.randint(0, 300), rng.randint(0, 50_000)]), rng.randint(1, 16)
         cap = rng.choice([0, 1, 2, 100, 4096, 131072, rng.randint(1, 1 << 20)])
         if concurrency * layout.blocks_per_request(1) > blocks:
             assert vllm._longest_context(layout, blocks, concurrency, cap) == 0
@@ -107,12 +114,15 @@ def test_the_closed_form_longest_context_is_what_the_search_finds():
         assert vllm._longest_context(layout, blocks, concurrency, cap) == expected
 
 
-def test_a_layout_with_a_sliding_group_keeps_the_search():
-    layout = vllm.KVGroupLayout(
-        4096, 1, 2, 16, ((vllm.FullAttentionSpec(16, 4096), 1), (vllm.SlidingWindowSpec(16, 4096, 4096), 1)), 2048
+def test_the_saturation_of_a_layout():
+    full, sliding = vllm.FullAttentionSpec(16, 4096), vllm.SlidingWindowSpec(16, 4096, sliding_window=4096)
+    assert vllm.KVGroupLayout(4096, 1, 1, 16, ((full, 3),), 2048).saturation() == (1, 3)
+    assert vllm.KVGroupLayout(4096, 1, 2, 16, ((full, 1), (sliding, 1)), 2048).saturation() == (4096 - 1 + 2048, 1)
+    # a group of another block size: no closed form
+    assert (
+        vllm.KVGroupLayout(4096, 1, 2, 16, ((full, 1), (vllm.FullAttentionSpec(32, 4096), 1)), 2048).saturation()
+        is None
     )
-    assert layout.full_attention_groups() is None
-    assert vllm._longest_context(layout, 1000, 1, 131072) == vllm._longest_context_search(layout, 1000, 1, 131072)
 
 
 @pytest.mark.parametrize(

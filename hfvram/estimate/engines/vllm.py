@@ -205,15 +205,24 @@ class KVGroupLayout:
         """Σ over groups of ``cdiv(max_memory_usage_bytes, page)`` for a request of ``context`` tokens."""
         return sum(count * spec.blocks_needed(context, self.max_num_batched_tokens) for spec, count in self.groups)
 
-    def full_attention_groups(self) -> int | None:
-        """The number of groups when every group is full attention (MLA included) of the layout's block size: a
-        request then holds ``cdiv(context, block_size)`` blocks in each; None otherwise."""
-        full = (FullAttentionSpec, MLAAttentionSpec)
-        if not self.groups or any(
-            type(spec) not in full or spec.block_size != self.min_block_size for spec, _ in self.groups
-        ):
-            return None
-        return sum(count for _, count in self.groups)
+    def saturation(self) -> tuple[int, int] | None:
+        """(the context from which only the full-attention groups still grow, the number of those groups): a
+        sliding window holds at most ``sliding_window − 1 + max_num_batched_tokens`` tokens, a chunk
+        ``attention_chunk_size + max_num_batched_tokens``, a recurrent state one page. None when a group's block
+        size is not the layout's or its spec is of another type."""
+        context, growing = 1, 0
+        for spec, count in self.groups:
+            if spec.block_size != self.min_block_size:
+                return None
+            if type(spec) in (FullAttentionSpec, MLAAttentionSpec):
+                growing += count
+            elif type(spec) is SlidingWindowSpec:
+                context = max(context, spec.sliding_window - 1 + self.max_num_batched_tokens)
+            elif type(spec) is ChunkedLocalAttentionSpec:
+                context = max(context, spec.attention_chunk_size + self.max_num_batched_tokens)
+            elif type(spec) is not MambaSpec:
+                return None
+        return context, growing
 
     def num_blocks(self, pool_bytes: float) -> int:
         if self.page_bytes <= 0 or self.group_size <= 0:
@@ -1175,15 +1184,23 @@ def kv_capacity(
 
 
 def _longest_context(layout: KVGroupLayout, num_blocks: int, concurrency: int, cap: int) -> int:
-    """Largest context ≤ cap with ``concurrency × blocks_per_request(context) ≤ num_blocks`` (monotone)."""
+    """Largest context ≤ cap with ``concurrency × blocks_per_request(context) ≤ num_blocks`` (monotone). From the
+    layout's saturation on, only its full-attention groups grow, one block per ``block_size`` tokens each: there
+    the answer is whole blocks, in closed form; below it (and for a layout of other specs) a binary search."""
     if concurrency * layout.blocks_per_request(1) > num_blocks:
         return 0
-    groups = layout.full_attention_groups()
-    if groups:
-        # blocks_per_request(context) = groups × cdiv(context, block_size): whole blocks, in closed form (what
-        # the search finds; it starts at 1)
-        return max(1, min(cap, num_blocks // (concurrency * groups) * layout.min_block_size))
-    return _longest_context_search(layout, num_blocks, concurrency, cap)
+    shape = layout.saturation()
+    if shape is None or shape[0] >= cap:
+        return _longest_context_search(layout, num_blocks, concurrency, cap)
+    saturated, growing = shape
+    held = layout.blocks_per_request(saturated)
+    if concurrency * held > num_blocks:
+        return _longest_context_search(layout, num_blocks, concurrency, saturated - 1)
+    if not growing:
+        return cap  # nothing grows past the saturation
+    block = layout.min_block_size
+    fixed = held - growing * _cdiv(saturated, block)  # the saturated groups' blocks
+    return min(cap, (num_blocks // concurrency - fixed) // growing * block)
 
 
 def _longest_context_search(layout: KVGroupLayout, num_blocks: int, concurrency: int, cap: int) -> int:
