@@ -142,6 +142,50 @@ def worst_stage_layers(spec: ModelSpec, pp: int) -> tuple[Layer, ...]:
     return max(stages, key=lambda layers: (sum(layer.kv_elems_per_token for layer in layers), len(layers)))
 
 
+def layer_counts(layers: Iterable[Layer]) -> list[tuple[Layer, int]]:
+    """Each layer object of ``layers`` once with the number of times it occurs, in order of first appearance.
+
+    The config reader makes one ``Layer`` per distinct layer shape (a decoder is runs of a few identical layers),
+    so a per-layer sum runs once per distinct layer and is multiplied by its count; equal layers held as separate
+    objects are counted apart, which gives the same sums."""
+    counts: dict[int, list[Any]] = {}
+    for layer in layers:
+        entry = counts.get(id(layer))
+        if entry is None:
+            counts[id(layer)] = [layer, 1]
+        else:
+            entry[1] += 1
+    return [(layer, count) for layer, count in counts.values()]
+
+
+@dataclass(frozen=True)
+class LayerSummary:
+    """What every estimate of a check asks of the model's layers (and each step of its searches): each distinct
+    layer with its count (:func:`layer_counts`) and the kinds of layer present."""
+
+    counts: tuple[tuple[Layer, int], ...]
+    kinds: frozenset[LayerKind]
+
+
+#: id(layers) -> (those layers, their summary); the layers held keep their id from being reused. The estimates of
+#: one check share its spec's layers: they are summed once per check (a newly read spec gets its own summary).
+_SUMMARIES: dict[int, tuple[tuple[Layer, ...], LayerSummary]] = {}
+_SUMMARIES_KEPT = 256
+
+
+def layer_summary(layers: tuple[Layer, ...]) -> LayerSummary:
+    """The :class:`LayerSummary` of ``layers`` (a spec's), worked out once for that tuple."""
+    entry = _SUMMARIES.get(id(layers))
+    if entry is not None and entry[0] is layers:
+        return entry[1]
+    counts = tuple(layer_counts(layers))
+    summary = LayerSummary(counts=counts, kinds=frozenset(layer.kind for layer, _ in counts))
+    if len(_SUMMARIES) >= _SUMMARIES_KEPT:
+        _SUMMARIES.clear()
+    _SUMMARIES[id(layers)] = (layers, summary)
+    return summary
+
+
 def kv_bytes_per_token_rank(layers: Iterable[Layer], tp: int, kv_bytes: float) -> float:
     """KV bytes per token of context per sequence on one rank, over the layers that grow with context."""
     return sum(layer_kv_elems_per_token_rank(layer, tp) for layer in layers if layer.kind in GROWING_KINDS) * kv_bytes
@@ -275,10 +319,10 @@ def mla_replicated_bytes(spec: ModelSpec, tp: int, scale: float = 1.0) -> float:
     ``kv_a_proj_with_mqa`` alone without q_lora_rank: hidden × (q_lora_rank + kv_lora_rank + qk_rope_head_dim)
     weights, at the checkpoint's attention bytes per parameter (scales included). 0 at TP 1."""
     hidden = spec.hidden_size or 0
-    mla = [layer for layer in spec.layers if layer.kind is LayerKind.MLA]
-    if tp <= 1 or not mla or not hidden or spec.weights is None:
+    if tp <= 1 or LayerKind.MLA not in layer_summary(spec.layers).kinds or not hidden or spec.weights is None:
         return 0.0
-    elems = sum(hidden * (layer.q_lora_rank + layer.kv_lora_rank + layer.qk_rope_head_dim) for layer in mla)
+    mla = [(layer, count) for layer, count in layer_summary(spec.layers).counts if layer.kind is LayerKind.MLA]
+    elems = sum(hidden * (layer.q_lora_rank + layer.kv_lora_rank + layer.qk_rope_head_dim) * n for layer, n in mla)
     attention_bytes = spec.weights.bytes_by_component.get("attention", 0)
     attention_params = spec.weights.params_by_component.get("attention", 0)
     if not attention_bytes or not attention_params:

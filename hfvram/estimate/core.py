@@ -15,7 +15,7 @@ from hfvram.errors import UsageError
 from hfvram.estimate import common, engine_rules, mixed
 from hfvram.estimate.engines import get_profile, parse_engine_name
 from hfvram.estimate.types import EngineChoice, Estimate, Hardware, Workload
-from hfvram.spec import GROWING_KINDS, WINDOWED_KINDS, LayerKind, ModelSpec
+from hfvram.spec import GROWING_KINDS, RECURRENT_KINDS, WINDOWED_KINDS, LayerKind, ModelSpec
 
 
 def validate_workload(workload: Workload) -> None:
@@ -47,7 +47,7 @@ def estimate(spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, w
         return result
     from hfvram.estimate import inverse
 
-    longest = inverse.max_context(spec, hardware, choice, workload)  # type: ignore[arg-type]
+    longest = inverse.max_context(spec, hardware, choice, workload, known=result)  # type: ignore[arg-type]
     # a layout the engine refuses serves no request, whatever its pool would hold
     held = 0.0 if result.refusal and result.capacity.max_concurrency is not None else result.capacity.max_concurrency
     return replace(result, capacity=replace(result.capacity, max_context=longest, max_concurrency=held))
@@ -141,20 +141,24 @@ def with_kv_figures(result: Estimate, **changes: Any) -> Estimate:
             "its KV cache term is)"
         )
         return replace(result, warnings=tuple(dict.fromkeys([*result.warnings, note])), **changes)
+    summary = common.layer_summary(spec.layers)
+    layers = summary.counts  # each distinct layer once, with its count
     k_elems = v_elems = 0
-    for layer in spec.layers:
+    for layer, count in layers:
         if layer.kind is LayerKind.MLA:
-            k_elems += layer.kv_elems_per_token  # the latent is one cache (llama.cpp keeps it as K)
+            k_elems += layer.kv_elems_per_token * count  # the latent is one cache (llama.cpp keeps it as K)
         elif layer.kind in GROWING_KINDS:
-            k_elems += layer.num_kv_heads * layer.head_dim_k
-            v_elems += layer.num_kv_heads * layer.head_dim_v
+            k_elems += layer.num_kv_heads * layer.head_dim_k * count
+            v_elems += layer.num_kv_heads * layer.head_dim_v * count
     k_per_token, v_per_token = round(k_elems * k_bytes), round(v_elems * v_bytes)
     context = result.workload.context
-    fixed = float(spec.kv_fixed_bytes_per_sequence(0.0, context))  # the recurrent state alone
-    for layer in spec.layers:
+    # the recurrent state alone (none without recurrent layers)
+    fixed = float(spec.kv_fixed_bytes_per_sequence(0.0, context)) if summary.kinds & RECURRENT_KINDS else 0.0
+    for layer, count in layers:
         if layer.kind in WINDOWED_KINDS:
             tokens = min(layer.window or 0, context) if context is not None else layer.window or 0
-            fixed += layer.num_kv_heads * (layer.head_dim_k * k_bytes + layer.head_dim_v * v_bytes) * tokens
+            per_layer = layer.num_kv_heads * (layer.head_dim_k * k_bytes + layer.head_dim_v * v_bytes) * tokens
+            fixed += per_layer * count
     return replace(
         result,
         kv_k_bytes_per_token=k_per_token,

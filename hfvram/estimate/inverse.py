@@ -59,6 +59,8 @@ def context_setting_names(engine: str) -> frozenset[str]:
 
 def context_following(choice: EngineChoice) -> EngineChoice:
     """``choice`` without the engine's own context setting, so that the context it serves follows ``--context``."""
+    if not choice.settings:
+        return choice  # the common case: nothing to drop
     from hfvram.estimate.engines import parse_engine_name
 
     names = context_setting_names(parse_engine_name(choice.name)[0])
@@ -66,13 +68,22 @@ def context_following(choice: EngineChoice) -> EngineChoice:
     return choice if len(kept) == len(choice.settings) else replace(choice, settings=kept)
 
 
-def max_context(spec: ModelSpec, hardware: Hardware, choice: EngineChoice, workload: Workload) -> int | None:
+def max_context(
+    spec: ModelSpec, hardware: Hardware, choice: EngineChoice, workload: Workload, known: Estimate | None = None
+) -> int | None:
     """Longest context (tokens per sequence, ≤ the model's max length) at ``workload.concurrency`` that the
     engine runs, the engine's own context setting following it (a pinned ``max-model-len`` is what is being
-    asked about); 0 when not even one token fits; None when the engine cannot tell (no verdict)."""
-    choice = context_following(choice)
+    asked about); 0 when not even one token fits; None when the engine cannot tell (no verdict). ``known``: the
+    forward estimate of ``workload`` itself, reused where the search asks for ``workload.context`` again."""
+    following = context_following(choice)
+
+    def at(context: int) -> Estimate:
+        if known is not None and following is choice and context == workload.context:
+            return known  # the same inputs: the same estimate
+        return _at(spec, hardware, following, workload, context=context)
+
     upper = _upper_context(spec, workload)
-    top = _at(spec, hardware, choice, workload, context=upper)
+    top = at(upper)
     if top.verdict is None:
         return None
     if _fits(top):
@@ -81,14 +92,14 @@ def max_context(spec: ModelSpec, hardware: Hardware, choice: EngineChoice, workl
         candidate = min(top.capacity.max_context, upper)
         # the closed form only knows the KV pool; the engine may still refuse for another reason
         # (and where the budget depends on the context, vLLM V0's profile run, a shorter one may still fit)
-        if candidate > 0 and _fits(_at(spec, hardware, choice, workload, context=candidate)):
+        if candidate > 0 and _fits(at(candidate)):
             return candidate
-        if candidate == 0 and not _fits(_at(spec, hardware, choice, workload, context=1)):
+        if candidate == 0 and not _fits(at(1)):
             return 0
     low, high = 0, upper
     while low < high:
         mid = (low + high + 1) // 2
-        if _fits(_at(spec, hardware, choice, workload, context=mid)):
+        if _fits(at(mid)):
             low = mid
         else:
             high = mid - 1

@@ -281,12 +281,10 @@ def rope_cache(spec: ModelSpec, dtype_bytes: float) -> tuple[int, str | None]:
     instance per distinct configuration (``get_rope`` caches them); rotary_dim = head_dim × partial_rotary_factor
     (MLA: qk_rope_head_dim); length = ``max_position_embeddings``
     (default, llama3), × factor (linear, dynamic), ``original_max_position_embeddings`` × factor (yarn)."""
-    attention = [
-        layer for layer in spec.layers if layer.kind not in (LayerKind.LINEAR, LayerKind.MAMBA, LayerKind.NONE)
-    ]
-    if not attention or not spec.max_position_embeddings:
+    cache_free = (LayerKind.LINEAR, LayerKind.MAMBA, LayerKind.NONE)
+    layer = next((layer for layer in spec.layers if layer.kind not in cache_free), None)
+    if layer is None or not spec.max_position_embeddings:
         return 0, None
-    layer = attention[0]
     if layer.kind is LayerKind.MLA:
         rotary_dim = layer.qk_rope_head_dim
     else:

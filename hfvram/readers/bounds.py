@@ -84,6 +84,10 @@ def check_count(value: Any, maximum: int, *, file: str, field: str, minimum: int
     return value
 
 
+#: JSON values that hold nothing nested
+_SCALARS = (str, int, float)
+
+
 def validate_config(config: Mapping[str, Any], *, filename: str = "config.json") -> None:
     """Check every bounded key of ``config`` at any depth (see the module docstring); MalformedFileError naming
     the first offending field (its dotted path) otherwise."""
@@ -93,10 +97,12 @@ def validate_config(config: Mapping[str, Any], *, filename: str = "config.json")
     stack: list[tuple[str, Any]] = [("", config)]
     while stack:
         path, node = stack.pop()
-        if isinstance(node, Mapping):
+        if isinstance(node, (dict, Mapping)):  # dict first: JSON objects are dicts, the ABC check is slow
             for key, value in node.items():
                 if value is None:
                     continue
+                if isinstance(value, _SCALARS) and key not in counts and key not in list_keys:
+                    continue  # the common case: nothing to check, nothing nested
                 # the dotted path is spelled out only where it is used (an error, a nested value)
                 if key in counts and isinstance(value, (int, float)) and not isinstance(value, bool):
                     check_count(value, counts[key][1], file=filename, field=f"{path}.{key}" if path else str(key))
@@ -117,5 +123,5 @@ def validate_config(config: Mapping[str, Any], *, filename: str = "config.json")
                     stack.append((f"{path}.{key}" if path else str(key), value))
         elif isinstance(node, list):
             for index, value in enumerate(node):
-                if isinstance(value, (Mapping, list)):
+                if not isinstance(value, _SCALARS) and isinstance(value, (Mapping, list)):
                     stack.append((f"{path}[{index}]", value))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from hfvram.errors import MalformedFileError
@@ -241,51 +242,84 @@ def _build_layers(
     global_dims = _global_dims(view, dims)
     block_kv = _per_layer_kv_heads(view, heads, len(types))
     shared_kv = view.integer("num_kv_shared_layers", ["num_kv_shared_layers"], minimum=0, use_hf_default=False) or 0
+    shapes = _LayerShapes(dims, global_dims, window, chunk, heads, hidden, model_type)
     layers: list[Layer] = []
-    made: dict[tuple[LayerKind, AttentionDims, int | None, bool], Layer] = {}
-    none, sliding = LayerKind.NONE.value, LayerKind.SLIDING.value
-    attention_kinds = (LayerKind.FULL.value, sliding, LayerKind.CHUNKED.value)
+    # one Layer per distinct (type, MoE, KV heads): a model's layers mostly repeat, so each is read once and the
+    # estimator's per-layer sums run once per distinct layer (hfvram.estimate.common.layer_counts)
+    made: dict[tuple[str, bool, int | None], Layer] = {}
+    attention_made: dict[tuple[LayerKind, AttentionDims, int | None, bool], Layer] = {}
     first_shared = len(types) - shared_kv
     for i, (name, is_moe) in enumerate(zip(types, moe)):
-        if i >= first_shared and name != none:
-            layers.append(Layer(kind=LayerKind.NONE, moe=is_moe))  # reuses an earlier layer's cache (Gemma-3n style)
-            continue
+        if i >= first_shared:
+            name = LayerKind.NONE.value  # reuses an earlier layer's cache (Gemma-3n style)
         if name in (CSA, HCA):
-            layers.append(_deepseek_v4_layer(view, name, dims, is_moe, extra))
-        elif name == sliding and dims is not None and model_type == "deepseek_v4":
-            layers.append(
-                Layer(
-                    kind=LayerKind.SLIDING,
-                    num_kv_heads=dims.num_kv_heads,
-                    head_dim_k=dims.head_dim,
-                    head_dim_v=0,
-                    window=window,
-                    moe=is_moe,
-                )
-            )
-        elif name in attention_kinds:
-            kind = LayerKind(name)
-            layer_dims = global_dims if kind is LayerKind.FULL and global_dims is not None else dims
-            assert layer_dims is not None
-            if block_kv[i] is not None:
-                layer_dims = AttentionDims(layer_dims.num_attention_heads, block_kv[i] or 1, layer_dims.head_dim)
-            layers.append(
-                _shared_attention_layer(made, kind, layer_dims, window if kind is LayerKind.SLIDING else chunk, is_moe)
-            )
-        elif name == LayerKind.MLA.value:
-            layers.append(mla_layer(view, heads, is_moe))
-        elif name == LayerKind.LINEAR.value:
-            layers.append(linear_layer(view, is_moe))
-        elif name == LayerKind.MAMBA.value:
-            layers.append(mamba_layer(view, hidden, model_type, is_moe))
-        else:
-            layers.append(Layer(kind=LayerKind.NONE, moe=is_moe))
+            layers.append(_deepseek_v4_layer(view, name, dims, is_moe, extra))  # counts its layers
+            continue
+        key = (name, is_moe, block_kv[i])
+        layer = made.get(key)
+        if layer is None:
+            layer = made[key] = _typed_layer(view, name, is_moe, block_kv[i], shapes, attention_made)
+        layers.append(layer)
     if shared_kv:
         view.note(
             "num_kv_shared_layers",
             view.where(view.locate("num_kv_shared_layers")[1]) + " (last layers reuse earlier caches → none)",
         )
     return layers, extra
+
+
+@dataclass(frozen=True)
+class _LayerShapes:
+    """What the config gives every layer of a type: attention dims (Gemma-4's full layers: their own), the sliding
+    window and attention chunk, heads, hidden size and model type."""
+
+    dims: AttentionDims | None
+    global_dims: AttentionDims | None
+    window: int | None
+    chunk: int | None
+    heads: int | None
+    hidden: int | None
+    model_type: str | None
+
+
+def _typed_layer(
+    view: ConfigView,
+    name: str,
+    is_moe: bool,
+    block_kv: int | None,
+    shapes: _LayerShapes,
+    attention_made: dict[tuple[LayerKind, AttentionDims, int | None, bool], Layer],
+) -> Layer:
+    """The layer of type ``name`` (a layer_types entry; unknown -> no cache), ``block_kv``: its KV heads from
+    block_configs (None: the config's)."""
+    dims = shapes.dims
+    if name == LayerKind.SLIDING.value and dims is not None and shapes.model_type == "deepseek_v4":
+        return Layer(
+            kind=LayerKind.SLIDING,
+            num_kv_heads=dims.num_kv_heads,
+            head_dim_k=dims.head_dim,
+            head_dim_v=0,
+            window=shapes.window,
+            moe=is_moe,
+        )
+    if name in _ATTENTION_KINDS:
+        kind = LayerKind(name)
+        layer_dims = shapes.global_dims if kind is LayerKind.FULL and shapes.global_dims is not None else dims
+        assert layer_dims is not None
+        if block_kv is not None:
+            layer_dims = AttentionDims(layer_dims.num_attention_heads, block_kv or 1, layer_dims.head_dim)
+        window = shapes.window if kind is LayerKind.SLIDING else shapes.chunk
+        return _shared_attention_layer(attention_made, kind, layer_dims, window, is_moe)
+    if name == LayerKind.MLA.value:
+        return mla_layer(view, shapes.heads, is_moe)
+    if name == LayerKind.LINEAR.value:
+        return linear_layer(view, is_moe)
+    if name == LayerKind.MAMBA.value:
+        return mamba_layer(view, shapes.hidden, shapes.model_type, is_moe)
+    return Layer(kind=LayerKind.NONE, moe=is_moe)
+
+
+_ATTENTION_KINDS = (LayerKind.FULL.value, LayerKind.SLIDING.value, LayerKind.CHUNKED.value)
 
 
 def _shared_attention_layer(

@@ -214,10 +214,10 @@ def error_dict(source_text: str, error: BaseException) -> dict[str, Any]:
 
 
 def _jsonable(value: object) -> object:
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value  # first: most values are, and the Mapping check is an ABC's
     if isinstance(value, Mapping):
         return {str(key): _jsonable(item) for key, item in value.items()}
     if isinstance(value, (list, tuple, set, frozenset)):
         return [_jsonable(item) for item in value]
-    if value is None or isinstance(value, (str, int, float, bool)):
-        return value
     return str(value)

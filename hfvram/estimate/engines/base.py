@@ -30,12 +30,17 @@ class ProfileBase:
     def __init__(self, data: Mapping[str, Any] | None = None) -> None:
         self.data: Mapping[str, Any] = common.load_engine_data(self.name) if data is None else data
         self.rule_versions: tuple[str, ...] = rule_versions_of(self.data, self.fallback_versions)
+        #: rule version -> the constants in force at it, merged once (every estimate asks)
+        self._merged: dict[str, dict[str, Any]] = {}
 
     def rules(self, requested: str | None) -> tuple[str, dict[str, Any]]:
         """The rule version ``requested`` maps to and the constants in force at it (defaults merged with every
-        ``[versions]`` table up to it)."""
+        ``[versions]`` table up to it); a copy, which the caller may add its own entries to."""
         version = common.pick_rule_version(requested, self.rule_versions)
-        return version, common.rules_for_version(self.data, version)
+        merged = self._merged.get(version)
+        if merged is None:
+            merged = self._merged[version] = common.rules_for_version(self.data, version)
+        return version, dict(merged)
 
     def first_version_with(self, key: str, value: object) -> str | None:
         """The oldest rule version whose ``[versions]`` table sets ``key`` to ``value`` (None if none does): the

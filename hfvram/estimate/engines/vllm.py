@@ -205,6 +205,25 @@ class KVGroupLayout:
         """Σ over groups of ``cdiv(max_memory_usage_bytes, page)`` for a request of ``context`` tokens."""
         return sum(count * spec.blocks_needed(context, self.max_num_batched_tokens) for spec, count in self.groups)
 
+    def saturation(self) -> tuple[int, int] | None:
+        """(the context from which only the full-attention groups still grow, the number of those groups): a
+        sliding window holds at most ``sliding_window − 1 + max_num_batched_tokens`` tokens, a chunk
+        ``attention_chunk_size + max_num_batched_tokens``, a recurrent state one page. None when a group's block
+        size is not the layout's or its spec is of another type."""
+        context, growing = 1, 0
+        for spec, count in self.groups:
+            if spec.block_size != self.min_block_size:
+                return None
+            if type(spec) in (FullAttentionSpec, MLAAttentionSpec):
+                growing += count
+            elif type(spec) is SlidingWindowSpec:
+                context = max(context, spec.sliding_window - 1 + self.max_num_batched_tokens)
+            elif type(spec) is ChunkedLocalAttentionSpec:
+                context = max(context, spec.attention_chunk_size + self.max_num_batched_tokens)
+            elif type(spec) is not MambaSpec:
+                return None
+        return context, growing
+
     def num_blocks(self, pool_bytes: float) -> int:
         if self.page_bytes <= 0 or self.group_size <= 0:
             return 0
@@ -552,7 +571,7 @@ def kv_dtype_name(choice: EngineChoice, workload: Workload) -> str:
 
 def default_block_size(spec: ModelSpec, rules: Rules) -> int:
     """vLLM's default block size: ``block_size_mla`` for an MLA model, else ``block_size`` (vllm.md#vllm-kv-specs)."""
-    has_mla = any(layer.kind is LayerKind.MLA for layer in spec.layers)
+    has_mla = LayerKind.MLA in common.layer_summary(spec.layers).kinds
     return int(rules["block_size_mla"] if has_mla else rules["block_size"])
 
 
@@ -1108,7 +1127,7 @@ def cudagraph_bytes(spec: ModelSpec, settings: Settings, rules: Rules) -> int:
     only their mixer blocks, else each mixer+MLP pair would be charged twice."""
     if settings.enforce_eager:
         return 0
-    if any(layer.kind in RECURRENT_KINDS for layer in spec.layers) and spec.hidden_size:
+    if not RECURRENT_KINDS.isdisjoint(common.layer_summary(spec.layers).kinds) and spec.hidden_size:
         mixers = sum(1 for layer in spec.layers if layer.kind is not LayerKind.NONE)
         per_rank = float(rules["cudagraph_hybrid_bytes_per_layer_hidden"]) * mixers * spec.hidden_size
         per_rank /= settings.pipeline_parallel_size
@@ -1143,7 +1162,8 @@ def layer_token_bytes(layer: Layer, tp: int, settings: Settings) -> float:
 
 def _page_layout(attention: Sequence[Layer], recurrent: Sequence[Layer], settings: Settings) -> tuple[int, int]:
     """(page bytes, block size in tokens) of the unified page (docs/engines/vllm.md#vllm-block-size): with recurrent layers the attention
-    block grows until one attention page holds one mamba state, and the mamba page is padded to it."""
+    block grows until one attention page holds one mamba state, and the mamba page is padded to it. ``attention`` /
+    ``recurrent``: the distinct layers of each sort (only their largest entry counts)."""
     tp, block = settings.tensor_parallel_size, settings.block_size
     per_token = [layer_token_bytes(layer, tp, settings) for layer in attention]
     states = [common.layer_state_bytes_rank(layer, tp, settings.dtype_bytes) for layer in recurrent]
@@ -1186,28 +1206,29 @@ def kv_layout(spec: ModelSpec, settings: Settings) -> KVGroupLayout:
 
 def _kv_layout(spec: ModelSpec, settings: Settings) -> KVGroupLayout:
     tp = settings.tensor_parallel_size
-    layers = common.worst_stage_layers(spec, settings.pipeline_parallel_size)
-    attention = [layer for layer in layers if layer.kv_elems_per_token]
-    recurrent = [layer for layer in layers if layer.kind in RECURRENT_KINDS]
+    # each distinct layer once, with its count: the sums below are per layer
+    stage = common.worst_stage_layers(spec, settings.pipeline_parallel_size)
+    layers = common.layer_summary(stage).counts if stage is spec.layers else common.layer_counts(stage)
+    attention = [(layer, count) for layer, count in layers if layer.kv_elems_per_token]
+    recurrent = [(layer, count) for layer, count in layers if layer.kind in RECURRENT_KINDS]
     batched = settings.max_num_batched_tokens
     if not attention and not recurrent:
         return KVGroupLayout(0, 0, 0, settings.block_size, (), batched)
-    page, block = _page_layout(attention, recurrent, settings)
+    page, block = _page_layout([layer for layer, _ in attention], [layer for layer, _ in recurrent], settings)
 
     kinds: dict[tuple[type[KVCacheSpec], int | None], int] = {}
-    for layer in attention:
+    for layer, count in attention:
         key = _cache_key(layer)
-        kinds[key] = kinds.get(key, 0) + 1
+        kinds[key] = kinds.get(key, 0) + count
     if recurrent:
-        kinds[(MambaSpec, None)] = len(recurrent)
+        kinds[(MambaSpec, None)] = sum(count for _, count in recurrent)
 
     if len(kinds) == 1:
         # one type: one group spanning every layer (UniformTypeKVCacheSpecs when page sizes differ), expressed
         # as one page × group_size so that bytes_for() is exact
         (spec_type, window), count = next(iter(kinds.items()))
         if attention:
-            per_token = (layer_token_bytes(layer, tp, settings) for layer in attention)
-            page_sum = sum(int(block * elems) for elems in per_token)
+            page_sum = sum(int(block * layer_token_bytes(layer, tp, settings)) * n for layer, n in attention)
         else:
             page_sum = page * count
         page_bytes = int(page_sum // count) if count else 0
@@ -1260,9 +1281,27 @@ def kv_capacity(
 
 
 def _longest_context(layout: KVGroupLayout, num_blocks: int, concurrency: int, cap: int) -> int:
-    """Largest context ≤ cap with ``concurrency × blocks_per_request(context) ≤ num_blocks`` (monotone)."""
+    """Largest context ≤ cap with ``concurrency × blocks_per_request(context) ≤ num_blocks`` (monotone). From the
+    layout's saturation on, only its full-attention groups grow, one block per ``block_size`` tokens each: there
+    the answer is whole blocks, in closed form; below it (and for a layout of other specs) a binary search."""
     if concurrency * layout.blocks_per_request(1) > num_blocks:
         return 0
+    shape = layout.saturation()
+    if shape is None or shape[0] >= cap:
+        return _longest_context_search(layout, num_blocks, concurrency, cap)
+    saturated, growing = shape
+    held = layout.blocks_per_request(saturated)
+    if concurrency * held > num_blocks:
+        return _longest_context_search(layout, num_blocks, concurrency, saturated - 1)
+    if not growing:
+        return cap  # nothing grows past the saturation
+    block = layout.min_block_size
+    fixed = held - growing * _cdiv(saturated, block)  # the saturated groups' blocks
+    return min(cap, (num_blocks // concurrency - fixed) // growing * block)
+
+
+def _longest_context_search(layout: KVGroupLayout, num_blocks: int, concurrency: int, cap: int) -> int:
+    """:func:`_longest_context` by binary search over 1 … cap, for a layout where one token fits."""
     low, high = 1, cap
     while low < high:
         mid = (low + high + 1) // 2
