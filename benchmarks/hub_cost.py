@@ -12,8 +12,8 @@ aliases of the safetensors fixture repos at ``--big-jobs``: wall time, CPU per r
 whole process tree), peak RSS of its largest process, requests and TCP connections the server saw (one client
 port per connection; the test Hub sets TCP_NODELAY), the CPU the test Hub itself spent meanwhile, and the peak
 RSS ratio 10,000 / 2,000 (memory flat in the list length). Targets: 10,000 repos at 50 ms in at most 30 s on a
-2-core machine, peak RSS at most 200 MiB. The Hub runs in this process, so it competes with hfvram for the same cores: on a machine shared with other
-work, read the load average printed with the figures.
+2-core machine, peak RSS at most 200 MiB. The Hub runs in this process, so it competes with hfvram for the same
+cores: on a machine shared with other work, read the load average printed with the figures.
 
     python3 benchmarks/hub_cost.py [--latency 0.05] [--scan 200] [--concurrency 16] [--big 2000,10000]
 """
