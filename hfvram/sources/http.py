@@ -26,13 +26,13 @@ from huggingface_hub import get_token
 from huggingface_hub.utils import get_session, hf_raise_for_status
 
 from hfvram.errors import GatedRepoError, HfvramError, MalformedFileError, NetworkError, RepoNotFoundError
+from hfvram.redaction import redact
 from hfvram.sources.limits import (
     byte_cap,
     checked_endpoint,
     current_source_deadline,
     request_deadline_seconds,
 )
-from hfvram.sources.redaction import redact
 
 KIB = 1024
 MIB = 1024 * KIB
