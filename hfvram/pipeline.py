@@ -450,6 +450,19 @@ def model_ref(request: Request, loaded: LoadedModel) -> Any:
     from hfvram.estimate.launch import ModelRef
 
     source = loaded.source
+    what_if = None
+    if request.quant is not None and not isinstance(request.quant, str):
+        from hfvram import quant as quant_formats
+
+        what_if = quant_formats.label(request.quant)
+    if what_if is not None:
+        return ModelRef(
+            kind=source.kind,
+            repo_id=source.repo_id,
+            revision=request.revision,
+            what_if=what_if,
+            path=None if source.repo_id else request.source,
+        )
     if source.kind in ("hub", "cache", "catalog") and source.repo_id:
         quant = None
         _, sep, tag = request.source.rpartition(":")

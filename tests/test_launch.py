@@ -166,3 +166,10 @@ def test_table_and_markdown_show_the_launch():
     assert "Launch:" in table.stdout and "ollama serve" in table.stdout and "PARAMETER num_ctx 8192" in table.stdout
     markdown = runner.invoke(cli, ["check", str(LLAMA_FOLDER), "--gpu", "h100", "--context", "8k", "--markdown"])
     assert "- **Launch**:" in markdown.stdout and "  ```sh" in markdown.stdout
+
+
+def test_a_quant_what_if_says_the_file_is_to_be_made():
+    document = check_json(str(LLAMA_FOLDER), "--gpu", "rtx4090", "--context", "8k", "--quant", "Q4_K_M")
+    launch = document["launch"]
+    assert shlex.split(launch["command"])[1:3] == ["-m", "Llama-3.1-8B-Instruct-Q4_K_M.gguf"]
+    assert any(note.startswith("what-if: the weights were sized as Q4_K_M") for note in launch["notes"])

@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hfvram.estimate.types import EngineChoice, Estimate
@@ -44,6 +44,8 @@ class ModelRef:
     path: str | None = None
     #: a GGUF's quant tag on the Hub (``org/repo:Q4_K_M``), None otherwise
     quant: str | None = None
+    #: a ``--quant`` what-if: the format the weights were sized as (no such file exists yet)
+    what_if: str | None = None
 
     @property
     def name(self) -> str:
@@ -88,6 +90,9 @@ def launch_for(est: Estimate, choice: EngineChoice, ref: ModelRef) -> Launch | N
         return None
     writer: Any = importlib.import_module(module).launch
     result: Launch = writer(est, choice, ref)
+    if ref.what_if:
+        note = f"what-if: the weights were sized as {ref.what_if}; the line names the checkpoint, serve an export of it"
+        result = replace(result, notes=(*result.notes, note))
     return result
 
 

@@ -130,8 +130,8 @@ def launch_markdown(launch: Mapping[str, Any] | None) -> list[str]:
         fence = "`" * max(3, 1 + max((len(run) for line in body for run in re.findall("`+", line)), default=0))
         if name:
             out.append(f"  - `{safe(name)}`:")
-        out += ["", f"  {fence}{'' if name else 'sh'}", *(f"  {safe(line)}" for line in body), f"  {fence}", ""]
-    return out
+        out += ["", f"  {fence}{'' if name else 'sh'}", *(f"  {safe(line)}" for line in body), f"  {fence}"]
+    return [*out, ""]
 
 
 def offload_markdown(plan: Mapping[str, Any] | None) -> list[str]:

@@ -33,6 +33,8 @@ ENGINE = "llama.cpp"
 
 def model_words(ref: ModelRef) -> list[str]:
     """``-m PATH`` for a local file, ``-hf repo[:QUANT]`` for a GGUF on the Hub (llama.cpp downloads it)."""
+    if ref.what_if:  # a --quant what-if: the file llama-quantize would write
+        return ["-m", f"{ref.name.rstrip('/').split('/')[-1]}-{ref.what_if}.gguf"]
     if ref.hub and ref.repo_id:
         return ["-hf", ref.repo_id + (f":{ref.quant}" if ref.quant else "")]
     return ["-m", ref.name]
