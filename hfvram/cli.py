@@ -361,6 +361,12 @@ def _echo_json(document: Any) -> None:
     help="Exit 1 on Tight as well as on Doesn't fit (needs --gpu: without one there is no verdict).",
 )
 @price_option
+@click.option(
+    "--launch",
+    "launch_only",
+    is_flag=True,
+    help="Print just the engine's command line that reproduces this check (exit code as without it).",
+)
 def check(
     source: str | None,
     fmt: str | None,
@@ -368,6 +374,7 @@ def check(
     as_markdown: bool,
     fail_on: str | None,
     price_kind: str,
+    launch_only: bool,
     **kwargs: Any,
 ) -> None:
     """One model: the four memory terms on the worst GPU, the verdict and the capacity.
@@ -395,7 +402,18 @@ def check(
         else:
             render_gguf_repo(_console(), report)
         sys.exit(exit_code_for([report.get("verdict")], fail_on == "tight"))
-    if output == "json":
+    if launch_only:
+        from hfvram.report.wording import launch_command_lines
+
+        if fmt or as_json or as_markdown:
+            raise UsageError("--launch prints just the command line: drop --json / --markdown / --format")
+        lines = launch_command_lines(report.get("launch"))
+        if not lines:
+            raise UsageError(f"{report['engine'].get('name')} has no command line to print (it is a library)")
+        from hfvram.report.text import safe
+
+        _echo("\n".join(safe(line) for line in lines))
+    elif output == "json":
         _echo_json(report)
     elif output == "markdown":
         from hfvram.report.markdown import check_markdown

@@ -440,6 +440,7 @@ def _check_report(request: Request, options: RunOptions, *, whole_gguf_repo: boo
     est = run_estimate(request, options, loaded)
     report = check_dict(loaded.source, est, explain=options.explain)
     add_offload_plan(report, request, loaded, est)
+    add_launch(report, request, loaded, est)
     report["warnings"] = list(
         dict.fromkeys(report["warnings"] + list(request.notes) + default_engine_notes(request, loaded))
     )
@@ -450,6 +451,61 @@ def _check_report(request: Request, options: RunOptions, *, whole_gguf_repo: boo
 
         report["explain"]["terms"].setdefault("memory", memory_provenance(est.hardware.gpu))
     return report
+
+
+def model_ref(request: Request, loaded: LoadedModel) -> Any:
+    """How an engine's command line names the model: the Hub repo (with the revision asked for and a GGUF's quant
+    tag), or the folder / file as the user typed it."""
+    from hfvram.estimate.launch import ModelRef
+
+    source = loaded.source
+    what_if = None
+    if request.quant is not None and not isinstance(request.quant, str):
+        from hfvram import quant as quant_formats
+
+        what_if = quant_formats.label(request.quant)
+    if what_if is not None:
+        return ModelRef(
+            kind=source.kind,
+            repo_id=source.repo_id,
+            revision=request.revision,
+            what_if=what_if,
+            path=None if source.repo_id else request.source,
+        )
+    if source.kind in ("hub", "cache", "catalog") and source.repo_id:
+        quant = None
+        _, sep, tag = request.source.rpartition(":")
+        if sep and tag and "/" not in tag:
+            quant = tag
+        elif loaded.spec.quantization is not None and loaded.spec.quantization.method == "gguf":
+            file_type = loaded.spec.extra.get("file_type") if loaded.spec.extra else None
+            quant = file_type if isinstance(file_type, str) and file_type else None
+        return ModelRef(kind=source.kind, repo_id=source.repo_id, revision=request.revision, quant=quant)
+    return ModelRef(kind=source.kind, repo_id=source.repo_id, path=request.source)
+
+
+def launch_choice(choice: EngineChoice) -> EngineChoice:
+    """The engine choice with every setting whose name or value looks like a secret left out (a launch line is
+    printed: docs/engines/launch.md#launch-secrets); such settings never change memory."""
+    from dataclasses import replace
+
+    from hfvram.redaction import redact
+
+    kept = {
+        name: value
+        for name, value in choice.settings.items()
+        if redact(f"--{name} {value}") == f"--{name} {value}" and redact(f"{name}={value}") == f"{name}={value}"
+    }
+    return replace(choice, settings=kept) if len(kept) != len(choice.settings) else choice
+
+
+def add_launch(report: dict[str, Any], request: Request, loaded: LoadedModel, est: Estimate) -> None:
+    """``launch``: the engine's command line that reproduces the setting this check judged (None for an engine
+    without one: transformers is a library)."""
+    from hfvram.estimate.launch import launch_for
+
+    launch = launch_for(est, launch_choice(engine_choice(request, loaded)), model_ref(request, loaded))
+    report["launch"] = launch.as_dict() if launch is not None else None
 
 
 def model_argument(loaded: LoadedModel) -> str:
