@@ -814,6 +814,26 @@ def gpus(query: str | None, vendor: str | None, as_json: bool) -> None:
         sys.exit(EXIT_USAGE)
 
 
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="JSON (schema hfvram.engine_list/1).")
+@debug_option
+def engines(as_json: bool) -> None:
+    """Every engine: its rule sets and their release dates, the newest release reviewed and the newest known.
+
+    --engine NAME@VERSION picks the rule set in force at VERSION; above the newest reviewed release the newest
+    rules apply, with a warning.
+    """
+    from hfvram.estimate.releases import engines_document
+
+    document = engines_document()
+    if as_json:
+        _echo_json(document)
+    else:
+        from hfvram.report.engines import render_engine_list
+
+        render_engine_list(_console(), document)
+
+
 # ---- inspect ------------------------------------------------------------------------------------------------------
 
 
