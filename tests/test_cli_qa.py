@@ -306,7 +306,14 @@ def test_explain_terms_are_paragraphs_readable_at_80_columns():
         assert f"\n  {label}: " in "\n" + section
         first_words = " ".join(document["explain"]["terms"][key].split()[:3])
         assert first_words in " ".join(section.split())
-    assert "cudagraph_bytes          1.00 GiB (1,073,741,824 B)" in result.stdout
+    # docs/engines/vllm.md#vllm-cuda-graphs: 36 layers x 51 capture sizes (256 sequences) x the per-layer bytes
+    from hfvram.estimate.common import load_engine_data, rules_for_version, version_key
+
+    versions = load_engine_data("vllm")["versions"]
+    per = rules_for_version(load_engine_data("vllm"), max(versions, key=version_key))["cudagraph_bytes_per_layer_size"]
+    graphs = document["engine"]["cudagraph_bytes"]
+    assert graphs == int(per * 36 * 51)
+    assert f"cudagraph_bytes          {graphs / 2**30:.2f} GiB ({graphs:,} B)" in result.stdout
 
 
 def test_inspect_gguf_says_not_stated_and_f16_kv():
