@@ -226,3 +226,61 @@ def replace_first_date(document, text):
                 rule["date"] = text
                 return copy
     raise AssertionError("no dated rule set")
+
+
+# ---- scripts/engine_release_diff.py ---------------------------------------------------------------------------------
+
+
+def _git(repo, *args):
+    import subprocess
+
+    subprocess.run(
+        ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t.invalid", *args],
+        check=True,
+        capture_output=True,
+    )
+
+
+def test_release_diff_lists_the_cited_files_that_changed_between_two_tags(tmp_path):
+    """A repository with two tags: of the files docs/engines/vllm.md cites, the changed one is listed with the
+    sections citing it; a changed file the note does not cite is not."""
+    import subprocess
+    import sys
+
+    from cli_support import ROOT
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import engine_release_diff
+
+    cited = engine_release_diff.cited_paths(ROOT / "docs" / "engines" / "vllm.md")["vllm-project/vllm"]
+    assert "vllm/v1/worker/gpu_worker.py" in cited and "vllm-budget" in cited["vllm/v1/worker/gpu_worker.py"]
+    repo = tmp_path / "vllm"
+    for path in ("vllm/v1/worker/gpu_worker.py", "vllm/config/cache.py", "vllm/unrelated.py"):
+        (repo / path).parent.mkdir(parents=True, exist_ok=True)
+        (repo / path).write_text("v1\n")
+    _git(tmp_path, "init", "-q", str(repo))
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "one")
+    _git(repo, "tag", "v1.0.0")
+    (repo / "vllm/v1/worker/gpu_worker.py").write_text("v2\n")
+    (repo / "vllm/unrelated.py").write_text("v2\n")
+    _git(repo, "commit", "-qam", "two")
+    _git(repo, "tag", "v1.1.0")
+    script = ROOT / "scripts" / "engine_release_diff.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "vllm", "v1.0.0", "v1.1.0", "--git", str(repo), "--json"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    assert [row["path"] for row in document["changed"]] == ["vllm/v1/worker/gpu_worker.py"]
+    assert "vllm-budget" in document["changed"][0]["sections"]
+    missing = subprocess.run(
+        [sys.executable, str(script), "vllm", "v1.0.0", "v9.9.9", "--git", str(repo)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert missing.returncode == 2 and "no tag or commit 'v9.9.9'" in missing.stderr
