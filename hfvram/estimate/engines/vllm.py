@@ -402,7 +402,10 @@ class VllmProfile(ProfileBase):
         parts = compute(spec, hardware, settings, workload, rules)
         warnings, explain = narrate(parts, spec, workload, self.first_version_with("cudagraph_in_budget", True))
         report = engine_report(parts, choice, rules_version, hardware)
-        return finish(parts, spec, hardware, workload, settings, report, [*notes, *warnings], explain)
+        result = finish(parts, spec, hardware, workload, settings, report, [*notes, *warnings], explain)
+        # a setup vLLM refuses at start-up is the verdict (hfvram/estimate/core.py applies it)
+        refusal = features.speculative_refusal(settings.speculative, spec, rules)
+        return replace(result, refusal=refusal) if refusal else result
 
 
 def finish(
