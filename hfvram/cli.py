@@ -490,18 +490,27 @@ def _scan_all(sources: list[str], options: RunOptions, jobs: int, output: str) -
 
     reports: list[dict[str, Any]] = []
     stderr = _console(stderr=True)
+    from hfvram.scan import QuotaProgress
+
     progress = Progress(
         TextColumn("scanning"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
+        TextColumn("{task.fields[quota]}"),  # the Hub bucket that bounds the scan and the ETA its quota allows
         console=stderr,
         transient=True,
         disable=not stderr.is_terminal,
     )
+    quota = QuotaProgress(len(sources), options.token)
     interrupted = False
     with progress:
-        task = progress.add_task("scan", total=len(sources))
+        task = progress.add_task("scan", total=len(sources), quota="")
+        if stderr.is_terminal:
+            quota.start()
+            from hfvram.sources.http import say_through
+
+            say_through(lambda line: progress.console.print(line, markup=False, highlight=False))
 
         def emit(report: dict[str, Any]) -> None:
             if output == "jsonl":  # rendered where the source was read (see _jsonl_rendered)
@@ -510,7 +519,7 @@ def _scan_all(sources: list[str], options: RunOptions, jobs: int, output: str) -
             else:
                 _stream_result(report, output, progress.console)
                 reports.append(report)
-            progress.advance(task)
+            progress.update(task, advance=1, quota=quota.update(len(reports)))
 
         ascii_only = not _stdout_unicode()
 
@@ -529,6 +538,8 @@ def _scan_all(sources: list[str], options: RunOptions, jobs: int, output: str) -
                 emit,
                 failed=error_dict,
                 render=as_jsonl if output == "jsonl" else None,
+                token=options.token,
+                offline=bool(options.offline),
             )
         except KeyboardInterrupt:
             interrupted = True
