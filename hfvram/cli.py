@@ -209,7 +209,16 @@ def run_options(function: Callable[..., Any]) -> Callable[..., Any]:
             help="vllm, sglang, llama.cpp, ollama, … (default: vllm; llama.cpp for GGUF).",
         ),
         click.option(
-            "--context", "context", metavar="N", help="Tokens per sequence: 8k, 32k, 131072 (default: the engine's)."
+            "--context",
+            "context",
+            metavar="N",
+            help="Tokens per sequence: 8k, 32k, 131072 (default: the engine's); vLLM: auto, the length it would pick.",
+        ),
+        click.option(
+            "--max-context-cap",
+            "max_context_cap",
+            metavar="N",
+            help="With --context auto (vLLM's --max-model-len auto): the longest length it may pick.",
         ),
         click.option("--concurrency", "concurrency", metavar="N", help="Sequences held at full context (default 1)."),
         click.option(
