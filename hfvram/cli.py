@@ -24,12 +24,11 @@ from hfvram.errors import HfvramError, UsageError
 from hfvram.pipeline import (
     EXIT_UNREADABLE,
     EXIT_USAGE,
-    SCAN_MAX_SOURCES,
     RunOptions,
     calibration_prediction,
     exit_code_for,
     parse_gpu_option,
-    read_source_list,
+    read_scan_list,
     require_gpu_for_fail_on,
     scan_exit_code,
     scan_one,
@@ -483,11 +482,13 @@ def scan(
     output = "jsonl" if as_json and not as_markdown else _output_format(fmt, as_json, as_markdown=as_markdown)
     from hfvram.sources.limits import byte_cap, read_user_file  # capped, regular files only ('-' = stdin)
 
-    sources = read_source_list(read_user_file(file, byte_cap("scan_list"), what="scan list"))
+    # a regular file, never followed through a link (a list in a pull request may link to .git/config)
+    listed = read_scan_list(read_user_file(file, byte_cap("scan_list"), what="scan list", follow_links=False))
+    sources = listed.sources
     if not sources:
         raise UsageError("no sources in the list (one SOURCE per line, '#' comments)")
-    if len(sources) > SCAN_MAX_SOURCES:
-        raise UsageError(f"{len(sources):,} sources in the list: a scan reads at most {SCAN_MAX_SOURCES:,}")
+    if listed.duplicates:
+        _write_stderr(f"hfvram: {listed.duplicates:,} repeated lines in the list: each source is answered once")
     # a bad --gpu or pasted command line is one usage error, not an error row per source
     parse_gpu_option(options.gpu, options.unified_fraction)
     require_gpu_for_fail_on(fail_on, options.gpu)
@@ -984,6 +985,9 @@ def calibrate(
             path = cal.save_calibration(record)
         result["saved"] = str(path)
     result.pop("_spec", None)
+    from hfvram.redaction import redact_document
+
+    result = redact_document(result)
     if as_json:
         _echo_json(result)
     else:
