@@ -33,6 +33,7 @@ from huggingface_hub import get_token
 from huggingface_hub.utils import get_session, hf_raise_for_status, parse_ratelimit_headers
 
 from hfvram.errors import GatedRepoError, HfvramError, MalformedFileError, NetworkError, RepoNotFoundError
+from hfvram.redaction import redact
 from hfvram.sources.limits import (
     QuotaBudget,
     byte_cap,
@@ -41,7 +42,6 @@ from hfvram.sources.limits import (
     extend_source_deadline,
     request_deadline_seconds,
 )
-from hfvram.sources.redaction import redact
 
 KIB = 1024
 MIB = 1024 * KIB
