@@ -252,10 +252,10 @@ def test_markdown_flag_and_its_conflict_with_json():
 
 def test_markdown_scan_escapes_pipes_in_error_messages():
     result = runner.invoke(
-        cli, ["scan", "-", "--gpu", "rtx4090", "--offline", "--markdown"], input="no|such/repo\nQwen/Qwen3-0.6B\n"
+        cli, ["scan", "-", "--gpu", "rtx4090", "--offline", "--markdown"], input="./no|such/repo\nQwen/Qwen3-0.6B\n"
     )
     assert result.exit_code == 3
-    error_row = next(line for line in result.stdout.splitlines() if line.startswith("| no"))
+    error_row = next(line for line in result.stdout.splitlines() if line.startswith("| ./no"))
     assert "no\\|such/repo" in error_row
     assert len(re.split(r"(?<!\\)\|", error_row)) == 8  # 6 cells, the escaped pipes not splitting them
 

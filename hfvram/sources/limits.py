@@ -9,7 +9,7 @@ Light on purpose (no HTTP stack): offline runs, the facts cache, ``calibrate`` a
   from the Hub has one for all its requests together (``HFVRAM_DEADLINE``), set with :func:`source_deadline`
   and carried to worker threads by ``contextvars``.
 - :func:`checked_endpoint` turns a malformed ``HF_ENDPOINT`` into one usage error (shown through
-  :func:`hfvram.sources.redaction.redact`, which hides its user info and query).
+  :func:`hfvram.redaction.redact`, which hides its user info and query).
 - :class:`QuotaBudget`: the Hub's rate limits (fixed windows per bucket, hub-docs ``rate-limits.md``) as its
   answers state them, one budget for every thread of the process and, through a small locked state file in the
   facts cache's folder, every process: a request waits for the window to reset rather than be answered 429.
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import errno
 import json
 import os
 import stat
@@ -63,19 +64,28 @@ def size_words(n: int) -> str:
 # ---- local files ----------------------------------------------------------------------------------
 
 
-def read_local_bytes(path: Path | str, cap: int, *, what: str | None = None) -> bytes:
+def read_local_bytes(path: Path | str, cap: int, *, what: str | None = None, follow_links: bool = True) -> bytes:
     """The bytes of a regular file of at most ``cap`` bytes; a clean :class:`HfvramError` otherwise.
 
     Never blocks on a FIFO, never reads a device, never reads past ``cap`` (a file that grows while read is cut
-    and refused)."""
+    and refused). ``follow_links=False``: a symbolic link is refused (O_NOFOLLOW, and lstat where it is missing)."""
     name = what or str(path)
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    if not follow_links:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
+        if os.path.islink(path):
+            raise ModelReadError("is a symbolic link: hfvram reads this file only as a regular file", file=name)
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(path, flags)
     except FileNotFoundError:
         raise ModelReadError("does not exist", file=name) from None
     except IsADirectoryError:
         raise ModelReadError("is a directory, not a file", file=name) from None
     except OSError as err:
+        if err.errno == errno.ELOOP and not follow_links:
+            raise ModelReadError(
+                "is a symbolic link: hfvram reads this file only as a regular file", file=name
+            ) from None
         raise ModelReadError(f"cannot be opened ({err.strerror or type(err).__name__})", file=name) from None
     try:
         info = os.fstat(fd)
@@ -96,16 +106,20 @@ def read_local_bytes(path: Path | str, cap: int, *, what: str | None = None) -> 
         if received > cap:
             raise MalformedFileError(f"larger than the {size_words(cap)} cap for this file", file=name)
         return b"".join(chunks)
+    except HfvramError:  # a read error is an OSError too (like huggingface_hub's): ours pass through as they are
+        raise
     except OSError as err:
         raise ModelReadError(f"cannot be read ({err.strerror or type(err).__name__})", file=name) from None
     finally:
         os.close(fd)
 
 
-def read_local_text(path: Path | str, cap: int, *, what: str | None = None, errors: str = "strict") -> str:
+def read_local_text(
+    path: Path | str, cap: int, *, what: str | None = None, errors: str = "strict", follow_links: bool = True
+) -> str:
     """:func:`read_local_bytes` decoded as UTF-8 (a BOM is dropped)."""
     name = what or str(path)
-    data = read_local_bytes(path, cap, what=name)
+    data = read_local_bytes(path, cap, what=name, follow_links=follow_links)
     try:
         return data.decode("utf-8-sig", errors=errors)
     except UnicodeDecodeError:
@@ -126,9 +140,10 @@ def read_stream_text(stream: IO[Any], cap: int, *, what: str = "standard input",
         raise MalformedFileError("not UTF-8 text", file=what) from None
 
 
-def read_user_file(path: str, cap: int, *, what: str, errors: str = "strict") -> str:
+def read_user_file(path: str, cap: int, *, what: str, errors: str = "strict", follow_links: bool = True) -> str:
     """A file named on the command line (``-`` = standard input: a scan list, a log) as text, capped; every
-    problem — missing, a folder, a device or FIFO, over the cap, not UTF-8 — is one usage error (exit 2)."""
+    problem — missing, a folder, a device or FIFO, over the cap, not UTF-8, a link with ``follow_links=False`` —
+    is one usage error (exit 2)."""
     import sys
 
     try:
@@ -136,7 +151,7 @@ def read_user_file(path: str, cap: int, *, what: str, errors: str = "strict") ->
             return read_stream_text(sys.stdin, cap, what=f"{what} on standard input", errors=errors)
         if not os.path.lexists(path):
             raise UsageError(f"{what} not found: {path}")
-        return read_local_text(path, cap, what=path, errors=errors)
+        return read_local_text(path, cap, what=path, errors=errors, follow_links=follow_links)
     except UsageError:
         raise
     except HfvramError as err:
@@ -243,7 +258,7 @@ def checked_endpoint(raw: str) -> str:
     from urllib.parse import urlsplit
 
     value = raw.strip().rstrip("/")
-    from hfvram.sources.redaction import redact
+    from hfvram.redaction import redact
 
     shown = redact(value)
     try:
@@ -368,7 +383,7 @@ class QuotaBudget:
                 quota, window = entry.get("q"), entry.get("w")
                 rule = f" ({quota} requests per {window:g} s)" if quota and window else ""
                 self.say(
-                    f"hfvram: the Hub's {bucket!r} rate limit{rule} is spent for this window; waiting {pause:.0f} s "
+                    f"hfvram: the Hub's {bucket!r} rate limit{rule} is spent for this window; waiting {pause:.{1 if pause < 10 else 0}f} s "
                     "for it to reset"
                 )
             time.sleep(pause)
