@@ -24,12 +24,11 @@ from hfvram.errors import HfvramError, UsageError
 from hfvram.pipeline import (
     EXIT_UNREADABLE,
     EXIT_USAGE,
-    SCAN_MAX_SOURCES,
     RunOptions,
     calibration_prediction,
     exit_code_for,
     parse_gpu_option,
-    read_source_list,
+    read_scan_list,
     require_gpu_for_fail_on,
     scan_exit_code,
     scan_one,
@@ -209,7 +208,16 @@ def run_options(function: Callable[..., Any]) -> Callable[..., Any]:
             help="vllm, sglang, llama.cpp, ollama, … (default: vllm; llama.cpp for GGUF).",
         ),
         click.option(
-            "--context", "context", metavar="N", help="Tokens per sequence: 8k, 32k, 131072 (default: the engine's)."
+            "--context",
+            "context",
+            metavar="N",
+            help="Tokens per sequence: 8k, 32k, 131072 (default: the engine's); vLLM: auto, the length it would pick.",
+        ),
+        click.option(
+            "--max-context-cap",
+            "max_context_cap",
+            metavar="N",
+            help="With --context auto (vLLM's --max-model-len auto): the longest length it may pick.",
         ),
         click.option("--concurrency", "concurrency", metavar="N", help="Sequences held at full context (default 1)."),
         click.option(
@@ -362,6 +370,12 @@ def _echo_json(document: Any) -> None:
     help="Exit 1 on Tight as well as on Doesn't fit (needs --gpu: without one there is no verdict).",
 )
 @price_option
+@click.option(
+    "--launch",
+    "launch_only",
+    is_flag=True,
+    help="Print just the engine's command line that reproduces this check (exit code as without it).",
+)
 def check(
     source: str | None,
     fmt: str | None,
@@ -369,6 +383,7 @@ def check(
     as_markdown: bool,
     fail_on: str | None,
     price_kind: str,
+    launch_only: bool,
     **kwargs: Any,
 ) -> None:
     """One model: the four memory terms on the worst GPU, the verdict and the capacity.
@@ -402,7 +417,18 @@ def check(
         else:
             render_gguf_repo(_console(), report)
         sys.exit(exit_code_for([report.get("verdict")], fail_on == "tight"))
-    if output == "json":
+    if launch_only:
+        from hfvram.report.wording import launch_command_lines
+
+        if fmt or as_json or as_markdown:
+            raise UsageError("--launch prints just the command line: drop --json / --markdown / --format")
+        lines = launch_command_lines(report.get("launch"))
+        if not lines:
+            raise UsageError(f"{report['engine'].get('name')} has no command line to print (it is a library)")
+        from hfvram.report.text import safe
+
+        _echo("\n".join(safe(line) for line in lines))
+    elif output == "json":
         _echo_json(report)
     elif output == "markdown":
         from hfvram.report.markdown import check_markdown
@@ -479,11 +505,13 @@ def scan(
     output = "jsonl" if as_json and not as_markdown else _output_format(fmt, as_json, as_markdown=as_markdown)
     from hfvram.sources.limits import byte_cap, read_user_file  # capped, regular files only ('-' = stdin)
 
-    sources = read_source_list(read_user_file(file, byte_cap("scan_list"), what="scan list"))
+    # a regular file, never followed through a link (a list in a pull request may link to .git/config)
+    listed = read_scan_list(read_user_file(file, byte_cap("scan_list"), what="scan list", follow_links=False))
+    sources = listed.sources
     if not sources:
         raise UsageError("no sources in the list (one SOURCE per line, '#' comments)")
-    if len(sources) > SCAN_MAX_SOURCES:
-        raise UsageError(f"{len(sources):,} sources in the list: a scan reads at most {SCAN_MAX_SOURCES:,}")
+    if listed.duplicates:
+        _write_stderr(f"hfvram: {listed.duplicates:,} repeated lines in the list: each source is answered once")
     # a bad --gpu or pasted command line is one usage error, not an error row per source
     parse_gpu_option(options.gpu, options.unified_fraction)
     require_gpu_for_fail_on(fail_on, options.gpu)
@@ -513,18 +541,27 @@ def _scan_all(sources: list[str], options: RunOptions, jobs: int, output: str) -
 
     reports: list[dict[str, Any]] = []
     stderr = _console(stderr=True)
+    from hfvram.scan import QuotaProgress
+
     progress = Progress(
         TextColumn("scanning"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
+        TextColumn("{task.fields[quota]}"),  # the Hub bucket that bounds the scan and the ETA its quota allows
         console=stderr,
         transient=True,
         disable=not stderr.is_terminal,
     )
+    quota = QuotaProgress(len(sources), options.token)
     interrupted = False
     with progress:
-        task = progress.add_task("scan", total=len(sources))
+        task = progress.add_task("scan", total=len(sources), quota="")
+        if stderr.is_terminal:
+            quota.start()
+            from hfvram.sources.http import say_through
+
+            say_through(lambda line: progress.console.print(line, markup=False, highlight=False))
 
         def emit(report: dict[str, Any]) -> None:
             if output == "jsonl":  # rendered where the source was read (see _jsonl_rendered)
@@ -533,7 +570,7 @@ def _scan_all(sources: list[str], options: RunOptions, jobs: int, output: str) -
             else:
                 _stream_result(report, output, progress.console)
                 reports.append(report)
-            progress.advance(task)
+            progress.update(task, advance=1, quota=quota.update(len(reports)))
 
         ascii_only = not _stdout_unicode()
 
@@ -552,6 +589,8 @@ def _scan_all(sources: list[str], options: RunOptions, jobs: int, output: str) -
                 emit,
                 failed=error_dict,
                 render=as_jsonl if output == "jsonl" else None,
+                token=options.token,
+                offline=bool(options.offline),
             )
         except KeyboardInterrupt:
             interrupted = True
@@ -1000,6 +1039,9 @@ def calibrate(
             path = cal.save_calibration(record)
         result["saved"] = str(path)
     result.pop("_spec", None)
+    from hfvram.redaction import redact_document
+
+    result = redact_document(result)
     if as_json:
         _echo_json(result)
     else:

@@ -9,6 +9,7 @@ inside the functions that need them.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -51,6 +52,8 @@ class RunOptions:
     ram: str | None = None
     #: ``--quant``: a what-if format name (Q4_K_M, …) or "auto" (hfvram.quant)
     quant: str | None = None
+    #: ``--max-context-cap N``: the longest length an automatic length (``--context auto``) may pick
+    max_context_cap: str | None = None
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,9 @@ class Request:
     #: the speculative draft checkpoint the settings name, read by :func:`with_draft` (None when none is named or
     #: the engine does not size one)
     draft: DraftModel | None = None
+    #: ``--context auto``: the engine picks the length (vLLM ``--max-model-len auto``); and its cap
+    context_auto: bool = False
+    context_cap: int | None = None
 
 
 def _parse_positive(text: str, what: str) -> int:
@@ -189,7 +195,12 @@ def resolve_request(options: RunOptions, source: str | None) -> Request:
     for name, value in explicit_settings.items():
         if name in settings and settings[name] != value:
             notes.append(f"--set {name}={value} overrides the pasted {name} {settings[name]}")
-    context = _parse_positive(options.context, "--context") if options.context else None
+    context_auto = bool(options.context and options.context.strip().lower() == "auto")
+    if context_auto:
+        # vLLM's own automatic length (docs/engines/vllm.md#vllm-auto-length); other engines refuse it below
+        explicit_settings.setdefault("max-model-len", "auto")
+    context = _parse_positive(options.context, "--context") if options.context and not context_auto else None
+    context_cap = _parse_positive(options.max_context_cap, "--max-context-cap") if options.max_context_cap else None
     if pasted:
         explicit = {
             "context": context,
@@ -205,7 +216,7 @@ def resolve_request(options: RunOptions, source: str | None) -> Request:
     concurrency = _parse_count(options.concurrency, "--concurrency") if options.concurrency else 1
     kv_dtype = options.kv_dtype or (pasted.kv_dtype if pasted and pasted.kv_dtype else None) or "auto"
     validate_kv_dtype_name(kv_dtype)
-    from hfvram.sources.redaction import redact
+    from hfvram.redaction import redact
 
     hardware = parse_gpu_option(options.gpu, options.unified_fraction)
     from hfvram.estimate.host_memory import parse_host_memory, parse_ram
@@ -232,6 +243,8 @@ def resolve_request(options: RunOptions, source: str | None) -> Request:
         host_memory=host_memory,
         ram_bytes=ram_bytes,
         quant=quant_choice,
+        context_auto=context_auto,
+        context_cap=context_cap,
     )
 
 
@@ -283,9 +296,17 @@ def with_quant(loaded: LoadedModel, choice: Any) -> LoadedModel:
 
     try:
         spec = quant.apply(loaded.spec, choice)
+    except HfvramError:
+        raise
     except ValueError as error:
         raise UnsupportedLayoutError(f"--quant {quant.label(choice)}: {error}") from error
     return replace(loaded, spec=spec)
+
+
+def parse_engine(name: str) -> str:
+    from hfvram.estimate.engines import parse_engine_name
+
+    return parse_engine_name(name)[0]
 
 
 def engine_choice(request: Request, loaded: LoadedModel) -> EngineChoice:
@@ -296,6 +317,8 @@ def engine_choice(request: Request, loaded: LoadedModel) -> EngineChoice:
         from hfvram.estimate.defaults import default_engine
 
         name = default_engine(loaded.spec, loaded.source.kind, request.hardware).name
+    if request.context_auto and parse_engine(name) != "vllm":
+        raise UsageError(f"--context auto is vLLM's automatic length (--max-model-len auto); {name} has none: give N")
     return EngineChoice(
         name=name,
         version=request.engine_version,
@@ -332,7 +355,7 @@ def with_draft(request: Request, options: RunOptions, loaded: LoadedModel) -> Re
     try:
         draft = load_model(name, token=options.token, offline=options.offline, need_split=options.explain)
     except HfvramError as error:
-        from hfvram.sources.redaction import redact
+        from hfvram.redaction import redact
 
         why = redact(str(error).splitlines()[0][:200]) if str(error) else type(error).__name__
         return replace(request, draft=DraftModel(name=name, error=why))
@@ -348,6 +371,7 @@ def workload(request: Request, *, context: int | None = None, kv_dtype: str | No
         context=context if context is not None else request.context,
         concurrency=request.concurrency,
         kv_dtype=kv_dtype or request.kv_dtype,
+        context_cap=request.context_cap,
     )
 
 
@@ -406,7 +430,13 @@ def calibrate_estimate(est: Estimate, options: RunOptions, engine: str) -> Estim
 
 def check_report(request: Request, options: RunOptions, *, whole_gguf_repo: bool = True) -> dict[str, Any]:
     """The ``hfvram.check/1`` object; for a GGUF repo named without ``:QUANT`` (and ``whole_gguf_repo``), the
-    ``hfvram.gguf_repo/1`` object of every quant in it."""
+    ``hfvram.gguf_repo/1`` object of every quant in it. Every string in it as hfvram.redaction shows it."""
+    from hfvram.redaction import redact_document
+
+    return redact_document(_check_report(request, options, whole_gguf_repo=whole_gguf_repo))
+
+
+def _check_report(request: Request, options: RunOptions, *, whole_gguf_repo: bool = True) -> dict[str, Any]:
     from hfvram.errors import GgufRepoWithoutSelector
     from hfvram.report.jsonout import check_dict
 
@@ -431,6 +461,7 @@ def check_report(request: Request, options: RunOptions, *, whole_gguf_repo: bool
     est = run_estimate(request, options, loaded)
     report = check_dict(loaded.source, est, explain=options.explain)
     add_offload_plan(report, request, loaded, est)
+    add_launch(report, request, loaded, est)
     report["warnings"] = list(
         dict.fromkeys(report["warnings"] + list(request.notes) + default_engine_notes(request, loaded))
     )
@@ -441,6 +472,61 @@ def check_report(request: Request, options: RunOptions, *, whole_gguf_repo: bool
 
         report["explain"]["terms"].setdefault("memory", memory_provenance(est.hardware.gpu))
     return report
+
+
+def model_ref(request: Request, loaded: LoadedModel) -> Any:
+    """How an engine's command line names the model: the Hub repo (with the revision asked for and a GGUF's quant
+    tag), or the folder / file as the user typed it."""
+    from hfvram.estimate.launch import ModelRef
+
+    source = loaded.source
+    what_if = None
+    if request.quant is not None and not isinstance(request.quant, str):
+        from hfvram import quant as quant_formats
+
+        what_if = quant_formats.label(request.quant)
+    if what_if is not None:
+        return ModelRef(
+            kind=source.kind,
+            repo_id=source.repo_id,
+            revision=request.revision,
+            what_if=what_if,
+            path=None if source.repo_id else request.source,
+        )
+    if source.kind in ("hub", "cache", "catalog") and source.repo_id:
+        quant = None
+        _, sep, tag = request.source.rpartition(":")
+        if sep and tag and "/" not in tag:
+            quant = tag
+        elif loaded.spec.quantization is not None and loaded.spec.quantization.method == "gguf":
+            file_type = loaded.spec.extra.get("file_type") if loaded.spec.extra else None
+            quant = file_type if isinstance(file_type, str) and file_type else None
+        return ModelRef(kind=source.kind, repo_id=source.repo_id, revision=request.revision, quant=quant)
+    return ModelRef(kind=source.kind, repo_id=source.repo_id, path=request.source)
+
+
+def launch_choice(choice: EngineChoice) -> EngineChoice:
+    """The engine choice with every setting whose name or value looks like a secret left out (a launch line is
+    printed: docs/engines/launch.md#launch-secrets); such settings never change memory."""
+    from dataclasses import replace
+
+    from hfvram.redaction import redact
+
+    kept = {
+        name: value
+        for name, value in choice.settings.items()
+        if redact(f"--{name} {value}") == f"--{name} {value}" and redact(f"{name}={value}") == f"{name}={value}"
+    }
+    return replace(choice, settings=kept) if len(kept) != len(choice.settings) else choice
+
+
+def add_launch(report: dict[str, Any], request: Request, loaded: LoadedModel, est: Estimate) -> None:
+    """``launch``: the engine's command line that reproduces the setting this check judged (None for an engine
+    without one: transformers is a library)."""
+    from hfvram.estimate.launch import launch_for
+
+    launch = launch_for(est, launch_choice(engine_choice(request, loaded)), model_ref(request, loaded))
+    report["launch"] = launch.as_dict() if launch is not None else None
 
 
 def model_argument(loaded: LoadedModel) -> str:
@@ -734,15 +820,48 @@ def exit_code_for(verdicts: Iterable[str | None], fail_on_tight: bool) -> int:
 SCAN_MAX_SOURCES = 100_000
 
 
+#: what a line of a scan list may name: a Hub repo id (``org/name[@rev][:QUANT]``, with Ollama's ``hf.co/``), a
+#: path (``./…``, ``/…``, ``~/…``, no white space) or a ``.gguf`` file
+SCAN_LINE = re.compile(
+    r"(?:(?:https?://)?(?:www\.)?(?:hf\.co|huggingface\.co)/)?[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}"
+    r"(?:@[\w./-]{1,256})?(?::[\w.-]{1,200})?|[.~/]\S{0,4095}|\S{1,4091}\.gguf",
+    re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True)
+class SourceList:
+    """A scan list as read: the sources in order, each once, and how many lines repeated one."""
+
+    sources: list[str]
+    duplicates: int = 0
+
+
 def read_source_list(text: str) -> list[str]:
-    """One SOURCE per line; ``#`` starts a comment; blank lines are skipped."""
+    """One SOURCE per line; ``#`` starts a comment; blank lines are skipped; a repeated source is kept once."""
+    return read_scan_list(text).sources
+
+
+def read_scan_list(text: str) -> SourceList:
+    """:func:`read_source_list` with the count of repeated lines. A line that is not a SOURCE (:data:`SCAN_LINE`)
+    is a usage error that names its line number only: the list may be any file, and its text is not shown."""
     text = text.removeprefix("\ufeff")
-    sources = []
-    for line in text.splitlines():
-        line = line.split("#", 1)[0].strip() if not line.lstrip().startswith("#") else ""
-        if line:
-            sources.append(line)
-    return sources
+    sources: dict[str, None] = {}
+    lines = 0
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.split("#", 1)[0].strip() if not raw.lstrip().startswith("#") else ""
+        if not line:
+            continue
+        if not SCAN_LINE.fullmatch(line):
+            raise UsageError(
+                f"scan list line {number:,}: not a SOURCE (org/name[@rev][:QUANT], ./folder, a .gguf file); "
+                "its text is not shown"
+            )
+        lines += 1
+        if lines > SCAN_MAX_SOURCES:
+            raise UsageError(f"more than {SCAN_MAX_SOURCES:,} sources in the list: a scan reads at most that many")
+        sources[line] = None
+    return SourceList(list(sources), lines - len(sources))
 
 
 #: the request a scan's options make, parsed once per options (RunOptions -> a Request for the first source)
@@ -775,10 +894,10 @@ def scan_one(source: str, options: RunOptions) -> dict[str, Any]:
     try:
         request = scan_request(options, source)
         return check_report(request, options, whole_gguf_repo=False)  # one row per source: name the quant
-    except HfvramError as error:
-        return error_dict(source, error)
     except Exception as error:  # one broken source must not stop the others
-        return error_dict(source, error)
+        from hfvram.redaction import redact_document
+
+        return redact_document(error_dict(source, error))
 
 
 VERDICT_ORDER = {"fits": 0, "tight": 1, "does_not_fit": 2, None: 3}
@@ -832,7 +951,9 @@ def fit_report(request: Request, options: RunOptions) -> dict[str, Any]:
     document["warnings"] = list(dict.fromkeys(document["warnings"] + notes))
     if choice.name == "llama.cpp" and document.get("total") is not None and document.get("usable") is not None:
         offload_section(document, request, loaded, over=document["total"] > document["usable"])
-    return document
+    from hfvram.redaction import redact_document
+
+    return redact_document(document)
 
 
 # ---- calibrate ----------------------------------------------------------------------------------------------------

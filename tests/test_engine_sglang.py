@@ -320,3 +320,17 @@ def test_mla_latent_projections_are_whole_on_every_rank():
     spec = spec_of("deepseek-ai/DeepSeek-V3")
     result = run(spec, "h200x8", context=8192)
     assert "0.86 GiB of attention kept whole on every rank" in result.explain["weights"]
+
+
+def test_a_low_mem_fraction_static_books_sglangs_reserve_not_the_whole_slack():
+    """SGLang sizes its pool from the free memory at start (``rest = post_load_free − pre_load_free × (1 − mfs)``,
+    sglang.md#sglang-mem-fraction): at mem-fraction-static 0.2 Qwen3-0.6B on a 4090 starts with a pool of tens
+    of thousands of tokens. The 0.8 of memory outside the fraction is not used but left free: only SGLang's own
+    reserve is booked as activations, so a server that starts does not read DOES NOT FIT."""
+    from hfvram import check
+
+    low = check("Qwen/Qwen3-0.6B", gpu="rtx4090", engine="sglang", context="8k", settings=("mem-fraction-static=0.2",),
+                offline=True)  # fmt: skip
+    assert low.capacity.kv_tokens > 8192  # the pool holds a full request: the server starts
+    assert low.verdict != "does_not_fit"
+    assert low.per_gpu.activations < 0.8 * low.per_gpu.usable / 2

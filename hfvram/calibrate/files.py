@@ -14,7 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hfvram.errors import MalformedFileError, UsageError
+from hfvram.errors import HfvramError, MalformedFileError, UsageError
 
 if TYPE_CHECKING:
     from hfvram.calibrate.logs import Measured
@@ -137,6 +137,8 @@ def load_calibration_file(path: Path) -> dict[str, object]:
 
     try:  # capped, regular files only (not /dev/zero, not a FIFO)
         record = json.loads(read_user_file(str(path), byte_cap("local_json"), what="calibration file"))
+    except HfvramError:
+        raise
     except (OSError, ValueError, RecursionError) as error:
         raise MalformedFileError(f"not a calibration file ({error})", file=str(path)) from None
     if not isinstance(record, dict) or record.get("schema") != CALIBRATION_SCHEMA:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from functools import cache
@@ -433,12 +434,35 @@ def _quant_tp_refusal(
 # ---- hardware --------------------------------------------------------------------------------------------
 
 
-def platform_refusal(engine: str, hardware: Hardware | None) -> str | None:
-    """Why the engine does not run on this GPU's vendor (``[accepts.refused_vendors]``), or None."""
+def platform_refusal(engine: str, hardware: Hardware | None, backend: str | None = None) -> str | None:
+    """Why the engine does not run on this GPU (a row of hfvram/data/engine_platforms.toml: by vendor, or by a
+    vendor's device family), or None. ``backend``: the engine's ``backend`` setting when one is given."""
     if hardware is None:
         return None
-    reason = dict(accepts(engine).get("refused_vendors", {})).get(hardware.gpu.vendor)
-    return f"{engine} does not run on {hardware.gpu.name}: {reason}" if reason else None
+    gpu = hardware.gpu
+    architecture: str | None = None
+    for row in data_table("engine_platforms.toml").get("refused", ()):
+        if row["engine"] != engine or row["vendor"] != gpu.vendor:
+            continue
+        if "backend" in row and backend is not None and backend.strip().lower() != row["backend"]:
+            continue
+        if "architecture" in row:
+            if architecture is None:
+                architecture = _architecture(gpu.id)
+            if not re.search(str(row["architecture"]), architecture):
+                continue
+        return f"{engine} does not run on {gpu.name}: {row['reason']}"
+    return None
+
+
+def _architecture(gpu_id: str | None) -> str:
+    """The catalogue's architecture field of a GPU id ("" for a GPU the catalogue does not hold)."""
+    from hfvram.estimate.hardware import catalog_row
+
+    try:
+        return str(catalog_row(gpu_id).get("architecture") or "") if gpu_id else ""
+    except (UsageError, KeyError):
+        return ""
 
 
 # ---- releases --------------------------------------------------------------------------------------------

@@ -185,11 +185,26 @@ def render_check(console: Console, report: Mapping[str, Any], *, explain: bool =
     speed = report.get("decode_tokens_per_second")
     if speed is not None and verdict != "does_not_fit":
         console.print(f"Decode: ≤ {speed:,.1f} tokens/s per sequence (memory-bandwidth bound)", highlight=False)
+    render_launch(console, report.get("launch"))
     render_offload_plan(console, report.get("offload_plan"))
     render_warnings(console, report.get("warnings") or [])
     if explain:
         render_term_explanations(console, terms_explain)
         render_provenance(console, (report.get("explain") or {}).get("provenance") or {}, report)
+
+
+def render_launch(console: Console, launch: Mapping[str, Any] | None) -> None:
+    """The command line that reproduces this check, unwrapped (so that it can be copied), with its notes."""
+    from hfvram.report.wording import launch_lines
+
+    lines = launch_lines(launch)
+    if not lines:
+        return
+    console.print(Text("Launch:", style="bold"), highlight=False)
+    for line in lines:
+        console.print(Text("  " + safe(line)), highlight=False, soft_wrap=True)
+    for note in (launch or {}).get("notes") or []:
+        console.print(Text("  (" + safe(note) + ")"), highlight=False, soft_wrap=True)
 
 
 def render_offload_plan(console: Console, plan: Mapping[str, Any] | None) -> None:

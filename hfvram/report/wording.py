@@ -127,3 +127,24 @@ def what_if_lines(report: Mapping[str, Any]) -> list[str]:
         )
         lines.append(f"--quant auto picked {auto.get('chosen')}: {why} (estimated: {tried})")
     return lines
+
+
+def launch_lines(launch: Mapping[str, Any] | None) -> list[str]:
+    """The launch as shell lines: the files to write first (``cat > Modelfile`` style headings), the command, the
+    commands after it. Empty without a launch (transformers is a library)."""
+    if not launch:
+        return []
+    lines: list[str] = []
+    for name, body in (launch.get("files") or {}).items():
+        lines.append(f"# {name}:")
+        lines += [f"#   {line}" for line in body]
+    lines.append(str(launch.get("command") or ""))
+    lines += [str(line) for line in launch.get("then") or []]
+    return lines
+
+
+def launch_command_lines(launch: Mapping[str, Any] | None) -> list[str]:
+    """Just the commands (``check --launch``): the line, then the commands after it."""
+    if not launch:
+        return []
+    return [str(launch.get("command") or ""), *(str(line) for line in launch.get("then") or [])]

@@ -634,7 +634,22 @@ def pool_and_slack(
     is ``(1 − mfs)`` of the free memory before loading; without one, SGLang's own reserve estimate."""
     if hardware is not None:
         pool = pool_term(hardware.gpu.gpu_memory_bytes - overhead, weights, cell, settings, rules)
-        return pool, pool.pre_load_free * (1 - settings.mem_fraction_static), None
+        slack = pool.pre_load_free * (1 - settings.mem_fraction_static)
+        if settings.fraction_source == "given":
+            # a fraction below SGLang's default leaves more outside the static pool than it uses: the server
+            # starts with its pool sized from free memory, and only its own reserve is booked as activations
+            # (sglang.md#sglang-mem-fraction); a fraction above the default leaves less, booked as it is
+            reserved, _ = reserved_mib(
+                rules,
+                hardware.gpu.gpu_memory_bytes / MiB,
+                settings.tp,
+                settings.pp,
+                settings.chunked_prefill_size,
+                settings.cuda_graph_max_bs,
+                _is_mla(spec),
+            )
+            slack = min(slack, reserved * MiB)
+        return pool, slack, None
     reserved, reserve_text = reserved_mib(
         rules, 0, settings.tp, settings.pp, settings.chunked_prefill_size, settings.cuda_graph_max_bs, _is_mla(spec)
     )
@@ -783,8 +798,15 @@ def explain_activations(parts: Breakdown) -> str:
         f"req_to_token ({parts.running} + 1) × ({settings.context_length} + {parts.req_to_token_extra_tokens}) × "
         f"{parts.req_to_token_bytes} B = {parts.table / GiB:.2f} GiB"
     )
+    outside = parts.pool.pre_load_free * (1 - settings.mem_fraction_static) if parts.pool else None
+    share = f"the {1 - settings.mem_fraction_static:.3f} of free memory outside mem_fraction_static"
+    if outside is not None and parts.slack < outside:
+        share = (
+            f"SGLang's own reserve ({parts.slack / GiB:.2f} GiB) of the {outside / GiB:.2f} GiB outside the given "
+            f"mem_fraction_static {settings.mem_fraction_static} (the rest stays free)"
+        )
     return (
-        f"the {1 - settings.mem_fraction_static:.3f} of free memory outside mem_fraction_static, left for activations, "
+        f"{share}, left for activations, "
         f"CUDA graphs (chunked_prefill_size {settings.chunked_prefill_size}, cuda_graph_max_bs {settings.cuda_graph_max_bs}) and "
         + (table if parts.running is not None else "the req_to_token table (none: no token pool to size it)")
     )

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
@@ -402,11 +403,83 @@ class VllmProfile(ProfileBase):
             # V0 ran a draft in its own worker with its own cache: the draft read for V1 is not sized there
             choice = replace(choice, draft=None)
             return vllm_v0.estimate(self, spec, hardware, choice, workload, rules, rules_version, notes)
+        if auto_length_asked(choice):
+            choice, workload = fit_auto_length(spec, hardware, choice, workload, rules, rules_version, notes)
         settings = resolve_settings(spec, hardware, choice, workload, rules, rules_version, notes)
         parts = compute(spec, hardware, settings, workload, rules)
         warnings, explain = narrate(parts, spec, workload, self.first_version_with("cudagraph_in_budget", True))
         report = engine_report(parts, choice, rules_version, hardware)
-        return finish(parts, spec, hardware, workload, settings, report, [*notes, *warnings], explain)
+        result = finish(parts, spec, hardware, workload, settings, report, [*notes, *warnings], explain)
+        # a setup vLLM refuses at start-up is the verdict (hfvram/estimate/core.py applies it)
+        refusal = features.speculative_refusal(settings.speculative, spec, rules)
+        return replace(result, refusal=refusal) if refusal else result
+
+
+#: the values of ``--max-model-len`` that ask vLLM to pick the length (docs/engines/vllm.md#vllm-auto-length)
+AUTO_LENGTHS = ("auto", "-1")
+
+
+def auto_length_asked(choice: EngineChoice) -> bool:
+    """``--max-model-len auto`` / ``-1`` (or ``--context auto``, which the pipeline passes as the former)."""
+    value = common.setting(choice, "max-model-len")
+    return value is not None and value.strip().lower() in AUTO_LENGTHS
+
+
+def fit_auto_length(
+    spec: ModelSpec,
+    hardware: Hardware | None,
+    choice: EngineChoice,
+    workload: Workload,
+    rules: Rules,
+    rules_version: str,
+    notes: list[str],
+) -> tuple[EngineChoice, Workload]:
+    """The length vLLM's auto-fit picks (docs/engines/vllm.md#vllm-auto-length): vLLM profiles at the model's own
+    length, then, when one request of that length does not fit the KV pool, takes the largest length whose
+    ``max_memory_usage_bytes`` does (a binary search over 1 … the model's length); a cap (``--max-context-cap``)
+    lowers the upper end. Returns the choice with that length set and the workload at it."""
+    since = str(rules.get("max_model_len_auto_since") or "0.12")
+    if choice.version and _version_tuple(choice.version) < _version_tuple(since):
+        raise UsageError(f"vLLM {choice.version} has no --max-model-len auto (-1): it came in vLLM {since}")
+    derived = spec.max_position_embeddings or int(rules["fallback_max_model_len"])
+    upper = min(derived, workload.context_cap) if workload.context_cap else derived
+    settings_at = {
+        key: value
+        for key, value in choice.settings.items()
+        if key.replace("_", "-").lstrip("-").lower() != "max-model-len"
+    }
+    trial = replace(choice, settings={**settings_at, "max-model-len": str(upper)})
+    trial_workload = replace(workload, context=None)
+    parts = compute(
+        spec,
+        hardware,
+        resolve_settings(spec, hardware, trial, trial_workload, rules, rules_version, []),
+        trial_workload,
+        rules,
+    )
+    fitted = upper
+    if parts.one_request_short and parts.longest_single > 0:
+        fitted = parts.longest_single
+    cap_note = f" (--max-context-cap: the model's own is {derived:,})" if upper < derived else ""
+    if hardware is None:
+        notes.append(f"max-model-len auto: without a GPU vLLM's pick is the model's length {upper:,}{cap_note}")
+    elif fitted < upper:
+        notes.append(
+            f"max-model-len auto: vLLM reduces the length from {upper:,} to {fitted:,}, the longest one request's KV "
+            f"cache fits in the {parts.budget.pool / GiB:.2f} GiB pool{cap_note}"
+        )
+    elif parts.pool_empty or parts.one_request_short:
+        notes.append(
+            "max-model-len auto: not even one token fits: vLLM refuses to start (Cannot auto-fit max_model_len)"
+        )
+    else:
+        notes.append(f"max-model-len auto: the full length {upper:,} fits{cap_note}")
+    context = workload.context if workload.context and workload.context <= fitted else fitted
+    return replace(choice, settings={**settings_at, "max-model-len": str(fitted)}), replace(workload, context=context)
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", text)[:3])
 
 
 def finish(
