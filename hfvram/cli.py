@@ -208,7 +208,16 @@ def run_options(function: Callable[..., Any]) -> Callable[..., Any]:
             help="vllm, sglang, llama.cpp, ollama, … (default: vllm; llama.cpp for GGUF).",
         ),
         click.option(
-            "--context", "context", metavar="N", help="Tokens per sequence: 8k, 32k, 131072 (default: the engine's)."
+            "--context",
+            "context",
+            metavar="N",
+            help="Tokens per sequence: 8k, 32k, 131072 (default: the engine's); vLLM: auto, the length it would pick.",
+        ),
+        click.option(
+            "--max-context-cap",
+            "max_context_cap",
+            metavar="N",
+            help="With --context auto (vLLM's --max-model-len auto): the longest length it may pick.",
         ),
         click.option("--concurrency", "concurrency", metavar="N", help="Sequences held at full context (default 1)."),
         click.option(
@@ -381,6 +390,8 @@ def check(
 
     SOURCE: org/name[@revision], org/name:Q4_K_M, a local folder, a .gguf file, or a cached repo.
     With --gpu a,b,c (a comma list) the sets side by side (hfvram.compare/1): exit 0 when at least one fits.
+    With --engine vllm@0.25,vllm@0.26 (or vllm,sglang,llama.cpp) the engine settings side by side, with what
+    changed between them and the rule that changed it (hfvram.engines/1): exit 0 when at least one fits.
     """
     options = _run_options(kwargs)
     output = _output_format(fmt, as_json, as_markdown=as_markdown)
@@ -388,6 +399,10 @@ def check(
     from hfvram.estimate.hardware import is_gpu_list
 
     require_gpu_for_fail_on(fail_on, options.gpu)
+    from hfvram.compare_engines import is_engine_list
+
+    if is_engine_list(options.engine):
+        _print_engine_comparison(options, source, output, fail_on == "tight")
     if is_gpu_list(options.gpu):
         _print_comparison(options, source, output, price_kind, fail_on == "tight")
 
@@ -424,6 +439,23 @@ def check(
 
         render_check(_console(), report, explain=options.explain)
     sys.exit(exit_code_for([report.get("verdict")], fail_on == "tight"))
+
+
+def _print_engine_comparison(options: RunOptions, source: str | None, output: str, fail_on_tight: bool) -> None:
+    """Engine settings side by side (check --engine vllm@0.25,vllm@0.26 or vllm,sglang); exits."""
+    from hfvram.compare_engines import engines_exit_code, engines_report
+    from hfvram.report.compare_engines import engines_markdown, render_engines_compare
+
+    if options.explain:
+        raise UsageError("--explain goes with one engine: drop it, or check each setting of the list on its own")
+    document = engines_report(options, source)
+    if output == "json":
+        _echo_json(document)
+    elif output == "markdown":
+        _echo(engines_markdown(document), nl=False)
+    else:
+        render_engines_compare(_console(), document)
+    sys.exit(engines_exit_code(document, fail_on_tight))
 
 
 def _print_comparison(
@@ -509,18 +541,27 @@ def _scan_all(sources: list[str], options: RunOptions, jobs: int, output: str) -
 
     reports: list[dict[str, Any]] = []
     stderr = _console(stderr=True)
+    from hfvram.scan import QuotaProgress
+
     progress = Progress(
         TextColumn("scanning"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
+        TextColumn("{task.fields[quota]}"),  # the Hub bucket that bounds the scan and the ETA its quota allows
         console=stderr,
         transient=True,
         disable=not stderr.is_terminal,
     )
+    quota = QuotaProgress(len(sources), options.token)
     interrupted = False
     with progress:
-        task = progress.add_task("scan", total=len(sources))
+        task = progress.add_task("scan", total=len(sources), quota="")
+        if stderr.is_terminal:
+            quota.start()
+            from hfvram.sources.http import say_through
+
+            say_through(lambda line: progress.console.print(line, markup=False, highlight=False))
 
         def emit(report: dict[str, Any]) -> None:
             if output == "jsonl":  # rendered where the source was read (see _jsonl_rendered)
@@ -529,7 +570,7 @@ def _scan_all(sources: list[str], options: RunOptions, jobs: int, output: str) -
             else:
                 _stream_result(report, output, progress.console)
                 reports.append(report)
-            progress.advance(task)
+            progress.update(task, advance=1, quota=quota.update(len(reports)))
 
         ascii_only = not _stdout_unicode()
 
@@ -548,6 +589,8 @@ def _scan_all(sources: list[str], options: RunOptions, jobs: int, output: str) -
                 emit,
                 failed=error_dict,
                 render=as_jsonl if output == "jsonl" else None,
+                token=options.token,
+                offline=bool(options.offline),
             )
         except KeyboardInterrupt:
             interrupted = True
@@ -831,6 +874,26 @@ def gpus(query: str | None, vendor: str | None, as_json: bool) -> None:
     if not found:
         _write_stderr("hfvram: no GPU matches; try `hfvram gpus` for the whole catalogue")
         sys.exit(EXIT_USAGE)
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="JSON (schema hfvram.engine_list/1).")
+@debug_option
+def engines(as_json: bool) -> None:
+    """Every engine: its rule sets and their release dates, the newest release reviewed and the newest known.
+
+    --engine NAME@VERSION picks the rule set in force at VERSION; above the newest reviewed release the newest
+    rules apply, with a warning.
+    """
+    from hfvram.estimate.releases import engines_document
+
+    document = engines_document()
+    if as_json:
+        _echo_json(document)
+    else:
+        from hfvram.report.engines import render_engine_list
+
+        render_engine_list(_console(), document)
 
 
 # ---- inspect ------------------------------------------------------------------------------------------------------

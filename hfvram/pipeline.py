@@ -52,6 +52,8 @@ class RunOptions:
     ram: str | None = None
     #: ``--quant``: a what-if format name (Q4_K_M, …) or "auto" (hfvram.quant)
     quant: str | None = None
+    #: ``--max-context-cap N``: the longest length an automatic length (``--context auto``) may pick
+    max_context_cap: str | None = None
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,9 @@ class Request:
     #: the speculative draft checkpoint the settings name, read by :func:`with_draft` (None when none is named or
     #: the engine does not size one)
     draft: DraftModel | None = None
+    #: ``--context auto``: the engine picks the length (vLLM ``--max-model-len auto``); and its cap
+    context_auto: bool = False
+    context_cap: int | None = None
 
 
 def _parse_positive(text: str, what: str) -> int:
@@ -190,7 +195,12 @@ def resolve_request(options: RunOptions, source: str | None) -> Request:
     for name, value in explicit_settings.items():
         if name in settings and settings[name] != value:
             notes.append(f"--set {name}={value} overrides the pasted {name} {settings[name]}")
-    context = _parse_positive(options.context, "--context") if options.context else None
+    context_auto = bool(options.context and options.context.strip().lower() == "auto")
+    if context_auto:
+        # vLLM's own automatic length (docs/engines/vllm.md#vllm-auto-length); other engines refuse it below
+        explicit_settings.setdefault("max-model-len", "auto")
+    context = _parse_positive(options.context, "--context") if options.context and not context_auto else None
+    context_cap = _parse_positive(options.max_context_cap, "--max-context-cap") if options.max_context_cap else None
     if pasted:
         explicit = {
             "context": context,
@@ -233,6 +243,8 @@ def resolve_request(options: RunOptions, source: str | None) -> Request:
         host_memory=host_memory,
         ram_bytes=ram_bytes,
         quant=quant_choice,
+        context_auto=context_auto,
+        context_cap=context_cap,
     )
 
 
@@ -291,6 +303,12 @@ def with_quant(loaded: LoadedModel, choice: Any) -> LoadedModel:
     return replace(loaded, spec=spec)
 
 
+def parse_engine(name: str) -> str:
+    from hfvram.estimate.engines import parse_engine_name
+
+    return parse_engine_name(name)[0]
+
+
 def engine_choice(request: Request, loaded: LoadedModel) -> EngineChoice:
     from hfvram.estimate.types import EngineChoice
 
@@ -299,6 +317,8 @@ def engine_choice(request: Request, loaded: LoadedModel) -> EngineChoice:
         from hfvram.estimate.defaults import default_engine
 
         name = default_engine(loaded.spec, loaded.source.kind, request.hardware).name
+    if request.context_auto and parse_engine(name) != "vllm":
+        raise UsageError(f"--context auto is vLLM's automatic length (--max-model-len auto); {name} has none: give N")
     return EngineChoice(
         name=name,
         version=request.engine_version,
@@ -351,6 +371,7 @@ def workload(request: Request, *, context: int | None = None, kv_dtype: str | No
         context=context if context is not None else request.context,
         concurrency=request.concurrency,
         kv_dtype=kv_dtype or request.kv_dtype,
+        context_cap=request.context_cap,
     )
 
 

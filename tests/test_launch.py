@@ -173,3 +173,70 @@ def test_a_quant_what_if_says_the_file_is_to_be_made():
     launch = document["launch"]
     assert shlex.split(launch["command"])[1:3] == ["-m", "Llama-3.1-8B-Instruct-Q4_K_M.gguf"]
     assert any(note.startswith("what-if: the weights were sized as Q4_K_M") for note in launch["notes"])
+
+
+# ---- vLLM's automatic length (docs/engines/vllm.md#vllm-auto-length) ----------------------------------------------
+
+
+def test_vllm_auto_length_reproduces_the_published_auto_fit():
+    """vllm-project/vllm pull request 29431's own run: Llama-4-Scout-17B-16E w4a16, -pp 2, the hybrid KV cache manager
+    disabled (every layer full attention), "Auto-fit max_model_len: reduced from 10485760 to 324640 to fit in available
+    GPU memory (29.72 GiB available for KV cache)". The page size is hfvram's own for the Scout config (fixture), the
+    24 layers a stage holds; the pool is the log's, known to 0.005 GiB."""
+    from hfvram.estimate.engines import vllm
+    from hfvram.estimate.hardware import parse_gpu_spec
+    from hfvram.estimate.types import EngineChoice, Workload
+    from hfvram.sources import load_model
+
+    scout = load_model("RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic", offline=True).spec
+    choice = EngineChoice("vllm", settings={"pipeline-parallel-size": "2", "enforce-eager": "true"})
+    settings = vllm.resolve_settings(
+        scout, parse_gpu_spec("h100x2"), choice, Workload(), vllm.PROFILE.rules(None)[1], "0.21", []
+    )
+    page = vllm.kv_layout(scout, settings).page_bytes
+    stage_layers = scout.num_layers // 2
+    full = vllm.KVGroupLayout(page, stage_layers, 1, 16, ((vllm.FullAttentionSpec(16, page), 1),), 8192)
+    low, high = ((29.72 + d) * 2**30 for d in (-0.005, 0.005))
+    lengths = [vllm._longest_context(full, full.num_blocks(pool), 1, 10485760) for pool in (low, high)]
+    assert lengths[0] <= 324640 <= lengths[1]
+
+
+def test_context_auto_is_the_longest_one_request_fits_and_round_trips():
+    first = check_json("meta-llama/Llama-3.1-8B-Instruct", "--offline", "--gpu", "rtx4090", "--context", "auto")
+    length = first["engine"]["max_model_len"]
+    # the length vLLM would pick is the pool's one-request limit: the KV pool in tokens, below the model's own
+    assert length == first["capacity"]["kv_tokens"] < first["model"]["max_position_embeddings"]
+    assert first["workload"]["context"] == length
+    assert any(w.startswith("max-model-len auto: vLLM reduces the length from 131,072") for w in first["warnings"])
+    pasted = check_json(
+        "--offline",
+        "--gpu",
+        "rtx4090",
+        "--engine-args",
+        "vllm serve meta-llama/Llama-3.1-8B-Instruct --max-model-len -1",
+    )
+    assert pasted["engine"]["max_model_len"] == length and pasted["launch"]["command"] == first["launch"]["command"]
+    fixed = check_json("--offline", "--gpu", "rtx4090", "--engine-args", first["launch"]["command"])
+    assert [fixed[key] for key in FIGURES] == [first[key] for key in FIGURES]
+    capped = check_json(
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "--offline",
+        "--gpu",
+        "rtx4090",
+        "--context",
+        "auto",
+        "--max-context-cap",
+        "16k",
+    )
+    assert capped["engine"]["max_model_len"] == 16384
+    roomy = check_json("meta-llama/Llama-3.1-8B-Instruct", "--offline", "--gpu", "h100", "--context", "auto")
+    assert roomy["engine"]["max_model_len"] == 131072
+
+
+def test_context_auto_is_refused_where_there_is_none():
+    other = runner.invoke(cli, ["check", str(LLAMA_FOLDER), "--gpu", "h100", "--engine", "sglang", "--context", "auto"])
+    assert other.exit_code == 2 and "vLLM's automatic length" in other.output
+    old = runner.invoke(
+        cli, ["check", str(LLAMA_FOLDER), "--gpu", "h100", "--engine", "vllm@0.10", "--context", "auto"]
+    )
+    assert old.exit_code == 2 and "came in vLLM 0.12" in old.output

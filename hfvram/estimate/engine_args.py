@@ -378,6 +378,8 @@ def _fields(engine: str | None, settings: Mapping[str, str], ignored: list[str])
             found[key] = _to_int(value, flag, engine)
         elif key == "gpu_util":
             found[key] = _to_float(value, flag)
+        elif key == "context" and engine == "vllm" and value.strip().lower() in ("auto", "-1"):
+            continue  # vLLM picks the length (docs/engines/vllm.md#vllm-auto-length): the setting says so
         elif key == "context":
             context = _to_int(value, flag, engine)
             if context > 0:

@@ -395,7 +395,7 @@ class QuotaBudget:
                 quota, window = entry.get("q"), entry.get("w")
                 rule = f" ({quota} requests per {window:g} s)" if quota and window else ""
                 self.say(
-                    f"hfvram: the Hub's {bucket!r} rate limit{rule} is spent for this window; waiting {pause:.0f} s "
+                    f"hfvram: the Hub's {bucket!r} rate limit{rule} is spent for this window; waiting {pause:.{1 if pause < 10 else 0}f} s "
                     "for it to reset"
                 )
             time.sleep(pause)
