@@ -327,3 +327,32 @@ def test_a_calibration_file_with_huge_numbers_is_one_read_line(tmp_path):
                     "--calibration", str(hostile), "--json")  # fmt: skip
     assert result.exit_code == 3 and "implausible number" in result.output, result.output[:300]
     assert result.output.count("\n") == 1
+
+
+# ---- the facts cache is keyed by endpoint (issue 23) ---------------------------------------------------------------
+
+
+def test_facts_read_from_one_endpoint_are_not_answers_for_another(hub, tmp_path, monkeypatch):
+    """A check against the test Hub fills the facts cache; the same repo asked of another HF_ENDPOINT (a closed
+    port) must go to that endpoint, not be answered from the first one's facts; the first answers again offline
+    from its own entries, and no cache file is named after an endpoint's text."""
+    from hfvram.sources import load_model
+
+    source = "sentence-transformers/all-MiniLM-L6-v2"
+    first = load_model(source)
+    hub.records.clear()
+    again = load_model(source)
+    assert hub.request_count == 0 and again.spec.weights == first.spec.weights
+    monkeypatch.setenv("HF_ENDPOINT", f"http://bob:{SECRET}@127.0.0.1:9")
+    from hfvram.errors import HfvramError
+
+    try:
+        other = load_model(source, offline=True)
+        shown = f"{other.source.kind} {other.source.note}"
+    except HfvramError as error:
+        shown = str(error)
+    print(shown)
+    assert SECRET not in shown and "facts cache" not in shown, shown
+    assert not any(SECRET in str(path) or "127.0.0.1" in str(path) for path in (tmp_path / "hfvram_cache").rglob("*"))
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    assert load_model(source, offline=True).spec.weights == first.spec.weights
