@@ -356,3 +356,48 @@ def test_facts_read_from_one_endpoint_are_not_answers_for_another(hub, tmp_path,
     assert not any(SECRET in str(path) or "127.0.0.1" in str(path) for path in (tmp_path / "hfvram_cache").rglob("*"))
     monkeypatch.setenv("HF_ENDPOINT", hub.url)
     assert load_model(source, offline=True).spec.weights == first.spec.weights
+
+
+# ---- GGUF metadata under the config's sanity bounds -----------------------------------------------------------------
+
+
+def _gguf(tmp_path, name: str, *, alignment: int | None = None, layers: int = 2, **extra) -> str:
+    from test_gguf import U32, U64, block_tensors, gguf_bytes, llama_kvs
+
+    kvs = llama_kvs(layers=layers, **extra)
+    if alignment is not None:
+        kvs.append(("general.alignment", U64 if alignment >= 2**32 else U32, alignment))
+    path = tmp_path / name
+    # the tensors laid out at 32 bytes: the stated alignment is refused before any offset is read
+    path.write_bytes(gguf_bytes(kvs, block_tensors(max(layers, 0))))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("case", "kwargs", "field"),
+    [
+        ("alignment 2^63", {"alignment": 2**63}, "general.alignment"),
+        ("0 layers", {"layers": 0}, "block_count"),
+        ("0 width", {"embedding_length": (4, 0)}, "embedding_length"),
+        ("0 heads", {"attention.head_count": (4, 0)}, "attention.head_count"),
+        ("more experts per token than experts", {"expert_count": (4, 2), "expert_used_count": (4, 8)}, "expert_used"),
+    ],
+    ids=lambda value: value if isinstance(value, str) else "",
+)
+def test_hostile_gguf_metadata_is_refused_as_config_json_would_be(tmp_path, case, kwargs, field):
+    """A generated header-only GGUF (the layout of tests/test_gguf.py's writer) with one hostile fact: one read
+    error naming the field, never FITS."""
+    path = _gguf(tmp_path, "hostile.gguf", **kwargs)
+    result = invoke("check", path, "--gpu", "h100", "--json")
+    assert result.exit_code == 3, (case, result.output[:300])
+    assert field in result.output and result.output.count("\n") == 1, result.output[:300]
+
+
+def test_config_with_more_experts_per_token_than_experts_is_refused(tmp_path):
+    config = json.loads((LLAMA_FOLDER / "config.json").read_text())
+    config.update(
+        num_local_experts=4, num_experts_per_tok=16, architectures=["MixtralForCausalLM"], model_type="mixtral"
+    )
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    result = invoke("check", str(tmp_path), "--gpu", "h100", "--json")
+    assert result.exit_code == 3 and "experts per token" in result.output, result.output[:300]
