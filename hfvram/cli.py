@@ -1030,11 +1030,8 @@ def calibrate(
         )
         if output_path:
             path = Path(output_path)
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-            except OSError as error:
-                raise UsageError(f"cannot write --output {output_path}: {error.strerror or error}") from None
+            # whole or not at all: no partial or 0-byte file on a full disk (exit 3)
+            cal.write_atomically(path, json.dumps(record, indent=2) + "\n", what=f"--output {output_path}")
         else:
             path = cal.save_calibration(record)
         result["saved"] = str(path)

@@ -842,9 +842,14 @@ def read_source_list(text: str) -> list[str]:
     return read_scan_list(text).sources
 
 
+#: how a scan list line that is not a SOURCE is passed on: this prefix and its line number (its text is dropped)
+NOT_A_SOURCE = "\x00line "
+
+
 def read_scan_list(text: str) -> SourceList:
     """:func:`read_source_list` with the count of repeated lines. A line that is not a SOURCE (:data:`SCAN_LINE`)
-    is a usage error that names its line number only: the list may be any file, and its text is not shown."""
+    is kept by its line number only (``NOT_A_SOURCE`` + the number), so that its error row never shows its text:
+    the list may be any file."""
     text = text.removeprefix("\ufeff")
     sources: dict[str, None] = {}
     lines = 0
@@ -853,10 +858,7 @@ def read_scan_list(text: str) -> SourceList:
         if not line:
             continue
         if not SCAN_LINE.fullmatch(line):
-            raise UsageError(
-                f"scan list line {number:,}: not a SOURCE (org/name[@rev][:QUANT], ./folder, a .gguf file); "
-                "its text is not shown"
-            )
+            line = f"{NOT_A_SOURCE}{number}"
         lines += 1
         if lines > SCAN_MAX_SOURCES:
             raise UsageError(f"more than {SCAN_MAX_SOURCES:,} sources in the list: a scan reads at most that many")
@@ -891,6 +893,10 @@ def scan_one(source: str, options: RunOptions) -> dict[str, Any]:
     """A check/1 object for one source, or an error row; never raises for a model problem."""
     from hfvram.report.jsonout import error_dict
 
+    if source.startswith(NOT_A_SOURCE):
+        shown = source.removeprefix("\x00")
+        why = f"scan list {shown}: not a SOURCE (org/name[@rev][:QUANT], ./folder, a .gguf file); its text is not shown"
+        return error_dict(shown, UsageError(why))
     try:
         request = scan_request(options, source)
         return check_report(request, options, whole_gguf_repo=False)  # one row per source: name the quant

@@ -178,9 +178,11 @@ def test_scan_list_that_is_a_link_is_refused(tmp_path):
 def test_scan_list_line_that_is_not_a_source_is_named_by_number_only(tmp_path):
     listed = tmp_path / "models.txt"
     listed.write_text(f"Qwen/Qwen3-0.6B\n# a comment\n\turl = https://x:{SECRET}@github.com/o/r\n")
-    result = invoke("scan", str(listed), "--gpu", "h100", "--offline")
-    assert result.exit_code == 2
-    assert "line 3" in result.output and SECRET not in result.output and "github" not in result.output
+    for fmt in ("table", "json", "markdown", "csv"):
+        result = invoke("scan", str(listed), "--gpu", "h100", "--offline", "--format", fmt)
+        assert result.exit_code == 3, result.output  # an error row; the other source is still answered
+        assert "line 3" in result.output and SECRET not in result.output and "github" not in result.output
+        assert "Qwen3-0.6B" in result.output
 
 
 def test_scan_answers_repeated_lines_once(tmp_path):
@@ -401,3 +403,53 @@ def test_config_with_more_experts_per_token_than_experts_is_refused(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(config))
     result = invoke("check", str(tmp_path), "--gpu", "h100", "--json")
     assert result.exit_code == 3 and "experts per token" in result.output, result.output[:300]
+
+
+# ---- ids and revisions before any URL; files written whole or not at all ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["evil/.."], ["evil/..@main"], ["org/name@.."], ["org/name", "--revision", "."], ["org/name", "--revision", "a..b"],
+     ["org/name", "--revision", "-x"], ["org/.hidden"]],
+    ids=lambda args: " ".join(args),
+)  # fmt: skip
+def test_bad_ids_and_revisions_never_reach_the_hub(hub, args):
+    result = invoke("check", *args, "--gpu", "h100")
+    assert result.exit_code == 2 and result.output.count("\n") == 1, result.output[:300]
+    assert hub.request_count == 0
+
+
+def _file_size_limit():  # in the child: a file may not grow past 200 bytes (writes fail with EFBIG, as on a full disk)
+    import resource
+    import signal
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (200, 200))
+
+
+@pytest.mark.parametrize("where", ["--output", "config folder"])
+def test_a_calibration_that_cannot_be_written_leaves_nothing_and_exits_3(tmp_path, where):
+    out = tmp_path / "out"
+    out.mkdir()
+    extra = ["--output", str(out / "c.json")] if where == "--output" else []
+    args = ["calibrate", str(VLLM_LOG), "--gpu", "h100", "--save", *extra]
+    result = subprocess.run([sys.executable, "-m", "hfvram", *args], capture_output=True, text=True, cwd=ROOT,
+                            env={**os.environ, "HFVRAM_CONFIG_DIR": str(out)}, preexec_fn=_file_size_limit,
+                            timeout=120)  # fmt: skip
+    one_error_line(result.returncode, result.stderr, 3)
+    assert [path for path in out.rglob("*") if path.is_file()] == []
+
+
+def test_a_hostile_model_type_never_becomes_a_file_name(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    config = json.loads((LLAMA_FOLDER / "config.json").read_text())
+    config["model_type"] = "ll/a\u0000ma" + "x" * 300
+    (model / "config.json").write_text(json.dumps(config))
+    saved = tmp_path / "config"
+    result = invoke("calibrate", str(VLLM_LOG), "--gpu", "h100", "--save", "--model", str(model), "--engine",
+                    "vllm@0.19", "--json", env={"HFVRAM_CONFIG_DIR": str(saved)})  # fmt: skip
+    assert result.exit_code == 0, result.output[:300]
+    (written,) = [path for path in saved.rglob("*.json")]
+    assert len(written.name) < 80 and "\u0000" not in written.name and "xxx" not in written.name
