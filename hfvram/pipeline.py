@@ -471,7 +471,7 @@ def add_offload_plan(report: dict[str, Any], request: Request, loaded: LoadedMod
     """The offload plan's command line names the model's real file (docs/engines/llamacpp.md#llamacpp-offload-plan):
     the estimator, which reads no paths, writes ``MODEL.gguf``."""
     plan = est.offload
-    if plan is None or "offload_plan" not in report:
+    if plan is None or "offload_plan" not in report or plan.planner != "llama.cpp":
         return
     from hfvram.estimate import offload
 
@@ -840,7 +840,7 @@ def fit_report(request: Request, options: RunOptions) -> dict[str, Any]:
         document["what_if"] = what_if_dict(request.quant, loaded, tried)
     document["warnings"] = list(dict.fromkeys(document["warnings"] + notes))
     plan = document.get("_offload")
-    if plan is not None and "offload_plan" in document:
+    if plan is not None and "offload_plan" in document and plan.planner == "llama.cpp":
         from hfvram.estimate import offload
 
         document["offload_plan"]["command"] = offload.command_line(plan, plan.usage.settings, model_argument(loaded))

@@ -291,3 +291,34 @@ def test_a_mixed_set_plan_budgets_each_card_by_its_own_memory():
     for device in doc["devices"]:
         assert device["used_bytes"] + device["margin_bytes"] <= device["free_bytes"]
     assert doc["devices"][0]["weights_bytes"] > doc["devices"][1]["weights_bytes"]
+
+
+@pytest.mark.parametrize(
+    ("version", "planner"),
+    [("0.5", None), ("0.12", None), ("0.13", "ollama"), ("0.20", "ollama"), ("0.30", "llama.cpp")],
+)
+def test_ollama_runs_what_does_not_fit_with_layers_in_ram(version, planner):
+    """Ollama places what does not fit into RAM (docs/engines/ollama.md#ollama-offload): the legacy estimator's
+    layer count, the 0.13 - 0.2x whole-layer layout, llama-server's --fit from 0.30: verdict offload, exit 0."""
+    result = run_hfvram("check", str(QWEN3), "--gpu", "rtx4060ti-8g", "--engine", f"ollama@{version}", "--json")
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    validate(document)
+    assert document["verdict"] == "offload" and document["verdict_reason"].startswith("offload: runs with ")
+    plan = document.get("offload_plan")
+    assert (plan or {}).get("planner") == planner
+    if planner is not None:
+        assert plan["status"] == "offload" and 0 < plan["n_gpu_layers"] <= plan["n_layer"] + 1
+        assert document["per_gpu"]["total"] <= document["per_gpu"]["usable"]
+
+
+def test_ollama_layout_is_greedy_from_the_last_layer_and_drops_the_output_layer_when_short():
+    """llm/server.go greedyFit / assignLayers (v0.13.0): blocks from the last one backwards while they fit; when not
+    every block fits, the output layer (the last block) is left out and the rest placed again."""
+    blocks = [4, 4, 4, 4, 6]  # four layers of 4 and an output block of 6
+    assert offload.ollama_assign_layers(blocks, [100]) == {0: [0, 1, 2, 3, 4]}
+    # 13 free: with the output (6) only the output + one layer fit; without it three layers fit
+    assert offload.ollama_assign_layers(blocks, [13]) == {0: [1, 2, 3]}
+    # two GPUs: packed into as few as possible, the capacity factor balancing them
+    two = offload.ollama_assign_layers(blocks, [13, 13])
+    assert sorted(i for ids in two.values() for i in ids) == [0, 1, 2, 3, 4]

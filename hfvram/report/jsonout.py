@@ -179,11 +179,14 @@ def check_dict(source: SourceInfo, est: Estimate, *, explain: bool = False) -> d
 def offload_summary(est: Estimate) -> str:
     """``runs with the experts of 35 of 48 layers in RAM (12.70 GiB)``: what the engine keeps off the GPUs."""
     plan = est.offload
+    placed, model = est.engine.get("layers_offload"), est.engine.get("layers_model")
+    if plan is None and isinstance(placed, int) and isinstance(model, int):
+        return f"runs with {model - placed} of {model} layers in RAM (the engine's own layer count)"
     if plan is None:
         return "runs with layers or weights in CPU RAM (the placement set)"
     ram = plan.usage.host_total / 2**30
     moe = any(layer.moe for layer in est.spec.layers)
-    if moe:
+    if moe and plan.planner == "llama.cpp":
         kept = f"the experts of {plan.expert_layers_in_ram + plan.expert_layers_split} of {plan.n_layer} layers"
     else:
         kept = f"{plan.n_layer + 1 - plan.n_gpu_layers} of {plan.n_layer + 1} layers"
@@ -200,7 +203,8 @@ def verdict_reason(est: Estimate) -> str | None:
     share = per_gpu.total / per_gpu.usable if per_gpu.usable > 0 else None
     used = "no usable memory" if share is None else f"the four terms take {share * 100:.0f}% of usable memory"
     if est.verdict == VERDICT_OFFLOAD:
-        return f"offload: {offload_summary(est)}; on the GPU {used}"
+        on_gpu = f"; on the GPU {used}" if share is not None and share <= 1 else ""
+        return f"offload: {offload_summary(est)}{on_gpu}"
     by_memory = verdict_for(per_gpu.total, per_gpu.usable)
     if by_memory == est.verdict:
         return f"memory: {used} (fits up to {FITS_THRESHOLD * 100:.0f}%, tight up to 100%)"
