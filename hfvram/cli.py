@@ -219,7 +219,12 @@ def run_options(function: Callable[..., Any]) -> Callable[..., Any]:
             metavar="N",
             help="With --context auto (vLLM's --max-model-len auto): the longest length it may pick.",
         ),
-        click.option("--concurrency", "concurrency", metavar="N", help="Sequences held at full context (default 1)."),
+        click.option(
+            "--concurrency",
+            "concurrency",
+            metavar="N",
+            help="Sequences held at full context (default 1); max: the largest batch that starts.",
+        ),
         click.option(
             "--kv-dtype",
             "kv_dtype",
