@@ -392,6 +392,8 @@ def check(
 
     SOURCE: org/name[@revision], org/name:Q4_K_M, a local folder, a .gguf file, or a cached repo.
     With --gpu a,b,c (a comma list) the sets side by side (hfvram.compare/1): exit 0 when at least one fits.
+    With --engine vllm@0.25,vllm@0.26 (or vllm,sglang,llama.cpp) the engine settings side by side, with what
+    changed between them and the rule that changed it (hfvram.engines/1): exit 0 when at least one fits.
     """
     options = _run_options(kwargs)
     output = _output_format(fmt, as_json, as_markdown=as_markdown)
@@ -399,6 +401,10 @@ def check(
     from hfvram.estimate.hardware import is_gpu_list
 
     require_gpu_for_fail_on(fail_on, options.gpu)
+    from hfvram.compare_engines import is_engine_list
+
+    if is_engine_list(options.engine):
+        _print_engine_comparison(options, source, output, fail_on == "tight")
     if is_gpu_list(options.gpu):
         _print_comparison(options, source, output, price_kind, fail_on == "tight")
 
@@ -435,6 +441,23 @@ def check(
 
         render_check(_console(), report, explain=options.explain)
     sys.exit(exit_code_for([report.get("verdict")], fail_on == "tight"))
+
+
+def _print_engine_comparison(options: RunOptions, source: str | None, output: str, fail_on_tight: bool) -> None:
+    """Engine settings side by side (check --engine vllm@0.25,vllm@0.26 or vllm,sglang); exits."""
+    from hfvram.compare_engines import engines_exit_code, engines_report
+    from hfvram.report.compare_engines import engines_markdown, render_engines_compare
+
+    if options.explain:
+        raise UsageError("--explain goes with one engine: drop it, or check each setting of the list on its own")
+    document = engines_report(options, source)
+    if output == "json":
+        _echo_json(document)
+    elif output == "markdown":
+        _echo(engines_markdown(document), nl=False)
+    else:
+        render_engines_compare(_console(), document)
+    sys.exit(engines_exit_code(document, fail_on_tight))
 
 
 def _print_comparison(
@@ -950,6 +973,26 @@ def gpus(query: str | None, vendor: str | None, as_json: bool) -> None:
     if not found:
         _write_stderr("hfvram: no GPU matches; try `hfvram gpus` for the whole catalogue")
         sys.exit(EXIT_USAGE)
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="JSON (schema hfvram.engine_list/1).")
+@debug_option
+def engines(as_json: bool) -> None:
+    """Every engine: its rule sets and their release dates, the newest release reviewed and the newest known.
+
+    --engine NAME@VERSION picks the rule set in force at VERSION; above the newest reviewed release the newest
+    rules apply, with a warning.
+    """
+    from hfvram.estimate.releases import engines_document
+
+    document = engines_document()
+    if as_json:
+        _echo_json(document)
+    else:
+        from hfvram.report.engines import render_engine_list
+
+        render_engine_list(_console(), document)
 
 
 # ---- inspect ------------------------------------------------------------------------------------------------------
