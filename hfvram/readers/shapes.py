@@ -65,6 +65,15 @@ SHAPE_KEYS = (
     # not shapes: the rotary share of a head, for the engines' rotary caches (hfvram/estimate/multimodal.py)
     "partial_rotary_factor",
 )
+#: vision_config model_type -> the _Builder method that derives its tower
+_VISION_TOWERS = {
+    "siglip_vision_model": "siglip_vision",
+    "llama4_vision_model": "llama4_vision",
+    "qwen3_5": "qwen_vision",
+    "qwen3_5_moe": "qwen_vision",
+    "qwen3_vl": "qwen_vision",
+    "qwen3_vl_moe": "qwen_vision",
+}
 #: DeciLM (nemotron-nas) rounds each layer's FFN width up to this multiple (modeling_decilm._find_multiple)
 _DECI_FFN_MULTIPLE = 256
 
@@ -764,15 +773,8 @@ def _build(spec: ModelSpec, facts: Mapping[str, Any]) -> _Builder:
     if spec.multimodal and not isinstance(vision, Mapping):
         builder.warnings.append("multimodal model without its vision_config: vision tower weights not derived")
     if isinstance(vision, Mapping):
-        towers = {
-            "siglip_vision_model": builder.siglip_vision,
-            "llama4_vision_model": builder.llama4_vision,
-            "qwen3_5": builder.qwen_vision,
-            "qwen3_5_moe": builder.qwen_vision,
-            "qwen3_vl": builder.qwen_vision,
-            "qwen3_vl_moe": builder.qwen_vision,
-        }
-        tower = towers.get(str(vision.get("model_type")))
+        method = _VISION_TOWERS.get(str(vision.get("model_type")))
+        tower = getattr(builder, method) if method else None
         if tower is not None:
             try:
                 tower(vision, hidden)

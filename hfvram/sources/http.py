@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import math
 import os
 import random
 import threading
@@ -77,10 +78,20 @@ def hub_endpoint() -> str:
 
 
 def _env_float(name: str, default: float) -> float:
-    try:
-        return float(os.environ[name])
-    except (KeyError, ValueError):
+    """A number of seconds from the environment: unset or empty is the default; anything but a finite number >= 0
+    (``nan``, ``inf``, ``-1``, text) is a usage error, never a timeout that does not time out."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
         return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not (math.isfinite(value) and value >= 0) or (value == 0 and name == "HFVRAM_HTTP_TIMEOUT"):
+        from hfvram.errors import UsageError
+
+        raise UsageError(f"{name}={raw[:80]!r}: expected a finite, positive number of seconds")
+    return value
 
 
 def http_timeout() -> float:
@@ -196,23 +207,26 @@ def same_origin(url: str, other: str) -> bool:
 _BUDGETS: dict[str, QuotaBudget] = {}
 _BUDGETS_LOCK = threading.Lock()
 #: where the messages about waiting go (the scan's progress display sets its own)
-_SAY: list[Callable[[str], None]] = []
+_SAY: list[object] = []
 
 
 def say_through(say: Callable[[str], None] | None) -> None:
-    """Print the rate-limit messages through ``say`` (None: straight to stderr)."""
-    _SAY[:] = [say] if say is not None else []
+    """Print this process's rate-limit messages through ``say`` (None: straight to stderr; a forked worker
+    process always writes straight to stderr: the parent's display does not run there)."""
+    _SAY[:] = [say, os.getpid()] if say is not None else []
 
 
 def _say(message: str) -> None:
-    if _SAY:
-        _SAY[0](message)
+    if _SAY and _SAY[1] == os.getpid():
+        _SAY[0](message)  # type: ignore[operator]
         return
     import sys
 
+    # the process's own stderr: in a scan's worker process sys.stderr may still be the parent's progress display
+    stream = sys.__stderr__ if sys.__stderr__ is not None else sys.stderr
     with contextlib.suppress(OSError, ValueError):
-        sys.stderr.write(message + "\n")
-        sys.stderr.flush()
+        stream.write(message + "\n")
+        stream.flush()
 
 
 def quota_budget(endpoint: str | None = None, token: str | None = None) -> QuotaBudget:
