@@ -40,6 +40,8 @@ DEBUG_META = "hfvram.debug"
 FORMATS = ("table", "json", "markdown")
 SCAN_FORMATS = ("table", "jsonl", "json", "csv", "markdown")
 MODEL_SORTS = ("verdict", "total", "params", "context", "speed")
+#: `models --hub` also sorts as the Hub's listing does
+HUB_MODEL_SORTS = ("downloads", "likes", "trending")
 DEFAULT_JOBS = 8
 
 
@@ -219,7 +221,12 @@ def run_options(function: Callable[..., Any]) -> Callable[..., Any]:
             metavar="N",
             help="With --context auto (vLLM's --max-model-len auto): the longest length it may pick.",
         ),
-        click.option("--concurrency", "concurrency", metavar="N", help="Sequences held at full context (default 1)."),
+        click.option(
+            "--concurrency",
+            "concurrency",
+            metavar="N",
+            help="Sequences held at full context (default 1); max: the largest batch that starts.",
+        ),
         click.option(
             "--kv-dtype",
             "kv_dtype",
@@ -393,6 +400,8 @@ def check(
 
     SOURCE: org/name[@revision], org/name:Q4_K_M, a local folder, a .gguf file, or a cached repo.
     With --gpu a,b,c (a comma list) the sets side by side (hfvram.compare/1): exit 0 when at least one fits.
+    With --engine vllm@0.25,vllm@0.26 (or vllm,sglang,llama.cpp) the engine settings side by side, with what
+    changed between them and the rule that changed it (hfvram.engines/1): exit 0 when at least one fits.
     """
     options = _run_options(kwargs)
     output = _output_format(fmt, as_json, as_markdown=as_markdown)
@@ -400,6 +409,10 @@ def check(
     from hfvram.estimate.hardware import is_gpu_list
 
     require_gpu_for_fail_on(fail_on, options.gpu)
+    from hfvram.compare_engines import is_engine_list
+
+    if is_engine_list(options.engine):
+        _print_engine_comparison(options, source, output, fail_on == "tight")
     if is_gpu_list(options.gpu):
         _print_comparison(options, source, output, price_kind, fail_on == "tight")
 
@@ -436,6 +449,23 @@ def check(
 
         render_check(_console(), report, explain=options.explain)
     sys.exit(exit_code_for([report.get("verdict")], fail_on == "tight"))
+
+
+def _print_engine_comparison(options: RunOptions, source: str | None, output: str, fail_on_tight: bool) -> None:
+    """Engine settings side by side (check --engine vllm@0.25,vllm@0.26 or vllm,sglang); exits."""
+    from hfvram.compare_engines import engines_exit_code, engines_report
+    from hfvram.report.compare_engines import engines_markdown, render_engines_compare
+
+    if options.explain:
+        raise UsageError("--explain goes with one engine: drop it, or check each setting of the list on its own")
+    document = engines_report(options, source)
+    if output == "json":
+        _echo_json(document)
+    elif output == "markdown":
+        _echo(engines_markdown(document), nl=False)
+    else:
+        render_engines_compare(_console(), document)
+    sys.exit(engines_exit_code(document, fail_on_tight))
 
 
 def _print_comparison(
@@ -635,22 +665,44 @@ def _print_scan(reports: list[dict[str, Any]], output: str, *, streamed: bool) -
 @click.option(
     "--sort",
     "sort",
-    type=click.Choice(MODEL_SORTS),
-    default="verdict",
-    show_default=True,
-    help="verdict: fits first, then the largest; total: least memory first; params, context, speed: largest first.",
+    type=click.Choice(MODEL_SORTS + HUB_MODEL_SORTS),
+    default=None,
+    help="verdict (the default): fits first, then the largest; total: least memory first; params, context, speed: "
+    "largest first; with --hub also downloads (its default), likes, trending: the Hub's listing order.",
 )
 @click.option("--format", "fmt", type=click.Choice(SCAN_FORMATS), help="Output format (default: table).")
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json (schema hfvram.models/1).")
 @markdown_option
+@click.option("--hub", "from_hub", is_flag=True, help="The Hub's own models (its listing), not the embedded catalogue.")
+@click.option("--author", metavar="OWNER", help="With --hub: only OWNER's repos.")
+@click.option("--search", metavar="TEXT", help="With --hub: only repo ids holding TEXT.")
+@click.option(
+    "--filter",
+    "filters",
+    metavar="TAG",
+    multiple=True,
+    help="With --hub: only repos tagged TAG (text-generation, gguf).",
+)
+@click.option(
+    "--limit",
+    type=click.IntRange(1, 1000),
+    default=100,
+    show_default=True,
+    help="With --hub: the first N repos listed.",
+)
 def models(
     query: str | None,
     listing: bool,
     family: str | None,
-    sort: str,
+    sort: str | None,
     fmt: str | None,
     as_json: bool,
     as_markdown: bool,
+    from_hub: bool,
+    author: str | None,
+    search: str | None,
+    filters: tuple[str, ...],
+    limit: int,
     **kwargs: Any,
 ) -> None:
     """Which of the embedded catalogue's models run on --gpu: one row per model (offline, no network).
@@ -661,8 +713,12 @@ def models(
       hfvram models --gpu rtx4090 --engine llama.cpp --family qwen --sort speed
       hfvram models --list llama
 
-    Exit codes: 0 at least one model fits (or is tight), 1 none does, 2 usage error. With --list: 0, or 1 when
-    no repo id holds QUERY.
+    With --hub: the Hub's own models instead (--author, --search, --filter, --sort downloads|likes|trending,
+    --limit), each read from the Hub as `scan` reads it (facts cache, caps, the Hub's rate limits); the catalogue
+    stays the offline answer.
+
+    Exit codes: 0 at least one model fits (or is tight), 1 none does, 2 usage error (3: --hub and the Hub could
+    not be read). With --list: 0, or 1 when no repo id holds QUERY.
     """
     from hfvram.pipeline import catalogue_params, models_query, models_rows
     from hfvram.report.models import search_repos
@@ -681,8 +737,15 @@ def models(
         raise UsageError(f"QUERY ({query!r}) goes with --list; to check one model use `hfvram check {query}`")
     options = _run_options(kwargs)
     output = _output_format(fmt, as_json, as_markdown=as_markdown)
-    asked = models_query(options, family=family, sort=sort)
-    rows = models_rows(options, family=family, sort=sort)
+    hub_only = [name for name, given in (("--author", author), ("--search", search), ("--filter", filters)) if given]
+    if not from_hub and (hub_only or sort in HUB_MODEL_SORTS):
+        raise UsageError(f"{(hub_only or ['--sort ' + str(sort)])[0]} goes with --hub (the Hub's own listing)")
+    if from_hub:
+        asked, rows = _hub_models(options, family, sort or "downloads", author, search, filters, limit)
+    else:
+        sort = sort or "verdict"
+        asked = models_query(options, family=family, sort=sort)
+        rows = models_rows(options, family=family, sort=sort)
     from hfvram.report import models as view
 
     if output == "json":
@@ -699,8 +762,72 @@ def models(
     else:
         view.render_models(_console(), asked, rows)
     if not rows:
-        _write_stderr(f"hfvram: no catalogue model has the family {family!r}")
+        _write_stderr(
+            "hfvram: the Hub listed no model for that query"
+            if from_hub and not family
+            else f"hfvram: no {'listed' if from_hub else 'catalogue'} model has the family {family!r}"
+        )
     sys.exit(view.models_exit_code(rows))
+
+
+def _row_repo(row: dict[str, Any]) -> str:
+    source = row.get("source") or {}
+    return str(source.get("repo_id") or str(source.get("text") or "").split(":", 1)[0])
+
+
+def _hub_models(
+    options: RunOptions,
+    family: str | None,
+    sort: str,
+    author: str | None,
+    search: str | None,
+    filters: tuple[str, ...],
+    limit: int,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """`models --hub`: the Hub's listing, then each listed repo read as `scan` reads it (its model info from the
+    listing; a GGUF repo at the quant --quant names when it holds it, else Q4_K_M, else its first)."""
+    from hfvram.pipeline import models_query, scan_one
+    from hfvram.report.jsonout import error_dict
+    from hfvram.report.models import family_matches, select_rows
+    from hfvram.scan import run_scan
+    from hfvram.sources.limits import validate_endpoint_env
+    from hfvram.sources.repo_files import offline_requested, quant_tags
+
+    if options.offline or offline_requested():
+        raise UsageError("models --hub reads the Hub's listing: drop --offline (the catalogue is the offline answer)")
+    asked = models_query(options, family=family, sort="verdict")
+    asked["sort"] = sort
+    asked["hub"] = {"author": author, "search": search, "filter": list(filters), "limit": limit}
+    validate_endpoint_env()
+    from hfvram.sources import hub
+
+    listed = hub.list_hub_models(
+        author=author, search=search, filters=filters, sort=sort if sort in HUB_MODEL_SORTS else "downloads",
+        limit=limit, token=options.token,
+    )  # fmt: skip
+    sources = []
+    for info in listed:
+        tags = quant_tags([f for f in info.files if f.lower().endswith(".gguf")])
+        if "config.json" in info.files or not tags:
+            sources.append(info.repo_id)
+            continue
+        wanted = str(options.quant or "").upper()
+        sources.append(f"{info.repo_id}:{wanted if wanted in tags else 'Q4_K_M' if 'Q4_K_M' in tags else tags[0]}")
+    order = {info.repo_id: index for index, info in enumerate(listed)}
+    rows: list[dict[str, Any]] = []
+    run_scan(
+        sources,
+        lambda source: scan_one(source, options),
+        DEFAULT_JOBS,
+        rows.append,
+        failed=error_dict,
+        token=options.token,
+    )
+    if sort in HUB_MODEL_SORTS:
+        kept = [row for row in rows if family_matches(row, family)]
+        kept.sort(key=lambda row: order.get(_row_repo(row), len(order)))
+        return asked, kept
+    return asked, select_rows(rows, family=family, sort=sort)
 
 
 # ---- fit -------------------------------------------------------------------------------------------------------
@@ -854,6 +981,26 @@ def gpus(query: str | None, vendor: str | None, as_json: bool) -> None:
     if not found:
         _write_stderr("hfvram: no GPU matches; try `hfvram gpus` for the whole catalogue")
         sys.exit(EXIT_USAGE)
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="JSON (schema hfvram.engine_list/1).")
+@debug_option
+def engines(as_json: bool) -> None:
+    """Every engine: its rule sets and their release dates, the newest release reviewed and the newest known.
+
+    --engine NAME@VERSION picks the rule set in force at VERSION; above the newest reviewed release the newest
+    rules apply, with a warning.
+    """
+    from hfvram.estimate.releases import engines_document
+
+    document = engines_document()
+    if as_json:
+        _echo_json(document)
+    else:
+        from hfvram.report.engines import render_engine_list
+
+        render_engine_list(_console(), document)
 
 
 # ---- inspect ------------------------------------------------------------------------------------------------------

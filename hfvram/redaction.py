@@ -166,7 +166,7 @@ def _shapes(text: str) -> str:
             return match[1] + MASK
         if word.startswith("eyJ"):
             return MASK
-        if re.fullmatch(r"[0-9a-fA-F]{32,}", word):
+        if re.fullmatch(r"[0-9a-fA-F]{32,}", word) and re.search(r"[a-fA-F]", word) and re.search(r"\d", word):
             # a commit sha or blob hash as a path component (the HF cache's snapshots/<sha>/) is the Hub's own name
             around = match.string[match.start() - 1 : match.start()] + match.string[match.end() : match.end() + 1]
             return word if len(word) in (40, 64) and around == "//" else MASK

@@ -158,12 +158,25 @@ def test_cell_sizes_mla_and_hybrid_swa():
 
 
 def test_hybrid_swa_pool_and_capacity():
-    gemma = spec_of("google/gemma-2-9b-it")
-    result = run(gemma, "h100", context=8192, kv="bf16")
+    # docs/engines/sglang.md#sglang-swa-list: GptOssForCausalLM is on is_hybrid_swa_model's list: its sliding
+    # layers keep a pool of their own at swa_full_tokens_ratio
+    oss = spec_of("openai/gpt-oss-20b")
+    result = run(oss, "h100", context=8192, kv="bf16")
     assert result.engine["swa_full_tokens_ratio"] == 0.8
     tokens = result.capacity.kv_tokens
-    # the full pool bounds concurrency at context 8192 (window 4096 < 0.8 x 8192)
-    assert result.capacity.max_concurrency == pytest.approx(tokens / 8192)
+    # the full pool bounds concurrency at context 8192 (window 128 < 0.8 x 8192)
+    assert result.capacity.max_concurrency == pytest.approx(tokens / 8192, rel=1e-3)
+
+
+def test_hybrid_swa_pool_only_for_listed_architectures():
+    # Gemma2ForCausalLM is not on the list (python/sglang/srt/configs/model_config.py is_hybrid_swa_model): SGLang
+    # caches its 21 sliding layers at full length, 42 x 8 KV heads x 256 x 2 x 2 B per token, and says nothing
+    gemma = spec_of("google/gemma-2-9b-it")
+    result = run(gemma, "h100", context=8192, kv="bf16")
+    assert result.engine["swa_full_tokens_ratio"] is None
+    assert any("no separate sliding-window pool for Gemma2ForCausalLM" in w for w in result.warnings)
+    listed = load_engine_data("sglang")["defaults"]["hybrid_swa_architectures"]
+    assert "Gemma2ForCausalLM" not in listed and "GptOssForCausalLM" in listed
 
 
 def test_hybrid_linear_attention_mamba_budget():

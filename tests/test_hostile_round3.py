@@ -207,3 +207,123 @@ def test_a_folder_source_still_reads(tmp_path):
     result = invoke("scan", str(listed), "--gpu", "h100", "--offline", "--json")
     assert result.exit_code in (0, 1), result.output
     assert json.loads(result.stdout.splitlines()[0])["source"]["kind"] == "local"
+
+
+# ---- every number bounded where it enters -------------------------------------------------------------------------
+
+BIG = "9" * 5000
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--set", "max-num-batched-tokens=1e308"],
+        ["--set", "max-num-batched-tokens=nan"],
+        ["--set", "gpu-memory-utilization=inf"],
+        ["--set", "gpu-memory-utilization=0"],
+        ["--engine", "trtllm", "--set", "tokens-per-block=0"],
+        ["--engine", "trtllm", "--set", "tokens-per-block=1e-308"],
+        ["--context", "9" * 400],
+        ["--context", BIG],
+        ["--engine", "vllm@" + BIG],
+        ["--gpu", "0.0000001m"],
+        ["--gpu", "512MiB"],
+    ],
+    ids=lambda args: " ".join(args)[:40],
+)
+def test_bad_numbers_are_one_usage_line(args):
+    base = ["check", "Qwen/Qwen3-8B", "--offline", "--json"]
+    result = invoke(*base, *(["--gpu", "h100"] if "--gpu" not in args else []), *args)
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("hfvram: error: ") and result.output.count("\n") == 1, result.output[:300]
+    assert len(result.output) < 700
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("HFVRAM_CONTEXT", "9" * 400), ("HFVRAM_HTTP_TIMEOUT", "nan"), ("HF_TOKEN", "t\u00e9st-token")],
+)
+def test_bad_environment_values_are_one_usage_line(hub, name, value):
+    code, _, err, cpu, peak = measured(
+        "check", "sentence-transformers/all-MiniLM-L6-v2", "--gpu", "h100", env={name: value}
+    )
+    line = one_error_line(code, err, 2)
+    assert name in line and (name != "HF_TOKEN" or value not in line)
+    assert cpu <= CPU_SECONDS and peak <= PEAK_BYTES
+
+
+def test_every_setting_of_every_engine_takes_hostile_values_without_an_internal_error():
+    """Over every setting every engine's flag table names (engine_args.toml), 1e308 / nan / inf / 0: an answer in
+    valid JSON (no NaN / Infinity, no 25-digit figure) or one usage line, never an internal error."""
+    import re
+
+    from hfvram import api
+    from hfvram.datafiles import data_table
+    from hfvram.errors import UsageError
+
+    engines = data_table("engine_args.toml")["engines"]
+    tried = 0
+    for engine, table in engines.items():
+        for name in sorted(set(table["settings"])):
+            for value in ("1e308", "nan", "inf", "0"):
+                tried += 1
+                try:
+                    result = api.check("Qwen/Qwen3-8B", gpu="h100", engine=engine, offline=True, settings={name: value})
+                except UsageError as error:
+                    assert "\n" not in str(error)
+                    continue
+                text = json.dumps(result.document, allow_nan=False)
+                assert not re.search(r"\d{25}", text), (engine, name, value)
+    assert tried > 500
+
+
+@pytest.mark.parametrize("body", ["[defaults]\ncontext = " + BIG, "x = " + "[" * 5000 + "]" * 5000])
+def test_config_file_with_a_huge_number_or_deep_nesting_is_one_usage_line(tmp_path, body):
+    (tmp_path / "config.toml").write_text(body)
+    result = invoke("check", "Qwen/Qwen3-8B", "--gpu", "h100", "--offline", env={"HFVRAM_CONFIG_DIR": str(tmp_path)})
+    assert result.exit_code == 2 and result.output.count("\n") == 1, result.output[:300]
+
+
+def test_config_dir_that_names_a_file_is_one_usage_line(tmp_path):
+    (tmp_path / "file").write_text("")
+    env = {"HFVRAM_CONFIG_DIR": str(tmp_path / "file")}
+    result = invoke("check", "Qwen/Qwen3-8B", "--gpu", "h100", "--offline", env=env)
+    assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
+
+
+VLLM_LOG = ROOT / "fixtures" / "logs" / "gt-0062-vllm-v0.19-llama31-8b-h100.log"
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "word"),
+    [
+        ("tensor_parallel_size=1,", "tensor_parallel_size=0,", "tensor_parallel_size"),
+        ("Requested memory: 0.950000 (util)", "Requested memory: 99999.5 (util)", "gpu_memory_utilization"),
+        ("'gpu_memory_utilization': 0.95", "'gpu_memory_utilization': 99999.5", "gpu_memory_utilization"),
+    ],
+)
+def test_an_absurd_vllm_log_is_not_calibrated_from(tmp_path, old, new, word):
+    """The published log (fixtures/logs/gt-0062…, see its README) with one figure made absurd."""
+    text = VLLM_LOG.read_text()
+    assert old in text
+    log = tmp_path / "absurd.log"
+    log.write_text(text.replace(old, new))
+    result = invoke("calibrate", str(log), "--json")
+    assert result.exit_code == 2 and word in result.output and result.output.count("\n") == 1, result.output[:300]
+
+
+def test_a_calibration_file_with_huge_numbers_is_one_read_line(tmp_path):
+    saved = tmp_path / "saved.json"
+    made = invoke(
+        "calibrate", str(VLLM_LOG), "--gpu", "h100", "--engine", "vllm@0.19", "--save", "--output", str(saved)
+    )
+    assert made.exit_code == 0, made.output
+    record = json.loads(saved.read_text())
+    record["measured"]["weights"] = 10**4000
+    record["measured"]["gpu_util"] = 1e308
+    hostile = tmp_path / "hostile.json"
+    hostile.write_text(json.dumps(record).replace("1e+308", "1e999"))
+    result = invoke("check", "meta-llama/Llama-3.1-8B-Instruct", "--offline", "--gpu", "h100", "--engine", "vllm@0.19",
+                    "--calibration", str(hostile), "--json")  # fmt: skip
+    assert result.exit_code == 3 and "implausible number" in result.output, result.output[:300]
+    assert result.output.count("\n") == 1

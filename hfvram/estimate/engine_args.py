@@ -11,6 +11,7 @@ not change memory is returned in ``ignored`` so the CLI can say so.
 from __future__ import annotations
 
 import difflib
+import math
 import os
 import re
 import shlex
@@ -104,13 +105,17 @@ def parse_size_tokens(text: str) -> int:
 
     UsageError for anything else (``12q``, ``0``, ``-5``, ``1.3k`` that is not a whole token count)."""
     cleaned = str(text).strip().replace(",", "").replace("_", "")
-    match = _TOKENS.match(cleaned)
+    shown = repr(str(text)[:80])
+    match = _TOKENS.match(cleaned) if len(cleaned) <= 40 else None
     if not match:
-        raise UsageError(f"{text!r} is not a token count (examples: 8k, 32k, 128k, 131072, 1m)")
+        raise UsageError(f"{shown} is not a token count (examples: 8k, 32k, 128k, 131072, 1m)")
     multiplier = {"": 1, "k": 1024, "m": 1024 * 1024}[match["suffix"].lower()]
     value = float(match["number"]) * multiplier
+    maximum = int(data_table("bounds.toml")["config"]["positions"]["maximum"])
+    if not value <= maximum:  # also inf: a 40-digit number overflows nothing, but no model reads that far
+        raise UsageError(f"{shown} tokens: implausible (hfvram's bound: at most {maximum:,})")
     if value != int(value) or value < 1:
-        raise UsageError(f"{text!r} is not a whole, positive number of tokens")
+        raise UsageError(f"{shown} is not a whole, positive number of tokens")
     return int(value)
 
 
@@ -140,10 +145,17 @@ def _setting_number(value: str) -> float | None:
 def check_setting(name: str, value: str) -> None:
     """UsageError (exit 2) for a whole-number setting the engine refuses: below its minimum
     (engine_args.toml [limits]) or above bounds.toml [settings] maximum. Other values are left to the engine."""
+    shown = value if len(value) <= 24 else value[:21] + "..."
     number = _setting_number(value) if name != "revision" else None
+    if number is None and name != "revision":
+        try:  # what else Python reads as a number (1e308, nan, inf) must be a finite, bounded one too
+            number = float(value.strip().replace("_", "")) if len(value) <= 400 else None
+        except ValueError:
+            number = None
+        if number is not None and not math.isfinite(number):
+            raise UsageError(f"setting {name}={shown}: not a finite number")
     if number is None:
         return
-    shown = value if len(value) <= 24 else value[:21] + "..."
     maximum = int(data_table("bounds.toml")["settings"]["maximum"])
     if abs(number) > maximum:
         raise UsageError(f"setting {name}={shown}: implausible value (hfvram's bound: at most {maximum:,})")

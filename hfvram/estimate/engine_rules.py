@@ -21,7 +21,7 @@ from typing import Any
 
 from hfvram.datafiles import data_table
 from hfvram.errors import UsageError
-from hfvram.estimate import common
+from hfvram.estimate import common, releases
 from hfvram.estimate.types import VERDICT_DOES_NOT_FIT, EngineChoice, Estimate, Hardware, Workload
 from hfvram.spec import LayerKind, ModelSpec
 
@@ -478,12 +478,15 @@ def version_warnings(engine: str, requested: str | None, rule_versions: Iterable
         return []
     used = common.pick_rule_version(requested, ordered)
     width = min(len(want), len(common.version_key(used)), 2)
-    if want[:width] == common.version_key(used)[:width]:
-        return []
     if want < common.version_key(ordered[0]):
         return [
             f"--engine {engine}@{requested}: older than any {engine} release hfvram models; the {used} rules are used"
         ]
+    newer = newer_than_reviewed(engine, requested, used)
+    if newer is not None:
+        return [newer]
+    if releases.covered(engine, requested) or want[:width] == common.version_key(used)[:width]:
+        return []
     if used == ordered[-1]:
         return [
             f"--engine {engine}@{requested}: hfvram uses the {used} rules, the newest {engine} release whose "
@@ -493,6 +496,28 @@ def version_warnings(engine: str, requested: str | None, rule_versions: Iterable
         f"--engine {engine}@{requested}: hfvram uses the {used} rules (the newest change to {engine}'s memory "
         f"accounting it knows at or before {requested})"
     ]
+
+
+def newer_than_reviewed(engine: str, requested: str, used: str) -> str | None:
+    """The warning for a release above the newest one whose changes hfvram reviewed (``[releases]`` of the
+    engine's data file), naming that release and its date; None when the data lists no releases or the request
+    is not newer."""
+    newest = releases.newest_reviewed(engine)
+    if newest is None or common.version_key(requested) <= common.version_key(newest.version):
+        return None
+    known = releases.newest_known(engine)
+    listed = (
+        f"; {engine} {known.version} is known to exist ({known.date_text}), its changes not read"
+        if known is not None
+        and known is not newest
+        and common.version_key(known.version) >= common.version_key(requested)
+        else ""
+    )
+    return (
+        f"--engine {engine}@{requested}: newer than {engine} {newest.version} ({newest.date_text}), the newest release "
+        f"whose memory accounting hfvram has reviewed; its rules (the {used} rule set) are used, and a change "
+        f"made after it would not be reflected{listed}"
+    )
 
 
 # ---- decode speed ----------------------------------------------------------------------------------------

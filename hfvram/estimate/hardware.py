@@ -217,8 +217,9 @@ def _count(text: str, spec: str) -> int:
 def _raw_size_gpu(number: str, unit: str, bandwidth: str | None = None, bw_unit: str | None = None) -> GPU:
     limit = int(data_table("bounds.toml")["hardware"]["maximum_memory_bytes"])
     size = float(number) * _RAW_UNITS[unit]
-    if size <= 0:
-        raise UsageError(f"GPU memory size must be positive, got {number[:20]}{unit}")
+    least = int(data_table("bounds.toml")["hardware"]["minimum_memory_bytes"])
+    if not size >= least:  # also nan
+        raise UsageError(f"GPU memory size {number[:20]}{unit} is less than hfvram's bound of {least / GIB:g} GiB")
     if size > limit:  # also inf: float("1" * 400) overflows
         raise UsageError(
             f"GPU memory size {number[:20]}{'…' if len(number) > 20 else ''}{unit} is more than {limit:,} bytes"

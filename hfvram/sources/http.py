@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import math
 import os
 import random
 import threading
@@ -77,10 +78,20 @@ def hub_endpoint() -> str:
 
 
 def _env_float(name: str, default: float) -> float:
-    try:
-        return float(os.environ[name])
-    except (KeyError, ValueError):
+    """A number of seconds from the environment: unset or empty is the default; anything but a finite number >= 0
+    (``nan``, ``inf``, ``-1``, text) is a usage error, never a timeout that does not time out."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
         return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not (math.isfinite(value) and value >= 0) or (value == 0 and name == "HFVRAM_HTTP_TIMEOUT"):
+        from hfvram.errors import UsageError
+
+        raise UsageError(f"{name}={raw[:80]!r}: expected a finite, positive number of seconds")
+    return value
 
 
 def http_timeout() -> float:

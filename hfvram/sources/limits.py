@@ -277,10 +277,22 @@ def checked_endpoint(raw: str) -> str:
 
 
 def validate_endpoint_env() -> None:
-    """Check HF_ENDPOINT before huggingface_hub's HTTP modules read it (a bad one makes their import print)."""
+    """Check HF_ENDPOINT before huggingface_hub's HTTP modules read it (a bad one makes their import print), and
+    the token variables (a header must be ASCII: a non-ASCII token would fail inside the HTTP client)."""
     raw = os.environ.get("HF_ENDPOINT")
     if raw:
         checked_endpoint(raw)
+    for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
+        check_token(os.environ.get(name), name)
+
+
+def check_token(token: str | None, origin: str = "--token") -> None:
+    """UsageError (the value never shown) for a token that cannot be sent in a header: not printable ASCII, or
+    longer than any the Hub issues."""
+    if token is None:
+        return
+    if len(token) > 4096 or not all(" " < char < "\x7f" for char in token.strip()):
+        raise UsageError(f"{origin} is not a token (printable ASCII without spaces expected); its value is not shown")
 
 
 # ---- the Hub's rate limits ---------------------------------------------------------------------------------

@@ -182,6 +182,25 @@ def kv_elems_of(layers: Iterable[Layer], tp: int, kinds: Collection[LayerKind]) 
     return sum(common.layer_kv_elems_per_token_rank(layer, tp) for layer in layers if layer.kind in kinds)
 
 
+def hybrid_swa_pool(spec: ModelSpec, choice: EngineChoice, rules: Mapping[str, Any], warnings: list[str]) -> bool:
+    """Whether SGLang gives the sliding-window layers a pool of their own (docs/engines/sglang.md#sglang-swa-list):
+    ``ModelConfig._derive_hybrid_model`` sets ``is_hybrid_swa`` only for the architectures of ``is_hybrid_swa_model``'s
+    hard-coded set (and not with --disable-hybrid-swa-memory); any other model caches its sliding-window layers at
+    full length in the one pool, which hfvram says when the model has such layers."""
+    if common.setting_bool(choice, "disable-hybrid-swa-memory"):
+        return False
+    listed = spec.architecture in set(rules.get("hybrid_swa_architectures", ()))
+    windowed = any(layer.kind in WINDOWED_KINDS for layer in spec.layers)
+    full = any(layer.kind not in WINDOWED_KINDS and layer.kv_elems_per_token for layer in spec.layers)
+    if windowed and full and not listed:
+        warnings.append(
+            f"SGLang keeps no separate sliding-window pool for {spec.architecture or 'this architecture'} (not in "
+            "is_hybrid_swa_model's list): its sliding-window layers are cached at full length in the one KV pool "
+            "(docs/engines/sglang.md#sglang-swa-list)"
+        )
+    return listed
+
+
 def cell_size(spec: ModelSpec, tp: int, pp: int, kv_bytes: float, swa_ratio: float, hybrid_swa: bool) -> CellSize:
     """Bytes per token on the worst rank (sglang.md#sglang-token-pool): MHA/GQA heads per rank × (k + v), MLA latent whole on every
     rank, SWA layers at ``swa_full_tokens_ratio``; recurrent layers hold a per-request state instead."""
@@ -317,7 +336,7 @@ def resolve_settings(
         max_running_requests=common.setting_int(choice, "max-running-requests"),
         max_total_tokens=common.setting_int(choice, "max-total-tokens"),
         disable_cuda_graph=disable_graphs,
-        hybrid_swa_memory=not common.setting_bool(choice, "disable-hybrid-swa-memory"),
+        hybrid_swa_memory=hybrid_swa_pool(spec, choice, rules, warnings),
         dp_size=replicas,
         context_is_default=workload.context is None,
         cpu_offload_gb=common.setting_float(choice, "cpu-offload-gb", default=0.0) or 0.0,
