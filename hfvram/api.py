@@ -340,12 +340,13 @@ def inspect(
     """The model's facts only (no GPU, no engine), each with the file and field it came from
     (``document["provenance"]``). Same as ``hfvram inspect``; ``kv_dtype`` gives the KV figures at that type
     (default: the checkpoint's)."""
+    from hfvram.redaction import redact_document
     from hfvram.report.jsonout import inspect_dict, kv_dtype_bytes
     from hfvram.sources import load_model
 
     loaded = load_model(os.fspath(source), revision=revision, token=token, offline=offline, need_split=True)
     kv_dtype_bytes(kv_dtype, loaded.spec)  # validates the name (UsageError)
-    document = inspect_dict(loaded.source, loaded.spec, kv_dtype)
+    document = redact_document(inspect_dict(loaded.source, loaded.spec, kv_dtype))
     model = document.get("model") or {}
     return InspectResult(
         source=_source_name(document.get("source") or {}),

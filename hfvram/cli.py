@@ -24,12 +24,11 @@ from hfvram.errors import HfvramError, UsageError
 from hfvram.pipeline import (
     EXIT_UNREADABLE,
     EXIT_USAGE,
-    SCAN_MAX_SOURCES,
     RunOptions,
     calibration_prediction,
     exit_code_for,
     parse_gpu_option,
-    read_source_list,
+    read_scan_list,
     require_gpu_for_fail_on,
     scan_exit_code,
     scan_one,
@@ -41,6 +40,8 @@ DEBUG_META = "hfvram.debug"
 FORMATS = ("table", "json", "markdown")
 SCAN_FORMATS = ("table", "jsonl", "json", "csv", "markdown")
 MODEL_SORTS = ("verdict", "total", "params", "context", "speed")
+#: `models --hub` also sorts as the Hub's listing does
+HUB_MODEL_SORTS = ("downloads", "likes", "trending")
 DEFAULT_JOBS = 8
 
 
@@ -209,9 +210,23 @@ def run_options(function: Callable[..., Any]) -> Callable[..., Any]:
             help="vllm, sglang, llama.cpp, ollama, … (default: vllm; llama.cpp for GGUF).",
         ),
         click.option(
-            "--context", "context", metavar="N", help="Tokens per sequence: 8k, 32k, 131072 (default: the engine's)."
+            "--context",
+            "context",
+            metavar="N",
+            help="Tokens per sequence: 8k, 32k, 131072 (default: the engine's); vLLM: auto, the length it would pick.",
         ),
-        click.option("--concurrency", "concurrency", metavar="N", help="Sequences held at full context (default 1)."),
+        click.option(
+            "--max-context-cap",
+            "max_context_cap",
+            metavar="N",
+            help="With --context auto (vLLM's --max-model-len auto): the longest length it may pick.",
+        ),
+        click.option(
+            "--concurrency",
+            "concurrency",
+            metavar="N",
+            help="Sequences held at full context (default 1); max: the largest batch that starts.",
+        ),
         click.option(
             "--kv-dtype",
             "kv_dtype",
@@ -319,11 +334,14 @@ def _console(stderr: bool = False) -> Any:
     encode Unicode (``LANG=C``, ``PYTHONIOENCODING=ascii``)."""
     from rich.console import Console
 
-    from hfvram.report.text import AsciiStream, encodes_unicode, report_width
+    from hfvram.report.text import AsciiStream, TrimmedStream, encodes_unicode, report_width
 
     stream = sys.stderr if stderr else sys.stdout
-    file: Any = stream if encodes_unicode(stream) else AsciiStream(stream)
-    return Console(file=file, highlight=False, soft_wrap=False, width=report_width(stream))
+    file: Any = TrimmedStream(stream if encodes_unicode(stream) else AsciiStream(stream))
+    console = Console(file=file, highlight=False, soft_wrap=False, width=report_width(stream))
+    # rich ends a broken pipe with SystemExit(1), which the contract reads as "does not fit": 141 instead, as scan
+    console.on_broken_pipe = _quiet_broken_pipe  # type: ignore[method-assign]
+    return console
 
 
 def _echo(text: str, nl: bool = True) -> None:
@@ -362,6 +380,12 @@ def _echo_json(document: Any) -> None:
     help="Exit 1 on Offload (tight: on Tight and Offload) as well as on Doesn't fit (needs --gpu: without one there is no verdict).",
 )
 @price_option
+@click.option(
+    "--launch",
+    "launch_only",
+    is_flag=True,
+    help="Print just the engine's command line that reproduces this check (exit code as without it).",
+)
 def check(
     source: str | None,
     fmt: str | None,
@@ -369,12 +393,15 @@ def check(
     as_markdown: bool,
     fail_on: str | None,
     price_kind: str,
+    launch_only: bool,
     **kwargs: Any,
 ) -> None:
     """One model: the four memory terms on the worst GPU, the verdict and the capacity.
 
     SOURCE: org/name[@revision], org/name:Q4_K_M, a local folder, a .gguf file, or a cached repo.
     With --gpu a,b,c (a comma list) the sets side by side (hfvram.compare/1): exit 0 when at least one fits.
+    With --engine vllm@0.25,vllm@0.26 (or vllm,sglang,llama.cpp) the engine settings side by side, with what
+    changed between them and the rule that changed it (hfvram.engines/1): exit 0 when at least one fits.
     """
     options = _run_options(kwargs)
     output = _output_format(fmt, as_json, as_markdown=as_markdown)
@@ -382,6 +409,10 @@ def check(
     from hfvram.estimate.hardware import is_gpu_list
 
     require_gpu_for_fail_on(fail_on, options.gpu)
+    from hfvram.compare_engines import is_engine_list
+
+    if is_engine_list(options.engine):
+        _print_engine_comparison(options, source, output, fail_on == "tight")
     if is_gpu_list(options.gpu):
         _print_comparison(options, source, output, price_kind, fail_on)
 
@@ -396,7 +427,18 @@ def check(
         else:
             render_gguf_repo(_console(), report)
         sys.exit(exit_code_for([report.get("verdict")], fail_on))
-    if output == "json":
+    if launch_only:
+        from hfvram.report.wording import launch_command_lines
+
+        if fmt or as_json or as_markdown:
+            raise UsageError("--launch prints just the command line: drop --json / --markdown / --format")
+        lines = launch_command_lines(report.get("launch"))
+        if not lines:
+            raise UsageError(f"{report['engine'].get('name')} has no command line to print (it is a library)")
+        from hfvram.report.text import safe
+
+        _echo("\n".join(safe(line) for line in lines))
+    elif output == "json":
         _echo_json(report)
     elif output == "markdown":
         from hfvram.report.markdown import check_markdown
@@ -407,6 +449,23 @@ def check(
 
         render_check(_console(), report, explain=options.explain)
     sys.exit(exit_code_for([report.get("verdict")], fail_on))
+
+
+def _print_engine_comparison(options: RunOptions, source: str | None, output: str, fail_on_tight: bool) -> None:
+    """Engine settings side by side (check --engine vllm@0.25,vllm@0.26 or vllm,sglang); exits."""
+    from hfvram.compare_engines import engines_exit_code, engines_report
+    from hfvram.report.compare_engines import engines_markdown, render_engines_compare
+
+    if options.explain:
+        raise UsageError("--explain goes with one engine: drop it, or check each setting of the list on its own")
+    document = engines_report(options, source)
+    if output == "json":
+        _echo_json(document)
+    elif output == "markdown":
+        _echo(engines_markdown(document), nl=False)
+    else:
+        render_engines_compare(_console(), document)
+    sys.exit(engines_exit_code(document, fail_on_tight))
 
 
 def _print_comparison(
@@ -461,11 +520,13 @@ def scan(
     output = "jsonl" if as_json and not as_markdown else _output_format(fmt, as_json, as_markdown=as_markdown)
     from hfvram.sources.limits import byte_cap, read_user_file  # capped, regular files only ('-' = stdin)
 
-    sources = read_source_list(read_user_file(file, byte_cap("scan_list"), what="scan list"))
+    # a regular file, never followed through a link (a list in a pull request may link to .git/config)
+    listed = read_scan_list(read_user_file(file, byte_cap("scan_list"), what="scan list", follow_links=False))
+    sources = listed.sources
     if not sources:
         raise UsageError("no sources in the list (one SOURCE per line, '#' comments)")
-    if len(sources) > SCAN_MAX_SOURCES:
-        raise UsageError(f"{len(sources):,} sources in the list: a scan reads at most {SCAN_MAX_SOURCES:,}")
+    if listed.duplicates:
+        _write_stderr(f"hfvram: {listed.duplicates:,} repeated lines in the list: each source is answered once")
     # a bad --gpu or pasted command line is one usage error, not an error row per source
     parse_gpu_option(options.gpu, options.unified_fraction)
     require_gpu_for_fail_on(fail_on, options.gpu)
@@ -495,18 +556,27 @@ def _scan_all(sources: list[str], options: RunOptions, jobs: int, output: str) -
 
     reports: list[dict[str, Any]] = []
     stderr = _console(stderr=True)
+    from hfvram.scan import QuotaProgress
+
     progress = Progress(
         TextColumn("scanning"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
+        TextColumn("{task.fields[quota]}"),  # the Hub bucket that bounds the scan and the ETA its quota allows
         console=stderr,
         transient=True,
         disable=not stderr.is_terminal,
     )
+    quota = QuotaProgress(len(sources), options.token)
     interrupted = False
     with progress:
-        task = progress.add_task("scan", total=len(sources))
+        task = progress.add_task("scan", total=len(sources), quota="")
+        if stderr.is_terminal:
+            quota.start()
+            from hfvram.sources.http import say_through
+
+            say_through(lambda line: progress.console.print(line, markup=False, highlight=False))
 
         def emit(report: dict[str, Any]) -> None:
             if output == "jsonl":  # rendered where the source was read (see _jsonl_rendered)
@@ -515,7 +585,7 @@ def _scan_all(sources: list[str], options: RunOptions, jobs: int, output: str) -
             else:
                 _stream_result(report, output, progress.console)
                 reports.append(report)
-            progress.advance(task)
+            progress.update(task, advance=1, quota=quota.update(len(reports)))
 
         ascii_only = not _stdout_unicode()
 
@@ -534,6 +604,8 @@ def _scan_all(sources: list[str], options: RunOptions, jobs: int, output: str) -
                 emit,
                 failed=error_dict,
                 render=as_jsonl if output == "jsonl" else None,
+                token=options.token,
+                offline=bool(options.offline),
             )
         except KeyboardInterrupt:
             interrupted = True
@@ -598,22 +670,44 @@ def _print_scan(reports: list[dict[str, Any]], output: str, *, streamed: bool) -
 @click.option(
     "--sort",
     "sort",
-    type=click.Choice(MODEL_SORTS),
-    default="verdict",
-    show_default=True,
-    help="verdict: fits first, then the largest; total: least memory first; params, context, speed: largest first.",
+    type=click.Choice(MODEL_SORTS + HUB_MODEL_SORTS),
+    default=None,
+    help="verdict (the default): fits first, then the largest; total: least memory first; params, context, speed: "
+    "largest first; with --hub also downloads (its default), likes, trending: the Hub's listing order.",
 )
 @click.option("--format", "fmt", type=click.Choice(SCAN_FORMATS), help="Output format (default: table).")
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json (schema hfvram.models/1).")
 @markdown_option
+@click.option("--hub", "from_hub", is_flag=True, help="The Hub's own models (its listing), not the embedded catalogue.")
+@click.option("--author", metavar="OWNER", help="With --hub: only OWNER's repos.")
+@click.option("--search", metavar="TEXT", help="With --hub: only repo ids holding TEXT.")
+@click.option(
+    "--filter",
+    "filters",
+    metavar="TAG",
+    multiple=True,
+    help="With --hub: only repos tagged TAG (text-generation, gguf).",
+)
+@click.option(
+    "--limit",
+    type=click.IntRange(1, 1000),
+    default=100,
+    show_default=True,
+    help="With --hub: the first N repos listed.",
+)
 def models(
     query: str | None,
     listing: bool,
     family: str | None,
-    sort: str,
+    sort: str | None,
     fmt: str | None,
     as_json: bool,
     as_markdown: bool,
+    from_hub: bool,
+    author: str | None,
+    search: str | None,
+    filters: tuple[str, ...],
+    limit: int,
     **kwargs: Any,
 ) -> None:
     """Which of the embedded catalogue's models run on --gpu: one row per model (offline, no network).
@@ -624,8 +718,12 @@ def models(
       hfvram models --gpu rtx4090 --engine llama.cpp --family qwen --sort speed
       hfvram models --list llama
 
-    Exit codes: 0 at least one model fits (or is tight), 1 none does, 2 usage error. With --list: 0, or 1 when
-    no repo id holds QUERY.
+    With --hub: the Hub's own models instead (--author, --search, --filter, --sort downloads|likes|trending,
+    --limit), each read from the Hub as `scan` reads it (facts cache, caps, the Hub's rate limits); the catalogue
+    stays the offline answer.
+
+    Exit codes: 0 at least one model fits (or is tight), 1 none does, 2 usage error (3: --hub and the Hub could
+    not be read). With --list: 0, or 1 when no repo id holds QUERY.
     """
     from hfvram.pipeline import catalogue_params, models_query, models_rows
     from hfvram.report.models import search_repos
@@ -644,8 +742,15 @@ def models(
         raise UsageError(f"QUERY ({query!r}) goes with --list; to check one model use `hfvram check {query}`")
     options = _run_options(kwargs)
     output = _output_format(fmt, as_json, as_markdown=as_markdown)
-    asked = models_query(options, family=family, sort=sort)
-    rows = models_rows(options, family=family, sort=sort)
+    hub_only = [name for name, given in (("--author", author), ("--search", search), ("--filter", filters)) if given]
+    if not from_hub and (hub_only or sort in HUB_MODEL_SORTS):
+        raise UsageError(f"{(hub_only or ['--sort ' + str(sort)])[0]} goes with --hub (the Hub's own listing)")
+    if from_hub:
+        asked, rows = _hub_models(options, family, sort or "downloads", author, search, filters, limit)
+    else:
+        sort = sort or "verdict"
+        asked = models_query(options, family=family, sort=sort)
+        rows = models_rows(options, family=family, sort=sort)
     from hfvram.report import models as view
 
     if output == "json":
@@ -662,8 +767,72 @@ def models(
     else:
         view.render_models(_console(), asked, rows)
     if not rows:
-        _write_stderr(f"hfvram: no catalogue model has the family {family!r}")
+        _write_stderr(
+            "hfvram: the Hub listed no model for that query"
+            if from_hub and not family
+            else f"hfvram: no {'listed' if from_hub else 'catalogue'} model has the family {family!r}"
+        )
     sys.exit(view.models_exit_code(rows))
+
+
+def _row_repo(row: dict[str, Any]) -> str:
+    source = row.get("source") or {}
+    return str(source.get("repo_id") or str(source.get("text") or "").split(":", 1)[0])
+
+
+def _hub_models(
+    options: RunOptions,
+    family: str | None,
+    sort: str,
+    author: str | None,
+    search: str | None,
+    filters: tuple[str, ...],
+    limit: int,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """`models --hub`: the Hub's listing, then each listed repo read as `scan` reads it (its model info from the
+    listing; a GGUF repo at the quant --quant names when it holds it, else Q4_K_M, else its first)."""
+    from hfvram.pipeline import models_query, scan_one
+    from hfvram.report.jsonout import error_dict
+    from hfvram.report.models import family_matches, select_rows
+    from hfvram.scan import run_scan
+    from hfvram.sources.limits import validate_endpoint_env
+    from hfvram.sources.repo_files import offline_requested, quant_tags
+
+    if options.offline or offline_requested():
+        raise UsageError("models --hub reads the Hub's listing: drop --offline (the catalogue is the offline answer)")
+    asked = models_query(options, family=family, sort="verdict")
+    asked["sort"] = sort
+    asked["hub"] = {"author": author, "search": search, "filter": list(filters), "limit": limit}
+    validate_endpoint_env()
+    from hfvram.sources import hub
+
+    listed = hub.list_hub_models(
+        author=author, search=search, filters=filters, sort=sort if sort in HUB_MODEL_SORTS else "downloads",
+        limit=limit, token=options.token,
+    )  # fmt: skip
+    sources = []
+    for info in listed:
+        tags = quant_tags([f for f in info.files if f.lower().endswith(".gguf")])
+        if "config.json" in info.files or not tags:
+            sources.append(info.repo_id)
+            continue
+        wanted = str(options.quant or "").upper()
+        sources.append(f"{info.repo_id}:{wanted if wanted in tags else 'Q4_K_M' if 'Q4_K_M' in tags else tags[0]}")
+    order = {info.repo_id: index for index, info in enumerate(listed)}
+    rows: list[dict[str, Any]] = []
+    run_scan(
+        sources,
+        lambda source: scan_one(source, options),
+        DEFAULT_JOBS,
+        rows.append,
+        failed=error_dict,
+        token=options.token,
+    )
+    if sort in HUB_MODEL_SORTS:
+        kept = [row for row in rows if family_matches(row, family)]
+        kept.sort(key=lambda row: order.get(_row_repo(row), len(order)))
+        return asked, kept
+    return asked, select_rows(rows, family=family, sort=sort)
 
 
 # ---- fit -------------------------------------------------------------------------------------------------------
@@ -824,6 +993,26 @@ def gpus(query: str | None, vendor: str | None, as_json: bool) -> None:
         sys.exit(EXIT_USAGE)
 
 
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="JSON (schema hfvram.engine_list/1).")
+@debug_option
+def engines(as_json: bool) -> None:
+    """Every engine: its rule sets and their release dates, the newest release reviewed and the newest known.
+
+    --engine NAME@VERSION picks the rule set in force at VERSION; above the newest reviewed release the newest
+    rules apply, with a warning.
+    """
+    from hfvram.estimate.releases import engines_document
+
+    document = engines_document()
+    if as_json:
+        _echo_json(document)
+    else:
+        from hfvram.report.engines import render_engine_list
+
+        render_engine_list(_console(), document)
+
+
 # ---- inspect ------------------------------------------------------------------------------------------------------
 
 
@@ -967,6 +1156,9 @@ def calibrate(
             path = cal.save_calibration(record)
         result["saved"] = str(path)
     result.pop("_spec", None)
+    from hfvram.redaction import redact_document
+
+    result = redact_document(result)
     if as_json:
         _echo_json(result)
     else:

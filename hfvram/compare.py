@@ -28,6 +28,7 @@ from hfvram.pipeline import (
     with_draft,
     workload,
 )
+from hfvram.redaction import redact_document
 
 if TYPE_CHECKING:
     from hfvram.estimate.types import GPU, Hardware
@@ -165,7 +166,7 @@ def compare_report(options: RunOptions, source: str | None, *, price_kind: str =
     sets = parse_gpu_sets(options.gpu, unified_fraction=options.unified_fraction)
     request, loaded = _request_and_model(options, source)
     rows = [set_row(request, options, loaded, hardware, price_kind) for hardware in sets]
-    return _document("compare", request, loaded, rows, price_kind)
+    return redact_document(_document("compare", request, loaded, rows, price_kind))
 
 
 def _class_gpus(wanted: str) -> list[GPU]:
@@ -227,7 +228,9 @@ def cheapest_report(
         )
         request, loaded = _request_and_model(options, source)
         rows = [set_row(request, options, loaded, hardware, price_kind) for hardware in sets]
-        return _document("cheapest", request, loaded, rows, price_kind, {"candidates": "the --gpu list"})
+        return redact_document(
+            _document("cheapest", request, loaded, rows, price_kind, {"candidates": "the --gpu list"})
+        )
     request, loaded = _request_and_model(options, source)
     limit = max_cheapest_count()
     rows = []
@@ -238,7 +241,7 @@ def cheapest_report(
             rows.append(set_row(req, options, loaded, hardware, price_kind))
     rows.sort(key=lambda row: (row["price"]["usd"] if row["price"] else float("inf"), row["gpu_set"]))
     extra = {"candidates": f"catalogue class {wanted}, GPUs with a price, up to {limit} of one kind"}
-    return _document("cheapest", request, loaded, rows, price_kind, extra)
+    return redact_document(_document("cheapest", request, loaded, rows, price_kind, extra))
 
 
 def compare_exit_code(document: dict[str, Any], fail_on: str | bool | None = None) -> int:

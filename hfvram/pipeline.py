@@ -9,6 +9,7 @@ inside the functions that need them.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -51,6 +52,8 @@ class RunOptions:
     ram: str | None = None
     #: ``--quant``: a what-if format name (Q4_K_M, …) or "auto" (hfvram.quant)
     quant: str | None = None
+    #: ``--max-context-cap N``: the longest length an automatic length (``--context auto``) may pick
+    max_context_cap: str | None = None
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,11 @@ class Request:
     #: the speculative draft checkpoint the settings name, read by :func:`with_draft` (None when none is named or
     #: the engine does not size one)
     draft: DraftModel | None = None
+    #: ``--context auto``: the engine picks the length (vLLM ``--max-model-len auto``); and its cap
+    context_auto: bool = False
+    context_cap: int | None = None
+    #: ``--concurrency max``: the largest sequence limit that starts (:func:`with_largest_batch`)
+    concurrency_max: bool = False
 
 
 def _parse_positive(text: str, what: str) -> int:
@@ -189,7 +197,12 @@ def resolve_request(options: RunOptions, source: str | None) -> Request:
     for name, value in explicit_settings.items():
         if name in settings and settings[name] != value:
             notes.append(f"--set {name}={value} overrides the pasted {name} {settings[name]}")
-    context = _parse_positive(options.context, "--context") if options.context else None
+    context_auto = bool(options.context and options.context.strip().lower() == "auto")
+    if context_auto:
+        # vLLM's own automatic length (docs/engines/vllm.md#vllm-auto-length); other engines refuse it below
+        explicit_settings.setdefault("max-model-len", "auto")
+    context = _parse_positive(options.context, "--context") if options.context and not context_auto else None
+    context_cap = _parse_positive(options.max_context_cap, "--max-context-cap") if options.max_context_cap else None
     if pasted:
         explicit = {
             "context": context,
@@ -202,10 +215,13 @@ def resolve_request(options: RunOptions, source: str | None) -> Request:
     settings.update(explicit_settings)
     if context is None and pasted:
         context = pasted.context
-    concurrency = _parse_count(options.concurrency, "--concurrency") if options.concurrency else 1
+    concurrency_max = bool(options.concurrency and options.concurrency.strip().lower() == "max")
+    concurrency = (
+        _parse_count(options.concurrency, "--concurrency") if options.concurrency and not concurrency_max else 1
+    )
     kv_dtype = options.kv_dtype or (pasted.kv_dtype if pasted and pasted.kv_dtype else None) or "auto"
     validate_kv_dtype_name(kv_dtype)
-    from hfvram.sources.redaction import redact
+    from hfvram.redaction import redact
 
     hardware = parse_gpu_option(options.gpu, options.unified_fraction)
     from hfvram.estimate.host_memory import parse_host_memory, parse_ram
@@ -237,6 +253,9 @@ def resolve_request(options: RunOptions, source: str | None) -> Request:
         host_memory=host_memory,
         ram_bytes=ram_bytes,
         quant=quant_choice,
+        context_auto=context_auto,
+        context_cap=context_cap,
+        concurrency_max=concurrency_max,
     )
 
 
@@ -288,9 +307,17 @@ def with_quant(loaded: LoadedModel, choice: Any) -> LoadedModel:
 
     try:
         spec = quant.apply(loaded.spec, choice)
+    except HfvramError:
+        raise
     except ValueError as error:
         raise UnsupportedLayoutError(f"--quant {quant.label(choice)}: {error}") from error
     return replace(loaded, spec=spec)
+
+
+def parse_engine(name: str) -> str:
+    from hfvram.estimate.engines import parse_engine_name
+
+    return parse_engine_name(name)[0]
 
 
 def engine_choice(request: Request, loaded: LoadedModel) -> EngineChoice:
@@ -301,6 +328,8 @@ def engine_choice(request: Request, loaded: LoadedModel) -> EngineChoice:
         from hfvram.estimate.defaults import default_engine
 
         name = default_engine(loaded.spec, loaded.source.kind, request.hardware).name
+    if request.context_auto and parse_engine(name) != "vllm":
+        raise UsageError(f"--context auto is vLLM's automatic length (--max-model-len auto); {name} has none: give N")
     return EngineChoice(
         name=name,
         version=request.engine_version,
@@ -337,7 +366,7 @@ def with_draft(request: Request, options: RunOptions, loaded: LoadedModel) -> Re
     try:
         draft = load_model(name, token=options.token, offline=options.offline, need_split=options.explain)
     except HfvramError as error:
-        from hfvram.sources.redaction import redact
+        from hfvram.redaction import redact
 
         why = redact(str(error).splitlines()[0][:200]) if str(error) else type(error).__name__
         return replace(request, draft=DraftModel(name=name, error=why))
@@ -353,6 +382,7 @@ def workload(request: Request, *, context: int | None = None, kv_dtype: str | No
         context=context if context is not None else request.context,
         concurrency=request.concurrency,
         kv_dtype=kv_dtype or request.kv_dtype,
+        context_cap=request.context_cap,
     )
 
 
@@ -411,7 +441,13 @@ def calibrate_estimate(est: Estimate, options: RunOptions, engine: str) -> Estim
 
 def check_report(request: Request, options: RunOptions, *, whole_gguf_repo: bool = True) -> dict[str, Any]:
     """The ``hfvram.check/1`` object; for a GGUF repo named without ``:QUANT`` (and ``whole_gguf_repo``), the
-    ``hfvram.gguf_repo/1`` object of every quant in it."""
+    ``hfvram.gguf_repo/1`` object of every quant in it. Every string in it as hfvram.redaction shows it."""
+    from hfvram.redaction import redact_document
+
+    return redact_document(_check_report(request, options, whole_gguf_repo=whole_gguf_repo))
+
+
+def _check_report(request: Request, options: RunOptions, *, whole_gguf_repo: bool = True) -> dict[str, Any]:
     from hfvram.errors import GgufRepoWithoutSelector
     from hfvram.report.jsonout import check_dict
 
@@ -433,9 +469,11 @@ def check_report(request: Request, options: RunOptions, *, whole_gguf_repo: bool
     request = with_draft(request, options, loaded)
     if request.quant == "auto":
         request, loaded, tried = auto_quant(request, loaded)
+    request = with_largest_batch(request, loaded)
     est = run_estimate(request, options, loaded)
     report = check_dict(loaded.source, est, explain=options.explain)
     add_offload_plan(report, request, loaded, est)
+    add_launch(report, request, loaded, est)
     report["warnings"] = list(
         dict.fromkeys(report["warnings"] + list(request.notes) + default_engine_notes(request, loaded))
     )
@@ -446,6 +484,112 @@ def check_report(request: Request, options: RunOptions, *, whole_gguf_repo: bool
 
         report["explain"]["terms"].setdefault("memory", memory_provenance(est.hardware.gpu))
     return report
+
+
+def with_largest_batch(request: Request, loaded: LoadedModel) -> Request:
+    """``--concurrency max``: the request at the largest sequence limit that starts at its context
+    (docs/engines/launch.md#launch-largest-batch): vLLM's ``max_num_seqs`` lowered to the recurrent state pool's
+    blocks (unchanged where nothing bounds it), llama.cpp's / Ollama's slots raised to the full-length sequences
+    memory holds. Another engine refuses it (exit 2)."""
+    if not request.concurrency_max:
+        return request
+    from dataclasses import replace
+
+    from hfvram.estimate.core import estimate
+    from hfvram.estimate.launch import largest_batch
+
+    if request.hardware is None:
+        raise UsageError("--concurrency max needs --gpu: the largest batch that starts is a GPU's")
+    choice = engine_choice(request, loaded)
+    est = estimate(loaded.spec, request.hardware, choice, workload(request))
+    found = largest_batch(est)
+    name = parse_engine(choice.name)
+    if found is None:
+        raise UsageError(f"--concurrency max: hfvram does not model {name}'s largest batch; give --concurrency N")
+    value = found["value"]
+    if name == "vllm":
+        if value is None or "max-num-seqs" in request.settings:
+            return request
+        current = est.engine.get("max_num_seqs")
+        ceiling = current if isinstance(current, int) else int(value)
+        if int(value) >= ceiling:
+            return request  # the default already starts
+        # fewer sequences capture smaller CUDA graphs and leave more blocks: the largest S with S <= blocks(S)
+
+        def starts(seqs: int) -> int | None:
+            trial = replace(choice, settings={**choice.settings, "max-num-seqs": str(seqs)})
+            blocks = estimate(loaded.spec, request.hardware, trial, workload(request)).engine.get(
+                "max_num_seqs_that_starts"
+            )
+            return blocks if isinstance(blocks, int) else None
+
+        low = max(1, int(value))
+        high = min(ceiling, starts(low) or low)
+        while low < high:
+            mid = (low + high + 1) // 2
+            blocks = starts(mid)
+            if blocks is not None and blocks >= mid:
+                low = mid
+            else:
+                high = mid - 1
+        return replace(request, settings={**request.settings, "max-num-seqs": str(low)})
+    return replace(request, concurrency=max(1, int(value)))
+
+
+def model_ref(request: Request, loaded: LoadedModel) -> Any:
+    """How an engine's command line names the model: the Hub repo (with the revision asked for and a GGUF's quant
+    tag), or the folder / file as the user typed it."""
+    from hfvram.estimate.launch import ModelRef
+
+    source = loaded.source
+    what_if = None
+    if request.quant is not None and not isinstance(request.quant, str):
+        from hfvram import quant as quant_formats
+
+        what_if = quant_formats.label(request.quant)
+    if what_if is not None:
+        return ModelRef(
+            kind=source.kind,
+            repo_id=source.repo_id,
+            revision=request.revision,
+            what_if=what_if,
+            path=None if source.repo_id else request.source,
+        )
+    if source.kind in ("hub", "cache", "catalog") and source.repo_id:
+        quant = None
+        _, sep, tag = request.source.rpartition(":")
+        if sep and tag and "/" not in tag:
+            quant = tag
+        elif loaded.spec.quantization is not None and loaded.spec.quantization.method == "gguf":
+            file_type = loaded.spec.extra.get("file_type") if loaded.spec.extra else None
+            quant = file_type if isinstance(file_type, str) and file_type else None
+        return ModelRef(kind=source.kind, repo_id=source.repo_id, revision=request.revision, quant=quant)
+    return ModelRef(kind=source.kind, repo_id=source.repo_id, path=request.source)
+
+
+def launch_choice(choice: EngineChoice) -> EngineChoice:
+    """The engine choice with every setting whose name or value looks like a secret left out (a launch line is
+    printed: docs/engines/launch.md#launch-secrets); such settings never change memory."""
+    from dataclasses import replace
+
+    from hfvram.redaction import redact
+
+    kept = {
+        name: value
+        for name, value in choice.settings.items()
+        if redact(f"--{name} {value}") == f"--{name} {value}" and redact(f"{name}={value}") == f"{name}={value}"
+    }
+    return replace(choice, settings=kept) if len(kept) != len(choice.settings) else choice
+
+
+def add_launch(report: dict[str, Any], request: Request, loaded: LoadedModel, est: Estimate) -> None:
+    """``launch``: the engine's command line that reproduces the setting this check judged (None for an engine
+    without one: transformers is a library)."""
+    from hfvram.estimate.launch import largest_batch, launch_for
+
+    launch = launch_for(est, launch_choice(engine_choice(request, loaded)), model_ref(request, loaded))
+    report["launch"] = launch.as_dict() if launch is not None else None
+    report["largest_batch"] = largest_batch(est)
 
 
 def model_argument(loaded: LoadedModel) -> str:
@@ -743,15 +887,48 @@ def exit_code_for(verdicts: Iterable[str | None], fail_on: str | bool | None = N
 SCAN_MAX_SOURCES = 100_000
 
 
+#: what a line of a scan list may name: a Hub repo id (``org/name[@rev][:QUANT]``, with Ollama's ``hf.co/``), a
+#: path (``./…``, ``/…``, ``~/…``, no white space) or a ``.gguf`` file
+SCAN_LINE = re.compile(
+    r"(?:(?:https?://)?(?:www\.)?(?:hf\.co|huggingface\.co)/)?[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}"
+    r"(?:@[\w./-]{1,256})?(?::[\w.-]{1,200})?|[.~/]\S{0,4095}|\S{1,4091}\.gguf",
+    re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True)
+class SourceList:
+    """A scan list as read: the sources in order, each once, and how many lines repeated one."""
+
+    sources: list[str]
+    duplicates: int = 0
+
+
 def read_source_list(text: str) -> list[str]:
-    """One SOURCE per line; ``#`` starts a comment; blank lines are skipped."""
+    """One SOURCE per line; ``#`` starts a comment; blank lines are skipped; a repeated source is kept once."""
+    return read_scan_list(text).sources
+
+
+def read_scan_list(text: str) -> SourceList:
+    """:func:`read_source_list` with the count of repeated lines. A line that is not a SOURCE (:data:`SCAN_LINE`)
+    is a usage error that names its line number only: the list may be any file, and its text is not shown."""
     text = text.removeprefix("\ufeff")
-    sources = []
-    for line in text.splitlines():
-        line = line.split("#", 1)[0].strip() if not line.lstrip().startswith("#") else ""
-        if line:
-            sources.append(line)
-    return sources
+    sources: dict[str, None] = {}
+    lines = 0
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.split("#", 1)[0].strip() if not raw.lstrip().startswith("#") else ""
+        if not line:
+            continue
+        if not SCAN_LINE.fullmatch(line):
+            raise UsageError(
+                f"scan list line {number:,}: not a SOURCE (org/name[@rev][:QUANT], ./folder, a .gguf file); "
+                "its text is not shown"
+            )
+        lines += 1
+        if lines > SCAN_MAX_SOURCES:
+            raise UsageError(f"more than {SCAN_MAX_SOURCES:,} sources in the list: a scan reads at most that many")
+        sources[line] = None
+    return SourceList(list(sources), lines - len(sources))
 
 
 #: the request a scan's options make, parsed once per options (RunOptions -> a Request for the first source)
@@ -784,10 +961,10 @@ def scan_one(source: str, options: RunOptions) -> dict[str, Any]:
     try:
         request = scan_request(options, source)
         return check_report(request, options, whole_gguf_repo=False)  # one row per source: name the quant
-    except HfvramError as error:
-        return error_dict(source, error)
     except Exception as error:  # one broken source must not stop the others
-        return error_dict(source, error)
+        from hfvram.redaction import redact_document
+
+        return redact_document(error_dict(source, error))
 
 
 VERDICT_ORDER = {"fits": 0, "tight": 1, "offload": 2, "does_not_fit": 3, None: 4}
@@ -826,6 +1003,10 @@ def fit_report(request: Request, options: RunOptions) -> dict[str, Any]:
         request, loaded, tried = auto_quant(request, loaded)
     choice = engine_choice(request, loaded)
     document = fit_document(loaded, request.hardware, choice, workload(request))
+    from hfvram.estimate.core import estimate
+    from hfvram.estimate.launch import largest_batch
+
+    document["largest_batch"] = largest_batch(estimate(loaded.spec, request.hardware, choice, workload(request)))
     notes = list(request.notes)
     if request.quant is not None:
         from hfvram import quant
@@ -844,7 +1025,9 @@ def fit_report(request: Request, options: RunOptions) -> dict[str, Any]:
         from hfvram.estimate import offload
 
         document["offload_plan"]["command"] = offload.command_line(plan, plan.usage.settings, model_argument(loaded))
-    return document
+    from hfvram.redaction import redact_document
+
+    return redact_document(document)
 
 
 # ---- calibrate ----------------------------------------------------------------------------------------------------

@@ -9,6 +9,12 @@ A large scan is bound by one core (parsing answers and estimating cost a few mil
 is spread over worker processes, one per core (at most ``MAX_PROCESSES``), each with its share of the jobs;
 results come back to this process as JSON over a pipe, in the order they finish. ``HFVRAM_SCAN_PROCESSES``
 sets the number (1: threads only).
+
+On huggingface.co the bound is the Hub's rate limits, not the CPU: before the threads start (and before the
+workers fork, so that they inherit what was read), the repos of an owner with several sources in the list are
+looked up in that owner's listing (``hub.read_owner_listings``: up to 1,000 model infos an API request), which
+spares each of them its model-info request; every request then goes through the one quota budget of
+``http.quota_budget``, shared by the threads and the worker processes.
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ MAX_PROCESSES = 4
 #: a list shorter than this, or fewer jobs, stays in one process (a worker's start costs more than it saves)
 MIN_SOURCES_PER_PROCESS = 32
 MIN_JOBS_FOR_PROCESSES = 8
+#: an owner with fewer sources than this is not looked up in its listing (``hub.LISTING_MIN_REPOS``)
+LISTING_MIN_REPOS = 8
 #: connections kept besides one per job (the redirect target of a Range, the model-info host)
 EXTRA_CONNECTIONS = 4
 
@@ -122,18 +130,67 @@ def run_scan(
     *,
     failed: Callable[[str, Exception], Report],
     render: Callable[[Report], Report] | None = None,
+    token: str | None = None,
+    offline: bool = False,
 ) -> None:
     """``emit(render(work(source)))`` for every source, as each finishes (any order); in this process or in worker
     processes (see the module docstring). ``render`` (default: none) turns a report into what is handed back,
     where the work is done: a worker process then sends the finished output (a JSON line) rather than the report
     for this process to decode and encode again. ``failed(source, error)`` stands in for a source whose worker
-    process died before answering. KeyboardInterrupt propagates after the workers are stopped."""
+    process died before answering. KeyboardInterrupt propagates after the workers are stopped. ``token`` /
+    ``offline``: as the sources are read (for the owners' listings read first)."""
     from hfvram.sources.http import scan_token
 
     if render is not None:
         work, failed = _rendered(work, failed, render)
     with scan_token():  # the token looked up once (the worker processes inherit it)
+        if not offline:
+            read_listings(sources, token)
         _run_scan(sources, work, jobs, emit, failed)
+
+
+def listing_candidates(sources: Sequence[str]) -> list[str]:
+    """The Hub repos of ``sources`` read at their main branch whose facts the facts cache does not hold fresh."""
+    from hfvram.errors import HfvramError
+    from hfvram.sources.cache import FactsCache
+    from hfvram.sources.resolve import HubSource, parse_source
+
+    cache = FactsCache()
+    names: list[str] = []
+    seen: set[str] = set()
+    for source in sources:
+        try:
+            parsed = parse_source(source)
+        except HfvramError:
+            continue
+        if not isinstance(parsed, HubSource) or parsed.revision is not None or parsed.repo_id in seen:
+            continue
+        seen.add(parsed.repo_id)
+        if cache.resolve(parsed.repo_id, "main") is None:
+            names.append(parsed.repo_id)
+    return names
+
+
+def read_listings(sources: Sequence[str], token: str | None) -> int:
+    """The owners' listings of the sources that pay for one (see ``hub.read_owner_listings``); the API requests
+    sent. Nothing when offline or when no owner has enough sources in the list."""
+    from hfvram.sources.repo_files import offline_requested
+
+    if offline_requested():
+        return 0
+    names = listing_candidates(sources)
+    counts: dict[str, int] = {}
+    for name in names:
+        owner = name.split("/", 1)[0]
+        counts[owner] = counts.get(owner, 0) + 1
+    if max(counts.values(), default=0) < LISTING_MIN_REPOS:
+        return 0  # (and a scan answered from the facts cache never loads the HTTP stack)
+    from hfvram.sources.limits import validate_endpoint_env
+
+    validate_endpoint_env()  # before huggingface_hub's HTTP modules read HF_ENDPOINT
+    from hfvram.sources import hub
+
+    return hub.read_owner_listings(names, token)
 
 
 def _rendered(
@@ -190,3 +247,67 @@ def _run_scan(
                 process.terminate()
             process.join(timeout=5)
             receiver.close()
+
+
+def quota_eta(
+    state: dict[str, dict[str, Any]], baseline: dict[str, int], done: int, total: int, now: float
+) -> tuple[str, float, int, float] | None:
+    """The bucket whose quota bounds the rest of a scan: (bucket, seconds its quota needs for the sources left,
+    quota, window), from the requests a source has cost so far (``state``: a :class:`QuotaBudget` snapshot,
+    ``baseline``: its ``sent`` counts when the scan began); None before the Hub has stated a quota, or when no
+    bucket's quota holds the scan back."""
+    import math
+
+    if done <= 0:
+        return None
+    bound: tuple[str, float, int, float] | None = None
+    for bucket, entry in state.items():
+        quota, window = entry.get("q"), entry.get("w")
+        if not isinstance(quota, int) or quota <= 0 or not isinstance(window, (int, float)) or window <= 0:
+            continue
+        sent = int(entry.get("sent") or 0) - baseline.get(bucket, 0)
+        need = sent / done * (total - done)
+        reset = float(entry.get("reset") or 0.0)
+        left = max(0, int(entry.get("r") or 0)) if reset > now else quota
+        if need <= left:
+            continue
+        until_reset = reset - now if reset > now else float(window)
+        seconds = until_reset + (math.ceil((need - left) / quota) - 1) * float(window)
+        if bound is None or seconds > bound[1]:
+            bound = (bucket, seconds, quota, float(window))
+    return bound
+
+
+class QuotaProgress:
+    """The text of a scan's progress line that names the bucket bounding it and the ETA its quota allows
+    (read from the scan's quota budget at most twice a second)."""
+
+    def __init__(self, total: int, token: str | None) -> None:
+        self.total = total
+        self.token = token
+        self._budget: Any = None
+        self._baseline: dict[str, int] = {}
+        self._last = 0.0
+        self.text = ""
+
+    def start(self) -> None:
+        from hfvram.sources.http import quota_budget
+
+        self._budget = quota_budget(token=self.token)
+        self._baseline = {k: int(v.get("sent") or 0) for k, v in self._budget.snapshot().items()}
+
+    def update(self, done: int) -> str:
+        import time
+
+        now = time.monotonic()
+        if self._budget is None or now - self._last < 0.5:
+            return self.text
+        self._last = now
+        bound = quota_eta(self._budget.snapshot(), self._baseline, done, self.total, time.time())
+        if bound is None:
+            self.text = ""
+        else:
+            bucket, seconds, quota, window = bound
+            minutes, secs = divmod(int(seconds + 0.5), 60)
+            self.text = f"{bucket} quota {quota}/{window:g} s, ETA {minutes}:{secs:02d}"
+        return self.text

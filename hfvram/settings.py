@@ -96,6 +96,9 @@ def read_config(path: Path | None = None) -> dict[str, Any]:
         raise UsageError(f"config file {path}: not UTF-8 text") from None
     except tomllib.TOMLDecodeError as error:
         raise UsageError(f"config file {path}: not valid TOML: {error}") from None
+    except (ValueError, RecursionError) as error:  # an integer past Python's digit limit, nesting past the stack
+        why = "nested too deeply" if isinstance(error, RecursionError) else "a number too long to read"
+        raise UsageError(f"config file {path}: not valid TOML: {why}") from None
     values: dict[str, Any] = {}
     for key, value in document.items():
         if key not in KEYS:

@@ -25,7 +25,7 @@ README = ROOT / "README.md"
 COLUMNS = "120"
 BLOCK = re.compile(r"^```console\n(.*?)^```\n", re.M | re.S)
 # commands whose output depends only on the checkout (the catalogue, fixtures, packaged tables)
-RERUN = re.compile(r"^(hfvram (check|scan|fit|inspect|gpus|calibrate)\b.*|cat [\w./-]+)$", re.S)
+RERUN = re.compile(r"^(hfvram (check|scan|fit|inspect|gpus|calibrate|engines)\b.*|cat [\w./-]+)$", re.S)
 NEEDS_NETWORK = re.compile(r"^hfvram (check|scan|fit|inspect|calibrate)\b")
 LOCAL_MARKERS = ("--offline", "fixtures/")
 

@@ -13,12 +13,21 @@ Content-Length, redirect loop, invalid JSON; hostile answers: an error status wi
 bomb for a body, an answer dribbled one byte at a time, a model info listing many files (and no parameter
 counts), a redirect to a ``file://`` URL. It records every request (method, path, start, end, status,
 body bytes) for assertions, and can add a fixed latency to every answer.
+
+Rate limits as hub-docs ``rate-limits.md`` states them (off unless :meth:`HubServer.set_rate_limits` is called):
+fixed windows per bucket, ``api`` for ``/api/`` calls and ``resolvers`` for ``/resolve/`` URLs (the CDN counts in
+neither), every answer of a bucket carrying ``RateLimit: "api";r=<left>;t=<seconds to reset>`` and
+``RateLimit-Policy: "fixed window";"api";q=<quota>;w=<window>``, and a 429 (without Retry-After) over quota. The
+windows lie on one grid from the moment the limits are set, so that tests can scale them down and count the
+windows a scan used. The listing ``GET /api/models?author=&search=&filter=&sort=&limit=&expand[]=`` is built from the
+fixtures' files (the derived fields are named in fixtures/README.md) and paged with ``Link: <…>; rel="next"``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import struct
 import threading
@@ -78,6 +87,25 @@ _DTYPE_SIZES = {
 }
 
 
+#: the ``expand[]`` values the listing serves (the Hub's ``gguf`` field is not: the fixtures hold GGUF headers
+#: the server does not parse)
+LISTING_EXPAND = frozenset(
+    {"author", "config", "createdAt", "downloads", "gated", "lastModified", "likes", "pipeline_tag", "private"}
+    | {"safetensors", "sha", "siblings", "tags", "trendingScore"}
+)
+LISTING_SORTS = ("downloads", "likes", "trendingScore", "lastModified", "createdAt")
+
+
+def _popularity(repo: Repo, field: str) -> int:
+    """downloads / likes / trendingScore of a listing: the fixtures record none, so each is derived from the repo
+    id (stable, distinct per field; fixtures/README.md says so); lastModified / createdAt sort by id."""
+    if field not in ("downloads", "likes", "trendingScore"):
+        return 0
+    digest = hashlib.sha1(f"{field}:{repo.repo_id}".encode()).digest()
+    scale = {"downloads": 10_000_000, "likes": 10_000, "trendingScore": 500}[field]
+    return int.from_bytes(digest[:4], "big") % scale
+
+
 @dataclass
 class Fault:
     """One fault switch. ``kind``: delay | status | reset | ignore_range | wrong_length | redirect_loop |
@@ -121,6 +149,21 @@ class RequestRecord:
     byte_range: str | None = None
     #: (server port, client host, client port): one per TCP connection, so that tests can count the connections a client opened
     client: tuple[int, str, int] | None = None
+    #: the rate-limit bucket it counted in ("api", "resolvers"; None: none, or no limits set), and the window index
+    bucket: str | None = None
+    window: int = -1
+    #: answered 429 for being over its bucket's quota
+    limited: bool = False
+
+
+@dataclass
+class RateLimits:
+    """Fixed windows of ``window`` seconds on one grid from ``origin`` (monotonic); ``quotas[bucket]`` requests a window."""
+
+    quotas: dict[str, int]
+    window: float
+    origin: float
+    counts: dict[tuple[str, int], int]
 
 
 @dataclass
@@ -179,6 +222,7 @@ class HubFiles:
         self.repos: dict[str, Repo] = {}
         self.aliases: dict[str, str] = {}
         self._parameters: dict[int, dict[str, int]] = {}
+        self._configs: dict[int, dict | None] = {}
         self._load()
 
     def _load(self) -> None:
@@ -241,6 +285,47 @@ class HubFiles:
             self._parameters[key] = params
         return self._parameters[key]
 
+    def listed_ids(self) -> list[str]:
+        """Every repo id the server answers for (fixture repos, header repos and aliases)."""
+        return sorted({*self.repos, *self.aliases})
+
+    def config_fields(self, repo: Repo) -> dict | None:
+        """The Hub's ``config`` field of a listing: architectures, model_type and the quantization method, read
+        from the repo's config.json (None without one)."""
+        key = id(repo.files)
+        if key not in self._configs:
+            entry = repo.files.get("config.json")
+            fields: dict | None = None
+            if entry is not None:
+                try:
+                    raw = json.loads(entry.content().decode("utf-8-sig").replace("Infinity", "1e999"))
+                except ValueError:
+                    raw = None
+                if isinstance(raw, dict):
+                    fields = {k: raw[k] for k in ("architectures", "model_type") if k in raw}
+                    quant = raw.get("quantization_config")
+                    if isinstance(quant, dict):
+                        fields["quantization_config"] = {k: quant[k] for k in ("quant_method", "bits") if k in quant}
+            self._configs[key] = fields
+        return self._configs[key]
+
+    def tags(self, repo: Repo) -> list[str]:
+        """Tags as the Hub derives them from a repo's files: the weight formats it holds, ``transformers`` for a
+        config.json, ``text-generation`` for a causal LM (a ``*ForCausalLM`` architecture, or GGUF files)."""
+        names = list(repo.files)
+        tags = []
+        if any(n.endswith(".safetensors") for n in names):
+            tags.append("safetensors")
+        if any(n.lower().endswith(".gguf") for n in names):
+            tags.append("gguf")
+        config = self.config_fields(repo)
+        if config is not None:
+            tags.append("transformers")
+        archs = (config or {}).get("architectures") or []
+        if any(isinstance(a, str) and a.endswith("ForCausalLM") for a in archs) or "gguf" in tags:
+            tags.append("text-generation")
+        return tags
+
     def alias_many(self, prefix: str, count: int, targets: list[str] | None = None) -> list[str]:
         """``prefix/repo-000`` … as aliases cycling over the known repos (or ``targets``)."""
         pool = targets or sorted(self.repos)
@@ -285,6 +370,8 @@ class HubServer:
         self.disabled: set[str] = set()
         self.tokens: set[str] = set()
         self.records: list[RequestRecord] = []
+        #: the Hub's rate limits (None: not enforced, no RateLimit headers), see :meth:`set_rate_limits`
+        self.rate_limits: RateLimits | None = None
         self._lock = threading.Lock()
         self._httpd: ThreadingHTTPServer | None = None
         self._cdn: ThreadingHTTPServer | None = None
@@ -330,6 +417,36 @@ class HubServer:
             self.records.clear()
             self.latency = 0.0
             self.tree_page_size = None
+            self.rate_limits = None
+
+    def set_rate_limits(self, *, api: int = 500, resolvers: int = 3000, window: float = 300.0) -> None:
+        """Enforce fixed windows of ``window`` seconds (the anonymous plan's quotas by default), the first starting
+        now."""
+        with self._lock:
+            self.rate_limits = RateLimits({"api": api, "resolvers": resolvers}, window, time.monotonic(), {})
+
+    def admit(self, bucket: str | None) -> tuple[int, dict[str, str], bool]:
+        """Count one request in ``bucket``: (its window index, the RateLimit headers of its answer, whether it is
+        over quota). Answers over quota are not counted."""
+        limits = self.rate_limits
+        if bucket is None or limits is None:
+            return -1, {}, False
+        with self._lock:
+            now = time.monotonic()
+            index = int((now - limits.origin) // limits.window)
+            quota = limits.quotas[bucket]
+            used = limits.counts.get((bucket, index), 0)
+            over = used >= quota
+            if not over:
+                used += 1
+                limits.counts[(bucket, index)] = used
+        reset = max(1, math.ceil(limits.origin + (index + 1) * limits.window - now))
+        window = int(limits.window) if float(limits.window).is_integer() else limits.window
+        headers = {
+            "RateLimit": f'"{bucket}";r={max(0, quota - used)};t={reset}',
+            "RateLimit-Policy": f'"fixed window";"{bucket}";q={quota};w={window}',
+        }
+        return index, headers, over
 
     def fault(self, match: str, kind: str, **options: object) -> Fault:
         fault = Fault(kind, **options)  # type: ignore[arg-type]
@@ -402,6 +519,22 @@ class HubHandler(BaseHTTPRequestHandler):
         self._record.status = code
         super().send_response(code, message)
 
+    def end_headers(self) -> None:
+        for key, value in getattr(self, "_limit_headers", {}).items():  # on every answer of a limited bucket
+            self.send_header(key, value)
+        super().end_headers()
+
+    def _bucket(self, path: str) -> str | None:
+        """The Hub's rate-limit bucket of a path: ``api`` for /api/, ``resolvers`` for /resolve/ URLs; the CDN
+        (the second port) counts in neither."""
+        if self.server is self.hub._cdn:
+            return None
+        if path.startswith("/api/"):
+            return "api"
+        if "/resolve/" in path:
+            return "resolvers"
+        return None
+
     def _handle(self) -> None:
         split = urlsplit(self.path)
         path = unquote(split.path)
@@ -414,9 +547,18 @@ class HubHandler(BaseHTTPRequestHandler):
             client=(self.server.server_address[1], *self.client_address[:2]),
         )
         self.hub.record(self._record)  # counted from its start: a client may see the answer before `finally`
+        self._limit_headers: dict[str, str] = {}
         try:
             if self.hub.latency:
                 time.sleep(self.hub.latency)
+            bucket = self._bucket(path)
+            window, self._limit_headers, over = self.hub.admit(bucket)
+            if self._limit_headers:
+                self._record.bucket, self._record.window, self._record.limited = bucket, window, over
+            if over:
+                message = f"You have exceeded our {bucket} rate limit. Please retry after the window resets."
+                _plain(self, 429, json.dumps({"error": message}).encode(), {"X-Error-Message": message})
+                return
             fault = self.hub.fault_for(path)
             if fault is not None and self._apply_fault(fault, path):
                 return
@@ -492,6 +634,9 @@ class HubHandler(BaseHTTPRequestHandler):
 
     # ---- routes ------------------------------------------------------------------------------
     def _route(self, path: str, query: dict[str, list[str]], fault: Fault | None) -> None:
+        if path.rstrip("/") == "/api/models":
+            self._list_models(query, fault)
+            return
         if path.startswith("/api/models/"):
             self._api(path[len("/api/models/") :], query, fault)
             return
@@ -605,6 +750,93 @@ class HubHandler(BaseHTTPRequestHandler):
             if params:
                 info["safetensors"] = {"parameters": params, "total": sum(params.values())}
         self._send_json(info, fault)
+
+    def _list_models(self, query: dict[str, list[str]], fault: Fault | None) -> None:
+        """``GET /api/models``: the repos matching ``author`` (the owner), ``search`` (in the id, any case) and
+        every ``filter`` tag, sorted by ``sort`` (descending), ``limit`` a page (at most 1,000), the next page
+        named by a ``Link`` header; with ``expand[]`` only the fields asked (an unknown one is a 400)."""
+        files = self.hub.files
+        first = {k: (v[0] if v else "") for k, v in query.items()}
+        expand = query.get("expand", []) + query.get("expand[]", [])
+        unknown = sorted(set(expand) - LISTING_EXPAND)
+        if unknown:
+            message = f'"expand" must be one of {sorted(LISTING_EXPAND)}: {unknown[0]!r} is not'
+            _plain(self, 400, json.dumps({"error": message}).encode(), {"X-Error-Message": message})
+            return
+        wanted_tags = [t for value in query.get("filter", []) for t in value.split(",") if t]
+        sort = first.get("sort") or "trendingScore"
+        if sort == "trending":
+            sort = "trendingScore"
+        if sort not in LISTING_SORTS:
+            _plain(self, 400, json.dumps({"error": f"invalid sort {sort!r}"}).encode())
+            return
+        try:
+            limit = min(1000, max(1, int(first.get("limit") or 1000)))
+            start = max(0, int(first.get("cursor") or 0))
+        except ValueError:
+            _plain(self, 400, b'{"error": "limit and cursor are numbers"}')
+            return
+        author, search = first.get("author", ""), first.get("search", "").lower()
+        items = []
+        for repo_id in files.listed_ids():
+            if author and repo_id.split("/", 1)[0] != author:
+                continue
+            if search and search not in repo_id.lower():
+                continue
+            repo = files.get(repo_id)
+            assert repo is not None
+            tags = files.tags(repo)
+            if any(t not in tags for t in wanted_tags):
+                continue
+            items.append((repo, tags))
+        items.sort(key=lambda item: (-_popularity(item[0], sort), item[0].repo_id))
+        page = items[start : start + limit]
+        body = [self._listing_entry(repo, tags, expand) for repo, tags in page]
+        headers = {}
+        if start + limit < len(items):
+            kept = [(k, v) for k, vs in query.items() if k != "cursor" for v in vs]
+            from urllib.parse import urlencode
+
+            following = urlencode([*kept, ("cursor", str(start + limit))])
+            headers["Link"] = f'<{self.hub.url}/api/models?{following}>; rel="next"'
+        _plain(self, 200, json.dumps(body).encode(), headers)
+
+    def _listing_entry(self, repo: Repo, tags: list[str], expand: list[str]) -> dict[str, object]:
+        files = self.hub.files
+        fields = set(expand) or {"likes", "trendingScore", "private", "downloads", "tags", "pipeline_tag", "createdAt"}
+        entry: dict[str, object] = {"_id": repo.sha[:24], "id": repo.repo_id}
+        if not expand:
+            entry["modelId"] = repo.repo_id
+        for name in ("downloads", "likes", "trendingScore"):
+            if name in fields:
+                entry[name] = _popularity(repo, name)
+        if "private" in fields:
+            entry["private"] = False
+        if "tags" in fields:
+            entry["tags"] = tags
+        if "pipeline_tag" in fields and "text-generation" in tags:
+            entry["pipeline_tag"] = "text-generation"
+        if "createdAt" in fields:
+            entry["createdAt"] = "2025-01-01T00:00:00.000Z"
+        if "lastModified" in fields:
+            entry["lastModified"] = "2025-01-01T00:00:00.000Z"
+        if "author" in fields:
+            entry["author"] = repo.repo_id.split("/", 1)[0]
+        if "sha" in fields:
+            entry["sha"] = repo.sha
+        if "siblings" in fields:
+            entry["siblings"] = [{"rfilename": name} for name in sorted(repo.files)]
+        if "gated" in fields:
+            entry["gated"] = "manual" if repo.repo_id in self.hub.gated else False
+        if "config" in fields:
+            config = files.config_fields(repo)
+            if config is not None:
+                entry["config"] = config
+        if "safetensors" in fields:
+            params = files.parameters(repo)
+            if params:
+                entry["safetensors"] = {"parameters": params, "total": sum(params.values())}
+        return entry
 
     def _send_json(self, payload: object, fault: Fault | None) -> None:
         body = json.dumps(payload).encode()

@@ -19,7 +19,7 @@ import pytest
 from spec_support import derived_spec
 
 from hfvram.errors import UsageError
-from hfvram.estimate import engine_rules
+from hfvram.estimate import common, engine_rules, releases
 from hfvram.estimate.core import estimate
 from hfvram.estimate.hardware import find_gpu, parse_gpu_spec
 from hfvram.estimate.inverse import smallest_gpu_count
@@ -88,13 +88,11 @@ def test_without_hardware_an_invalid_tp_is_a_warning_not_a_verdict():
 
 def test_smallest_gpu_count_only_returns_sizes_the_engine_accepts():
     spec = derived_spec("Qwen/Qwen2.5-72B")
-    count = smallest_gpu_count(spec, find_gpu("rtx4090"), EngineChoice("vllm"), Workload(context=8192))
+    count = smallest_gpu_count(spec, find_gpu("l40s"), EngineChoice("vllm"), Workload(context=8192))
     assert count is not None
     assert engine_rules.tp_accepted(spec, count)
     assert (
-        estimate(
-            spec, parse_gpu_spec(f"rtx4090x{count}"), EngineChoice("vllm", tp=count), Workload(context=8192)
-        ).refusal
+        estimate(spec, parse_gpu_spec(f"l40sx{count}"), EngineChoice("vllm", tp=count), Workload(context=8192)).refusal
         is None
     )
 
@@ -244,8 +242,16 @@ def test_unmodelled_releases_are_said_in_the_estimate_warnings():
     newer = run("Qwen/Qwen2.5-7B", "h100", version="9.9")
     exact = run("Qwen/Qwen2.5-7B", "h100", version="0.19")
     assert any(w.startswith("--engine vllm@0.1: older than any vllm release") and "0.6" in w for w in older.warnings)
-    assert any(w.startswith("--engine vllm@9.9: hfvram uses the 0.21 rules") for w in newer.warnings)
+    # above the newest release hfvram reviewed (read from vllm.toml [releases]): its rules and a warning naming it
+    newest = releases.newest_reviewed("vllm")
+    assert newest is not None
+    said = [w for w in newer.warnings if w.startswith("--engine vllm@9.9: newer than vllm ")]
+    assert said and f"vllm {newest.version} ({newest.date_text})" in said[0]
+    assert newer.engine["version"] == max(common.load_engine_data("vllm")["versions"], key=common.version_key)
     assert not [w for w in exact.warnings if w.startswith("--engine vllm@")]
+    # a reviewed release between rule sets uses the rule set in force at it, without a note
+    at_newest = run("Qwen/Qwen2.5-7B", "h100", version=newest.version)
+    assert not [w for w in at_newest.warnings if w.startswith("--engine vllm@")]
 
 
 # ---- 12. hybrid CUDA graphs -----------------------------------------------------------------------------------
@@ -270,7 +276,9 @@ ENGINE_TOMLS = sorted((Path(__file__).resolve().parent.parent / "hfvram" / "data
 DATA_KEYED_TABLES = frozenset(
     {
         "versions",
+        "releases",
         "max_batch_size_by_gpu_name",
+        "cudagraph_max_capture_size_by_architecture",
         "model_type_to_arch",
         "refused_vendors",
         "quant_policy_kv",

@@ -158,12 +158,25 @@ def test_cell_sizes_mla_and_hybrid_swa():
 
 
 def test_hybrid_swa_pool_and_capacity():
-    gemma = spec_of("google/gemma-2-9b-it")
-    result = run(gemma, "h100", context=8192, kv="bf16")
+    # docs/engines/sglang.md#sglang-swa-list: GptOssForCausalLM is on is_hybrid_swa_model's list: its sliding
+    # layers keep a pool of their own at swa_full_tokens_ratio
+    oss = spec_of("openai/gpt-oss-20b")
+    result = run(oss, "h100", context=8192, kv="bf16")
     assert result.engine["swa_full_tokens_ratio"] == 0.8
     tokens = result.capacity.kv_tokens
-    # the full pool bounds concurrency at context 8192 (window 4096 < 0.8 x 8192)
-    assert result.capacity.max_concurrency == pytest.approx(tokens / 8192)
+    # the full pool bounds concurrency at context 8192 (window 128 < 0.8 x 8192)
+    assert result.capacity.max_concurrency == pytest.approx(tokens / 8192, rel=1e-3)
+
+
+def test_hybrid_swa_pool_only_for_listed_architectures():
+    # Gemma2ForCausalLM is not on the list (python/sglang/srt/configs/model_config.py is_hybrid_swa_model): SGLang
+    # caches its 21 sliding layers at full length, 42 x 8 KV heads x 256 x 2 x 2 B per token, and says nothing
+    gemma = spec_of("google/gemma-2-9b-it")
+    result = run(gemma, "h100", context=8192, kv="bf16")
+    assert result.engine["swa_full_tokens_ratio"] is None
+    assert any("no separate sliding-window pool for Gemma2ForCausalLM" in w for w in result.warnings)
+    listed = load_engine_data("sglang")["defaults"]["hybrid_swa_architectures"]
+    assert "Gemma2ForCausalLM" not in listed and "GptOssForCausalLM" in listed
 
 
 def test_hybrid_linear_attention_mamba_budget():
@@ -307,3 +320,17 @@ def test_mla_latent_projections_are_whole_on_every_rank():
     spec = spec_of("deepseek-ai/DeepSeek-V3")
     result = run(spec, "h200x8", context=8192)
     assert "0.86 GiB of attention kept whole on every rank" in result.explain["weights"]
+
+
+def test_a_low_mem_fraction_static_books_sglangs_reserve_not_the_whole_slack():
+    """SGLang sizes its pool from the free memory at start (``rest = post_load_free − pre_load_free × (1 − mfs)``,
+    sglang.md#sglang-mem-fraction): at mem-fraction-static 0.2 Qwen3-0.6B on a 4090 starts with a pool of tens
+    of thousands of tokens. The 0.8 of memory outside the fraction is not used but left free: only SGLang's own
+    reserve is booked as activations, so a server that starts does not read DOES NOT FIT."""
+    from hfvram import check
+
+    low = check("Qwen/Qwen3-0.6B", gpu="rtx4090", engine="sglang", context="8k", settings=("mem-fraction-static=0.2",),
+                offline=True)  # fmt: skip
+    assert low.capacity.kv_tokens > 8192  # the pool holds a full request: the server starts
+    assert low.verdict != "does_not_fit"
+    assert low.per_gpu.activations < 0.8 * low.per_gpu.usable / 2

@@ -1,8 +1,10 @@
 """examples/ and the install paths, run as a user would copy them, offline.
 
 * hfvram is installed from a copy of this checkout into a fresh virtual environment (as `pip install
-  "git+URL@tag"` would, without the download): the environment sees the system's packages for the dependencies
-  and pip builds without isolation and without an index, so no network is needed.
+  "git+URL@tag"` would, without the download): pip builds without isolation and without an index, so no network
+  is needed, and the environment finds the dependencies where the interpreter running the tests has them
+  (`dependency_dir`: its site-packages less hfvram itself and the packaging tools), whether that interpreter is
+  the system's or a virtual environment's (as in CI, where the README's commands run in a new venv).
 * examples/github-actions.yml: its `run:` steps are executed by bash in a fresh folder, against the local test
   Hub, with that environment's `hfvram` on PATH in place of the install step.
 * examples/pre-commit-hook.yaml: copied into a fresh git repository as .pre-commit-config.yaml, pointing at a
@@ -59,6 +61,43 @@ def copy_checkout(target: Path) -> Path:
     return target
 
 
+def dependency_dir(target: Path) -> Path:
+    """A folder of links to what the running interpreter has installed, less hfvram and the packaging tools.
+
+    A virtual environment made from a venv's interpreter sees the base interpreter's packages, not the venv's
+    (virtualenv and venv both resolve to the base), so the environments these tests build are pointed here
+    instead: each finds hfvram's dependencies as the test run has them, and its own hfvram and pip first.
+    """
+    import sysconfig
+
+    skip = ("hfvram", "__editable__", "pip", "setuptools", "wheel", "pkg_resources", "_distutils_hack", "distutils")
+    target.mkdir(parents=True, exist_ok=True)
+    seen: set[str] = set()
+    for key in ("purelib", "platlib"):
+        site = Path(sysconfig.get_paths()[key])
+        if not site.is_dir():
+            continue
+        for entry in sorted(site.iterdir()):
+            name = entry.name
+            # .pth files would run in the new environment (an editable hfvram's finder among them)
+            if name in seen or name.endswith(".pth") or name.lower().replace("-", "_").startswith(skip):
+                continue
+            seen.add(name)
+            (target / name).symlink_to(entry)
+    return target
+
+
+def site_packages(python: Path) -> Path:
+    done = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return Path(done.stdout.strip())
+
+
 def git(*args: str, cwd: Path) -> str:
     command = ["git", "-c", "user.name=hfvram tests", "-c", "user.email=tests@hfvram.invalid", *args]
     return subprocess.run(command, cwd=cwd, check=True, capture_output=True, text=True, timeout=60).stdout.strip()
@@ -74,6 +113,8 @@ def installed(tmp_path_factory) -> Path:
     environ = {**os.environ, **OFFLINE_PIP}
     subprocess.run([sys.executable, "-m", "virtualenv", "-q", str(env_dir)], check=True, env=environ, timeout=120)
     python = env_dir / "bin" / "python"
+    # after the environment's own site-packages: its hfvram and pip come first
+    (site_packages(python) / "hfvram-test-dependencies.pth").write_text(f"{dependency_dir(base / 'deps')}\n")
     subprocess.run(
         [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index", str(source)],
         check=True,
@@ -181,6 +222,10 @@ def test_pre_commit_example_in_a_fresh_repository(tmp_path):
 
     environ = {**os.environ, **OFFLINE_PIP, "PRE_COMMIT_HOME": str(tmp_path / "pre-commit-home")}
     environ["HF_HUB_OFFLINE"] = "1"
+    # pre-commit's own environment (built by virtualenv from the base interpreter) finds the dependencies here;
+    # pip counts what is on the path as installed, so `pip install .` of the hook repository needs no index
+    deps = dependency_dir(tmp_path / "deps")
+    environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(deps), environ.get("PYTHONPATH", "")]))
 
     def pre_commit() -> subprocess.CompletedProcess:
         command = [sys.executable, "-m", "pre_commit", "run", "--all-files", "--color", "never"]

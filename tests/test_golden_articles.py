@@ -226,8 +226,9 @@ def test_article_003_kv_per_1000_tokens_of_the_two_hybrids(qwen27b_4bit, qwen36_
 
 @pytest.mark.xfail(
     strict=True,
-    reason="known gap: hfvram predicts 8.75 GB of overhead (−34 %) and 13.73 GB of KV "
-    "(+67 %) for the hybrid MoE; no principled term explains the missing ~2 GB per card "
+    reason="known gap: hfvram predicts 9.85 GB of overhead (−26 %) and 12.57 GB of KV "
+    "(+53 %) for the hybrid MoE under the vLLM 0.27 rules the article ran; no principled term explains the missing "
+    "~1.7 GB per card "
     "(docs/methodology.md §2, 'Hybrid linear-attention overhead')",
 )
 def test_article_003_35b_a3b_overhead_and_kv(qwen36_35b_a3b_4bit):

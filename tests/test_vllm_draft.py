@@ -131,6 +131,9 @@ def test_a_draft_with_another_vocabulary_is_refused_by_vllm(hub):
     drafted = check(TARGET, "--gpu", "h100x4", "--engine", "vllm", "--engine-args", f"--speculative-config '{qwen}'")
     vocab = config_of("Qwen/Qwen3-0.6B")["vocab_size"]
     assert any(f"vocabulary ({vocab}) is not the target's" in w for w in drafted["warnings"])
+    # the refusal is the verdict: vLLM does not start (exit 1 with the engine's reason)
+    assert drafted["verdict"] == "does_not_fit"
+    assert drafted["verdict_reason"].startswith("engine rule: vLLM refuses the draft model: its vocabulary")
 
 
 def test_other_engines_read_no_draft(hub):

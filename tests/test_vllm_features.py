@@ -189,11 +189,15 @@ def test_mtp_draft_loads_its_layer_and_caches_in_the_same_pool():
     assert any("drafter's own profile-run activations and CUDA graphs are not" in w for w in mtp.warnings)
 
 
-def test_mtp_without_mtp_layers_is_a_warning():
+def test_mtp_without_mtp_layers_is_refused():
+    """vLLM's SpeculativeConfig finds no ``n_predict`` for a model without MTP layers and does not start: the
+    verdict is the refusal, with the engine's reason."""
     result = run(
         "meta-llama/Llama-3.1-8B-Instruct", speculative_config='{"method": "mtp", "num_speculative_tokens": 1}'
     )
     assert any("states no multi-token-prediction layers" in w for w in result.warnings)
+    assert result.verdict == "does_not_fit"
+    assert result.refusal.startswith("vLLM refuses speculative decoding (mtp, 1 tokens)")
 
 
 @pytest.mark.parametrize(

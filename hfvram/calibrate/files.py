@@ -6,6 +6,7 @@ imported only when a calibration is read or applied."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -14,7 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hfvram.errors import MalformedFileError, UsageError
+from hfvram.errors import HfvramError, MalformedFileError, UsageError
 
 if TYPE_CHECKING:
     from hfvram.calibrate.logs import Measured
@@ -137,6 +138,8 @@ def load_calibration_file(path: Path) -> dict[str, object]:
 
     try:  # capped, regular files only (not /dev/zero, not a FIFO)
         record = json.loads(read_user_file(str(path), byte_cap("local_json"), what="calibration file"))
+    except HfvramError:
+        raise
     except (OSError, ValueError, RecursionError) as error:
         raise MalformedFileError(f"not a calibration file ({error})", file=str(path)) from None
     if not isinstance(record, dict) or record.get("schema") != CALIBRATION_SCHEMA:
@@ -145,7 +148,30 @@ def load_calibration_file(path: Path) -> dict[str, object]:
         value = record.get(key)
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
             raise MalformedFileError("must be a non-negative integer (bytes) or null", file=str(path), field=key)
+    _bounded_numbers(record, str(path))
     return record
+
+
+def _bounded_numbers(record: object, path: str, where: str = "") -> None:
+    """Every number of a calibration record finite and at most the bytes of the largest GPU set hfvram models
+    (bounds.toml [hardware]): a saved file is read back as data, and a huge figure would overflow the estimate."""
+    from hfvram.datafiles import data_table
+
+    bounds = data_table("bounds.toml")["hardware"]
+    most = int(bounds["maximum_memory_bytes"]) * int(bounds["maximum_gpu_count"])
+    stack: list[tuple[str, object]] = [(where, record)]
+    while stack:
+        name, value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend((f"{name}.{key}" if name else str(key), item) for key, item in value.items())
+        elif isinstance(value, list):
+            stack.extend((f"{name}[{index}]", item) for index, item in enumerate(value))
+        elif (
+            isinstance(value, int | float)
+            and not isinstance(value, bool)
+            and not (abs(value) <= most and (isinstance(value, int) or math.isfinite(value)))
+        ):
+            raise MalformedFileError(f"implausible number (at most {most:,})", file=path, field=name[:80])
 
 
 def find_calibration(engine: str, gpu_id: str, directory: Path | None = None) -> tuple[Path, dict[str, object]] | None:

@@ -297,7 +297,10 @@ def parse_vllm_log(text: str | list[str]) -> Measured:
     if match := _last(VLLM_REQUESTED, lines):
         util = float(match["util"])
         details["requested memory"] = f"{match['req']} GiB at util {util:g}"
-    if util is None and (match := _last(VLLM_UTIL_ARG, lines)):
+    if (match := _last(VLLM_UTIL_ARG, lines)) and not 0 < float(match["util"]) <= 1:
+        # the server's own argument line is absurd: the log is not one to calibrate from, whatever else it says
+        raise UsageError(f"log file: gpu_memory_utilization {match['util'][:40]}: implausible (expected 0 to 1)")
+    if util is None and match:
         util = float(match["util"])
     if total is None and (match := _last(VLLM_TOTAL_MEMORY, lines)):
         total = _gib(match["total"])
@@ -481,7 +484,34 @@ def parse_log(text: str, engine: str | None = None) -> Measured:
             "no vLLM, llama.cpp or SGLang start-up lines found in the log "
             "(vLLM: 'Model loading took …', llama.cpp: '… model buffer size = …')"
         )
-    return parsers[engine](lines)
+    return plausible(parsers[engine](lines))
+
+
+def plausible(measured: Measured) -> Measured:
+    """``measured`` when every figure is one a real start-up prints; else a usage error naming the figure (a log
+    that says ``tensor_parallel_size=0`` or ``gpu_memory_utilization 99999.5`` is not calibrated from). The bounds
+    are hfvram/data/bounds.toml's: a GPU's memory, a GPU count, a context."""
+    from hfvram.datafiles import data_table
+
+    bounds = data_table("bounds.toml")
+    most_bytes = int(bounds["hardware"]["maximum_memory_bytes"]) * int(bounds["hardware"]["maximum_gpu_count"])
+    most_tokens = int(bounds["config"]["positions"]["maximum"])
+    checks: list[tuple[str, float | int | None, float, float]] = [
+        ("tensor_parallel_size", measured.tp, 1, int(bounds["hardware"]["maximum_gpu_count"])),
+        ("gpu_memory_utilization", measured.gpu_util, 1e-9, 1.0),
+        ("context", measured.context, 1, most_tokens),
+        ("KV cache tokens", measured.kv_tokens, 0, most_tokens * 1_000_000),
+        ("maximum concurrency", measured.max_concurrency, 0, 1e12),
+        *((name, getattr(measured, name), 0, most_bytes) for name in BYTE_FIELDS),
+    ]
+    for name, value, least, most in checks:
+        if value is not None and not least <= value <= most:
+            raise UsageError(f"log file: {name} {str(value)[:40]}: implausible (expected {least:g} to {most:g})")
+    return measured
+
+
+#: the Measured fields that are bytes
+BYTE_FIELDS = ("weights", "kv_cache", "activations", "overhead", "total_memory")
 
 
 def measured_dict(measured: Measured) -> dict[str, object]:

@@ -89,7 +89,8 @@ def estimate_memory(spec: ModelSpec, hardware: Hardware | None, choice: EngineCh
     quant_refusal, quant_notes = engine_rules.quant_tp_refusal(name, spec, result.tp, hardware, defaulted=tp_defaulted)
     notes += quant_notes
     refusals = [
-        engine_rules.platform_refusal(name, hardware),
+        result.refusal,  # the profile's own (vLLM's speculative-decoding checks)
+        engine_rules.platform_refusal(name, hardware, common.setting(choice, "backend")),
         engine_rules.tp_refusal(name, spec, result.tp, defaulted=tp_defaulted),
         quant_refusal,
         context_refusal(name, spec, choice, result),

@@ -11,6 +11,7 @@ not change memory is returned in ``ignored`` so the CLI can say so.
 from __future__ import annotations
 
 import difflib
+import math
 import os
 import re
 import shlex
@@ -22,6 +23,7 @@ from typing import Any
 from hfvram.datafiles import data_table
 from hfvram.errors import UsageError
 from hfvram.estimate.types import EngineChoice
+from hfvram.redaction import HEADER_FLAGS, MASK, is_secret_name, redact, redact_words
 
 _ENV_ASSIGNMENT = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>.*)$", re.S)
 _NUMBER = re.compile(r"^-?\d+(?:\.\d+)?$")
@@ -30,6 +32,8 @@ _VLLM_INT = re.compile(r"^(?P<number>\d+(?:\.\d+)?)(?P<suffix>[kKmMgGtT]?)$")
 _BYTES = re.compile(r"^(?P<number>\d+(?:\.\d+)?)\s*(?P<unit>[a-z]*)$", re.I)
 _SETTING_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 #: interpreters and launchers that may precede the engine's own program
+#: the canonical name a secret flag is filed under: never a setting, never shown with its value
+SECRET_FLAG = "\0secret"
 _LAUNCHERS = frozenset({"python", "python3", "uv", "run", "sudo", "env", "exec", "nohup", "time", "-u", "-m"})
 
 _BYTE_UNITS = {
@@ -101,13 +105,17 @@ def parse_size_tokens(text: str) -> int:
 
     UsageError for anything else (``12q``, ``0``, ``-5``, ``1.3k`` that is not a whole token count)."""
     cleaned = str(text).strip().replace(",", "").replace("_", "")
-    match = _TOKENS.match(cleaned)
+    shown = repr(str(text)[:80])
+    match = _TOKENS.match(cleaned) if len(cleaned) <= 40 else None
     if not match:
-        raise UsageError(f"{text!r} is not a token count (examples: 8k, 32k, 128k, 131072, 1m)")
+        raise UsageError(f"{shown} is not a token count (examples: 8k, 32k, 128k, 131072, 1m)")
     multiplier = {"": 1, "k": 1024, "m": 1024 * 1024}[match["suffix"].lower()]
     value = float(match["number"]) * multiplier
+    maximum = int(data_table("bounds.toml")["config"]["positions"]["maximum"])
+    if not value <= maximum:  # also inf: a 40-digit number overflows nothing, but no model reads that far
+        raise UsageError(f"{shown} tokens: implausible (hfvram's bound: at most {maximum:,})")
     if value != int(value) or value < 1:
-        raise UsageError(f"{text!r} is not a whole, positive number of tokens")
+        raise UsageError(f"{shown} is not a whole, positive number of tokens")
     return int(value)
 
 
@@ -137,10 +145,17 @@ def _setting_number(value: str) -> float | None:
 def check_setting(name: str, value: str) -> None:
     """UsageError (exit 2) for a whole-number setting the engine refuses: below its minimum
     (engine_args.toml [limits]) or above bounds.toml [settings] maximum. Other values are left to the engine."""
+    shown = value if len(value) <= 24 else value[:21] + "..."
     number = _setting_number(value) if name != "revision" else None
+    if number is None and name != "revision":
+        try:  # what else Python reads as a number (1e308, nan, inf) must be a finite, bounded one too
+            number = float(value.strip().replace("_", "")) if len(value) <= 400 else None
+        except ValueError:
+            number = None
+        if number is not None and not math.isfinite(number):
+            raise UsageError(f"setting {name}={shown}: not a finite number")
     if number is None:
         return
-    shown = value if len(value) <= 24 else value[:21] + "..."
     maximum = int(data_table("bounds.toml")["settings"]["maximum"])
     if abs(number) > maximum:
         raise UsageError(f"setting {name}={shown}: implausible value (hfvram's bound: at most {maximum:,})")
@@ -176,7 +191,16 @@ def parse_set_options(options: Iterable[str]) -> dict[str, str]:
 # ---- command lines -------------------------------------------------------------------------------
 
 
+#: the longest pasted command line read (a real one is a few KiB, a JSON-valued flag included); shlex's cost grows
+#: with the square of a word's length, so a longer paste is refused before it is split
+MAX_CMDLINE_CHARS = 32 * 1024
+
+
 def _split(cmdline: str) -> list[str]:
+    if len(cmdline) > MAX_CMDLINE_CHARS:
+        raise UsageError(
+            f"the engine command line is {len(cmdline):,} characters: hfvram reads at most {MAX_CMDLINE_CHARS:,}"
+        )
     joined = re.sub(r"\\\r?\n", " ", cmdline)  # shell line continuations
     try:
         return shlex.split(joined, comments=True)
@@ -260,6 +284,13 @@ def _flags(tokens: list[str], table: Mapping[str, Any] | None) -> tuple[list[tup
                 positionals.append(token)
             continue
         name, sep, value = token.partition("=")
+        if _secret_flag(name):
+            # a secret's value is never kept or shown, even when it starts with "-" (``--api-key -x``) or runs over
+            # several words (``--api-key two words``): everything up to the next long flag goes with it
+            if not sep:
+                index = _skip_secret_value(tokens, index)
+            flags.append((SECRET_FLAG, "", f"{name} {MASK}"))
+            continue
         attached = _attached_short_value(name, aliases) if not sep else None
         if attached:  # argparse's "-O3" / "-c8192": a short flag with its value attached
             name, value, sep = attached[0], attached[1], "="
@@ -274,12 +305,27 @@ def _flags(tokens: list[str], table: Mapping[str, Any] | None) -> tuple[list[tup
     return flags, positionals
 
 
+def _secret_flag(name: str) -> bool:
+    return is_secret_name(name) or name.lower() in HEADER_FLAGS
+
+
+def _skip_secret_value(tokens: list[str], index: int) -> int:
+    """The index after a secret flag's value: its next word whatever it starts with, and the plain words after it."""
+    if index < len(tokens):
+        index += 1
+    while index < len(tokens) and not tokens[index].startswith("--"):
+        index += 1
+    return index
+
+
 def _attached_short_value(token: str, aliases: Mapping[str, str]) -> tuple[str, str] | None:
-    """("-c", "8192") for ``-c8192`` when ``c`` is a short flag of the engine and the rest is a number."""
+    """("-c", "8192") for ``-c8192`` when ``c`` is a short flag of the engine and the rest is a number; only cuts
+    within the engine's longest alias are tried, so a megabyte-long word costs one pass."""
     if token.startswith("--") or not token.startswith("-") or token[1:] in aliases:
         return None
     body = token[1:]
-    for cut in range(len(body) - 1, 0, -1):
+    longest = max((len(alias) for alias in aliases), default=0)
+    for cut in range(min(len(body) - 1, longest), 0, -1):
         if body[:cut] in aliases and _NUMBER.match(body[cut:]):
             return "-" + body[:cut], body[cut:]
     return None
@@ -332,6 +378,8 @@ def _fields(engine: str | None, settings: Mapping[str, str], ignored: list[str])
             found[key] = _to_int(value, flag, engine)
         elif key == "gpu_util":
             found[key] = _to_float(value, flag)
+        elif key == "context" and engine == "vllm" and value.strip().lower() in ("auto", "-1"):
+            continue  # vLLM picks the length (docs/engines/vllm.md#vllm-auto-length): the setting says so
         elif key == "context":
             context = _to_int(value, flag, engine)
             if context > 0:
@@ -359,12 +407,13 @@ def parse_engine_args(cmdline: str) -> ParsedEngineArgs:
     ignored: list[str] = []
     launcher = [t for t in tokens[:program_index] if not _ENV_ASSIGNMENT.match(t)]
     if any(not _is_launcher(t) for t in launcher):
-        ignored.append(f"{' '.join(launcher)}: launcher, not the engine's arguments")
+        ignored.append(f"{' '.join(redact_words(launcher))}: launcher, not the engine's arguments")
     if table is None:  # unknown program: skip its name (and a script) up to the first flag
         while start < len(tokens) and not tokens[start].startswith("-"):
             start += 1
         if start:
-            ignored.append(f"{' '.join(tokens[:start])}: not a known engine (flags read by their names only)")
+            shown = " ".join(redact_words(tokens[:start]))
+            ignored.append(f"{shown}: not a known engine (flags read by their names only)")
 
     rest = tokens[start:]
     if table is not None:
@@ -379,7 +428,9 @@ def parse_engine_args(cmdline: str) -> ParsedEngineArgs:
     model_flags = table["model_flags"] if table else _tables()["generic"]["fields"]["model"]
     allowed = set(table["settings"]) if table else None
     for canonical, value, typed in flags:
-        if canonical in model_flags:
+        if canonical == SECRET_FLAG:
+            ignored.append(f"{typed}: not read (a secret; hfvram reads the flags that change memory only)")
+        elif canonical in model_flags:
             model = value
         elif allowed is None or canonical in allowed:
             settings[canonical] = value
@@ -388,13 +439,15 @@ def parse_engine_args(cmdline: str) -> ParsedEngineArgs:
             hint = f"; did you mean --{close[0]}?" if close else ""
             ignored.append(f"{typed}: not read (hfvram reads the flags that change memory only{hint})")
     for token in positionals:
-        ignored.append(f"{token}: unexpected positional argument")
+        ignored.append(f"{redact(token)}: unexpected positional argument")
     env_map = table.get("env", {}) if table else {}
     for name, value in env.items():
         if name in env_map:
             settings[env_map[name]] = value
         else:
-            ignored.append(f"{name}={value}: environment variable not modelled")
+            ignored.append(
+                f"{name}={MASK if is_secret_name(name) else redact(value)}: environment variable not modelled"
+            )
 
     for name, value in settings.items():
         check_setting(name, value)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from functools import cache
@@ -20,7 +21,7 @@ from typing import Any
 
 from hfvram.datafiles import data_table
 from hfvram.errors import UsageError
-from hfvram.estimate import common
+from hfvram.estimate import common, releases
 from hfvram.estimate.types import VERDICT_DOES_NOT_FIT, EngineChoice, Estimate, Hardware, Workload
 from hfvram.spec import LayerKind, ModelSpec
 
@@ -433,12 +434,35 @@ def _quant_tp_refusal(
 # ---- hardware --------------------------------------------------------------------------------------------
 
 
-def platform_refusal(engine: str, hardware: Hardware | None) -> str | None:
-    """Why the engine does not run on this GPU's vendor (``[accepts.refused_vendors]``), or None."""
+def platform_refusal(engine: str, hardware: Hardware | None, backend: str | None = None) -> str | None:
+    """Why the engine does not run on this GPU (a row of hfvram/data/engine_platforms.toml: by vendor, or by a
+    vendor's device family), or None. ``backend``: the engine's ``backend`` setting when one is given."""
     if hardware is None:
         return None
-    reason = dict(accepts(engine).get("refused_vendors", {})).get(hardware.gpu.vendor)
-    return f"{engine} does not run on {hardware.gpu.name}: {reason}" if reason else None
+    gpu = hardware.gpu
+    architecture: str | None = None
+    for row in data_table("engine_platforms.toml").get("refused", ()):
+        if row["engine"] != engine or row["vendor"] != gpu.vendor:
+            continue
+        if "backend" in row and backend is not None and backend.strip().lower() != row["backend"]:
+            continue
+        if "architecture" in row:
+            if architecture is None:
+                architecture = _architecture(gpu.id)
+            if not re.search(str(row["architecture"]), architecture):
+                continue
+        return f"{engine} does not run on {gpu.name}: {row['reason']}"
+    return None
+
+
+def _architecture(gpu_id: str | None) -> str:
+    """The catalogue's architecture field of a GPU id ("" for a GPU the catalogue does not hold)."""
+    from hfvram.estimate.hardware import catalog_row
+
+    try:
+        return str(catalog_row(gpu_id).get("architecture") or "") if gpu_id else ""
+    except (UsageError, KeyError):
+        return ""
 
 
 # ---- releases --------------------------------------------------------------------------------------------
@@ -454,12 +478,15 @@ def version_warnings(engine: str, requested: str | None, rule_versions: Iterable
         return []
     used = common.pick_rule_version(requested, ordered)
     width = min(len(want), len(common.version_key(used)), 2)
-    if want[:width] == common.version_key(used)[:width]:
-        return []
     if want < common.version_key(ordered[0]):
         return [
             f"--engine {engine}@{requested}: older than any {engine} release hfvram models; the {used} rules are used"
         ]
+    newer = newer_than_reviewed(engine, requested, used)
+    if newer is not None:
+        return [newer]
+    if releases.covered(engine, requested) or want[:width] == common.version_key(used)[:width]:
+        return []
     if used == ordered[-1]:
         return [
             f"--engine {engine}@{requested}: hfvram uses the {used} rules, the newest {engine} release whose "
@@ -469,6 +496,28 @@ def version_warnings(engine: str, requested: str | None, rule_versions: Iterable
         f"--engine {engine}@{requested}: hfvram uses the {used} rules (the newest change to {engine}'s memory "
         f"accounting it knows at or before {requested})"
     ]
+
+
+def newer_than_reviewed(engine: str, requested: str, used: str) -> str | None:
+    """The warning for a release above the newest one whose changes hfvram reviewed (``[releases]`` of the
+    engine's data file), naming that release and its date; None when the data lists no releases or the request
+    is not newer."""
+    newest = releases.newest_reviewed(engine)
+    if newest is None or common.version_key(requested) <= common.version_key(newest.version):
+        return None
+    known = releases.newest_known(engine)
+    listed = (
+        f"; {engine} {known.version} is known to exist ({known.date_text}), its changes not read"
+        if known is not None
+        and known is not newest
+        and common.version_key(known.version) >= common.version_key(requested)
+        else ""
+    )
+    return (
+        f"--engine {engine}@{requested}: newer than {engine} {newest.version} ({newest.date_text}), the newest release "
+        f"whose memory accounting hfvram has reviewed; its rules (the {used} rule set) are used, and a change "
+        f"made after it would not be reflected{listed}"
+    )
 
 
 # ---- decode speed ----------------------------------------------------------------------------------------

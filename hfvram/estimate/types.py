@@ -108,6 +108,9 @@ class Workload:
     concurrency: int = 1
     #: "auto" = the engine's rule; else bf16 / fp16 / fp8 / q8_0 / q4_0 / …
     kv_dtype: str = "auto"
+    #: the longest length an engine's automatic length may pick (``--max-context-cap``; vLLM ``--max-model-len
+    #: auto``); None = the model's own limit
+    context_cap: int | None = None
 
 
 @dataclass(frozen=True)

@@ -68,8 +68,11 @@ def _family(choice: Any) -> ModuleType:
 
 
 def apply(spec: Any, choice: Any) -> Any:
-    """``spec`` as if stored as ``choice`` (the family's ``apply``)."""
-    return _family(choice).apply(spec, choice)
+    """``spec`` as if stored as ``choice`` (the family's ``apply``), holding the checkpoint's own parameter count
+    (:func:`hfvram.quant.conserve.conserve`)."""
+    from hfvram.quant.conserve import conserve
+
+    return conserve(spec, _family(choice).apply(spec, choice), label(choice))
 
 
 def engine_rule(choice: Any, engine: str, hardware: Any) -> tuple[str | None, tuple[str, ...]]:

@@ -11,6 +11,7 @@ row length: the HF ``[out, in]`` weight is ``ne = (in, out)``).
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -23,6 +24,8 @@ from hfvram.spec import LayerKind, ModelSpec
 TABLE = "quant/gguf.toml"
 
 _BLOCK = re.compile(r"^(?:.*\.)?layers\.(\d+)\.(.+)\.(weight|bias)$")
+#: a block tensor without a ".weight" / ".bias" suffix (Mamba-2's ``mixer.A_log``, ``mixer.D``)
+_BARE = re.compile(r"^(?:.*\.)?layers\.(\d+)\.(.+\.[A-Za-z_]+)$")
 #: experts stored fused as 3-D tensors (gpt-oss, Llama 4): [E, hidden, 2·ff] gate_up, [E, ff, hidden] down
 _FUSED = re.compile(r"^(?:.*\.)?layers\.(\d+)\.(?:mlp|feed_forward)\.experts\.(gate_up_proj|down_proj)(_bias)?$")
 _SINKS = re.compile(r"^(?:.*\.)?layers\.(\d+)\.self_attn\.sinks$")
@@ -67,6 +70,8 @@ class ConvertedModel:
     n_expert: int
     tensors: list[GgufTensor]
     warnings: list[str] = field(default_factory=list)
+    #: parameters per component the converter leaves out of this file (the vision tower, MTP layers)
+    dropped: dict[str, int] = field(default_factory=dict)
 
 
 def gguf_arch_of(spec: ModelSpec) -> str:
@@ -134,7 +139,7 @@ def _convert(spec: ModelSpec) -> ConvertedModel:
     for info, copies in hf:
         component = _hf_component(info.name, num_layers)
         if component in dropped:
-            dropped[component] += copies
+            dropped[component] += math.prod(info.shape) * copies
             continue
         ne = tuple(int(n) for n in reversed(info.shape))
         fused = _fused_experts(info.name, info.shape, component)
@@ -147,6 +152,17 @@ def _convert(spec: ModelSpec) -> ConvertedModel:
             tensors.append(GgufTensor(name, ne, "F32", component, int(sinks.group(1))))
             continue
         match = _BLOCK.match(info.name)
+        bare = _BARE.match(info.name) if match is None else None
+        if bare is not None:
+            layer, rest = int(bare.group(1)), bare.group(2)
+            gguf = block_names.get(rest)
+            if gguf is None:
+                unmapped.add(re.sub(r"\.\d+\.", ".#.", rest))
+                gguf = rest
+            # gguf-py writes ``dt_bias`` / ``e_score_correction_bias`` as "<name>.bias", ``A_log`` / ``D`` bare
+            name = f"blk.{layer}.{gguf}" + (".bias" if rest.endswith("_bias") else "")
+            tensors.append(GgufTensor(name, _stacked(ne, copies), "F32", component, layer))
+            continue
         if match is None:
             base, _, suffix = info.name.rpartition(".")
             key = base.rsplit(".", 1)[-1]
@@ -155,7 +171,8 @@ def _convert(spec: ModelSpec) -> ConvertedModel:
                 unmapped.add(key)
                 gguf = base
             name = f"{gguf}.{suffix}"
-            tensors.append(GgufTensor(name, ne, _converter_type(name, len(ne)), component))
+            shape = _stacked(ne, copies)
+            tensors.append(GgufTensor(name, shape, _converter_type(name, len(shape)), component))
             continue
         layer, rest, suffix = int(match.group(1)), match.group(2), match.group(3)
         expert = _EXPERT.match(rest)
@@ -169,7 +186,10 @@ def _convert(spec: ModelSpec) -> ConvertedModel:
             unmapped.add(re.sub(r"\.\d+\.", ".#.", rest))
             gguf = rest
         name = f"blk.{layer}.{gguf}.{suffix}"
-        tensors.append(GgufTensor(name, ne, _converter_type(name, len(ne)), component, layer))
+        # a tensor standing for several (experts under a name the table does not list) is stacked as the
+        # converters stack experts: never counted once for many
+        shape = _stacked(ne, copies)
+        tensors.append(GgufTensor(name, shape, _converter_type(name, len(shape)), component, layer))
     for (layer, gguf), (ne, count, component) in experts.items():
         name = f"blk.{layer}.{gguf}.weight"
         stacked = (*ne, count)
@@ -184,9 +204,15 @@ def _convert(spec: ModelSpec) -> ConvertedModel:
             + ": quantized by the file type's default rule"
         )
     if dropped["vision"]:
-        warnings.append("GGUF what-if: the vision tower goes to a separate mmproj GGUF (not counted here)")
+        warnings.append(
+            f"GGUF what-if: the vision tower ({dropped['vision'] / 1e9:.2f}B parameters) goes to a separate mmproj "
+            "GGUF (not counted here; --mmproj loads it)"
+        )
     if dropped["mtp"]:
-        warnings.append("GGUF what-if: multi-token-prediction layers left out (the converter does not write them)")
+        warnings.append(
+            f"GGUF what-if: multi-token-prediction layers ({dropped['mtp'] / 1e9:.2f}B parameters) left out (the "
+            "converter does not write them)"
+        )
     return ConvertedModel(
         arch=arch,
         n_layer=num_layers,
@@ -195,7 +221,13 @@ def _convert(spec: ModelSpec) -> ConvertedModel:
         n_expert=spec.num_experts or 0,
         tensors=tensors,
         warnings=warnings,
+        dropped={c: n for c, n in dropped.items() if n},
     )
+
+
+def _stacked(ne: tuple[int, ...], copies: int) -> tuple[int, ...]:
+    """``ne`` of one tensor standing for ``copies`` tensors: stacked along a new last axis when more than one."""
+    return (*ne, copies) if copies > 1 else ne
 
 
 def _fused_experts(name: str, shape: Sequence[int], component: str) -> list[GgufTensor] | None:

@@ -12,6 +12,7 @@ from collections import defaultdict
 from dataclasses import dataclass, replace
 from typing import Any
 
+from hfvram.quant.conserve import DROPPED
 from hfvram.quant.gguf_tensors import converted_model, gguf_table
 from hfvram.spec import COMPONENTS, ModelSpec, Quantization, Weights
 
@@ -134,6 +135,7 @@ def apply(spec: ModelSpec, choice: GgufChoice) -> ModelSpec:
     from hfvram.readers.tensors import params_active
 
     typed, warnings, arch = typed_tensors(spec, choice)
+    dropped = converted_model(spec).dropped
     if not typed:
         raise ValueError("no tensor list can be derived from this model's config (hidden_size or vocab_size unknown)")
     by_component: dict[str, int] = defaultdict(int)
@@ -190,6 +192,9 @@ def apply(spec: ModelSpec, choice: GgufChoice) -> ModelSpec:
             "what_if": {"quant": choice.name, "family": FAMILY, "source": source},
         }
     )
+    extra.pop(DROPPED, None)
+    if dropped:
+        extra[DROPPED] = dict(dropped)
     provenance = {**spec.provenance, "weights": source, "quantization": source}
     notes = list(warnings)
     if needs_imatrix(typed, choice):

@@ -22,6 +22,7 @@ from typing import Any
 
 from hfvram.datafiles import data_table
 from hfvram.errors import UsageError
+from hfvram.quant.conserve import DROPPED
 from hfvram.readers.tensors import TensorInfo, hf_component, params_active, tensor_nbytes
 from hfvram.spec import COMPONENTS, ModelSpec, Quantization, Weights
 
@@ -396,7 +397,18 @@ def apply(spec: ModelSpec, choice: HubChoice) -> ModelSpec:
         source=f"what-if: --quant {choice.name}",
     )
     provenance = {**spec.provenance, "weights": source, "quantization": f"what-if: --quant {choice.name}"}
-    out = replace(spec, quantization=quantization, provenance=provenance, warnings=(*spec.warnings, *warnings))
+    extra = {k: v for k, v in (spec.extra or {}).items() if k != DROPPED}
+    if dropped:
+        extra[DROPPED] = {
+            "mtp": sum(
+                math.prod(info.shape) * copies
+                for info, copies in base
+                if hf_component(info.name, num_layers=spec.num_layers) == "mtp"
+            )
+        }
+    out = replace(
+        spec, quantization=quantization, provenance=provenance, warnings=(*spec.warnings, *warnings), extra=extra
+    )
     return out.with_weights(weights, params_active(weights, out))
 
 

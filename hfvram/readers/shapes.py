@@ -65,6 +65,15 @@ SHAPE_KEYS = (
     # not shapes: the rotary share of a head, for the engines' rotary caches (hfvram/estimate/multimodal.py)
     "partial_rotary_factor",
 )
+#: vision_config model_type -> the _Builder method that derives its tower
+_VISION_TOWERS = {
+    "siglip_vision_model": "siglip_vision",
+    "llama4_vision_model": "llama4_vision",
+    "qwen3_5": "qwen_vision",
+    "qwen3_5_moe": "qwen_vision",
+    "qwen3_vl": "qwen_vision",
+    "qwen3_vl_moe": "qwen_vision",
+}
 #: DeciLM (nemotron-nas) rounds each layer's FFN width up to this multiple (modeling_decilm._find_multiple)
 _DECI_FFN_MULTIPLE = 256
 
@@ -541,6 +550,46 @@ class _Builder:
         self.plain("multi_modal_projector.mm_input_projection_weight", (hidden, text_hidden))
         self.plain("multi_modal_projector.mm_soft_emb_norm.weight", (hidden,))
 
+    def qwen_vision(self, vision: Mapping[str, Any], text_hidden: int) -> None:
+        """Qwen3-VL / Qwen3.5 vision tower (transformers Qwen3VLVisionModel; Qwen3.5 drops the deepstack mergers):
+        a biased Conv3d patch embedding, a learned position table, ``depth`` ViT blocks (LayerNorms, fused qkv,
+        fc1 → fc2) and the spatial-merge merger into the text hidden size, all under ``model.visual.``."""
+        hidden, inter = int(vision["hidden_size"]), int(vision["intermediate_size"])
+        patch, temporal = int(vision["patch_size"]), int(vision.get("temporal_patch_size", 2))
+        channels = int(vision.get("in_channels", 3))
+        merged = hidden * int(vision.get("spatial_merge_size", 2)) ** 2
+        out = int(vision.get("out_hidden_size", text_hidden))
+        base = "model.visual"
+        self.plain(f"{base}.patch_embed.proj.weight", (hidden, channels, temporal, patch, patch))
+        self.plain(f"{base}.patch_embed.proj.bias", (hidden,))
+        if vision.get("num_position_embeddings"):
+            self.plain(f"{base}.pos_embed.weight", (int(vision["num_position_embeddings"]), hidden))
+        for il in range(int(vision["depth"])):
+            p = f"{base}.blocks.{il}"
+            for norm in ("norm1", "norm2"):
+                self.plain(f"{p}.{norm}.weight", (hidden,))
+                self.plain(f"{p}.{norm}.bias", (hidden,))
+            for proj, n_out, n_in in (
+                ("attn.qkv", 3 * hidden, hidden),
+                ("attn.proj", hidden, hidden),
+                ("mlp.linear_fc1", inter, hidden),
+                ("mlp.linear_fc2", hidden, inter),
+            ):
+                self.plain(f"{p}.{proj}.weight", (n_out, n_in))
+                self.plain(f"{p}.{proj}.bias", (n_out,))
+        deepstack = vision.get("deepstack_visual_indexes") or []
+        mergers = [(f"{base}.merger", hidden)] + [
+            (f"{base}.deepstack_merger_list.{i}", merged)
+            for i in range(len(deepstack) if isinstance(deepstack, list) else 0)
+        ]
+        for merger, norm_width in mergers:
+            self.plain(f"{merger}.norm.weight", (norm_width,))
+            self.plain(f"{merger}.norm.bias", (norm_width,))
+            self.plain(f"{merger}.linear_fc1.weight", (merged, merged))
+            self.plain(f"{merger}.linear_fc1.bias", (merged,))
+            self.plain(f"{merger}.linear_fc2.weight", (out, merged))
+            self.plain(f"{merger}.linear_fc2.bias", (out,))
+
     def llama4_vision(self, vision: Mapping[str, Any], text_hidden: int) -> None:
         """Llama-4 vision tower + pixel-shuffle adapter + projector (transformers Llama4VisionModel,
         Llama4VisionPixelShuffleMLP, Llama4MultiModalProjector)."""
@@ -724,8 +773,8 @@ def _build(spec: ModelSpec, facts: Mapping[str, Any]) -> _Builder:
     if spec.multimodal and not isinstance(vision, Mapping):
         builder.warnings.append("multimodal model without its vision_config: vision tower weights not derived")
     if isinstance(vision, Mapping):
-        towers = {"siglip_vision_model": builder.siglip_vision, "llama4_vision_model": builder.llama4_vision}
-        tower = towers.get(str(vision.get("model_type")))
+        method = _VISION_TOWERS.get(str(vision.get("model_type")))
+        tower = getattr(builder, method) if method else None
         if tower is not None:
             try:
                 tower(vision, hidden)

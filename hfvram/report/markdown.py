@@ -11,6 +11,7 @@ from hfvram.report.units import count, gib, percent, tokens_short
 from hfvram.report.wording import (
     capacity_lines,
     context_grid,
+    largest_batch_line,
     smallest_gpu_line,
     split_provenance,
     verdict_note,
@@ -90,6 +91,9 @@ def check_markdown(report: Mapping[str, Any], *, explain: bool = False) -> str:
         lines.append(f"| GPU memory | {gib(per_gpu.get('memory'))} | |")
     lines.append("")
     lines += [f"- {line}" for line in capacity_lines(report)]
+    batch = largest_batch_line(report.get("largest_batch"), workload.get("context"))
+    lines += [f"- {text(batch)}"] if batch else []
+    lines += launch_markdown(report.get("launch"))
     lines += offload_markdown(report.get("offload_plan"))
     for warning in report.get("warnings") or []:
         lines.append(f"- ⚠️ {text(warning)}")
@@ -121,6 +125,22 @@ def scan_markdown(reports: Iterable[Mapping[str, Any]]) -> str:
             f"{count(capacity.get('kv_tokens'))} | {'—' if conc is None else f'{conc:.1f}'} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def launch_markdown(launch: Mapping[str, Any] | None) -> list[str]:
+    """The launch as list items: each file, then the commands, in code blocks (a fence longer than any run of
+    backticks in them)."""
+    if not launch:
+        return []
+    out = ["- **Launch**" + "".join(f" ({text(note)})" for note in launch.get("notes") or []) + ":"]
+    blocks = [(name, list(body)) for name, body in (launch.get("files") or {}).items()]
+    blocks.append(("", [str(launch.get("command") or ""), *(str(line) for line in launch.get("then") or [])]))
+    for name, body in blocks:
+        fence = "`" * max(3, 1 + max((len(run) for line in body for run in re.findall("`+", line)), default=0))
+        if name:
+            out.append(f"  - `{safe(name)}`:")
+        out += ["", f"  {fence}{'' if name else 'sh'}", *(f"  {safe(line)}" for line in body), f"  {fence}"]
+    return [*out, ""]
 
 
 def offload_markdown(plan: Mapping[str, Any] | None) -> list[str]:

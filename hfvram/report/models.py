@@ -162,7 +162,8 @@ def title(query: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> str:
             if str(quant).lower() == "auto"
             else f" · what-if --quant {safe(quant)}: weights as that format would store them"
         )
-    return f"{runs} of {counts['models']} catalogue models run on {safe(query.get('gpu'))} at {at}{what_if}"
+    where = "Hub" if query.get("hub") else "catalogue"
+    return f"{runs} of {counts['models']} {where} models run on {safe(query.get('gpu'))} at {at}{what_if}"
 
 
 def render_models(console: Any, query: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> None:

@@ -200,11 +200,31 @@ def render_check(console: Console, report: Mapping[str, Any], *, explain: bool =
         console.print(f"Decode: {offload_speed_words(report)}", highlight=False)
     elif speed is not None and verdict != "does_not_fit":
         console.print(f"Decode: ≤ {speed:,.1f} tokens/s per sequence (memory-bandwidth bound)", highlight=False)
+    from hfvram.report.wording import largest_batch_line
+
+    batch = largest_batch_line(report.get("largest_batch"), (report.get("workload") or {}).get("context"))
+    if batch:
+        console.print(Text(safe(batch)), highlight=False)
+    render_launch(console, report.get("launch"))
     render_offload_plan(console, report.get("offload_plan"))
     render_warnings(console, report.get("warnings") or [])
     if explain:
         render_term_explanations(console, terms_explain)
         render_provenance(console, (report.get("explain") or {}).get("provenance") or {}, report)
+
+
+def render_launch(console: Console, launch: Mapping[str, Any] | None) -> None:
+    """The command line that reproduces this check, unwrapped (so that it can be copied), with its notes."""
+    from hfvram.report.wording import launch_lines
+
+    lines = launch_lines(launch)
+    if not lines:
+        return
+    console.print(Text("Launch:", style="bold"), highlight=False)
+    for line in lines:
+        console.print(Text("  " + safe(line)), highlight=False, soft_wrap=True)
+    for note in (launch or {}).get("notes") or []:
+        console.print(Text("  (" + safe(note) + ")"), highlight=False, soft_wrap=True)
 
 
 def render_offload_plan(console: Console, plan: Mapping[str, Any] | None) -> None:
@@ -497,6 +517,11 @@ def render_fit(console: Console, fit: Mapping[str, Any]) -> None:
         f"  most concurrent {context} requests: [bold]{'—' if max_conc is None else f'{max_conc:.1f}'}[/bold]",
         highlight=False,
     )
+    from hfvram.report.wording import largest_batch_line
+
+    batch = largest_batch_line(fit.get("largest_batch"), fit.get("context"))
+    if batch:
+        console.print(Text("  " + safe(batch[0].lower() + batch[1:])), highlight=False)
     console.print(f"  {smallest_gpu_line(fit)}", highlight=False)
     rows = fit.get("context_table") or []
     if rows and not no_room:

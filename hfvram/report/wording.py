@@ -146,3 +146,35 @@ def what_if_lines(report: Mapping[str, Any]) -> list[str]:
         }.get(str(verdict), "none fits, not even the smallest")
         lines.append(f"--quant auto picked {auto.get('chosen')}: {why} (estimated: {tried})")
     return lines
+
+
+def launch_lines(launch: Mapping[str, Any] | None) -> list[str]:
+    """The launch as shell lines: the files to write first (``cat > Modelfile`` style headings), the command, the
+    commands after it. Empty without a launch (transformers is a library)."""
+    if not launch:
+        return []
+    lines: list[str] = []
+    for name, body in (launch.get("files") or {}).items():
+        lines.append(f"# {name}:")
+        lines += [f"#   {line}" for line in body]
+    lines.append(str(launch.get("command") or ""))
+    lines += [str(line) for line in launch.get("then") or []]
+    return lines
+
+
+def launch_command_lines(launch: Mapping[str, Any] | None) -> list[str]:
+    """Just the commands (``check --launch``): the line, then the commands after it."""
+    if not launch:
+        return []
+    return [str(launch.get("command") or ""), *(str(line) for line in launch.get("then") or [])]
+
+
+def largest_batch_line(found: Mapping[str, Any] | None, context: Any) -> str | None:
+    """``Largest batch that starts at 32k: max-num-seqs 350 (the recurrent state pool …)``; None when unknown or
+    when nothing bounds it."""
+    if not found or not found.get("value"):
+        return None  # unknown, nothing bounds it, or not one full-length sequence fits
+    return (
+        f"Largest batch that starts at {tokens_short(context)}: {found.get('setting')} {found.get('value')} "
+        f"({found.get('bound_by')}; --concurrency max uses it)"
+    )

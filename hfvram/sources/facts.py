@@ -269,10 +269,22 @@ def scaled_to_total(derived: Weights, metadata: Mapping[str, object]) -> Weights
     Parameters: the index's total_parameters when it states one, else the shapes' count scaled like the bytes."""
     total = int(metadata["total_size"])  # type: ignore[call-overload]
     stated = metadata.get("total_parameters")
+    implied = derived.params_total * total // derived.total_bytes if derived.total_bytes else derived.params_total
+    note = ""
     if isinstance(stated, int) and stated > 0:
         params = stated
+        embeddings = derived.params_by_component.get("embeddings", 0)
+        tied = "lm_head" not in derived.params_by_component
+        # some writers count a tied embedding twice in total_parameters (medgemma-27b-it: 28.84B stated, its
+        # 54.86 GB of BF16 hold 27.43B): the bytes decide when the excess is that one matrix
+        if tied and embeddings and abs(stated - embeddings - implied) <= implied * 0.005 < abs(stated - implied):
+            params = stated - embeddings
+            note = (
+                f"; total_parameters {stated:,} counts the tied embedding twice (total_size holds {params:,}):"
+                " counted once"
+            )
     else:
-        params = derived.params_total * total // derived.total_bytes if derived.total_bytes else derived.params_total
+        params = implied
     return replace(
         derived,
         total_bytes=total,
@@ -282,7 +294,7 @@ def scaled_to_total(derived: Weights, metadata: Mapping[str, object]) -> Weights
         bytes_by_dtype={},  # per-dtype bytes are not known from a total
         exact=True,
         source="model.safetensors.index.json: metadata.total_size; component split derived from config shapes, "
-        "scaled to that total",
+        "scaled to that total" + note,
     )
 
 

@@ -4,6 +4,13 @@ Every request goes through ``huggingface_hub.utils.get_session()`` (so HF_ENDPOI
 library's offline switch apply), carries the token (argument, HF_TOKEN or the saved one) and a user agent, is streamed with a
 hard byte cap, retried with bounded backoff on 429 / 5xx / transport errors, and fails as an
 :class:`~hfvram.errors.HfvramError` with one clean line. The token never enters a message.
+
+The Hub's rate limits: every answer's ``RateLimit`` / ``RateLimit-Policy`` headers (huggingface_hub's
+``parse_ratelimit_headers``) feed one :class:`~hfvram.sources.limits.QuotaBudget` per endpoint and token, kept in
+a state file next to the facts cache so that every thread and process spends the same budget; a request whose
+bucket (``api`` for ``/api/``, ``resolvers`` for ``/resolve/``; a CDN URL counts in neither) has none left waits
+for the window to reset, and a 429 that states its window is waited out (up to the window) instead of counting as
+a failed try. That waiting does not count against the request's or the source's deadline.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import math
 import os
 import random
 import threading
@@ -23,16 +31,18 @@ import httpx2
 from huggingface_hub import constants as hf_constants
 from huggingface_hub import errors as hf_errors
 from huggingface_hub import get_token
-from huggingface_hub.utils import get_session, hf_raise_for_status
+from huggingface_hub.utils import get_session, hf_raise_for_status, parse_ratelimit_headers
 
 from hfvram.errors import GatedRepoError, HfvramError, MalformedFileError, NetworkError, RepoNotFoundError
+from hfvram.redaction import redact
 from hfvram.sources.limits import (
+    QuotaBudget,
     byte_cap,
     checked_endpoint,
     current_source_deadline,
+    extend_source_deadline,
     request_deadline_seconds,
 )
-from hfvram.sources.redaction import redact
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -50,6 +60,8 @@ T = TypeVar("T")
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 MAX_TRIES = 4
 CONNECT_TRIES = 2
+#: 429 answers one request waits out (each up to its window) before it gives up
+RATE_LIMIT_WAITS = 8
 
 
 class EntryMissingError(RepoNotFoundError):
@@ -66,10 +78,20 @@ def hub_endpoint() -> str:
 
 
 def _env_float(name: str, default: float) -> float:
-    try:
-        return float(os.environ[name])
-    except (KeyError, ValueError):
+    """A number of seconds from the environment: unset or empty is the default; anything but a finite number >= 0
+    (``nan``, ``inf``, ``-1``, text) is a usage error, never a timeout that does not time out."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
         return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not (math.isfinite(value) and value >= 0) or (value == 0 and name == "HFVRAM_HTTP_TIMEOUT"):
+        from hfvram.errors import UsageError
+
+        raise UsageError(f"{name}={raw[:80]!r}: expected a finite, positive number of seconds")
+    return value
 
 
 def http_timeout() -> float:
@@ -179,6 +201,97 @@ def same_origin(url: str, other: str) -> bool:
     return (a.scheme, a.hostname, a.port) == (b.scheme, b.hostname, b.port)
 
 
+# ---- the Hub's rate limits ----------------------------------------------------------------------------------
+
+#: one budget per state file (endpoint and token), for the life of the process
+_BUDGETS: dict[str, QuotaBudget] = {}
+_BUDGETS_LOCK = threading.Lock()
+#: where the messages about waiting go (the scan's progress display sets its own)
+_SAY: list[object] = []
+
+
+def say_through(say: Callable[[str], None] | None) -> None:
+    """Print this process's rate-limit messages through ``say`` (None: straight to stderr; a forked worker
+    process always writes straight to stderr: the parent's display does not run there)."""
+    _SAY[:] = [say, os.getpid()] if say is not None else []
+
+
+def _say(message: str) -> None:
+    if _SAY and _SAY[1] == os.getpid():
+        _SAY[0](message)  # type: ignore[operator]
+        return
+    import sys
+
+    # the process's own stderr: in a scan's worker process sys.stderr may still be the parent's progress display
+    stream = sys.__stderr__ if sys.__stderr__ is not None else sys.stderr
+    with contextlib.suppress(OSError, ValueError):
+        stream.write(message + "\n")
+        stream.flush()
+
+
+def quota_budget(endpoint: str | None = None, token: str | None = None) -> QuotaBudget:
+    """The budget of ``endpoint`` (HF_ENDPOINT) with the token in use (the quota is per user, or per address
+    without one): a state file in the facts cache's folder, named by a hash of both (never the token)."""
+    import hashlib
+
+    from hfvram.sources.cache import default_cache_dir
+
+    endpoint = endpoint or hub_endpoint()
+    secret = token if token else (_SCAN_TOKEN[0] if _SCAN_TOKEN else get_token())
+    who = hashlib.sha256(secret.encode()).hexdigest()[:16] if secret else "anonymous"
+    name = hashlib.sha256(f"{endpoint}\n{who}".encode()).hexdigest()[:20]
+    try:
+        path = default_cache_dir() / f"ratelimit-{name}.state"
+    except Exception:  # no cache folder to be found: this process only
+        path = None
+    key = str(path) if path is not None else f"memory:{name}"
+    with _BUDGETS_LOCK:
+        budget = _BUDGETS.get(key)
+        if budget is None:
+            budget = _BUDGETS[key] = QuotaBudget(path, say=_say)
+    return budget
+
+
+def _forget_budgets() -> None:
+    global _BUDGETS_LOCK
+    _BUDGETS_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_budgets)
+
+
+def bucket_of(url: str, endpoint: str) -> str | None:
+    """The Hub's rate-limit bucket of a request: ``api`` for its /api/ routes, ``resolvers`` for /resolve/ URLs;
+    None for another host (the CDN a file redirects to counts in neither)."""
+    if not same_origin(url, endpoint):
+        return None
+    from urllib.parse import urlsplit
+
+    path = urlsplit(url).path
+    prefix = urlsplit(endpoint).path.rstrip("/")
+    rest = path[len(prefix) :] if path.startswith(prefix) else path
+    if rest.startswith("/api/"):
+        return "api"
+    if "/resolve/" in rest:
+        return "resolvers"
+    return None
+
+
+def _note_limits(budget: QuotaBudget, response: httpx2.Response) -> bool:
+    """Feed the RateLimit figures of the answer (and of the redirects that led to it) to the budget; True when a
+    429 stated its bucket's window (then the budget holds the next request back until it resets)."""
+    stated = False
+    for answer in (*response.history, response):
+        info = parse_ratelimit_headers(answer.headers)
+        if info is None:
+            continue
+        limited = answer.status_code == 429
+        left = 0 if limited else info.remaining
+        budget.after(info.resource_type, left, float(info.reset_in_seconds), info.limit, info.window_seconds)
+        stated = stated or limited
+    return stated
+
+
 def _retry_after_seconds(headers: Mapping[str, str]) -> float | None:
     raw = headers.get("retry-after")
     if raw is None:
@@ -277,6 +390,8 @@ class _Retry:
     problem: str
     #: the connection itself failed (DNS, refused): the network is down
     connect_failed: bool = False
+    #: a 429 that stated its bucket's window: waited out by the budget, not counted as a try
+    rate_limited: bool = False
 
 
 def _deadline() -> tuple[float, str]:
@@ -437,6 +552,9 @@ def fetch(
     slept = 0.0
     budget = retry_sleep_budget()
     last_problem = ""
+    bucket = bucket_of(url, endpoint)
+    quota = quota_budget(endpoint, token)
+    rate_waits = 0
 
     def attempt_once(final: bool, cancelled: threading.Event, box: dict[str, object]) -> Fetched | _Retry:
         remaining = max(0.01, until - time.monotonic())
@@ -452,6 +570,9 @@ def fetch(
                 extensions={"trace": _connection_trace(box)},
             ) as response:
                 box["response"] = response
+                stated = _note_limits(quota, response)
+                if response.status_code == 429 and stated and rate_waits < RATE_LIMIT_WAITS:
+                    return _Retry(None, "HTTP 429 (rate limited)", rate_limited=True)
                 if response.status_code in RETRY_STATUSES and not final:
                     return _Retry(_retry_after_seconds(response.headers), f"HTTP {response.status_code}")
                 if response.status_code >= 400:
@@ -490,7 +611,12 @@ def fetch(
                 return _Retry(None, _transport_problem(err), connect_failed=True)
             return _Retry(None, _transport_problem(err))
 
-    for attempt in range(1, MAX_TRIES + 1):
+    attempt = 1
+    while attempt <= MAX_TRIES:
+        waited = quota.before(bucket)  # the bucket's window spent: wait for it to reset (the Hub's time, not ours)
+        if waited:
+            until += waited
+            extend_source_deadline(waited)
         if time.monotonic() >= until:
             raise _deadline_error(what, deadline_words)
         outcome = _within(until, functools.partial(attempt_once, attempt == MAX_TRIES))
@@ -499,6 +625,9 @@ def fetch(
         if isinstance(outcome, Fetched):
             return outcome
         last_problem = outcome.problem
+        if outcome.rate_limited:
+            rate_waits += 1
+            continue  # the next round waits in quota.before until the window the 429 stated resets
         if outcome.connect_failed and attempt >= CONNECT_TRIES:
             break  # DNS failure / refused connection: the network is down, more tries only delay the fallback
         backoff = retry_base_seconds() * (2 ** (attempt - 1)) * (1 + random.random() / 4)
@@ -509,6 +638,8 @@ def fetch(
             raise _deadline_error(what, deadline_words)
         time.sleep(sleep_for)
         slept += sleep_for
+        attempt += 1
+    attempt = min(attempt, MAX_TRIES)
     raise NetworkError(
         f"could not fetch {what} from {redact(endpoint)}: {last_problem} "
         f"(after {attempt} tr{'y' if attempt == 1 else 'ies'})"

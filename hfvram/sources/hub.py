@@ -76,13 +76,23 @@ T = TypeVar("T")
 
 
 def fetch_repo_info(repo_id: str, revision: str | None, token: str | None) -> RepoInfo:
+    listed = _LISTED.pop(repo_id, None) if revision is None else None
+    if listed is not None:  # read from the owner's listing at the start of a scan: no request
+        return listed
     base = f"{hub_endpoint()}/api/models/{repo_id}"
     url = base if revision is None else f"{base}/revision/{quote(revision, safe='')}"
     # the query as httpx would encode params={"expand": EXPAND}, written out: the URL is parsed once, not twice
     data, _ = fetch_json(f"{url}?{EXPAND_QUERY}", token=token, repo_id=repo_id, filename=None)
+    return repo_info_from(data, repo_id, where=f"{repo_id} (Hub model info)")
+
+
+def repo_info_from(data: object, repo_id: str, *, where: str) -> RepoInfo:
+    """A model info (or one entry of a listing) with ``sha``, ``siblings``, ``gated``, ``safetensors`` expanded."""
     if not isinstance(data, dict) or not is_commit_sha(data.get("sha")):
-        raise MalformedFileError("model info without a commit sha", file=f"{repo_id} (Hub model info)")
+        raise MalformedFileError("model info without a commit sha", file=where)
     siblings = data.get("siblings") or []
+    if not isinstance(siblings, list):
+        raise MalformedFileError("siblings is not a list", file=where)
     files = tuple(s["rfilename"] for s in siblings if isinstance(s, dict) and isinstance(s.get("rfilename"), str))
     safetensors = data.get("safetensors")
     params = safetensors.get("parameters") if isinstance(safetensors, dict) else None
@@ -92,12 +102,137 @@ def fetch_repo_info(repo_id: str, revision: str | None, token: str | None) -> Re
         bad = next(k for k, v in params.items() if isinstance(v, bool) or v < 0)
         raise MalformedFileError(
             f"{str(bad)[:40]!r} is {str(params[bad])[:40]}, not an element count",
-            file=f"{repo_id} (Hub model info)",
+            file=where,
             field="safetensors.parameters",
         )
     elif sum(params.values()) == 0:
         params = None  # no elements at all says nothing: the headers are read instead
     return RepoInfo(repo_id, data["sha"], files, data.get("gated", False), params)
+
+
+# ---- owners' listings ----------------------------------------------------------------------------
+
+#: model infos read from owners' listings (repo id -> its model info at main), each used once in place of a
+#: model-info request
+_LISTED: dict[str, RepoInfo] = {}
+#: an owner with fewer repos than this in a scan gets one model-info request per repo (a listing page of an owner
+#: with thousands of repos may hold none of them); the scan applies the same bound before loading this module
+LISTING_MIN_REPOS = 8
+#: repos a listing page asks for (the Hub's largest page)
+LISTING_PAGE = 1000
+#: pages of one owner's listing read at most
+LISTING_PAGES = 50
+LISTING_EXPAND = ("sha", "siblings", "gated", "safetensors")
+
+
+#: the listing's sorts as ``models --hub --sort`` names them
+HUB_SORTS = {"downloads": "downloads", "likes": "likes", "trending": "trendingScore"}
+
+
+def list_hub_models(
+    *,
+    author: str | None,
+    search: str | None,
+    filters: Sequence[str],
+    sort: str,
+    limit: int,
+    token: str | None,
+) -> list[RepoInfo]:
+    """The Hub's own listing (``GET /api/models`` with author, search, filter, sort, ``expand[]`` sha, siblings,
+    gated, safetensors), in its order, at most ``limit`` repos (pages of up to 1,000, followed by their ``Link``
+    only on the Hub's host). Each model info is kept for the reading of that repo that follows (no model-info
+    request); an entry that does not parse is left out."""
+    import re
+
+    endpoint = hub_endpoint().rstrip("/")
+    params: Mapping[str, object] | None = {
+        k: v
+        for k, v in {
+            "author": author,
+            "search": search,
+            "filter": list(filters) or None,
+            "sort": HUB_SORTS[sort],
+            "direction": "-1",
+            "limit": str(min(limit, LISTING_PAGE)),
+            "expand[]": list(LISTING_EXPAND),
+        }.items()
+        if v
+    }
+    url: str | None = f"{endpoint}/api/models"
+    found: list[RepoInfo] = []
+    seen: set[str] = set()
+    for _ in range(min(LISTING_PAGES, -(-limit // LISTING_PAGE) + 1)):
+        if url is None or len(found) >= limit:
+            break
+        data, answer = fetch_json(url, token=token, repo_id=None, filename="the Hub's model listing", params=params)
+        if not isinstance(data, list):
+            raise MalformedFileError("the model listing is not a list", file="the Hub's model listing")
+        for entry in data[:LISTING_PAGE]:
+            name = entry.get("id") if isinstance(entry, dict) else None
+            if not isinstance(name, str) or name in seen or len(found) >= limit:
+                continue
+            try:
+                info = repo_info_from(entry, name, where=f"{name} (the Hub's model listing)")
+            except HfvramError:
+                continue
+            seen.add(name)
+            found.append(info)
+            _LISTED[name] = info
+        link = re.search(r'<([^>]{1,4000})>\s*;\s*rel="?next"?', str(answer.headers.get("link", ""))[:8000])
+        url, params = (link[1], None) if link and link[1].startswith(endpoint + "/") else (None, None)
+    return found
+
+
+def listed_count() -> int:
+    """Model infos read from listings and not used yet."""
+    return len(_LISTED)
+
+
+def read_owner_listings(repo_ids: Sequence[str], token: str | None) -> int:
+    """Read the listing (``GET /api/models?author=…`` with ``expand[]`` sha, siblings, gated, safetensors: the
+    model info of up to 1,000 repos a request) of each owner with at least ``LISTING_MIN_REPOS`` of ``repo_ids``,
+    for as long as it pays: while fewer pages were read than half the owner's repos still missing. What it finds
+    of ``repo_ids`` answers their model info without a request; a listing that fails costs nothing but its
+    requests (each repo then asks for its own model info). Returns the listing requests sent."""
+    import re
+
+    owners: dict[str, set[str]] = {}
+    for repo_id in repo_ids:
+        owners.setdefault(repo_id.split("/", 1)[0], set()).add(repo_id)
+    endpoint = hub_endpoint().rstrip("/")
+    sent = 0
+    for owner, wanted in owners.items():
+        if len(wanted) < LISTING_MIN_REPOS:
+            continue
+        missing = set(wanted) - _LISTED.keys()  # (those a listing already answered need nothing more)
+        url: str | None = f"{endpoint}/api/models"
+        params: Mapping[str, object] | None = {
+            "author": owner,
+            "limit": str(LISTING_PAGE),
+            "expand[]": list(LISTING_EXPAND),
+        }
+        pages = 0
+        while url is not None and missing and pages < LISTING_PAGES and pages < max(1, len(missing) // 2):
+            try:
+                data, answer = fetch_json(url, token=token, repo_id=None, filename=f"listing of {owner}", params=params)
+            except HfvramError:
+                break
+            pages += 1
+            sent += 1
+            if not isinstance(data, list):
+                break
+            for entry in data[:LISTING_PAGE]:
+                name = entry.get("id") if isinstance(entry, dict) else None
+                if not isinstance(name, str) or name not in missing:
+                    continue
+                try:
+                    _LISTED[name] = repo_info_from(entry, name, where=f"{name} (Hub listing of {owner})")
+                except HfvramError:
+                    continue  # that repo asks for its own model info
+                missing.discard(name)
+            link = re.search(r'<([^>]{1,4000})>\s*;\s*rel="?next"?', str(answer.headers.get("link", ""))[:8000])
+            url, params = (link[1], None) if link and link[1].startswith(endpoint + "/") else (None, None)
+    return sent
 
 
 def file_url(repo_id: str, revision: str, filename: str) -> str:
@@ -255,6 +390,9 @@ def load_hub_checkpoint(
     rev = revision or "main"
     sha = cache.resolve(repo_id, rev) if cache is not None else None
     info_json = _cached_or(cache, repo_id, sha, MODEL_INFO)
+    listed = _LISTED.pop(repo_id, None) if info_json is None and revision is None else None
+    if listed is not None:  # the owner's listing gave the model info: config.json is asked for at its commit
+        sha, info_json = listed.sha, listed.to_json()
     config_text = _cached_or(cache, repo_id, sha, "config.json")
 
     wave1: dict[str, Callable[[], object]] = {}

@@ -9,7 +9,7 @@ from pathlib import Path
 from hfvram.errors import HfvramError, NetworkError, UsageError
 from hfvram.sources import catalog
 from hfvram.sources.cache import FactsCache
-from hfvram.sources.limits import source_deadline, validate_endpoint_env
+from hfvram.sources.limits import check_token, source_deadline, validate_endpoint_env
 from hfvram.sources.repo_files import offline_requested
 from hfvram.spec import LoadedModel
 
@@ -66,6 +66,7 @@ def load_model(
     parsed = parse_source(source)
     if isinstance(parsed, Path):
         return _load_path(parsed)
+    check_token(token)
     repo_id = parsed.repo_id
     revision = revision or parsed.revision
     if offline is None:

@@ -7,6 +7,7 @@ Each engine lives in its own module exposing ``PROFILE`` (an :class:`EngineProfi
 from __future__ import annotations
 
 import importlib
+import re
 from typing import Protocol, runtime_checkable
 
 from hfvram.errors import UsageError
@@ -54,6 +55,10 @@ class EngineProfile(Protocol):
         ...
 
 
+#: an engine release as typed after ``@``: a version (``0.19``, ``0.6.4.post1``, ``0.12.x``) or a commit / build id
+_VERSION = re.compile(r"[0-9A-Za-z][0-9A-Za-z.+_-]{0,63}")
+
+
 def parse_engine_name(text: str) -> tuple[str, str | None]:
     """``vllm@0.19`` -> ("vllm", "0.19"); aliases resolved; unknown names raise UsageError."""
     name, _, version = text.strip().partition("@")
@@ -61,8 +66,10 @@ def parse_engine_name(text: str) -> tuple[str, str | None]:
     key = ENGINE_ALIASES.get(key, key)
     if key not in ENGINE_MODULES:
         known = ", ".join(sorted(ENGINE_MODULES))
-        raise UsageError(f"unknown engine {name!r}; known engines: {known}")
-    return key, (version or None)
+        raise UsageError(f"unknown engine {name[:80]!r}; known engines: {known}")
+    if version and not _VERSION.fullmatch(version.strip()):
+        raise UsageError(f"engine version {version[:80]!r}: expected a release such as 0.19 or 0.6.4.post1")
+    return key, (version.strip() or None) if version else None
 
 
 def get_profile(name: str) -> EngineProfile:

@@ -182,6 +182,25 @@ def kv_elems_of(layers: Iterable[Layer], tp: int, kinds: Collection[LayerKind]) 
     return sum(common.layer_kv_elems_per_token_rank(layer, tp) for layer in layers if layer.kind in kinds)
 
 
+def hybrid_swa_pool(spec: ModelSpec, choice: EngineChoice, rules: Mapping[str, Any], warnings: list[str]) -> bool:
+    """Whether SGLang gives the sliding-window layers a pool of their own (docs/engines/sglang.md#sglang-swa-list):
+    ``ModelConfig._derive_hybrid_model`` sets ``is_hybrid_swa`` only for the architectures of ``is_hybrid_swa_model``'s
+    hard-coded set (and not with --disable-hybrid-swa-memory); any other model caches its sliding-window layers at
+    full length in the one pool, which hfvram says when the model has such layers."""
+    if common.setting_bool(choice, "disable-hybrid-swa-memory"):
+        return False
+    listed = spec.architecture in set(rules.get("hybrid_swa_architectures", ()))
+    windowed = any(layer.kind in WINDOWED_KINDS for layer in spec.layers)
+    full = any(layer.kind not in WINDOWED_KINDS and layer.kv_elems_per_token for layer in spec.layers)
+    if windowed and full and not listed:
+        warnings.append(
+            f"SGLang keeps no separate sliding-window pool for {spec.architecture or 'this architecture'} (not in "
+            "is_hybrid_swa_model's list): its sliding-window layers are cached at full length in the one KV pool "
+            "(docs/engines/sglang.md#sglang-swa-list)"
+        )
+    return listed
+
+
 def cell_size(spec: ModelSpec, tp: int, pp: int, kv_bytes: float, swa_ratio: float, hybrid_swa: bool) -> CellSize:
     """Bytes per token on the worst rank (sglang.md#sglang-token-pool): MHA/GQA heads per rank × (k + v), MLA latent whole on every
     rank, SWA layers at ``swa_full_tokens_ratio``; recurrent layers hold a per-request state instead."""
@@ -317,7 +336,7 @@ def resolve_settings(
         max_running_requests=common.setting_int(choice, "max-running-requests"),
         max_total_tokens=common.setting_int(choice, "max-total-tokens"),
         disable_cuda_graph=disable_graphs,
-        hybrid_swa_memory=not common.setting_bool(choice, "disable-hybrid-swa-memory"),
+        hybrid_swa_memory=hybrid_swa_pool(spec, choice, rules, warnings),
         dp_size=replicas,
         context_is_default=workload.context is None,
         cpu_offload_gb=common.setting_float(choice, "cpu-offload-gb", default=0.0) or 0.0,
@@ -615,7 +634,22 @@ def pool_and_slack(
     is ``(1 − mfs)`` of the free memory before loading; without one, SGLang's own reserve estimate."""
     if hardware is not None:
         pool = pool_term(hardware.gpu.gpu_memory_bytes - overhead, weights, cell, settings, rules)
-        return pool, pool.pre_load_free * (1 - settings.mem_fraction_static), None
+        slack = pool.pre_load_free * (1 - settings.mem_fraction_static)
+        if settings.fraction_source == "given":
+            # a fraction below SGLang's default leaves more outside the static pool than it uses: the server
+            # starts with its pool sized from free memory, and only its own reserve is booked as activations
+            # (sglang.md#sglang-mem-fraction); a fraction above the default leaves less, booked as it is
+            reserved, _ = reserved_mib(
+                rules,
+                hardware.gpu.gpu_memory_bytes / MiB,
+                settings.tp,
+                settings.pp,
+                settings.chunked_prefill_size,
+                settings.cuda_graph_max_bs,
+                _is_mla(spec),
+            )
+            slack = min(slack, reserved * MiB)
+        return pool, slack, None
     reserved, reserve_text = reserved_mib(
         rules, 0, settings.tp, settings.pp, settings.chunked_prefill_size, settings.cuda_graph_max_bs, _is_mla(spec)
     )
@@ -764,8 +798,15 @@ def explain_activations(parts: Breakdown) -> str:
         f"req_to_token ({parts.running} + 1) × ({settings.context_length} + {parts.req_to_token_extra_tokens}) × "
         f"{parts.req_to_token_bytes} B = {parts.table / GiB:.2f} GiB"
     )
+    outside = parts.pool.pre_load_free * (1 - settings.mem_fraction_static) if parts.pool else None
+    share = f"the {1 - settings.mem_fraction_static:.3f} of free memory outside mem_fraction_static"
+    if outside is not None and parts.slack < outside:
+        share = (
+            f"SGLang's own reserve ({parts.slack / GiB:.2f} GiB) of the {outside / GiB:.2f} GiB outside the given "
+            f"mem_fraction_static {settings.mem_fraction_static} (the rest stays free)"
+        )
     return (
-        f"the {1 - settings.mem_fraction_static:.3f} of free memory outside mem_fraction_static, left for activations, "
+        f"{share}, left for activations, "
         f"CUDA graphs (chunked_prefill_size {settings.chunked_prefill_size}, cuda_graph_max_bs {settings.cuda_graph_max_bs}) and "
         + (table if parts.running is not None else "the req_to_token table (none: no token pool to size it)")
     )

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
@@ -69,6 +70,8 @@ class Settings:
     kv_cache_memory_bytes: int | None
     cpu_offload_gb: float
     cudagraph_in_budget: bool
+    #: vLLM refuses max_num_seqs above a recurrent state pool's blocks (docs/engines/vllm.md#vllm-state-seq-limit)
+    state_seq_check: bool
     kv_tokens_formula: str
     #: the dtype vLLM computes (and stores unquantized weights) in: --dtype, auto = the checkpoint's,
     #: float32 checkpoints run in bfloat16
@@ -281,6 +284,10 @@ class OverheadTerm:
     cudagraph_in_budget: bool
     #: the [[non_torch]] row of vllm.toml the non-torch figure came from (its source and group)
     non_torch_source: str = ""
+    #: how many decode batch sizes vLLM captures graphs for (0 eager or V0)
+    capture_sizes: int = 0
+    #: the model runs on Model Runner V2, which deducts nothing for its graphs (v0.25.1 on, dense models)
+    mrv2_dense: bool = False
 
     @property
     def in_budget(self) -> int:
@@ -366,6 +373,23 @@ class Breakdown:
         )
 
     @property
+    def state_seq_limit(self) -> int | None:
+        """The largest ``max_num_seqs`` that starts when a recurrent state pool bounds it
+        (docs/engines/vllm.md#vllm-state-seq-limit): with full CUDA graphs every decode sequence needs one block of
+        the pool, so vLLM refuses ``max_num_seqs > num_blocks`` for a model with Mamba-like layers; None when
+        nothing bounds it at start-up (no recurrent layer, eager mode, no sized pool, or a release before the check)."""
+        if not self.settings.state_seq_check or self.settings.enforce_eager or not self.sized:
+            return None
+        if not any(type(spec) is MambaSpec for spec, _ in self.layout.groups):
+            return None
+        return self.num_blocks
+
+    @property
+    def seqs_over_state_pool(self) -> bool:
+        limit = self.state_seq_limit
+        return limit is not None and not self.pool_empty and self.settings.max_num_seqs > limit
+
+    @property
     def refused(self) -> bool:
         """vLLM does not start (the verdict is does_not_fit whatever the sum says)."""
         return (
@@ -398,11 +422,83 @@ class VllmProfile(ProfileBase):
             # V0 ran a draft in its own worker with its own cache: the draft read for V1 is not sized there
             choice = replace(choice, draft=None)
             return vllm_v0.estimate(self, spec, hardware, choice, workload, rules, rules_version, notes)
+        if auto_length_asked(choice):
+            choice, workload = fit_auto_length(spec, hardware, choice, workload, rules, rules_version, notes)
         settings = resolve_settings(spec, hardware, choice, workload, rules, rules_version, notes)
         parts = compute(spec, hardware, settings, workload, rules)
         warnings, explain = narrate(parts, spec, workload, self.first_version_with("cudagraph_in_budget", True))
         report = engine_report(parts, choice, rules_version, hardware)
-        return finish(parts, spec, hardware, workload, settings, report, [*notes, *warnings], explain)
+        result = finish(parts, spec, hardware, workload, settings, report, [*notes, *warnings], explain)
+        # a setup vLLM refuses at start-up is the verdict (hfvram/estimate/core.py applies it)
+        refusal = features.speculative_refusal(settings.speculative, spec, rules)
+        return replace(result, refusal=refusal) if refusal else result
+
+
+#: the values of ``--max-model-len`` that ask vLLM to pick the length (docs/engines/vllm.md#vllm-auto-length)
+AUTO_LENGTHS = ("auto", "-1")
+
+
+def auto_length_asked(choice: EngineChoice) -> bool:
+    """``--max-model-len auto`` / ``-1`` (or ``--context auto``, which the pipeline passes as the former)."""
+    value = common.setting(choice, "max-model-len")
+    return value is not None and value.strip().lower() in AUTO_LENGTHS
+
+
+def fit_auto_length(
+    spec: ModelSpec,
+    hardware: Hardware | None,
+    choice: EngineChoice,
+    workload: Workload,
+    rules: Rules,
+    rules_version: str,
+    notes: list[str],
+) -> tuple[EngineChoice, Workload]:
+    """The length vLLM's auto-fit picks (docs/engines/vllm.md#vllm-auto-length): vLLM profiles at the model's own
+    length, then, when one request of that length does not fit the KV pool, takes the largest length whose
+    ``max_memory_usage_bytes`` does (a binary search over 1 … the model's length); a cap (``--max-context-cap``)
+    lowers the upper end. Returns the choice with that length set and the workload at it."""
+    since = str(rules.get("max_model_len_auto_since") or "0.12")
+    if choice.version and _version_tuple(choice.version) < _version_tuple(since):
+        raise UsageError(f"vLLM {choice.version} has no --max-model-len auto (-1): it came in vLLM {since}")
+    derived = spec.max_position_embeddings or int(rules["fallback_max_model_len"])
+    upper = min(derived, workload.context_cap) if workload.context_cap else derived
+    settings_at = {
+        key: value
+        for key, value in choice.settings.items()
+        if key.replace("_", "-").lstrip("-").lower() != "max-model-len"
+    }
+    trial = replace(choice, settings={**settings_at, "max-model-len": str(upper)})
+    trial_workload = replace(workload, context=None)
+    parts = compute(
+        spec,
+        hardware,
+        resolve_settings(spec, hardware, trial, trial_workload, rules, rules_version, []),
+        trial_workload,
+        rules,
+    )
+    fitted = upper
+    if parts.one_request_short and parts.longest_single > 0:
+        fitted = parts.longest_single
+    cap_note = f" (--max-context-cap: the model's own is {derived:,})" if upper < derived else ""
+    if hardware is None:
+        notes.append(f"max-model-len auto: without a GPU vLLM's pick is the model's length {upper:,}{cap_note}")
+    elif fitted < upper:
+        notes.append(
+            f"max-model-len auto: vLLM reduces the length from {upper:,} to {fitted:,}, the longest one request's KV "
+            f"cache fits in the {parts.budget.pool / GiB:.2f} GiB pool{cap_note}"
+        )
+    elif parts.pool_empty or parts.one_request_short:
+        notes.append(
+            "max-model-len auto: not even one token fits: vLLM refuses to start (Cannot auto-fit max_model_len)"
+        )
+    else:
+        notes.append(f"max-model-len auto: the full length {upper:,} fits{cap_note}")
+    context = workload.context if workload.context and workload.context <= fitted else fitted
+    return replace(choice, settings={**settings_at, "max-model-len": str(fitted)}), replace(workload, context=context)
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", text)[:3])
 
 
 def finish(
@@ -476,6 +572,9 @@ def engine_report(
         "max_model_len": settings.max_model_len,
         "max_num_batched_tokens": settings.max_num_batched_tokens,
         "max_num_seqs": settings.max_num_seqs,
+        # the largest max_num_seqs that starts (a recurrent state pool's blocks; None: nothing bounds it at start-up)
+        "max_num_seqs_that_starts": parts.state_seq_limit,
+        "num_gpu_blocks": parts.num_blocks if parts.sized else None,
         "kv_cache_dtype": settings.kv_cache_dtype,
         "block_size": parts.layout.min_block_size,
         "enforce_eager": settings.enforce_eager,
@@ -547,7 +646,8 @@ def resolve_settings(
         enable_prefix_caching=common.setting_bool(choice, "enable-prefix-caching"),
         kv_cache_memory_bytes=_parse_bytes(kv_mem) if kv_mem else None,
         cpu_offload_gb=common.setting_float(choice, "cpu-offload-gb", default=0.0) or 0.0,
-        cudagraph_in_budget=bool(rules["cudagraph_in_budget"]),
+        cudagraph_in_budget=bool(rules["cudagraph_in_budget"]) and not is_mrv2_dense(spec, rules),
+        state_seq_check=bool(rules.get("state_seq_check", False)),
         kv_tokens_formula=str(rules["kv_tokens_formula"]),
         dtype=dtype,
         online_quantization=online,
@@ -825,6 +925,8 @@ def compute(
         cudagraphs=cudagraph_bytes(spec, settings, rules),
         cuda_context=int(rules["cuda_context_gib"] * GiB),
         cudagraph_in_budget=settings.cudagraph_in_budget,
+        capture_sizes=0 if "cudagraph_flat_gib" in rules else len(capture_sizes(settings, rules, spec.architecture)),
+        mrv2_dense=is_mrv2_dense(spec, rules),
         non_torch_source=f"{non_torch_row.get('source', '')} [{non_torch_row.get('group', '')}]"
         if non_torch_row
         else "",
@@ -1119,27 +1221,55 @@ def non_torch_bytes(settings: Settings, hardware: Hardware | None, rules: Rules)
     return (int(float(row["gib"]) * GiB), row) if row else (0, None)
 
 
-def cudagraph_bytes(spec: ModelSpec, settings: Settings, rules: Rules) -> int:
-    """CUDA-graph memory per GPU (vllm.md#vllm-cuda-graphs defaults; hybrid linear-attention scaled from article 003); 0 eager.
-
-    The hybrid scale was measured on Qwen3.5/3.6, where every decoder layer is a token mixer plus an MLP; models
-    that list the MLP as a block of its own (Nemotron-H: 118 blocks = 54 Mamba + 10 attention + 54 MLP) count
-    only their mixer blocks, else each mixer+MLP pair would be charged twice."""
+def capture_sizes(settings: Settings, rules: Rules, architecture: str | None = None) -> list[int]:
+    """The decode batch sizes vLLM captures graphs for (``VllmConfig._set_cudagraph_sizes``; none eager): up to
+    min(max_num_seqs x decode_query_len x 2, 512, max_num_batched_tokens), on the default grid of
+    ``cudagraph_size_steps`` ([1, 2, 4] + range(8, 256, 8) + range(256, max + 1, 16)); GPT-OSS raises the 512."""
     if settings.enforce_eager:
+        return []
+    speculative = settings.speculative
+    query_len = 1 + (speculative.num_speculative_tokens or 0 if speculative else 0)
+    cap = dict(rules.get("cudagraph_max_capture_size_by_architecture", {})).get(architecture or "")
+    largest = min(settings.max_num_seqs * query_len * 2, int(cap or rules["cudagraph_max_capture_size"]))
+    largest = max(1, min(settings.max_num_batched_tokens, largest))
+    sizes: list[int] = []
+    for start, stop, step in rules["cudagraph_size_steps"]:
+        sizes.extend(range(int(start), min(int(stop), largest) + 1, int(step)))
+    return sizes
+
+
+def is_mrv2_dense(spec: ModelSpec, rules: Rules) -> bool:
+    """True where vLLM runs the model on Model Runner V2, whose graph profiler returns 0 (v0.25.1 on, dense
+    models: no experts, no recurrent layers; docs/engines/vllm.md#vllm-mrv2)."""
+    if not rules.get("cudagraph_mrv2_dense"):
+        return False
+    recurrent = not RECURRENT_KINDS.isdisjoint(common.layer_summary(spec.layers).kinds)
+    return not recurrent and not (spec.num_experts and spec.num_experts > 1)
+
+
+def cudagraph_bytes(spec: ModelSpec, settings: Settings, rules: Rules) -> int:
+    """CUDA-graph memory per GPU (docs/engines/vllm.md#vllm-cuda-graphs); 0 eager.
+
+    Bytes per (decoder layer x capture size): the graphs of every size are extrapolated from two captures, so
+    the figure follows ``max_num_seqs`` (7 sizes at 16 sequences, 51 at the defaults). Layers are the token
+    mixers (Nemotron-H lists its MLPs as blocks of their own: counting them would charge each mixer+MLP pair
+    twice), divided over the pipeline stages. From v0.26 a hybrid linear-attention model is charged the profile's
+    transient as well (``cudagraph_hybrid_transient``, scaled from article 003 by layers x hidden)."""
+    if "cudagraph_flat_gib" in rules:  # the V0 engine: a flat reserve (docs/engines/vllm.md#vllm-v0)
+        return 0 if settings.enforce_eager else int(float(rules["cudagraph_flat_gib"]) * GiB)
+    sizes = capture_sizes(settings, rules, spec.architecture)
+    if not sizes:
         return 0
-    if not RECURRENT_KINDS.isdisjoint(common.layer_summary(spec.layers).kinds) and spec.hidden_size:
-        mixers = sum(1 for layer in spec.layers if layer.kind is not LayerKind.NONE)
-        per_rank = float(rules["cudagraph_hybrid_bytes_per_layer_hidden"]) * mixers * spec.hidden_size
-        per_rank /= settings.pipeline_parallel_size
-        return int(max(per_rank, float(rules["cudagraph_hybrid_min_gib"]) * GiB))
-    params = spec.params_total or 0
-    small = (
-        params
-        and params <= float(rules["cudagraph_small_max_params"])
-        and not (spec.num_experts and spec.num_experts > 1)
-        and settings.tensor_parallel_size == 1
-    )
-    return int(float(rules["cudagraph_gib_small" if small else "cudagraph_gib_large"]) * GiB)
+    mixers = sum(1 for layer in spec.layers if layer.kind is not LayerKind.NONE) or len(spec.layers)
+    layers = mixers / settings.pipeline_parallel_size
+    moe = bool(spec.num_experts and spec.num_experts > 1)
+    per = float(rules["cudagraph_moe_bytes_per_layer_size" if moe else "cudagraph_bytes_per_layer_size"])
+    graphs = per * layers * len(sizes)
+    hybrid = not RECURRENT_KINDS.isdisjoint(common.layer_summary(spec.layers).kinds)
+    if hybrid and rules.get("cudagraph_hybrid_transient") and spec.hidden_size:
+        transient = float(rules["cudagraph_hybrid_bytes_per_layer_hidden"]) * layers * spec.hidden_size
+        graphs = max(graphs, transient, float(rules["cudagraph_hybrid_min_gib"]) * GiB)
+    return int(graphs)
 
 
 # ---- KV layout and capacity ----------------------------------------------------------------------------
@@ -1364,6 +1494,15 @@ def narrate(
             f"{per_replica * settings.data_parallel_size} GPUs; every figure is per GPU of one replica, each with "
             "its own budget and KV pool (docs/engines/vllm.md#vllm-parallelism)"
         )
+    limit = parts.state_seq_limit
+    if limit is not None:
+        explain["max_num_seqs"] = (
+            f"the largest max_num_seqs that starts: {limit} = the KV pool's {parts.num_blocks} blocks (with full "
+            "CUDA graphs every decode sequence needs one block of the recurrent state pool; "
+            f"max_num_seqs {parts.settings.max_num_seqs} "
+            f"{'starts' if parts.settings.max_num_seqs <= limit else 'is refused'}; "
+            "docs/engines/vllm.md#vllm-state-seq-limit)"
+        )
     explain["verdict"] = VERDICT_NOTE
     if parts.decode_modelled:
         explain["decode"] = DECODE_NOTE
@@ -1401,7 +1540,27 @@ def explain_overhead(parts: Breakdown, since: str) -> str:
             else ""
         )
         + f"; outside the budget: CUDA context + NCCL {overhead.cuda_context / GiB:.2f} GiB"
-        + ("" if overhead.cudagraph_in_budget else f" + CUDA graphs {graphs:.2f} GiB (before {since})")
+        + ("" if overhead.cudagraph_in_budget else f" + CUDA graphs {graphs:.2f} GiB ({_outside_why(parts, since)})")
+        + _graph_sizes_note(parts)
+    )
+
+
+def _outside_why(parts: Breakdown, since: str) -> str:
+    if parts.overhead.mrv2_dense:
+        return (
+            "Model Runner V2, the default for dense models from v0.25.1, deducts nothing for them: "
+            "docs/engines/vllm.md#vllm-mrv2"
+        )
+    return f"before {since}"
+
+
+def _graph_sizes_note(parts: Breakdown) -> str:
+    settings = parts.settings
+    if not parts.overhead.cudagraphs or not parts.overhead.capture_sizes:
+        return ""
+    return (
+        f"; graphs for {parts.overhead.capture_sizes} batch sizes up to "
+        f"min(2 x max_num_seqs {settings.max_num_seqs}, 512) (docs/engines/vllm.md#vllm-cuda-graphs)"
     )
 
 
@@ -1479,7 +1638,16 @@ def startup_warnings(parts: Breakdown) -> list[str]:
                 else "No gpu_memory_utilization closes that: more GPUs (--tp), a smaller checkpoint or a bigger GPU do."
             )
         )
-    elif parts.one_request_short:
+    elif parts.seqs_over_state_pool and not parts.one_request_short:
+        limit = parts.state_seq_limit
+        warnings.append(
+            f"max_num_seqs ({settings.max_num_seqs}) exceeds available Mamba cache blocks ({limit}). Each decode "
+            f"sequence requires one Mamba cache block, so CUDA graph capture cannot proceed: vLLM refuses to start "
+            f"when its own count is below max_num_seqs. Lower max_num_seqs to at most {limit} (--set "
+            f"max-num-seqs={limit}, or --concurrency max) or increase gpu_memory_utilization. (A warning, not the "
+            "verdict: hfvram's pool for hybrid models can be below vLLM's)"
+        )
+    if parts.one_request_short:
         needed = parts.layout.bytes_for(parts.blocks_at_max)
         warnings.append(
             f"To serve at least one request with the model's max seq len ({settings.max_model_len}), "

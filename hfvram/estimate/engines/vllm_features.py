@@ -386,10 +386,7 @@ def speculative_warnings(speculative: Speculative | None, rules: Rules) -> list[
         return [f"speculative decoding ({method}{tokens}) drafts from the tokens already seen: no GPU memory"]
     if method == "mtp":
         if not speculative.draft_kv_layers:
-            return [
-                f"speculative decoding (mtp{tokens}): the config states no multi-token-prediction layers; vLLM "
-                "refuses an MTP draft without them (nothing counted)"
-            ]
+            return []  # speculative_refusal: vLLM does not start
         return [
             f"speculative decoding (mtp{tokens}): its {speculative.draft_kv_layers} MTP layer(s) are counted in the "
             "weights and the KV pool; the drafter's own profile-run activations and CUDA graphs are not"
@@ -415,6 +412,34 @@ def speculative_warnings(speculative: Speculative | None, rules: Rules) -> list[
     ]
 
 
+def speculative_refusal(speculative: Speculative | None, spec: ModelSpec, rules: Rules) -> str | None:
+    """The speculative-decoding setups vLLM refuses at start-up, as the verdict (docs/engines/vllm.md#vllm-features):
+    an MTP draft on a model whose config states no multi-token-prediction layers (``SpeculativeConfig``'s
+    ``hf_config_override`` gives such a model no ``n_predict``, and ``__post_init__`` refuses MTP without one), and a
+    draft model whose vocabulary is not the target's (``verify_equal_vocab_size_if_draft_model``)."""
+    if speculative is None:
+        return None
+    tokens = f", {speculative.num_speculative_tokens} tokens" if speculative.num_speculative_tokens else ""
+    if speculative.method == "mtp" and not speculative.draft_kv_layers:
+        return (
+            f"vLLM refuses speculative decoding (mtp{tokens}): the model's config states no multi-token-prediction "
+            "layers to draft with (docs/engines/vllm.md#vllm-features)"
+        )
+    draft = speculative.draft_spec
+    if (
+        speculative.method == "draft_model"
+        and draft is not None
+        and draft.vocab_size
+        and spec.vocab_size
+        and draft.vocab_size != spec.vocab_size
+    ):
+        return (
+            f"vLLM refuses the draft model: its vocabulary ({draft.vocab_size}) is not the target's "
+            f"({spec.vocab_size}) (verify_equal_vocab_size_if_draft_model, docs/engines/vllm.md#vllm-features)"
+        )
+    return None
+
+
 def draft_warnings(speculative: Speculative | None, spec: ModelSpec, pp: int, rules: Rules) -> list[str]:
     """What a read draft's figures leave open: vLLM refuses a draft model whose vocabulary is not the target's
     (``verify_equal_vocab_size_if_draft_model``); an EAGLE head's embed_tokens / lm_head that its checkpoint holds
@@ -425,11 +450,6 @@ def draft_warnings(speculative: Speculative | None, spec: ModelSpec, pp: int, ru
         return []
     notes = []
     method = speculative.method
-    if method == "draft_model" and draft.vocab_size and spec.vocab_size and draft.vocab_size != spec.vocab_size:
-        notes.append(
-            f"speculative decoding (draft_model): the draft's vocabulary ({draft.vocab_size}) is not the target's "
-            f"({spec.vocab_size}); vLLM refuses such a draft model at start-up"
-        )
     if method in rules["speculative_shared_embedding_methods"] and draft.weights is not None:
         if not draft.weights.exact:
             notes.append(

@@ -46,8 +46,7 @@ def v0_rules(rules: Rules, v0: Rules, version: str | None) -> dict[str, object]:
         "sampler_bytes_per_logit": v0["sampler_bytes_per_logit" if sampled else "logits_bytes_per_logit"],
         "forward_bytes_per_ffn": v0["forward_bytes_per_ffn"],
         "forward_bytes_per_hidden": v0["forward_bytes_per_hidden"],
-        "cudagraph_gib_small": v0["cudagraph_gib"],
-        "cudagraph_gib_large": v0["cudagraph_gib"],
+        "cudagraph_flat_gib": v0["cudagraph_gib"],
         "cudagraph_in_budget": False,
         "kv_tokens_formula": "blocks",
     }

@@ -1,0 +1,41 @@
+"""``hfvram engines``: every engine, its rule sets with their dates, and the newest release known."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from rich.console import Console
+
+from hfvram.report.text import safe
+
+
+def _date(row: Mapping[str, Any] | None) -> str:
+    if not row or not row.get("date"):
+        return "date unknown"
+    return f"by {row['date']}" if row.get("date_bound") == "by" else str(row["date"])
+
+
+def render_engine_list(console: Console, document: Mapping[str, Any]) -> None:
+    """A block per engine: its rule sets (version, and the date of the release each was filed under), the newest
+    release whose changes were reviewed and the newest known to exist. Plain lines, wrapped, never cut."""
+    for engine in document["engines"]:
+        sets = ", ".join(
+            f"{rule['version']} ({_date(rule)})" if rule.get("release") else str(rule["version"])
+            for rule in engine["rule_sets"]
+        )
+        reviewed, known = engine.get("newest_reviewed"), engine.get("newest_known")
+        console.print(f"[bold]{safe(engine['engine'])}[/bold]", highlight=False)
+        console.print(f"  rule sets: {safe(sets or 'unversioned (one rule set)')}", highlight=False)
+        console.print(
+            "  newest reviewed: "
+            + (safe(f"{reviewed['version']} ({_date(reviewed)})") if reviewed else "not recorded")
+            + "; newest known: "
+            + (safe(f"{known['version']} ({_date(known)})") if known else "not recorded"),
+            highlight=False,
+        )
+    console.print(
+        "A release above the newest reviewed one gets the newest rules and a warning naming that release; "
+        "docs/engines/README.md says how a release is reviewed.",
+        highlight=False,
+    )

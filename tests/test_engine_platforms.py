@@ -1,0 +1,72 @@
+"""An engine on hardware it does not run on is the verdict: does not fit, exit 1, ``verdict_reason`` "engine rule:
+<engine> does not run on <device>: …", from the table hfvram/data/engine_platforms.toml (one row per engine and
+vendor or device family, each with its source)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from cli_support import run_hfvram
+
+from hfvram import check
+from hfvram.datafiles import data_table
+from hfvram.estimate.engines import ENGINE_MODULES
+
+ROWS = data_table("engine_platforms.toml")["refused"]
+GPUS = data_table("gpus.toml")["device"]
+
+
+def test_every_row_names_a_known_engine_a_known_vendor_and_its_source():
+    engines = set(ENGINE_MODULES)
+    vendors = {gpu["vendor"] for gpu in GPUS}
+    for row in ROWS:
+        assert row["engine"] in engines, row
+        assert row["vendor"] in vendors, row
+        assert row["source"].startswith("https://"), row
+        assert row["reason"] and "\n" not in row["reason"]
+        if "architecture" in row:  # the pattern picks out some catalogue devices of that vendor, not all
+            picked = [
+                g for g in GPUS if g["vendor"] == row["vendor"] and re.search(row["architecture"], g["architecture"])
+            ]
+            assert picked and len(picked) < sum(g["vendor"] == row["vendor"] for g in GPUS), row
+
+
+@pytest.mark.parametrize(
+    "engine,gpu",
+    [
+        ("lmdeploy", "arc-a770"),
+        ("lmdeploy", "mi300x"),
+        ("lmdeploy", "gaudi2"),
+        ("llama.cpp", "gaudi2"),
+        ("ollama", "gaudi3"),
+        ("mlx", "ryzen-ai-max-395-128"),
+        ("mlx", "arc-b580"),
+        ("tensorrt-llm", "mi300x"),
+    ],
+)
+def test_an_engine_off_its_hardware_is_refused(engine, gpu):
+    result = check("Qwen/Qwen3-8B", gpu=gpu, engine=engine, context="8k", offline=True)
+    assert result.verdict == "does_not_fit"
+    assert result.verdict_reason.startswith(f"engine rule: {engine} does not run on ")
+
+
+@pytest.mark.parametrize(
+    "engine,gpu,settings",
+    [
+        ("llama.cpp", "arc-a770", ()),  # SYCL
+        ("llama.cpp", "ryzen-ai-max-395-128", ()),  # HIP / Vulkan
+        ("lmdeploy", "mi300x", ("backend=pytorch",)),  # the row is TurboMind's
+        ("vllm", "gaudi2", ()),
+    ],
+)
+def test_an_engine_on_its_hardware_is_sized_by_memory(engine, gpu, settings):
+    result = check("Qwen/Qwen3-8B", gpu=gpu, engine=engine, context="8k", settings=settings, offline=True)
+    assert not (result.verdict_reason or "").startswith(f"engine rule: {engine} does not run on")
+
+
+def test_the_cli_exits_1_with_the_engines_reason():
+    result = run_hfvram("check", "Qwen/Qwen3-8B", "--gpu", "gaudi2", "--engine", "llama.cpp", "--offline", "--json")
+    assert result.returncode == 1
+    assert "include none for Intel Gaudi" in json.loads(result.stdout)["verdict_reason"]

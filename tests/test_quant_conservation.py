@@ -1,0 +1,119 @@
+"""A ``--quant`` what-if keeps every parameter, on every model of the embedded catalogue.
+
+Quantization re-stores tensors; it neither loses nor invents any. For each catalogue model (read offline, as
+``hfvram check REPO --offline`` reads it) and each what-if — one GGUF file type per type family (k-quant, legacy,
+i-quant, float, MXFP4) and each Hub format layout — the what-if's parameter count plus what its conversion
+leaves out (llama.cpp's converter: the vision tower, which goes to the mmproj file, and MTP layers; the
+transformers-based quantizers: MTP layers) is within 0.5 % of the unquantized model's, and whatever is left out
+is said in a warning. The figures come from the model's own files (config.json, index metadata); the invariant
+is arithmetic, not a golden figure.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from cli_support import ROOT, run_hfvram
+
+from hfvram import quant
+from hfvram.errors import UsageError
+from hfvram.quant.conserve import dropped_params
+from hfvram.sources import load_model
+
+CATALOG = json.loads((ROOT / "hfvram" / "data" / "catalog.json").read_text())
+REPOS = sorted(CATALOG["repos"])
+#: one file type per GGUF type family: k-quant, legacy, i-quant (imatrix), float, MXFP4 experts
+GGUF_TYPES = ("Q4_K_M", "Q8_0", "IQ2_XXS", "F16", "MXFP4_MOE")
+#: one name per Hub format layout (gptq's group sizes and bit widths share one layout; fp8-tensor and bnb-int8
+#: store the tensors of fp8 and w8a8-int8 with other scales)
+HUB_FORMATS = (
+    "awq",
+    "gptq-int4-g128",
+    "fp8",
+    "fp8-block",
+    "nvfp4",
+    "mxfp4",
+    "bnb-nf4",
+    "w8a8-int8",
+)
+#: the words a warning uses for each component a conversion leaves out
+DROP_WORDS = {"vision": "vision tower", "mtp": "multi-token-prediction"}
+
+
+@pytest.mark.parametrize("repo", REPOS)
+def test_every_what_if_keeps_the_parameter_count(repo):
+    spec = load_model(repo, offline=True).spec
+    if spec.weights is None:
+        pytest.skip(f"{repo}: no weights can be sized from its files")
+    base = spec.weights.params_total
+    assert base > 0
+    checked = 0
+    for name in (*GGUF_TYPES, *HUB_FORMATS):
+        choice = quant.parse(name)
+        try:
+            what_if = quant.apply(spec, choice)
+        except (ValueError, UsageError) as refused:  # MXFP4 experts on a model without experts: exit 2
+            assert "expert" in str(refused) or "derived" in str(refused), (repo, name, refused)
+            continue
+        checked += 1
+        dropped = dropped_params(what_if)
+        kept = what_if.weights.params_total
+        assert abs(kept + sum(dropped.values()) - base) <= 0.005 * base, (repo, name, kept, dropped, base)
+        new_warnings = [w for w in what_if.warnings if w not in spec.warnings]
+        for component in dropped:
+            assert any(DROP_WORDS[component] in w for w in new_warnings), (repo, name, component, new_warnings)
+    assert checked >= len(HUB_FORMATS) - 1
+
+
+def test_nemotron_3_nano_q4_k_m_keeps_its_experts():
+    """The Mamba/MoE hybrid's 128 experts per MoE block are stacked into ``ffn_*_exps`` as the converter stacks
+    them (they were counted once: 2.43B parameters of 31.58B, and FITS on one 4090)."""
+    plain = json.loads(run_hfvram("check", "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "--offline", "--json").stdout)
+    result = run_hfvram(
+        "check", "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "--gpu", "rtx4090", "--quant", "Q4_K_M",
+        "--context", "8k", "--offline", "--json",
+    )  # fmt: skip
+    report = json.loads(result.stdout)
+    assert report["model"]["params_total"] == plain["model"]["params_total"]
+    # the experts are in the file: Q4_K_M keeps at least a quarter of the BF16 bytes (the dropped experts left
+    # 1.77 GB of 63.16 GB)
+    assert report["model"]["weights_bytes"] > plain["model"]["weights_bytes"] / 4
+    assert report["verdict"] == "does_not_fit"
+
+
+def test_molmo_what_if_is_held_to_the_checkpoints_count_and_says_why():
+    """Molmo's fused ff_proj and its vision backbone are not in hfvram's tensor map: the derived list holds
+    13.32B parameters where the index's total_parameters says 8.02B; the what-if is held to the checkpoint's."""
+    spec = load_model("reubzdubz/Molmo7B_D_NF4Quant", offline=True).spec
+    what_if = quant.apply(spec, quant.parse("awq"))
+    assert what_if.weights.params_total == spec.weights.params_total == 8_021_025_280
+    assert any("tensor map of molmo is incomplete" in w for w in what_if.warnings)
+
+
+def test_medgemma_counts_its_tied_embedding_once():
+    """The index of medgemma-27b-it states total_parameters 28,842,036,848 and total_size 54,864,813,280 bytes
+    of BF16: 27,432,406,640 parameters; the difference is the tied embedding (262,208 × 5,376), counted twice."""
+    spec = load_model("google/medgemma-27b-it", offline=True).spec
+    assert spec.weights.params_total == 54_864_813_280 // 2 == 28_842_036_848 - 262_208 * 5_376
+    assert "counts the tied embedding twice" in spec.weights.source
+
+
+def test_qwen3_5_vision_tower_is_derived_and_kept_by_hub_formats():
+    """Qwen3.5-27B's vision tower (27 ViT blocks of 1152, the merger into 5120) is derived from its
+    vision_config; an AWQ what-if keeps it in 16 bits, a GGUF what-if moves it to the mmproj file and says so."""
+    spec = load_model("Qwen/Qwen3.5-27B", offline=True).spec
+    vision = spec.weights.params_by_component["vision"]
+    assert 0.4e9 < vision < 0.5e9
+    awq = quant.apply(spec, quant.parse("awq"))
+    assert awq.weights.params_by_component["vision"] == vision
+    gguf = quant.apply(spec, quant.parse("Q4_K_M"))
+    assert "vision" not in gguf.weights.params_by_component
+    assert dropped_params(gguf)["vision"] == vision
+    assert any("mmproj" in w for w in gguf.warnings)
+
+
+def test_tied_lm_head_is_stated_as_assumed_without_headers():
+    spec = load_model("google/gemma-2-9b-it", offline=True).spec
+    what_if = quant.apply(spec, quant.parse("Q4_K_M"))
+    assert any("lm_head assumed tied" in w for w in what_if.warnings)
