@@ -85,6 +85,8 @@ class Request:
     #: ``--context auto``: the engine picks the length (vLLM ``--max-model-len auto``); and its cap
     context_auto: bool = False
     context_cap: int | None = None
+    #: ``--concurrency max``: the largest sequence limit that starts (:func:`with_largest_batch`)
+    concurrency_max: bool = False
 
 
 def _parse_positive(text: str, what: str) -> int:
@@ -213,7 +215,10 @@ def resolve_request(options: RunOptions, source: str | None) -> Request:
     settings.update(explicit_settings)
     if context is None and pasted:
         context = pasted.context
-    concurrency = _parse_count(options.concurrency, "--concurrency") if options.concurrency else 1
+    concurrency_max = bool(options.concurrency and options.concurrency.strip().lower() == "max")
+    concurrency = (
+        _parse_count(options.concurrency, "--concurrency") if options.concurrency and not concurrency_max else 1
+    )
     kv_dtype = options.kv_dtype or (pasted.kv_dtype if pasted and pasted.kv_dtype else None) or "auto"
     validate_kv_dtype_name(kv_dtype)
     from hfvram.redaction import redact
@@ -245,6 +250,7 @@ def resolve_request(options: RunOptions, source: str | None) -> Request:
         quant=quant_choice,
         context_auto=context_auto,
         context_cap=context_cap,
+        concurrency_max=concurrency_max,
     )
 
 
@@ -458,6 +464,7 @@ def _check_report(request: Request, options: RunOptions, *, whole_gguf_repo: boo
     request = with_draft(request, options, loaded)
     if request.quant == "auto":
         request, loaded, tried = auto_quant(request, loaded)
+    request = with_largest_batch(request, loaded)
     est = run_estimate(request, options, loaded)
     report = check_dict(loaded.source, est, explain=options.explain)
     add_offload_plan(report, request, loaded, est)
@@ -472,6 +479,56 @@ def _check_report(request: Request, options: RunOptions, *, whole_gguf_repo: boo
 
         report["explain"]["terms"].setdefault("memory", memory_provenance(est.hardware.gpu))
     return report
+
+
+def with_largest_batch(request: Request, loaded: LoadedModel) -> Request:
+    """``--concurrency max``: the request at the largest sequence limit that starts at its context
+    (docs/engines/launch.md#launch-largest-batch): vLLM's ``max_num_seqs`` lowered to the recurrent state pool's
+    blocks (unchanged where nothing bounds it), llama.cpp's / Ollama's slots raised to the full-length sequences
+    memory holds. Another engine refuses it (exit 2)."""
+    if not request.concurrency_max:
+        return request
+    from dataclasses import replace
+
+    from hfvram.estimate.core import estimate
+    from hfvram.estimate.launch import largest_batch
+
+    if request.hardware is None:
+        raise UsageError("--concurrency max needs --gpu: the largest batch that starts is a GPU's")
+    choice = engine_choice(request, loaded)
+    est = estimate(loaded.spec, request.hardware, choice, workload(request))
+    found = largest_batch(est)
+    name = parse_engine(choice.name)
+    if found is None:
+        raise UsageError(f"--concurrency max: hfvram does not model {name}'s largest batch; give --concurrency N")
+    value = found["value"]
+    if name == "vllm":
+        if value is None or "max-num-seqs" in request.settings:
+            return request
+        current = est.engine.get("max_num_seqs")
+        ceiling = current if isinstance(current, int) else int(value)
+        if int(value) >= ceiling:
+            return request  # the default already starts
+        # fewer sequences capture smaller CUDA graphs and leave more blocks: the largest S with S <= blocks(S)
+
+        def starts(seqs: int) -> int | None:
+            trial = replace(choice, settings={**choice.settings, "max-num-seqs": str(seqs)})
+            blocks = estimate(loaded.spec, request.hardware, trial, workload(request)).engine.get(
+                "max_num_seqs_that_starts"
+            )
+            return blocks if isinstance(blocks, int) else None
+
+        low = max(1, int(value))
+        high = min(ceiling, starts(low) or low)
+        while low < high:
+            mid = (low + high + 1) // 2
+            blocks = starts(mid)
+            if blocks is not None and blocks >= mid:
+                low = mid
+            else:
+                high = mid - 1
+        return replace(request, settings={**request.settings, "max-num-seqs": str(low)})
+    return replace(request, concurrency=max(1, int(value)))
 
 
 def model_ref(request: Request, loaded: LoadedModel) -> Any:
@@ -523,10 +580,11 @@ def launch_choice(choice: EngineChoice) -> EngineChoice:
 def add_launch(report: dict[str, Any], request: Request, loaded: LoadedModel, est: Estimate) -> None:
     """``launch``: the engine's command line that reproduces the setting this check judged (None for an engine
     without one: transformers is a library)."""
-    from hfvram.estimate.launch import launch_for
+    from hfvram.estimate.launch import largest_batch, launch_for
 
     launch = launch_for(est, launch_choice(engine_choice(request, loaded)), model_ref(request, loaded))
     report["launch"] = launch.as_dict() if launch is not None else None
+    report["largest_batch"] = largest_batch(est)
 
 
 def model_argument(loaded: LoadedModel) -> str:
@@ -936,6 +994,10 @@ def fit_report(request: Request, options: RunOptions) -> dict[str, Any]:
         request, loaded, tried = auto_quant(request, loaded)
     choice = engine_choice(request, loaded)
     document = fit_document(loaded, request.hardware, choice, workload(request))
+    from hfvram.estimate.core import estimate
+    from hfvram.estimate.launch import largest_batch
+
+    document["largest_batch"] = largest_batch(estimate(loaded.spec, request.hardware, choice, workload(request)))
     notes = list(request.notes)
     if request.quant is not None:
         from hfvram import quant

@@ -11,6 +11,7 @@ from hfvram.report.units import count, gib, percent, tokens_short
 from hfvram.report.wording import (
     capacity_lines,
     context_grid,
+    largest_batch_line,
     smallest_gpu_line,
     split_provenance,
     verdict_note,
@@ -84,6 +85,8 @@ def check_markdown(report: Mapping[str, Any], *, explain: bool = False) -> str:
         lines.append(f"| GPU memory | {gib(per_gpu.get('memory'))} | |")
     lines.append("")
     lines += [f"- {line}" for line in capacity_lines(report)]
+    batch = largest_batch_line(report.get("largest_batch"), workload.get("context"))
+    lines += [f"- {text(batch)}"] if batch else []
     lines += launch_markdown(report.get("launch"))
     lines += offload_markdown(report.get("offload_plan"))
     for warning in report.get("warnings") or []:

@@ -185,6 +185,11 @@ def render_check(console: Console, report: Mapping[str, Any], *, explain: bool =
     speed = report.get("decode_tokens_per_second")
     if speed is not None and verdict != "does_not_fit":
         console.print(f"Decode: ≤ {speed:,.1f} tokens/s per sequence (memory-bandwidth bound)", highlight=False)
+    from hfvram.report.wording import largest_batch_line
+
+    batch = largest_batch_line(report.get("largest_batch"), (report.get("workload") or {}).get("context"))
+    if batch:
+        console.print(Text(safe(batch)), highlight=False)
     render_launch(console, report.get("launch"))
     render_offload_plan(console, report.get("offload_plan"))
     render_warnings(console, report.get("warnings") or [])
@@ -497,6 +502,11 @@ def render_fit(console: Console, fit: Mapping[str, Any]) -> None:
         f"  most concurrent {context} requests: [bold]{'—' if max_conc is None else f'{max_conc:.1f}'}[/bold]",
         highlight=False,
     )
+    from hfvram.report.wording import largest_batch_line
+
+    batch = largest_batch_line(fit.get("largest_batch"), fit.get("context"))
+    if batch:
+        console.print(Text("  " + safe(batch[0].lower() + batch[1:])), highlight=False)
     console.print(f"  {smallest_gpu_line(fit)}", highlight=False)
     rows = fit.get("context_table") or []
     if rows and not no_room:

@@ -148,3 +148,14 @@ def launch_command_lines(launch: Mapping[str, Any] | None) -> list[str]:
     if not launch:
         return []
     return [str(launch.get("command") or ""), *(str(line) for line in launch.get("then") or [])]
+
+
+def largest_batch_line(found: Mapping[str, Any] | None, context: Any) -> str | None:
+    """``Largest batch that starts at 32k: max-num-seqs 350 (the recurrent state pool …)``; None when unknown or
+    when nothing bounds it."""
+    if not found or not found.get("value"):
+        return None  # unknown, nothing bounds it, or not one full-length sequence fits
+    return (
+        f"Largest batch that starts at {tokens_short(context)}: {found.get('setting')} {found.get('value')} "
+        f"({found.get('bound_by')}; --concurrency max uses it)"
+    )
