@@ -85,15 +85,15 @@ def test_one_budget_for_every_holder_of_the_state_file(tmp_path):
     path = tmp_path / "ratelimit.state"
     said: list[str] = []
     first, second = QuotaBudget(path, say=said.append), QuotaBudget(path, say=said.append)
-    first.after("api", 3, 30.0, 50, 20.0)  # one process reads an answer
+    first.after("api", 3, 15.0, 50, 20.0)  # one process reads an answer
     assert second.before("api") == 0.0  # another spends from the same window
     assert second.before("api") == 0.0
     state = first.snapshot()["api"]
     assert (state["r"], state["q"], state["w"], state["sent"]) == (1, 50, 20.0, 2)
     # a later answer of the same window cannot raise what is left; a new window replaces it
-    first.after("api", 40, 29.0, 50, 20.0)
+    first.after("api", 40, 14.0, 50, 20.0)
     assert first.snapshot()["api"]["r"] == 1
-    first.after("api", 45, 5000.0, 50, 20.0)
+    first.after("api", 45, 20.0, 50, 20.0)  # past that reset: the next window
     assert first.snapshot()["api"]["r"] == 45
     assert not said
 
