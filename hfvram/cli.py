@@ -340,11 +340,14 @@ def _console(stderr: bool = False) -> Any:
     encode Unicode (``LANG=C``, ``PYTHONIOENCODING=ascii``)."""
     from rich.console import Console
 
-    from hfvram.report.text import AsciiStream, encodes_unicode, report_width
+    from hfvram.report.text import AsciiStream, TrimmedStream, encodes_unicode, report_width
 
     stream = sys.stderr if stderr else sys.stdout
-    file: Any = stream if encodes_unicode(stream) else AsciiStream(stream)
-    return Console(file=file, highlight=False, soft_wrap=False, width=report_width(stream))
+    file: Any = TrimmedStream(stream if encodes_unicode(stream) else AsciiStream(stream))
+    console = Console(file=file, highlight=False, soft_wrap=False, width=report_width(stream))
+    # rich ends a broken pipe with SystemExit(1), which the contract reads as "does not fit": 141 instead, as scan
+    console.on_broken_pipe = _quiet_broken_pipe  # type: ignore[method-assign]
+    return console
 
 
 def _echo(text: str, nl: bool = True) -> None:

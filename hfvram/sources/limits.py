@@ -298,8 +298,9 @@ def check_token(token: str | None, origin: str = "--token") -> None:
 # ---- the Hub's rate limits ---------------------------------------------------------------------------------
 
 
-#: a window (or a wait for one to reset) longer than this is not believed (the Hub's are 300 s)
-LONGEST_WINDOW = 3600.0
+#: a window (or a wait for one to reset) longer than this is not believed (the Hub's are 300 s): a hostile answer
+#: cannot hold a request back longer
+LONGEST_WINDOW = 900.0
 
 
 def _say(message: str) -> None:
@@ -403,7 +404,8 @@ class QuotaBudget:
 
     def after(self, bucket: str, left: int, reset_in: float, quota: int | None, window: float | None) -> None:
         """What an answer states of ``bucket``: ``left`` requests, the window resets in ``reset_in`` seconds."""
-        reset_in = min(max(0.0, reset_in), LONGEST_WINDOW)
+        # no longer than the window the answer states (a reset after the window's end is not believed)
+        reset_in = min(max(0.0, reset_in), float(window) if window else LONGEST_WINDOW, LONGEST_WINDOW)
         with self._held() as state:
             entry = state.setdefault(bucket, {"sent": 0})
             now = time.time()
