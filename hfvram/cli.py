@@ -216,6 +216,12 @@ def run_options(function: Callable[..., Any]) -> Callable[..., Any]:
             help="Tokens per sequence: 8k, 32k, 131072 (default: the engine's); vLLM: auto, the length it would pick.",
         ),
         click.option(
+            "--prompt",
+            "prompt",
+            metavar="N",
+            help="Prompt tokens per request: adds the prefill / time-to-first-token bound (check).",
+        ),
+        click.option(
             "--max-context-cap",
             "max_context_cap",
             metavar="N",

@@ -54,6 +54,8 @@ class RunOptions:
     quant: str | None = None
     #: ``--max-context-cap N``: the longest length an automatic length (``--context auto``) may pick
     max_context_cap: str | None = None
+    #: ``--prompt N``: prompt tokens per request for the prefill / time-to-first-token bound
+    prompt: str | None = None
 
 
 @dataclass(frozen=True)
@@ -474,6 +476,11 @@ def _check_report(request: Request, options: RunOptions, *, whole_gguf_repo: boo
     report = check_dict(loaded.source, est, explain=options.explain)
     add_offload_plan(report, request, loaded, est)
     add_launch(report, request, loaded, est)
+    if options.prompt:
+        from hfvram.estimate.prefill import prefill_bound
+
+        bound = prefill_bound(est, _parse_positive(options.prompt, "--prompt"))
+        report["prefill"] = bound.as_dict() if bound is not None else None
     report["warnings"] = list(
         dict.fromkeys(report["warnings"] + list(request.notes) + default_engine_notes(request, loaded))
     )

@@ -12,6 +12,7 @@ from hfvram.report.wording import (
     capacity_lines,
     context_grid,
     largest_batch_line,
+    prefill_line,
     smallest_gpu_line,
     split_provenance,
     verdict_note,
@@ -91,6 +92,8 @@ def check_markdown(report: Mapping[str, Any], *, explain: bool = False) -> str:
         lines.append(f"| GPU memory | {gib(per_gpu.get('memory'))} | |")
     lines.append("")
     lines += [f"- {line}" for line in capacity_lines(report)]
+    prefill = prefill_line(report.get("prefill"))
+    lines += [f"- {text(prefill)}"] if prefill else []
     batch = largest_batch_line(report.get("largest_batch"), workload.get("context"))
     lines += [f"- {text(batch)}"] if batch else []
     lines += launch_markdown(report.get("launch"))

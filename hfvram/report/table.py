@@ -200,7 +200,11 @@ def render_check(console: Console, report: Mapping[str, Any], *, explain: bool =
         console.print(f"Decode: {offload_speed_words(report)}", highlight=False)
     elif speed is not None and verdict != "does_not_fit":
         console.print(f"Decode: ≤ {speed:,.1f} tokens/s per sequence (memory-bandwidth bound)", highlight=False)
-    from hfvram.report.wording import largest_batch_line
+    from hfvram.report.wording import largest_batch_line, prefill_line
+
+    prefill = prefill_line(report.get("prefill"))
+    if prefill:
+        console.print(Text(safe(prefill)), highlight=False)
 
     batch = largest_batch_line(report.get("largest_batch"), (report.get("workload") or {}).get("context"))
     if batch:

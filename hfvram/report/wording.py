@@ -178,3 +178,15 @@ def largest_batch_line(found: Mapping[str, Any] | None, context: Any) -> str | N
         f"Largest batch that starts at {tokens_short(context)}: {found.get('setting')} {found.get('value')} "
         f"({found.get('bound_by')}; --concurrency max uses it)"
     )
+
+
+def prefill_line(prefill: Mapping[str, Any] | None) -> str | None:
+    """``Prefill: ≥ 0.42 s to the first token of a 8,192-token prompt; ≥ 1.68 s for the last of 4 together …``."""
+    if not prefill:
+        return None
+    first, last = prefill.get("first_token_seconds_min"), prefill.get("last_first_token_seconds_min")
+    tokens, conc = prefill.get("prompt_tokens"), prefill.get("concurrency")
+    text = f"Prefill: ≥ {first:.2f} s to the first token of a {count(tokens)}-token prompt"
+    if conc and conc > 1:
+        text += f"; ≥ {last:.2f} s for the last of {conc} arriving together"
+    return text + f" (a bound: compute at {prefill.get('tflops'):,.0f} dense BF16 TFLOPS)"
