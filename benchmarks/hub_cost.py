@@ -15,7 +15,15 @@ RSS ratio 10,000 / 2,000 (memory flat in the list length). Targets: 10,000 repos
 2-core machine, peak RSS at most 200 MiB. The Hub runs in this process, so it competes with hfvram for the same
 cores: on a machine shared with other work, read the load average printed with the figures.
 
+Then the Hub's rate limits (hub-docs ``rate-limits.md``: fixed 300 s windows, ``api`` and ``resolvers`` quotas per
+plan): the real ``hfvram scan`` over ``--quota`` aliases, once of one owner (its listing answers the model infos)
+and once of as many owners (one model info each), prints the requests a repo costs in each bucket and the least
+time the quota allows for 10,000 such repos on each plan; and, unless ``--limits-window 0``, the scan of 300 repos
+of one owner against the test Hub enforcing api 50 / resolvers 150 per ``--limits-window`` seconds (issue 25's
+target: every row, at most 0.1 API requests a repo, at most 5 % answered 429, within one window of the least time).
+
     python3 benchmarks/hub_cost.py [--latency 0.05] [--scan 200] [--concurrency 16] [--big 2000,10000]
+    python3 benchmarks/hub_cost.py --quota-only [--quota 300] [--limits-window 20]
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import subprocess
 import sys
@@ -124,6 +133,91 @@ def hfvram_cli_scan(server: HubServer, names: list[str], jobs: int, home: Path) 
         "connections": len({r.client for r in server.records}),
         "exit": result.returncode,
     }
+
+
+# ---- the Hub's rate limits --------------------------------------------------------------------------
+
+#: hub-docs rate-limits.md: requests per 300 s window, by plan and bucket
+PLANS = {
+    "anonymous": {"api": 500, "resolvers": 3000},
+    "free": {"api": 1000, "resolvers": 5000},
+    "PRO": {"api": 2500, "resolvers": 12000},
+}
+PLAN_WINDOW = 300.0
+QUOTA_TARGETS = [
+    "meta-llama/Llama-3.1-8B-Instruct",
+    "google/gemma-2-9b-it",
+    "openai/gpt-oss-20b",
+    "sentence-transformers/all-MiniLM-L6-v2",
+    "Qwen/Qwen3-8B",
+    "TheBloke/Llama-2-13B-chat-GPTQ",
+]
+
+
+def cli_scan_records(server: HubServer, names: list[str], home: Path, tag: str) -> tuple[list, dict[str, float]]:
+    """The real `hfvram scan` over ``names`` (cold facts cache): the server's records of it, and the scan's figures."""
+    got = hfvram_cli_scan(server, names, 16, home / tag)
+    return list(server.records), got
+
+
+def bucket_counts(records: list) -> dict[str, int]:
+    counts = {"api": 0, "resolvers": 0, "cdn": 0, "429": 0}
+    for rec in records:
+        if rec.limited:
+            counts["429"] += 1
+        key = rec.bucket or (
+            "api" if rec.path.startswith("/api/") else "cdn" if rec.path.startswith("/cdn/") else "resolvers"
+        )
+        counts[key] += 1
+    return counts
+
+
+def quota_section(server: HubServer, size: int, window: float, home: Path) -> None:
+    print(f"\nrequests per repo by bucket (hfvram scan --jobs 16 of {size} aliases of {len(QUOTA_TARGETS)} repos)")
+    shapes = {
+        "one owner": server.files.alias_many("quota-one", size, targets=QUOTA_TARGETS),
+        "distinct owners": [],
+    }
+    for i in range(size):
+        name = f"owner{i:05d}/repo"
+        server.files.aliases[name] = QUOTA_TARGETS[i % len(QUOTA_TARGETS)]
+        shapes["distinct owners"].append(name)
+    for label, names in shapes.items():
+        (home / label.replace(" ", "-")).mkdir(exist_ok=True)
+        records, got = cli_scan_records(server, names, home, label.replace(" ", "-"))
+        counts = bucket_counts(records)
+        per = {k: v / size for k, v in counts.items()}
+        print(
+            f"  {label:<16} api {per['api']:.3f}/repo, resolvers {per['resolvers']:.3f}/repo, CDN {per['cdn']:.3f}/repo"
+            f" ({got['rows']} rows, {got['errors']} errors)"
+        )
+        times = []
+        for plan, quotas in PLANS.items():
+            bound = {b: per[b] * 10_000 / quotas[b] * PLAN_WINDOW for b in ("api", "resolvers")}
+            worst = max(bound, key=lambda b: bound[b])
+            times.append(f"{plan} {bound[worst] / 60:.1f} min ({worst})")
+        print("    10,000 such repos, least time the quota allows: " + ", ".join(times))
+    if window <= 0:
+        return
+    print(f"\nscan of 300 repos of one owner against api 50 / resolvers 150 per {window:g} s window")
+    names = server.files.alias_many("quota-target", 300, targets=QUOTA_TARGETS)
+    server.set_rate_limits(api=50, resolvers=150, window=window)
+    (home / "target").mkdir(exist_ok=True)
+    records, got = cli_scan_records(server, names, home, "target")
+    server.rate_limits = None
+    counted = [r for r in records if r.bucket]
+    counts = bucket_counts(counted)
+    served = {b: [r for r in counted if r.bucket == b and not r.limited] for b in ("api", "resolvers")}
+    needed = max(math.ceil(len(v) / q) for v, q in ((served["api"], 50), (served["resolvers"], 150)))
+    least = (needed - 1) * window
+    first = min(r.start for r in counted)
+    last = max(r.end for r in counted)
+    print(
+        f"  {got['rows']} rows ({got['errors']} errors), api {counts['api']} ({counts['api'] / 300:.3f}/repo), "
+        f"resolvers {counts['resolvers']}, 429 answers {counts['429']} ({counts['429'] / max(1, len(counted)):.1%}); "
+        f"first to last request {last - first:.1f} s, least time the quota allows {least:.0f} s "
+        f"({needed} windows), wall {got['seconds']:.1f} s"
+    )
 
 
 # ---- hfvram ----------------------------------------------------------------------------------------
@@ -255,6 +349,11 @@ def main() -> int:
     parser.add_argument("--big", default="2000,10000", help="list lengths of the command-line scans ('' to skip)")
     parser.add_argument("--big-jobs", type=int, default=32, help="--jobs of the command-line scans")
     parser.add_argument("--watchdog", type=float, default=900, help="dump stacks and exit after this many seconds")
+    parser.add_argument("--quota", type=int, default=300, help="list length of the requests-per-bucket scans")
+    parser.add_argument(
+        "--limits-window", type=float, default=20.0, help="window of the rate-limited 300-repo scan (0: skip it)"
+    )
+    parser.add_argument("--quota-only", action="store_true", help="only the rate-limit figures")
     args = parser.parse_args()
     import faulthandler
 
@@ -266,6 +365,11 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as home:
         os.environ["HF_HOME"] = home
         os.environ["HF_HUB_CACHE"] = str(Path(home) / "hub")
+        if args.quota_only:
+            server.latency = 0.0
+            quota_section(server, args.quota, args.limits_window, Path(home))
+            server.stop()
+            return 0
         have_hf_mem = _patch_hf_mem(server.url)
         hfvram_once(REPOS[0][0], need_split=False)  # warm the imports (transformers) outside the timings
         print(
@@ -365,6 +469,8 @@ def main() -> int:
             if len(peaks) > 1:
                 small, large = min(peaks), max(peaks)
                 print(f"  peak RSS {large} / {small} repos: {peaks[large] / peaks[small]:.2f}")
+        server.latency = 0.0
+        quota_section(server, args.quota, args.limits_window, Path(home))
     server.stop()
     return 0
 

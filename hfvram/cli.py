@@ -40,6 +40,8 @@ DEBUG_META = "hfvram.debug"
 FORMATS = ("table", "json", "markdown")
 SCAN_FORMATS = ("table", "jsonl", "json", "csv", "markdown")
 MODEL_SORTS = ("verdict", "total", "params", "context", "speed")
+#: `models --hub` also sorts as the Hub's listing does
+HUB_MODEL_SORTS = ("downloads", "likes", "trending")
 DEFAULT_JOBS = 8
 
 
@@ -214,12 +216,23 @@ def run_options(function: Callable[..., Any]) -> Callable[..., Any]:
             help="Tokens per sequence: 8k, 32k, 131072 (default: the engine's); vLLM: auto, the length it would pick.",
         ),
         click.option(
+            "--prompt",
+            "prompt",
+            metavar="N",
+            help="Prompt tokens per request: adds the prefill / time-to-first-token bound (check).",
+        ),
+        click.option(
             "--max-context-cap",
             "max_context_cap",
             metavar="N",
             help="With --context auto (vLLM's --max-model-len auto): the longest length it may pick.",
         ),
-        click.option("--concurrency", "concurrency", metavar="N", help="Sequences held at full context (default 1)."),
+        click.option(
+            "--concurrency",
+            "concurrency",
+            metavar="N",
+            help="Sequences held at full context (default 1); max: the largest batch that starts.",
+        ),
         click.option(
             "--kv-dtype",
             "kv_dtype",
@@ -327,11 +340,14 @@ def _console(stderr: bool = False) -> Any:
     encode Unicode (``LANG=C``, ``PYTHONIOENCODING=ascii``)."""
     from rich.console import Console
 
-    from hfvram.report.text import AsciiStream, encodes_unicode, report_width
+    from hfvram.report.text import AsciiStream, TrimmedStream, encodes_unicode, report_width
 
     stream = sys.stderr if stderr else sys.stdout
-    file: Any = stream if encodes_unicode(stream) else AsciiStream(stream)
-    return Console(file=file, highlight=False, soft_wrap=False, width=report_width(stream))
+    file: Any = TrimmedStream(stream if encodes_unicode(stream) else AsciiStream(stream))
+    console = Console(file=file, highlight=False, soft_wrap=False, width=report_width(stream))
+    # rich ends a broken pipe with SystemExit(1), which the contract reads as "does not fit": 141 instead, as scan
+    console.on_broken_pipe = _quiet_broken_pipe  # type: ignore[method-assign]
+    return console
 
 
 def _echo(text: str, nl: bool = True) -> None:
@@ -366,8 +382,8 @@ def _echo_json(document: Any) -> None:
 @click.option(
     "--fail-on",
     "fail_on",
-    type=click.Choice(["tight"]),
-    help="Exit 1 on Tight as well as on Doesn't fit (needs --gpu: without one there is no verdict).",
+    type=click.Choice(["tight", "offload"]),
+    help="Exit 1 on Offload (tight: on Tight and Offload) as well as on Doesn't fit (needs --gpu: without one there is no verdict).",
 )
 @price_option
 @click.option(
@@ -404,7 +420,7 @@ def check(
     if is_engine_list(options.engine):
         _print_engine_comparison(options, source, output, fail_on == "tight")
     if is_gpu_list(options.gpu):
-        _print_comparison(options, source, output, price_kind, fail_on == "tight")
+        _print_comparison(options, source, output, price_kind, fail_on)
 
     report = check_with_options(options, source).document
     if report.get("schema") == "hfvram.gguf_repo/1":  # a GGUF repo as a whole: one row per quant
@@ -416,7 +432,7 @@ def check(
             _echo(gguf_repo_markdown(report), nl=False)
         else:
             render_gguf_repo(_console(), report)
-        sys.exit(exit_code_for([report.get("verdict")], fail_on == "tight"))
+        sys.exit(exit_code_for([report.get("verdict")], fail_on))
     if launch_only:
         from hfvram.report.wording import launch_command_lines
 
@@ -438,7 +454,7 @@ def check(
         from hfvram.report.table import render_check
 
         render_check(_console(), report, explain=options.explain)
-    sys.exit(exit_code_for([report.get("verdict")], fail_on == "tight"))
+    sys.exit(exit_code_for([report.get("verdict")], fail_on))
 
 
 def _print_engine_comparison(options: RunOptions, source: str | None, output: str, fail_on_tight: bool) -> None:
@@ -459,7 +475,7 @@ def _print_engine_comparison(options: RunOptions, source: str | None, output: st
 
 
 def _print_comparison(
-    options: RunOptions, source: str | None, output: str, price_kind: str, fail_on_tight: bool, cheapest_from: str = ""
+    options: RunOptions, source: str | None, output: str, price_kind: str, fail_on: str | None, cheapest_from: str = ""
 ) -> None:
     """GPU sets side by side (check --gpu a,b,c) or the cheapest that fits (fit --cheapest); exits."""
     from hfvram import compare
@@ -478,7 +494,7 @@ def _print_comparison(
         _echo(compare_markdown(document), nl=False)
     else:
         render_compare(_console(), document)
-    sys.exit(compare.compare_exit_code(document, fail_on_tight))
+    sys.exit(compare.compare_exit_code(document, fail_on))
 
 
 # ---- scan ------------------------------------------------------------------------------------------------------
@@ -493,7 +509,12 @@ def _print_comparison(
     "--jobs", "-j", type=click.IntRange(1, 64), default=DEFAULT_JOBS, show_default=True, help="Sources read at once."
 )
 @markdown_option
-@click.option("--fail-on", "fail_on", type=click.Choice(["tight"]), help="Exit 1 on Tight as well (needs --gpu).")
+@click.option(
+    "--fail-on",
+    "fail_on",
+    type=click.Choice(["tight", "offload"]),
+    help="Exit 1 on Offload (tight: on Tight and Offload) as well (needs --gpu).",
+)
 def scan(
     file: Any, fmt: str | None, as_json: bool, as_markdown: bool, jobs: int, fail_on: str | None, **kwargs: Any
 ) -> None:
@@ -530,7 +551,7 @@ def scan(
             sys.stderr.flush()
         # the reads still in flight are abandoned: no interpreter teardown that would wait for their threads
         os._exit(EXIT_INTERRUPTED)
-    sys.exit(scan_exit_code(reports, fail_on == "tight"))
+    sys.exit(scan_exit_code(reports, fail_on))
 
 
 def _scan_all(sources: list[str], options: RunOptions, jobs: int, output: str) -> tuple[list[dict[str, Any]], bool]:
@@ -655,22 +676,44 @@ def _print_scan(reports: list[dict[str, Any]], output: str, *, streamed: bool) -
 @click.option(
     "--sort",
     "sort",
-    type=click.Choice(MODEL_SORTS),
-    default="verdict",
-    show_default=True,
-    help="verdict: fits first, then the largest; total: least memory first; params, context, speed: largest first.",
+    type=click.Choice(MODEL_SORTS + HUB_MODEL_SORTS),
+    default=None,
+    help="verdict (the default): fits first, then the largest; total: least memory first; params, context, speed: "
+    "largest first; with --hub also downloads (its default), likes, trending: the Hub's listing order.",
 )
 @click.option("--format", "fmt", type=click.Choice(SCAN_FORMATS), help="Output format (default: table).")
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json (schema hfvram.models/1).")
 @markdown_option
+@click.option("--hub", "from_hub", is_flag=True, help="The Hub's own models (its listing), not the embedded catalogue.")
+@click.option("--author", metavar="OWNER", help="With --hub: only OWNER's repos.")
+@click.option("--search", metavar="TEXT", help="With --hub: only repo ids holding TEXT.")
+@click.option(
+    "--filter",
+    "filters",
+    metavar="TAG",
+    multiple=True,
+    help="With --hub: only repos tagged TAG (text-generation, gguf).",
+)
+@click.option(
+    "--limit",
+    type=click.IntRange(1, 1000),
+    default=100,
+    show_default=True,
+    help="With --hub: the first N repos listed.",
+)
 def models(
     query: str | None,
     listing: bool,
     family: str | None,
-    sort: str,
+    sort: str | None,
     fmt: str | None,
     as_json: bool,
     as_markdown: bool,
+    from_hub: bool,
+    author: str | None,
+    search: str | None,
+    filters: tuple[str, ...],
+    limit: int,
     **kwargs: Any,
 ) -> None:
     """Which of the embedded catalogue's models run on --gpu: one row per model (offline, no network).
@@ -681,8 +724,12 @@ def models(
       hfvram models --gpu rtx4090 --engine llama.cpp --family qwen --sort speed
       hfvram models --list llama
 
-    Exit codes: 0 at least one model fits (or is tight), 1 none does, 2 usage error. With --list: 0, or 1 when
-    no repo id holds QUERY.
+    With --hub: the Hub's own models instead (--author, --search, --filter, --sort downloads|likes|trending,
+    --limit), each read from the Hub as `scan` reads it (facts cache, caps, the Hub's rate limits); the catalogue
+    stays the offline answer.
+
+    Exit codes: 0 at least one model fits (or is tight), 1 none does, 2 usage error (3: --hub and the Hub could
+    not be read). With --list: 0, or 1 when no repo id holds QUERY.
     """
     from hfvram.pipeline import catalogue_params, models_query, models_rows
     from hfvram.report.models import search_repos
@@ -701,8 +748,15 @@ def models(
         raise UsageError(f"QUERY ({query!r}) goes with --list; to check one model use `hfvram check {query}`")
     options = _run_options(kwargs)
     output = _output_format(fmt, as_json, as_markdown=as_markdown)
-    asked = models_query(options, family=family, sort=sort)
-    rows = models_rows(options, family=family, sort=sort)
+    hub_only = [name for name, given in (("--author", author), ("--search", search), ("--filter", filters)) if given]
+    if not from_hub and (hub_only or sort in HUB_MODEL_SORTS):
+        raise UsageError(f"{(hub_only or ['--sort ' + str(sort)])[0]} goes with --hub (the Hub's own listing)")
+    if from_hub:
+        asked, rows = _hub_models(options, family, sort or "downloads", author, search, filters, limit)
+    else:
+        sort = sort or "verdict"
+        asked = models_query(options, family=family, sort=sort)
+        rows = models_rows(options, family=family, sort=sort)
     from hfvram.report import models as view
 
     if output == "json":
@@ -719,8 +773,72 @@ def models(
     else:
         view.render_models(_console(), asked, rows)
     if not rows:
-        _write_stderr(f"hfvram: no catalogue model has the family {family!r}")
+        _write_stderr(
+            "hfvram: the Hub listed no model for that query"
+            if from_hub and not family
+            else f"hfvram: no {'listed' if from_hub else 'catalogue'} model has the family {family!r}"
+        )
     sys.exit(view.models_exit_code(rows))
+
+
+def _row_repo(row: dict[str, Any]) -> str:
+    source = row.get("source") or {}
+    return str(source.get("repo_id") or str(source.get("text") or "").split(":", 1)[0])
+
+
+def _hub_models(
+    options: RunOptions,
+    family: str | None,
+    sort: str,
+    author: str | None,
+    search: str | None,
+    filters: tuple[str, ...],
+    limit: int,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """`models --hub`: the Hub's listing, then each listed repo read as `scan` reads it (its model info from the
+    listing; a GGUF repo at the quant --quant names when it holds it, else Q4_K_M, else its first)."""
+    from hfvram.pipeline import models_query, scan_one
+    from hfvram.report.jsonout import error_dict
+    from hfvram.report.models import family_matches, select_rows
+    from hfvram.scan import run_scan
+    from hfvram.sources.limits import validate_endpoint_env
+    from hfvram.sources.repo_files import offline_requested, quant_tags
+
+    if options.offline or offline_requested():
+        raise UsageError("models --hub reads the Hub's listing: drop --offline (the catalogue is the offline answer)")
+    asked = models_query(options, family=family, sort="verdict")
+    asked["sort"] = sort
+    asked["hub"] = {"author": author, "search": search, "filter": list(filters), "limit": limit}
+    validate_endpoint_env()
+    from hfvram.sources import hub
+
+    listed = hub.list_hub_models(
+        author=author, search=search, filters=filters, sort=sort if sort in HUB_MODEL_SORTS else "downloads",
+        limit=limit, token=options.token,
+    )  # fmt: skip
+    sources = []
+    for info in listed:
+        tags = quant_tags([f for f in info.files if f.lower().endswith(".gguf")])
+        if "config.json" in info.files or not tags:
+            sources.append(info.repo_id)
+            continue
+        wanted = str(options.quant or "").upper()
+        sources.append(f"{info.repo_id}:{wanted if wanted in tags else 'Q4_K_M' if 'Q4_K_M' in tags else tags[0]}")
+    order = {info.repo_id: index for index, info in enumerate(listed)}
+    rows: list[dict[str, Any]] = []
+    run_scan(
+        sources,
+        lambda source: scan_one(source, options),
+        DEFAULT_JOBS,
+        rows.append,
+        failed=error_dict,
+        token=options.token,
+    )
+    if sort in HUB_MODEL_SORTS:
+        kept = [row for row in rows if family_matches(row, family)]
+        kept.sort(key=lambda row: order.get(_row_repo(row), len(order)))
+        return asked, kept
+    return asked, select_rows(rows, family=family, sort=sort)
 
 
 # ---- fit -------------------------------------------------------------------------------------------------------
@@ -739,7 +857,12 @@ def models(
     type=click.Path(dir_okay=False),
     help="Draw memory against context per term (needs the 'plot' extra).",
 )
-@click.option("--fail-on", "fail_on", type=click.Choice(["tight"]), help="Exit 1 on Tight as well.")
+@click.option(
+    "--fail-on",
+    "fail_on",
+    type=click.Choice(["tight", "offload"]),
+    help="Exit 1 on Offload (tight: on Tight and Offload) as well.",
+)
 @click.option(
     "--cheapest",
     "cheapest",
@@ -785,7 +908,7 @@ def fit(
             raise UsageError("--from picks GPUs from the catalogue; --gpu names them: give one of the two")
         if plot:
             raise UsageError("--plot goes with one GPU set, not with --cheapest")
-        _print_comparison(options, sources[0], output, price_kind, fail_on == "tight", cheapest_from or "all")
+        _print_comparison(options, sources[0], output, price_kind, fail_on, cheapest_from or "all")
     if options.gpu is None:
         raise UsageError("fit needs --gpu SPEC (for example --gpu rtx4090)")
     if is_gpu_list(options.gpu):
@@ -832,7 +955,7 @@ def fit(
         console = _console()
         for report in public:
             render_fit(console, report)
-    sys.exit(exit_code_for([report.get("verdict") for report in public], fail_on == "tight"))
+    sys.exit(exit_code_for([report.get("verdict") for report in public], fail_on))
 
 
 # ---- gpus ------------------------------------------------------------------------------------------------------

@@ -528,3 +528,25 @@ def test_a_closed_pipe_ends_the_scan_quietly():
     code = process.wait(timeout=120)
     assert "source" in json.loads(first)
     assert code == 141 and "Traceback" not in stderr and "Error" not in stderr, stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("check", "Qwen/Qwen3-8B", "--gpu", "rtx4090", "--offline"),
+        ("fit", "Qwen/Qwen3-8B", "--gpu", "rtx4090", "--offline"),
+        ("models", "--gpu", "rtx4090", "--offline"),
+        ("gpus",),
+    ],
+)
+def test_a_closed_pipe_exits_141_for_every_table(args):
+    """``hfvram check … | head -1``: the reader went away, which is not "does not fit" (exit 1): 141, as scan."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "hfvram", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT
+    )
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.read(1)  # `| head -c 1`: read a little, then close the pipe before the table is written
+    process.stdout.close()
+    stderr = process.stderr.read().decode()
+    code = process.wait(timeout=120)
+    assert code == 141 and "Traceback" not in stderr, (code, stderr)

@@ -20,7 +20,7 @@ GIB = 1 << 30
 
 def test_catalog_loads_every_device_with_unique_names():
     catalog = load_catalog()
-    # gpus/README.md: "111 [[device]] tables"; issue 10 added the 12 rows of NEW_ROWS below
+    # gpus/README.md: "111 [[device]] tables"; issues 10 and 23 added the rows of NEW_ROWS below
     assert len(catalog) == 111 + len(NEW_ROWS)
     names = [name for gpu in catalog for name in (gpu.id, *gpu.aliases)]
     assert len(names) == len(set(names))
@@ -206,6 +206,13 @@ NEW_ROWS = {
     "rx7800xt": (16 * GIB, "nominal-gib"),
     "rx7600": (8 * GIB, "nominal-gib"),
     "mi250x-gcd": (68_702_699_520, "hip-runtime"),
+    # issue 23: the Turing cards people still own (nvidia.com product pages; no nvidia-smi total seen)
+    "rtx2080-super": (8 * GIB, "nominal-gib"),
+    "rtx2080": (8 * GIB, "nominal-gib"),
+    "rtx2070-super": (8 * GIB, "nominal-gib"),
+    "rtx2070": (8 * GIB, "nominal-gib"),
+    "rtx2060-super": (8 * GIB, "nominal-gib"),
+    "rtx2060": (6 * GIB, "nominal-gib"),
 }
 
 

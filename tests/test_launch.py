@@ -240,3 +240,72 @@ def test_context_auto_is_refused_where_there_is_none():
         cli, ["check", str(LLAMA_FOLDER), "--gpu", "h100", "--engine", "vllm@0.10", "--context", "auto"]
     )
     assert old.exit_code == 2 and "came in vLLM 0.12" in old.output
+
+
+# ---- the largest batch that starts (docs/engines/launch.md#launch-largest-batch) ---------------------------------
+
+
+def test_vllm_hybrid_state_pool_bounds_max_num_seqs():
+    """vllm-project/recipes pull request 551: Qwen3.6-27B-FP8 on one H100 (util 0.95, default length) was refused with
+    "max_num_seqs (1024) exceeds available Mamba cache blocks (856)". hfvram on the Qwen3.5-27B config (the same
+    48 Gated DeltaNet + 16 attention plan) as FP8 counts its own blocks: within 10 % of the engine's 856."""
+    document = check_json("Qwen/Qwen3.5-27B", "--offline", "--gpu", "h100", "--gpu-util", "0.95", "--quant", "fp8")
+    limit = document["engine"]["max_num_seqs_that_starts"]
+    assert limit == document["engine"]["num_gpu_blocks"] == document["largest_batch"]["value"]
+    assert abs(limit - 856) / 856 < 0.10
+    assert any(
+        w.startswith(f"max_num_seqs (1024) exceeds available Mamba cache blocks ({limit})")
+        for w in document["warnings"]
+    )
+
+
+def test_concurrency_max_is_the_largest_that_starts_and_the_launch_line_carries_it():
+    source = ("Qwen/Qwen3.5-27B", "--offline", "--gpu", "h100", "--context", "32k")
+    best = check_json(*source, "--concurrency", "max")
+    seqs = best["engine"]["max_num_seqs"]
+    assert seqs <= best["engine"]["max_num_seqs_that_starts"]
+    assert not any("exceeds available Mamba cache blocks" in w for w in best["warnings"])
+    assert f"--max-num-seqs {seqs}" in best["launch"]["command"]
+    # one more sequence no longer starts: its own pool has fewer blocks than that
+    over = check_json(*source, "--set", f"max-num-seqs={seqs + 1}")
+    assert over["engine"]["max_num_seqs_that_starts"] < seqs + 1
+    # a model without recurrent layers: nothing bounds max_num_seqs at start-up, the default stays
+    dense = check_json("Qwen/Qwen3-8B", "--offline", "--gpu", "h100", "--context", "32k", "--concurrency", "max")
+    assert dense["largest_batch"]["value"] is None and dense["engine"]["max_num_seqs"] == 1024
+    # llama.cpp: as many slots as full-length sequences fit
+    gguf = check_json(str(SMOLLM_GGUF), "--gpu", "rtx3060", "--context", "32k", "--concurrency", "max")
+    slots = gguf["workload"]["concurrency"]
+    assert slots == int(
+        check_json(str(SMOLLM_GGUF), "--gpu", "rtx3060", "--context", "32k")["capacity"]["max_concurrency"]
+    )
+    assert f"-np {slots}" in gguf["launch"]["command"] and gguf["verdict"] != "does_not_fit"
+    refused = runner.invoke(
+        cli, ["check", str(LLAMA_FOLDER), "--gpu", "h100", "--engine", "sglang", "--concurrency", "max"]
+    )
+    assert refused.exit_code == 2
+
+
+def test_fit_and_explain_show_the_largest_batch():
+    fit = runner.invoke(cli, ["fit", "--gpu", "h100", "Qwen/Qwen3.5-27B", "--offline", "--context", "32k", "--json"])
+    document = json.loads(fit.stdout)
+    assert document["largest_batch"]["setting"] == "max-num-seqs" and document["largest_batch"]["value"] > 0
+    validate(document, "fit")
+    explain = check_json("Qwen/Qwen3.5-27B", "--offline", "--gpu", "h100", "--context", "32k", "--explain")
+    assert explain["explain"]["terms"]["max_num_seqs"].startswith("the largest max_num_seqs that starts:")
+
+
+# ---- prefill bound (docs/engines/common.md#prefill-bound) ----------------------------------------------------------
+
+
+def test_prefill_is_a_compute_bound_that_tensor_parallelism_splits():
+    one = check_json(str(LLAMA_FOLDER), "--gpu", "h100", "--context", "8k", "--prompt", "8k", "--concurrency", "4")
+    prefill = one["prefill"]
+    params = one["model"]["params_active"]
+    # at least the matrix products at the dense peak (the catalogue's figure for the H100)
+    assert prefill["first_token_seconds_min"] >= 2 * params * 8192 / (prefill["tflops"] * 1e12)
+    assert prefill["last_first_token_seconds_min"] == pytest.approx(4 * prefill["first_token_seconds_min"])
+    two = check_json(str(LLAMA_FOLDER), "--gpu", "h100x2", "--tp", "2", "--context", "8k", "--prompt", "8k")
+    assert two["prefill"]["first_token_seconds_min"] == pytest.approx(prefill["first_token_seconds_min"] / 2)
+    table = runner.invoke(cli, ["check", str(LLAMA_FOLDER), "--gpu", "h100", "--context", "8k", "--prompt", "8k"])
+    assert "Prefill: ≥ " in table.stdout and "(a bound" in table.stdout
+    assert "prefill" not in check_json(str(LLAMA_FOLDER), "--gpu", "h100", "--context", "8k")

@@ -31,7 +31,13 @@ _COUNT_SUFFIX = re.compile(r"^(?P<rest>.+?)\s*[x×*]\s*(?P<count>\d+)$")
 _COUNT_PREFIX = re.compile(r"^(?P<count>\d+)\s*[x×*]\s*(?P<rest>.+)$")
 #: an id that itself ends in "x" followed directly by the count (``mi325x2`` = 2 × mi325x)
 _COUNT_AFTER_X_ID = re.compile(r"^(?P<rest>.+x)(?P<count>\d+)$")
-_RAW_SIZE = re.compile(r"^(?P<number>\d+(?:\.\d+)?)\s*(?P<unit>gib|gb|g|tib|tb|t|mib|mb|m)$")
+_RAW_SIZE = re.compile(
+    r"^(?P<number>\d+(?:\.\d+)?)\s*(?P<unit>gib|gb|g|tib|tb|t|mib|mb|m)"
+    # an optional bandwidth, so that a raw size gets a decode speed: 8GiB@448GB/s, 96GB@1.6TB/s
+    r"(?:@(?P<bandwidth>\d{1,6}(?:\.\d{1,3})?)\s*(?P<bw_unit>gb/s|tb/s)?)?$"
+)
+#: the fastest memory a raw ``--gpu SIZE@BANDWIDTH`` may claim, GB/s (ten times an HBM3e board)
+_MAX_RAW_BANDWIDTH_GBS = 100_000.0
 #: a ``hfvram gpus`` query that names a memory size (``24GB``, ``24 gb``, ``16GiB``, ``24G``) rather than a name
 _SIZE_QUERY = re.compile(r"^(?P<number>\d{1,4}(?:\.\d{1,2})?)\s*(?P<unit>gib|gb|g)$")
 #: ``--gpu a,b,c``: several GPU sets compared side by side; ``--gpu a+b``: one set of different cards
@@ -208,7 +214,7 @@ def _count(text: str, spec: str) -> int:
     return count
 
 
-def _raw_size_gpu(number: str, unit: str) -> GPU:
+def _raw_size_gpu(number: str, unit: str, bandwidth: str | None = None, bw_unit: str | None = None) -> GPU:
     limit = int(data_table("bounds.toml")["hardware"]["maximum_memory_bytes"])
     size = float(number) * _RAW_UNITS[unit]
     least = int(data_table("bounds.toml")["hardware"]["minimum_memory_bytes"])
@@ -220,7 +226,18 @@ def _raw_size_gpu(number: str, unit: str) -> GPU:
         )
     size = int(size)
     label = f"{number}{'GiB' if _RAW_UNITS[unit] == GIB else unit.upper()}"
-    return GPU(id=label, name=f"unlisted GPU with {label}", vendor="unknown", memory_bytes=size)
+    gbs = None
+    if bandwidth is not None:
+        gbs = float(bandwidth) * (1000.0 if bw_unit == "tb/s" else 1.0)
+        if not 0 < gbs <= _MAX_RAW_BANDWIDTH_GBS:
+            raise UsageError(
+                f"GPU memory bandwidth {bandwidth}{bw_unit or 'GB/s'} must be above 0 and at most "
+                f"{_MAX_RAW_BANDWIDTH_GBS:,.0f} GB/s"
+            )
+        label += f"@{gbs:g}GB/s"
+    return GPU(
+        id=label, name=f"unlisted GPU with {label}", vendor="unknown", memory_bytes=size, memory_bandwidth_gbs=gbs
+    )
 
 
 def _parse_single(text: str, unified_fraction: float | None) -> GPU | None:
@@ -229,7 +246,7 @@ def _parse_single(text: str, unified_fraction: float | None) -> GPU | None:
         return find_gpu(text, unified_fraction=unified_fraction)
     raw = _RAW_SIZE.match(text.replace(" ", ""))
     if raw:
-        return _raw_size_gpu(raw["number"], raw["unit"])
+        return _raw_size_gpu(raw["number"], raw["unit"], raw["bandwidth"], raw["bw_unit"])
     return None
 
 
@@ -251,7 +268,8 @@ def parse_gpu_spec(text: str, *, unified_fraction: float | None = None) -> Hardw
     """``rtx4090``, ``rtx4090x2``, ``2xh100``, ``h100-sxm x8``, ``24GiB``, ``80GBx4``, ``rtx4090+rtx3090`` -> Hardware.
 
     A trailing ``x<N>`` (or leading ``<N>x``) is a count only when what remains is a known id, alias or
-    raw size (gpus/README.md caveat 6); the whole text is tried first. A raw size has no bandwidth. A board
+    raw size (gpus/README.md caveat 6); the whole text is tried first. A raw size has no bandwidth unless it names
+    one (``8GiB@448GB/s``). A board
     that software sees as several devices is counted in those devices (``mi250x`` = 2 x ``mi250x-gcd``).
     ``a+b`` is one mixed set (:func:`parse_mixed_set`); a comma list (``rtx4090,h100``) is several sets, which only
     the comparison takes (:func:`parse_gpu_sets`): here it is a usage error.

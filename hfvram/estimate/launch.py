@@ -153,3 +153,33 @@ def _args_table(engine: str) -> Mapping[str, Any]:
 
     table: Mapping[str, Any] = data_table("engine_args.toml")["engines"].get(engine) or {}
     return table
+
+
+def largest_batch(est: Estimate) -> dict[str, Any] | None:
+    """The largest sequence limit that starts at the estimate's context (docs/engines/launch.md#launch-largest-batch):
+    vLLM's ``max_num_seqs`` when a recurrent state pool bounds it (one block per decode sequence), llama.cpp's /
+    Ollama's slots when every slot holds a full-length sequence (``-np`` × context must fit). None for an engine
+    whose limit hfvram does not model."""
+    name = str(est.engine.get("name"))
+    if name == "vllm":
+        limit = est.engine.get("max_num_seqs_that_starts")
+        if isinstance(limit, int):
+            return {
+                "setting": "max-num-seqs",
+                "value": limit,
+                "bound_by": "the recurrent state pool (Mamba cache blocks)",
+            }
+        return {
+            "setting": "max-num-seqs",
+            "value": None,
+            "bound_by": "nothing at start-up (requests beyond the KV pool wait)",
+        }
+    if name in ("llama.cpp", "ollama") and est.capacity.max_concurrency is not None and est.hardware is not None:
+        slots = int(est.capacity.max_concurrency + 1e-9)
+        setting = "parallel" if name == "llama.cpp" else "OLLAMA_NUM_PARALLEL"
+        return {
+            "setting": setting,
+            "value": slots if slots >= 1 else 0,
+            "bound_by": "memory: every slot holds a full-length sequence",
+        }
+    return None

@@ -116,6 +116,35 @@ class AsciiStream:
         return "ascii"
 
 
+#: spaces at the end of a line, before any colour codes that close it
+_TRAILING = re.compile(r"[ \t]+((?:\x1b\[[0-9;]*m)*)(?=\n)")
+
+
+class TrimmedStream:
+    """A text stream that drops the spaces rich pads a line's end with (a table's last column, a wrapped line)
+    before writing to the wrapped one: copied text and diffs carry no trailing blanks."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(_TRAILING.sub(r"\1", text))
+        return len(text)
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+    def isatty(self) -> bool:
+        return bool(getattr(self._stream, "isatty", lambda: False)())
+
+    def fileno(self) -> int:
+        return int(self._stream.fileno())
+
+    @property
+    def encoding(self) -> str:
+        return str(getattr(self._stream, "encoding", "utf-8"))
+
+
 #: the width of a report written where no terminal can be asked (a file, a CI log): logs are read in wide viewers
 DEFAULT_WIDTH = 120
 

@@ -125,6 +125,64 @@ LISTING_PAGES = 50
 LISTING_EXPAND = ("sha", "siblings", "gated", "safetensors")
 
 
+#: the listing's sorts as ``models --hub --sort`` names them
+HUB_SORTS = {"downloads": "downloads", "likes": "likes", "trending": "trendingScore"}
+
+
+def list_hub_models(
+    *,
+    author: str | None,
+    search: str | None,
+    filters: Sequence[str],
+    sort: str,
+    limit: int,
+    token: str | None,
+) -> list[RepoInfo]:
+    """The Hub's own listing (``GET /api/models`` with author, search, filter, sort, ``expand[]`` sha, siblings,
+    gated, safetensors), in its order, at most ``limit`` repos (pages of up to 1,000, followed by their ``Link``
+    only on the Hub's host). Each model info is kept for the reading of that repo that follows (no model-info
+    request); an entry that does not parse is left out."""
+    import re
+
+    endpoint = hub_endpoint().rstrip("/")
+    params: Mapping[str, object] | None = {
+        k: v
+        for k, v in {
+            "author": author,
+            "search": search,
+            "filter": list(filters) or None,
+            "sort": HUB_SORTS[sort],
+            "direction": "-1",
+            "limit": str(min(limit, LISTING_PAGE)),
+            "expand[]": list(LISTING_EXPAND),
+        }.items()
+        if v
+    }
+    url: str | None = f"{endpoint}/api/models"
+    found: list[RepoInfo] = []
+    seen: set[str] = set()
+    for _ in range(min(LISTING_PAGES, -(-limit // LISTING_PAGE) + 1)):
+        if url is None or len(found) >= limit:
+            break
+        data, answer = fetch_json(url, token=token, repo_id=None, filename="the Hub's model listing", params=params)
+        if not isinstance(data, list):
+            raise MalformedFileError("the model listing is not a list", file="the Hub's model listing")
+        for entry in data[:LISTING_PAGE]:
+            name = entry.get("id") if isinstance(entry, dict) else None
+            if not isinstance(name, str) or name in seen or len(found) >= limit:
+                continue
+            try:
+                info = repo_info_from(entry, name, where=f"{name} (the Hub's model listing)")
+            except HfvramError:
+                continue
+            seen.add(name)
+            found.append(info)
+            _LISTED[name] = info
+        link = re.search(r'<([^>]{1,4000})>\s*;\s*rel="?next"?', str(answer.headers.get("link", ""))[:8000])
+        url, params = (link[1], None) if link and link[1].startswith(endpoint + "/") else (None, None)
+    return found
+
+
 def listed_count() -> int:
     """Model infos read from listings and not used yet."""
     return len(_LISTED)
@@ -146,7 +204,7 @@ def read_owner_listings(repo_ids: Sequence[str], token: str | None) -> int:
     for owner, wanted in owners.items():
         if len(wanted) < LISTING_MIN_REPOS:
             continue
-        missing = set(wanted)
+        missing = set(wanted) - _LISTED.keys()  # (those a listing already answered need nothing more)
         url: str | None = f"{endpoint}/api/models"
         params: Mapping[str, object] | None = {
             "author": owner,

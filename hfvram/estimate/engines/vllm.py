@@ -70,6 +70,8 @@ class Settings:
     kv_cache_memory_bytes: int | None
     cpu_offload_gb: float
     cudagraph_in_budget: bool
+    #: vLLM refuses max_num_seqs above a recurrent state pool's blocks (docs/engines/vllm.md#vllm-state-seq-limit)
+    state_seq_check: bool
     kv_tokens_formula: str
     #: the dtype vLLM computes (and stores unquantized weights) in: --dtype, auto = the checkpoint's,
     #: float32 checkpoints run in bfloat16
@@ -371,6 +373,23 @@ class Breakdown:
         )
 
     @property
+    def state_seq_limit(self) -> int | None:
+        """The largest ``max_num_seqs`` that starts when a recurrent state pool bounds it
+        (docs/engines/vllm.md#vllm-state-seq-limit): with full CUDA graphs every decode sequence needs one block of
+        the pool, so vLLM refuses ``max_num_seqs > num_blocks`` for a model with Mamba-like layers; None when
+        nothing bounds it at start-up (no recurrent layer, eager mode, no sized pool, or a release before the check)."""
+        if not self.settings.state_seq_check or self.settings.enforce_eager or not self.sized:
+            return None
+        if not any(type(spec) is MambaSpec for spec, _ in self.layout.groups):
+            return None
+        return self.num_blocks
+
+    @property
+    def seqs_over_state_pool(self) -> bool:
+        limit = self.state_seq_limit
+        return limit is not None and not self.pool_empty and self.settings.max_num_seqs > limit
+
+    @property
     def refused(self) -> bool:
         """vLLM does not start (the verdict is does_not_fit whatever the sum says)."""
         return (
@@ -553,6 +572,9 @@ def engine_report(
         "max_model_len": settings.max_model_len,
         "max_num_batched_tokens": settings.max_num_batched_tokens,
         "max_num_seqs": settings.max_num_seqs,
+        # the largest max_num_seqs that starts (a recurrent state pool's blocks; None: nothing bounds it at start-up)
+        "max_num_seqs_that_starts": parts.state_seq_limit,
+        "num_gpu_blocks": parts.num_blocks if parts.sized else None,
         "kv_cache_dtype": settings.kv_cache_dtype,
         "block_size": parts.layout.min_block_size,
         "enforce_eager": settings.enforce_eager,
@@ -625,6 +647,7 @@ def resolve_settings(
         kv_cache_memory_bytes=_parse_bytes(kv_mem) if kv_mem else None,
         cpu_offload_gb=common.setting_float(choice, "cpu-offload-gb", default=0.0) or 0.0,
         cudagraph_in_budget=bool(rules["cudagraph_in_budget"]) and not is_mrv2_dense(spec, rules),
+        state_seq_check=bool(rules.get("state_seq_check", False)),
         kv_tokens_formula=str(rules["kv_tokens_formula"]),
         dtype=dtype,
         online_quantization=online,
@@ -1471,6 +1494,15 @@ def narrate(
             f"{per_replica * settings.data_parallel_size} GPUs; every figure is per GPU of one replica, each with "
             "its own budget and KV pool (docs/engines/vllm.md#vllm-parallelism)"
         )
+    limit = parts.state_seq_limit
+    if limit is not None:
+        explain["max_num_seqs"] = (
+            f"the largest max_num_seqs that starts: {limit} = the KV pool's {parts.num_blocks} blocks (with full "
+            "CUDA graphs every decode sequence needs one block of the recurrent state pool; "
+            f"max_num_seqs {parts.settings.max_num_seqs} "
+            f"{'starts' if parts.settings.max_num_seqs <= limit else 'is refused'}; "
+            "docs/engines/vllm.md#vllm-state-seq-limit)"
+        )
     explain["verdict"] = VERDICT_NOTE
     if parts.decode_modelled:
         explain["decode"] = DECODE_NOTE
@@ -1606,7 +1638,16 @@ def startup_warnings(parts: Breakdown) -> list[str]:
                 else "No gpu_memory_utilization closes that: more GPUs (--tp), a smaller checkpoint or a bigger GPU do."
             )
         )
-    elif parts.one_request_short:
+    elif parts.seqs_over_state_pool and not parts.one_request_short:
+        limit = parts.state_seq_limit
+        warnings.append(
+            f"max_num_seqs ({settings.max_num_seqs}) exceeds available Mamba cache blocks ({limit}). Each decode "
+            f"sequence requires one Mamba cache block, so CUDA graph capture cannot proceed: vLLM refuses to start "
+            f"when its own count is below max_num_seqs. Lower max_num_seqs to at most {limit} (--set "
+            f"max-num-seqs={limit}, or --concurrency max) or increase gpu_memory_utilization. (A warning, not the "
+            "verdict: hfvram's pool for hybrid models can be below vLLM's)"
+        )
+    if parts.one_request_short:
         needed = parts.layout.bytes_for(parts.blocks_at_max)
         warnings.append(
             f"To serve at least one request with the model's max seq len ({settings.max_model_len}), "

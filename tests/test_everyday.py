@@ -1,0 +1,44 @@
+"""The everyday list: what a person sees at a terminal and copies from it, run as the real CLI offline."""
+
+from __future__ import annotations
+
+import pytest
+from cli_support import run_hfvram
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("check", "Qwen/Qwen3-8B", "--gpu", "rtx4090", "--quant", "Q4_K_M", "--offline"),
+        ("gpus",),
+        ("fit", "Qwen/Qwen3-8B", "--gpu", "rtx4090", "--offline"),
+        ("models", "--gpu", "rtx4090", "--offline"),
+    ],
+)
+def test_no_line_ends_in_a_space(args):
+    """rich pads a table's last column and a wrapped line with spaces: none reaches the output."""
+    result = run_hfvram(*args)
+    assert result.returncode in (0, 1), result.stderr
+    padded = [line for line in result.stdout.splitlines() if line != line.rstrip()]
+    assert not padded, padded[:3]
+
+
+@pytest.mark.parametrize("name", ["rtx2080", "2080", "rtx2080-super", "rtx2070", "rtx2070-super", "rtx2060", "t4"])
+def test_turing_cards_are_in_the_catalogue(name):
+    from hfvram.estimate.hardware import catalog_row
+
+    row = catalog_row(name)
+    assert row["architecture"].startswith("Turing") and row["memory_bandwidth_gbs"] > 0 and row["source"]
+
+
+def test_a_raw_size_with_a_bandwidth_gets_a_decode_speed():
+    """``--gpu 8GiB@448GB/s``: the size and the bandwidth of an RTX 2080 (nvidia.com), so a decode bound is printed
+    — the same bound the catalogue's rtx2080 gives, since both read 448 GB/s."""
+    from hfvram import check
+
+    raw = check("Qwen/Qwen3-8B", gpu="8GiB@448GB/s", quant="Q4_K_M", context="4k", offline=True)
+    card = check("Qwen/Qwen3-8B", gpu="rtx2080", quant="Q4_K_M", context="4k", offline=True)
+    plain = check("Qwen/Qwen3-8B", gpu="8GiB", quant="Q4_K_M", context="4k", offline=True)
+    decode = [r.document["decode_tokens_per_second"] for r in (raw, card, plain)]
+    assert decode[0] is not None and decode[0] == decode[1] and decode[2] is None
+    assert "8GiB@448GB/s" in run_hfvram("check", "Qwen/Qwen3-8B", "--gpu", "8GiB@448GB/s", "--offline").stdout
