@@ -471,3 +471,14 @@ def test_the_api_raises_usage_error_for_wrong_types(kwargs):
     with pytest.raises(UsageError) as raised:
         api.check("Qwen/Qwen3-8B", offline=True, **({"gpu": "h100"} | kwargs))
     assert isinstance(raised.value, ValueError) and len(str(raised.value)) < 700
+
+
+def test_a_tree_listing_size_of_4000_digits_is_a_read_error_not_a_figure():
+    """The Hub tree API's answer shape (tree_entries) with one hostile size, as JSON decodes it."""
+    from hfvram.errors import MalformedFileError
+    from hfvram.sources.gguf_repo import group_listing, tree_entries
+
+    tree = json.loads('[{"type": "file", "path": "m-Q4_K_M.gguf", "size": 1' + "0" * 3999 + "}]")
+    with pytest.raises(MalformedFileError) as raised:
+        group_listing("o/r", tree_entries(tree, "o/r"), revision=None, origin="test")
+    assert len(str(raised.value)) < 300
