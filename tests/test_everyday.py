@@ -42,3 +42,17 @@ def test_a_raw_size_with_a_bandwidth_gets_a_decode_speed():
     decode = [r.document["decode_tokens_per_second"] for r in (raw, card, plain)]
     assert decode[0] is not None and decode[0] == decode[1] and decode[2] is None
     assert "8GiB@448GB/s" in run_hfvram("check", "Qwen/Qwen3-8B", "--gpu", "8GiB@448GB/s", "--offline").stdout
+
+
+@pytest.mark.parametrize(
+    "repo,gpu,state",
+    [
+        ("Qwen/Qwen3-8B", "h100", "on"),  # V1 turns prefix caching on by default
+        ("Qwen/Qwen3-Next-80B-A3B-Thinking", "h100x4", "off"),  # hybrid models run with it off
+    ],
+)
+def test_explain_and_the_settings_table_agree_on_prefix_caching(repo, gpu, state):
+    out = run_hfvram("check", repo, "--gpu", gpu, "--engine", "vllm", "--offline", "--explain").stdout
+    assert f"prefix caching ({state}, the release default)" in out
+    row = next(line for line in out.splitlines() if line.split()[:1] == ["enable_prefix_caching"])
+    assert row.split()[1] == state
