@@ -1038,9 +1038,21 @@ def calibration_prediction(
     from hfvram.sources import load_model
 
     loaded = load_model(model, token=token, offline=offline, need_split=True)
+    version = engine_version or measured.engine_version
+    notes: list[str] = []
+    if version is None and (engine_name or measured.engine) == "vllm" and measured.engine_generation == "v0":
+        # the log's own lines are V0's: the newest release that runs V0 by default, not the newest (V1) rules
+        from hfvram.estimate.engines.vllm import newest_release_running
+
+        version = newest_release_running("v0")
+        if version:
+            notes.append(
+                f"the log's lines are vLLM V0's and name no release: compared with the vllm@{version} rules, the "
+                "newest release that runs V0 by default (--engine vllm@X to name the release)"
+            )
     choice = EngineChoice(
         name=engine_name or measured.engine,
-        version=engine_version or measured.engine_version,
+        version=version,
         settings=parse_set_options(list(settings)),
         tp=measured.tp,
         gpu_util=measured.gpu_util,
@@ -1048,7 +1060,10 @@ def calibration_prediction(
     kv_dtype = measured.kv_dtype or "auto"
     if kv_dtype in ("f16",):
         kv_dtype = "fp16"
-    return estimate(loaded.spec, hardware, choice, Workload(context=measured.context, kv_dtype=kv_dtype))
+    from dataclasses import replace
+
+    est = estimate(loaded.spec, hardware, choice, Workload(context=measured.context, kv_dtype=kv_dtype))
+    return replace(est, warnings=(*notes, *est.warnings)) if notes else est
 
 
 # ---- models ----------------------------------------------------------------------------------------------------

@@ -56,3 +56,19 @@ def test_explain_and_the_settings_table_agree_on_prefix_caching(repo, gpu, state
     assert f"prefix caching ({state}, the release default)" in out
     row = next(line for line in out.splitlines() if line.split()[:1] == ["enable_prefix_caching"])
     assert row.split()[1] == state
+
+
+def test_calibrate_reads_the_vllm_generation_from_the_log():
+    """gt-0004 is a published vLLM V0 start-up log (fixtures/logs/README.md) that names no release: its "# GPU
+    blocks" lines are V0's, so the prediction follows the V0 rules (the V1 rules put the KV cache 56 % high)."""
+    from hfvram.calibrate.logs import parse_vllm_log, read_log
+
+    log = "fixtures/logs/gt-0004-vllm-v0-llama31-8b-rtx3090.log"
+    measured = parse_vllm_log(read_log(log))
+    assert measured.engine_generation == "v0" and measured.engine_version is None
+    v1 = parse_vllm_log(read_log("fixtures/logs/gt-0062-vllm-v0.19-llama31-8b-h100.log"))
+    assert v1.engine_generation == "v1"
+    result = run_hfvram(
+        "calibrate", log, "--gpu", "rtx3090", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--offline", "--json"
+    )
+    assert "the log's lines are vLLM V0's" in result.stdout

@@ -536,6 +536,13 @@ def finish(
     )
 
 
+def newest_release_running(generation: str) -> str | None:
+    """The newest release whose rules run ``generation`` ("v0" / "v1") by default (``engine`` of its
+    ``[versions]`` table; docs/engines/vllm.md#vllm-v0), None when none does."""
+    running = [v for v in PROFILE.rule_versions if PROFILE.rules(v)[1].get("engine", "v1") == generation]
+    return max(running, key=common.version_key) if running else None
+
+
 def engine_generation(choice: EngineChoice, rules: Rules, v0: Rules, notes: list[str]) -> str:
     """Which engine's rules apply (docs/engines/vllm.md#vllm-v0): the release's default (``engine`` of its
     ``[versions]`` table), or what ``VLLM_USE_V1`` says (``--set VLLM_USE_V1=0``); V0 asked for on a release without
