@@ -72,3 +72,11 @@ def test_calibrate_reads_the_vllm_generation_from_the_log():
         "calibrate", log, "--gpu", "rtx3090", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--offline", "--json"
     )
     assert "the log's lines are vLLM V0's" in result.stdout
+
+
+def test_fit_cheapest_from_apple_answers_with_a_sourced_price():
+    """Apple's Mac Studio launch prices (2025-03-05: M4 Max 36GB $1,999, M3 Ultra 96GB $3,999; the whole
+    computer, hfvram/data/gpu_prices.toml with its source) make `--from apple` answer."""
+    result = run_hfvram("fit", "Qwen/Qwen3-8B", "--cheapest", "--from", "apple", "--offline")
+    assert result.returncode == 0, result.stderr
+    assert "Cheapest that fits: m4-max-36 ($1,999 new, 2025-03-05)" in result.stdout
