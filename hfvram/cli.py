@@ -543,6 +543,30 @@ def scan(
     sys.exit(scan_exit_code(reports, fail_on == "tight"))
 
 
+def _models_with_progress(options: RunOptions, family: str | None, sort: str) -> list[dict[str, Any]]:
+    """The catalogue's rows, with a progress bar on stderr when it is a terminal (``--quant auto`` sizes every
+    model at several quants: seconds, not a blink)."""
+    from hfvram.pipeline import models_rows
+
+    stderr = _console(stderr=True)
+    if not stderr.is_terminal:
+        return models_rows(options, family=family, sort=sort)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(
+        TextColumn("checking the catalogue"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=stderr, transient=True,
+    )  # fmt: skip
+    with bar:
+        task = bar.add_task("models", total=None)
+        return models_rows(
+            options,
+            family=family,
+            sort=sort,
+            progress=lambda done, total: bar.update(task, completed=done, total=total),
+        )
+
+
 def _scan_all(sources: list[str], options: RunOptions, jobs: int, output: str) -> tuple[list[dict[str, Any]], bool]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -720,7 +744,7 @@ def models(
     Exit codes: 0 at least one model fits (or is tight), 1 none does, 2 usage error (3: --hub and the Hub could
     not be read). With --list: 0, or 1 when no repo id holds QUERY.
     """
-    from hfvram.pipeline import catalogue_params, models_query, models_rows
+    from hfvram.pipeline import catalogue_params, models_query
     from hfvram.report.models import search_repos
     from hfvram.sources.catalog import catalog_repos
 
@@ -745,7 +769,7 @@ def models(
     else:
         sort = sort or "verdict"
         asked = models_query(options, family=family, sort=sort)
-        rows = models_rows(options, family=family, sort=sort)
+        rows = _models_with_progress(options, family, sort)
     from hfvram.report import models as view
 
     if output == "json":

@@ -10,7 +10,7 @@ inside the functions that need them.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -1093,16 +1093,27 @@ def models_query(options: RunOptions, *, family: str | None, sort: str) -> dict[
     return query
 
 
-def models_rows(options: RunOptions, *, family: str | None, sort: str) -> list[dict[str, Any]]:
+def models_rows(
+    options: RunOptions, *, family: str | None, sort: str, progress: Callable[[int, int], None] | None = None
+) -> list[dict[str, Any]]:
     """One check/1 row per repo of the embedded catalogue (offline: never the network), filtered by family and
-    sorted (hfvram.report.models)."""
+    sorted (hfvram.report.models). ``progress(done, total)`` after each repo (the CLI's progress bar)."""
     from dataclasses import replace
 
     from hfvram.report.models import select_rows
     from hfvram.sources.catalog import catalog_repos
 
     offline = replace(options, offline=True)
-    return select_rows((scan_one(repo, offline) for repo in catalog_repos()), family=family, sort=sort)
+    repos = catalog_repos()
+
+    def checked() -> Iterator[dict[str, Any]]:
+        for done, repo in enumerate(repos, 1):
+            row = scan_one(repo, offline)
+            if progress is not None:
+                progress(done, len(repos))
+            yield row
+
+    return select_rows(checked(), family=family, sort=sort)
 
 
 def catalogue_params(repos: Sequence[str]) -> dict[str, int | None]:

@@ -80,3 +80,18 @@ def test_fit_cheapest_from_apple_answers_with_a_sourced_price():
     result = run_hfvram("fit", "Qwen/Qwen3-8B", "--cheapest", "--from", "apple", "--offline")
     assert result.returncode == 0, result.stderr
     assert "Cheapest that fits: m4-max-36 ($1,999 new, 2025-03-05)" in result.stdout
+
+
+def test_models_reports_its_progress_repo_by_repo():
+    """``models --quant auto`` sizes every catalogue model at several quants (seconds): the CLI draws a progress
+    bar on stderr from these calls when stderr is a terminal; off a terminal stderr stays quiet."""
+    from hfvram.pipeline import RunOptions, models_rows
+    from hfvram.sources.catalog import catalog_repos
+
+    seen: list[tuple[int, int]] = []
+    options = RunOptions(gpu="rtx4090", offline=True)
+    rows = models_rows(options, family="qwen3", sort="verdict", progress=lambda done, total: seen.append((done, total)))
+    total = len(catalog_repos())
+    assert seen == [(i, total) for i in range(1, total + 1)] and rows
+    quiet = run_hfvram("models", "--gpu", "rtx4090", "--family", "qwen3", "--offline")
+    assert quiet.returncode == 0 and "checking the catalogue" not in quiet.stderr
