@@ -1,6 +1,6 @@
 """Start-up cost of the command line, measured in one run next to a bare interpreter.
 
-    python benchmarks/startup.py [--repeat 7]
+    python benchmarks/startup.py [--repeat 7] [--python ENV/bin/python]
 
 Prints the median wall time and CPU time (user + system of the child) of ``python -c pass``, ``hfvram --help``,
 warm checks (a first check filled the facts cache from the local test Hub, tests/hubserver.py; the timed runs
@@ -8,7 +8,10 @@ make 0 requests, which is verified on the server) of a safetensors repo and a GG
 from the embedded catalogue, each as a ratio of the bare interpreter. Targets: a warm ``check --json`` at most
 6x and ``--help`` at most 4x ``python -c pass``.
 
-Every command runs as a real subprocess of this Python from the repository root. Bytecode is written to a
+Every command runs as a real subprocess of this Python from the repository root; with ``--python`` it runs that
+interpreter instead (an installed, non-editable environment: ``python -m venv env && env/bin/pip install .``) from
+a folder outside the repository, so that the installed package is the one imported (its path is printed), and the
+bare start is that interpreter's. Bytecode is written to a
 temporary PYTHONPYCACHEPREFIX (as an installed package has its .pyc files; PYTHONDONTWRITEBYTECODE is dropped),
 so the figures measure start-up, not compiling the sources. On a loaded machine the wall times swing; the CPU
 ratios are the steadier figure.
@@ -43,11 +46,11 @@ COMMANDS: dict[str, list[str]] = {
 TARGETS = {"hfvram --help": 4.0, "check safetensors (warm)": 6.0, "check gguf (warm)": 6.0}
 
 
-def run_once(command: list[str], env: dict[str, str]) -> tuple[float, float]:
+def run_once(command: list[str], env: dict[str, str], cwd: Path = ROOT) -> tuple[float, float]:
     """Wall seconds and CPU seconds (user + system) of one run."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    result = subprocess.run(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    result = subprocess.run(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     elapsed = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if result.returncode not in (0, 1):
@@ -59,9 +62,14 @@ def run_once(command: list[str], env: dict[str, str]) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=7, help="runs per command (median reported)")
+    parser.add_argument("--python", help="the interpreter of an installed environment (default: this one, this tree)")
     args = parser.parse_args()
+    commands = COMMANDS
+    if args.python:
+        commands = {name: [args.python, *command[1:]] for name, command in COMMANDS.items()}
     server = HubServer(HubFiles()).start()
     with tempfile.TemporaryDirectory() as home:
+        cwd = Path(home) if args.python else ROOT
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "HF_HUB_OFFLINE")}
         env.update(
             HF_HOME=home,
@@ -70,16 +78,24 @@ def main() -> None:
             HFVRAM_CONFIG_DIR=str(Path(home) / "config"),
             HF_ENDPOINT=server.url,
             PYTHONPYCACHEPREFIX=str(Path(home) / "pycache"),
-            PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
         )
-        for command in COMMANDS.values():  # fill the facts cache, write the bytecode, warm the OS file cache
-            run_once(command, env)
-            run_once(command, env)
+        if args.python:
+            env.pop("PYTHONPATH", None)
+            env.pop("PYTHONPYCACHEPREFIX")  # an installed package has its own .pyc files
+            where = subprocess.run(
+                [args.python, "-c", "import hfvram; print(hfvram.__file__)"], cwd=cwd, env=env, capture_output=True
+            )
+            print(f"hfvram imported from {where.stdout.decode().strip()} by {args.python}")
+        else:
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+        for command in commands.values():  # fill the facts cache, write the bytecode, warm the OS file cache
+            run_once(command, env, cwd)
+            run_once(command, env, cwd)
         server.records.clear()
         runs: dict[str, list[tuple[float, float]]] = {name: [] for name in COMMANDS}
         for _ in range(args.repeat):  # interleaved, so that a burst of load hits every command alike
-            for name, command in COMMANDS.items():
-                runs[name].append(run_once(command, env))
+            for name, command in commands.items():
+                runs[name].append(run_once(command, env, cwd))
         requests = server.request_count
     server.stop()
     wall = {name: statistics.median(w for w, _ in samples) for name, samples in runs.items()}

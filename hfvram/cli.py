@@ -216,6 +216,12 @@ def run_options(function: Callable[..., Any]) -> Callable[..., Any]:
             help="Tokens per sequence: 8k, 32k, 131072 (default: the engine's); vLLM: auto, the length it would pick.",
         ),
         click.option(
+            "--prompt",
+            "prompt",
+            metavar="N",
+            help="Prompt tokens per request: adds the prefill / time-to-first-token bound (check).",
+        ),
+        click.option(
             "--max-context-cap",
             "max_context_cap",
             metavar="N",
@@ -376,8 +382,8 @@ def _echo_json(document: Any) -> None:
 @click.option(
     "--fail-on",
     "fail_on",
-    type=click.Choice(["tight"]),
-    help="Exit 1 on Tight as well as on Doesn't fit (needs --gpu: without one there is no verdict).",
+    type=click.Choice(["tight", "offload"]),
+    help="Exit 1 on Offload (tight: on Tight and Offload) as well as on Doesn't fit (needs --gpu: without one there is no verdict).",
 )
 @price_option
 @click.option(
@@ -414,7 +420,7 @@ def check(
     if is_engine_list(options.engine):
         _print_engine_comparison(options, source, output, fail_on == "tight")
     if is_gpu_list(options.gpu):
-        _print_comparison(options, source, output, price_kind, fail_on == "tight")
+        _print_comparison(options, source, output, price_kind, fail_on)
 
     report = check_with_options(options, source).document
     if report.get("schema") == "hfvram.gguf_repo/1":  # a GGUF repo as a whole: one row per quant
@@ -426,7 +432,7 @@ def check(
             _echo(gguf_repo_markdown(report), nl=False)
         else:
             render_gguf_repo(_console(), report)
-        sys.exit(exit_code_for([report.get("verdict")], fail_on == "tight"))
+        sys.exit(exit_code_for([report.get("verdict")], fail_on))
     if launch_only:
         from hfvram.report.wording import launch_command_lines
 
@@ -448,7 +454,7 @@ def check(
         from hfvram.report.table import render_check
 
         render_check(_console(), report, explain=options.explain)
-    sys.exit(exit_code_for([report.get("verdict")], fail_on == "tight"))
+    sys.exit(exit_code_for([report.get("verdict")], fail_on))
 
 
 def _print_engine_comparison(options: RunOptions, source: str | None, output: str, fail_on_tight: bool) -> None:
@@ -469,7 +475,7 @@ def _print_engine_comparison(options: RunOptions, source: str | None, output: st
 
 
 def _print_comparison(
-    options: RunOptions, source: str | None, output: str, price_kind: str, fail_on_tight: bool, cheapest_from: str = ""
+    options: RunOptions, source: str | None, output: str, price_kind: str, fail_on: str | None, cheapest_from: str = ""
 ) -> None:
     """GPU sets side by side (check --gpu a,b,c) or the cheapest that fits (fit --cheapest); exits."""
     from hfvram import compare
@@ -488,7 +494,7 @@ def _print_comparison(
         _echo(compare_markdown(document), nl=False)
     else:
         render_compare(_console(), document)
-    sys.exit(compare.compare_exit_code(document, fail_on_tight))
+    sys.exit(compare.compare_exit_code(document, fail_on))
 
 
 # ---- scan ------------------------------------------------------------------------------------------------------
@@ -503,7 +509,12 @@ def _print_comparison(
     "--jobs", "-j", type=click.IntRange(1, 64), default=DEFAULT_JOBS, show_default=True, help="Sources read at once."
 )
 @markdown_option
-@click.option("--fail-on", "fail_on", type=click.Choice(["tight"]), help="Exit 1 on Tight as well (needs --gpu).")
+@click.option(
+    "--fail-on",
+    "fail_on",
+    type=click.Choice(["tight", "offload"]),
+    help="Exit 1 on Offload (tight: on Tight and Offload) as well (needs --gpu).",
+)
 def scan(
     file: Any, fmt: str | None, as_json: bool, as_markdown: bool, jobs: int, fail_on: str | None, **kwargs: Any
 ) -> None:
@@ -540,7 +551,7 @@ def scan(
             sys.stderr.flush()
         # the reads still in flight are abandoned: no interpreter teardown that would wait for their threads
         os._exit(EXIT_INTERRUPTED)
-    sys.exit(scan_exit_code(reports, fail_on == "tight"))
+    sys.exit(scan_exit_code(reports, fail_on))
 
 
 def _models_with_progress(options: RunOptions, family: str | None, sort: str) -> list[dict[str, Any]]:
@@ -870,7 +881,12 @@ def _hub_models(
     type=click.Path(dir_okay=False),
     help="Draw memory against context per term (needs the 'plot' extra).",
 )
-@click.option("--fail-on", "fail_on", type=click.Choice(["tight"]), help="Exit 1 on Tight as well.")
+@click.option(
+    "--fail-on",
+    "fail_on",
+    type=click.Choice(["tight", "offload"]),
+    help="Exit 1 on Offload (tight: on Tight and Offload) as well.",
+)
 @click.option(
     "--cheapest",
     "cheapest",
@@ -916,7 +932,7 @@ def fit(
             raise UsageError("--from picks GPUs from the catalogue; --gpu names them: give one of the two")
         if plot:
             raise UsageError("--plot goes with one GPU set, not with --cheapest")
-        _print_comparison(options, sources[0], output, price_kind, fail_on == "tight", cheapest_from or "all")
+        _print_comparison(options, sources[0], output, price_kind, fail_on, cheapest_from or "all")
     if options.gpu is None:
         raise UsageError("fit needs --gpu SPEC (for example --gpu rtx4090)")
     if is_gpu_list(options.gpu):
@@ -963,7 +979,7 @@ def fit(
         console = _console()
         for report in public:
             render_fit(console, report)
-    sys.exit(exit_code_for([report.get("verdict") for report in public], fail_on == "tight"))
+    sys.exit(exit_code_for([report.get("verdict") for report in public], fail_on))
 
 
 # ---- gpus ------------------------------------------------------------------------------------------------------
@@ -1161,11 +1177,8 @@ def calibrate(
         )
         if output_path:
             path = Path(output_path)
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-            except OSError as error:
-                raise UsageError(f"cannot write --output {output_path}: {error.strerror or error}") from None
+            # whole or not at all: no partial or 0-byte file on a full disk (exit 3)
+            cal.write_atomically(path, json.dumps(record, indent=2) + "\n", what=f"--output {output_path}")
         else:
             path = cal.save_calibration(record)
         result["saved"] = str(path)

@@ -85,15 +85,15 @@ def test_one_budget_for_every_holder_of_the_state_file(tmp_path):
     path = tmp_path / "ratelimit.state"
     said: list[str] = []
     first, second = QuotaBudget(path, say=said.append), QuotaBudget(path, say=said.append)
-    first.after("api", 3, 30.0, 50, 20.0)  # one process reads an answer
+    first.after("api", 3, 15.0, 50, 20.0)  # one process reads an answer
     assert second.before("api") == 0.0  # another spends from the same window
     assert second.before("api") == 0.0
     state = first.snapshot()["api"]
     assert (state["r"], state["q"], state["w"], state["sent"]) == (1, 50, 20.0, 2)
     # a later answer of the same window cannot raise what is left; a new window replaces it
-    first.after("api", 40, 29.0, 50, 20.0)
+    first.after("api", 40, 14.0, 50, 20.0)
     assert first.snapshot()["api"]["r"] == 1
-    first.after("api", 45, 5000.0, 50, 20.0)
+    first.after("api", 45, 20.0, 50, 20.0)  # past that reset: the next window
     assert first.snapshot()["api"]["r"] == 45
     assert not said
 
@@ -151,3 +151,27 @@ def test_listing_is_read_only_where_it_pays_and_its_failure_costs_no_row(hub):
     infos = [r.path for r in hub.records if r.path.startswith("/api/models/")]
     assert [r.status for r in listings] == [503, 200]  # one owner has enough repos for a listing
     assert sorted(p.removeprefix("/api/models/") for p in infos) == few  # the others ask for their own model info
+
+
+def test_a_quota_that_never_opens_ends_in_one_clean_error_after_bounded_waits(hub):
+    from hfvram.errors import NetworkError
+    from hfvram.sources.http import RATE_LIMIT_WAITS
+
+    hub.files.aliases["limits/closed"] = MINILM
+    hub.set_rate_limits(api=0, resolvers=10, window=1)  # every API request over quota, each window
+    with pytest.raises(NetworkError, match="429"):
+        load_model("limits/closed")
+    info_requests = [r for r in hub.records if r.path == "/api/models/limits/closed"]
+    assert all(r.limited for r in info_requests)
+    # each 429 waited out (one a window) at most RATE_LIMIT_WAITS times, then the usual bounded retries
+    assert RATE_LIMIT_WAITS < len(info_requests) <= RATE_LIMIT_WAITS + 4
+    assert len({r.window for r in info_requests}) >= RATE_LIMIT_WAITS
+
+
+def test_a_stated_reset_past_its_window_is_not_believed(tmp_path):
+    budget = QuotaBudget(tmp_path / "state")
+    budget.after("api", 0, 86_400.0, 50, 20.0)  # "reset in a day" for a 20 s window
+    state = budget.snapshot()["api"]
+    import time
+
+    assert state["reset"] - time.time() <= 20.0

@@ -292,3 +292,20 @@ def test_fit_and_explain_show_the_largest_batch():
     validate(document, "fit")
     explain = check_json("Qwen/Qwen3.5-27B", "--offline", "--gpu", "h100", "--context", "32k", "--explain")
     assert explain["explain"]["terms"]["max_num_seqs"].startswith("the largest max_num_seqs that starts:")
+
+
+# ---- prefill bound (docs/engines/common.md#prefill-bound) ----------------------------------------------------------
+
+
+def test_prefill_is_a_compute_bound_that_tensor_parallelism_splits():
+    one = check_json(str(LLAMA_FOLDER), "--gpu", "h100", "--context", "8k", "--prompt", "8k", "--concurrency", "4")
+    prefill = one["prefill"]
+    params = one["model"]["params_active"]
+    # at least the matrix products at the dense peak (the catalogue's figure for the H100)
+    assert prefill["first_token_seconds_min"] >= 2 * params * 8192 / (prefill["tflops"] * 1e12)
+    assert prefill["last_first_token_seconds_min"] == pytest.approx(4 * prefill["first_token_seconds_min"])
+    two = check_json(str(LLAMA_FOLDER), "--gpu", "h100x2", "--tp", "2", "--context", "8k", "--prompt", "8k")
+    assert two["prefill"]["first_token_seconds_min"] == pytest.approx(prefill["first_token_seconds_min"] / 2)
+    table = runner.invoke(cli, ["check", str(LLAMA_FOLDER), "--gpu", "h100", "--context", "8k", "--prompt", "8k"])
+    assert "Prefill: ≥ " in table.stdout and "(a bound" in table.stdout
+    assert "prefill" not in check_json(str(LLAMA_FOLDER), "--gpu", "h100", "--context", "8k")

@@ -12,13 +12,20 @@ from hfvram.report.wording import (
     capacity_lines,
     context_grid,
     largest_batch_line,
+    prefill_line,
     smallest_gpu_line,
     split_provenance,
     verdict_note,
     what_if_lines,
 )
 
-VERDICT_MARK = {"fits": "✅ fits", "tight": "⚠️ tight", "does_not_fit": "❌ does not fit", None: "— (no GPU)"}
+VERDICT_MARK = {
+    "fits": "✅ fits",
+    "tight": "⚠️ tight",
+    "offload": "🔁 offload",
+    "does_not_fit": "❌ does not fit",
+    None: "— (no GPU)",
+}
 
 
 #: characters Markdown reads as formatting, links, HTML or a cell's end: backslashed in untrusted text (with
@@ -85,6 +92,8 @@ def check_markdown(report: Mapping[str, Any], *, explain: bool = False) -> str:
         lines.append(f"| GPU memory | {gib(per_gpu.get('memory'))} | |")
     lines.append("")
     lines += [f"- {line}" for line in capacity_lines(report)]
+    prefill = prefill_line(report.get("prefill"))
+    lines += [f"- {text(prefill)}"] if prefill else []
     batch = largest_batch_line(report.get("largest_batch"), workload.get("context"))
     lines += [f"- {text(batch)}"] if batch else []
     lines += launch_markdown(report.get("launch"))

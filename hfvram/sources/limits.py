@@ -298,8 +298,9 @@ def check_token(token: str | None, origin: str = "--token") -> None:
 # ---- the Hub's rate limits ---------------------------------------------------------------------------------
 
 
-#: a window (or a wait for one to reset) longer than this is not believed (the Hub's are 300 s)
-LONGEST_WINDOW = 3600.0
+#: a window (or a wait for one to reset) longer than this is not believed (the Hub's are 300 s): a hostile answer
+#: cannot hold a request back longer
+LONGEST_WINDOW = 900.0
 
 
 def _say(message: str) -> None:
@@ -323,6 +324,9 @@ class QuotaBudget:
         self._state: dict[str, dict[str, Any]] = {}
         self._fd: int | None = None
         self._fd_pid = 0
+        #: whether a quota is known (stated by an answer, or found in the state file): until then a request costs
+        #: no bookkeeping (a Hub that states no limits pays nothing for them)
+        self._active: bool | None = None
 
     # -- state ---------------------------------------------------------------------------------------------
     def _open(self) -> int | None:
@@ -373,6 +377,10 @@ class QuotaBudget:
         once a window, what it waits for and how long); returns the seconds waited."""
         if bucket is None:
             return 0.0
+        if self._active is None:  # once per process: does the state file (another process) know a quota?
+            self._active = self.path is not None and self.path.is_file() and b'"q"' in self._peek()
+        if not self._active:
+            return 0.0
         waited = 0.0
         while True:
             with self._held() as state:
@@ -401,9 +409,18 @@ class QuotaBudget:
             time.sleep(pause)
             waited += pause
 
+    def _peek(self) -> bytes:
+        try:
+            with open(self.path, "rb") as fh:  # type: ignore[arg-type]
+                return fh.read(64 * KIB)
+        except OSError:
+            return b""
+
     def after(self, bucket: str, left: int, reset_in: float, quota: int | None, window: float | None) -> None:
         """What an answer states of ``bucket``: ``left`` requests, the window resets in ``reset_in`` seconds."""
-        reset_in = min(max(0.0, reset_in), LONGEST_WINDOW)
+        self._active = True
+        # no longer than the window the answer states (a reset after the window's end is not believed)
+        reset_in = min(max(0.0, reset_in), float(window) if window else LONGEST_WINDOW, LONGEST_WINDOW)
         with self._held() as state:
             entry = state.setdefault(bucket, {"sent": 0})
             now = time.time()
