@@ -554,6 +554,30 @@ def scan(
     sys.exit(scan_exit_code(reports, fail_on))
 
 
+def _models_with_progress(options: RunOptions, family: str | None, sort: str) -> list[dict[str, Any]]:
+    """The catalogue's rows, with a progress bar on stderr when it is a terminal (``--quant auto`` sizes every
+    model at several quants: seconds, not a blink)."""
+    from hfvram.pipeline import models_rows
+
+    stderr = _console(stderr=True)
+    if not stderr.is_terminal:
+        return models_rows(options, family=family, sort=sort)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(
+        TextColumn("checking the catalogue"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=stderr, transient=True,
+    )  # fmt: skip
+    with bar:
+        task = bar.add_task("models", total=None)
+        return models_rows(
+            options,
+            family=family,
+            sort=sort,
+            progress=lambda done, total: bar.update(task, completed=done, total=total),
+        )
+
+
 def _scan_all(sources: list[str], options: RunOptions, jobs: int, output: str) -> tuple[list[dict[str, Any]], bool]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -731,7 +755,7 @@ def models(
     Exit codes: 0 at least one model fits (or is tight), 1 none does, 2 usage error (3: --hub and the Hub could
     not be read). With --list: 0, or 1 when no repo id holds QUERY.
     """
-    from hfvram.pipeline import catalogue_params, models_query, models_rows
+    from hfvram.pipeline import catalogue_params, models_query
     from hfvram.report.models import search_repos
     from hfvram.sources.catalog import catalog_repos
 
@@ -756,7 +780,7 @@ def models(
     else:
         sort = sort or "verdict"
         asked = models_query(options, family=family, sort=sort)
-        rows = models_rows(options, family=family, sort=sort)
+        rows = _models_with_progress(options, family, sort)
     from hfvram.report import models as view
 
     if output == "json":
@@ -1153,11 +1177,8 @@ def calibrate(
         )
         if output_path:
             path = Path(output_path)
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-            except OSError as error:
-                raise UsageError(f"cannot write --output {output_path}: {error.strerror or error}") from None
+            # whole or not at all: no partial or 0-byte file on a full disk (exit 3)
+            cal.write_atomically(path, json.dumps(record, indent=2) + "\n", what=f"--output {output_path}")
         else:
             path = cal.save_calibration(record)
         result["saved"] = str(path)

@@ -10,7 +10,7 @@ inside the functions that need them.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -916,9 +916,14 @@ def read_source_list(text: str) -> list[str]:
     return read_scan_list(text).sources
 
 
+#: how a scan list line that is not a SOURCE is passed on: this prefix and its line number (its text is dropped)
+NOT_A_SOURCE = "\x00line "
+
+
 def read_scan_list(text: str) -> SourceList:
     """:func:`read_source_list` with the count of repeated lines. A line that is not a SOURCE (:data:`SCAN_LINE`)
-    is a usage error that names its line number only: the list may be any file, and its text is not shown."""
+    is kept by its line number only (``NOT_A_SOURCE`` + the number), so that its error row never shows its text:
+    the list may be any file."""
     text = text.removeprefix("\ufeff")
     sources: dict[str, None] = {}
     lines = 0
@@ -927,10 +932,7 @@ def read_scan_list(text: str) -> SourceList:
         if not line:
             continue
         if not SCAN_LINE.fullmatch(line):
-            raise UsageError(
-                f"scan list line {number:,}: not a SOURCE (org/name[@rev][:QUANT], ./folder, a .gguf file); "
-                "its text is not shown"
-            )
+            line = f"{NOT_A_SOURCE}{number}"
         lines += 1
         if lines > SCAN_MAX_SOURCES:
             raise UsageError(f"more than {SCAN_MAX_SOURCES:,} sources in the list: a scan reads at most that many")
@@ -965,6 +967,10 @@ def scan_one(source: str, options: RunOptions) -> dict[str, Any]:
     """A check/1 object for one source, or an error row; never raises for a model problem."""
     from hfvram.report.jsonout import error_dict
 
+    if source.startswith(NOT_A_SOURCE):
+        shown = source.removeprefix("\x00")
+        why = f"scan list {shown}: not a SOURCE (org/name[@rev][:QUANT], ./folder, a .gguf file); its text is not shown"
+        return error_dict(shown, UsageError(why))
     try:
         request = scan_request(options, source)
         return check_report(request, options, whole_gguf_repo=False)  # one row per source: name the quant
@@ -1057,9 +1063,21 @@ def calibration_prediction(
     from hfvram.sources import load_model
 
     loaded = load_model(model, token=token, offline=offline, need_split=True)
+    version = engine_version or measured.engine_version
+    notes: list[str] = []
+    if version is None and (engine_name or measured.engine) == "vllm" and measured.engine_generation == "v0":
+        # the log's own lines are V0's: the newest release that runs V0 by default, not the newest (V1) rules
+        from hfvram.estimate.engines.vllm import newest_release_running
+
+        version = newest_release_running("v0")
+        if version:
+            notes.append(
+                f"the log's lines are vLLM V0's and name no release: compared with the vllm@{version} rules, the "
+                "newest release that runs V0 by default (--engine vllm@X to name the release)"
+            )
     choice = EngineChoice(
         name=engine_name or measured.engine,
-        version=engine_version or measured.engine_version,
+        version=version,
         settings=parse_set_options(list(settings)),
         tp=measured.tp,
         gpu_util=measured.gpu_util,
@@ -1067,7 +1085,10 @@ def calibration_prediction(
     kv_dtype = measured.kv_dtype or "auto"
     if kv_dtype in ("f16",):
         kv_dtype = "fp16"
-    return estimate(loaded.spec, hardware, choice, Workload(context=measured.context, kv_dtype=kv_dtype))
+    from dataclasses import replace
+
+    est = estimate(loaded.spec, hardware, choice, Workload(context=measured.context, kv_dtype=kv_dtype))
+    return replace(est, warnings=(*notes, *est.warnings)) if notes else est
 
 
 # ---- models ----------------------------------------------------------------------------------------------------
@@ -1097,16 +1118,27 @@ def models_query(options: RunOptions, *, family: str | None, sort: str) -> dict[
     return query
 
 
-def models_rows(options: RunOptions, *, family: str | None, sort: str) -> list[dict[str, Any]]:
+def models_rows(
+    options: RunOptions, *, family: str | None, sort: str, progress: Callable[[int, int], None] | None = None
+) -> list[dict[str, Any]]:
     """One check/1 row per repo of the embedded catalogue (offline: never the network), filtered by family and
-    sorted (hfvram.report.models)."""
+    sorted (hfvram.report.models). ``progress(done, total)`` after each repo (the CLI's progress bar)."""
     from dataclasses import replace
 
     from hfvram.report.models import select_rows
     from hfvram.sources.catalog import catalog_repos
 
     offline = replace(options, offline=True)
-    return select_rows((scan_one(repo, offline) for repo in catalog_repos()), family=family, sort=sort)
+    repos = catalog_repos()
+
+    def checked() -> Iterator[dict[str, Any]]:
+        for done, repo in enumerate(repos, 1):
+            row = scan_one(repo, offline)
+            if progress is not None:
+                progress(done, len(repos))
+            yield row
+
+    return select_rows(checked(), family=family, sort=sort)
 
 
 def catalogue_params(repos: Sequence[str]) -> dict[str, int | None]:
