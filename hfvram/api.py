@@ -41,7 +41,7 @@ __all__ = [
     "inspect",
 ]
 
-Verdict = Literal["fits", "tight", "does_not_fit"]
+Verdict = Literal["fits", "tight", "offload", "does_not_fit"]
 #: a setting as ``{"max-num-batched-tokens": 8192}`` or as the CLI's ``["max-num-batched-tokens=8192"]``
 Settings = Mapping[str, object] | Sequence[str]
 
@@ -127,12 +127,12 @@ class CheckResult:
             document=document,
         )
 
-    def exit_code(self, fail_on_tight: bool = False) -> int:
-        """The command line's exit code for this result: 1 when it does not fit (or is tight, with
-        ``fail_on_tight``), else 0."""
+    def exit_code(self, fail_on_tight: bool = False, fail_on: str | None = None) -> int:
+        """The command line's exit code for this result: 1 when it does not fit (or, with ``fail_on="offload"``,
+        runs only with offload; with ``fail_on="tight"`` / ``fail_on_tight``, is tight or offload), else 0."""
         from hfvram.pipeline import exit_code_for
 
-        return exit_code_for([self.verdict], fail_on_tight)
+        return exit_code_for([self.verdict], fail_on or fail_on_tight)
 
     def to_json(self) -> str:
         """The ``hfvram.check/1`` document as ``hfvram check --json`` prints it."""

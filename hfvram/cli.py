@@ -383,8 +383,8 @@ def _echo_json(document: Any) -> None:
 @click.option(
     "--fail-on",
     "fail_on",
-    type=click.Choice(["tight"]),
-    help="Exit 1 on Tight as well as on Doesn't fit (needs --gpu: without one there is no verdict).",
+    type=click.Choice(["tight", "offload"]),
+    help="Exit 1 on Offload (tight: on Tight and Offload) as well as on Doesn't fit (needs --gpu: without one there is no verdict).",
 )
 @price_option
 @click.option(
@@ -416,7 +416,7 @@ def check(
     options = _run_options(kwargs)
     output = _output_format(fmt, as_json, as_markdown=as_markdown)
     if as_pack or len(sources) > 1:
-        _print_pack(options, sources, output, launch_only, fail_on == "tight")
+        _print_pack(options, sources, output, launch_only, fail_on)
     source = sources[0] if sources else None
     from hfvram.api import check_with_options
     from hfvram.estimate.hardware import is_gpu_list
@@ -427,7 +427,7 @@ def check(
     if is_engine_list(options.engine):
         _print_engine_comparison(options, source, output, fail_on == "tight")
     if is_gpu_list(options.gpu):
-        _print_comparison(options, source, output, price_kind, fail_on == "tight")
+        _print_comparison(options, source, output, price_kind, fail_on)
 
     report = check_with_options(options, source).document
     if report.get("schema") == "hfvram.gguf_repo/1":  # a GGUF repo as a whole: one row per quant
@@ -439,7 +439,7 @@ def check(
             _echo(gguf_repo_markdown(report), nl=False)
         else:
             render_gguf_repo(_console(), report)
-        sys.exit(exit_code_for([report.get("verdict")], fail_on == "tight"))
+        sys.exit(exit_code_for([report.get("verdict")], fail_on))
     if launch_only:
         from hfvram.report.wording import launch_command_lines
 
@@ -461,11 +461,11 @@ def check(
         from hfvram.report.table import render_check
 
         render_check(_console(), report, explain=options.explain)
-    sys.exit(exit_code_for([report.get("verdict")], fail_on == "tight"))
+    sys.exit(exit_code_for([report.get("verdict")], fail_on))
 
 
 def _print_pack(
-    options: RunOptions, sources: tuple[str, ...], output: str, launch_only: bool, fail_on_tight: bool
+    options: RunOptions, sources: tuple[str, ...], output: str, launch_only: bool, fail_on: str | None
 ) -> None:
     """Several models on one GPU set (check A B --gpu h100); exits."""
     from hfvram.pack import pack_exit_code, pack_report
@@ -484,7 +484,7 @@ def _print_pack(
         _echo(pack_markdown(document), nl=False)
     else:
         render_pack(_console(), document)
-    sys.exit(pack_exit_code(document, fail_on_tight))
+    sys.exit(pack_exit_code(document, fail_on))
 
 
 def _print_engine_comparison(options: RunOptions, source: str | None, output: str, fail_on_tight: bool) -> None:
@@ -505,7 +505,7 @@ def _print_engine_comparison(options: RunOptions, source: str | None, output: st
 
 
 def _print_comparison(
-    options: RunOptions, source: str | None, output: str, price_kind: str, fail_on_tight: bool, cheapest_from: str = ""
+    options: RunOptions, source: str | None, output: str, price_kind: str, fail_on: str | None, cheapest_from: str = ""
 ) -> None:
     """GPU sets side by side (check --gpu a,b,c) or the cheapest that fits (fit --cheapest); exits."""
     from hfvram import compare
@@ -524,7 +524,7 @@ def _print_comparison(
         _echo(compare_markdown(document), nl=False)
     else:
         render_compare(_console(), document)
-    sys.exit(compare.compare_exit_code(document, fail_on_tight))
+    sys.exit(compare.compare_exit_code(document, fail_on))
 
 
 # ---- scan ------------------------------------------------------------------------------------------------------
@@ -539,7 +539,12 @@ def _print_comparison(
     "--jobs", "-j", type=click.IntRange(1, 64), default=DEFAULT_JOBS, show_default=True, help="Sources read at once."
 )
 @markdown_option
-@click.option("--fail-on", "fail_on", type=click.Choice(["tight"]), help="Exit 1 on Tight as well (needs --gpu).")
+@click.option(
+    "--fail-on",
+    "fail_on",
+    type=click.Choice(["tight", "offload"]),
+    help="Exit 1 on Offload (tight: on Tight and Offload) as well (needs --gpu).",
+)
 def scan(
     file: Any, fmt: str | None, as_json: bool, as_markdown: bool, jobs: int, fail_on: str | None, **kwargs: Any
 ) -> None:
@@ -576,7 +581,31 @@ def scan(
             sys.stderr.flush()
         # the reads still in flight are abandoned: no interpreter teardown that would wait for their threads
         os._exit(EXIT_INTERRUPTED)
-    sys.exit(scan_exit_code(reports, fail_on == "tight"))
+    sys.exit(scan_exit_code(reports, fail_on))
+
+
+def _models_with_progress(options: RunOptions, family: str | None, sort: str) -> list[dict[str, Any]]:
+    """The catalogue's rows, with a progress bar on stderr when it is a terminal (``--quant auto`` sizes every
+    model at several quants: seconds, not a blink)."""
+    from hfvram.pipeline import models_rows
+
+    stderr = _console(stderr=True)
+    if not stderr.is_terminal:
+        return models_rows(options, family=family, sort=sort)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(
+        TextColumn("checking the catalogue"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=stderr, transient=True,
+    )  # fmt: skip
+    with bar:
+        task = bar.add_task("models", total=None)
+        return models_rows(
+            options,
+            family=family,
+            sort=sort,
+            progress=lambda done, total: bar.update(task, completed=done, total=total),
+        )
 
 
 def _scan_all(sources: list[str], options: RunOptions, jobs: int, output: str) -> tuple[list[dict[str, Any]], bool]:
@@ -756,7 +785,7 @@ def models(
     Exit codes: 0 at least one model fits (or is tight), 1 none does, 2 usage error (3: --hub and the Hub could
     not be read). With --list: 0, or 1 when no repo id holds QUERY.
     """
-    from hfvram.pipeline import catalogue_params, models_query, models_rows
+    from hfvram.pipeline import catalogue_params, models_query
     from hfvram.report.models import search_repos
     from hfvram.sources.catalog import catalog_repos
 
@@ -781,7 +810,7 @@ def models(
     else:
         sort = sort or "verdict"
         asked = models_query(options, family=family, sort=sort)
-        rows = models_rows(options, family=family, sort=sort)
+        rows = _models_with_progress(options, family, sort)
     from hfvram.report import models as view
 
     if output == "json":
@@ -882,7 +911,12 @@ def _hub_models(
     type=click.Path(dir_okay=False),
     help="Draw memory against context per term (needs the 'plot' extra).",
 )
-@click.option("--fail-on", "fail_on", type=click.Choice(["tight"]), help="Exit 1 on Tight as well.")
+@click.option(
+    "--fail-on",
+    "fail_on",
+    type=click.Choice(["tight", "offload"]),
+    help="Exit 1 on Offload (tight: on Tight and Offload) as well.",
+)
 @click.option(
     "--cheapest",
     "cheapest",
@@ -928,7 +962,7 @@ def fit(
             raise UsageError("--from picks GPUs from the catalogue; --gpu names them: give one of the two")
         if plot:
             raise UsageError("--plot goes with one GPU set, not with --cheapest")
-        _print_comparison(options, sources[0], output, price_kind, fail_on == "tight", cheapest_from or "all")
+        _print_comparison(options, sources[0], output, price_kind, fail_on, cheapest_from or "all")
     if options.gpu is None:
         raise UsageError("fit needs --gpu SPEC (for example --gpu rtx4090)")
     if is_gpu_list(options.gpu):
@@ -975,7 +1009,7 @@ def fit(
         console = _console()
         for report in public:
             render_fit(console, report)
-    sys.exit(exit_code_for([report.get("verdict") for report in public], fail_on == "tight"))
+    sys.exit(exit_code_for([report.get("verdict") for report in public], fail_on))
 
 
 # ---- gpus ------------------------------------------------------------------------------------------------------
@@ -1173,11 +1207,8 @@ def calibrate(
         )
         if output_path:
             path = Path(output_path)
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-            except OSError as error:
-                raise UsageError(f"cannot write --output {output_path}: {error.strerror or error}") from None
+            # whole or not at all: no partial or 0-byte file on a full disk (exit 3)
+            cal.write_atomically(path, json.dumps(record, indent=2) + "\n", what=f"--output {output_path}")
         else:
             path = cal.save_calibration(record)
         result["saved"] = str(path)

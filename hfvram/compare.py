@@ -39,7 +39,7 @@ COMPARE_SCHEMA = "hfvram.compare/1"
 GIB = 1 << 30
 #: ``fit --cheapest --from CLASS``: the catalogue's ``category`` of each class (``apple``: Apple's unified machines)
 CLASSES = ("consumer", "workstation", "datacenter", "apple", "all")
-_RANK = {"fits": 0, "tight": 1, "does_not_fit": 2, None: 3}
+_RANK = {"fits": 0, "tight": 1, "offload": 2, "does_not_fit": 3, None: 4}
 
 
 def max_cheapest_count() -> int:
@@ -130,7 +130,7 @@ def _document(
     from hfvram.report.jsonout import source_dict
 
     cheapest = _cheapest(rows)
-    verdict = min((row["verdict"] for row in rows), key=lambda v: _RANK.get(v, 3)) if rows else None
+    verdict = min((row["verdict"] for row in rows), key=lambda v: _RANK.get(v, 4)) if rows else None
     first = rows[0] if rows else {}
     dates = sorted({card["date"] for row in rows if row["price"] for card in row["price"]["cards"]})
     warnings = list(dict.fromkeys(list(request.notes) + list(loaded.spec.warnings)))
@@ -244,7 +244,14 @@ def cheapest_report(
     return redact_document(_document("cheapest", request, loaded, rows, price_kind, extra))
 
 
-def compare_exit_code(document: dict[str, Any], fail_on_tight: bool) -> int:
-    """0 when at least one set fits (or is tight, unless ``fail_on_tight``); 1 when none does."""
-    ok = {"fits"} if fail_on_tight else {"fits", "tight"}
+def compare_exit_code(document: dict[str, Any], fail_on: str | bool | None = None) -> int:
+    """0 when at least one set fits (or is tight or runs with offload, unless ``--fail-on`` says otherwise); 1 when
+    none does."""
+    ok = (
+        {"fits"}
+        if fail_on in (True, "tight")
+        else {"fits", "tight"}
+        if fail_on == "offload"
+        else {"fits", "tight", "offload"}
+    )
     return EXIT_OK if any(row["verdict"] in ok for row in document["sets"]) else EXIT_DOES_NOT_FIT

@@ -67,6 +67,13 @@ class GgufRepoWithoutSelector(RepoNotFoundError):
     """A repo without config.json that holds GGUF files, named without ``:QUANT``."""
 
 
+class OutputWriteError(HfvramError, OSError):
+    """A file hfvram writes (--output, a saved calibration) could not be written: a full disk, a read-only folder
+    (exit 3, as README.md 'Exit codes' says for output that cannot be written)."""
+
+    kind = "output"
+
+
 class GatedRepoError(ModelReadError):
     kind = "gated"
 

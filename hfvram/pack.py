@@ -11,7 +11,7 @@ estimates it (``hfvram.pipeline.loaded_report``), then the set is judged as the 
 
 The set fits when everything, with the 10 % margin of a single check on every model's terms, stays within the
 device; it is tight when it does so only without the margin; else it does not fit. The document is ``hfvram.pack/1``
-(hfvram/data/schema/pack.schema.json). Exit codes as for one model: 0 fits (or tight, unless --fail-on tight), 1
+(hfvram/data/schema/pack.schema.json). Exit codes as for one model: 0 fits (or tight, unless --fail-on names it), 1
 does not fit, 2 bad input, 3 a model that cannot be read.
 """
 
@@ -22,11 +22,16 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from hfvram.errors import UsageError
-from hfvram.estimate.types import FITS_THRESHOLD, VERDICT_DOES_NOT_FIT, VERDICT_FITS, VERDICT_TIGHT
+from hfvram.estimate.types import (
+    FITS_THRESHOLD,
+    VERDICT_DOES_NOT_FIT,
+    VERDICT_FITS,
+    VERDICT_OFFLOAD,
+    VERDICT_TIGHT,
+)
 from hfvram.pipeline import (
-    EXIT_DOES_NOT_FIT,
-    EXIT_OK,
     RunOptions,
+    exit_code_for,
     gguf_repo_quant,
     gguf_repo_wanted,
     load,
@@ -171,7 +176,9 @@ def pack_report(options: RunOptions, sources: tuple[str, ...]) -> dict[str, Any]
     # engines see the device a little differently (vLLM: torch's total); the set is judged on the smallest
     memory = min(int(doc["per_gpu"]["memory"]) for doc in docs)
     verdict, target, fractions, total = _set_verdict(docs, memory)
-    alone = [doc for doc in docs if doc["verdict"] == VERDICT_DOES_NOT_FIT]
+    # a model that runs only with layers in CPU RAM (offload) on its own does not fit beside others either: a pack
+    # keeps every model on the GPU
+    alone = [doc for doc in docs if doc["verdict"] in (VERDICT_DOES_NOT_FIT, VERDICT_OFFLOAD)]
     if alone:
         verdict = VERDICT_DOES_NOT_FIT
     final = []
@@ -220,10 +227,10 @@ def _reason(verdict: str, total: int, memory: int, alone: list[str]) -> str:
     if verdict == VERDICT_TIGHT:
         return f"memory: the models fit only without the 10% margin on their terms ({share})"
     if alone:
-        return f"{', '.join(alone)}: does not fit on its own"
+        return f"{', '.join(alone)}: does not fit on the GPU on its own (a pack keeps every model on the GPU)"
     return f"memory: the models take {share} even without the margin"
 
 
-def pack_exit_code(document: dict[str, Any], fail_on_tight: bool) -> int:
-    ok = {VERDICT_FITS} if fail_on_tight else {VERDICT_FITS, VERDICT_TIGHT}
-    return EXIT_OK if document["verdict"] in ok else EXIT_DOES_NOT_FIT
+def pack_exit_code(document: dict[str, Any], fail_on: str | None) -> int:
+    """As for one model (``hfvram.pipeline.exit_code_for``) on the set's verdict."""
+    return exit_code_for([document["verdict"]], fail_on)

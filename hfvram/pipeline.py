@@ -10,7 +10,7 @@ inside the functions that need them.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -230,6 +230,11 @@ def resolve_request(options: RunOptions, source: str | None) -> Request:
 
     host_memory = parse_host_memory(options.host_memory)
     ram_bytes = parse_ram(options.ram) if options.ram else None
+    if hardware is not None:
+        from dataclasses import replace as _replace
+
+        # the host is part of the hardware: the engines that place layers in RAM read its bandwidth and size
+        hardware = _replace(hardware, host=host_memory, ram_bytes=ram_bytes)
     quant_choice = parse_quant_option(options.quant, engine)
     return Request(
         source=source,
@@ -602,53 +607,33 @@ def add_launch(report: dict[str, Any], request: Request, loaded: LoadedModel, es
 
 
 def model_argument(loaded: LoadedModel) -> str:
-    """How llama-server names the model: ``-m PATH`` for a local file, ``-hf repo[:QUANT]`` for a Hub GGUF."""
+    """How llama-server names the model file: ``-m PATH`` (a .gguf file, a file of a local folder or of the HF
+    cache snapshot), ``-hf REPO -hff FILE`` for a Hub GGUF (the exact file; llama-server downloads it), never a repo
+    id after ``-m``; ``MODEL.gguf`` where no file is known."""
+    import os.path
+
     source = loaded.source
     files = [name for name in source.files if name.endswith(".gguf")]
-    if source.kind in ("hub", "cache") and source.repo_id:
-        quant = loaded.spec.extra.get("file_type") if loaded.spec.extra else None
-        return f"-hf {source.repo_id}" + (f":{quant}" if isinstance(quant, str) and quant else "")
-    return files[0] if files else (source.repo_id or "MODEL.gguf")
+    if source.kind == "hub" and source.repo_id:
+        return f"-hf {source.repo_id}" + (f" -hff {files[0]}" if files else "")
+    if not files:
+        return "MODEL.gguf"
+    if source.kind == "cache" and source.note and os.path.isdir(source.note):
+        return os.path.join(source.note, files[0])
+    if source.kind == "local" and source.repo_id and os.path.isdir(source.repo_id):
+        return os.path.join(source.repo_id, files[0])
+    return files[0]
 
 
 def add_offload_plan(report: dict[str, Any], request: Request, loaded: LoadedModel, est: Estimate) -> None:
-    """llama.cpp on discrete GPUs: when the model does not fit as asked, the plan --fit would make
-    (``offload_plan``); when the user placed layers in RAM themselves, the decode bound with the host bandwidth
-    (docs/engines/llamacpp.md#llamacpp-offload-plan)."""
-    if str(est.engine.get("name")) != "llama.cpp" or est.refusal:
-        return
-    offload_section(report, request, loaded, over=est.per_gpu.total > est.per_gpu.usable)
-
-
-def offload_section(report: dict[str, Any], request: Request, loaded: LoadedModel, *, over: bool) -> None:
-    """Add ``offload_plan`` (and the decode bound of a user's own placement in RAM) to a check or fit document."""
-    hardware = request.hardware
-    if hardware is None:
+    """The offload plan's command line names the model's real file (docs/engines/llamacpp.md#llamacpp-offload-plan):
+    the estimator, which reads no paths, writes ``MODEL.gguf``."""
+    plan = est.offload
+    if plan is None or "offload_plan" not in report or plan.planner != "llama.cpp":
         return
     from hfvram.estimate import offload
-    from hfvram.estimate.host_memory import parse_host_memory
 
-    host = request.host_memory or parse_host_memory(None)
-    plan, speed, why = offload.plan_for(
-        loaded.spec,
-        hardware,
-        engine_choice(request, loaded),
-        workload(request),
-        host=host,
-        ram_bytes=request.ram_bytes,
-        model_path=model_argument(loaded),
-    )
-    if speed is not None:
-        report["decode_tokens_per_second"] = speed.decode_tokens_per_second
-        report["warnings"].append(
-            f"decode bound with layers in RAM: {speed.gpu_read_bytes / 2**30:.2f} GiB read on the GPU + "
-            f"{speed.host_read_bytes / 2**30:.2f} GiB in RAM per token, host memory {speed.host_memory}"
-        )
-    if plan is None or not over:
-        if over and why:
-            report["warnings"].append(f"no --fit plan: {why}")
-        return
-    report["offload_plan"] = plan.as_dict(moe=any(layer.moe for layer in loaded.spec.layers))
+    report["offload_plan"]["command"] = offload.command_line(plan, plan.usage.settings, model_argument(loaded))
 
 
 # ---- the --quant what-if -------------------------------------------------------------------------------------
@@ -701,6 +686,19 @@ def auto_quant(request: Request, loaded: LoadedModel) -> tuple[Request, LoadedMo
     pick = _first_index(len(sized), lambda i: verdict(i) == "fits")
     if pick is None:
         pick = _first_index(len(sized), lambda i: verdict(i) in ("fits", "tight"))
+    if pick is None and request.hardware.ram_bytes is not None:
+        # none runs on the GPUs alone: with --ram, the largest whose engine placement into RAM fits that RAM
+        # (llama.cpp --fit, Ollama); without --ram the RAM is unknown and every quant would "offload"
+        from hfvram.estimate.core import with_offload
+
+        def offloaded(index: int) -> str | None:
+            _, _, model, engine = sized[index]
+            wl = workload(request)
+            est = with_offload(estimate_memory(model.spec, request.hardware, engine, wl), engine, wl)
+            verdicts[index] = est.verdict
+            return est.verdict
+
+        pick = _first_index(len(sized), lambda i: offloaded(i) == "offload")
     if pick is None:
         pick = len(sized) - 1
     tried = [
@@ -837,7 +835,13 @@ def gguf_repo_report(request: Request, options: RunOptions) -> dict[str, Any] | 
         "quants": rows,
         "mmproj": [{"file": name, "file_bytes": size} for name, size in listing.mmproj],
         "recommended": recommended["quant"] if recommended else None,
-        "verdict": recommended["verdict"] if recommended else ("does_not_fit" if hardware is not None else None),
+        "verdict": recommended["verdict"]
+        if recommended
+        else (
+            ("offload" if any(row["verdict"] == "offload" for row in rows) else "does_not_fit")
+            if hardware is not None
+            else None
+        ),
         "warnings": list(dict.fromkeys(warnings + default_engine_notes(request, read))),
     }
 
@@ -877,10 +881,15 @@ def default_engine_notes(request: Request, loaded: LoadedModel) -> list[str]:
     return [note] if note else []
 
 
-def exit_code_for(verdicts: Iterable[str | None], fail_on_tight: bool) -> int:
-    """0 fits / tight; 1 when any does not fit (or is tight with --fail-on tight)."""
+def exit_code_for(verdicts: Iterable[str | None], fail_on: str | bool | None = None) -> int:
+    """0 fits / tight / offload; 1 when any does not fit, or (``--fail-on offload``) runs only with offload, or
+    (``--fail-on tight``, ``True``) is tight or offload: the gate is a rank in fits < tight < offload < does not fit."""
+    from hfvram.estimate.types import VERDICT_ORDER, verdict_rank
+
+    level = "tight" if fail_on is True else (fail_on or "does_not_fit")
+    threshold = verdict_rank(level) if level in VERDICT_ORDER else verdict_rank("does_not_fit")
     for verdict in verdicts:
-        if verdict == "does_not_fit" or (fail_on_tight and verdict == "tight"):
+        if verdict in VERDICT_ORDER and verdict_rank(verdict) >= threshold:
             return EXIT_DOES_NOT_FIT
     return EXIT_OK
 
@@ -914,9 +923,14 @@ def read_source_list(text: str) -> list[str]:
     return read_scan_list(text).sources
 
 
+#: how a scan list line that is not a SOURCE is passed on: this prefix and its line number (its text is dropped)
+NOT_A_SOURCE = "\x00line "
+
+
 def read_scan_list(text: str) -> SourceList:
     """:func:`read_source_list` with the count of repeated lines. A line that is not a SOURCE (:data:`SCAN_LINE`)
-    is a usage error that names its line number only: the list may be any file, and its text is not shown."""
+    is kept by its line number only (``NOT_A_SOURCE`` + the number), so that its error row never shows its text:
+    the list may be any file."""
     text = text.removeprefix("\ufeff")
     sources: dict[str, None] = {}
     lines = 0
@@ -925,10 +939,7 @@ def read_scan_list(text: str) -> SourceList:
         if not line:
             continue
         if not SCAN_LINE.fullmatch(line):
-            raise UsageError(
-                f"scan list line {number:,}: not a SOURCE (org/name[@rev][:QUANT], ./folder, a .gguf file); "
-                "its text is not shown"
-            )
+            line = f"{NOT_A_SOURCE}{number}"
         lines += 1
         if lines > SCAN_MAX_SOURCES:
             raise UsageError(f"more than {SCAN_MAX_SOURCES:,} sources in the list: a scan reads at most that many")
@@ -963,6 +974,10 @@ def scan_one(source: str, options: RunOptions) -> dict[str, Any]:
     """A check/1 object for one source, or an error row; never raises for a model problem."""
     from hfvram.report.jsonout import error_dict
 
+    if source.startswith(NOT_A_SOURCE):
+        shown = source.removeprefix("\x00")
+        why = f"scan list {shown}: not a SOURCE (org/name[@rev][:QUANT], ./folder, a .gguf file); its text is not shown"
+        return error_dict(shown, UsageError(why))
     try:
         request = scan_request(options, source)
         return check_report(request, options, whole_gguf_repo=False)  # one row per source: name the quant
@@ -972,7 +987,7 @@ def scan_one(source: str, options: RunOptions) -> dict[str, Any]:
         return redact_document(error_dict(source, error))
 
 
-VERDICT_ORDER = {"fits": 0, "tight": 1, "does_not_fit": 2, None: 3}
+VERDICT_ORDER = {"fits": 0, "tight": 1, "offload": 2, "does_not_fit": 3, None: 4}
 
 
 def scan_sort_key(report: dict[str, Any]) -> tuple[int, int, str]:
@@ -980,16 +995,16 @@ def scan_sort_key(report: dict[str, Any]) -> tuple[int, int, str]:
     if "error" in report:
         return (4, 0, report["source"].get("text") or "")
     return (
-        VERDICT_ORDER.get(report.get("verdict"), 3),
+        VERDICT_ORDER.get(report.get("verdict"), 4),
         report["per_gpu"]["total"],
         report["source"].get("repo_id") or "",
     )
 
 
-def scan_exit_code(reports: Sequence[dict[str, Any]], fail_on_tight: bool) -> int:
+def scan_exit_code(reports: Sequence[dict[str, Any]], fail_on: str | bool | None = None) -> int:
     if any("error" in report for report in reports):
         return EXIT_UNREADABLE
-    return exit_code_for((report.get("verdict") for report in reports), fail_on_tight)
+    return exit_code_for((report.get("verdict") for report in reports), fail_on)
 
 
 # ---- fit -------------------------------------------------------------------------------------------------------
@@ -1025,8 +1040,11 @@ def fit_report(request: Request, options: RunOptions) -> dict[str, Any]:
             notes.append(reason)
         document["what_if"] = what_if_dict(request.quant, loaded, tried)
     document["warnings"] = list(dict.fromkeys(document["warnings"] + notes))
-    if choice.name == "llama.cpp" and document.get("total") is not None and document.get("usable") is not None:
-        offload_section(document, request, loaded, over=document["total"] > document["usable"])
+    plan = document.get("_offload")
+    if plan is not None and "offload_plan" in document and plan.planner == "llama.cpp":
+        from hfvram.estimate import offload
+
+        document["offload_plan"]["command"] = offload.command_line(plan, plan.usage.settings, model_argument(loaded))
     from hfvram.redaction import redact_document
 
     return redact_document(document)
@@ -1052,9 +1070,21 @@ def calibration_prediction(
     from hfvram.sources import load_model
 
     loaded = load_model(model, token=token, offline=offline, need_split=True)
+    version = engine_version or measured.engine_version
+    notes: list[str] = []
+    if version is None and (engine_name or measured.engine) == "vllm" and measured.engine_generation == "v0":
+        # the log's own lines are V0's: the newest release that runs V0 by default, not the newest (V1) rules
+        from hfvram.estimate.engines.vllm import newest_release_running
+
+        version = newest_release_running("v0")
+        if version:
+            notes.append(
+                f"the log's lines are vLLM V0's and name no release: compared with the vllm@{version} rules, the "
+                "newest release that runs V0 by default (--engine vllm@X to name the release)"
+            )
     choice = EngineChoice(
         name=engine_name or measured.engine,
-        version=engine_version or measured.engine_version,
+        version=version,
         settings=parse_set_options(list(settings)),
         tp=measured.tp,
         gpu_util=measured.gpu_util,
@@ -1062,7 +1092,10 @@ def calibration_prediction(
     kv_dtype = measured.kv_dtype or "auto"
     if kv_dtype in ("f16",):
         kv_dtype = "fp16"
-    return estimate(loaded.spec, hardware, choice, Workload(context=measured.context, kv_dtype=kv_dtype))
+    from dataclasses import replace
+
+    est = estimate(loaded.spec, hardware, choice, Workload(context=measured.context, kv_dtype=kv_dtype))
+    return replace(est, warnings=(*notes, *est.warnings)) if notes else est
 
 
 # ---- models ----------------------------------------------------------------------------------------------------
@@ -1092,16 +1125,27 @@ def models_query(options: RunOptions, *, family: str | None, sort: str) -> dict[
     return query
 
 
-def models_rows(options: RunOptions, *, family: str | None, sort: str) -> list[dict[str, Any]]:
+def models_rows(
+    options: RunOptions, *, family: str | None, sort: str, progress: Callable[[int, int], None] | None = None
+) -> list[dict[str, Any]]:
     """One check/1 row per repo of the embedded catalogue (offline: never the network), filtered by family and
-    sorted (hfvram.report.models)."""
+    sorted (hfvram.report.models). ``progress(done, total)`` after each repo (the CLI's progress bar)."""
     from dataclasses import replace
 
     from hfvram.report.models import select_rows
     from hfvram.sources.catalog import catalog_repos
 
     offline = replace(options, offline=True)
-    return select_rows((scan_one(repo, offline) for repo in catalog_repos()), family=family, sort=sort)
+    repos = catalog_repos()
+
+    def checked() -> Iterator[dict[str, Any]]:
+        for done, repo in enumerate(repos, 1):
+            row = scan_one(repo, offline)
+            if progress is not None:
+                progress(done, len(repos))
+            yield row
+
+    return select_rows(checked(), family=family, sort=sort)
 
 
 def catalogue_params(repos: Sequence[str]) -> dict[str, int | None]:

@@ -52,7 +52,10 @@ SECRET_VALUE = re.compile(
 )
 #: a URL: a scheme, ``://`` and everything up to the next white space (the punctuation that ends a sentence or an
 #: item, ``--api-base http://…: reason``, is given back by :func:`_url_match`)
-URL = re.compile(r"(?<![\w+.-])[A-Za-z][A-Za-z0-9+.-]*://\S*")
+URL = re.compile(
+    r"(?<![\w+.-])[A-Za-z][A-Za-z0-9+.-]*://(?:[^\s\[\]\"'<>{}|\\^`\x00-\x1f\x7f]*\[[0-9A-Fa-f:.]*\]?)?"
+    r"[^\s\[\]\"'<>{}|\\^`\x00-\x1f\x7f]*"
+)
 TRAILING = ":;,.)]'\""
 #: ``user:password@host`` without a scheme (after white space, a quote or the start)
 _USERINFO = re.compile(r"(?<![^\s'\"(=,])[^\s:@/'\"]+:[^\s@/'\"]+@(?=[\w\[])")

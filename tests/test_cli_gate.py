@@ -17,6 +17,7 @@ import json
 import os
 import pty
 import re
+import stat
 import struct
 import subprocess
 import sys
@@ -450,10 +451,12 @@ def test_a_hostile_scan_list_line_is_one_error_row():
         assert result.exit_code == 3, result.output
         assert "internal error" not in result.output and "\x1b" not in result.stdout and "\x07" not in result.stdout
         assert "Qwen/Qwen3-0.6B" in result.stdout
+    # issue 27: a line that is not a SOURCE is named by its line number only (the list may be any file)
     table = invoke("scan", "-", "--gpu", "h100", "--offline", stdin=stdin)
-    assert "[/]" in table.stdout and "[link=http://evil.example]x[/link]" in table.stdout
+    assert "line 1" in table.stdout and "line 3" in table.stdout and "line 4" in table.stdout
+    assert "[/]" not in table.stdout and "evil.example" not in table.stdout and "pwned" not in table.stdout
     markdown = invoke("scan", "-", "--gpu", "h100", "--offline", "--markdown", stdin=stdin)
-    assert "\\[link=http://evil.example\\]x\\[/link\\]" in markdown.stdout  # no link in a pull-request comment
+    assert "evil.example" not in markdown.stdout  # no link in a pull-request comment
 
 
 def test_an_error_message_with_escapes_is_escaped(tmp_path):
@@ -499,11 +502,16 @@ def test_a_full_output_device_is_one_line():
         assert result.returncode == 3
         assert result.stderr.strip() == "hfvram: error: cannot write the output: No space left on device"
     saved = invoke("calibrate", str(V0_LOG), "--gpu", "rtx3090", "--save", "--output", "/dev/full")
-    assert "cannot write --output /dev/full" in one_line_error(saved, 2)
+    # README 'Exit codes': output that cannot be written is exit 3; the device is written, never replaced
+    assert "cannot write --output /dev/full" in one_line_error(saved, 3)
+    assert stat.S_ISCHR(os.stat("/dev/full").st_mode)
 
 
 def test_a_closed_pipe_ends_the_scan_quietly():
-    sources = "Qwen/Qwen3-0.6B\n" * 400
+    from hfvram.sources.catalog import catalog_repos
+
+    # distinct sources: a repeated line is answered once (issue 27), so 400 copies would print one row
+    sources = "".join(f"{repo}\n" for repo in catalog_repos()[:400])
     process = subprocess.Popen(
         [sys.executable, "-m", "hfvram", "scan", "-", "--gpu", "h100", "--offline", "--format", "jsonl", "-j", "2"],
         stdin=subprocess.PIPE,
@@ -518,7 +526,7 @@ def test_a_closed_pipe_ends_the_scan_quietly():
     process.stdout.close()
     stderr = process.stderr.read().decode()
     code = process.wait(timeout=120)
-    assert json.loads(first)["verdict"] == "fits"
+    assert "source" in json.loads(first)
     assert code == 141 and "Traceback" not in stderr and "Error" not in stderr, stderr
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from hfvram.errors import UsageError
-from hfvram.estimate.core import estimate
+from hfvram.estimate.core import estimate, estimate_memory
 from hfvram.estimate.engines import llamacpp
 from hfvram.estimate.types import GPU, EngineChoice, Hardware, Workload
 from hfvram.readers.config import read_config
@@ -246,9 +246,13 @@ def test_usable_is_device_minus_the_fit_margin(llama8b):
 def test_two_gpus_split_layers_and_report_the_worst():
     # a 70B Q4 does not fit one 24 GB card but splits over two by layer (worst GPU decides)
     spec = spec_of("meta-llama/Llama-3.1-70B-Instruct", 39.6)
-    one = estimate(spec, RTX4090, EngineChoice("llama.cpp", settings={"ctx-size": "8192"}), Workload())
+    one = estimate_memory(spec, RTX4090, EngineChoice("llama.cpp", settings={"ctx-size": "8192"}), Workload())
     two = estimate(spec, Hardware(RTX4090.gpu, 2), EngineChoice("llama.cpp", settings={"ctx-size": "8192"}), Workload())
-    assert one.verdict == "does_not_fit"
+    assert one.verdict == "does_not_fit"  # on the one GPU alone
+    # llama.cpp's --fit runs it on one card anyway, with layers in RAM (docs/engines/llamacpp.md#llamacpp-offload-verdict)
+    offloaded = estimate(spec, RTX4090, EngineChoice("llama.cpp", settings={"ctx-size": "8192"}), Workload())
+    assert offloaded.verdict == "offload" and offloaded.offload is not None
+    assert 0 < offloaded.offload.n_gpu_layers < spec.num_layers + 1
     assert two.per_gpu.weights < one.per_gpu.weights * 0.6
     assert two.verdict in ("fits", "tight")
 

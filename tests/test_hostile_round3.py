@@ -178,9 +178,11 @@ def test_scan_list_that_is_a_link_is_refused(tmp_path):
 def test_scan_list_line_that_is_not_a_source_is_named_by_number_only(tmp_path):
     listed = tmp_path / "models.txt"
     listed.write_text(f"Qwen/Qwen3-0.6B\n# a comment\n\turl = https://x:{SECRET}@github.com/o/r\n")
-    result = invoke("scan", str(listed), "--gpu", "h100", "--offline")
-    assert result.exit_code == 2
-    assert "line 3" in result.output and SECRET not in result.output and "github" not in result.output
+    for fmt in ("table", "json", "markdown", "csv"):
+        result = invoke("scan", str(listed), "--gpu", "h100", "--offline", "--format", fmt)
+        assert result.exit_code == 3, result.output  # an error row; the other source is still answered
+        assert "line 3" in result.output and SECRET not in result.output and "github" not in result.output
+        assert "Qwen3-0.6B" in result.output
 
 
 def test_scan_answers_repeated_lines_once(tmp_path):
@@ -327,3 +329,127 @@ def test_a_calibration_file_with_huge_numbers_is_one_read_line(tmp_path):
                     "--calibration", str(hostile), "--json")  # fmt: skip
     assert result.exit_code == 3 and "implausible number" in result.output, result.output[:300]
     assert result.output.count("\n") == 1
+
+
+# ---- the facts cache is keyed by endpoint (issue 23) ---------------------------------------------------------------
+
+
+def test_facts_read_from_one_endpoint_are_not_answers_for_another(hub, tmp_path, monkeypatch):
+    """A check against the test Hub fills the facts cache; the same repo asked of another HF_ENDPOINT (a closed
+    port) must go to that endpoint, not be answered from the first one's facts; the first answers again offline
+    from its own entries, and no cache file is named after an endpoint's text."""
+    from hfvram.sources import load_model
+
+    source = "sentence-transformers/all-MiniLM-L6-v2"
+    first = load_model(source)
+    hub.records.clear()
+    again = load_model(source)
+    assert hub.request_count == 0 and again.spec.weights == first.spec.weights
+    monkeypatch.setenv("HF_ENDPOINT", f"http://bob:{SECRET}@127.0.0.1:9")
+    from hfvram.errors import HfvramError
+
+    try:
+        other = load_model(source, offline=True)
+        shown = f"{other.source.kind} {other.source.note}"
+    except HfvramError as error:
+        shown = str(error)
+    print(shown)
+    assert SECRET not in shown and "facts cache" not in shown, shown
+    assert not any(SECRET in str(path) or "127.0.0.1" in str(path) for path in (tmp_path / "hfvram_cache").rglob("*"))
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    assert load_model(source, offline=True).spec.weights == first.spec.weights
+
+
+# ---- GGUF metadata under the config's sanity bounds -----------------------------------------------------------------
+
+
+def _gguf(tmp_path, name: str, *, alignment: int | None = None, layers: int = 2, **extra) -> str:
+    from test_gguf import U32, U64, block_tensors, gguf_bytes, llama_kvs
+
+    kvs = llama_kvs(layers=layers, **extra)
+    if alignment is not None:
+        kvs.append(("general.alignment", U64 if alignment >= 2**32 else U32, alignment))
+    path = tmp_path / name
+    # the tensors laid out at 32 bytes: the stated alignment is refused before any offset is read
+    path.write_bytes(gguf_bytes(kvs, block_tensors(max(layers, 0))))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("case", "kwargs", "field"),
+    [
+        ("alignment 2^63", {"alignment": 2**63}, "general.alignment"),
+        ("0 layers", {"layers": 0}, "block_count"),
+        ("0 width", {"embedding_length": (4, 0)}, "embedding_length"),
+        ("0 heads", {"attention.head_count": (4, 0)}, "attention.head_count"),
+        ("more experts per token than experts", {"expert_count": (4, 2), "expert_used_count": (4, 8)}, "expert_used"),
+    ],
+    ids=lambda value: value if isinstance(value, str) else "",
+)
+def test_hostile_gguf_metadata_is_refused_as_config_json_would_be(tmp_path, case, kwargs, field):
+    """A generated header-only GGUF (the layout of tests/test_gguf.py's writer) with one hostile fact: one read
+    error naming the field, never FITS."""
+    path = _gguf(tmp_path, "hostile.gguf", **kwargs)
+    result = invoke("check", path, "--gpu", "h100", "--json")
+    assert result.exit_code == 3, (case, result.output[:300])
+    assert field in result.output and result.output.count("\n") == 1, result.output[:300]
+
+
+def test_config_with_more_experts_per_token_than_experts_is_refused(tmp_path):
+    config = json.loads((LLAMA_FOLDER / "config.json").read_text())
+    config.update(
+        num_local_experts=4, num_experts_per_tok=16, architectures=["MixtralForCausalLM"], model_type="mixtral"
+    )
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    result = invoke("check", str(tmp_path), "--gpu", "h100", "--json")
+    assert result.exit_code == 3 and "experts per token" in result.output, result.output[:300]
+
+
+# ---- ids and revisions before any URL; files written whole or not at all ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["evil/.."], ["evil/..@main"], ["org/name@.."], ["org/name", "--revision", "."], ["org/name", "--revision", "a..b"],
+     ["org/name", "--revision", "-x"], ["org/.hidden"]],
+    ids=lambda args: " ".join(args),
+)  # fmt: skip
+def test_bad_ids_and_revisions_never_reach_the_hub(hub, args):
+    result = invoke("check", *args, "--gpu", "h100")
+    assert result.exit_code == 2 and result.output.count("\n") == 1, result.output[:300]
+    assert hub.request_count == 0
+
+
+def _file_size_limit():  # in the child: a file may not grow past 200 bytes (writes fail with EFBIG, as on a full disk)
+    import resource
+    import signal
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (200, 200))
+
+
+@pytest.mark.parametrize("where", ["--output", "config folder"])
+def test_a_calibration_that_cannot_be_written_leaves_nothing_and_exits_3(tmp_path, where):
+    out = tmp_path / "out"
+    out.mkdir()
+    extra = ["--output", str(out / "c.json")] if where == "--output" else []
+    args = ["calibrate", str(VLLM_LOG), "--gpu", "h100", "--save", *extra]
+    result = subprocess.run([sys.executable, "-m", "hfvram", *args], capture_output=True, text=True, cwd=ROOT,
+                            env={**os.environ, "HFVRAM_CONFIG_DIR": str(out)}, preexec_fn=_file_size_limit,
+                            timeout=120)  # fmt: skip
+    one_error_line(result.returncode, result.stderr, 3)
+    assert [path for path in out.rglob("*") if path.is_file()] == []
+
+
+def test_a_hostile_model_type_never_becomes_a_file_name(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    config = json.loads((LLAMA_FOLDER / "config.json").read_text())
+    config["model_type"] = "ll/a\u0000ma" + "x" * 300
+    (model / "config.json").write_text(json.dumps(config))
+    saved = tmp_path / "config"
+    result = invoke("calibrate", str(VLLM_LOG), "--gpu", "h100", "--save", "--model", str(model), "--engine",
+                    "vllm@0.19", "--json", env={"HFVRAM_CONFIG_DIR": str(saved)})  # fmt: skip
+    assert result.exit_code == 0, result.output[:300]
+    (written,) = [path for path in saved.rglob("*.json")]
+    assert len(written.name) < 80 and "\u0000" not in written.name and "xxx" not in written.name

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
         release_range,
         rules_version_of,
         save_calibration,
+        write_atomically,
     )
     from hfvram.calibrate.logs import (
         GIB,
@@ -81,6 +82,7 @@ _HOME = {
             "release_range",
             "rules_version_of",
             "save_calibration",
+            "write_atomically",
         ),
         "files",
     ),
@@ -137,6 +139,7 @@ __all__ = [
     "release_range",
     "rules_version_of",
     "save_calibration",
+    "write_atomically",
 ]
 
 

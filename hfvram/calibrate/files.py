@@ -5,6 +5,7 @@ imported only when a calibration is read or applied."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -41,7 +42,63 @@ def _default_dir() -> Path:
 def calibration_key(engine: str, gpu_id: str, family: str | None = None) -> str:
     """The file name stem: ``vllm--h100-sxm`` (no model family: never applied automatically) or
     ``vllm--h100-sxm--llama``."""
-    return (f"{engine}--{gpu_id}" + (f"--{family}" if family else "")).replace("/", "_")
+    return (f"{engine}--{gpu_id}" + (f"--{family_stem(family)}" if family else "")).replace("/", "_")
+
+
+#: a model family that may name a file as it is (``llama``, ``qwen3_moe``); any other text is hashed
+_FAMILY_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,39}")
+
+
+def family_stem(family: str) -> str:
+    """The file-name part for a model family: the family itself when it is a plain identifier, else a hash of it
+    (a model_type with a NUL, a slash or 300 characters comes from a file and never becomes a file name)."""
+    if _FAMILY_NAME.fullmatch(family) and ".." not in family:
+        return family
+    import hashlib
+
+    return "family-" + hashlib.sha256(family.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+
+
+def write_atomically(path: Path, text: str, *, what: str | None = None) -> None:
+    """``text`` written to ``path`` whole or not at all: a temporary file beside it, renamed over it; on any error
+    (a full disk) the temporary file is removed and no partial or empty ``path`` is left. A character device
+    (``/dev/null``, ``/dev/full``) is written in place, never replaced; a FIFO, socket or folder is refused.
+    OutputWriteError (exit 3)."""
+    import stat
+    import tempfile
+
+    from hfvram.errors import OutputWriteError
+
+    shown = what or str(path)
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        mode = None
+    if mode is not None and stat.S_ISCHR(mode):
+        try:
+            with open(path, "w", encoding="utf-8") as device:
+                device.write(text)
+        except OSError as error:
+            raise OutputWriteError(f"cannot write {shown}: {error.strerror or error}") from None
+        return
+    if mode is not None and not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+        raise OutputWriteError(f"cannot write {shown}: not a regular file")
+    tmp: str | None = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:40]}.", suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+        tmp = None
+    except OSError as error:
+        raise OutputWriteError(f"cannot write {shown}: {error.strerror or error}") from None
+    finally:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
 
 
 def calibration_file(engine: str, gpu_id: str, directory: Path | None = None) -> Path | None:
@@ -120,16 +177,13 @@ def calibration_record(
 
 def save_calibration(record: Mapping[str, object], directory: Path | None = None) -> Path:
     directory = directory or calibration_dir()
-    directory.mkdir(parents=True, exist_ok=True)
     model = record.get("model")
     family = model.get("family") if isinstance(model, Mapping) else None
     path = (
         directory
         / f"{calibration_key(str(record['engine']), str(record['gpu']), str(family) if family else None)}.json"
     )
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    write_atomically(path, json.dumps(record, indent=2) + "\n")
     return path
 
 

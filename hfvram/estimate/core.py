@@ -50,7 +50,33 @@ def estimate(spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, w
     longest = inverse.max_context(spec, hardware, choice, workload, known=result)  # type: ignore[arg-type]
     # a layout the engine refuses serves no request, whatever its pool would hold
     held = 0.0 if result.refusal and result.capacity.max_concurrency is not None else result.capacity.max_concurrency
-    return replace(result, capacity=replace(result.capacity, max_context=longest, max_concurrency=held))
+    result = replace(result, capacity=replace(result.capacity, max_context=longest, max_concurrency=held))
+    return with_offload(result, choice, workload)
+
+
+#: engines that place what does not fit into CPU RAM themselves (docs/engines/llamacpp.md#llamacpp-offload-verdict)
+OFFLOADING_ENGINES = frozenset({"llama.cpp", "ollama"})
+#: engines whose ``--cpu-offload-gb`` keeps decoder weights in host memory, read over PCIe every step
+WEIGHT_OFFLOAD_ENGINES = frozenset({"vllm", "sglang"})
+
+
+def with_offload(result: Estimate, choice: EngineChoice, workload: Workload) -> Estimate:
+    """``result`` with the engine's own placement into RAM applied (verdict ``offload``; ``capacity`` keeps the
+    figures of the GPUs alone). The offload planner is imported only for an engine that offloads."""
+    if result.hardware is None or result.verdict is None:
+        return result
+    if str(result.engine.get("name")) in WEIGHT_OFFLOAD_ENGINES and common.setting(choice, "cpu-offload-gb"):
+        from hfvram.estimate import offload
+
+        return offload.with_cpu_offload_gb(result, choice)
+    if str(result.engine.get("name")) not in OFFLOADING_ENGINES:
+        return result
+    from hfvram.estimate import offload
+
+    name, version = parse_engine_name(choice.name)
+    if version and not choice.version:
+        choice = replace(choice, name=name, version=version)
+    return offload.apply_to_estimate(result, choice, workload)
 
 
 def estimate_memory(spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload) -> Estimate:

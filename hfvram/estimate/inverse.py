@@ -152,13 +152,30 @@ def valid_tp_sizes(spec: ModelSpec, max_count: int) -> list[int]:
 
 
 def smallest_gpu_count(
-    spec: ModelSpec, gpu: GPU, choice: EngineChoice, workload: Workload, max_count: int = 64, *, tight_ok: bool = True
+    spec: ModelSpec,
+    gpu: GPU,
+    choice: EngineChoice,
+    workload: Workload,
+    max_count: int = 64,
+    *,
+    tight_ok: bool = True,
+    offload: bool = False,
+    host: Hardware | None = None,
 ) -> int | None:
-    """Fewest GPUs of one kind (as tensor parallel, a valid TP size) on which the workload runs (fits or tight;
-    with ``tight_ok=False``: fits, with the 10 % margin); None when even ``max_count`` does not."""
+    """Fewest GPUs of one kind (as tensor parallel, a valid TP size) on which the workload runs on the GPUs alone
+    (fits or tight; with ``tight_ok=False``: fits, with the 10 % margin); with ``offload``: on which it runs at all,
+    with the engine's own placement into RAM (verdict offload counts; ``host``: the hardware whose host memory and
+    RAM apply). None when even ``max_count`` does not."""
+    from hfvram.estimate.core import with_offload
+
     for count in valid_tp_sizes(spec, max_count):
         pinned = replace(choice, tp=count, pp=1)
-        result = estimate(spec, Hardware(gpu=gpu, count=count), pinned, workload)
+        hardware = Hardware(gpu=gpu, count=count)
+        if host is not None:
+            hardware = replace(hardware, host=host.host, ram_bytes=host.ram_bytes)
+        result = estimate(spec, hardware, pinned, workload)
+        if offload:
+            result = with_offload(result, pinned, workload)
         if _fits(result) if tight_ok else result.verdict == VERDICT_FITS:
             return count
     return None

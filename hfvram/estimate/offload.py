@@ -20,6 +20,7 @@ as a longer list. Pure: no I/O.
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -27,8 +28,19 @@ from typing import Any
 
 from hfvram.estimate.common import GiB, MiB
 from hfvram.estimate.engines import llamacpp as lc
-from hfvram.estimate.host_memory import HostMemory, pcie_bandwidth_gbs
-from hfvram.estimate.types import Hardware
+from hfvram.estimate.host_memory import HostMemory, parse_host_memory, pcie_bandwidth_gbs
+from hfvram.estimate.types import (
+    VERDICT_DOES_NOT_FIT,
+    VERDICT_FITS,
+    VERDICT_OFFLOAD,
+    VERDICT_TIGHT,
+    Capacity,
+    EngineChoice,
+    Estimate,
+    Hardware,
+    PerGpu,
+    Workload,
+)
 from hfvram.spec import ModelSpec
 
 #: the tensors each partial-layer kind sends to the overflow buffer (common/fit.cpp get_overflow_pattern)
@@ -153,6 +165,8 @@ class OffloadPlan:
     ram_bytes: int | None = None
     command: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
+    #: who placed it: ``llama.cpp`` (--fit, also Ollama 0.30+'s llama-server) or ``ollama`` (0.13 - 0.29 layout)
+    planner: str = "llama.cpp"
 
     def _expert_kinds(self) -> list[str]:
         """Per repeating layer: ``gpu`` (every routed expert on a GPU), ``split`` (part in RAM), ``ram``."""
@@ -201,6 +215,7 @@ class OffloadPlan:
         speed = self.speed
         return {
             "status": self.status,
+            "planner": self.planner,
             "reason": self.reason,
             "ctx_size": self.n_ctx,
             "ctx_size_asked": self.n_ctx_asked,
@@ -256,7 +271,13 @@ class OffloadPlan:
 
 
 class MemoryModel:
-    """``device_usage`` for any layout at any context, from the llama.cpp profile's buffer functions."""
+    """``device_usage`` for any layout at any context, from the llama.cpp profile's buffer functions.
+
+    Linear in the layer count and the device count: per-layer weights and KV are prefix sums (a device's layers
+    are one contiguous range, so its bytes are two look-ups), the largest expert tensor in RAM comes from a
+    sparse table, and the compute buffer — the same for every device of one kind (holds the output or not, the
+    first device with its op-offload copy or not) — is computed once per kind and context, not per device and
+    search step (``work`` counts those computations)."""
 
     def __init__(
         self, spec: ModelSpec, settings: lc.Settings, rules: Mapping[str, object], consts: Mapping[str, float], nd: int
@@ -274,6 +295,17 @@ class MemoryModel:
         self.active_share = min(1.0, n_used / n_expert) if n_used and n_expert else 1.0
         self.moe = any(self.experts)
         self._kv: dict[int, lc.KvBytes] = {}
+        self._kv_prefix: dict[int, list[int]] = {}
+        self.p_dense = _prefix(self.dense)
+        self.p_experts = _prefix(self.experts)
+        self.p_max = [0]
+        for size in self.experts:
+            self.p_max.append(max(self.p_max[-1], size))
+        self._sparse = _sparse_table(self.experts)
+        self._compute: dict[tuple[int, bool, bool, bool, int], int] = {}
+        self._host_compute: dict[int, int] = {}
+        #: how many compute buffers were computed (a test asserts it does not grow with the device count)
+        self.work = 0
 
     def at_ctx(self, n_ctx: int) -> lc.Settings:
         cells, seq, streams = lc.kv_cells(n_ctx, self.settings.n_seq_max, self.settings.kv_unified, self.pad)
@@ -283,6 +315,93 @@ class MemoryModel:
         if settings.n_ctx not in self._kv:
             self._kv[settings.n_ctx] = lc.kv_bytes(self.spec, settings, self.pad)
         return self._kv[settings.n_ctx]
+
+    def kv_prefix(self, settings: lc.Settings) -> list[int]:
+        if settings.n_ctx not in self._kv_prefix:
+            per_layer = self.kv(settings).per_layer
+            self._kv_prefix[settings.n_ctx] = _prefix(
+                [per_layer[il] if il < len(per_layer) else 0 for il in range(self.n_layer)]
+            )
+        return self._kv_prefix[settings.n_ctx]
+
+    def largest_expert(self, low: int, high: int) -> int:
+        """The largest expert bytes among layers ``low .. high − 1`` (0 for an empty range)."""
+        return _range_max(self._sparse, low, high)
+
+    def compute(self, settings: lc.Settings, with_output: bool, first: bool, output_on_cpu: bool, largest: int) -> int:
+        """The compute buffer of one device: it depends on the context, whether the device holds the output, and —
+        the first device only (op offload) — whether the output layer and which expert tensors stay in RAM."""
+        key = (settings.n_ctx, with_output, first, output_on_cpu and first, largest if first else 0)
+        if key not in self._compute:
+            self.work += 1
+            # the same buffer llama.cpp computes for any placement with this output / largest CPU expert: the
+            # first layers up to the one holding ``largest`` keep their experts in RAM (--n-cpu-moe k)
+            k = bisect.bisect_left(self.p_max, largest) if largest > 0 else 0
+            ngl = self.n_layer if output_on_cpu else self.n_layer + 1
+            trial = replace(settings, n_gpu_layers=ngl, cpu_moe_layers=min(k, self.n_layer), override_tensor=())
+            size, _ = lc.compute_buffer_bytes(
+                self.spec, trial, self.consts, with_output=with_output, pad=self.pad, first_device=first
+            )
+            self._compute[key] = size
+        return self._compute[key]
+
+    def host_compute(self, settings: lc.Settings) -> int:
+        if settings.n_ctx not in self._host_compute:
+            self._host_compute[settings.n_ctx] = lc.host_compute_buffer_bytes(
+                self.spec, settings, self.consts, pad=self.pad
+            )[0]
+        return self._host_compute[settings.n_ctx]
+
+    def totals(self, slots: Sequence[Slot], overflow_to: Sequence[int], n_ctx: int) -> list[int]:
+        """Bytes per device (weights + KV + compute) of the layout ``layout(n_layer, slots, overflow_to)`` — the
+        figures :meth:`usage` gives, from range sums: O(devices) per call, whatever the layer count."""
+        settings = self.at_ctx(n_ctx)
+        p_kv = self.kv_prefix(settings)
+        nd, n_layer = len(slots), self.n_layer
+        ngl = sum(slot.n_layer for slot in slots)
+        il0 = n_layer + 1 - ngl
+        out_dev = max((d for d in range(nd) if slots[d].n_layer > 0), default=-1)
+        weights = [0] * nd
+        kv = [0] * nd
+        largest = self.largest_expert(0, max(0, min(il0, n_layer)))
+        start = il0
+        for d, slot in enumerate(slots):
+            # the device's layers: [start, start + n_layer), the output layer (index n_layer) among them if last
+            end = start + slot.n_layer
+            body_end = min(end, n_layer)
+            full_end = min(start + slot.n_full, body_end)
+            if body_end > start:
+                weights[d] += self.p_dense[body_end] - self.p_dense[start] + self.row_padding * (body_end - start)
+                if self.settings.kv_offload:
+                    kv[d] += p_kv[body_end] - p_kv[start]
+            if full_end > start:
+                weights[d] += self.p_experts[full_end] - self.p_experts[start]
+            if body_end > full_end:
+                first = full_end
+                experts = self.experts[first]
+                share = EXPERT_SHARE_ON_DEVICE[slot.overflow] if experts else 1.0
+                on_device = int(experts * share)
+                weights[d] += on_device
+                if experts - on_device:
+                    if overflow_to[d] >= 0:
+                        weights[overflow_to[d]] += experts - on_device
+                    else:
+                        largest = max(largest, experts)
+                if body_end > first + 1:
+                    largest = max(largest, self.largest_expert(first + 1, body_end))
+            if slot.n_layer > 0 and end > n_layer:
+                weights[d] += self.output
+            start = end
+        # as lc.offload_copy_bytes reads -ngl: at most n_layer layers offloaded = output.weight in host memory
+        output_on_cpu = ngl <= n_layer
+        out: list[int] = []
+        for d in range(nd):
+            if d != 0 and slots[d].n_layer <= 0:
+                compute = 0
+            else:
+                compute = self.compute(settings, out_dev == d or nd == 1, d == 0, output_on_cpu, largest)
+            out.append(weights[d] + kv[d] + compute)
+        return out
 
     def usage(self, layers: Sequence[LayerPlace], n_ctx: int) -> Usage:
         """Weights, KV and compute buffer per GPU, the host's share and the bytes a decoded token reads, for one
@@ -343,35 +462,51 @@ class MemoryModel:
         ngl = sum(1 for place in layers if place.device >= 0)
         overrides = (expert_override(host_expert_layers),) if host_expert_layers else ()
         trial = replace(settings, n_gpu_layers=ngl, cpu_moe_layers=0, override_tensor=overrides)
-        computes = []
-        out_dev = out.device
-        for d in range(nd):
-            if d != 0 and not has_layers[d]:
-                computes.append(0)
-                continue
-            size, _ = lc.compute_buffer_bytes(
-                self.spec,
-                trial,
-                self.consts,
-                with_output=out_dev == d or nd == 1,
-                pad=self.pad,
-                first_device=d == 0,
-            )
-            computes.append(size)
-        host_compute, _ = lc.host_compute_buffer_bytes(self.spec, trial, self.consts, pad=self.pad)
+        largest = max((self.experts[il] for il in host_expert_layers), default=0)
+        computes = [
+            0
+            if d != 0 and not has_layers[d]
+            else self.compute(settings, out.device == d or nd == 1, d == 0, ngl <= n_layer, largest)
+            for d in range(nd)
+        ]
         return Usage(
             gpu_weights=tuple(gpu_w),
             gpu_kv=tuple(gpu_kv),
             gpu_compute=tuple(computes),
             cpu_weights=cpu_w,
             cpu_kv=cpu_kv,
-            host_compute=host_compute,
+            host_compute=self.host_compute(settings),
             output_buffer=lc.output_buffer_bytes(self.spec, trial),
             gpu_read=tuple(gpu_read),
             host_read=host_read,
             host_stream=host_stream,
             settings=trial,
         )
+
+
+def _prefix(values: Sequence[int]) -> list[int]:
+    out = [0]
+    for value in values:
+        out.append(out[-1] + int(value))
+    return out
+
+
+def _sparse_table(values: Sequence[int]) -> list[list[int]]:
+    """Range-maximum table: ``table[j][i]`` = max of ``values[i : i + 2**j]`` (O(n log n) to build, O(1) a query)."""
+    table = [list(values)]
+    width = 1
+    while 2 * width <= len(values):
+        prev = table[-1]
+        table.append([max(prev[i], prev[i + width]) for i in range(len(values) - 2 * width + 1)])
+        width *= 2
+    return table
+
+
+def _range_max(table: list[list[int]], low: int, high: int) -> int:
+    if high <= low or not table or not table[0]:
+        return 0
+    level = (high - low).bit_length() - 1
+    return max(table[level][low], table[level][high - (1 << level)])
 
 
 def expert_override(layers: Sequence[int]) -> tuple[str, str]:
@@ -493,7 +628,7 @@ def plan_offload(
     no_overflow = [-1] * nd
 
     def mem(slots: Sequence[Slot], overflow_to: Sequence[int] = no_overflow) -> list[int]:
-        return mm.usage(layout(n_layer, slots, overflow_to), n_ctx).totals
+        return mm.totals(slots, overflow_to, n_ctx)
 
     def finish(
         status: str, slots: Sequence[Slot], overflow_to: Sequence[int], reason: str | None = None
@@ -890,7 +1025,8 @@ def plan_lines(plan: Mapping[str, Any]) -> list[str]:
         )
     else:
         n_layer = plan["n_layer"]
-        head = f"--fit plan: {plan['n_gpu_layers']} of {n_layer + 1} layers on the GPU"
+        who = "Ollama's layout" if plan.get("planner") == "ollama" else "--fit plan"
+        head = f"{who}: {plan['n_gpu_layers']} of {n_layer + 1} layers on the GPU"
         if plan["moe"]:
             head += (
                 f"; experts of {plan['expert_layers_on_gpu']} of {n_layer} layers on the GPU, "
@@ -987,3 +1123,302 @@ def plan_for(
         model_path=model_path,
     )  # fmt: skip
     return plan, None, None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The verdict: an engine's own placement into RAM is an answer (docs/engines/llamacpp.md#llamacpp-offload-verdict)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def apply_to_estimate(est: Estimate, choice: EngineChoice, workload: Workload) -> Estimate:
+    """``est`` with the engine's placement into RAM applied: llama.cpp's --fit plan (or the user's own
+    ``-ngl`` / ``-ot`` / ``--n-cpu-moe`` placement) when layers or experts end up in RAM, with verdict ``offload``,
+    the plan on :attr:`Estimate.offload`, the worst GPU's terms as the plan places them, the engine's effective
+    ``n-gpu-layers`` / ``override-tensor`` / ``tensor-split`` and the plan's expected decode speed. Unchanged for
+    any other engine, without hardware, or when the engine refuses the layout."""
+    hardware = est.hardware
+    if hardware is None or est.verdict is None or est.refusal:
+        return est
+    if str(est.engine.get("name")) == "ollama":
+        return _ollama(est, choice, workload)
+    if str(est.engine.get("name")) != "llama.cpp":
+        return est
+    host = hardware.host or parse_host_memory(None)
+    plan, speed, why = plan_for(est.spec, hardware, choice, workload, host=host, ram_bytes=hardware.ram_bytes)
+    over = est.verdict == VERDICT_DOES_NOT_FIT
+    if plan is None:
+        if speed is None or speed.host_read_bytes <= 0:
+            notes = [f"no --fit plan: {why}"] if over and why else []
+            return replace(est, warnings=(*est.warnings, *notes)) if notes else est
+        # the user's own placement keeps layers / experts in RAM: it runs, at the host's speed
+        note = (
+            f"decode with layers in RAM: {speed.gpu_read_bytes / GiB:.2f} GiB read on the GPU + "
+            f"{speed.host_read_bytes / GiB:.2f} GiB in RAM per token, host memory {speed.host_memory}"
+        )
+        verdict = VERDICT_DOES_NOT_FIT if over else VERDICT_OFFLOAD
+        return replace(
+            est,
+            verdict=verdict,
+            decode_tokens_per_second=speed.decode_tokens_per_second,
+            warnings=(*est.warnings, note),
+        )
+    if not over:
+        return est
+    if plan.status == "context":
+        # --fit keeps everything on the GPU at a shorter context: the estimate at that context (the engine runs it)
+        from hfvram.estimate.core import estimate_memory
+
+        shorter = replace(choice, settings={**choice.settings, "ctx-size": str(plan.n_ctx)})
+        again = estimate_memory(est.spec, hardware, shorter, workload)
+        note = f"llama.cpp --fit lowers ctx-size {plan.n_ctx_asked} → {plan.n_ctx} to keep every layer on the GPU"
+        if again.verdict in (VERDICT_FITS, VERDICT_TIGHT):
+            return replace(again, offload=plan, warnings=(*again.warnings, note))
+        return replace(est, offload=plan)
+    if plan.status != "offload":
+        return replace(est, offload=plan)
+    return _offloaded(est, plan)
+
+
+def _offloaded(est: Estimate, plan: OffloadPlan, who: str = "llama.cpp --fit") -> Estimate:
+    """The estimate as the plan places it: the worst GPU's weights, KV and compute buffer from the plan."""
+    usage = plan.usage
+    gpus = est.hardware.gpus if est.hardware is not None else ()
+    nd = min(len(plan.budgets), len(gpus))
+    worst = max(range(nd), key=lambda d: usage.gpu_total(d) / max(1, plan.budgets[d].target))
+    memory = gpus[worst].gpu_memory_bytes
+    per_gpu = PerGpu(
+        weights=usage.gpu_weights[worst],
+        kv_cache=usage.gpu_kv[worst],
+        activations=usage.gpu_compute[worst],
+        overhead=est.per_gpu.overhead,
+        usable=memory - plan.budgets[worst].margin_bytes,
+        memory=memory,
+    )
+    engine = dict(est.engine)
+    engine.update(
+        {
+            "ctx-size": plan.n_ctx,
+            "n-gpu-layers": plan.n_gpu_layers,
+            "n-cpu-moe": 0,
+            "override-tensor": ",".join(f"{pattern}={buft}" for pattern, buft in plan.overrides) or None,
+            "tensor-split": list(plan.tensor_split) or None,
+        }
+    )
+    speed = plan.speed
+    ram = usage.host_total
+    in_ram = (
+        f"experts of {plan.expert_layers_in_ram + plan.expert_layers_split} of {plan.n_layer} layers"
+        if plan.planner == "llama.cpp" and any(mm_experts for mm_experts in _expert_bytes(est.spec))
+        else f"{plan.n_layer + 1 - plan.n_gpu_layers} of {plan.n_layer + 1} layers"
+    )
+    note = f"{who} keeps {in_ram} in RAM ({ram / GiB:.2f} GiB): it runs, slower than on the GPU alone"
+    warnings = [w for w in est.warnings if not w.startswith("llama.cpp --fit would not load this as asked")]
+    settings = usage.settings
+    # the KV pool the plan allocates (the context --fit chose); how far the context could grow with offload is not
+    # searched (each step would be a plan): unknown, as is the concurrency beyond the slots
+    workload = est.workload
+    if plan.n_ctx != plan.n_ctx_asked:
+        workload = replace(workload, context=settings.n_ctx_seq)
+    capacity = Capacity(kv_tokens=settings.n_ctx, kv_pool_sized_by=est.capacity.kv_pool_sized_by)
+    return replace(
+        est,
+        engine=engine,
+        workload=workload,
+        capacity=capacity,
+        per_gpu=per_gpu,
+        utilization=per_gpu.total / per_gpu.usable if per_gpu.usable > 0 else None,
+        verdict=VERDICT_OFFLOAD,
+        decode_tokens_per_second=speed.decode_tokens_per_second if speed else None,
+        worst_device=worst if est.hardware is not None and est.hardware.mixed else est.worst_device,
+        offload=plan,
+        warnings=(*warnings, note),
+    )
+
+
+def _expert_bytes(spec: ModelSpec) -> list[int]:
+    return lc._layer_weight_bytes(spec)[1]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Ollama: its scheduler places what does not fit into RAM (docs/engines/ollama.md#ollama-offload)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _ollama(est: Estimate, choice: EngineChoice, workload: Workload) -> Estimate:
+    """Ollama on discrete GPUs: the legacy estimator's own layer count (before 0.13), the whole-layer layout of its
+    allocation dry runs (0.13 - 0.29, ``llm/server.go`` ``assignLayers``), llama-server's ``--fit`` (0.30 on)."""
+    from hfvram.estimate.engines import ollama
+
+    hardware = est.hardware
+    if hardware is None or lc.is_metal(hardware) or est.verdict != VERDICT_DOES_NOT_FIT:
+        return est
+    _, rules = ollama.PROFILE.rules(choice.version)
+    if rules["legacy"]:
+        placed, total = est.engine.get("layers_offload"), est.engine.get("layers_model")
+        if not isinstance(placed, int) or not isinstance(total, int) or placed >= total:
+            return est
+        note = f"Ollama's scheduler puts {placed} of {total} layers on the GPU and runs the rest on the CPU"
+        return replace(est, verdict=VERDICT_OFFLOAD, decode_tokens_per_second=None, warnings=(*est.warnings, note))
+    rules["model_type_to_arch"] = ollama.PROFILE.data.get("model_type_to_arch", {})
+    settings = ollama.resolve(est.spec, hardware, choice, workload, rules)
+    if settings.num_parallel <= 0:
+        settings = replace(settings, num_parallel=1)
+    server = ollama.llama_server_settings(choice, settings)
+    if "n-gpu-layers" in server:
+        return est  # num_gpu set: Ollama loads as asked
+    lc_choice = EngineChoice("llama.cpp", settings=server)
+    lc_workload = Workload(kv_dtype=settings.kv_cache_type)
+    host = hardware.host or parse_host_memory(None)
+    if rules["runner"] == "llama-server":
+        plan, _, _ = plan_for(est.spec, hardware, lc_choice, lc_workload, host=host, ram_bytes=hardware.ram_bytes)
+        if plan is None or plan.status != "offload":
+            return replace(est, offload=plan) if plan is not None else est
+        return _offloaded(est, plan, "Ollama's llama-server --fit")
+    plan = ollama_layout_plan(est.spec, hardware, lc_choice, lc_workload, host, rules, choice)
+    if plan.status != "offload":
+        return replace(est, offload=plan)
+    return _offloaded(est, plan, "Ollama's scheduler")
+
+
+def ollama_layout_plan(
+    spec: ModelSpec,
+    hardware: Hardware,
+    lc_choice: EngineChoice,
+    lc_workload: Workload,
+    host: HostMemory,
+    rules: Mapping[str, object],
+    choice: EngineChoice,
+) -> OffloadPlan:
+    """Ollama 0.13 - 0.29's layout (``llm/server.go`` ``buildLayout`` / ``assignLayers`` / ``findBestFit`` /
+    ``greedyFit``): each layer's weights + cache as one block, the output layer last; GPUs free memory less
+    Ollama's minimum, ``OLLAMA_GPU_OVERHEAD`` and the graph; greedy from the last layer backwards, spilling to the
+    next GPU, a capacity factor balanced by bisection; when not every block fits, once more without the output
+    layer (it then stays on the CPU). Whole layers: no expert tensors apart."""
+    from hfvram.estimate.common import setting_int
+    from hfvram.estimate.engines import ollama
+
+    _, settings, lc_rules, consts = lc.PROFILE.settings_for(spec, hardware, lc_choice, lc_workload)
+    nd = hardware.count
+    mm = MemoryModel(spec, settings, lc_rules, consts, nd)
+    n_layer = mm.n_layer
+    st = mm.at_ctx(settings.n_ctx)
+    kv = mm.kv(st)
+    blocks = [
+        mm.dense[il] + mm.experts[il] + (kv.per_layer[il] if il < len(kv.per_layer) else 0) for il in range(n_layer)
+    ]
+    blocks.append(mm.output)
+    gpu_overhead = setting_int(
+        choice, "gpu_overhead", "OLLAMA_GPU_OVERHEAD", default=int(str(rules["gpu_overhead_bytes"]))
+    )
+    minimum = ollama.minimum_memory(hardware, rules) + (gpu_overhead or 0)
+    graph = mm.compute(st, True, True, False, 0)
+    free = [max(0, gpu.gpu_memory_bytes - minimum - graph) for gpu in hardware.gpus]
+    assignment = ollama_assign_layers(blocks, free)
+    places = [LayerPlace(-1)] * (n_layer + 1)
+    for device, layer_ids in assignment.items():
+        for il in layer_ids:
+            places[il] = LayerPlace(device)
+    usage = mm.usage(places, settings.n_ctx)
+    on_gpu = sum(len(ids) for ids in assignment.values())
+    budgets = [
+        DeviceBudget(f"CUDA{d} ({gpu.id})", gpu.gpu_memory_bytes - minimum, 0, gpu.memory_bandwidth_gbs)
+        for d, gpu in enumerate(hardware.gpus)
+    ]
+    slots = tuple(Slot(len(assignment.get(d, ()))) for d in range(nd))
+    speed = speed_of(usage, budgets, host, settings)
+    status = "fits" if on_gpu == n_layer + 1 else "offload"
+    return OffloadPlan(
+        status=status,
+        n_ctx=usage.settings.n_ctx,
+        n_ctx_asked=usage.settings.n_ctx,
+        n_gpu_layers=on_gpu,
+        n_layer=n_layer,
+        slots=slots,
+        overflow_to=tuple([-1] * nd),
+        layers=tuple(places),
+        usage=usage,
+        budgets=tuple(budgets),
+        speed=speed,
+        tensor_split=tuple(slot.n_layer for slot in slots) if nd > 1 else (),
+        steps=(f"Ollama's layout: {on_gpu} of {n_layer + 1} layers on the GPUs (whole layers, from the last back)",),
+        ram_bytes=hardware.ram_bytes,
+        command=f"ollama run MODEL  # num_gpu {on_gpu} (the layer count Ollama's scheduler picks)",
+        planner="ollama",
+    )
+
+
+def ollama_assign_layers(blocks: Sequence[int], free: Sequence[int]) -> dict[int, list[int]]:
+    """``assignLayers`` on GPUs of one library: devices by free memory (largest first), packed into as few as
+    possible; when not every block fits, once more without the last block (the output layer). Device -> layers."""
+    order = sorted(range(len(free)), key=lambda d: -free[d])
+    layers = list(range(len(blocks)))
+    best: dict[int, list[int]] = {}
+    for _ in range(2):
+        for count in range(1, len(order) + 1):
+            best = _find_best_fit([blocks[i] for i in layers], [free[d] for d in order[:count]])
+            best = {order[d]: ids for d, ids in best.items()}
+            if sum(len(ids) for ids in best.values()) == len(layers):
+                break
+        if sum(len(ids) for ids in best.values()) == len(layers):
+            return best
+        layers = layers[:-1]
+    return best
+
+
+def _find_best_fit(blocks: Sequence[int], free: Sequence[float]) -> dict[int, list[int]]:
+    """``findBestFit``: the smallest capacity factor (bisection to 1e-6) that still places the most blocks."""
+    best = _greedy_fit(blocks, free, 1.0)
+    most = sum(len(ids) for ids in best.values())
+    low, high = 0.0, 1.0
+    while high - low > 1e-6:
+        mid = (low + high) / 2
+        trial = _greedy_fit(blocks, free, mid)
+        if sum(len(ids) for ids in trial.values()) == most:
+            high, best = mid, trial
+        else:
+            low = mid
+    return best
+
+
+def _greedy_fit(blocks: Sequence[int], free: Sequence[float], capacity: float) -> dict[int, list[int]]:
+    """``greedyFit``: from the last block backwards onto the last device, spilling to the one before it."""
+    device = len(free) - 1
+    out: dict[int, list[int]] = {device: []}
+    space = free[device] * capacity
+    for i in range(len(blocks) - 1, -1, -1):
+        while blocks[i] > space:
+            device -= 1
+            if device < 0:
+                return out
+            out[device] = []
+            space = free[device] * capacity
+        out[device].insert(0, i)
+        space -= blocks[i]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# vLLM / SGLang --cpu-offload-gb: weights in host memory, streamed to the GPU every step
+# ---------------------------------------------------------------------------------------------------------
+
+
+def with_cpu_offload_gb(est: Estimate, choice: EngineChoice) -> Estimate:
+    """``--cpu-offload-gb N`` (vLLM, SGLang; docs/engines/vllm.md#vllm-features): up to N GiB of decoder-layer
+    weights per GPU stay in host memory and cross PCIe on every forward step, so a run that then fits the GPU is
+    verdict offload, and its decode bound gains ``N GiB / PCIe bandwidth`` per step (each GPU streams its own share
+    over its own link). The PCIe link is the host table's default (PCIe 4.0 x16)."""
+    from hfvram.estimate.common import setting_float
+
+    gb = setting_float(choice, "cpu-offload-gb", default=0.0) or 0.0
+    if gb <= 0 or est.verdict not in (VERDICT_FITS, VERDICT_TIGHT):
+        return est
+    pcie, link = pcie_bandwidth_gbs()
+    moved = gb * GiB
+    step = moved / (pcie * 1e9)
+    decode = est.decode_tokens_per_second
+    slowed = 1.0 / (1.0 / decode + step) if decode else None
+    note = (
+        f"--cpu-offload-gb {gb:g}: up to {gb:g} GiB of weights per GPU stay in host memory and cross {link} on every "
+        f"step (+{step * 1000:.0f} ms per token): it runs, slower"
+    )
+    return replace(est, verdict=VERDICT_OFFLOAD, decode_tokens_per_second=slowed, warnings=(*est.warnings, note))

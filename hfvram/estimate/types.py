@@ -4,13 +4,28 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from hfvram.spec import ModelSpec
 
+if TYPE_CHECKING:
+    from hfvram.estimate.host_memory import HostMemory
+    from hfvram.estimate.offload import OffloadPlan
+
 VERDICT_FITS = "fits"
 VERDICT_TIGHT = "tight"
+#: runs, with layers / experts (or, vLLM / SGLang --cpu-offload-gb, weights) kept in CPU RAM by the engine's own
+#: placement: between tight and does not fit (README: exit codes)
+VERDICT_OFFLOAD = "offload"
 VERDICT_DOES_NOT_FIT = "does_not_fit"
+#: best first: fits < tight < offload < does not fit
+VERDICT_ORDER: tuple[str, ...] = (VERDICT_FITS, VERDICT_TIGHT, VERDICT_OFFLOAD, VERDICT_DOES_NOT_FIT)
 FITS_THRESHOLD = 0.9  # contract: fits when total <= 0.9 x usable
+
+
+def verdict_rank(verdict: object) -> int:
+    """0 fits, 1 tight, 2 offload, 3 does not fit, 4 no verdict (or an unknown one)."""
+    return VERDICT_ORDER.index(verdict) if isinstance(verdict, str) and verdict in VERDICT_ORDER else len(VERDICT_ORDER)
 
 
 @dataclass(frozen=True)
@@ -57,6 +72,11 @@ class Hardware:
     gpu: GPU
     count: int = 1
     devices: tuple[GPU, ...] = ()
+    #: the host's memory system (``--host-memory``), for the speed of what an engine keeps in RAM; None = the
+    #: default row of hfvram/data/host_memory.toml
+    host: HostMemory | None = None
+    #: the RAM there is (``--ram``); None = not given (the offload plan then does not check it)
+    ram_bytes: int | None = None
 
     @property
     def gpus(self) -> tuple[GPU, ...]:
@@ -189,6 +209,10 @@ class Estimate:
     kv_v_bytes_per_token: int | None = None
     #: bytes per sequence that do not grow with context (sliding windows, recurrent state)
     kv_fixed_bytes_per_sequence: int | None = None
+    #: the engine's own placement into CPU RAM when the model does not fit the GPUs whole (llama.cpp ``--fit``,
+    #: Ollama's scheduler): layers per device, ``-ngl`` / ``-ot`` / ``-ts``, the RAM and the expected speed. Set
+    #: with verdict ``offload`` (and ``does_not_fit`` when even that placement fails: ``offload.status`` ``none``)
+    offload: OffloadPlan | None = None
 
     @property
     def kv_bytes_per_token(self) -> int | None:

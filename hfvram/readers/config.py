@@ -155,6 +155,13 @@ def _experts(view: ConfigView) -> tuple[int | None, int | None, int | None, int 
             view.note("experts_per_token", view.where(path))
     if per_token is None:
         view.warn("experts_per_token: a MoE config without num_experts_per_tok; active parameters cannot be counted")
+    elif per_token > num_experts:  # more experts per token than the model has: active parameters above the total
+        from hfvram.errors import MalformedFileError
+
+        raise MalformedFileError(
+            f"{per_token:,} experts per token but only {num_experts:,} experts", file="config.json",
+            field="num_experts_per_tok",
+        )  # fmt: skip
     shared = view.integer("num_shared_experts", aliases("num_shared_experts"), minimum=0, use_hf_default=False)
     if shared is None:
         shared_size = view.integer(

@@ -323,6 +323,11 @@ def _ggml_type(type_id: int, tensor: str, filename: str) -> tuple[str, int, int]
     return found
 
 
+#: the largest general.alignment read: llama.cpp writes 32 (GGUF_DEFAULT_ALIGNMENT); a file aligned to 2^63 would
+#: place its data past any disk, so what it says about its size is not believed
+MAX_ALIGNMENT = 1 << 20
+
+
 def _align(offset: int, alignment: int) -> int:
     return offset + (-offset) % alignment
 
@@ -410,9 +415,16 @@ def read_gguf_header(stream: Stream, *, filename: str) -> GGUFHeader:
 
     metadata = _read_metadata(reader, kv_count)
     alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
-    if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
+    if (
+        isinstance(alignment, bool)
+        or not isinstance(alignment, int)
+        or not 0 < alignment <= MAX_ALIGNMENT
+        or alignment & (alignment - 1)
+    ):
         raise MalformedFileError(
-            f"alignment {alignment!r} is not a power of two", file=filename, field="general.alignment"
+            f"alignment {str(alignment)[:40]} is not a power of two up to {MAX_ALIGNMENT:,}",
+            file=filename,
+            field="general.alignment",
         )
 
     tensors = _read_tensor_infos(reader, tensor_count, alignment)
@@ -620,9 +632,17 @@ def _head_dims(facts: _Facts) -> _HeadDims:
 def _layers(facts: _Facts, n_layers: int, moe_layers: set[int], warnings: list[str]) -> tuple[Layer, ...]:
     arch, filename = facts.arch, facts.filename
     n_embd = facts.int("embedding_length", "hidden_size")
+    if n_embd is not None and n_embd < 1:  # config.json refuses a width of 0: so does a GGUF
+        raise MalformedFileError("a width of 0", file=filename, field=f"{arch}.embedding_length")
     heads = _per_layer(
         facts.get("attention.head_count", "num_attention_heads"), n_layers, f"{arch}.attention.head_count", filename
     )
+    if heads is not None and not any(heads) and not _recurrent_plan(facts)[0]:
+        raise MalformedFileError(
+            "0 attention heads in every block of a model without recurrent layers",
+            file=filename,
+            field=f"{arch}.attention.head_count",
+        )
     kv_heads = _per_layer(
         facts.get("attention.head_count_kv", "num_kv_heads"), n_layers, f"{arch}.attention.head_count_kv", filename
     )
@@ -832,6 +852,8 @@ def spec_from_gguf(headers: Sequence[GGUFHeader], *, filename: str) -> ModelSpec
             f"nextn_predict_layers {num_mtp} for {n_layers} blocks", file=filename, field=f"{arch}.nextn_predict_layers"
         )
     n_layers -= num_mtp
+    if n_layers < 1:  # as config.json: a model without a block is not a model (the same sanity bounds)
+        raise MalformedFileError(f"{n_layers} blocks besides the MTP ones", file=filename, field=f"{arch}.block_count")
     moe_layers = {int(m.group(1)) for t in tensors if (m := re.match(r"^blk\.(\d+)\.ffn_\w+_exps\.", t.name))}
     if moe_layers:
         facts.provenance["moe_layers"] = "derived: blocks with blk.N.ffn_*_exps tensors"
@@ -847,6 +869,12 @@ def spec_from_gguf(headers: Sequence[GGUFHeader], *, filename: str) -> ModelSpec
     bits_per_weight = (weights.total_bytes * 8 / weights.params_total) if weights and weights.params_total else None
     num_experts = facts.int("expert_count", "num_experts")
     experts_used = facts.int("expert_used_count", "experts_per_token")
+    if num_experts is not None and experts_used is not None and experts_used > max(num_experts, 1):
+        raise MalformedFileError(
+            f"{experts_used:,} experts per token but only {num_experts:,} experts",
+            file=filename,
+            field=f"{arch}.expert_used_count",
+        )
     head_k = facts.int("attention.key_length") or next((layer.head_dim_k for layer in layers if layer.head_dim_k), None)
     head_v = facts.int("attention.value_length") or head_k
     ffn = _per_layer(

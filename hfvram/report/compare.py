@@ -23,7 +23,7 @@ HEADERS = (
     "price",
     "$/usable GiB",
 )
-VERDICT_TEXT = {"fits": "fits", "tight": "tight", "does_not_fit": "does not fit", None: "—"}
+VERDICT_TEXT = {"fits": "fits", "tight": "tight", "offload": "offload", "does_not_fit": "does not fit", None: "—"}
 #: warnings worth a line under the table (the mixed-set rule, a refusal); the rest is in `check --gpu SET`
 _NOTE_PREFIXES = ("mixed set ",)
 

@@ -54,6 +54,12 @@ def fit_document(loaded: Any, hardware: Any, choice: Any, wl: Any) -> dict[str, 
     rows = inverse.context_table(spec, hardware, choice, wl, kv_dtypes=fit_kv_dtypes(spec, hardware, choice, wl))
     smallest = inverse.smallest_gpu_count(spec, hardware.gpu, choice, wl, max_count=FIT_MAX_GPUS, tight_ok=False)
     runs = inverse.smallest_gpu_count(spec, hardware.gpu, choice, wl, max_count=FIT_MAX_GPUS)
+    # engines that place what does not fit into RAM: the fewest GPUs with that placement (None: none offloads)
+    with_ram = None
+    if est.offload is not None or est.verdict == "offload":
+        with_ram = inverse.smallest_gpu_count(
+            spec, hardware.gpu, choice, wl, max_count=FIT_MAX_GPUS, offload=True, host=hardware
+        )
     return {
         "schema": FIT_SCHEMA,
         "source": source_dict(loaded.source),
@@ -73,10 +79,15 @@ def fit_document(loaded: Any, hardware: Any, choice: Any, wl: Any) -> dict[str, 
         else inverse.max_concurrency(spec, hardware, choice, wl),
         "smallest_gpu_count": smallest,
         "smallest_gpu_count_tight": runs if runs is not None and (smallest is None or runs < smallest) else None,
+        "smallest_gpu_count_offload": with_ram
+        if with_ram is not None and (runs is None or with_ram < runs) and (smallest is None or with_ram < smallest)
+        else None,
         "max_gpu_count_tried": FIT_MAX_GPUS,
         "max_position_embeddings": spec.max_position_embeddings,
         "context_table": [context_row(row) for row in rows],
         "warnings": list(dict.fromkeys(list(spec.warnings) + list(est.warnings))),
+        **({"offload_plan": est.offload.as_dict(moe=any(layer.moe for layer in spec.layers))} if est.offload else {}),
+        "_offload": est.offload,
         "_spec": spec,
         "_choice": choice,
         "_workload": wl,

@@ -8,7 +8,7 @@ from typing import Any
 
 from hfvram.report.units import gib, percent
 
-VERDICT_WORD = {"fits": "fits", "tight": "tight", "does_not_fit": "does not fit", None: "-"}
+VERDICT_WORD = {"fits": "fits", "tight": "tight", "offload": "offload", "does_not_fit": "does not fit", None: "-"}
 
 
 def _headline(report: Mapping[str, Any]) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from hfvram.estimate.types import FITS_THRESHOLD, Estimate, verdict_for
+from hfvram.estimate.types import FITS_THRESHOLD, VERDICT_OFFLOAD, Estimate, verdict_for, verdict_rank
 from hfvram.spec import ModelSpec, SourceInfo
 
 CHECK_SCHEMA = "hfvram.check/1"
@@ -169,9 +169,30 @@ def check_dict(source: SourceInfo, est: Estimate, *, explain: bool = False) -> d
         "parallel": {"tp": est.tp, "pp": est.pp},
         "warnings": _unique(list(est.spec.warnings) + list(est.warnings)),
     }
+    if est.offload is not None:
+        out["offload_plan"] = est.offload.as_dict(moe=any(layer.moe for layer in est.spec.layers))
     if explain:
         out["explain"] = {"terms": dict(est.explain), "provenance": dict(est.spec.provenance)}
     return out
+
+
+def offload_summary(est: Estimate) -> str:
+    """``runs with the experts of 35 of 48 layers in RAM (12.70 GiB)``: what the engine keeps off the GPUs."""
+    plan = est.offload
+    placed, model = est.engine.get("layers_offload"), est.engine.get("layers_model")
+    if plan is None and isinstance(placed, int) and isinstance(model, int):
+        return f"runs with {model - placed} of {model} layers in RAM (the engine's own layer count)"
+    if plan is None and str(est.engine.get("name")) in ("vllm", "sglang"):
+        return "runs with weights in host memory, streamed over PCIe every step (--cpu-offload-gb)"
+    if plan is None:
+        return "runs with layers or weights in CPU RAM (the placement set)"
+    ram = plan.usage.host_total / 2**30
+    moe = any(layer.moe for layer in est.spec.layers)
+    if moe and plan.planner == "llama.cpp":
+        kept = f"the experts of {plan.expert_layers_in_ram + plan.expert_layers_split} of {plan.n_layer} layers"
+    else:
+        kept = f"{plan.n_layer + 1 - plan.n_gpu_layers} of {plan.n_layer + 1} layers"
+    return f"runs with {kept} in RAM ({ram:.2f} GiB)"
 
 
 def verdict_reason(est: Estimate) -> str | None:
@@ -183,11 +204,13 @@ def verdict_reason(est: Estimate) -> str | None:
     per_gpu = est.per_gpu
     share = per_gpu.total / per_gpu.usable if per_gpu.usable > 0 else None
     used = "no usable memory" if share is None else f"the four terms take {share * 100:.0f}% of usable memory"
+    if est.verdict == VERDICT_OFFLOAD:
+        on_gpu = f"; on the GPU {used}" if share is not None and share <= 1 else ""
+        return f"offload: {offload_summary(est)}{on_gpu}"
     by_memory = verdict_for(per_gpu.total, per_gpu.usable)
     if by_memory == est.verdict:
         return f"memory: {used} (fits up to {FITS_THRESHOLD * 100:.0f}%, tight up to 100%)"
-    order = ("fits", "tight", "does_not_fit")
-    if order.index(est.verdict) > order.index(by_memory):
+    if verdict_rank(est.verdict) > verdict_rank(by_memory):
         return f"engine rule: {used}, but the engine would not start with these settings: see the warnings"
     return f"engine rule: {used}, but the engine's own rules call it {est.verdict.replace('_', ' ')}"
 

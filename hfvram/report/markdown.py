@@ -19,7 +19,13 @@ from hfvram.report.wording import (
     what_if_lines,
 )
 
-VERDICT_MARK = {"fits": "✅ fits", "tight": "⚠️ tight", "does_not_fit": "❌ does not fit", None: "— (no GPU)"}
+VERDICT_MARK = {
+    "fits": "✅ fits",
+    "tight": "⚠️ tight",
+    "offload": "🔁 offload",
+    "does_not_fit": "❌ does not fit",
+    None: "— (no GPU)",
+}
 
 
 #: characters Markdown reads as formatting, links, HTML or a cell's end: backslashed in untrusted text (with

@@ -16,7 +16,7 @@ from hfvram.report.units import gib, params, tokens_short
 
 MODELS_SCHEMA = "hfvram.models/1"
 SORTS = ("verdict", "total", "params", "context", "speed")
-_VERDICT_RANK = {"fits": 0, "tight": 1, "does_not_fit": 2}
+_VERDICT_RANK = {"fits": 0, "tight": 1, "offload": 2, "does_not_fit": 3}
 
 
 def search_repos(repos: Iterable[str], query: str | None) -> list[str]:
@@ -77,6 +77,7 @@ def models_document(query: Mapping[str, Any], rows: Sequence[Mapping[str, Any]])
             "models": len(rows),
             "fits": verdicts.count("fits"),
             "tight": verdicts.count("tight"),
+            "offload": verdicts.count("offload"),
             "does_not_fit": verdicts.count("does_not_fit"),
             "errors": len(rows) - len(verdicts),
         },
@@ -85,8 +86,8 @@ def models_document(query: Mapping[str, Any], rows: Sequence[Mapping[str, Any]])
 
 
 def models_exit_code(rows: Sequence[Mapping[str, Any]]) -> int:
-    """0 when at least one model fits (or is tight), else 1."""
-    return 0 if any(row.get("verdict") in ("fits", "tight") for row in rows) else 1
+    """0 when at least one model fits (or is tight, or runs with offload), else 1."""
+    return 0 if any(row.get("verdict") in ("fits", "tight", "offload") for row in rows) else 1
 
 
 def _speed(report: Mapping[str, Any]) -> str:
@@ -97,6 +98,14 @@ def _speed(report: Mapping[str, Any]) -> str:
 def _requests(report: Mapping[str, Any]) -> str:
     conc = (report.get("capacity") or {}).get("max_concurrency")
     return "—" if conc is None else f"{conc:.1f}"
+
+
+def _ram(report: Mapping[str, Any]) -> str:
+    """The CPU RAM the engine's offload placement needs (``offload_plan.ram``), else ``—``."""
+    plan = report.get("offload_plan") or {}
+    if report.get("verdict") != "offload" or not plan:
+        return "—"
+    return gib((plan.get("ram") or {}).get("total_bytes"))
 
 
 def _params(report: Mapping[str, Any]) -> str:
@@ -112,20 +121,23 @@ def row_cells(report: Mapping[str, Any]) -> list[str]:
     source = report.get("source") or {}
     name = safe(source.get("repo_id") or source.get("text") or "?")
     if "error" in report:
-        return [name, "", f"ERROR ({safe(report['error']['kind'])})", "", "", "", ""]
-    label = {"fits": "FITS", "tight": "TIGHT", "does_not_fit": "DOES NOT FIT"}.get(str(report.get("verdict")), "—")
+        return [name, "", f"ERROR ({safe(report['error']['kind'])})", "", "", "", "", ""]
+    label = {"fits": "FITS", "tight": "TIGHT", "offload": "OFFLOAD", "does_not_fit": "DOES NOT FIT"}.get(
+        str(report.get("verdict")), "—"
+    )
     return [
         name,
         _params(report),
         label,
         gib((report.get("per_gpu") or {}).get("total")),
+        _ram(report),
         tokens_short((report.get("capacity") or {}).get("max_context")),
         _requests(report),
         _speed(report),
     ]
 
 
-HEADERS = ("model", "params / active", "verdict", "per GPU", "longest context", "requests", "decode")
+HEADERS = ("model", "params / active", "verdict", "per GPU", "RAM", "longest context", "requests", "decode")
 
 
 def quant_cell(report: Mapping[str, Any]) -> str:
@@ -140,7 +152,7 @@ def has_quant(rows: Sequence[Mapping[str, Any]]) -> bool:
 
 def title(query: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> str:
     counts = models_document(query, rows)["counts"]
-    runs = counts["fits"] + counts["tight"]
+    runs = counts["fits"] + counts["tight"] + counts["offload"]
     at = f"{tokens_short(query.get('context'))} context" if query.get("context") else "the engine's default context"
     quant = query.get("quant")
     what_if = ""
@@ -182,7 +194,7 @@ def models_markdown(query: Mapping[str, Any], rows: Sequence[Mapping[str, Any]])
         f"**{cell(title(query, rows))}**",
         "",
         "| " + " | ".join(HEADERS + (("quant",) if has_quant(rows) else ())) + " |",
-        "|---|---|---|---:|---:|---:|---:|" + ("---|" if has_quant(rows) else ""),
+        "|---|---|---|---:|---:|---:|---:|---:|" + ("---|" if has_quant(rows) else ""),
     ]
     for report in rows:
         values = row_cells(report) + ([quant_cell(report)] if has_quant(rows) else [])

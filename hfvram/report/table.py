@@ -16,14 +16,27 @@ from hfvram.report.units import count, gib, params, percent, tokens_short
 from hfvram.report.wording import (
     capacity_lines,
     context_grid,
+    offload_speed_words,
     smallest_gpu_line,
     split_provenance,
     verdict_note,
     what_if_lines,
 )
 
-VERDICT_STYLE = {"fits": "bold green", "tight": "bold yellow", "does_not_fit": "bold red", None: "bold"}
-VERDICT_LABEL = {"fits": "FITS", "tight": "TIGHT", "does_not_fit": "DOES NOT FIT", None: "no verdict (no --gpu)"}
+VERDICT_STYLE = {
+    "fits": "bold green",
+    "tight": "bold yellow",
+    "offload": "bold magenta",
+    "does_not_fit": "bold red",
+    None: "bold",
+}
+VERDICT_LABEL = {
+    "fits": "FITS",
+    "tight": "TIGHT",
+    "offload": "OFFLOAD",
+    "does_not_fit": "DOES NOT FIT",
+    None: "no verdict (no --gpu)",
+}
 
 #: term -> (label, colour) for the breakdown and the stacked bar
 TERMS: tuple[tuple[str, str, str], ...] = (
@@ -183,7 +196,9 @@ def render_check(console: Console, report: Mapping[str, Any], *, explain: bool =
     if line:
         console.print(Text(safe(line, keep_lines=True)), highlight=False)
     speed = report.get("decode_tokens_per_second")
-    if speed is not None and verdict != "does_not_fit":
+    if speed is not None and verdict == "offload":
+        console.print(f"Decode: {offload_speed_words(report)}", highlight=False)
+    elif speed is not None and verdict != "does_not_fit":
         console.print(f"Decode: ≤ {speed:,.1f} tokens/s per sequence (memory-bandwidth bound)", highlight=False)
     from hfvram.report.wording import largest_batch_line, prefill_line
 

@@ -68,8 +68,22 @@ def verdict_note(report: Mapping[str, Any]) -> str | None:
     reason = report.get("verdict_reason") or ""
     if reason.startswith("engine rule: "):
         return reason.removeprefix("engine rule: ")
+    if reason.startswith("offload: "):
+        return reason.removeprefix("offload: ")
     utilisation = report.get("utilization")
     return None if utilisation is None else f"{utilisation * 100:.0f}% of usable memory"
+
+
+def offload_speed_words(report: Mapping[str, Any]) -> str:
+    """The decode speed of a run with layers or experts in RAM: the plan's expected figure where it has one."""
+    speed = report.get("decode_tokens_per_second")
+    plan_speed = ((report.get("offload_plan") or {}).get("speed")) or {}
+    text = "—" if not isinstance(speed, (int, float)) else f"{speed:,.1f} tokens/s per sequence"
+    if plan_speed.get("expected"):
+        spread = plan_speed.get("uncertainty")
+        around = f" (± {spread * 100:.0f} %)" if isinstance(spread, (int, float)) else ""
+        return f"≈ {text}{around}, with the RAM part at the host's speed"
+    return f"≤ {text} (bandwidth bound, with what stays in RAM read at the host's or the PCIe link's speed)"
 
 
 def split_provenance(where: str) -> tuple[str, str]:
@@ -102,6 +116,9 @@ def smallest_gpu_line(fit: Mapping[str, Any]) -> str:
         text = str(smallest)
     if tight is not None:
         text += f" ({tight} runs, but tight: over 90% of usable memory)"
+    with_ram = fit.get("smallest_gpu_count_offload")
+    if with_ram is not None:
+        text += f" ({with_ram} runs with layers / experts in RAM)"
     return f"fewest {fit['gpu']} that fit: {text}"
 
 
@@ -122,9 +139,11 @@ def what_if_lines(report: Mapping[str, Any]) -> list[str]:
             for c in auto.get("candidates") or []
         )
         verdict = report.get("verdict")
-        why = {"fits": "the largest that fits", "tight": "none fits; the largest that is tight"}.get(
-            str(verdict), "none fits, not even the smallest"
-        )
+        why = {
+            "fits": "the largest that fits",
+            "tight": "none fits; the largest that is tight",
+            "offload": "none runs on the GPU alone; the largest that runs with offload in the --ram given",
+        }.get(str(verdict), "none fits, not even the smallest")
         lines.append(f"--quant auto picked {auto.get('chosen')}: {why} (estimated: {tried})")
     return lines
 

@@ -122,6 +122,21 @@ def _slug(text: str) -> str:
     return f"{safe}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
 
 
+#: the Hub's own endpoint: its facts keep the cache's top folders (``facts/``, ``refs/``)
+DEFAULT_ENDPOINT = "https://huggingface.co"
+
+
+def endpoint_folder(endpoint: str | None = None) -> tuple[str, ...]:
+    """The folders under the cache root for the facts of ``endpoint`` (default: HF_ENDPOINT): none for the Hub
+    itself, ``endpoints/<hash>`` for any other (a hash only: the endpoint's text, user info included, is never a
+    file name). Transformers' facts depend on a config's text only and stay shared."""
+    text = (endpoint if endpoint is not None else os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).strip()
+    text = text.rstrip("/") or DEFAULT_ENDPOINT
+    if text.lower() == DEFAULT_ENDPOINT:
+        return ()
+    return ("endpoints", hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:24])
+
+
 #: transformers' facts entries read and checked by this process, by (path, inode, size, mtime): the facts they hold
 _CHECKED_FACTS: dict[tuple[str, int, int, int], HfFacts] = {}
 
@@ -131,6 +146,8 @@ class FactsCache:
 
     def __init__(self, root: Path | None = None, *, now: float | None = None) -> None:
         self.root = Path(root) if root is not None else default_cache_dir()
+        #: where this endpoint's facts and refs live: facts read from one HF_ENDPOINT are never answers for another
+        self.hub_root = os.path.join(self.root, *endpoint_folder())
         self._now = now
         #: (repo, sha) -> facts carried by a ref entry read or written by this instance
         self._bundles: dict[tuple[str, str], dict[str, object]] = {}
@@ -141,10 +158,10 @@ class FactsCache:
     # ---- paths --------------------------------------------------------------------------------
     # (joined as text, one Path made: a scan builds several per repo)
     def _fact_path(self, repo_id: str, sha: str, name: str) -> Path:
-        return Path(os.path.join(self.root, "facts", _slug(repo_id), sha, f"{_slug(name)}.json"))
+        return Path(os.path.join(self.hub_root, "facts", _slug(repo_id), sha, f"{_slug(name)}.json"))
 
     def _ref_path(self, repo_id: str, revision: str) -> Path:
-        return Path(os.path.join(self.root, "refs", _slug(repo_id), f"{_slug(revision)}.json"))
+        return Path(os.path.join(self.hub_root, "refs", _slug(repo_id), f"{_slug(revision)}.json"))
 
     def transformers_path(self, canonical: str, version: str) -> Path:
         """The entry of transformers' facts for a config (canonical JSON) and transformers version."""

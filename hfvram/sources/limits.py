@@ -324,6 +324,9 @@ class QuotaBudget:
         self._state: dict[str, dict[str, Any]] = {}
         self._fd: int | None = None
         self._fd_pid = 0
+        #: whether a quota is known (stated by an answer, or found in the state file): until then a request costs
+        #: no bookkeeping (a Hub that states no limits pays nothing for them)
+        self._active: bool | None = None
 
     # -- state ---------------------------------------------------------------------------------------------
     def _open(self) -> int | None:
@@ -374,6 +377,10 @@ class QuotaBudget:
         once a window, what it waits for and how long); returns the seconds waited."""
         if bucket is None:
             return 0.0
+        if self._active is None:  # once per process: does the state file (another process) know a quota?
+            self._active = self.path is not None and self.path.is_file() and b'"q"' in self._peek()
+        if not self._active:
+            return 0.0
         waited = 0.0
         while True:
             with self._held() as state:
@@ -402,8 +409,16 @@ class QuotaBudget:
             time.sleep(pause)
             waited += pause
 
+    def _peek(self) -> bytes:
+        try:
+            with open(self.path, "rb") as fh:  # type: ignore[arg-type]
+                return fh.read(64 * KIB)
+        except OSError:
+            return b""
+
     def after(self, bucket: str, left: int, reset_in: float, quota: int | None, window: float | None) -> None:
         """What an answer states of ``bucket``: ``left`` requests, the window resets in ``reset_in`` seconds."""
+        self._active = True
         # no longer than the window the answer states (a reset after the window's end is not believed)
         reset_in = min(max(0.0, reset_in), float(window) if window else LONGEST_WINDOW, LONGEST_WINDOW)
         with self._held() as state:

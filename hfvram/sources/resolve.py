@@ -47,8 +47,42 @@ def parse_source(source: str) -> Path | HubSource:
         return path
     match = _REPO.match(text)
     if not match:
-        raise UsageError(f"SOURCE {text!r} is neither an existing path nor a Hub repo id (org/name)")
+        raise UsageError(f"SOURCE {text[:80]!r} is neither an existing path nor a Hub repo id (org/name)")
+    check_repo_id(match["repo"])
+    if match["rev"] is not None:
+        check_revision(match["rev"])
     return HubSource(match["repo"], match["rev"], match["file"])
+
+
+#: one part of a Hub repo id as the Hub names them (huggingface_hub validate_repo_id): letters, digits, ``-``,
+#: ``_``, ``.``, at most 96, not starting or ending with ``-`` or ``.``
+_REPO_PART = re.compile(r"[A-Za-z0-9_](?:[\w.-]{0,94}[A-Za-z0-9_])?")
+
+
+def check_repo_id(repo_id: str) -> None:
+    """UsageError for a repo id the Hub cannot hold (``evil/..``, ``org/.x``, ``a--b``): checked before any URL is
+    built from it, so a path segment such as ``..`` never reaches the Hub's API."""
+    parts = repo_id.split("/")
+    if len(parts) != 2 or not all(_REPO_PART.fullmatch(part) for part in parts) or "--" in repo_id or ".." in repo_id:
+        raise UsageError(f"SOURCE {repo_id[:80]!r}: not a Hub repo id (org/name: letters, digits, '-', '_', '.')")
+
+
+def check_revision(revision: str) -> None:
+    """UsageError for a revision git refuses as a ref name (``.``, ``..``, ``a..b``, a leading ``-`` or ``/``,
+    white space or ``~^:?*[\\``) or longer than 256 characters; checked before any URL is built from it."""
+    bad = (
+        not revision
+        or len(revision) > 256
+        or revision in (".", "..")
+        or ".." in revision
+        or "@{" in revision
+        or revision.startswith(("-", "/", "."))
+        or revision.endswith(("/", ".", ".lock"))
+        or any(char in revision for char in " ~^:?*[\\")
+        or not revision.isprintable()
+    )
+    if bad:
+        raise UsageError(f"revision {revision[:80]!r}: not a branch, tag or commit name")
 
 
 def load_model(
@@ -68,6 +102,8 @@ def load_model(
         return _load_path(parsed)
     check_token(token)
     repo_id = parsed.repo_id
+    if revision is not None:
+        check_revision(revision)
     revision = revision or parsed.revision
     if offline is None:
         validate_endpoint_env()  # huggingface_hub's constants module cannot even be imported with a malformed one

@@ -625,7 +625,8 @@ def _layer_weight_bytes(spec: ModelSpec) -> tuple[list[int], list[int], int, int
     total = weights.total_bytes if weights else 0
     expert_total = comps.get("experts", 0)
     rest = total - embd - comps.get("lm_head", 0) - expert_total - comps.get("vision", 0) - comps.get("mtp", 0)
-    moe_layers = [index for index, layer in enumerate(spec.layers) if layer.moe] or list(range(n_blocks))
+    # a set, not a list: membership is tested once per layer (a list made this quadratic in the layer count)
+    moe_layers = {index for index, layer in enumerate(spec.layers) if layer.moe} or set(range(n_blocks))
     dense = [rest // n_blocks] * n_blocks
     experts = (
         [expert_total // len(moe_layers) if index in moe_layers else 0 for index in range(n_blocks)]
@@ -805,15 +806,15 @@ def breakdown(
     overhead, _ = overhead_bytes(hardware, rules)
     placement = place(spec, settings, kv, n_gpus, free_memory(hardware, overhead))
     computes, rule = [], ""
+    # the buffer depends only on (holds the output, is the first device): computed once per kind, not per device
+    by_kind: dict[tuple[bool, bool], tuple[int, str]] = {}
     for dev, has_output in enumerate(placement.gpu_has_output):
-        size, rule_dev = compute_buffer_bytes(
-            spec,
-            settings,
-            compute_consts,
-            with_output=has_output or len(placement.gpu_has_output) == 1,
-            pad=pad,
-            first_device=dev == 0,
-        )
+        kind = (has_output or len(placement.gpu_has_output) == 1, dev == 0)
+        if kind not in by_kind:
+            by_kind[kind] = compute_buffer_bytes(
+                spec, settings, compute_consts, with_output=kind[0], pad=pad, first_device=kind[1]
+            )
+        size, rule_dev = by_kind[kind]
         computes.append(size if placement.gpu_layers[dev] or dev == 0 else 0)
         rule = rule if rule and not has_output else rule_dev
     totals = [
