@@ -10,7 +10,7 @@ inside the functions that need them.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -451,7 +451,6 @@ def check_report(request: Request, options: RunOptions, *, whole_gguf_repo: bool
 
 def _check_report(request: Request, options: RunOptions, *, whole_gguf_repo: bool = True) -> dict[str, Any]:
     from hfvram.errors import GgufRepoWithoutSelector
-    from hfvram.report.jsonout import check_dict
 
     request = gguf_repo_quant(request)
     if whole_gguf_repo and gguf_repo_wanted(request.source):
@@ -467,6 +466,14 @@ def _check_report(request: Request, options: RunOptions, *, whole_gguf_repo: boo
         if document is None:
             raise
         return document
+    return loaded_report(request, options, loaded)
+
+
+def loaded_report(request: Request, options: RunOptions, loaded: LoadedModel) -> dict[str, Any]:
+    """The ``hfvram.check/1`` object of a model already read (not yet redacted): ``check``'s estimate, launch
+    line and notes; ``check A B --gpu G`` (hfvram.pack) calls it per model and per vLLM fraction."""
+    from hfvram.report.jsonout import check_dict
+
     tried: list[dict[str, Any]] | None = None
     request = with_draft(request, options, loaded)
     if request.quant == "auto":
@@ -1063,9 +1070,21 @@ def calibration_prediction(
     from hfvram.sources import load_model
 
     loaded = load_model(model, token=token, offline=offline, need_split=True)
+    version = engine_version or measured.engine_version
+    notes: list[str] = []
+    if version is None and (engine_name or measured.engine) == "vllm" and measured.engine_generation == "v0":
+        # the log's own lines are V0's: the newest release that runs V0 by default, not the newest (V1) rules
+        from hfvram.estimate.engines.vllm import newest_release_running
+
+        version = newest_release_running("v0")
+        if version:
+            notes.append(
+                f"the log's lines are vLLM V0's and name no release: compared with the vllm@{version} rules, the "
+                "newest release that runs V0 by default (--engine vllm@X to name the release)"
+            )
     choice = EngineChoice(
         name=engine_name or measured.engine,
-        version=engine_version or measured.engine_version,
+        version=version,
         settings=parse_set_options(list(settings)),
         tp=measured.tp,
         gpu_util=measured.gpu_util,
@@ -1073,7 +1092,10 @@ def calibration_prediction(
     kv_dtype = measured.kv_dtype or "auto"
     if kv_dtype in ("f16",):
         kv_dtype = "fp16"
-    return estimate(loaded.spec, hardware, choice, Workload(context=measured.context, kv_dtype=kv_dtype))
+    from dataclasses import replace
+
+    est = estimate(loaded.spec, hardware, choice, Workload(context=measured.context, kv_dtype=kv_dtype))
+    return replace(est, warnings=(*notes, *est.warnings)) if notes else est
 
 
 # ---- models ----------------------------------------------------------------------------------------------------
@@ -1103,16 +1125,27 @@ def models_query(options: RunOptions, *, family: str | None, sort: str) -> dict[
     return query
 
 
-def models_rows(options: RunOptions, *, family: str | None, sort: str) -> list[dict[str, Any]]:
+def models_rows(
+    options: RunOptions, *, family: str | None, sort: str, progress: Callable[[int, int], None] | None = None
+) -> list[dict[str, Any]]:
     """One check/1 row per repo of the embedded catalogue (offline: never the network), filtered by family and
-    sorted (hfvram.report.models)."""
+    sorted (hfvram.report.models). ``progress(done, total)`` after each repo (the CLI's progress bar)."""
     from dataclasses import replace
 
     from hfvram.report.models import select_rows
     from hfvram.sources.catalog import catalog_repos
 
     offline = replace(options, offline=True)
-    return select_rows((scan_one(repo, offline) for repo in catalog_repos()), family=family, sort=sort)
+    repos = catalog_repos()
+
+    def checked() -> Iterator[dict[str, Any]]:
+        for done, repo in enumerate(repos, 1):
+            row = scan_one(repo, offline)
+            if progress is not None:
+                progress(done, len(repos))
+            yield row
+
+    return select_rows(checked(), family=family, sort=sort)
 
 
 def catalogue_params(repos: Sequence[str]) -> dict[str, int | None]:

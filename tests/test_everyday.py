@@ -42,3 +42,56 @@ def test_a_raw_size_with_a_bandwidth_gets_a_decode_speed():
     decode = [r.document["decode_tokens_per_second"] for r in (raw, card, plain)]
     assert decode[0] is not None and decode[0] == decode[1] and decode[2] is None
     assert "8GiB@448GB/s" in run_hfvram("check", "Qwen/Qwen3-8B", "--gpu", "8GiB@448GB/s", "--offline").stdout
+
+
+@pytest.mark.parametrize(
+    "repo,gpu,state",
+    [
+        ("Qwen/Qwen3-8B", "h100", "on"),  # V1 turns prefix caching on by default
+        ("Qwen/Qwen3-Next-80B-A3B-Thinking", "h100x4", "off"),  # hybrid models run with it off
+    ],
+)
+def test_explain_and_the_settings_table_agree_on_prefix_caching(repo, gpu, state):
+    out = run_hfvram("check", repo, "--gpu", gpu, "--engine", "vllm", "--offline", "--explain").stdout
+    assert f"prefix caching ({state}, the release default)" in out
+    row = next(line for line in out.splitlines() if line.split()[:1] == ["enable_prefix_caching"])
+    assert row.split()[1] == state
+
+
+def test_calibrate_reads_the_vllm_generation_from_the_log():
+    """gt-0004 is a published vLLM V0 start-up log (fixtures/logs/README.md) that names no release: its "# GPU
+    blocks" lines are V0's, so the prediction follows the V0 rules (the V1 rules put the KV cache 56 % high)."""
+    from hfvram.calibrate.logs import parse_vllm_log, read_log
+
+    log = "fixtures/logs/gt-0004-vllm-v0-llama31-8b-rtx3090.log"
+    measured = parse_vllm_log(read_log(log))
+    assert measured.engine_generation == "v0" and measured.engine_version is None
+    v1 = parse_vllm_log(read_log("fixtures/logs/gt-0062-vllm-v0.19-llama31-8b-h100.log"))
+    assert v1.engine_generation == "v1"
+    result = run_hfvram(
+        "calibrate", log, "--gpu", "rtx3090", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--offline", "--json"
+    )
+    assert "the log's lines are vLLM V0's" in result.stdout
+
+
+def test_fit_cheapest_from_apple_answers_with_a_sourced_price():
+    """Apple's Mac Studio launch prices (2025-03-05: M4 Max 36GB $1,999, M3 Ultra 96GB $3,999; the whole
+    computer, hfvram/data/gpu_prices.toml with its source) make `--from apple` answer."""
+    result = run_hfvram("fit", "Qwen/Qwen3-8B", "--cheapest", "--from", "apple", "--offline")
+    assert result.returncode == 0, result.stderr
+    assert "Cheapest that fits: m4-max-36 ($1,999 new, 2025-03-05)" in result.stdout
+
+
+def test_models_reports_its_progress_repo_by_repo():
+    """``models --quant auto`` sizes every catalogue model at several quants (seconds): the CLI draws a progress
+    bar on stderr from these calls when stderr is a terminal; off a terminal stderr stays quiet."""
+    from hfvram.pipeline import RunOptions, models_rows
+    from hfvram.sources.catalog import catalog_repos
+
+    seen: list[tuple[int, int]] = []
+    options = RunOptions(gpu="rtx4090", offline=True)
+    rows = models_rows(options, family="qwen3", sort="verdict", progress=lambda done, total: seen.append((done, total)))
+    total = len(catalog_repos())
+    assert seen == [(i, total) for i in range(1, total + 1)] and rows
+    quiet = run_hfvram("models", "--gpu", "rtx4090", "--family", "qwen3", "--offline")
+    assert quiet.returncode == 0 and "checking the catalogue" not in quiet.stderr

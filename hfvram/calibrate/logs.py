@@ -223,6 +223,9 @@ class Measured:
     tp: int | None = None
     kv_dtype: str | None = None
     engine_version: str | None = None
+    #: vLLM's engine generation the log's own lines show ("v1": the "V1 LLM engine" banner or V1's "Available KV
+    #: cache memory"; "v0": V0's "# GPU blocks" / profile lines and no V1 line); None when the lines do not say
+    engine_generation: str | None = None
     #: every figure read, as printed (for display and provenance)
     details: Mapping[str, str] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
@@ -359,6 +362,7 @@ def parse_vllm_log(text: str | list[str]) -> Measured:
         tp=int(tp_match["tp"]) if tp_match else None,
         kv_dtype=kv_dtype["kv"] if kv_dtype else None,
         engine_version=version["version"] if version else None,
+        engine_generation=_vllm_generation(lines, version is not None),
         details=details,
         warnings=tuple(warnings),
     )
@@ -519,6 +523,15 @@ def measured_dict(measured: Measured) -> dict[str, object]:
     out["details"] = dict(measured.details)
     out["warnings"] = list(measured.warnings)
     return out
+
+
+def _vllm_generation(lines: list[str], v1_banner: bool) -> str | None:
+    """ "v1" / "v0" as the log's own lines show (see ``Measured.engine_generation``)."""
+    if v1_banner or _any(VLLM_KV_MEMORY, lines):
+        return "v1"
+    if any(_any(p, lines) for p in (VLLM_V0_BLOCKS, VLLM_V0_TERMS, VLLM_V0_PROFILE)):
+        return "v0"
+    return None
 
 
 def read_log(path: str) -> str:

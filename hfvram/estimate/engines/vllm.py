@@ -536,6 +536,13 @@ def finish(
     )
 
 
+def newest_release_running(generation: str) -> str | None:
+    """The newest release whose rules run ``generation`` ("v0" / "v1") by default (``engine`` of its
+    ``[versions]`` table; docs/engines/vllm.md#vllm-v0), None when none does."""
+    running = [v for v in PROFILE.rule_versions if PROFILE.rules(v)[1].get("engine", "v1") == generation]
+    return max(running, key=common.version_key) if running else None
+
+
 def engine_generation(choice: EngineChoice, rules: Rules, v0: Rules, notes: list[str]) -> str:
     """Which engine's rules apply (docs/engines/vllm.md#vllm-v0): the release's default (``engine`` of its
     ``[versions]`` table), or what ``VLLM_USE_V1`` says (``--set VLLM_USE_V1=0``); V0 asked for on a release without
@@ -643,7 +650,7 @@ def resolve_settings(
         kv_bytes=common.kv_dtype_bytes(kv_name, dtype_bytes_of(dtype)),
         block_size=common.setting_int(choice, "block-size", default=block_default) or block_default,
         enforce_eager=common.setting_bool(choice, "enforce-eager"),
-        enable_prefix_caching=common.setting_bool(choice, "enable-prefix-caching"),
+        enable_prefix_caching=prefix_caching_on(choice, spec),
         kv_cache_memory_bytes=_parse_bytes(kv_mem) if kv_mem else None,
         cpu_offload_gb=common.setting_float(choice, "cpu-offload-gb", default=0.0) or 0.0,
         cudagraph_in_budget=bool(rules["cudagraph_in_budget"]) and not is_mrv2_dense(spec, rules),
@@ -673,6 +680,16 @@ def default_block_size(spec: ModelSpec, rules: Rules) -> int:
     """vLLM's default block size: ``block_size_mla`` for an MLA model, else ``block_size`` (vllm.md#vllm-kv-specs)."""
     has_mla = LayerKind.MLA in common.layer_summary(spec.layers).kinds
     return int(rules["block_size_mla"] if has_mla else rules["block_size"])
+
+
+def prefix_caching_on(choice: EngineChoice, spec: ModelSpec) -> bool:
+    """Whether prefix caching is on: the flag given, else V1's default (docs/engines/vllm.md#vllm-features): on,
+    except for hybrid models with recurrent layers, which run with it off (docs/engines/vllm.md#vllm-mamba-state)."""
+    if common.setting(choice, "no-enable-prefix-caching") is not None:
+        return False
+    if common.setting(choice, "enable-prefix-caching") is not None:
+        return common.setting_bool(choice, "enable-prefix-caching")
+    return not any(layer.kind in RECURRENT_KINDS for layer in spec.layers)
 
 
 def prefix_caching_given(choice: EngineChoice) -> bool:
@@ -1600,8 +1617,13 @@ def explain_kv_cache(parts: Breakdown, concurrency: int) -> str:
         f"{concurrency} × {parts.blocks_per_request} blocks of {layout.page_bytes} B × {layout.group_size} "
         f"layers (block_size {layout.min_block_size}, {parts.settings.kv_cache_dtype}, {layout.num_groups} groups) "
         f"for {parts.context} tokens per request on the worst rank; prefix caching "
-        f"({'on' if parts.settings.enable_prefix_caching else 'as the release defaults'}) reuses blocks of this pool: "
-        "no memory change"
+        f"({'on' if parts.settings.enable_prefix_caching else 'off'}"
+        f"{'' if parts.settings.prefix_caching_set else ', the release default'}) "
+        + (
+            "reuses blocks of this pool: no memory change"
+            if parts.settings.enable_prefix_caching
+            else "changes no memory"
+        )
     )
 
 
