@@ -374,10 +374,11 @@ def _echo_json(document: Any) -> None:
 
 
 @cli.command()
-@click.argument("source", required=False)
+@click.argument("sources", nargs=-1, metavar="[SOURCE]...")
 @run_options
 @click.option("--format", "fmt", type=click.Choice(FORMATS), help="Output format (default: table).")
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json (schema hfvram.check/1).")
+@click.option("--pack", "as_pack", is_flag=True, help="The SOURCEs together on one GPU set (implied by two or more).")
 @markdown_option
 @click.option(
     "--fail-on",
@@ -393,9 +394,10 @@ def _echo_json(document: Any) -> None:
     help="Print just the engine's command line that reproduces this check (exit code as without it).",
 )
 def check(
-    source: str | None,
+    sources: tuple[str, ...],
     fmt: str | None,
     as_json: bool,
+    as_pack: bool,
     as_markdown: bool,
     fail_on: str | None,
     price_kind: str,
@@ -408,9 +410,14 @@ def check(
     With --gpu a,b,c (a comma list) the sets side by side (hfvram.compare/1): exit 0 when at least one fits.
     With --engine vllm@0.25,vllm@0.26 (or vllm,sglang,llama.cpp) the engine settings side by side, with what
     changed between them and the rule that changed it (hfvram.engines/1): exit 0 when at least one fits.
+    With several SOURCEs (or --pack) the models together on one GPU set, each vLLM instance with its own
+    --gpu-memory-utilization (hfvram.pack/1): exit 0 when the set fits.
     """
     options = _run_options(kwargs)
     output = _output_format(fmt, as_json, as_markdown=as_markdown)
+    if as_pack or len(sources) > 1:
+        _print_pack(options, sources, output, launch_only, fail_on)
+    source = sources[0] if sources else None
     from hfvram.api import check_with_options
     from hfvram.estimate.hardware import is_gpu_list
 
@@ -455,6 +462,29 @@ def check(
 
         render_check(_console(), report, explain=options.explain)
     sys.exit(exit_code_for([report.get("verdict")], fail_on))
+
+
+def _print_pack(
+    options: RunOptions, sources: tuple[str, ...], output: str, launch_only: bool, fail_on: str | None
+) -> None:
+    """Several models on one GPU set (check A B --gpu h100); exits."""
+    from hfvram.pack import pack_exit_code, pack_report
+    from hfvram.report.pack import pack_launch_lines, pack_markdown, render_pack
+
+    if not sources:
+        raise UsageError("--pack needs the models: hfvram check A B --gpu h100")
+    document = pack_report(options, sources)
+    if launch_only:
+        if output != "table":
+            raise UsageError("--launch prints just the command lines: drop --json / --markdown / --format")
+        _echo("\n".join(pack_launch_lines(document)))
+    elif output == "json":
+        _echo_json(document)
+    elif output == "markdown":
+        _echo(pack_markdown(document), nl=False)
+    else:
+        render_pack(_console(), document)
+    sys.exit(pack_exit_code(document, fail_on))
 
 
 def _print_engine_comparison(options: RunOptions, source: str | None, output: str, fail_on_tight: bool) -> None:

@@ -451,7 +451,6 @@ def check_report(request: Request, options: RunOptions, *, whole_gguf_repo: bool
 
 def _check_report(request: Request, options: RunOptions, *, whole_gguf_repo: bool = True) -> dict[str, Any]:
     from hfvram.errors import GgufRepoWithoutSelector
-    from hfvram.report.jsonout import check_dict
 
     request = gguf_repo_quant(request)
     if whole_gguf_repo and gguf_repo_wanted(request.source):
@@ -467,6 +466,14 @@ def _check_report(request: Request, options: RunOptions, *, whole_gguf_repo: boo
         if document is None:
             raise
         return document
+    return loaded_report(request, options, loaded)
+
+
+def loaded_report(request: Request, options: RunOptions, loaded: LoadedModel) -> dict[str, Any]:
+    """The ``hfvram.check/1`` object of a model already read (not yet redacted): ``check``'s estimate, launch
+    line and notes; ``check A B --gpu G`` (hfvram.pack) calls it per model and per vLLM fraction."""
+    from hfvram.report.jsonout import check_dict
+
     tried: list[dict[str, Any]] | None = None
     request = with_draft(request, options, loaded)
     if request.quant == "auto":

@@ -322,3 +322,21 @@ def test_ollama_layout_is_greedy_from_the_last_layer_and_drops_the_output_layer_
     # two GPUs: packed into as few as possible, the capacity factor balancing them
     two = offload.ollama_assign_layers(blocks, [13, 13])
     assert sorted(i for ids in two.values() for i in ids) == [0, 1, 2, 3, 4]
+
+
+def test_vllm_cpu_offload_gb_is_offload_and_slows_decode_by_the_bytes_crossing_pcie():
+    """vLLM --cpu-offload-gb (docs/engines/vllm.md#vllm-features): the weights kept in host memory cross PCIe every
+    step, so the run is verdict offload (exit 0, --fail-on offload exits 1) and each token costs 4 GiB / 31.5 GB/s
+    (PCIe 4.0 x16, hfvram/data/host_memory.toml) more than on the GPU alone."""
+    base = ("check", "Qwen/Qwen3-8B", "--offline", "--gpu", "rtx4090", "--context", "8k", "--json")
+    alone = json.loads(run_hfvram(*base).stdout)
+    result = run_hfvram(*base, "--set", "cpu-offload-gb=4")
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    validate(document)
+    assert alone["verdict"] == "fits" and document["verdict"] == "offload"
+    step = 4 * 2**30 / 31.5e9
+    expected = 1 / (1 / alone["decode_tokens_per_second"] + step)
+    # the GPU part reads less with weights moved off it, so the offloaded run is at least this fast
+    assert expected <= document["decode_tokens_per_second"] <= 1 / step
+    assert run_hfvram(*base, "--set", "cpu-offload-gb=4", "--fail-on", "offload").returncode == 1

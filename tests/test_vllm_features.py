@@ -319,7 +319,9 @@ def test_sglang_lora_pool_for_all_target_modules():
 def test_sglang_cpu_offload_is_the_same_rule():
     spec = derived_spec("meta-llama/Llama-3.1-8B-Instruct")
     assert sglang(spec).per_gpu.weights - sglang(spec, cpu_offload_gb=2).per_gpu.weights == 2 * GiB
-    assert not [w for w in sglang(spec, cpu_offload_gb=2).warnings if "cpu-offload" in w]
+    # read, not "unknown": the one line naming it is the offload verdict's (the weights cross PCIe every step)
+    named = [w for w in sglang(spec, cpu_offload_gb=2).warnings if "cpu-offload" in w]
+    assert all("cross PCIe" in w for w in named)
 
 
 def run_rules():

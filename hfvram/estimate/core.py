@@ -56,12 +56,20 @@ def estimate(spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, w
 
 #: engines that place what does not fit into CPU RAM themselves (docs/engines/llamacpp.md#llamacpp-offload-verdict)
 OFFLOADING_ENGINES = frozenset({"llama.cpp", "ollama"})
+#: engines whose ``--cpu-offload-gb`` keeps decoder weights in host memory, read over PCIe every step
+WEIGHT_OFFLOAD_ENGINES = frozenset({"vllm", "sglang"})
 
 
 def with_offload(result: Estimate, choice: EngineChoice, workload: Workload) -> Estimate:
     """``result`` with the engine's own placement into RAM applied (verdict ``offload``; ``capacity`` keeps the
     figures of the GPUs alone). The offload planner is imported only for an engine that offloads."""
-    if result.hardware is None or result.verdict is None or str(result.engine.get("name")) not in OFFLOADING_ENGINES:
+    if result.hardware is None or result.verdict is None:
+        return result
+    if str(result.engine.get("name")) in WEIGHT_OFFLOAD_ENGINES and common.setting(choice, "cpu-offload-gb"):
+        from hfvram.estimate import offload
+
+        return offload.with_cpu_offload_gb(result, choice)
+    if str(result.engine.get("name")) not in OFFLOADING_ENGINES:
         return result
     from hfvram.estimate import offload
 

@@ -1395,3 +1395,30 @@ def _greedy_fit(blocks: Sequence[int], free: Sequence[float], capacity: float) -
         out[device].insert(0, i)
         space -= blocks[i]
     return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# vLLM / SGLang --cpu-offload-gb: weights in host memory, streamed to the GPU every step
+# ---------------------------------------------------------------------------------------------------------
+
+
+def with_cpu_offload_gb(est: Estimate, choice: EngineChoice) -> Estimate:
+    """``--cpu-offload-gb N`` (vLLM, SGLang; docs/engines/vllm.md#vllm-features): up to N GiB of decoder-layer
+    weights per GPU stay in host memory and cross PCIe on every forward step, so a run that then fits the GPU is
+    verdict offload, and its decode bound gains ``N GiB / PCIe bandwidth`` per step (each GPU streams its own share
+    over its own link). The PCIe link is the host table's default (PCIe 4.0 x16)."""
+    from hfvram.estimate.common import setting_float
+
+    gb = setting_float(choice, "cpu-offload-gb", default=0.0) or 0.0
+    if gb <= 0 or est.verdict not in (VERDICT_FITS, VERDICT_TIGHT):
+        return est
+    pcie, link = pcie_bandwidth_gbs()
+    moved = gb * GiB
+    step = moved / (pcie * 1e9)
+    decode = est.decode_tokens_per_second
+    slowed = 1.0 / (1.0 / decode + step) if decode else None
+    note = (
+        f"--cpu-offload-gb {gb:g}: up to {gb:g} GiB of weights per GPU stay in host memory and cross {link} on every "
+        f"step (+{step * 1000:.0f} ms per token): it runs, slower"
+    )
+    return replace(est, verdict=VERDICT_OFFLOAD, decode_tokens_per_second=slowed, warnings=(*est.warnings, note))

@@ -182,6 +182,8 @@ def offload_summary(est: Estimate) -> str:
     placed, model = est.engine.get("layers_offload"), est.engine.get("layers_model")
     if plan is None and isinstance(placed, int) and isinstance(model, int):
         return f"runs with {model - placed} of {model} layers in RAM (the engine's own layer count)"
+    if plan is None and str(est.engine.get("name")) in ("vllm", "sglang"):
+        return "runs with weights in host memory, streamed over PCIe every step (--cpu-offload-gb)"
     if plan is None:
         return "runs with layers or weights in CPU RAM (the placement set)"
     ram = plan.usage.host_total / 2**30

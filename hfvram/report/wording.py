@@ -83,7 +83,7 @@ def offload_speed_words(report: Mapping[str, Any]) -> str:
         spread = plan_speed.get("uncertainty")
         around = f" (± {spread * 100:.0f} %)" if isinstance(spread, (int, float)) else ""
         return f"≈ {text}{around}, with the RAM part at the host's speed"
-    return f"≤ {text} (bandwidth bound, the RAM part at the host's bandwidth)"
+    return f"≤ {text} (bandwidth bound, with what stays in RAM read at the host's or the PCIe link's speed)"
 
 
 def split_provenance(where: str) -> tuple[str, str]:
