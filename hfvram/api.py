@@ -438,7 +438,15 @@ def _run_options(
             raise UsageError(f"{name} must be a whole number of at least 1, got {value!r}")
     for name, fraction in (("gpu_util", gpu_util), ("unified_fraction", unified_fraction)):
         if fraction is not None and not (isinstance(fraction, (int, float)) and 0 < fraction <= 1):
-            raise UsageError(f"{name} must be a fraction, 0 < F <= 1, got {fraction!r}")
+            raise UsageError(f"{name} must be a fraction, 0 < F <= 1, got {str(fraction)[:80]!r}")
+    for label, number in (("context", context), ("concurrency", concurrency)):
+        if number is not None and (isinstance(number, bool) or not isinstance(number, (int, str))):
+            raise UsageError(f"{label} must be a whole number or a text such as '32k', got {type(number).__name__}")
+    for label, given in text.items():  # gpu, engine, kv_dtype, engine_args, revision, token, quant, …
+        if given is not None and not isinstance(given, (str, bool)):
+            raise UsageError(f"{label} must be a string, got {type(given).__name__}")
+        if isinstance(given, str) and label != "engine_args" and len(given) > 4096:
+            raise UsageError(f"{label}: {len(given):,} characters, at most 4,096")
     return RunOptions(
         context=None if context is None else str(context),
         concurrency=None if concurrency is None else str(concurrency),
@@ -455,6 +463,8 @@ def _run_options(
 def _settings(settings: Settings) -> tuple[str, ...]:
     if isinstance(settings, str):
         return (settings,)
+    if not isinstance(settings, (Mapping, list, tuple)):
+        raise UsageError(f"settings must be a mapping or a list of 'NAME=VALUE', got {type(settings).__name__}")
     if isinstance(settings, Mapping):
         return tuple(
             f"{name}={str(value).lower() if isinstance(value, bool) else value}" for name, value in settings.items()

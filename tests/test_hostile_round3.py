@@ -453,3 +453,32 @@ def test_a_hostile_model_type_never_becomes_a_file_name(tmp_path):
     assert result.exit_code == 0, result.output[:300]
     (written,) = [path for path in saved.rglob("*.json")]
     assert len(written.name) < 80 and "\u0000" not in written.name and "xxx" not in written.name
+
+
+# ---- the Python API validates its arguments' types ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"gpu": 123}, {"context": [1]}, {"settings": 5}, {"engine": 3.5}, {"revision": b"main"}, {"token": 1},
+     {"tp": "x"}, {"gpu_util": "a"}, {"concurrency": 1e300}, {"kv_dtype": "x" * 100_000}],
+    ids=lambda kwargs: next(iter(kwargs)),
+)  # fmt: skip
+def test_the_api_raises_usage_error_for_wrong_types(kwargs):
+    from hfvram import api
+    from hfvram.errors import UsageError
+
+    with pytest.raises(UsageError) as raised:
+        api.check("Qwen/Qwen3-8B", offline=True, **({"gpu": "h100"} | kwargs))
+    assert isinstance(raised.value, ValueError) and len(str(raised.value)) < 700
+
+
+def test_a_tree_listing_size_of_4000_digits_is_a_read_error_not_a_figure():
+    """The Hub tree API's answer shape (tree_entries) with one hostile size, as JSON decodes it."""
+    from hfvram.errors import MalformedFileError
+    from hfvram.sources.gguf_repo import group_listing, tree_entries
+
+    tree = json.loads('[{"type": "file", "path": "m-Q4_K_M.gguf", "size": 1' + "0" * 3999 + "}]")
+    with pytest.raises(MalformedFileError) as raised:
+        group_listing("o/r", tree_entries(tree, "o/r"), revision=None, origin="test")
+    assert len(str(raised.value)) < 300

@@ -72,7 +72,7 @@ def group_listing(
         if i >= bound * 8:
             raise MalformedFileError(f"more than {bound * 8} files listed", file=f"{repo_id} (file listing)")
         if isinstance(path, str) and path.lower().endswith(".gguf"):
-            ggufs.append((path, size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else None))
+            ggufs.append((path, _plausible_size(size, repo_id, path)))
     if len(ggufs) > bound:
         raise MalformedFileError(
             f"{len(ggufs)} GGUF files, more than the {bound} hfvram reads (max_gguf_files in hfvram/data/limits.toml)",
@@ -154,6 +154,21 @@ def listing_from_json(repo_id: str, value: object, *, revision: str | None, orig
 
 def listing_to_json(entries: Iterable[tuple[str, int | None]]) -> list[list[object]]:
     return [[path, size] for path, size in entries]
+
+
+def _plausible_size(size: object, repo_id: str, path: str) -> int | None:
+    """A listed file size: a whole number of bytes up to bounds.toml [safetensors] maximum_bytes; None when none is given;
+    a larger one (a 4,000-digit size) is a MalformedFileError, never a figure."""
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        return None
+    from hfvram.readers.bounds import bound
+
+    most = bound("safetensors", "maximum_bytes")  # one checkpoint at most
+    if size > most:
+        raise MalformedFileError(
+            f"listed size of {path[:80]} is more than {most:,} bytes", file=f"{repo_id} (file listing)"
+        )
+    return size
 
 
 def tree_entries(tree: object, repo_id: str) -> list[tuple[str, int | None]]:
