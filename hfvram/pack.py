@@ -190,6 +190,8 @@ def pack_report(options: RunOptions, sources: tuple[str, ...]) -> dict[str, Any]
     rows = [_row(doc, fraction, memory) for doc, fraction in zip(final, fractions, strict=True)]
     needs = sum(row["need_bytes"] for row in rows)
     outside = sum(row["outside_bytes"] for row in rows)
+    # what the vLLM fractions must leave: every process's memory outside its fraction, and the other engines' terms
+    others = sum(row["need_bytes"] for row in rows if row["gpu_memory_utilization"] is None)
     vllm_sum = round(sum(fraction for fraction in fractions if fraction is not None), 2)
     document = {
         "schema": PACK_SCHEMA,
@@ -204,7 +206,7 @@ def pack_report(options: RunOptions, sources: tuple[str, ...]) -> dict[str, Any]
             "margin": round(1 - target, 2),
             "vllm_utilization_sum": vllm_sum if any(fraction is not None for fraction in fractions) else None,
             # in the steps the fractions take, rounded down: the most they may sum to
-            "vllm_utilization_limit": math.floor((1 - outside / memory) * 100) / 100 if memory else None,
+            "vllm_utilization_limit": math.floor((1 - (outside + others) / memory) * 100) / 100 if memory else None,
             "utilization": round(needs / (memory - outside), 4) if memory > outside else None,
         },
         "verdict": verdict,

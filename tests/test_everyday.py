@@ -95,3 +95,12 @@ def test_models_reports_its_progress_repo_by_repo():
     assert seen == [(i, total) for i in range(1, total + 1)] and rows
     quiet = run_hfvram("models", "--gpu", "rtx4090", "--family", "qwen3", "--offline")
     assert quiet.returncode == 0 and "checking the catalogue" not in quiet.stderr
+
+
+def test_models_says_why_a_row_is_refused():
+    """At --context 1M Yi-34B needs 41 GiB of an H100's 80 but vLLM refuses a context above its 4k
+    max_position_embeddings (config.json): the table says so under it, not only DOES NOT FIT."""
+    out = run_hfvram("models", "--gpu", "h100x8", "--context", "1M", "--family", "llama", "--offline").stdout
+    assert "Refused by the engine, whatever the memory:" in out
+    flat = " ".join(out.split())
+    assert "01-ai/Yi-34B: vllm refuses max_model_len 1,048,576: above the model's max_position_embeddings 4,096" in flat

@@ -112,3 +112,18 @@ def test_a_pack_needs_one_gpu_set():
     assert run_hfvram("check", *PAIR, "--offline").returncode == 2
     assert run_hfvram("check", *PAIR, "--gpu", "h100,rtx4090", "--offline").returncode == 2
     assert run_hfvram("check", *PAIR, "--gpu", "h100", "--gpu-util", "0.5", "--offline").returncode == 2
+
+
+def test_a_llama_server_beside_a_vllm_instance_each_on_its_default_engine():
+    gguf = "fixtures/headers/SmolLM2-135M-Instruct.Q4_1.gguf-header.gguf"
+    code, pack = _json(gguf, "Qwen/Qwen3-0.6B", "--gpu", "rtx4090", "--context", "8192")
+    validate(pack, "pack")
+    assert code == 0 and [row["engine"] for row in pack["models"]] == ["llama.cpp", "vllm"]
+    server, instance = pack["models"]
+    assert server["gpu_memory_utilization"] is None and server["launch"]["command"].startswith("llama-server ")
+    assert server["takes_bytes"] == server["need_bytes"] + server["outside_bytes"]
+    # the vLLM fraction may take only what the llama-server and every process's outside memory leave
+    whole = pack["set"]
+    left = 1 - (whole["outside_bytes"] + server["need_bytes"]) / pack["memory_bytes"]
+    assert whole["vllm_utilization_limit"] == math.floor(left * 100) / 100
+    assert instance["gpu_memory_utilization"] <= whole["vllm_utilization_limit"]

@@ -185,6 +185,33 @@ def render_models(console: Any, query: Mapping[str, Any], rows: Sequence[Mapping
     errors = [report for report in rows if "error" in report]
     for report in errors:
         console.print(Text(f"  • {safe((report.get('source') or {}).get('text'))}: {safe(report['error']['message'])}"))
+    refused = refusal_lines(rows)
+    if refused:
+        console.print(Text("Refused by the engine, whatever the memory:"))
+        for line in refused:
+            console.print(Text(line))
+
+
+#: how many refused rows the table names one by one (the rest are counted)
+REFUSALS_SHOWN = 8
+
+
+def refusal_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One line per row the engine refuses (``verdict_reason`` "engine rule: …", a context above the model's own
+    limit among them): the reason the verdict column cannot hold."""
+    refused = [
+        (
+            safe((report.get("source") or {}).get("repo_id") or (report.get("source") or {}).get("text") or "?"),
+            safe(report["verdict_reason"].removeprefix("engine rule: ")),
+        )
+        for report in rows
+        if str(report.get("verdict_reason") or "").startswith("engine rule: ")
+        and not str(report.get("verdict_reason")).startswith("engine rule: the four terms")
+    ]
+    lines = [f"  • {source}: {reason}" for source, reason in refused[:REFUSALS_SHOWN]]
+    if len(refused) > REFUSALS_SHOWN:
+        lines.append(f"  … and {len(refused) - REFUSALS_SHOWN} more (--json has every row's verdict_reason)")
+    return lines
 
 
 def models_markdown(query: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> str:

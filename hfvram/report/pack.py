@@ -59,7 +59,8 @@ def footer_lines(document: Mapping[str, Any]) -> list[str]:
     if whole.get("vllm_utilization_sum") is not None:
         lines.append(
             f"  vLLM utilizations sum to {whole['vllm_utilization_sum']:.2f} "
-            f"(at most {whole.get('vllm_utilization_limit'):.2f}: 1 less what every process holds outside them)"
+            f"(at most {whole.get('vllm_utilization_limit'):.2f}: 1 less what the other processes and the memory outside "
+            "the fractions take)"
         )
     lines += [f"  • {safe(note)}" for note in document.get("notes") or []]
     lines.append("Each model's breakdown and warnings: `hfvram check SOURCE --gpu SET`")
