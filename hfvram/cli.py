@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import json
 import os
 import sys
@@ -85,12 +86,57 @@ def _quiet_broken_pipe() -> None:
     sys.exit(EXIT_BROKEN_PIPE)
 
 
+#: options whose value is itself a command line, so it may start like one of hfvram's options
+COMMAND_LINE_VALUES = frozenset({"--engine-args"})
+
+
+class HfvramCommand(click.Command):
+    """A command whose option values are never another of its options: ``--gpu --context 32k`` is a usage error
+    naming ``--gpu``, not a GPU called ``--context``."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        options = [param for param in self.params if isinstance(param, click.Option)]
+        known = {name for option in options for name in (*option.opts, *option.secondary_opts)}
+        takes_value = {
+            name
+            for option in options
+            if not option.is_flag and not option.count
+            for name in option.opts
+            if name not in COMMAND_LINE_VALUES
+        }
+        for word, following in itertools.pairwise(args):
+            if word == "--":
+                break
+            if ctx.resilient_parsing:  # shell completion parses half-typed lines
+                break
+            if word in takes_value and following.split("=", 1)[0] in known and following.startswith("-"):
+                raise click.UsageError(f"{word} needs a value; {following} is an option", ctx=ctx)
+        return super().parse_args(ctx, args)
+
+
+def _usage_line(error: click.UsageError) -> str:
+    """click's four-line usage error as the contract's one line: the message, then where the help is."""
+    command = error.ctx.command_path if error.ctx is not None else "hfvram"
+    return f"{error.format_message()} (see '{command} --help')"
+
+
 class HfvramGroup(click.Group):
     """Turns hfvram's errors into one line and the contract's exit code; a traceback only with --debug."""
+
+    command_class = HfvramCommand
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as error:
+            _fail(_usage_line(error), error.exit_code)
+            raise  # not reached: _fail exits
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except click.UsageError as error:
+            _fail(_usage_line(error), error.exit_code)
         except HfvramError as error:
             if _debug_enabled(ctx):
                 traceback.print_exc()
