@@ -19,7 +19,7 @@ from typing import Any
 import click
 
 from hfvram import __version__
-from hfvram.completion import complete_engine, complete_gpu, complete_kv_dtype
+from hfvram.completion import complete_engine, complete_gpu, complete_host_memory, complete_kv_dtype, complete_quant
 from hfvram.errors import HfvramError, UsageError
 from hfvram.pipeline import (
     EXIT_UNREADABLE,
@@ -254,6 +254,7 @@ def run_options(function: Callable[..., Any]) -> Callable[..., Any]:
             "--quant",
             "quant",
             metavar="Q|auto",
+            shell_complete=complete_quant,
             help="What-if: size the weights as another format (GGUF Q4_K_M, Q8_0, IQ4_XS, …; Hub awq, "
             "gptq-int4-g128, fp8, fp8-block, nvfp4, mxfp4, bnb-nf4, w8a8-int8, …; `auto`: the largest that fits "
             "--gpu). Every other fact is read from the real files.",
@@ -277,6 +278,7 @@ def run_options(function: Callable[..., Any]) -> Callable[..., Any]:
             "--host-memory",
             "host_memory",
             metavar="MEM",
+            shell_complete=complete_host_memory,
             help="llama.cpp with layers in RAM: the host memory (ddr5-6000x2, epyc-9004, apple-m4-max, 90GB/s; "
             "default ddr5-5600x2).",
         ),

@@ -74,3 +74,18 @@ def complete_kv_dtype(ctx: click.Context, param: click.Parameter, incomplete: st
     from hfvram.estimate.common import KV_DTYPE_BYTES
 
     return [CompletionItem(name) for name in ("auto", *KV_DTYPE_BYTES) if name.startswith(incomplete.lower())]
+
+
+def complete_quant(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    """``--quant``: every what-if name (GGUF file types, Hub formats) and ``auto``."""
+    from hfvram import quant
+
+    wanted = incomplete.lower()
+    return [CompletionItem(name) for name in (*quant.names(), quant.AUTO) if name.lower().startswith(wanted)]
+
+
+def complete_host_memory(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    """``--host-memory``: the named systems of hfvram/data/host_memory.toml."""
+    from hfvram.estimate.host_memory import host_memory_names
+
+    return [CompletionItem(name) for name in host_memory_names() if name.startswith(incomplete.lower())]

@@ -57,3 +57,15 @@ def test_kv_dtypes(command):
     found = complete(*command, "--kv-dtype", "q")
     assert "q8_0" in found and "q4_0" in found
     assert "auto" in complete(*command, "--kv-dtype", "")
+
+
+def test_quant_names_and_auto():
+    words = complete("check", "Qwen/Qwen3-8B", "--quant", "Q4_K")
+    assert "Q4_K_M" in words and "Q4_K_S" in words and "auto" not in words
+    assert "auto" in complete("fit", "Qwen/Qwen3-8B", "--quant", "au")
+    assert "gptq-int4-g128" in complete("check", "Qwen/Qwen3-8B", "--quant", "gptq")
+
+
+def test_host_memory_names():
+    words = complete("check", "Qwen/Qwen3-8B", "--host-memory", "ddr5")
+    assert words and all(word.startswith("ddr5") for word in words) and "ddr5-5600x2" in words

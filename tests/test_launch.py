@@ -309,3 +309,24 @@ def test_prefill_is_a_compute_bound_that_tensor_parallelism_splits():
     table = runner.invoke(cli, ["check", str(LLAMA_FOLDER), "--gpu", "h100", "--context", "8k", "--prompt", "8k"])
     assert "Prefill: ≥ " in table.stdout and "(a bound" in table.stdout
     assert "prefill" not in check_json(str(LLAMA_FOLDER), "--gpu", "h100", "--context", "8k")
+
+
+@pytest.mark.parametrize("columns", [60, 80, 200])
+def test_the_table_folds_a_long_launch_line_into_the_same_command(columns):
+    """At the terminal's width the table folds the line with shell continuations (a flag stays with its value);
+    pasted, the folded lines are the one line ``check --launch`` prints."""
+    args = ["check", str(LLAMA_FOLDER), "--gpu", "rtx4090", "--context", "32k", "--set", "max_num_seqs=64"]
+    table = runner.invoke(cli, args, env={"COLUMNS": str(columns)})
+    assert table.exit_code in (0, 1), table.output
+    lines = table.stdout.splitlines()
+    start = lines.index("Launch:") + 1
+    block = [lines[start]]
+    while block[-1].endswith(" \\"):
+        block.append(lines[start + len(block)])
+    # a line over the width holds one word the shell cannot fold (here the model's absolute path)
+    assert all(len(line) <= columns or " -" not in line.strip().removesuffix(" \\") for line in block)
+    assert (len(block) > 1) == (columns < 100)
+    folded = " ".join(line.strip().removesuffix(" \\").strip() for line in block)
+    assert not any(word.startswith("-") for word in (line.split()[-1] for line in block if line.endswith(" \\")))
+    one_line = runner.invoke(cli, [*args, "--launch"]).stdout.strip()
+    assert shlex.split(folded) == shlex.split(one_line)

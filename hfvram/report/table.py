@@ -218,15 +218,17 @@ def render_check(console: Console, report: Mapping[str, Any], *, explain: bool =
 
 
 def render_launch(console: Console, launch: Mapping[str, Any] | None) -> None:
-    """The command line that reproduces this check, unwrapped (so that it can be copied), with its notes."""
-    from hfvram.report.wording import launch_lines
+    """The command line that reproduces this check, folded at the width with shell continuations (pasted, it runs
+    as printed; ``check --launch`` prints it on one line), with its notes."""
+    from hfvram.report.wording import launch_lines, shell_wrap
 
     lines = launch_lines(launch)
     if not lines:
         return
     console.print(Text("Launch:", style="bold"), highlight=False)
     for line in lines:
-        console.print(Text("  " + safe(line)), highlight=False, soft_wrap=True)
+        for part in shell_wrap(safe(line), max(40, console.width - 2)):
+            console.print(Text("  " + part), highlight=False, soft_wrap=True)
     for note in (launch or {}).get("notes") or []:
         console.print(Text("  (" + safe(note) + ")"), highlight=False, soft_wrap=True)
 

@@ -162,6 +162,37 @@ def launch_lines(launch: Mapping[str, Any] | None) -> list[str]:
     return lines
 
 
+def shell_wrap(line: str, width: int) -> list[str]:
+    """A shell command folded at ``width`` with ``\\`` continuations (pasted, it is the same command); comments,
+    short lines and text the shell could not split stay whole."""
+    import shlex
+
+    if len(line) <= width or line.startswith("#"):
+        return [line]
+    try:
+        words = [shlex.quote(word) for word in shlex.split(line)]
+    except ValueError:
+        return [line]
+    # a flag and its value stay on one line: fold only before a flag
+    units: list[str] = []
+    for word in words:
+        if units and not word.startswith("-"):
+            units[-1] += " " + word
+        else:
+            units.append(word)
+    lines: list[str] = []
+    current = ""
+    for unit in units:
+        # room for " \\" at the end of every folded line; continuations are indented by four
+        if current and len(current) + 1 + len(unit) + 2 > width:
+            lines.append(current + " \\")
+            current = "    " + unit
+        else:
+            current = f"{current} {unit}" if current else unit
+    lines.append(current)
+    return lines
+
+
 def launch_command_lines(launch: Mapping[str, Any] | None) -> list[str]:
     """Just the commands (``check --launch``): the line, then the commands after it."""
     if not launch:
