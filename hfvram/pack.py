@@ -176,17 +176,17 @@ def pack_report(options: RunOptions, sources: tuple[str, ...]) -> dict[str, Any]
     # engines see the device a little differently (vLLM: torch's total); the set is judged on the smallest
     memory = min(int(doc["per_gpu"]["memory"]) for doc in docs)
     verdict, target, fractions, total = _set_verdict(docs, memory)
-    # a model that runs only with layers in CPU RAM (offload) on its own does not fit beside others either: a pack
-    # keeps every model on the GPU
-    alone = [doc for doc in docs if doc["verdict"] in (VERDICT_DOES_NOT_FIT, VERDICT_OFFLOAD)]
-    if alone:
-        verdict = VERDICT_DOES_NOT_FIT
     final = []
     for (request, loaded), doc, fraction in zip(read, docs, fractions, strict=True):
         if fraction is not None and fraction <= 1.0:
             # the instance estimated again at the fraction it is given: its launch line and its verdict there
             doc = loaded_report(replace(request, gpu_util=fraction), options, loaded)
         final.append(doc)
+    # a model that does not fit on its own (a vLLM instance: at its fraction), or runs only with layers in CPU RAM
+    # (offload), does not fit beside others either: a pack keeps every model on the GPU
+    alone = [doc for doc in final if doc["verdict"] in (VERDICT_DOES_NOT_FIT, VERDICT_OFFLOAD)]
+    if alone:
+        verdict = VERDICT_DOES_NOT_FIT
     rows = [_row(doc, fraction, memory) for doc, fraction in zip(final, fractions, strict=True)]
     needs = sum(row["need_bytes"] for row in rows)
     outside = sum(row["outside_bytes"] for row in rows)
