@@ -330,3 +330,17 @@ def test_the_table_folds_a_long_launch_line_into_the_same_command(columns):
     assert not any(word.startswith("-") for word in (line.split()[-1] for line in block if line.endswith(" \\")))
     one_line = runner.invoke(cli, [*args, "--launch"]).stdout.strip()
     assert shlex.split(folded) == shlex.split(one_line)
+
+
+def test_an_offload_answer_leaves_the_placement_to_fit_and_round_trips():
+    """OFFLOAD from llama.cpp's --fit (docs/engines/launch.md#launch-llamacpp): the line sets no -ngl / -ot (an explicit
+    placement makes --fit stand down), and pasted back it gives the same plan, terms and verdict."""
+    from cli_support import FIXTURES
+
+    model = str(FIXTURES / "gguf-derived" / "qwen3-30b-a3b.gguf")
+    first, second = round_trip(model, "rtx4060ti-8g", "--context", "32k")
+    assert first["verdict"] == second["verdict"] == "offload"
+    words = shlex.split(first["launch"]["command"])
+    assert "-ngl" not in words and "-ot" not in words
+    assert first["offload_plan"]["n_gpu_layers"] == second["offload_plan"]["n_gpu_layers"]
+    assert any("--fit" in note for note in first["launch"]["notes"])

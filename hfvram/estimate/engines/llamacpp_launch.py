@@ -5,7 +5,7 @@ is the placement ``--fit`` would make when the model does not fit as asked; this
 from __future__ import annotations
 
 from hfvram.estimate.launch import Launch, ModelRef, carried, join, number
-from hfvram.estimate.types import EngineChoice, Estimate
+from hfvram.estimate.types import VERDICT_OFFLOAD, EngineChoice, Estimate
 
 #: settings hfvram reads that are not llama.cpp flags (the binary, its build, the outputs era)
 NOT_FLAGS = ("binary", "build", "reserve-outputs", "n-outputs-max", "num-ctx", "n-ctx", "n-parallel")
@@ -44,7 +44,15 @@ def launch(est: Estimate, choice: EngineChoice, ref: ModelRef) -> Launch:
     engine = est.engine
     binary = str(engine.get("binary") or "llama-server")
     words = [binary, *model_words(ref), "-c", number(engine.get("ctx-size"))]
-    words += ["-ngl", number(engine.get("n-gpu-layers"))]
+    # an answer of llama.cpp's --fit (on by default): the line leaves the placement to it, as the check did; an
+    # explicit -ngl would make --fit stand down and load every layer on the GPU
+    # (docs/engines/llamacpp.md#llamacpp-offload-verdict)
+    fit_placed = est.verdict == VERDICT_OFFLOAD and est.offload is not None and est.offload.planner == "llama.cpp"
+    notes: tuple[str, ...] = ()
+    if fit_placed:
+        notes = ("no -ngl / -ot: llama.cpp's --fit (on by default) places the layers and experts as the plan shows",)
+    else:
+        words += ["-ngl", number(engine.get("n-gpu-layers"))]
     parallel = engine.get("parallel")
     user_slots = any(name.replace("_", "-") in ("parallel", "np", "n-parallel") for name in choice.settings)
     if isinstance(parallel, int) and (user_slots or est.workload.concurrency > 1 or binary != "llama-server"):
@@ -53,4 +61,4 @@ def launch(est: Estimate, choice: EngineChoice, ref: ModelRef) -> Launch:
     if (type_k, type_v) != ("f16", "f16"):
         words += ["-ctk", type_k, "-ctv", type_v]
     words += carried(choice, ENGINE, WRITTEN, skip=NOT_FLAGS)
-    return Launch("llama.cpp", join(words))
+    return Launch("llama.cpp", join(words), notes=notes)
