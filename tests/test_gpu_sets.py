@@ -225,12 +225,12 @@ def test_comparison_exit_codes():
     none_fit = run_hfvram("check", str(LLAMA_FOLDER), "--gpu", "rtx3060,rtx4060", "--context", "32k", "--json")
     assert none_fit.returncode == 1
     assert all(row["verdict"] == "does_not_fit" for row in json.loads(none_fit.stdout)["sets"])
-    # 48k: the 4090 is tight (graphs for 51 capture sizes, docs/engines/vllm.md#vllm-cuda-graphs)
-    tight = run_hfvram("check", str(LLAMA_FOLDER), "--gpu", "rtx4090,rtx3060", "--context", "48k", "--json")
+    # 40k: the 4090 is tight (graphs for 51 capture sizes in the budget, docs/engines/vllm.md#vllm-cuda-graphs)
+    tight = run_hfvram("check", str(LLAMA_FOLDER), "--gpu", "rtx4090,rtx3060", "--context", "40k", "--json")
     verdicts = [row["verdict"] for row in json.loads(tight.stdout)["sets"]]
     assert verdicts == ["tight", "does_not_fit"] and tight.returncode == 0
     strict = run_hfvram(
-        "check", str(LLAMA_FOLDER), "--gpu", "rtx4090,rtx3060", "--context", "48k", "--fail-on", "tight"
+        "check", str(LLAMA_FOLDER), "--gpu", "rtx4090,rtx3060", "--context", "40k", "--fail-on", "tight"
     )
     assert strict.returncode == 1
 
@@ -280,13 +280,6 @@ def test_cheapest_from_a_class_tries_the_fewest_of_each_priced_card():
             "check", "Qwen/Qwen3-14B", "--offline", "--gpu", f"{best['gpus'][0]['gpu']}", "--context", "16k", "--json"
         )
         assert json.loads(fewer.stdout)["verdict"] != "fits"
-
-
-def test_cheapest_from_apple_has_no_priced_machine_and_says_so():
-    result = run_hfvram("fit", "Qwen/Qwen3-8B", "--offline", "--cheapest", "--from", "apple", "--json")
-    assert result.returncode == 1
-    document = json.loads(result.stdout)
-    assert document["sets"] == [] and document["cheapest"] is None
 
 
 # ---- mixed sets: how each engine runs them -----------------------------------------------------------------------

@@ -79,7 +79,9 @@ def test_nemotron_3_nano_q4_k_m_keeps_its_experts():
     # the experts are in the file: Q4_K_M keeps at least a quarter of the BF16 bytes (the dropped experts left
     # 1.77 GB of 63.16 GB)
     assert report["model"]["weights_bytes"] > plain["model"]["weights_bytes"] / 4
-    assert report["verdict"] == "does_not_fit"
+    # ~18 GB of Q4_K_M weights and its cache are more than one 4090 holds: llama.cpp's --fit keeps experts in RAM
+    # (the offload verdict), where the dropped experts read FITS on the GPU alone
+    assert report["verdict"] == "offload" and report["offload_plan"]["status"] == "offload"
 
 
 def test_molmo_what_if_is_held_to_the_checkpoints_count_and_says_why():

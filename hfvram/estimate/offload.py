@@ -1293,7 +1293,9 @@ def ollama_layout_plan(
     ``greedyFit``): each layer's weights + cache as one block, the output layer last; GPUs free memory less
     Ollama's minimum, ``OLLAMA_GPU_OVERHEAD`` and the graph; greedy from the last layer backwards, spilling to the
     next GPU, a capacity factor balanced by bisection; when not every block fits, once more without the output
-    layer (it then stays on the CPU). Whole layers: no expert tensors apart."""
+    layer (it then stays on the CPU). Whole layers: no expert tensors apart.
+
+    Longer than 60 lines: it follows Ollama's steps in their order, so that it reads against the Go source."""
     from hfvram.estimate.common import setting_int
     from hfvram.estimate.engines import ollama
 
