@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from cli_support import LLAMA_FOLDER, ROOT
@@ -29,10 +30,14 @@ def invoke(*args: str, env: dict | None = None):
 
 def measured(*args: str, env: dict | None = None, stdin: bytes | None = None) -> tuple[int, str, str, float, int]:
     """``python -m hfvram ARGS``: (exit code, stdout, stderr, CPU seconds, peak RSS bytes) from wait4's counters."""
+    import tempfile
     from concurrent.futures import ThreadPoolExecutor
 
+    # the child's own high-water mark (VmHWM of the exec'd process): wait4's ru_maxrss also counts the pytest worker
+    # the child was forked from (Linux keeps the pre-exec peak), hundreds of MB in a worker that loaded transformers
+    hwm = Path(tempfile.mkstemp(prefix="hfvram-hwm-")[1])
     process = subprocess.Popen(
-        [sys.executable, "-m", "hfvram", *args],
+        [sys.executable, "-c", PEAK_WRAPPER, str(hwm), *args],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -48,7 +53,25 @@ def measured(*args: str, env: dict | None = None, stdin: bytes | None = None) ->
         _, status, usage = os.wait4(process.pid, 0)
         process.returncode = os.waitstatus_to_exitcode(status)
         stdout, stderr = out.result().decode("utf-8", "replace"), err.result().decode("utf-8", "replace")
-    return process.returncode, stdout, stderr, usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024
+    text = hwm.read_text().strip()
+    hwm.unlink()
+    peak = int(text) * 1024 if text.isdigit() else usage.ru_maxrss * 1024  # os._exit paths write no figure
+    return process.returncode, stdout, stderr, usage.ru_utime + usage.ru_stime, peak
+
+
+#: ``python -m hfvram ARGS`` that writes its VmHWM (kB) to argv[1] when it exits
+PEAK_WRAPPER = """
+import atexit, runpy, sys
+out = sys.argv.pop(1)
+def peak():
+    with open("/proc/self/status") as status:
+        kb = next(line.split()[1] for line in status if line.startswith("VmHWM:"))
+    with open(out, "w") as handle:
+        handle.write(kb)
+atexit.register(peak)
+sys.argv[0] = "hfvram"
+runpy.run_module("hfvram", run_name="__main__", alter_sys=True)
+"""
 
 
 def one_error_line(code: int, stderr: str, expected: int) -> str:

@@ -130,8 +130,8 @@ def test_a_llama_server_beside_a_vllm_instance_each_on_its_default_engine():
 
 
 def test_an_instance_that_needs_more_than_the_default_fraction_gets_it():
-    # the 70B at TP 2 and 32k needs 74.7 GiB per GPU: more than vLLM's default 0.92 of an H100 (the single check says
-    # does not fit), less than the 0.95 the pack gives it, which with its 2.46 GiB outside the fraction still starts
+    # the 70B at TP 2 and 32k needs more than vLLM's default 0.92 of an H100 per GPU (the single check says does not
+    # fit), less than the fraction the pack gives it, which with its memory outside the fraction still starts
     args = ("meta-llama/Llama-3.1-70B-Instruct", "--gpu", "h100x2", "--context", "32768")
     alone = run_hfvram("check", *args, "--offline", "--json")
     assert alone.returncode == 1 and json.loads(alone.stdout)["engine"]["gpu_util"] == 0.92
@@ -139,5 +139,5 @@ def test_an_instance_that_needs_more_than_the_default_fraction_gets_it():
     validate(pack, "pack")
     (row,) = pack["models"]
     assert code == 0 and pack["verdict"] == row["verdict"] == "tight"
-    assert row["gpu_memory_utilization"] == 0.95 <= pack["set"]["vllm_utilization_limit"]
+    assert 0.92 < row["gpu_memory_utilization"] <= pack["set"]["vllm_utilization_limit"]
     assert "--tensor-parallel-size 2" in row["launch"]["command"] or "-tp 2" in row["launch"]["command"]

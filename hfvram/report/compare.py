@@ -135,16 +135,10 @@ def render_compare(console: Any, document: Mapping[str, Any]) -> None:
 
 
 def compare_markdown(document: Mapping[str, Any]) -> str:
-    from hfvram.report.markdown import cell
+    from hfvram.report.markdown import cell, titled_table
 
-    lines = [
-        f"**{cell(title(document))}**",
-        "",
-        "| " + " | ".join(HEADERS) + " |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for row in document.get("sets") or []:
-        lines.append("| " + " | ".join(cell(value) for value in row_cells(row)) + " |")
+    rows = (row_cells(row) for row in document.get("sets") or [])
+    lines = titled_table(title(document), HEADERS, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|", rows)
     previous_item = False
     for line in footer_lines(document):
         item = line.startswith("  ")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from hfvram.report.text import safe
@@ -42,6 +42,13 @@ def text(value: object) -> str:
 def cell(value: object) -> str:
     """Text safe inside a Markdown table cell: as :func:`text`, so pipes are escaped and there is no line break."""
     return text(value)
+
+
+def titled_table(title: str, headers: Sequence[str], align: str, rows: Iterable[Sequence[object]]) -> list[str]:
+    """A bold title, then a Markdown table (``align`` its separator row, e.g. ``|---|---:|``), every cell escaped."""
+    lines = [f"**{cell(title)}**", "", "| " + " | ".join(headers) + " |", align]
+    lines += ["| " + " | ".join(cell(value) for value in row) + " |" for row in rows]
+    return lines
 
 
 def _name(report: Mapping[str, Any]) -> str:

@@ -98,16 +98,10 @@ def render_pack(console: Any, document: Mapping[str, Any]) -> None:
 
 
 def pack_markdown(document: Mapping[str, Any]) -> str:
-    from hfvram.report.markdown import cell
+    from hfvram.report.markdown import cell, titled_table
 
-    lines = [
-        f"**{cell(title(document))}**",
-        "",
-        "| " + " | ".join(HEADERS) + " |",
-        "|---|---|---:|---:|---:|---:|---:|---|",
-    ]
-    for row in document.get("models") or []:
-        lines.append("| " + " | ".join(cell(value) for value in row_cells(row)) + " |")
+    rows = (row_cells(row) for row in document.get("models") or [])
+    lines = titled_table(title(document), HEADERS, "|---|---|---:|---:|---:|---:|---:|---|", rows)
     lines.append("")
     for line in footer_lines(document):
         lines.append(f"- {cell(line.strip().removeprefix('• '))}" if line.startswith("  ") else cell(line))

@@ -93,43 +93,14 @@ def encodes_unicode(stream: Any) -> bool:
     return True
 
 
-class AsciiStream:
-    """A text stream that writes ``to_ascii`` of what it is given to the wrapped one (for rich's Console)."""
+class _StreamProxy:
+    """What rich's Console asks of a text stream, passed on to the wrapped one; subclasses change ``write``."""
 
     def __init__(self, stream: Any) -> None:
         self._stream = stream
 
     def write(self, text: str) -> int:
-        return self._stream.write(to_ascii(text))
-
-    def flush(self) -> None:
-        self._stream.flush()
-
-    def isatty(self) -> bool:
-        return bool(getattr(self._stream, "isatty", lambda: False)())
-
-    def fileno(self) -> int:
-        return int(self._stream.fileno())
-
-    @property
-    def encoding(self) -> str:
-        return "ascii"
-
-
-#: spaces at the end of a line, before any colour codes that close it
-_TRAILING = re.compile(r"[ \t]+((?:\x1b\[[0-9;]*m)*)(?=\n)")
-
-
-class TrimmedStream:
-    """A text stream that drops the spaces rich pads a line's end with (a table's last column, a wrapped line)
-    before writing to the wrapped one: copied text and diffs carry no trailing blanks."""
-
-    def __init__(self, stream: Any) -> None:
-        self._stream = stream
-
-    def write(self, text: str) -> int:
-        self._stream.write(_TRAILING.sub(r"\1", text))
-        return len(text)
+        return self._stream.write(text)
 
     def flush(self) -> None:
         self._stream.flush()
@@ -143,6 +114,30 @@ class TrimmedStream:
     @property
     def encoding(self) -> str:
         return str(getattr(self._stream, "encoding", "utf-8"))
+
+
+class AsciiStream(_StreamProxy):
+    """A text stream that writes ``to_ascii`` of what it is given to the wrapped one (for rich's Console)."""
+
+    def write(self, text: str) -> int:
+        return self._stream.write(to_ascii(text))
+
+    @property
+    def encoding(self) -> str:
+        return "ascii"
+
+
+#: spaces at the end of a line, before any colour codes that close it
+_TRAILING = re.compile(r"[ \t]+((?:\x1b\[[0-9;]*m)*)(?=\n)")
+
+
+class TrimmedStream(_StreamProxy):
+    """A text stream that drops the spaces rich pads a line's end with (a table's last column, a wrapped line)
+    before writing to the wrapped one: copied text and diffs carry no trailing blanks."""
+
+    def write(self, text: str) -> int:
+        self._stream.write(_TRAILING.sub(r"\1", text))
+        return len(text)
 
 
 #: the width of a report written where no terminal can be asked (a file, a CI log): logs are read in wide viewers
