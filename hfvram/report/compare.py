@@ -4,7 +4,6 @@ per usable GiB — then the cheapest set that fits, where the prices come from, 
 
 from __future__ import annotations
 
-import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -115,7 +114,7 @@ def footer_lines(document: Mapping[str, Any]) -> list[str]:
 def render_compare(console: Any, document: Mapping[str, Any]) -> None:
     from rich.text import Text
 
-    from hfvram.report.table import VERDICT_STYLE, narrow_table
+    from hfvram.report.table import VERDICT_STYLE, titled_table_with_notes
 
     cells = []
     for row in document.get("sets") or []:
@@ -123,15 +122,7 @@ def render_compare(console: Any, document: Mapping[str, Any]) -> None:
         style = VERDICT_STYLE.get(row.get("verdict"), "")
         cells.append([Text(value, style=style) if index == 2 else Text(value) for index, value in enumerate(values)])
     headers = [(name, "left" if index < 3 else "right") for index, name in enumerate(HEADERS)]
-    console.print(Text(title(document), style="bold"))
-    console.print(narrow_table(console, headers, cells, flexible=(0,)))
-    width = max(40, console.width)
-    for line in footer_lines(document):
-        indent = "    " if line.startswith("  ") else "  "
-        text = textwrap.fill(
-            line, width=width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False
-        )
-        console.print(text, markup=False, highlight=False, soft_wrap=True)
+    titled_table_with_notes(console, title(document), headers, cells, footer_lines(document))
 
 
 def compare_markdown(document: Mapping[str, Any]) -> str:

@@ -5,7 +5,6 @@ line."""
 
 from __future__ import annotations
 
-import textwrap
 from collections.abc import Mapping
 from typing import Any
 
@@ -70,7 +69,7 @@ def footer_lines(document: Mapping[str, Any]) -> list[str]:
 def render_pack(console: Any, document: Mapping[str, Any]) -> None:
     from rich.text import Text
 
-    from hfvram.report.table import VERDICT_STYLE, narrow_table
+    from hfvram.report.table import VERDICT_STYLE, titled_table_with_notes
 
     cells = []
     verdict_column = len(HEADERS) - 1
@@ -83,15 +82,7 @@ def render_pack(console: Any, document: Mapping[str, Any]) -> None:
             ]
         )
     headers = [(name, "left" if index < 2 else "right") for index, name in enumerate(HEADERS)]
-    console.print(Text(title(document), style="bold"))
-    console.print(narrow_table(console, headers, cells, flexible=(0,)))
-    width = max(40, console.width)
-    for line in footer_lines(document):
-        indent = "    " if line.startswith("  ") else "  "
-        text = textwrap.fill(
-            line, width=width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False
-        )
-        console.print(text, markup=False, highlight=False, soft_wrap=True)
+    titled_table_with_notes(console, title(document), headers, cells, footer_lines(document))
     console.print("Launch lines:", markup=False, highlight=False)
     for line in pack_launch_lines(document):
         console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)  # a command line stays whole

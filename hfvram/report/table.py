@@ -430,6 +430,22 @@ def _cell(value: Text | str) -> Text:
     return value if isinstance(value, Text) else plain(value)
 
 
+def titled_table_with_notes(
+    console: Console, title: str, headers: list[tuple[str, str]], cells: list[list[Text]], notes: Iterable[str]
+) -> None:
+    """A bold title, a table narrowed to the width (first column flexible), then notes wrapped at the width (an
+    indented note keeps a deeper indent): the GPU-set comparison and the pack."""
+    console.print(Text(title, style="bold"))
+    console.print(narrow_table(console, headers, cells, flexible=(0,)))
+    width = max(40, console.width)
+    for line in notes:
+        indent = "    " if line.startswith("  ") else "  "
+        text = textwrap.fill(
+            line, width=width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False
+        )
+        console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+
 def narrow_table(
     console: Console, headers: Sequence[tuple[str, str]], rows: Sequence[Sequence[Text | str]], flexible: Sequence[int]
 ) -> Table:
