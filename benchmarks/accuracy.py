@@ -36,9 +36,9 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from hfvram.engines.vllm.profile import dtype_bytes_of  # noqa: E402
 from hfvram.errors import HfvramError  # noqa: E402
 from hfvram.estimate.core import estimate  # noqa: E402
-from hfvram.estimate.engines.vllm import dtype_bytes_of  # noqa: E402
 from hfvram.estimate.hardware import parse_gpu_spec  # noqa: E402
 from hfvram.estimate.multimodal import rope_cache  # noqa: E402
 from hfvram.estimate.types import GPU, EngineChoice, Estimate, Hardware, Workload  # noqa: E402

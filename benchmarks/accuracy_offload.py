@@ -5,7 +5,7 @@ published tokens/s of partly offloaded runs (issue 11, items 3 and 4; docs/accur
    (permalinks in each case). The margin lines (``target``, ``need to reduce device memory by``) are recomputed from
    the logged free memory; where the log shows at least two measured placements, an affine memory model is fitted to
    them (per layer, per expert block: the derivation is in the case) and hfvram's search
-   (``hfvram.estimate.offload.fit_search``) is replayed on it: every logged probe must come out, in the logged
+   (``hfvram.engines.llamacpp.offload.fit_search``) is replayed on it: every logged probe must come out, in the logged
    order, with the logged accept / reject decision.
 2. ``benchmarks/data/llamacpp_offload_speed.jsonl``: published generation speeds with ``-ngl`` / ``--n-cpu-moe`` on
    a known GPU and host memory; hfvram's bound (bytes read on the GPU / its bandwidth + bytes read in RAM / the host
@@ -28,8 +28,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from hfvram.estimate import offload  # noqa: E402
-from hfvram.estimate.engines import llamacpp  # noqa: E402
+from hfvram.engines.llamacpp import profile as llamacpp  # noqa: E402
+from hfvram.engines.llamacpp import offload  # noqa: E402
 from hfvram.estimate.host_memory import parse_host_memory  # noqa: E402
 from hfvram.estimate.types import EngineChoice, Workload  # noqa: E402
 from hfvram.readers.gguf import read_gguf_file, spec_from_gguf  # noqa: E402

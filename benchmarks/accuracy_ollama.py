@@ -5,7 +5,7 @@ date implies, the model, the GPUs' free memory and the figures as printed: ``lay
 ``memory.required.full`` / ``.partial`` / ``.kv``, ``memory.graph.full`` / ``.partial``, ``memory.weights.total``),
 builds the model from a fixture config (plus the config keys the case overrides) with the weight sizes the log
 itself prints (``memory.weights.repeating`` spread evenly over the blocks, ``memory.weights.nonrepeating`` as the
-output layer), runs ``hfvram.estimate.engines.ollama.legacy_auto_parallel`` with the case's settings at the case's
+output layer), runs ``hfvram.engines.ollama.profile.legacy_auto_parallel`` with the case's settings at the case's
 Ollama rule version and prints predicted vs published per figure.
 
 Every case was added after the legacy rules were written (docs/engines/ollama.md#ollama-legacy-estimator); none
@@ -30,8 +30,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from hfvram.engines.ollama import profile as ollama  # noqa: E402
 from hfvram.estimate.common import engine_rules  # noqa: E402
-from hfvram.estimate.engines import ollama  # noqa: E402
 from hfvram.readers.config import read_config  # noqa: E402
 from hfvram.spec import ModelSpec, Weights  # noqa: E402
 

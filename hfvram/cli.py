@@ -1204,7 +1204,7 @@ def calibrate(
 
     engine_name, engine_version = (None, None)
     if engine:
-        from hfvram.estimate.engines import parse_engine_name
+        from hfvram.engines import parse_engine_name
 
         engine_name, engine_version = parse_engine_name(engine)
     hardware = None

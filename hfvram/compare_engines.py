@@ -39,7 +39,7 @@ def is_engine_list(engine: str | None) -> bool:
 
 def parse_engine_list(text: str) -> list[tuple[str, str | None]]:
     """``vllm@0.25,vllm@0.26`` -> [("vllm", "0.25"), ("vllm", "0.26")]; names checked, at most MAX_ENGINE_ROWS."""
-    from hfvram.estimate.engines import parse_engine_name
+    from hfvram.engines import parse_engine_name
 
     entries = [piece.strip() for piece in text.split(",") if piece.strip()]
     if len(entries) < 2:

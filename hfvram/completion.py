@@ -53,12 +53,12 @@ def _complete_one_gpu(incomplete: str) -> list[CompletionItem]:
 
 
 def complete_engine(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    from hfvram.engines import engine_names, get_profile
     from hfvram.errors import HfvramError
-    from hfvram.estimate.engines import ENGINE_MODULES, get_profile
 
     name, at, version = incomplete.partition("@")
     if not at:
-        return [CompletionItem(engine) for engine in sorted(ENGINE_MODULES) if engine.startswith(name.lower())]
+        return [CompletionItem(engine) for engine in sorted(engine_names()) if engine.startswith(name.lower())]
     try:
         profile = get_profile(name)
     except HfvramError:

@@ -1,5 +1,5 @@
-"""The packaged data tables (``hfvram/data/**/*.toml``: GPU catalogue, engine constants, reader rules), loaded
-once per process.
+"""The packaged data tables (``hfvram/data/**/*.toml``: GPU catalogue, reader rules; and each engine's
+``hfvram/engines/<engine>/*.toml``), loaded once per process.
 
 Each TOML has a pre-built JSON twin in ``hfvram/data/built/`` (``scripts/build_data_tables.py``), read instead of
 parsing the TOML (tomllib is pure Python: ~16 ms for the GPU catalogue); the twin records the CRC-32 and length of
@@ -14,7 +14,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-DATA = Path(__file__).resolve().parent / "data"
+PACKAGE = Path(__file__).resolve().parent
+DATA = PACKAGE / "data"
 BUILT = DATA / "built"
 
 
@@ -28,8 +29,7 @@ def _parse_toml(raw: bytes) -> dict[str, Any]:
     return tomllib.loads(raw.decode("utf-8"))
 
 
-def _built(name: str, raw: bytes) -> dict[str, Any] | None:
-    path = BUILT.joinpath(*name.split("/")).with_suffix(".json")
+def _built(path: Path, raw: bytes) -> dict[str, Any] | None:
     try:
         entry = json.loads(path.read_bytes())
     except (OSError, ValueError):
@@ -46,7 +46,17 @@ def data_table(name: str) -> dict[str, Any]:
     """``hfvram/data/<name>`` parsed (``name`` may hold a sub-folder: ``engines/vllm.toml``); shared between
     callers, so treat it as read-only."""
     raw = DATA.joinpath(*name.split("/")).read_bytes()
-    built = _built(name, raw)
+    built = _built(BUILT.joinpath(*name.split("/")).with_suffix(".json"), raw)
+    return built if built is not None else _parse_toml(raw)
+
+
+@cache
+def package_table(name: str) -> dict[str, Any]:
+    """``hfvram/<name>`` parsed, for a table kept beside the code it belongs to (``engines/vllm/rules.toml``); its
+    built twin is ``hfvram/data/built/package/<name>`` with ``.json``. Shared between callers: treat it as
+    read-only."""
+    raw = PACKAGE.joinpath(*name.split("/")).read_bytes()
+    built = _built(BUILT.joinpath("package", *name.split("/")).with_suffix(".json"), raw)
     return built if built is not None else _parse_toml(raw)
 
 

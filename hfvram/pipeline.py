@@ -157,11 +157,11 @@ def _pasted_conflicts(pasted: ParsedEngineArgs, explicit: dict[str, Any], settin
 def validate_kv_dtype_name(name: str) -> None:
     """UsageError (exit 2) for a KV cache type no engine has; whether the chosen engine has it is the
     estimator's check (it names the ones that engine accepts)."""
+    from hfvram.engines import engine_names
     from hfvram.estimate.common import kv_dtype_bytes
     from hfvram.estimate.engine_rules import accepts
-    from hfvram.estimate.engines import ENGINE_MODULES
 
-    known = {str(item).lower() for engine in ENGINE_MODULES for item in accepts(engine).get("kv_dtypes", [])}
+    known = {str(item).lower() for engine in engine_names() for item in accepts(engine).get("kv_dtypes", [])}
     if all(part.strip().lower() in known for part in name.split("/")):
         return
     for part in name.split("/"):
@@ -171,8 +171,8 @@ def validate_kv_dtype_name(name: str) -> None:
 def resolve_request(options: RunOptions, source: str | None) -> Request:
     """Merge the pasted engine command line with the explicit options: an explicit option that disagrees with the
     pasted line wins with a warning; a different model or engine is a usage error (exit 2)."""
+    from hfvram.engines import parse_engine_name
     from hfvram.estimate.engine_args import parse_set_options
-    from hfvram.estimate.engines import parse_engine_name
 
     pasted = None
     if options.engine_args:
@@ -317,7 +317,7 @@ def with_quant(loaded: LoadedModel, choice: Any) -> LoadedModel:
 
 
 def parse_engine(name: str) -> str:
-    from hfvram.estimate.engines import parse_engine_name
+    from hfvram.engines import parse_engine_name
 
     return parse_engine_name(name)[0]
 
@@ -353,12 +353,12 @@ def with_draft(request: Request, options: RunOptions, loaded: LoadedModel) -> Re
         return request
     from dataclasses import replace
 
-    from hfvram.estimate.engines import parse_engine_name
+    from hfvram.engines import parse_engine_name
 
     choice = engine_choice(request, loaded)
     if parse_engine_name(choice.name)[0] != "vllm":
         return request
-    from hfvram.estimate.engines.vllm import speculative_draft_name
+    from hfvram.engines.vllm.profile import speculative_draft_name
     from hfvram.estimate.types import DraftModel
     from hfvram.sources import load_model
 
@@ -403,8 +403,8 @@ def quant_engine_rule(est: Estimate, request: Request, engine: str) -> Estimate:
     if request.quant is None or isinstance(request.quant, str):
         return est
     from hfvram import quant
+    from hfvram.engines import parse_engine_name
     from hfvram.estimate.engine_rules import with_refusals
-    from hfvram.estimate.engines import parse_engine_name
 
     reason, notes = quant.engine_rule(request.quant, parse_engine_name(engine)[0], request.hardware)
     return with_refusals(est, [reason] if reason else [], list(notes))
@@ -631,7 +631,7 @@ def add_offload_plan(report: dict[str, Any], request: Request, loaded: LoadedMod
     plan = est.offload
     if plan is None or "offload_plan" not in report or plan.planner != "llama.cpp":
         return
-    from hfvram.estimate import offload
+    from hfvram.engines.llamacpp import offload
 
     report["offload_plan"]["command"] = offload.command_line(plan, plan.usage.settings, model_argument(loaded))
 
@@ -659,8 +659,8 @@ def auto_quant(request: Request, loaded: LoadedModel) -> tuple[Request, LoadedMo
     from dataclasses import replace
 
     from hfvram import quant
+    from hfvram.engines import parse_engine_name
     from hfvram.estimate.core import estimate_memory
-    from hfvram.estimate.engines import parse_engine_name
 
     if request.hardware is None:
         raise UsageError("--quant auto needs --gpu: the best quant is the largest that fits a GPU")
@@ -1030,7 +1030,7 @@ def fit_report(request: Request, options: RunOptions) -> dict[str, Any]:
     notes = list(request.notes)
     if request.quant is not None:
         from hfvram import quant
-        from hfvram.estimate.engines import parse_engine_name
+        from hfvram.engines import parse_engine_name
 
         reason, quant_notes = quant.engine_rule(request.quant, parse_engine_name(choice.name)[0], request.hardware)
         notes += list(quant_notes)
@@ -1042,7 +1042,7 @@ def fit_report(request: Request, options: RunOptions) -> dict[str, Any]:
     document["warnings"] = list(dict.fromkeys(document["warnings"] + notes))
     plan = document.get("_offload")
     if plan is not None and "offload_plan" in document and plan.planner == "llama.cpp":
-        from hfvram.estimate import offload
+        from hfvram.engines.llamacpp import offload
 
         document["offload_plan"]["command"] = offload.command_line(plan, plan.usage.settings, model_argument(loaded))
     from hfvram.redaction import redact_document
@@ -1074,7 +1074,7 @@ def calibration_prediction(
     notes: list[str] = []
     if version is None and (engine_name or measured.engine) == "vllm" and measured.engine_generation == "v0":
         # the log's own lines are V0's: the newest release that runs V0 by default, not the newest (V1) rules
-        from hfvram.estimate.engines.vllm import newest_release_running
+        from hfvram.engines.vllm.profile import newest_release_running
 
         version = newest_release_running("v0")
         if version:

@@ -132,7 +132,7 @@ def _checked(key: str, value: Any, origin: str) -> Any:
 
             parse_gpu_spec(text)
         elif key == "engine":
-            from hfvram.estimate.engines import parse_engine_name
+            from hfvram.engines import parse_engine_name
 
             parse_engine_name(text)
         elif key == "concurrency":

@@ -29,14 +29,25 @@ BUILT = DATA / "built"
 GGML_TYPES = DATA / "ggml_types.json"
 
 
+PACKAGE = ROOT / "hfvram"
+#: tables kept beside the code they belong to (each engine's folder), built under BUILT / "package"
+PACKAGE_TABLES = "engines/*/*.toml"
+
+
+def source_name(toml: Path) -> str:
+    return toml.relative_to(DATA if DATA in toml.parents else PACKAGE).as_posix()
+
+
 def built_path(toml: Path) -> Path:
-    return BUILT / toml.relative_to(DATA).with_suffix(".json")
+    if DATA in toml.parents:
+        return BUILT / toml.relative_to(DATA).with_suffix(".json")
+    return BUILT / "package" / toml.relative_to(PACKAGE).with_suffix(".json")
 
 
 def built_table(toml: Path) -> str:
     raw = toml.read_bytes()
     entry = {
-        "source": toml.relative_to(DATA).as_posix(),
+        "source": source_name(toml),
         "source_crc32": zlib.crc32(raw),
         "source_length": len(raw),
         "table": tomllib.loads(raw.decode("utf-8")),
@@ -63,7 +74,9 @@ def ggml_types() -> str:
 
 
 def outputs() -> dict[Path, str]:
-    built = {built_path(toml): built_table(toml) for toml in sorted(DATA.rglob("*.toml")) if BUILT not in toml.parents}
+    tomls = [toml for toml in sorted(DATA.rglob("*.toml")) if BUILT not in toml.parents]
+    tomls += sorted(PACKAGE.glob(PACKAGE_TABLES))
+    built = {built_path(toml): built_table(toml) for toml in tomls}
     return {**built, GGML_TYPES: ggml_types()}
 
 

@@ -160,7 +160,7 @@ def test_help_imports_almost_nothing():
         "from hfvram.cli import main\n"
         "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
         "heavy = [m for m in ('rich', 'huggingface_hub', 'transformers', 'torch', 'gguf', 'safetensors',"
-        " 'hfvram.readers', 'hfvram.sources', 'hfvram.estimate.engines.vllm') if m in sys.modules]\n"
+        " 'hfvram.readers', 'hfvram.sources', 'hfvram.engines.vllm.profile') if m in sys.modules]\n"
         "print('HEAVY', heavy)\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)

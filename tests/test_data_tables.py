@@ -10,15 +10,35 @@ import zlib
 import pytest
 import tomllib
 
-from hfvram.datafiles import BUILT, DATA, data_table, ggml_types
+from hfvram.datafiles import BUILT, DATA, PACKAGE, data_table, ggml_types, package_table
 
 TOMLS = sorted(p.relative_to(DATA).as_posix() for p in DATA.rglob("*.toml"))
+#: the tables kept beside their engine's code (hfvram/engines/<engine>/*.toml)
+PACKAGE_TOMLS = sorted(p.relative_to(PACKAGE).as_posix() for p in PACKAGE.glob("engines/*/*.toml"))
 
 
 def test_every_toml_has_a_twin():
-    assert "gpus.toml" in TOMLS and "engines/vllm.toml" in TOMLS
-    twins = sorted(p.relative_to(BUILT).with_suffix(".toml").as_posix() for p in BUILT.rglob("*.json"))
+    assert "gpus.toml" in TOMLS and "engines/vllm/rules.toml" in PACKAGE_TOMLS
+    twins = sorted(
+        p.relative_to(BUILT).with_suffix(".toml").as_posix() for p in BUILT.rglob("*.json") if "package" not in p.parts
+    )
     assert twins == TOMLS
+    package_twins = sorted(
+        p.relative_to(BUILT / "package").with_suffix(".toml").as_posix()
+        for p in BUILT.rglob("*.json")
+        if "package" in p.parts
+    )
+    assert package_twins == PACKAGE_TOMLS
+
+
+@pytest.mark.parametrize("name", PACKAGE_TOMLS)
+def test_built_twin_of_an_engine_table_matches_its_toml(name):
+    raw = PACKAGE.joinpath(name).read_bytes()
+    entry = json.loads(BUILT.joinpath("package", name).with_suffix(".json").read_bytes())
+    assert entry["source"] == name
+    assert entry["source_crc32"] == zlib.crc32(raw), "stale: run scripts/build_data_tables.py"
+    assert entry["table"] == tomllib.loads(raw.decode("utf-8"))
+    assert package_table(name) == tomllib.loads(raw.decode("utf-8"))
 
 
 @pytest.mark.parametrize("name", TOMLS)

@@ -9,8 +9,8 @@ import pytest
 from cli_support import LLAMA_FOLDER, SMOLLM_GGUF
 
 from hfvram.datafiles import data_table
+from hfvram.engines import engine_names, parse_engine_name
 from hfvram.estimate.defaults import checkpoint_format, default_engine
-from hfvram.estimate.engines import ENGINE_MODULES, parse_engine_name
 from hfvram.estimate.hardware import parse_gpu_spec
 from hfvram.sources import load_model
 
@@ -44,7 +44,7 @@ def test_default_engine_by_format_and_vendor(models, kind, gpu, engine, noted):
 
 def test_the_table_names_only_known_engines_and_conditions():
     table = data_table("engine_defaults.toml")
-    known = set(ENGINE_MODULES)
+    known = set(engine_names())
     assert parse_engine_name(table["fallback"])[0] in known
     for rule in table["rules"]:
         assert parse_engine_name(rule["engine"])[0] in known

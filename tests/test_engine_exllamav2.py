@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from hfvram.engines.exllamav2 import profile as exllamav2
 from hfvram.errors import UsageError
 from hfvram.estimate.core import estimate
-from hfvram.estimate.engines import exllamav2
 from hfvram.estimate.hardware import parse_gpu_spec
 from hfvram.estimate.types import EngineChoice, Workload
 from hfvram.readers.config import read_config

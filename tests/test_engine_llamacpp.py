@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from hfvram.engines.llamacpp import profile as llamacpp
 from hfvram.errors import UsageError
 from hfvram.estimate.core import estimate, estimate_memory
-from hfvram.estimate.engines import llamacpp
 from hfvram.estimate.types import GPU, EngineChoice, Hardware, Workload
 from hfvram.readers.config import read_config
 from hfvram.readers.gguf import read_gguf_file, spec_from_gguf

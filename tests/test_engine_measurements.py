@@ -161,12 +161,12 @@ def test_exllama_cache_leaves_out_layers_without_attention(results):
 
 def test_each_engine_toml_says_whether_measurements_stand_behind_it(results):
     """The --explain line (the TOML's `measured`) says 'none ...' exactly for engines without a computed case."""
-    import tomllib
+    from hfvram.engines import load_engine_data
 
     profile = {"exllamav3": "exllamav2"}
     computed = {profile.get(r.engine, r.engine) for r in results.values() if r.terms}
     for name in ("tensorrt-llm", "lmdeploy", "exllamav2", "mlx", "transformers"):
-        data = tomllib.loads((ROOT / "hfvram" / "data" / "engines" / f"{name}.toml").read_text(encoding="utf-8"))
+        data = load_engine_data(name)
         text = data["defaults"]["measured"]
         assert text.startswith("none") == (name not in computed), (name, text)
 

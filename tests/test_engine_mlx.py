@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from hfvram.engines.mlx import profile as mlx
 from hfvram.estimate.core import estimate
-from hfvram.estimate.engines import mlx
 from hfvram.estimate.hardware import parse_gpu_spec
 from hfvram.estimate.types import EngineChoice, Workload
 from hfvram.readers.config import read_config

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from hfvram.engines.ollama import profile as ollama
 from hfvram.errors import UsageError
 from hfvram.estimate.core import estimate
-from hfvram.estimate.engines import ollama
 from hfvram.estimate.hardware import parse_gpu_spec
 from hfvram.estimate.types import EngineChoice, Workload
 from hfvram.readers.config import read_config

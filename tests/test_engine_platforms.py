@@ -12,14 +12,14 @@ from cli_support import run_hfvram
 
 from hfvram import check
 from hfvram.datafiles import data_table
-from hfvram.estimate.engines import ENGINE_MODULES
+from hfvram.engines import engine_names
 
 ROWS = data_table("engine_platforms.toml")["refused"]
 GPUS = data_table("gpus.toml")["device"]
 
 
 def test_every_row_names_a_known_engine_a_known_vendor_and_its_source():
-    engines = set(ENGINE_MODULES)
+    engines = set(engine_names())
     vendors = {gpu["vendor"] for gpu in GPUS}
     for row in ROWS:
         assert row["engine"] in engines, row

@@ -1,6 +1,6 @@
 """Engine releases (issue 28): the rule sets of the newer vLLM releases, the CUDA-graph term from the capture
 sizes, the releases table and ``hfvram engines``. Every release and rule read here comes from the data files
-(hfvram/data/engines/*.toml), never from a version typed into the test."""
+(hfvram/engines/*/rules.toml), never from a version typed into the test."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ import pytest
 from cli_support import run_hfvram, validate
 from spec_support import derived_spec
 
+from hfvram.engines import engine_names
+from hfvram.engines.vllm import profile as vllm
 from hfvram.estimate import common, releases
 from hfvram.estimate.core import estimate
-from hfvram.estimate.engines import ENGINE_MODULES, vllm
 from hfvram.estimate.hardware import parse_gpu_spec
 from hfvram.estimate.types import EngineChoice, Workload
 
@@ -194,7 +195,7 @@ def test_engines_command_lists_every_engine_with_its_rule_sets_and_newest_releas
     document = json.loads(done.stdout)
     validate(document, "engine_list")
     by_name = {row["engine"]: row for row in document["engines"]}
-    assert list(by_name) == list(ENGINE_MODULES)
+    assert list(by_name) == list(engine_names())
     vllm_row = by_name["vllm"]
     assert [rule["version"] for rule in vllm_row["rule_sets"]] == list(vllm.PROFILE.rule_versions)
     newest = releases.newest_reviewed("vllm")
@@ -203,7 +204,7 @@ def test_engines_command_lists_every_engine_with_its_rule_sets_and_newest_releas
     assert known is not None and vllm_row["newest_known"]["version"] == known.version
     table = run_hfvram("engines")
     assert table.returncode == 0
-    for name in ENGINE_MODULES:
+    for name in engine_names():
         assert name in table.stdout
     assert f"newest reviewed: {newest.version} ({newest.date_text})" in table.stdout
 

@@ -270,7 +270,8 @@ def test_hybrid_cuda_graphs_scale_with_mixer_blocks_not_mlp_blocks():
 # ---- 13. one table per fact ---------------------------------------------------------------------------------
 
 ESTIMATE_SOURCES = Path(__file__).resolve().parent.parent / "hfvram" / "estimate"
-ENGINE_TOMLS = sorted((Path(__file__).resolve().parent.parent / "hfvram" / "data" / "engines").glob("*.toml"))
+ENGINE_SOURCES = ESTIMATE_SOURCES.parent / "engines"
+ENGINE_TOMLS = sorted(ENGINE_SOURCES.glob("*/rules.toml"))
 #: tables whose keys are data (release versions, GPU names, model types, vendors, policy numbers, the engine flags
 #: named in a warning), not settings
 DATA_KEYED_TABLES = frozenset(
@@ -300,19 +301,20 @@ def _toml_keys(table, path=()):
                 yield from _toml_keys(row, (*here, "[]"))
 
 
-@pytest.mark.parametrize("toml_path", ENGINE_TOMLS, ids=lambda path: path.name)
+@pytest.mark.parametrize("toml_path", ENGINE_TOMLS, ids=lambda path: path.parent.name)
 def test_every_engine_toml_key_is_read_by_the_estimator(toml_path):
     """A constant in an engine TOML that no code reads is a rule that silently does nothing: each key must be
-    named, as a string, by the estimator's code (hfvram/estimate/**)."""
+    named, as a string, by the estimator's code (hfvram/estimate/**, hfvram/engines/**)."""
     import re
 
     import tomllib
 
-    source = "\n".join(path.read_text(encoding="utf-8") for path in ESTIMATE_SOURCES.rglob("*.py"))
+    paths = [*ESTIMATE_SOURCES.rglob("*.py"), *ENGINE_SOURCES.rglob("*.py")]
+    source = "\n".join(path.read_text(encoding="utf-8") for path in paths)
     named = set(re.findall(r"""["']([A-Za-z0-9_.\-]+)["']""", source))
     data = tomllib.loads(toml_path.read_text(encoding="utf-8"))
     unread = sorted("/".join(path) for path in _toml_keys(data) if path[-1] not in named)
-    assert not unread, f"{toml_path.name}: keys no estimator code reads: {unread}"
+    assert not unread, f"{toml_path.parent.name}/{toml_path.name}: keys no estimator code reads: {unread}"
 
 
 def test_ggml_type_table_matches_the_gguf_package():
@@ -325,8 +327,8 @@ def test_ggml_type_table_matches_the_gguf_package():
 
 
 def test_kv_dtype_sizes_come_from_the_dtype_tables():
+    from hfvram.engines.llamacpp import profile as llamacpp
     from hfvram.estimate import common, dtypes
-    from hfvram.estimate.engines import llamacpp
 
     blocks = dtypes.ggml_types()
     for name in ("q8_0", "q4_0", "q5_1", "iq4_nl"):
@@ -351,12 +353,14 @@ def test_ggml_table_loads_without_numpy():
 
 
 def test_estimator_functions_stay_short_or_say_why():
-    """Every function of hfvram/estimate/ (the engine profiles, their shared blocks, the inverse questions) and of
-    hfvram/readers/ keeps to 60 lines; a longer one says why in its docstring ("Longer than 60 lines ...")."""
+    """Every function of hfvram/estimate/ and hfvram/engines/ (the engine profiles, their shared blocks, the inverse
+    questions) and of hfvram/readers/ keeps to 60 lines; a longer one says why in its docstring ("Longer than 60
+    lines ...")."""
     import ast
 
-    paths = sorted(ESTIMATE_SOURCES.rglob("*.py")) + sorted((ESTIMATE_SOURCES.parent / "readers").rglob("*.py"))
-    assert ESTIMATE_SOURCES / "engines" / "vllm.py" in paths and ESTIMATE_SOURCES / "inverse.py" in paths
+    paths = sorted(ESTIMATE_SOURCES.rglob("*.py")) + sorted(ENGINE_SOURCES.rglob("*.py"))
+    paths += sorted((ESTIMATE_SOURCES.parent / "readers").rglob("*.py"))
+    assert ENGINE_SOURCES / "vllm" / "profile.py" in paths and ESTIMATE_SOURCES / "inverse.py" in paths
     assert ESTIMATE_SOURCES.parent / "readers" / "gguf.py" in paths
     long = []
     for path in paths:
@@ -390,10 +394,13 @@ def test_every_memory_flag_is_modelled_or_named_in_a_warning(engine):
 
     root = ESTIMATE_SOURCES.parent / "data"
     flags = tomllib.loads((root / "engine_args.toml").read_text(encoding="utf-8"))["engines"][engine]
-    engine_toml = tomllib.loads((root / "engines" / f"{engine}.toml").read_text(encoding="utf-8"))
+    engine_toml = tomllib.loads((ENGINE_SOURCES / engine / "rules.toml").read_text(encoding="utf-8"))
     source = "\n".join(
-        (ESTIMATE_SOURCES / name).read_text(encoding="utf-8")
-        for name in (f"engines/{engine}.py", "common.py", "engine_rules.py", "multimodal.py")
+        path.read_text(encoding="utf-8")
+        for path in (
+            *sorted((ENGINE_SOURCES / engine).glob("*.py")),
+            *(ESTIMATE_SOURCES / name for name in ("common.py", "engine_rules.py", "multimodal.py")),
+        )
     )
     named = set(re.findall(r"""["']([A-Za-z0-9_.\-]+)["']""", source))
     warned = set(engine_toml["defaults"]["unmodelled_flags"])

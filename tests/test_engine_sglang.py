@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 from spec_support import derived_spec
 
+from hfvram.engines import get_profile
+from hfvram.engines.sglang import profile as sglang
 from hfvram.errors import UsageError
 from hfvram.estimate.common import load_engine_data, rules_for_version
 from hfvram.estimate.core import estimate
-from hfvram.estimate.engines import get_profile, sglang
 from hfvram.estimate.hardware import parse_gpu_spec
 from hfvram.estimate.types import EngineChoice, Workload
 from hfvram.spec import ModelSpec, Weights

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 from spec_support import derived_spec
 
+from hfvram.engines import get_profile
+from hfvram.engines.transformers import profile as transformers_engine
 from hfvram.errors import UsageError
 from hfvram.estimate.core import estimate
-from hfvram.estimate.engines import get_profile, transformers_engine
 from hfvram.estimate.hardware import parse_gpu_spec
 from hfvram.estimate.types import EngineChoice, Workload
 from hfvram.spec import ModelSpec

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 from spec_support import derived_spec
 
+from hfvram.engines import get_profile
+from hfvram.engines.trtllm import profile as trtllm
 from hfvram.estimate.core import estimate
-from hfvram.estimate.engines import get_profile, trtllm
 from hfvram.estimate.hardware import parse_gpu_spec
 from hfvram.estimate.types import EngineChoice, Workload
 from hfvram.spec import ModelSpec

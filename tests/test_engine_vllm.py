@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from spec_support import derived_spec
 
+from hfvram.engines.vllm import profile as vllm
 from hfvram.errors import UsageError
 from hfvram.estimate import common
 from hfvram.estimate.core import estimate
-from hfvram.estimate.engines import vllm
 from hfvram.estimate.hardware import parse_gpu_spec
 from hfvram.estimate.types import GPU, EngineChoice, Hardware, Workload
 from hfvram.spec import ModelSpec, Weights

@@ -1,4 +1,4 @@
-"""vLLM's V0 engine rules (hfvram/estimate/engines/vllm_v0.py, docs/engines/vllm.md#vllm-v0) and the non-torch table
+"""vLLM's V0 engine rules (hfvram/engines/vllm/v0.py, docs/engines/vllm.md#vllm-v0) and the non-torch table
 (docs/engines/vllm.md#vllm-non-torch), checked on published V0 start-up logs (benchmarks/data/groundtruth_cases.jsonl
 ids and the threads they come from, named in each test)."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from spec_support import derived_spec
 
+from hfvram.engines.vllm import v0 as vllm_v0
 from hfvram.estimate.core import estimate
-from hfvram.estimate.engines import vllm_v0
 from hfvram.estimate.types import GPU, EngineChoice, Hardware, Workload
 from hfvram.spec import LayerKind, ModelSpec, Weights
 

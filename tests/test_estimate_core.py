@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from spec_support import bare_spec, derived_spec
 
+from hfvram.engines import engine_names
 from hfvram.errors import UsageError
 from hfvram.estimate import common, inverse
 from hfvram.estimate.core import estimate
-from hfvram.estimate.engines import ENGINE_MODULES
 from hfvram.estimate.hardware import parse_gpu_spec
 from hfvram.estimate.types import Capacity, EngineChoice, PerGpu, Workload
 from hfvram.spec import Layer, LayerKind, ModelSpec, Weights
@@ -284,7 +284,7 @@ def test_context_table_walks_contexts_and_kv_dtypes(llama8b):
     )
 
 
-@pytest.mark.parametrize("engine", sorted(ENGINE_MODULES))
+@pytest.mark.parametrize("engine", sorted(engine_names()))
 def test_unknown_weights_are_never_invented(engine):
     """A spec nothing could size (no header, count, index total or derivable shapes): every engine refuses
     with a read error (exit 3, contract.md) instead of counting the weights as 0."""

@@ -12,10 +12,10 @@ from dataclasses import replace
 import pytest
 from spec_support import HUB, derived_spec
 
+from hfvram.engines.vllm import profile as vllm
 from hfvram.errors import HfvramError
 from hfvram.estimate import common
 from hfvram.estimate.core import estimate
-from hfvram.estimate.engines import vllm
 from hfvram.estimate.hardware import parse_gpu_spec
 from hfvram.estimate.types import EngineChoice, Workload
 from hfvram.spec import ModelSpec

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from spec_support import derived_spec
 
+from hfvram.engines.vllm import profile as vllm
 from hfvram.estimate import common
-from hfvram.estimate.engines import vllm
 from hfvram.estimate.types import GPU, EngineChoice, Hardware, Workload
 
 GiB = 1 << 30
@@ -102,7 +102,7 @@ def test_vllm_utilization_constant_moves_budget_and_text():
 
 
 def sglang_estimate(data: Mapping[str, Any] | None, hardware: Hardware | None = H100):
-    from hfvram.estimate.engines import sglang
+    from hfvram.engines.sglang import profile as sglang
 
     spec = derived_spec("Qwen/Qwen3-14B")
     return sglang.SglangProfile(data).estimate(spec, hardware, EngineChoice("sglang"), Workload(context=8192))
@@ -133,7 +133,7 @@ def test_sglang_unknown_gpu_fraction_is_the_toml_value():
 
 
 def test_lmdeploy_runtime_constant_moves_figure_and_text():
-    from hfvram.estimate.engines import lmdeploy
+    from hfvram.engines.lmdeploy import profile as lmdeploy
 
     spec = derived_spec("meta-llama/Llama-3.1-8B-Instruct")
     choice = EngineChoice("lmdeploy", settings={"backend": "pytorch"})
@@ -152,7 +152,7 @@ def test_lmdeploy_runtime_constant_moves_figure_and_text():
 
 
 def test_llamacpp_overhead_constant_moves_figure_and_text():
-    from hfvram.estimate.engines import llamacpp
+    from hfvram.engines.llamacpp import profile as llamacpp
 
     spec = derived_spec("meta-llama/Llama-3.1-8B-Instruct")
     choice = EngineChoice("llama.cpp")
@@ -171,7 +171,7 @@ def test_llamacpp_overhead_constant_moves_figure_and_text():
 
 
 def test_llamacpp_cell_padding_constant_moves_figure_and_text():
-    from hfvram.estimate.engines import llamacpp
+    from hfvram.engines.llamacpp import profile as llamacpp
 
     spec = derived_spec("meta-llama/Llama-3.1-8B-Instruct")
     choice = EngineChoice("llama.cpp", settings={"ctx-size": "5000", "binary": "llama-cli"})
@@ -194,7 +194,7 @@ M3_MAX = Hardware(GPU(id="m3-max", name="Apple M3 Max", vendor="apple", memory_b
         ("sglang", "SglangProfile", "cuda_context_gib", 0.75, "CUDA context 0.75 GiB", H100),
         ("lmdeploy", "LmdeployProfile", "cuda_context_gib", 0.75, "CUDA context 0.75 GiB", H100),
         ("trtllm", "TrtllmProfile", "cuda_context_gib", 0.75, "CUDA context 0.75 GiB", H100),
-        ("transformers_engine", "TransformersProfile", "cuda_context_gib", 0.75, "CUDA context 0.75 GiB", H100),
+        ("transformers", "TransformersProfile", "cuda_context_gib", 0.75, "CUDA context 0.75 GiB", H100),
         ("exllamav2", "ExLlamaV2Profile", "cuda_context_mib", 700, "CUDA context 700 MiB", H100),
         ("mlx", "MlxProfile", "metal_overhead_mib", 700, "Metal context 700 MiB", M3_MAX),
     ],
@@ -202,7 +202,7 @@ M3_MAX = Hardware(GPU(id="m3-max", name="Apple M3 Max", vendor="apple", memory_b
 def test_overhead_constant_moves_figure_and_text(module, profile, key, value, text, hardware):
     import importlib
 
-    engine_module = importlib.import_module(f"hfvram.estimate.engines.{module}")
+    engine_module = importlib.import_module(f"hfvram.engines.{module}.profile")
     engine = engine_module.ENGINE
     spec = derived_spec("meta-llama/Llama-3.1-8B-Instruct")
     choice = EngineChoice(engine)

@@ -1,4 +1,4 @@
-"""The launch line of every engine (hfvram/estimate/launch.py, hfvram/estimate/engines/*_launch.py): the command that
+"""The launch line of every engine (hfvram/estimate/launch.py, hfvram/engines/*/launch.py): the command that
 reproduces the setting a check judged, pasted back through the real CLI with ``--engine-args``, gives the same figures
 and verdict (docs/engines/launch.md#launch-round-trip). Models are real fixtures (fixtures/hub configs and safetensors
 headers, the SmolLM2 GGUF header); no figure is hard-coded: each check is compared with its own launch line's."""
@@ -183,7 +183,7 @@ def test_vllm_auto_length_reproduces_the_published_auto_fit():
     disabled (every layer full attention), "Auto-fit max_model_len: reduced from 10485760 to 324640 to fit in available
     GPU memory (29.72 GiB available for KV cache)". The page size is hfvram's own for the Scout config (fixture), the
     24 layers a stage holds; the pool is the log's, known to 0.005 GiB."""
-    from hfvram.estimate.engines import vllm
+    from hfvram.engines.vllm import profile as vllm
     from hfvram.estimate.hardware import parse_gpu_spec
     from hfvram.estimate.types import EngineChoice, Workload
     from hfvram.sources import load_model

@@ -1,4 +1,4 @@
-"""The llama.cpp --fit offload plan (hfvram/estimate/offload.py, docs/engines/llamacpp.md#llamacpp-offload-plan)
+"""The llama.cpp --fit offload plan (hfvram/engines/llamacpp/offload.py, docs/engines/llamacpp.md#llamacpp-offload-plan)
 and the host-memory input (hfvram/estimate/host_memory.py): self-consistency of the plan (it keeps the margin, one
 more layer / expert block on the GPU would not), llama.cpp's decision rules, the CLI output and its bad inputs.
 
@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from cli_support import FIXTURES, ROOT, run_hfvram, validate
 
+from hfvram.engines.llamacpp import offload
+from hfvram.engines.llamacpp import profile as lc
 from hfvram.errors import UsageError
-from hfvram.estimate import offload
-from hfvram.estimate.engines import llamacpp as lc
 from hfvram.estimate.hardware import parse_gpu_spec
 from hfvram.estimate.host_memory import host_memory_names, parse_host_memory, parse_ram, pcie_bandwidth_gbs
 from hfvram.estimate.types import EngineChoice, Workload

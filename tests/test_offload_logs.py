@@ -64,7 +64,7 @@ def test_a_published_moe_plan_has_the_shape_hfvram_plans():
     (the Qwen3-30B-A3B header) on a 16 GB card has that shape; the printed patterns differ by build (gate_up)."""
     from cli_support import FIXTURES
 
-    from hfvram.estimate import offload
+    from hfvram.engines.llamacpp import offload
     from hfvram.estimate.hardware import parse_gpu_spec
     from hfvram.estimate.host_memory import parse_host_memory
     from hfvram.estimate.types import EngineChoice, Workload

@@ -10,8 +10,8 @@ from dataclasses import replace
 
 from cli_support import FIXTURES
 
-from hfvram.estimate import offload
-from hfvram.estimate.engines import llamacpp as lc
+from hfvram.engines.llamacpp import offload
+from hfvram.engines.llamacpp import profile as lc
 from hfvram.estimate.hardware import parse_gpu_spec
 from hfvram.estimate.host_memory import parse_host_memory
 from hfvram.estimate.types import EngineChoice, Workload

@@ -19,8 +19,8 @@ import pytest
 from cli_support import ROOT, run_hfvram, validate
 
 from hfvram import quant
+from hfvram.engines import get_profile
 from hfvram.errors import UsageError
-from hfvram.estimate.engines import get_profile
 from hfvram.estimate.hardware import catalog_row, load_catalog, parse_gpu_spec
 from hfvram.estimate.types import EngineChoice, Workload
 from hfvram.quant import hub_formats

@@ -129,8 +129,8 @@ def citations(text: str, path: Path):
 
 def test_the_scan_sees_the_repository():
     files = {p.relative_to(ROOT).as_posix() for p in scanned_files()}
-    assert "hfvram/estimate/engines/vllm.py" in files
-    assert "hfvram/data/engines/vllm.toml" in files
+    assert "hfvram/engines/vllm/profile.py" in files
+    assert "hfvram/engines/vllm/rules.toml" in files
     assert "docs/methodology.md" in files
     assert "tests/test_repo_hygiene.py" in files
     assert "fixtures/README.md" in files

@@ -18,9 +18,9 @@ from click.testing import CliRunner
 from spec_support import config_of, derived_spec
 
 from hfvram.cli import cli
+from hfvram.engines.vllm import features as vllm_features
 from hfvram.errors import UsageError
 from hfvram.estimate.core import estimate
-from hfvram.estimate.engines import vllm_features
 from hfvram.estimate.hardware import parse_gpu_spec
 from hfvram.estimate.types import DraftModel, EngineChoice, Workload
 

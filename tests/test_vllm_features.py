@@ -11,9 +11,9 @@ from click.testing import CliRunner
 from spec_support import config_of, derived_spec
 
 from hfvram.cli import cli
+from hfvram.engines.vllm import features as vllm_features
 from hfvram.errors import UsageError
 from hfvram.estimate.core import estimate
-from hfvram.estimate.engines import vllm_features
 from hfvram.estimate.hardware import parse_gpu_spec
 from hfvram.estimate.types import EngineChoice, Workload
 
@@ -326,6 +326,6 @@ def test_sglang_cpu_offload_is_the_same_rule():
 
 def run_rules():
     """vllm.toml's rules for the newest release (the LoRA constants are release-independent)."""
-    from hfvram.estimate.engines import vllm
+    from hfvram.engines.vllm import profile as vllm
 
     return vllm.PROFILE.rules(None)[1]

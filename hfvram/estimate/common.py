@@ -1,6 +1,6 @@
 """Building blocks shared by every engine profile (pure functions, no engine-specific rules).
 
-Engine modules (``hfvram.estimate.engines.*``) compose these into their own accounting; the rules that
+Engine modules (``hfvram.engines.<engine>.profile``) compose these into their own accounting; the rules that
 differ between engines (budgets, defaults, page sizes) stay in the engine module and its TOML file.
 All sizes are bytes; "per rank" means one GPU of a tensor-/pipeline-parallel set.
 Sources: ``docs/engines/common.md`` (shared blocks), ``docs/engines/vllm.md#vllm-parallelism`` (parallelism),
@@ -552,8 +552,11 @@ def resolve_parallel(
 
 
 def load_engine_data(name: str) -> Mapping[str, Any]:
-    """The parsed ``hfvram/data/engines/<name>.toml`` (cached)."""
-    return data_table(f"engines/{name}.toml")
+    """The parsed ``rules.toml`` of engine ``name`` (``hfvram/engines/<engine>/rules.toml``; shared, read-only)."""
+    # the registry imports the estimator's types, so it is imported when first asked, not with this module
+    from hfvram.engines import load_engine_data as registry_data
+
+    return registry_data(name)
 
 
 @lru_cache(maxsize=1024)
@@ -588,7 +591,7 @@ def pick_rule_version(requested: str | None, rule_versions: Iterable[str]) -> st
 
 def engine_rules(name: str, requested: str | None) -> tuple[str, dict[str, Any]]:
     """The rule version ``requested`` maps to and the rules in force at it. The versions are the toml's
-    ``rule_versions`` list, else the keys of its ``[versions]`` tables (``data/engines/<name>.toml``)."""
+    ``rule_versions`` list, else the keys of its ``[versions]`` tables (``hfvram/engines/<engine>/rules.toml``)."""
     data = load_engine_data(name)
     version = pick_rule_version(requested, data.get("rule_versions") or data.get("versions", {}))
     return version, rules_for_version(data, version)

@@ -1,6 +1,6 @@
 """The estimator's entry point: spec + hardware + engine + workload -> Estimate (pure).
 
-Each engine profile (``hfvram.estimate.engines.<name>``) computes the four terms on the worst GPU (weights,
+Each engine profile (``hfvram.engines.<engine>.profile``) computes the four terms on the worst GPU (weights,
 KV cache, activations, engine overhead), the memory the engine may use, the verdict and the capacity, from
 the shared building blocks in ``hfvram.estimate.common``. This module only checks the inputs and dispatches.
 """
@@ -11,9 +11,9 @@ from dataclasses import replace
 from typing import Any
 
 from hfvram.datafiles import data_table
+from hfvram.engines import get_profile, parse_engine_name
 from hfvram.errors import UsageError
 from hfvram.estimate import common, engine_rules, mixed
-from hfvram.estimate.engines import get_profile, parse_engine_name
 from hfvram.estimate.types import EngineChoice, Estimate, Hardware, Workload
 from hfvram.spec import GROWING_KINDS, RECURRENT_KINDS, WINDOWED_KINDS, LayerKind, ModelSpec
 
@@ -66,12 +66,12 @@ def with_offload(result: Estimate, choice: EngineChoice, workload: Workload) -> 
     if result.hardware is None or result.verdict is None:
         return result
     if str(result.engine.get("name")) in WEIGHT_OFFLOAD_ENGINES and common.setting(choice, "cpu-offload-gb"):
-        from hfvram.estimate import offload
+        from hfvram.engines.llamacpp import offload
 
         return offload.with_cpu_offload_gb(result, choice)
     if str(result.engine.get("name")) not in OFFLOADING_ENGINES:
         return result
-    from hfvram.estimate import offload
+    from hfvram.engines.llamacpp import offload
 
     name, version = parse_engine_name(choice.name)
     if version and not choice.version:

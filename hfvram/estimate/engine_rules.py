@@ -1,5 +1,5 @@
 """What an engine refuses before any memory is counted: the KV dtypes, setting names, parallel sizes,
-hardware and releases it knows. The facts are data (``[accepts]`` in ``hfvram/data/engines/<name>.toml``,
+hardware and releases it knows. The facts are data (``[accepts]`` in ``hfvram/engines/<engine>/rules.toml``,
 with their sources); this module only applies them.
 
 - a KV dtype the engine does not have is a usage error (exit 2), listing the ones it has;

@@ -61,7 +61,7 @@ def context_following(choice: EngineChoice) -> EngineChoice:
     """``choice`` without the engine's own context setting, so that the context it serves follows ``--context``."""
     if not choice.settings:
         return choice  # the common case: nothing to drop
-    from hfvram.estimate.engines import parse_engine_name
+    from hfvram.engines import parse_engine_name
 
     names = context_setting_names(parse_engine_name(choice.name)[0])
     kept = {key: value for key, value in choice.settings.items() if _norm(key) not in names}

@@ -1,6 +1,6 @@
 """The command line that reproduces the setting a check judged (``launch`` in every check).
 
-Each engine's writer lives next to that engine's profile (``hfvram/estimate/engines/<engine>_launch.py``, a
+Each engine's writer lives next to that engine's profile (``hfvram/engines/<engine>/launch.py``, a
 ``launch(est, choice, ref)`` function) and is imported lazily; this module holds what they share: how the model is
 named (:class:`ModelRef`), the result (:class:`Launch`), shell quoting (``shlex``) and the user's own settings carried
 onto the line. Pure: no files, no network. Round trip (docs/engines/launch.md#launch-round-trip): the printed line,
@@ -16,18 +16,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hfvram.estimate.types import EngineChoice, Estimate
-
-#: engine name -> the module holding its launch writer
-LAUNCH_MODULES: dict[str, str] = {
-    "vllm": "hfvram.estimate.engines.vllm_launch",
-    "sglang": "hfvram.estimate.engines.sglang_launch",
-    "llama.cpp": "hfvram.estimate.engines.llamacpp_launch",
-    "ollama": "hfvram.estimate.engines.ollama_launch",
-    "tensorrt-llm": "hfvram.estimate.engines.trtllm_launch",
-    "lmdeploy": "hfvram.estimate.engines.lmdeploy_launch",
-    "exllamav2": "hfvram.estimate.engines.exllamav2_launch",
-    "mlx": "hfvram.estimate.engines.mlx_launch",
-}
 
 
 @dataclass(frozen=True)
@@ -85,7 +73,10 @@ class Launch:
 def launch_for(est: Estimate, choice: EngineChoice, ref: ModelRef) -> Launch | None:
     """The launch line of ``est`` (None for an engine without a command line: transformers is a library)."""
     name = str(est.engine.get("name") or choice.name)
-    module = LAUNCH_MODULES.get(name)
+    from hfvram.engines import registry
+
+    entry = registry().get(name)
+    module = entry.launch_module if entry is not None else None
     if module is None:
         return None
     writer: Any = importlib.import_module(module).launch

@@ -1,6 +1,6 @@
 """Mixed GPU sets (``--gpu rtx4090+rtx3090``): what each engine does with cards of different sizes
 (hfvram/data/mixed_sets.toml). llama.cpp and Ollama split whole layers by each device's free memory (the profile
-places them, ``hfvram.estimate.engines.llamacpp``); engines that shard tensors equally are held to the smallest
+places them, ``hfvram.engines.llamacpp.profile``); engines that shard tensors equally are held to the smallest
 card, said in a warning; engines that run on one device refuse the set."""
 
 from __future__ import annotations

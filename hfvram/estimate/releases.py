@@ -1,7 +1,7 @@
 """The releases of each engine hfvram knows: when each came out, whether its memory-relevant changes were
 reviewed, and which rule set it runs under.
 
-The facts are data: the ``[releases."X"]`` tables of ``hfvram/data/engines/<name>.toml`` (docs/engines/README.md
+The facts are data: the ``[releases."X"]`` tables of ``hfvram/engines/<engine>/rules.toml`` (docs/engines/README.md
 says how to add one). A release is ``reviewed`` when its changes were read (its rules are then the rule set in
 force at it, possibly an older one: "none found"); ``reviewed = false`` marks a release known to exist whose
 changes were not read. Dates are exact, or ``date_bound = "by"`` (the release existed on that date).
@@ -132,10 +132,10 @@ def _release_dict(release: Release | None) -> dict[str, Any] | None:
 def engines_document() -> dict[str, Any]:
     """Every engine with its rule-set versions (each with the release it was filed under and that release's date),
     the newest release whose changes were reviewed and the newest known to exist (schema hfvram.engine_list/1)."""
-    from hfvram.estimate.engines import ENGINE_MODULES, get_profile
+    from hfvram.engines import engine_names, get_profile
 
     rows = []
-    for name in ENGINE_MODULES:
+    for name in engine_names():
         profile = get_profile(name)
         rule_sets = []
         for version in profile.rule_versions:

@@ -1,4 +1,4 @@
-"""Inputs and outputs of the estimator. Pure data; the rules live in hfvram.estimate.engines."""
+"""Inputs and outputs of the estimator. Pure data; the rules live in hfvram.engines (one folder per engine)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 from hfvram.spec import ModelSpec
 
 if TYPE_CHECKING:
+    from hfvram.engines.llamacpp.offload import OffloadPlan
     from hfvram.estimate.host_memory import HostMemory
-    from hfvram.estimate.offload import OffloadPlan
 
 VERDICT_FITS = "fits"
 VERDICT_TIGHT = "tight"

@@ -453,10 +453,9 @@ def _gpu_facts(hardware: Any) -> tuple[str, str, str | None]:
 
 
 def _engine_key(engine: str) -> str:
-    from hfvram.estimate.engines import ENGINE_ALIASES
+    from hfvram.engines import canonical_name
 
-    key = engine.strip().lower().partition("@")[0]
-    return ENGINE_ALIASES.get(key, key)
+    return canonical_name(engine.strip().partition("@")[0])
 
 
 def engine_rule(choice: HubChoice, engine: str | None, hardware: Any) -> tuple[str | None, tuple[str, ...]]:

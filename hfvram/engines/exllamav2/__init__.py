@@ -1,0 +1,1 @@
+"""exllamav2: everything hfvram knows about it lives in this folder (``engine.toml``, ``rules.toml``, ``profile.py``)."""

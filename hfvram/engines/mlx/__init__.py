@@ -1,0 +1,1 @@
+"""mlx: everything hfvram knows about it lives in this folder (``engine.toml``, ``rules.toml``, ``profile.py``)."""
