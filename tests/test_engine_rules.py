@@ -375,7 +375,7 @@ def test_estimator_functions_stay_short_or_say_why():
     assert not long, f"functions over 60 lines without a reason: {long}"
 
 
-#: flags of engine_args.toml that change no GPU memory: no warning (and the output says nothing about them)
+#: flags of an engine's settings.toml that change no GPU memory: no warning (and the output says nothing about them)
 MEMORY_NEUTRAL_FLAGS = {
     # prefix caching reuses blocks of the same pool (docs/engines/vllm.md#vllm-kv-groups)
     "vllm": {"no-enable-prefix-caching"},
@@ -386,14 +386,13 @@ MEMORY_NEUTRAL_FLAGS = {
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_every_memory_flag_is_modelled_or_named_in_a_warning(engine):
-    """Issue 12: every flag of the engine that hfvram keeps (engine_args.toml ``settings``) is read by the profile
+    """Issue 12: every flag of the engine that hfvram keeps (its settings.toml ``settings``) is read by the profile
     (named in its code), listed in the engine TOML's ``unmodelled_flags`` (a warning names it) or memory-neutral."""
     import re
 
     import tomllib
 
-    root = ESTIMATE_SOURCES.parent / "data"
-    flags = tomllib.loads((root / "engine_args.toml").read_text(encoding="utf-8"))["engines"][engine]
+    flags = tomllib.loads((ENGINE_SOURCES / engine / "settings.toml").read_text(encoding="utf-8"))["command_line"]
     engine_toml = tomllib.loads((ENGINE_SOURCES / engine / "rules.toml").read_text(encoding="utf-8"))
     source = "\n".join(
         path.read_text(encoding="utf-8")

@@ -10,8 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from hfvram.datafiles import data_table
-from hfvram.engines import get_profile, parse_engine_name
+from hfvram.engines import get_profile, parse_engine_name, registry
 from hfvram.errors import UsageError
 from hfvram.estimate import common, engine_rules, mixed
 from hfvram.estimate.types import EngineChoice, Estimate, Hardware, Workload
@@ -111,9 +110,10 @@ def estimate_memory(spec: ModelSpec, hardware: Hardware | None, choice: EngineCh
 
 
 def kv_pool_sized_by(engine: str) -> str | None:
-    """``memory`` / ``context`` / ``none``: what the engine sizes its KV pool by (hfvram/data/capacity.toml)."""
-    value = data_table("capacity.toml")["kv_pool_sized_by"].get(engine)
-    return str(value) if value else None
+    """``memory`` / ``context`` / ``none``: what the engine sizes its KV pool by (``kv_pool_sized_by`` of its
+    hfvram/engines/<engine>/engine.toml)."""
+    entry = registry().get(engine)
+    return entry.kv_pool_sized_by if entry else None
 
 
 #: rope types whose factor does not lengthen the context the engine derives (vLLM _get_and_verify_max_len)

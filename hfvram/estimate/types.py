@@ -175,7 +175,7 @@ class Capacity:
     #: does_not_fit, all else unchanged, never above the model's limit)
     max_context: int | None = None
     #: what the engine sizes the pool of ``kv_tokens`` by: "memory" (the budget's remainder), "context" (the
-    #: context setting × slots) or "none" (a cache per request); hfvram/data/capacity.toml
+    #: context setting × slots) or "none" (a cache per request); the engine's engine.toml says which
     kv_pool_sized_by: str | None = None
 
 
