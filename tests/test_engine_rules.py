@@ -327,14 +327,14 @@ def test_ggml_type_table_matches_the_gguf_package():
 
 
 def test_kv_dtype_sizes_come_from_the_dtype_tables():
-    from hfvram.engines.llamacpp import profile as llamacpp
+    from hfvram.engines.llamacpp.settings import GGML_BLOCKS
     from hfvram.estimate import common, dtypes
 
     blocks = dtypes.ggml_types()
     for name in ("q8_0", "q4_0", "q5_1", "iq4_nl"):
         _, block, size = blocks[name]
         assert common.kv_dtype_bytes(name) == size / block
-        assert llamacpp.GGML_BLOCKS[name] == (block, size)
+        assert GGML_BLOCKS[name] == (block, size)
     assert common.kv_dtype_bytes("bfloat16") == 2.0 and common.kv_dtype_bytes("fp8_e4m3") == 1.0
 
 
