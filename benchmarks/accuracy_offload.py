@@ -28,8 +28,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from hfvram.engines.llamacpp import profile as llamacpp  # noqa: E402
 from hfvram.engines.llamacpp import offload  # noqa: E402
+from hfvram.engines.llamacpp import profile as llamacpp  # noqa: E402
 from hfvram.estimate.host_memory import parse_host_memory  # noqa: E402
 from hfvram.estimate.types import EngineChoice, Workload  # noqa: E402
 from hfvram.readers.gguf import read_gguf_file, spec_from_gguf  # noqa: E402
