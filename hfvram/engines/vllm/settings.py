@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from hfvram.engines.base import unmodelled_flag_notes
 from hfvram.engines.vllm import features
 from hfvram.errors import UsageError
 from hfvram.estimate import common, multimodal
@@ -271,13 +272,7 @@ def unmodelled_flag_warnings(spec: ModelSpec, choice: EngineChoice, rules: Rules
     """One warning per flag vLLM reads that hfvram does not model (vllm.md#vllm-unmodelled-flags): the TOML's
     ``unmodelled_flags`` and ``--quantization`` on an unquantized checkpoint other than fp8 (speculative decoding:
     :func:`vllm_features.speculative_warnings`)."""
-    notes = []
-    for flag, left_out in rules["unmodelled_flags"].items():
-        raw = common.setting(choice, flag)
-        if raw is None or raw.strip().lower() in ("false", "0", "no", "off"):
-            continue
-        shown = f"--{flag}" if raw.strip().lower() in ("", "true") else f"--{flag} {raw[:60]}"
-        notes.append(f"{shown}: hfvram does not account for {left_out}")
+    notes = unmodelled_flag_notes(choice, rules["unmodelled_flags"])
     if quantization in rules["inflight_quantizations"] and spec.quantization is None:
         notes.append(
             f"--quantization {quantization}: vLLM quantizes this unquantized checkpoint while loading it; hfvram "
