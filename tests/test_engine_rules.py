@@ -304,7 +304,8 @@ def _toml_keys(table, path=()):
 @pytest.mark.parametrize("toml_path", ENGINE_TOMLS, ids=lambda path: path.parent.name)
 def test_every_engine_toml_key_is_read_by_the_estimator(toml_path):
     """A constant in an engine TOML that no code reads is a rule that silently does nothing: each key must be
-    named, as a string, by the estimator's code (hfvram/estimate/**, hfvram/engines/**)."""
+    named, as a string or as an attribute of an engine's typed constants, by the estimator's code
+    (hfvram/estimate/**, hfvram/engines/**)."""
     import re
 
     import tomllib
@@ -312,6 +313,8 @@ def test_every_engine_toml_key_is_read_by_the_estimator(toml_path):
     paths = [*ESTIMATE_SOURCES.rglob("*.py"), *ENGINE_SOURCES.rglob("*.py")]
     source = "\n".join(path.read_text(encoding="utf-8") for path in paths)
     named = set(re.findall(r"""["']([A-Za-z0-9_.\-]+)["']""", source))
+    # an engine on the staged contract reads its constants as attributes of its typed Constants (constants.x)
+    named |= set(re.findall(r"\bconstants\.([A-Za-z_]\w*)", source))
     data = tomllib.loads(toml_path.read_text(encoding="utf-8"))
     unread = sorted("/".join(path) for path in _toml_keys(data) if path[-1] not in named)
     assert not unread, f"{toml_path.parent.name}/{toml_path.name}: keys no estimator code reads: {unread}"
@@ -327,14 +330,14 @@ def test_ggml_type_table_matches_the_gguf_package():
 
 
 def test_kv_dtype_sizes_come_from_the_dtype_tables():
-    from hfvram.engines.llamacpp import profile as llamacpp
+    from hfvram.engines.llamacpp.settings import GGML_BLOCKS
     from hfvram.estimate import common, dtypes
 
     blocks = dtypes.ggml_types()
     for name in ("q8_0", "q4_0", "q5_1", "iq4_nl"):
         _, block, size = blocks[name]
         assert common.kv_dtype_bytes(name) == size / block
-        assert llamacpp.GGML_BLOCKS[name] == (block, size)
+        assert GGML_BLOCKS[name] == (block, size)
     assert common.kv_dtype_bytes("bfloat16") == 2.0 and common.kv_dtype_bytes("fp8_e4m3") == 1.0
 
 

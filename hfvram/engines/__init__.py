@@ -27,6 +27,8 @@ FOLDER = Path(__file__).resolve().parent
 
 #: the keys an ``engine.toml`` holds; any other key is refused when the registry loads
 _IDENTITY_KEYS = frozenset({"name", "aliases", "rank", "docs"})
+#: the keys it may hold (``command_line = false``: a library, no launch line; true when absent)
+_OPTIONAL_KEYS = frozenset({"command_line"})
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,8 @@ class EngineEntry:
     rank: int
     #: its note page, relative to ``docs/engines/``
     docs: str
+    #: whether it is started from a command line (then its folder has ``launch.py``); false for a library
+    command_line: bool = True
 
     @property
     def folder(self) -> Path:
@@ -64,7 +68,7 @@ class EngineEntry:
 
 def _entry(folder: Path) -> EngineEntry:
     table = package_table(f"engines/{folder.name}/engine.toml")
-    unknown = set(table) - _IDENTITY_KEYS
+    unknown = set(table) - _IDENTITY_KEYS - _OPTIONAL_KEYS
     missing = _IDENTITY_KEYS - set(table)
     if unknown or missing:
         raise ValueError(
@@ -75,12 +79,15 @@ def _entry(folder: Path) -> EngineEntry:
         raise ValueError(f"hfvram/engines/{folder.name}/engine.toml: aliases must be a list of lower-case names")
     if not isinstance(table["name"], str) or not isinstance(table["rank"], int) or not isinstance(table["docs"], str):
         raise ValueError(f"hfvram/engines/{folder.name}/engine.toml: name and docs are text, rank a whole number")
+    if not isinstance(table.get("command_line", True), bool):
+        raise ValueError(f"hfvram/engines/{folder.name}/engine.toml: command_line is true or false")
     return EngineEntry(
         name=table["name"],
         package=f"{__name__}.{folder.name}",
         aliases=tuple(aliases),
         rank=table["rank"],
         docs=table["docs"],
+        command_line=table.get("command_line", True),
     )
 
 

@@ -71,12 +71,15 @@ def with_offload(result: Estimate, choice: EngineChoice, workload: Workload) -> 
         return offload.with_cpu_offload_gb(result, choice)
     if str(result.engine.get("name")) not in OFFLOADING_ENGINES:
         return result
-    from hfvram.engines.llamacpp import offload
+    if str(result.engine.get("name")) == "ollama":
+        from hfvram.engines.ollama.offload import apply_to_estimate
+    else:
+        from hfvram.engines.llamacpp.offload import apply_to_estimate
 
     name, version = parse_engine_name(choice.name)
     if version and not choice.version:
         choice = replace(choice, name=name, version=version)
-    return offload.apply_to_estimate(result, choice, workload)
+    return apply_to_estimate(result, choice, workload)
 
 
 def estimate_memory(spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload) -> Estimate:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from hfvram.spec import ModelSpec
 
 if TYPE_CHECKING:
-    from hfvram.engines.llamacpp.offload import OffloadPlan
+    from hfvram.engines.llamacpp.offload_plan import OffloadPlan
     from hfvram.estimate.host_memory import HostMemory
 
 VERDICT_FITS = "fits"
