@@ -107,6 +107,12 @@ class Table:
             raise self._fail(key, "a table of names")
         return dict(value)
 
+    def table_of(self, key: str) -> Mapping[str, Any]:
+        value = self.table.get(key, {})
+        if not isinstance(value, Mapping):
+            raise self._fail(key, "a table")
+        return value
+
     def rows(self, key: str) -> list[Any]:
         value = self.table.get(key, [])
         if not isinstance(value, list):
@@ -220,7 +226,8 @@ class HubQuant:
     formats: Mapping[str, HubFormatRule] = field(default_factory=dict, hash=False)
 
 
-def _hub_quant(table: object, where: str) -> HubQuant:
+def hub_quant(table: object, where: str) -> HubQuant:
+    """The typed ``[hub_quant]`` table of one ``engine.toml`` (``where``: its path and table, for the errors)."""
     if isinstance(table, Mapping) and "refused" in table:
         refusal = Table(table, where, {"refused", "doc"})
         return HubQuant(doc=refusal.required_text("doc"), refused=refusal.required_text("refused"))
@@ -259,7 +266,9 @@ def engine_facts(table: Mapping[str, Any], where: str) -> dict[str, Any]:
         "kv_pool_sized_by": row.required_text("kv_pool_sized_by", KV_POOLS),
         "mixed_set": row.required_text("mixed_set", MIXED_SETS),
         "command_line": row.required_flag("command_line"),
-        "hub_quant": _hub_quant(table["hub_quant"], f"{where} [hub_quant]"),
+        # read into a HubQuant when first asked for (only --quant needs it; most of the file, so the registry stays
+        # cheap to build on every run); the type of the table is checked here
+        "hub_quant_table": row.table_of("hub_quant"),
         "refused_on": tuple(
             _platform(item, f"{where} [[refused_on]] row {n + 1}") for n, item in enumerate(row.rows("refused_on"))
         ),
