@@ -6,12 +6,12 @@ the readers derive the spec from them at load time, so a reader fix applies to c
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from hfvram.errors import MalformedFileError
+from hfvram.memo import ValueCache
 from hfvram.spec import ModelSpec, Weights
 
 if TYPE_CHECKING:
@@ -171,24 +171,17 @@ def _check_index_metadata(metadata: Mapping[str, object]) -> None:
             check_count(value, bound("safetensors", section), file=INDEX_FILE, field=f"metadata.{key}")
 
 
-_DERIVED: dict[tuple[str, tuple[tuple[str, str], ...]], Weights | None] = {}
-_DERIVED_LOCK = threading.Lock()
-_DERIVED_KEPT = 256
+#: config-shape weights by the config text (and companions) they are derived from
+_DERIVED: ValueCache[tuple[str, tuple[tuple[str, str], ...]], Weights | None] = ValueCache(
+    "sources.derived_weights", 256
+)
 
 
 def _derived_once(spec: ModelSpec, config: Mapping[str, object] | None, facts: CheckpointFacts) -> Weights | None:
     """:func:`derived_or_none`, computed once per config.json text (and companions): the shapes depend on
     nothing else, and a scan meets the same config many times (fine-tunes of one base ship it unchanged)."""
     key = (facts.config_text, tuple(sorted(facts.companions.items())))
-    with _DERIVED_LOCK:
-        if key in _DERIVED:
-            return _DERIVED[key]
-    derived = derived_or_none(spec, config)
-    with _DERIVED_LOCK:
-        while len(_DERIVED) >= _DERIVED_KEPT:
-            del _DERIVED[next(iter(_DERIVED))]
-        _DERIVED[key] = derived
-    return derived
+    return _DERIVED.get_or_compute(key, lambda: derived_or_none(spec, config))
 
 
 def derived_or_none(spec: ModelSpec, config: Mapping[str, object] | None = None) -> Weights | None:
