@@ -139,9 +139,9 @@ PASTED_FIELDS = (
 def _pasted_conflicts(pasted: ParsedEngineArgs, explicit: dict[str, Any], settings: dict[str, str]) -> list[str]:
     """An explicit option that disagrees with the pasted command line wins, and says so; the pasted flag is
     dropped so that the engine does not read it either."""
-    from hfvram.datafiles import data_table
+    from hfvram.estimate.engine_args import command_line_fields
 
-    fields = (data_table("engine_args.toml")["engines"].get(pasted.engine or "") or {}).get("fields", {})
+    fields = command_line_fields(pasted.engine)
     notes = []
     for name, option in PASTED_FIELDS:
         mine, theirs = explicit.get(name), getattr(pasted, name)
@@ -631,9 +631,9 @@ def add_offload_plan(report: dict[str, Any], request: Request, loaded: LoadedMod
     plan = est.offload
     if plan is None or "offload_plan" not in report or plan.planner != "llama.cpp":
         return
-    from hfvram.engines.llamacpp import offload
+    from hfvram.engines.llamacpp.fit import command_line
 
-    report["offload_plan"]["command"] = offload.command_line(plan, plan.usage.settings, model_argument(loaded))
+    report["offload_plan"]["command"] = command_line(plan, plan.usage.settings, model_argument(loaded))
 
 
 # ---- the --quant what-if -------------------------------------------------------------------------------------
@@ -1042,9 +1042,9 @@ def fit_report(request: Request, options: RunOptions) -> dict[str, Any]:
     document["warnings"] = list(dict.fromkeys(document["warnings"] + notes))
     plan = document.get("_offload")
     if plan is not None and "offload_plan" in document and plan.planner == "llama.cpp":
-        from hfvram.engines.llamacpp import offload
+        from hfvram.engines.llamacpp.fit import command_line
 
-        document["offload_plan"]["command"] = offload.command_line(plan, plan.usage.settings, model_argument(loaded))
+        document["offload_plan"]["command"] = command_line(plan, plan.usage.settings, model_argument(loaded))
     from hfvram.redaction import redact_document
 
     return redact_document(document)

@@ -2,14 +2,15 @@
 this test names whatever a folder lacks.
 
 For each engine of the registry, :func:`contract_problems` checks that its folder is complete and consistent:
-``engine.toml`` says what the registry holds; ``rules.toml`` is there and every key in it is read by code (the
-engine's own folder or the shared estimator); ``profile.PROFILE`` is an ``EngineProfile`` under the registry's name
-whose rule versions are those its ``rules.toml`` declares; the note page ``docs/engines/<docs>`` exists and every
-``docs/engines/…#anchor`` the folder cites is a heading there; an engine started from a command line has a launch
-writer ``launch(est, choice, ref)`` (one declared ``command_line = false`` in its ``engine.toml`` has none); a
-start-up-log reader (``log.py``), where there is one, has ``parse``; and the engine has its row in every table keyed
-by engine. The checks are plain functions of an entry, so that the stub test below can run them on a folder built in
-``tmp_path`` and show that each missing piece is named.
+``engine.toml`` is one the registry reads (hfvram.engines.identity) and says what it holds; ``rules.toml`` is there
+and every key in it is read by code (the engine's own folder or the shared estimator); ``profile.PROFILE`` is an
+``EngineProfile`` under the registry's name whose rule versions are those its ``rules.toml`` declares; the note page
+``docs/engines/<docs>`` exists and every ``docs/engines/…#anchor`` the folder cites is a heading there; an engine
+started from a command line has a launch writer ``launch(est, choice, ref)`` and its flags in ``settings.toml`` (one
+declared ``command_line = false`` in its ``engine.toml`` has neither); a start-up-log reader (``log.py``), where
+there is one, has ``parse``; and the engine has its row in the tables keyed by engine that live outside the folders
+(quant/gguf.toml's GGUF what-if policy). The checks are plain functions of an entry, so that the stub test below can
+run them on a folder built in ``tmp_path`` and show that each missing piece is named.
 """
 
 from __future__ import annotations
@@ -27,8 +28,7 @@ import pytest
 import tomllib
 from test_repo_hygiene import anchors_of
 
-from hfvram.datafiles import data_table
-from hfvram.engines import EngineEntry, EngineProfile, registry
+from hfvram.engines import EngineEntry, EngineProfile, identity, registry
 
 ROOT = Path(__file__).resolve().parent.parent
 ENGINES = ROOT / "hfvram" / "engines"
@@ -57,46 +57,21 @@ CITATION = re.compile(r"docs/engines/(?P<page>[\w-]+)\.md(?:#(?P<anchor>[\w-]+))
 LAUNCH_PARAMETERS = ["est", "choice", "ref"]
 
 
-# ---- the tables keyed by engine, each read through the estimator's own lookup --------------------------------------
+# ---- the tables keyed by engine outside its folder ------------------------------------------------------------
 
 
-def _command_line_table(name: str) -> object:
-    from hfvram.estimate.engine_args import _engine_table
+def gguf_policy() -> Mapping[str, Any]:
+    """hfvram/data/quant/gguf.toml [engines]: which engines run a GGUF what-if (``runs``), with a warning
+    (``warned``) or refuse it with their own reason (``refused``), read through the quant package's loader."""
+    from hfvram.quant.gguf_tensors import gguf_table
 
-    return _engine_table(name)
-
-
-def _kv_pool_rule(name: str) -> object:
-    from hfvram.estimate.core import kv_pool_sized_by
-
-    return kv_pool_sized_by(name)
+    table: Mapping[str, Any] = gguf_table()["engines"]
+    return table
 
 
-def _mixed_set_rule(name: str) -> object:
-    # hfvram.estimate.mixed.mixed_rule answers even_split for an engine the table lacks, so ask the table itself
-    return data_table("mixed_sets.toml")["engines"].get(name)
-
-
-#: (the table, its lookup: None when the engine has no row, whether only engines with a command line need one)
-ENGINE_TABLES = (
-    ("hfvram/data/engine_args.toml [engines] (its command line)", _command_line_table, True),
-    ("hfvram/data/capacity.toml [kv_pool_sized_by]", _kv_pool_rule, False),
-    ("hfvram/data/mixed_sets.toml [engines]", _mixed_set_rule, False),
-)
-
-
-def engines_named_by_tables() -> dict[str, set[str]]:
-    """Every engine name each engine-keyed table holds (as keys or in rows)."""
-    defaults = data_table("engine_defaults.toml")
-    return {
-        "engine_args.toml [engines]": set(data_table("engine_args.toml")["engines"]),
-        "capacity.toml [kv_pool_sized_by]": set(data_table("capacity.toml")["kv_pool_sized_by"]),
-        "mixed_sets.toml [engines]": set(data_table("mixed_sets.toml")["engines"]),
-        "engine_platforms.toml [[refused]]": {
-            str(row["engine"]) for row in data_table("engine_platforms.toml")["refused"]
-        },
-        "engine_defaults.toml": {str(defaults["fallback"])} | {str(rule["engine"]) for rule in defaults["rules"]},
-    }
+def gguf_policy_engines() -> set[str]:
+    table = gguf_policy()
+    return {*table["runs"], *table.get("warned", {}), *table.get("refused", {})}
 
 
 # ---- the checks ----------------------------------------------------------------------------------------------
@@ -135,22 +110,32 @@ def _toml_keys(table: Mapping[str, Any], path: tuple[str, ...] = ()) -> Iterator
 
 
 def _names_in_code(folder: Path) -> set[str]:
-    """Every string literal of the engine's own code and of the shared estimator code."""
+    """Every string literal of the engine's own code and of the shared estimator code, and every attribute read
+    of its typed constants."""
     paths = sorted(folder.rglob("*.py"))
     paths += sorted(SHARED_SOURCES[0].rglob("*.py")) + sorted(SHARED_SOURCES[1].glob("*.py"))
     source = "\n".join(path.read_text(encoding="utf-8") for path in paths)
-    return set(re.findall(r"""["']([A-Za-z0-9_.\-]+)["']""", source))
+    named = set(re.findall(r"""["']([A-Za-z0-9_.\-]+)["']""", source))
+    # an engine on the staged contract reads its constants as attributes of its typed Constants (constants.x)
+    return named | set(re.findall(r"\bconstants\.([A-Za-z_]\w*)", source))
 
 
 def identity_problems(entry: EngineEntry) -> list[str]:
+    """engine.toml is what the registry reads (hfvram.engines.identity.engine_facts: every key known, typed) and
+    says what the entry holds."""
     problems: list[str] = []
     if not (entry.folder / "__init__.py").is_file():
         problems.append("no __init__.py: the folder is not a package")
     table = _toml(entry.folder / "engine.toml", problems)
-    if table is not None:
-        for key in ("name", "docs", "rank"):
-            if table.get(key) != getattr(entry, key):
-                problems.append(f"engine.toml {key} {table.get(key)!r} is not the registry's {getattr(entry, key)!r}")
+    if table is None:
+        return problems
+    try:
+        facts = identity.engine_facts(table, "engine.toml")
+    except (ValueError, KeyError, TypeError) as error:
+        return [*problems, f"the registry refuses it: {error}"]
+    for key in ("name", "docs", "rank", "command_line"):
+        if facts[key] != getattr(entry, key):
+            problems.append(f"engine.toml {key} {facts[key]!r} is not the registry's {getattr(entry, key)!r}")
     return problems
 
 
@@ -239,11 +224,21 @@ def log_problems(entry: EngineEntry) -> list[str]:
 
 
 def table_problems(entry: EngineEntry) -> list[str]:
-    return [
-        f"{table} has no row for {entry.name!r}"
-        for table, lookup, command_line_only in ENGINE_TABLES
-        if (entry.command_line or not command_line_only) and lookup(entry.name) is None
-    ]
+    """Its flags (settings.toml [command_line], for an engine with a command line) and its row in the tables kept
+    outside engine folders."""
+    problems: list[str] = []
+    if entry.command_line:
+        settings = _toml(entry.folder / "settings.toml", problems)
+        if settings is not None:
+            try:
+                identity.command_line(settings, "settings.toml")
+            except (ValueError, KeyError, TypeError) as error:
+                problems.append(f"settings.toml [command_line] is refused: {error}")
+    if entry.name not in gguf_policy_engines():
+        problems.append(
+            f"hfvram/data/quant/gguf.toml [engines] does not say whether {entry.name!r} runs a GGUF what-if"
+        )
+    return problems
 
 
 def contract_problems(entry: EngineEntry) -> list[str]:
@@ -276,8 +271,7 @@ def test_every_engine_folder_is_registered():
 
 def test_the_engine_tables_name_only_registered_engines():
     """A row for a misspelt engine ("trtllm" for "tensorrt-llm") is a rule that never applies."""
-    unknown = {table: sorted(names - set(registry())) for table, names in engines_named_by_tables().items()}
-    assert {table: names for table, names in unknown.items() if names} == {}
+    assert sorted(gguf_policy_engines() - set(registry())) == []
 
 
 def test_the_log_readers_are_the_folders_log_modules():
@@ -315,8 +309,8 @@ def _stub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, package: str, name: s
     text = engine_toml.read_text(encoding="utf-8").replace('name = "mlx"', f'name = "{name}"')
     engine_toml.write_text(text.replace('docs = "mlx.md"', f'docs = "{docs}"'), encoding="utf-8")
     monkeypatch.syspath_prepend(str(tmp_path))
-    rank = int(tomllib.loads(engine_toml.read_text(encoding="utf-8"))["rank"])
-    return StubEntry(name=name, package=package, aliases=(), rank=rank, docs=docs, root=tmp_path)
+    facts = identity.engine_facts(tomllib.loads(engine_toml.read_text(encoding="utf-8")), str(engine_toml))
+    return StubEntry(package=package, root=tmp_path, **facts)
 
 
 def test_a_complete_copy_keeps_the_contract(tmp_path, monkeypatch):
@@ -327,10 +321,11 @@ def test_a_complete_copy_keeps_the_contract(tmp_path, monkeypatch):
 
 
 def test_a_stub_engine_is_told_what_it_lacks(tmp_path, monkeypatch):
-    """A new engine "stub" made from a copy of the MLX folder, not yet finished: no note page, no launch writer, a
-    constant nobody reads, a stale citation, a profile still named mlx, no rows in the engine tables."""
+    """A new engine "stub" made from a copy of the MLX folder, not yet finished: no note page, no launch writer nor
+    flags (settings.toml), a constant nobody reads, a stale citation, a profile still named mlx, no GGUF policy."""
     entry = _stub(tmp_path, monkeypatch, "hfvram_contract_stub_new", "stub", "stub.md")
     (entry.folder / "launch.py").unlink()
+    (entry.folder / "settings.toml").unlink()
     with (entry.folder / "rules.toml").open("a", encoding="utf-8") as rules:
         rules.write("\n[stub_only]\nunread_knob = 1\n")
     with (entry.folder / "profile.py").open("a", encoding="utf-8") as profile:
@@ -343,9 +338,8 @@ def test_a_stub_engine_is_told_what_it_lacks(tmp_path, monkeypatch):
         f"cites docs/engines/mlx.md#{STALE}, no such heading",
         "cites docs/engines/stub.md, which does not exist",
         "no launch.py (a launch writer launch(est, choice, ref); a library says command_line = false)",
-        "hfvram/data/engine_args.toml [engines] (its command line) has no row for 'stub'",
-        "hfvram/data/capacity.toml [kv_pool_sized_by] has no row for 'stub'",
-        "hfvram/data/mixed_sets.toml [engines] has no row for 'stub'",
+        "no settings.toml in its folder",
+        "hfvram/data/quant/gguf.toml [engines] does not say whether 'stub' runs a GGUF what-if",
     ]
     assert len(problems) == len(expected), problems
     for want, got in zip(expected, problems):
@@ -366,9 +360,14 @@ def test_a_library_engine_needs_no_launch_writer_and_may_not_have_one(tmp_path, 
 
 
 def test_a_folder_that_does_not_import_is_named(tmp_path, monkeypatch):
+    """An engine.toml the registry would refuse, a rules.toml that does not parse, a profile that does not import:
+    each is named, none stops the check."""
     entry = _stub(tmp_path, monkeypatch, "hfvram_contract_stub_broken", "mlx", "mlx.md")
     (entry.folder / "profile.py").write_text("import hfvram_no_such_module\n", encoding="utf-8")
     (entry.folder / "rules.toml").write_text("this is = not [toml\n", encoding="utf-8")
+    with (entry.folder / "engine.toml").open("a", encoding="utf-8") as engine_toml:
+        engine_toml.write('\npool_kind = "memory"\n')
     problems = contract_problems(entry)
+    assert any(p.startswith("the registry refuses it: engine.toml") and "pool_kind" in p for p in problems), problems
     assert any(p.startswith("rules.toml does not parse") for p in problems), problems
     assert any("hfvram_contract_stub_broken.profile does not import: ModuleNotFoundError" in p for p in problems)

@@ -12,7 +12,6 @@ from spec_support import derived_spec
 from hfvram.engines import get_profile
 from hfvram.engines.lmdeploy import profile as lmdeploy
 from hfvram.errors import UsageError
-from hfvram.estimate.common import load_engine_data, rules_for_version
 from hfvram.estimate.core import estimate
 from hfvram.estimate.hardware import parse_gpu_spec
 from hfvram.estimate.types import EngineChoice, Workload
@@ -28,7 +27,8 @@ def spec_of(repo: str) -> ModelSpec:
 
 
 def rules(version: str = "0.2.1"):
-    return rules_for_version(load_engine_data("lmdeploy"), version)
+    """LMDeploy's typed constants at ``version``, as its profile loads them from rules.toml."""
+    return lmdeploy.PROFILE.constants(version)[1]
 
 
 def run(spec, gpu, context=8192, concurrency=1, kv="auto", version=None, gpu_util=None, **settings):

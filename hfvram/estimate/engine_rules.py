@@ -64,18 +64,17 @@ def check_kv_dtype(engine: str, choice: EngineChoice, workload: Workload) -> Non
 
 @cache
 def known_setting_names(engine: str) -> frozenset[str]:
-    """Every setting name the engine has: the flags of its command line (``engine_args.toml``: settings,
+    """Every setting name the engine has: the flags of its command line (its ``settings.toml``: settings,
     booleans, aliases, environment) and the names its profile reads (``[accepts] settings``); built once per
     engine (the tables are packaged data)."""
-    from hfvram.estimate.engine_args import _engine_table
+    from hfvram.estimate.engine_args import engine_command_line
 
     names: set[str] = {_normalized(name) for name in accepts(engine).get("settings", [])}
-    table = _engine_table(engine) or {}
-    for key in ("settings", "booleans", "model_flags"):
-        names.update(_normalized(name) for name in table.get(key, []))
-    for key in ("aliases", "env"):
-        for alias, canonical in dict(table.get(key, {})).items():
-            names.update((_normalized(alias), _normalized(str(canonical))))
+    table = engine_command_line(engine)
+    if table is not None:
+        names.update(_normalized(name) for name in (*table.settings, *table.booleans, *table.model_flags))
+        for alias, canonical in (*table.aliases.items(), *table.env.items()):
+            names.update((_normalized(alias), _normalized(canonical)))
     return frozenset(names)
 
 
@@ -435,23 +434,27 @@ def _quant_tp_refusal(
 
 
 def platform_refusal(engine: str, hardware: Hardware | None, backend: str | None = None) -> str | None:
-    """Why the engine does not run on this GPU (a row of hfvram/data/engine_platforms.toml: by vendor, or by a
-    vendor's device family), or None. ``backend``: the engine's ``backend`` setting when one is given."""
-    if hardware is None:
+    """Why the engine does not run on this GPU (a ``[[refused_on]]`` row of its hfvram/engines/<engine>/engine.toml:
+    by vendor, or by a vendor's device family), or None. ``backend``: the engine's ``backend`` setting when one is
+    given."""
+    from hfvram.engines import registry
+
+    entry = registry().get(engine)
+    if hardware is None or entry is None:
         return None
     gpu = hardware.gpu
     architecture: str | None = None
-    for row in data_table("engine_platforms.toml").get("refused", ()):
-        if row["engine"] != engine or row["vendor"] != gpu.vendor:
+    for row in entry.refused_on:
+        if row.vendor != gpu.vendor:
             continue
-        if "backend" in row and backend is not None and backend.strip().lower() != row["backend"]:
+        if row.backend is not None and backend is not None and backend.strip().lower() != row.backend:
             continue
-        if "architecture" in row:
+        if row.architecture is not None:
             if architecture is None:
                 architecture = _architecture(gpu.id)
-            if not re.search(str(row["architecture"]), architecture):
+            if not re.search(row.architecture, architecture):
                 continue
-        return f"{engine} does not run on {gpu.name}: {row['reason']}"
+        return f"{engine} does not run on {gpu.name}: {row.reason}"
     return None
 
 

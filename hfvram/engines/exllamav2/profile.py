@@ -12,25 +12,37 @@ Settings (TabbyAPI / ExLlamaV2 names): ``cache_mode`` (FP16 | FP8 | Q8 | Q6 | Q4
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from hfvram.engines.base import ProfileBase
+from hfvram.engines.contract import Constants, Narration, StagedProfile, Terms
 from hfvram.errors import UsageError
 from hfvram.estimate.common import (
     MiB,
     Rules,
     active_weight_bytes,
     decode_tokens_per_second,
-    finish_estimate,
     layer_kv_row_elems,
     require_weights,
     setting,
     setting_int,
 )
-from hfvram.estimate.types import Capacity, EngineChoice, Estimate, Hardware, PerGpu, Workload
+from hfvram.estimate.types import Capacity, EngineChoice, Hardware, PerGpu, Workload
 from hfvram.spec import LayerKind, ModelSpec
 
 ENGINE = "exllamav2"
+
+
+@dataclass(frozen=True)
+class ExLlamaV2Constants(Constants):
+    """The ``[defaults]`` of ``rules.toml`` (each value's source is beside it there), checked when they load; the
+    per-mode cache facts are the ``[cache_modes]`` table, read as it stands."""
+
+    cache_mode: str
+    max_batch_size: int
+    q_cache_blocksize: int
+    q_scale_group: int
+    cuda_context_mib: int
+
 
 #: --kv-dtype spellings -> cache mode
 KV_DTYPE_TO_MODE = {
@@ -135,10 +147,15 @@ class Settings:
 
 
 def resolve_settings(
-    spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload, rules: Rules, modes: Rules
+    spec: ModelSpec,
+    hardware: Hardware | None,
+    choice: EngineChoice,
+    workload: Workload,
+    constants: ExLlamaV2Constants,
+    modes: Rules,
 ) -> Settings:
     wanted = setting(choice, "cache_mode", "cache-mode") or (
-        workload.kv_dtype if workload.kv_dtype not in ("auto", "") else str(rules["cache_mode"])
+        workload.kv_dtype if workload.kv_dtype not in ("auto", "") else str(constants.cache_mode)
     )
     mode_name = cache_mode(wanted, modes)
     mode = modes[mode_name]
@@ -150,10 +167,10 @@ def resolve_settings(
     if seq_len is None:
         raise UsageError("the model states no max length; pass --context or --set max_seq_len=N")
     batch = setting_int(choice, "max_batch_size", "max-batch-size") or max(
-        int(rules["max_batch_size"]), workload.concurrency
+        int(constants.max_batch_size), workload.concurrency
     )
     dim = kv_dim(spec)
-    blocksize = int(rules["q_cache_blocksize"])
+    blocksize = int(constants.q_cache_blocksize)
     count = hardware.count if hardware else 1
     split_text = setting(choice, "gpu_split", "gpu-split")
     shares = tuple(float(part) for part in split_text.split(",")) if split_text else (1.0,) * count
@@ -167,7 +184,7 @@ def resolve_settings(
         kv_dim=dim,
         q_block=q_block(dim, blocksize) if mode["scales"] else 1,
         q_cache_blocksize=blocksize,
-        q_scale_group=int(rules["q_scale_group"]),
+        q_scale_group=int(constants.q_scale_group),
         gpu_split=shares,
     )
 
@@ -192,7 +209,7 @@ class Breakdown:
         return int(self.cuda_context_mib * MiB)
 
 
-def compute(spec: ModelSpec, hardware: Hardware | None, settings: Settings, rules: Rules) -> Breakdown:
+def compute(spec: ModelSpec, hardware: Hardware | None, settings: Settings, constants: ExLlamaV2Constants) -> Breakdown:
     """Layers per GPU in order, their weights and static caches, the FP16 temporaries, capacity and decode."""
     count = len(settings.gpu_split)
     n_layers = spec.num_layers
@@ -212,7 +229,7 @@ def compute(spec: ModelSpec, hardware: Hardware | None, settings: Settings, rule
         kv = layer_cache * cached + (temp if cached else 0)
         per_device.append((device_weights + kv, int(device_weights), kv))
     worst = max(range(count), key=lambda index: per_device[index][0])
-    overhead_mib = float(rules["cuda_context_mib"])
+    overhead_mib = float(constants.cuda_context_mib)
     per_seq_token = layer_cache / max(1, batch * seq_len)
     capacity = Capacity(kv_tokens=seq_len * batch)
     if hardware is not None:
@@ -287,18 +304,35 @@ def narrate(parts: Breakdown, spec: ModelSpec) -> tuple[list[str], dict[str, str
     return warnings, explain
 
 
-class ExLlamaV2Profile(ProfileBase):
+class ExLlamaV2Profile(StagedProfile[ExLlamaV2Constants, Settings, Breakdown]):
     name = ENGINE
+    constants_type = ExLlamaV2Constants
+    # the breakdown asks for the weights itself, after the settings, so that a bad setting is the error reported
+    requires_weights = False
 
-    def estimate(
-        self, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload
-    ) -> Estimate:
-        version, rules = self.rules(choice.version)
-        settings = resolve_settings(spec, hardware, choice, workload, rules, self.data["cache_modes"])
-        parts = compute(spec, hardware, settings, rules)
-        warnings, explain = narrate(parts, spec)
-        # which published measurements this profile was checked against (the TOML's `measured`)
-        explain["measurements"] = str(rules["measured"])
+    def resolve(
+        self,
+        spec: ModelSpec,
+        hardware: Hardware | None,
+        choice: EngineChoice,
+        workload: Workload,
+        constants: ExLlamaV2Constants,
+        version: str,
+    ) -> Settings:
+        return resolve_settings(spec, hardware, choice, workload, constants, self.data["cache_modes"])
+
+    def breakdown(
+        self,
+        spec: ModelSpec,
+        hardware: Hardware | None,
+        choice: EngineChoice,
+        workload: Workload,
+        constants: ExLlamaV2Constants,
+        settings: Settings,
+    ) -> Breakdown:
+        return compute(spec, hardware, settings, constants)
+
+    def terms(self, parts: Breakdown, spec: ModelSpec, hardware: Hardware | None, workload: Workload) -> Terms:
         memory = hardware.gpu.gpu_memory_bytes if hardware else 0
         cached = parts.cached_per_gpu[parts.worst]
         per_gpu = PerGpu(
@@ -309,7 +343,26 @@ class ExLlamaV2Profile(ProfileBase):
             usable=memory,
             memory=memory,
         )
-        engine = {
+        settings = parts.settings
+        return Terms(
+            per_gpu=per_gpu,
+            capacity=parts.capacity,
+            decode=parts.decode,
+            context=settings.max_seq_len,
+            kv_dtype=settings.cache_mode.lower(),
+            tp=1,
+            pp=len(settings.gpu_split),
+        )
+
+    def narrate(
+        self, parts: Breakdown, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload
+    ) -> Narration:
+        warnings, explain = narrate(parts, spec)
+        return Narration(tuple(warnings), explain)
+
+    def report(self, parts: Breakdown, choice: EngineChoice, version: str) -> dict[str, object]:
+        settings = parts.settings
+        return {
             "name": ENGINE,
             "version": choice.version,
             "rules": version,
@@ -319,19 +372,6 @@ class ExLlamaV2Profile(ProfileBase):
             "gpu_split": list(settings.gpu_split),
             "q_block": settings.q_block,
         }
-        return finish_estimate(
-            spec=spec,
-            hardware=hardware,
-            engine=engine,
-            workload=replace(workload, context=settings.max_seq_len, kv_dtype=settings.cache_mode.lower()),
-            per_gpu=per_gpu,
-            capacity=parts.capacity,
-            decode=parts.decode,
-            warnings=warnings,
-            explain=explain,
-            tp=1,
-            pp=len(settings.gpu_split),
-        )
 
 
 PROFILE = ExLlamaV2Profile()

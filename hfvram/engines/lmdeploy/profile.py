@@ -15,18 +15,43 @@ activations term, the context as overhead and the whole device as usable.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from hfvram.engines.base import ProfileBase
+from hfvram.engines.contract import Constants, Narration, StagedProfile, Terms
 from hfvram.errors import UsageError
 from hfvram.estimate import common
-from hfvram.estimate.common import GiB, Rules
-from hfvram.estimate.types import Capacity, EngineChoice, Estimate, Hardware, PerGpu, Workload
+from hfvram.estimate.common import GiB
+from hfvram.estimate.types import Capacity, EngineChoice, Hardware, PerGpu, Workload
 from hfvram.spec import GROWING_KINDS, RECURRENT_KINDS, WINDOWED_KINDS, Layer, LayerKind, ModelSpec
 
 ENGINE = "lmdeploy"
+
+
+@dataclass(frozen=True)
+class LmdeployConstants(Constants):
+    """The ``[defaults]`` and ``[versions]`` keys of ``rules.toml`` (each value's source is beside it there),
+    checked when they load."""
+
+    cache_max_entry_count: float
+    block_size: int
+    block_size_large_head: int
+    large_head_dim: int
+    max_prefill_token_num: int
+    runtime_bytes_per_logit: int
+    min_gpu_blocks: int
+    state_cache_extra_slots: int
+    quant_scale_zero_elems: int
+    max_batch_size_default: int
+    cache_of_total: bool
+    cuda_context_gib: float
+    nccl_init_gib: float
+    #: quant_policy -> the KV dtype it stores
+    quant_policy_kv: dict[str, str]
+    #: a GPU-name fragment -> the default max batch size on it
+    max_batch_size_by_gpu_name: dict[str, int]
+    #: TurboMind's facts (the architectures it serves)
+    turbomind: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -65,27 +90,27 @@ def kv_bytes_per_token_rank(
 
 
 def runtime_bytes(
-    rules: Mapping[str, Any], free: float, block_bytes: float, max_batches: int, vocab: int, ratio: float
+    constants: LmdeployConstants, free: float, block_bytes: float, max_batches: int, vocab: int, ratio: float
 ) -> tuple[int, int]:
     """(runtime bytes, max_prefill_token_num after halving) — ``_get_runtime_size`` (lmdeploy.md#lmdeploy-pytorch)."""
-    prefill = rules["max_prefill_token_num"]
+    prefill = constants.max_prefill_token_num
     runtime = 0
     while prefill > 0:
-        runtime = int((prefill + 2 * max_batches) * vocab * rules["runtime_bytes_per_logit"])
-        if block_bytes > 0 and int((free - runtime) * ratio) // block_bytes >= rules["min_gpu_blocks"]:
+        runtime = int((prefill + 2 * max_batches) * vocab * constants.runtime_bytes_per_logit)
+        if block_bytes > 0 and int((free - runtime) * ratio) // block_bytes >= constants.min_gpu_blocks:
             break
         prefill //= 2
     return runtime, prefill
 
 
-def default_max_batch_size(rules: Mapping[str, Any], hardware: Hardware | None) -> int:
+def default_max_batch_size(constants: LmdeployConstants, hardware: Hardware | None) -> int:
     """``get_max_batch_size('cuda')``: by a substring of the device name, else 128."""
     if hardware is not None:
         names = f"{hardware.gpu.id} {hardware.gpu.name}".lower()
-        for key, size in rules["max_batch_size_by_gpu_name"].items():
+        for key, size in constants.max_batch_size_by_gpu_name.items():
             if key in names:
                 return int(size)
-    return int(rules["max_batch_size_default"])
+    return int(constants.max_batch_size_default)
 
 
 def resolve_settings(
@@ -93,31 +118,31 @@ def resolve_settings(
     hardware: Hardware | None,
     choice: EngineChoice,
     workload: Workload,
-    rules: Mapping[str, Any],
+    constants: LmdeployConstants,
     version: str,
 ) -> Settings:
     tp, _ = common.resolve_parallel(choice, hardware, ("tp",), ())
     ratio = choice.gpu_util if choice.gpu_util is not None else common.setting_float(choice, "cache-max-entry-count")
-    ratio = ratio if ratio is not None else float(rules["cache_max_entry_count"])
+    ratio = ratio if ratio is not None else float(constants.cache_max_entry_count)
     if not 0 < ratio < 1:
         raise UsageError(f"cache-max-entry-count must be in (0, 1) (a block count is no longer accepted), got {ratio}")
     backend = (common.setting(choice, "backend") or "auto").lower()
     if backend == "auto":
-        backend = "turbomind" if spec.architecture in rules["turbomind"]["architectures"] else "pytorch"
+        backend = "turbomind" if spec.architecture in constants.turbomind["architectures"] else "pytorch"
     if backend not in ("turbomind", "pytorch"):
         raise UsageError(f"LMDeploy backend must be turbomind, pytorch or auto, got {backend!r}")
     policy = common.setting_int(choice, "quant-policy", default=0)
     if workload.kv_dtype != "auto":
         kv_name = workload.kv_dtype
-    elif str(policy) in rules["quant_policy_kv"]:
-        kv_name = rules["quant_policy_kv"][str(policy)]
+    elif str(policy) in constants.quant_policy_kv:
+        kv_name = constants.quant_policy_kv[str(policy)]
     else:
-        modelled = ", ".join(rules["quant_policy_kv"])
+        modelled = ", ".join(constants.quant_policy_kv)
         raise UsageError(f"quant-policy {policy} is not modelled ({modelled})")
     head_dim = spec.head_dim or 0
-    block = common.setting_int(choice, "cache-block-seq-len", "block-size", default=rules["block_size"])
-    if backend == "pytorch" and head_dim >= rules["large_head_dim"]:
-        block = min(block, rules["block_size_large_head"])
+    block = common.setting_int(choice, "cache-block-seq-len", "block-size", default=constants.block_size)
+    if backend == "pytorch" and head_dim >= constants.large_head_dim:
+        block = min(block, constants.block_size_large_head)
     session = common.setting_int(choice, "session-len") or workload.context or spec.max_position_embeddings
     if session is None:
         raise UsageError("the model does not state its maximum length; give --context")
@@ -129,10 +154,10 @@ def resolve_settings(
         block_size=int(block),
         session_len=int(session),
         max_batch_size=int(
-            common.setting_int(choice, "max-batch-size", default=default_max_batch_size(rules, hardware))
+            common.setting_int(choice, "max-batch-size", default=default_max_batch_size(constants, hardware))
         ),
         max_prefill_token_num=int(
-            common.setting_int(choice, "max-prefill-token-num", default=rules["max_prefill_token_num"])
+            common.setting_int(choice, "max-prefill-token-num", default=constants.max_prefill_token_num)
         ),
         quant_policy=int(policy),
         kv_cache_dtype=common.canonical_kv_dtype(kv_name, spec.dtype),
@@ -206,13 +231,13 @@ def overhead_bytes(cuda_context_gib: float, nccl_init_gib: float | None) -> int:
     return int(cuda_context_gib * GiB + (nccl_init_gib * GiB if nccl_init_gib is not None else 0))
 
 
-def cache_term(spec: ModelSpec, settings: Settings, rules: Rules) -> CacheTerm:
+def cache_term(spec: ModelSpec, settings: Settings, constants: LmdeployConstants) -> CacheTerm:
     """Bytes per token and per block on one rank (docs/engines/lmdeploy.md, docs/engines/common.md#kv-dtype-sizes), with the PyTorch engine's state cache of
     ``(max_batch_size + state_cache_extra_slots)`` recurrent states."""
     quantized = settings.quant_policy in (4, 8) or settings.kv_cache_dtype in ("int4", "int8")
     kv_bytes = common.kv_dtype_bytes(settings.kv_cache_dtype, spec.dtype_bytes())
     per_token = kv_bytes_per_token_rank(
-        spec.layers, settings.tp, kv_bytes, quantized, spec.dtype_bytes(), rules["quant_scale_zero_elems"]
+        spec.layers, settings.tp, kv_bytes, quantized, spec.dtype_bytes(), constants.quant_scale_zero_elems
     )
     state = sum(
         common.layer_state_bytes_rank(layer, settings.tp, spec.dtype_bytes())
@@ -220,7 +245,7 @@ def cache_term(spec: ModelSpec, settings: Settings, rules: Rules) -> CacheTerm:
         if layer.kind in RECURRENT_KINDS
     )
     state_cache = (
-        int(state * (settings.max_batch_size + rules["state_cache_extra_slots"]))
+        int(state * (settings.max_batch_size + constants.state_cache_extra_slots))
         if settings.backend == "pytorch"
         else 0
     )
@@ -228,18 +253,24 @@ def cache_term(spec: ModelSpec, settings: Settings, rules: Rules) -> CacheTerm:
 
 
 def pool_term(
-    memory: int, overhead: int, weights: int, cache: CacheTerm, settings: Settings, vocab: int, rules: Rules
+    memory: int,
+    overhead: int,
+    weights: int,
+    cache: CacheTerm,
+    settings: Settings,
+    vocab: int,
+    constants: LmdeployConstants,
 ) -> PoolTerm:
     """The KV cache from the free memory after weights: a share of the whole device (v0.2.0), of the free
     memory less the PyTorch engine's runtime buffers, or of the free memory (TurboMind)."""
     free = memory - overhead - weights - cache.state_cache
     ratio = settings.cache_max_entry_count
     runtime, prefill = 0, None
-    if rules.get("cache_of_total"):
+    if constants.cache_of_total:
         pool = memory * ratio
         slack = max(0.0, free - pool)
     elif settings.backend == "pytorch":
-        runtime, prefill = runtime_bytes(rules, free, cache.block_bytes, settings.max_batch_size, vocab, ratio)
+        runtime, prefill = runtime_bytes(constants, free, cache.block_bytes, settings.max_batch_size, vocab, ratio)
         pool = max(0.0, (free - runtime) * ratio)
         slack = runtime + max(0.0, (free - runtime) * (1 - ratio))
     else:
@@ -250,19 +281,19 @@ def pool_term(
 
 
 def compute(
-    spec: ModelSpec, hardware: Hardware | None, settings: Settings, workload: Workload, rules: Rules
+    spec: ModelSpec, hardware: Hardware | None, settings: Settings, workload: Workload, constants: LmdeployConstants
 ) -> Breakdown:
     """Every term for ``settings``: weights, overhead, cache geometry, the pool, what the workload needs."""
     context = workload.context or settings.session_len
     kv_heads = {layer.num_kv_heads for layer in spec.layers if layer.kind in (LayerKind.FULL, LayerKind.SLIDING)}
     split = common.weights_per_rank(spec, settings.tp, 1, vocab_padding=1)
-    nccl = rules["nccl_init_gib"] if settings.tp > 1 else None
-    overhead = overhead_bytes(rules["cuda_context_gib"], nccl)
-    cache = cache_term(spec, settings, rules)
+    nccl = constants.nccl_init_gib if settings.tp > 1 else None
+    overhead = overhead_bytes(constants.cuda_context_gib, nccl)
+    cache = cache_term(spec, settings, constants)
     pool = None
     if hardware is not None:
         pool = pool_term(
-            hardware.gpu.gpu_memory_bytes, overhead, split.bytes, cache, settings, spec.vocab_size or 0, rules
+            hardware.gpu.gpu_memory_bytes, overhead, split.bytes, cache, settings, spec.vocab_size or 0, constants
         )
     blocks_per_seq = math.ceil(context / settings.block_size)
     active = common.active_weight_bytes(spec)
@@ -274,11 +305,11 @@ def compute(
         settings=settings,
         context=context,
         weights=split,
-        cuda_context_gib=rules["cuda_context_gib"],
+        cuda_context_gib=constants.cuda_context_gib,
         nccl_init_gib=nccl,
         cache=cache,
         pool=pool,
-        runtime_bytes_per_logit=rules["runtime_bytes_per_logit"],
+        runtime_bytes_per_logit=constants.runtime_bytes_per_logit,
         blocks_per_seq=blocks_per_seq,
         kv_needed=int(workload.concurrency * blocks_per_seq * cache.block_bytes + cache.state_cache),
         capacity=capacity_of(pool, blocks_per_seq, workload.concurrency, settings),
@@ -377,20 +408,35 @@ def explain_budget(parts: Breakdown) -> str:
 # ---- profile -----------------------------------------------------------------------------------------------
 
 
-class LmdeployProfile(ProfileBase):
+class LmdeployProfile(StagedProfile[LmdeployConstants, Settings, Breakdown]):
     name = ENGINE
+    constants_type = LmdeployConstants
 
-    def estimate(
-        self, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload
-    ) -> Estimate:
-        version, rules = self.rules(choice.version)
-        common.require_weights(spec)
-        settings = resolve_settings(spec, hardware, choice, workload, rules, version)
-        rules = {**rules, "max_prefill_token_num": settings.max_prefill_token_num}
-        parts = compute(spec, hardware, settings, workload, rules)
-        warnings, explain = narrate(parts, spec, workload)
-        # which published measurements this profile was checked against (the TOML's `measured`)
-        explain["measurements"] = str(rules["measured"])
+    def resolve(
+        self,
+        spec: ModelSpec,
+        hardware: Hardware | None,
+        choice: EngineChoice,
+        workload: Workload,
+        constants: LmdeployConstants,
+        version: str,
+    ) -> Settings:
+        return resolve_settings(spec, hardware, choice, workload, constants, version)
+
+    def breakdown(
+        self,
+        spec: ModelSpec,
+        hardware: Hardware | None,
+        choice: EngineChoice,
+        workload: Workload,
+        constants: LmdeployConstants,
+        settings: Settings,
+    ) -> Breakdown:
+        # the runtime buffers are sized by the prefill length in force (a --set value replaces the default)
+        constants = replace(constants, max_prefill_token_num=settings.max_prefill_token_num)
+        return compute(spec, hardware, settings, workload, constants)
+
+    def terms(self, parts: Breakdown, spec: ModelSpec, hardware: Hardware | None, workload: Workload) -> Terms:
         memory = hardware.gpu.gpu_memory_bytes if hardware else 0
         pool = parts.pool
         per_gpu = PerGpu(
@@ -401,20 +447,25 @@ class LmdeployProfile(ProfileBase):
             usable=memory,
             memory=memory,
         )
-        return common.finish_estimate(
-            spec=spec,
-            hardware=hardware,
-            engine=engine_report(parts, choice),
-            workload=replace(workload, context=parts.context, kv_dtype=settings.kv_cache_dtype),
+        return Terms(
             per_gpu=per_gpu,
             capacity=parts.capacity,
             decode=parts.decode,
-            warnings=warnings,
-            explain=explain,
-            tp=settings.tp,
+            context=parts.context,
+            kv_dtype=parts.settings.kv_cache_dtype,
+            tp=parts.settings.tp,
             pp=1,
-            force_does_not_fit=parts.refused,
+            refused=parts.refused,
         )
+
+    def narrate(
+        self, parts: Breakdown, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload
+    ) -> Narration:
+        warnings, explain = narrate(parts, spec, workload)
+        return Narration(tuple(warnings), explain)
+
+    def report(self, parts: Breakdown, choice: EngineChoice, version: str) -> dict[str, object]:
+        return engine_report(parts, choice)
 
 
 def engine_report(parts: Breakdown, choice: EngineChoice) -> dict[str, object]:

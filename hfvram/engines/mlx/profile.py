@@ -13,27 +13,41 @@ Settings (mlx-lm names): ``kv_bits``, ``kv_group_size``, ``max_kv_size`` (rotati
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from hfvram.engines.base import ProfileBase
+from hfvram.engines.contract import Constants, Narration, StagedProfile, Terms
 from hfvram.errors import UsageError
 from hfvram.estimate.common import (
     GiB,
     MiB,
-    Rules,
     active_weight_bytes,
     canonical_kv_dtype,
     decode_tokens_per_second,
-    finish_estimate,
     kv_dtype_bytes,
     layer_kv_elems_per_token_rank,
     require_weights,
     setting_int,
 )
-from hfvram.estimate.types import Capacity, EngineChoice, Estimate, Hardware, PerGpu, Workload
+from hfvram.estimate.types import Capacity, EngineChoice, Hardware, PerGpu, Workload
 from hfvram.spec import RECURRENT_KINDS, WINDOWED_KINDS, LayerKind, ModelSpec
 
 ENGINE = "mlx"
+
+
+@dataclass(frozen=True)
+class MlxConstants(Constants):
+    """The ``[defaults]`` of ``rules.toml`` (each value's source is beside it there), checked when they load."""
+
+    wired_warning_fraction: float
+    kv_step: int
+    linear_ssm_state_bytes: int
+    kv_group_size: int
+    prefill_step_size: int
+    metal_overhead_mib: int
+    fused_prefill_head_dims: list[int]
+    mla_prefill_model_types: list[str]
+    act_hidden_factor: float
+    act_ff_factor: float
 
 
 def kv_element_bytes(model_dtype_bytes: float, kv_bits: int | None, group_size: int) -> float:
@@ -147,7 +161,7 @@ class Settings:
     prefill_step_size: int
 
 
-def resolve_settings(spec: ModelSpec, choice: EngineChoice, workload: Workload, rules: Rules) -> Settings:
+def resolve_settings(spec: ModelSpec, choice: EngineChoice, workload: Workload, constants: MlxConstants) -> Settings:
     """mlx-lm's settings over the TOML defaults; a --kv-dtype of q8 / q4 means --kv-bits 8 / 4."""
     context = workload.context or spec.max_position_embeddings
     if context is None:
@@ -162,16 +176,16 @@ def resolve_settings(spec: ModelSpec, choice: EngineChoice, workload: Workload, 
             kv_bits = 4
         else:
             model_bytes = kv_dtype_bytes(wanted, model_bytes)
-    default_group = int(rules["kv_group_size"])
+    default_group = int(constants.kv_group_size)
     group = setting_int(choice, "kv_group_size", "kv-group-size", default=default_group) or default_group
-    default_prefill = int(rules["prefill_step_size"])
+    default_prefill = int(constants.prefill_step_size)
     prefill = setting_int(choice, "prefill_step_size", "prefill-step-size", default=default_prefill) or default_prefill
     return Settings(
         context=context,
         kv_bits=kv_bits,
         kv_group_size=group,
         element_bytes=kv_element_bytes(spec.dtype_bytes() if kv_bits else model_bytes, kv_bits, group),
-        kv_step=int(rules["kv_step"]),
+        kv_step=int(constants.kv_step),
         max_kv_size=setting_int(choice, "max_kv_size", "max-kv-size"),
         prefill_step_size=min(context, prefill),
     )
@@ -211,11 +225,11 @@ def prefill_chunk_bytes(spec: ModelSpec, settings: Settings, hidden_factor: floa
     return int(settings.prefill_step_size * per_token * spec.dtype_bytes())
 
 
-def prefill_attention_bytes(spec: ModelSpec, settings: Settings, rules: Rules) -> tuple[int, int]:
+def prefill_attention_bytes(spec: ModelSpec, settings: Settings, constants: MlxConstants) -> tuple[int, int]:
     """(one layer's unfused attention scores, one MLA layer's prefill arrays) during a prefill chunk."""
-    fused = tuple(int(d) for d in rules["fused_prefill_head_dims"])
+    fused = tuple(int(d) for d in constants.fused_prefill_head_dims)
     scores = unfused_scores_bytes(spec, settings.prefill_step_size, settings.context, settings.kv_step, fused)
-    mla_types = tuple(str(name) for name in rules["mla_prefill_model_types"])
+    mla_types = tuple(str(name) for name in constants.mla_prefill_model_types)
     mla = mla_prefill_bytes(spec, settings.prefill_step_size, settings.context, settings.kv_step, mla_types)
     return scores, mla
 
@@ -226,7 +240,7 @@ def compute(
     choice: EngineChoice,
     settings: Settings,
     workload: Workload,
-    rules: Rules,
+    constants: MlxConstants,
 ) -> Breakdown:
     """Weights as stored, the stepped KV buffers, one prefill chunk's activations, the wired limit."""
     per_seq = kv_bytes_per_sequence(
@@ -235,13 +249,13 @@ def compute(
         settings.element_bytes,
         settings.kv_step,
         settings.max_kv_size,
-        float(rules["linear_ssm_state_bytes"]),
+        float(constants.linear_ssm_state_bytes),
     )
     weights = require_weights(spec).total_bytes
-    hidden_factor, ff_factor = float(rules["act_hidden_factor"]), float(rules["act_ff_factor"])
-    scores, mla = prefill_attention_bytes(spec, settings, rules)
+    hidden_factor, ff_factor = float(constants.act_hidden_factor), float(constants.act_ff_factor)
+    scores, mla = prefill_attention_bytes(spec, settings, constants)
     activations = prefill_chunk_bytes(spec, settings, hidden_factor, ff_factor) + scores + mla
-    overhead_mib = float(rules["metal_overhead_mib"])
+    overhead_mib = float(constants.metal_overhead_mib)
     usable, usable_note, memory = 0, "", 0
     if hardware is not None:
         usable, usable_note = wired_limit(hardware, choice)
@@ -273,7 +287,7 @@ def compute(
         usable=usable,
         usable_note=usable_note,
         memory=memory,
-        wired_warning_fraction=float(rules["wired_warning_fraction"]),
+        wired_warning_fraction=float(constants.wired_warning_fraction),
         capacity=capacity,
         decode=decode,
     )
@@ -331,18 +345,35 @@ def kv_label(settings: Settings, workload: Workload, spec: ModelSpec) -> str:
     return canonical_kv_dtype(workload.kv_dtype, spec.dtype)
 
 
-class MlxProfile(ProfileBase):
+class MlxProfile(StagedProfile[MlxConstants, Settings, Breakdown]):
     name = ENGINE
+    constants_type = MlxConstants
+    # the breakdown sizes the weights itself (after the settings, so that a bad setting is the error reported)
+    requires_weights = False
 
-    def estimate(
-        self, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload
-    ) -> Estimate:
-        version, rules = self.rules(choice.version)
-        settings = resolve_settings(spec, choice, workload, rules)
-        parts = compute(spec, hardware, choice, settings, workload, rules)
-        warnings, explain = narrate(parts, spec, hardware, workload)
-        # which published measurements this profile was checked against (the TOML's `measured`)
-        explain["measurements"] = str(rules["measured"])
+    def resolve(
+        self,
+        spec: ModelSpec,
+        hardware: Hardware | None,
+        choice: EngineChoice,
+        workload: Workload,
+        constants: MlxConstants,
+        version: str,
+    ) -> Settings:
+        return resolve_settings(spec, choice, workload, constants)
+
+    def breakdown(
+        self,
+        spec: ModelSpec,
+        hardware: Hardware | None,
+        choice: EngineChoice,
+        workload: Workload,
+        constants: MlxConstants,
+        settings: Settings,
+    ) -> Breakdown:
+        return compute(spec, hardware, choice, settings, workload, constants)
+
+    def terms(self, parts: Breakdown, spec: ModelSpec, hardware: Hardware | None, workload: Workload) -> Terms:
         per_gpu = PerGpu(
             weights=parts.weights,
             kv_cache=parts.kv,
@@ -351,7 +382,27 @@ class MlxProfile(ProfileBase):
             usable=parts.usable,
             memory=parts.memory,
         )
-        engine = {
+        settings = parts.settings
+        kv_dtype = f"q{settings.kv_bits}" if settings.kv_bits else canonical_kv_dtype(workload.kv_dtype, spec.dtype)
+        return Terms(
+            per_gpu=per_gpu,
+            capacity=parts.capacity,
+            decode=parts.decode,
+            context=settings.context,
+            kv_dtype=kv_dtype,
+            tp=1,
+            pp=1,
+        )
+
+    def narrate(
+        self, parts: Breakdown, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload
+    ) -> Narration:
+        warnings, explain = narrate(parts, spec, hardware, workload)
+        return Narration(tuple(warnings), explain)
+
+    def report(self, parts: Breakdown, choice: EngineChoice, version: str) -> dict[str, object]:
+        settings = parts.settings
+        return {
             "name": ENGINE,
             "version": choice.version,
             "rules": version,
@@ -360,20 +411,6 @@ class MlxProfile(ProfileBase):
             "max_kv_size": settings.max_kv_size,
             "prefill_step_size": settings.prefill_step_size,
         }
-        kv_dtype = f"q{settings.kv_bits}" if settings.kv_bits else canonical_kv_dtype(workload.kv_dtype, spec.dtype)
-        return finish_estimate(
-            spec=spec,
-            hardware=hardware,
-            engine=engine,
-            workload=replace(workload, context=settings.context, kv_dtype=kv_dtype),
-            per_gpu=per_gpu,
-            capacity=parts.capacity,
-            decode=parts.decode,
-            warnings=warnings,
-            explain=explain,
-            tp=1,
-            pp=1,
-        )
 
 
 PROFILE = MlxProfile()

@@ -18,18 +18,33 @@ built on transformers' documented defaults and say so in --explain.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass
 
-from hfvram.engines.base import ProfileBase
+from hfvram.engines.contract import Constants, Narration, StagedProfile, Terms
 from hfvram.errors import UsageError
 from hfvram.estimate import common
-from hfvram.estimate.common import GiB, Rules
-from hfvram.estimate.types import Capacity, EngineChoice, Estimate, Hardware, PerGpu, Workload
+from hfvram.estimate.common import GiB
+from hfvram.estimate.types import Capacity, EngineChoice, Hardware, PerGpu, Workload
 from hfvram.spec import RECURRENT_KINDS, WINDOWED_KINDS, Layer, LayerKind, ModelSpec
 
 ENGINE = "transformers"
+
+
+@dataclass(frozen=True)
+class TransformersConstants(Constants):
+    """The ``[defaults]`` of ``rules.toml`` (each value's source is beside it there), checked when they load."""
+
+    cuda_context_gib: float
+    logits_to_keep: int
+    logits_bytes: int
+    attn_implementation: str
+    softmax_bytes: int
+    attention_tensors: int
+    mlp_tensors: int
+    hidden_tensors: int
+    dynamic_window_drop: int
+    #: the KV cache dtypes transformers' caches take
+    kv_dtypes: list[str]
 
 
 @dataclass(frozen=True)
@@ -89,31 +104,40 @@ def _widths(spec: ModelSpec, tp: int) -> tuple[float, float, float]:
 
 
 def prefill_activations(
-    spec: ModelSpec, settings: Settings, rules: Mapping[str, Any], batch: int, context: int, last_stage: bool = True
+    spec: ModelSpec,
+    settings: Settings,
+    constants: TransformersConstants,
+    batch: int,
+    context: int,
+    last_stage: bool = True,
 ) -> tuple[float, str]:
     """Peak transient bytes of one prefill forward of ``batch`` × ``context`` tokens on one GPU."""
     dtype = spec.dtype_bytes()
     tokens = batch * context
     attention_width, mlp_width, hidden = _widths(spec, settings.tp)
-    residual = tokens * hidden * rules["hidden_tensors"] * dtype
-    attention = tokens * attention_width * rules["attention_tensors"] * dtype
+    residual = tokens * hidden * constants.hidden_tensors * dtype
+    attention = tokens * attention_width * constants.attention_tensors * dtype
     if settings.attn_implementation == "eager":
         heads = (spec.num_attention_heads or 0) / settings.tp
-        attention += batch * heads * float(context) * context * (dtype + rules["softmax_bytes"])
-    mlp = tokens * mlp_width * rules["mlp_tensors"] * dtype
+        attention += batch * heads * float(context) * context * (dtype + constants.softmax_bytes)
+    mlp = tokens * mlp_width * constants.mlp_tensors * dtype
     kept = context if settings.logits_to_keep <= 0 else min(settings.logits_to_keep, context)
-    logits = batch * kept * (spec.vocab_size or 0) * rules["logits_bytes"] if last_stage else 0.0
+    logits = batch * kept * (spec.vocab_size or 0) * constants.logits_bytes if last_stage else 0.0
     largest = max(("attention", attention), ("mlp", mlp), ("logits", logits), key=lambda item: item[1])
     text = (
         f"[approximation] prefill of {batch} × {context} tokens: residual {residual / GiB:.2f} GiB + the largest of "
         f"attention ({settings.attn_implementation}) {attention / GiB:.2f}, MLP {mlp / GiB:.2f}, logits "
-        f"({batch} × {kept} positions × vocab × {rules['logits_bytes']} B) {logits / GiB:.2f} GiB → {largest[0]}"
+        f"({batch} × {kept} positions × vocab × {constants.logits_bytes} B) {logits / GiB:.2f} GiB → {largest[0]}"
     )
     return residual + largest[1], text
 
 
 def resolve_settings(
-    spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload, rules: Mapping[str, Any]
+    spec: ModelSpec,
+    hardware: Hardware | None,
+    choice: EngineChoice,
+    workload: Workload,
+    constants: TransformersConstants,
 ) -> Settings:
     count = hardware.count if hardware else 1
     tp = choice.tp or common.setting_int(choice, "tp", "tp-size") or 1
@@ -122,40 +146,47 @@ def resolve_settings(
         raise UsageError(f"tp {tp} × layer split {pp} needs {tp * pp} GPUs, only {count} given")
     if choice.gpu_util is not None:
         raise UsageError("transformers has no memory fraction (--gpu-util does not apply)")
-    attn = (common.setting(choice, "attn-implementation") or rules["attn_implementation"]).lower()
+    attn = (common.setting(choice, "attn-implementation") or constants.attn_implementation).lower()
     if attn not in ("sdpa", "eager", "flash_attention_2", "flash_attention_3", "flex_attention"):
         raise UsageError(f"unknown attn-implementation {attn!r}")
     kv_name = workload.kv_dtype if workload.kv_dtype != "auto" else (common.setting(choice, "cache-dtype") or "auto")
-    if common.canonical_kv_dtype(kv_name, None) not in rules["kv_dtypes"] and kv_name.lower() not in rules["kv_dtypes"]:
+    if (
+        common.canonical_kv_dtype(kv_name, None) not in constants.kv_dtypes
+        and kv_name.lower() not in constants.kv_dtypes
+    ):
         raise UsageError(f"transformers' caches hold the model dtype or a quantized cache (int8/int4), not {kv_name!r}")
     return Settings(
         tp=tp,
         pp=pp,
         attn_implementation=attn,
-        logits_to_keep=int(common.setting_int(choice, "logits-to-keep", default=rules["logits_to_keep"])),
+        logits_to_keep=int(common.setting_int(choice, "logits-to-keep", default=constants.logits_to_keep)),
         kv_cache_dtype=common.canonical_kv_dtype(kv_name, spec.dtype),
         kv_bytes=common.kv_dtype_bytes(kv_name, spec.dtype_bytes()),
         max_length=spec.max_position_embeddings,
     )
 
 
-def terms(spec: ModelSpec, settings: Settings, rules: Rules, batch: int, context: int) -> tuple[float, float, str]:
+def terms(
+    spec: ModelSpec, settings: Settings, constants: TransformersConstants, batch: int, context: int
+) -> tuple[float, float, str]:
     """(KV bytes, prefill activation bytes, its explanation) for ``batch`` sequences of ``context`` tokens."""
     layers = common.worst_stage_layers(spec, settings.pp)
-    drop = int(rules["dynamic_window_drop"])
+    drop = int(constants.dynamic_window_drop)
     growing, fixed = kv_bytes(layers, settings.tp, settings.kv_bytes, context, spec.dtype_bytes(), drop)
-    activations, text = prefill_activations(spec, settings, rules, batch, context)
+    activations, text = prefill_activations(spec, settings, constants, batch, context)
     return batch * (growing * context + fixed), activations, text
 
 
-def longest_context(spec: ModelSpec, settings: Settings, rules: Rules, batch: int, free: float) -> int:
+def longest_context(
+    spec: ModelSpec, settings: Settings, constants: TransformersConstants, batch: int, free: float
+) -> int:
     """Longest context whose KV + prefill activations fit in ``free`` (binary search; eager attention grows
     quadratically), capped at the model's maximum length."""
     cap = settings.max_length or 1 << 24
     low, high = 0, cap
     while low < high:
         middle = (low + high + 1) // 2
-        kv, activations, _ = terms(spec, settings, rules, batch, middle)
+        kv, activations, _ = terms(spec, settings, constants, batch, middle)
         if kv + activations <= free:
             low = middle
         else:
@@ -185,30 +216,30 @@ class Breakdown:
 
 
 def compute(
-    spec: ModelSpec, hardware: Hardware | None, settings: Settings, workload: Workload, rules: Rules
+    spec: ModelSpec, hardware: Hardware | None, settings: Settings, workload: Workload, constants: TransformersConstants
 ) -> Breakdown:
     """Weights, DynamicCache, one prefill's peak, and what the rest of the device holds."""
     context = workload.context or settings.max_length
     if context is None:
         raise UsageError("the model does not state its maximum length; give --context")
     split = common.weights_per_rank(spec, settings.tp, settings.pp, vocab_padding=1)
-    overhead = int(rules["cuda_context_gib"] * GiB)
-    kv, activations, text = terms(spec, settings, rules, workload.concurrency, context)
+    overhead = int(constants.cuda_context_gib * GiB)
+    kv, activations, text = terms(spec, settings, constants, workload.concurrency, context)
     growing, fixed = kv_bytes(
         common.worst_stage_layers(spec, settings.pp),
         settings.tp,
         settings.kv_bytes,
         context,
         spec.dtype_bytes(),
-        int(rules["dynamic_window_drop"]),
+        int(constants.dynamic_window_drop),
     )
     capacity = Capacity()
     if hardware is not None:
         free = hardware.gpu.gpu_memory_bytes - split.bytes - overhead
-        kv_one, act_one, _ = terms(spec, settings, rules, 1, context)
+        kv_one, act_one, _ = terms(spec, settings, constants, 1, context)
         per_sequence = kv_one + act_one
         max_concurrency = max(0.0, free / per_sequence) if per_sequence > 0 else 0.0
-        max_context = longest_context(spec, settings, rules, workload.concurrency, free)
+        max_context = longest_context(spec, settings, constants, workload.concurrency, free)
         capacity = Capacity(kv_tokens=None, max_concurrency=max_concurrency, max_context=max_context)
     active = common.active_weight_bytes(spec)
     decode = None
@@ -221,7 +252,7 @@ def compute(
         settings=settings,
         context=context,
         weights=split,
-        cuda_context_gib=rules["cuda_context_gib"],
+        cuda_context_gib=constants.cuda_context_gib,
         kv=kv,
         growing=growing,
         fixed=fixed,
@@ -270,20 +301,36 @@ def narrate(
     return warnings, explain
 
 
-class TransformersProfile(ProfileBase):
+class TransformersProfile(StagedProfile[TransformersConstants, Settings, Breakdown]):
     name = ENGINE
     fallback_versions = ("5.0",)
+    constants_type = TransformersConstants
+    # one rule set: the newest applies to every release asked for
+    unversioned = True
 
-    def estimate(
-        self, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload
-    ) -> Estimate:
-        rules = common.rules_for_version(self.data, self.rule_versions[-1])
-        common.require_weights(spec)
-        settings = resolve_settings(spec, hardware, choice, workload, rules)
-        parts = compute(spec, hardware, settings, workload, rules)
-        warnings, explain = narrate(parts, spec, hardware, workload)
-        # which published measurements this profile was checked against (the TOML's `measured`)
-        explain["measurements"] = str(rules["measured"])
+    def resolve(
+        self,
+        spec: ModelSpec,
+        hardware: Hardware | None,
+        choice: EngineChoice,
+        workload: Workload,
+        constants: TransformersConstants,
+        version: str,
+    ) -> Settings:
+        return resolve_settings(spec, hardware, choice, workload, constants)
+
+    def breakdown(
+        self,
+        spec: ModelSpec,
+        hardware: Hardware | None,
+        choice: EngineChoice,
+        workload: Workload,
+        constants: TransformersConstants,
+        settings: Settings,
+    ) -> Breakdown:
+        return compute(spec, hardware, settings, workload, constants)
+
+    def terms(self, parts: Breakdown, spec: ModelSpec, hardware: Hardware | None, workload: Workload) -> Terms:
         memory = hardware.gpu.gpu_memory_bytes if hardware else 0
         per_gpu = PerGpu(
             weights=parts.weights.bytes,
@@ -293,9 +340,28 @@ class TransformersProfile(ProfileBase):
             usable=memory,
             memory=memory,
         )
-        engine = {
+        settings = parts.settings
+        return Terms(
+            per_gpu=per_gpu,
+            capacity=parts.capacity,
+            decode=parts.decode,
+            context=parts.context,
+            kv_dtype=settings.kv_cache_dtype,
+            tp=settings.tp,
+            pp=settings.pp,
+        )
+
+    def narrate(
+        self, parts: Breakdown, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload
+    ) -> Narration:
+        warnings, explain = narrate(parts, spec, hardware, workload)
+        return Narration(tuple(warnings), explain)
+
+    def report(self, parts: Breakdown, choice: EngineChoice, version: str) -> dict[str, object]:
+        settings = parts.settings
+        return {
             "name": ENGINE,
-            "version": self.rule_versions[-1],
+            "version": version,
             "requested_version": choice.version,
             "gpu_util": None,
             "attn_implementation": settings.attn_implementation,
@@ -306,19 +372,6 @@ class TransformersProfile(ProfileBase):
             "tp": settings.tp,
             "layer_split": settings.pp,
         }
-        return common.finish_estimate(
-            spec=spec,
-            hardware=hardware,
-            engine=engine,
-            workload=replace(workload, context=parts.context, kv_dtype=settings.kv_cache_dtype),
-            per_gpu=per_gpu,
-            capacity=parts.capacity,
-            decode=parts.decode,
-            warnings=warnings,
-            explain=explain,
-            tp=settings.tp,
-            pp=settings.pp,
-        )
 
 
 PROFILE = TransformersProfile()

@@ -13,18 +13,33 @@ memory − reserve). The activation peak is measured by TRT-LLM; hfvram approxim
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass
 
-from hfvram.engines.base import ProfileBase
+from hfvram.engines.contract import Constants, Narration, StagedProfile, Terms
 from hfvram.errors import UsageError
 from hfvram.estimate import common
-from hfvram.estimate.common import GiB, Rules
-from hfvram.estimate.types import Capacity, EngineChoice, Estimate, Hardware, PerGpu, Workload
+from hfvram.estimate.common import GiB
+from hfvram.estimate.types import Capacity, EngineChoice, Hardware, PerGpu, Workload
 from hfvram.spec import RECURRENT_KINDS, WINDOWED_KINDS, ModelSpec
 
 ENGINE = "tensorrt-llm"
+
+
+@dataclass(frozen=True)
+class TrtllmConstants(Constants):
+    """The ``[defaults]`` of ``rules.toml`` (each value's source is beside it there), checked when they load."""
+
+    free_gpu_memory_fraction: float
+    tokens_per_block: int
+    max_num_tokens: int
+    max_batch_size: int
+    cuda_context_gib: float
+    tp_comm_gib: float
+    forward_bytes_per_ffn: float
+    forward_bytes_per_hidden: float
+    moe_activation_factor: float
+    logits_bytes: int
+    vocab_padding: int
 
 
 @dataclass(frozen=True)
@@ -47,7 +62,7 @@ def resolve_settings(
     hardware: Hardware | None,
     choice: EngineChoice,
     workload: Workload,
-    rules: Mapping[str, Any],
+    constants: TrtllmConstants,
     version: str,
 ) -> Settings:
     tp, pp = common.resolve_parallel(choice, hardware, ("tp-size", "tp", "tensor-parallel-size"), ("pp-size", "pp"))
@@ -56,7 +71,7 @@ def resolve_settings(
         if choice.gpu_util is not None
         else common.setting_float(choice, "kv-cache-free-gpu-memory-fraction", "free-gpu-memory-fraction")
     )
-    fraction = fraction if fraction is not None else float(rules["free_gpu_memory_fraction"])
+    fraction = fraction if fraction is not None else float(constants.free_gpu_memory_fraction)
     if not 0 < fraction <= 1:
         raise UsageError(f"free_gpu_memory_fraction must be in (0, 1], got {fraction}")
     max_seq_len = common.setting_int(choice, "max-seq-len") or workload.context or spec.max_position_embeddings
@@ -68,9 +83,9 @@ def resolve_settings(
         tp=tp,
         pp=pp,
         free_gpu_memory_fraction=float(fraction),
-        tokens_per_block=int(common.setting_int(choice, "tokens-per-block", default=rules["tokens_per_block"])),
-        max_num_tokens=int(common.setting_int(choice, "max-num-tokens", default=rules["max_num_tokens"])),
-        max_batch_size=int(common.setting_int(choice, "max-batch-size", default=rules["max_batch_size"])),
+        tokens_per_block=int(common.setting_int(choice, "tokens-per-block", default=constants.tokens_per_block)),
+        max_num_tokens=int(common.setting_int(choice, "max-num-tokens", default=constants.max_num_tokens)),
+        max_batch_size=int(common.setting_int(choice, "max-batch-size", default=constants.max_batch_size)),
         max_seq_len=int(max_seq_len),
         max_tokens=common.setting_int(choice, "max-tokens", "max-tokens-in-paged-kvcache"),
         kv_cache_dtype=common.canonical_kv_dtype(kv_name, spec.dtype),
@@ -86,22 +101,22 @@ def ffn_per_rank(spec: ModelSpec, tp: int) -> float:
     return (spec.intermediate_size or 4 * (spec.hidden_size or 0)) / tp
 
 
-def activation_peak(spec: ModelSpec, settings: Settings, rules: Mapping[str, Any]) -> tuple[int, str]:
+def activation_peak(spec: ModelSpec, settings: Settings, constants: TrtllmConstants) -> tuple[int, str]:
     """Approximation of the profiling run's torch peak above the weights (see the TOML for the source)."""
     hidden = spec.hidden_size or 0
     ffn = ffn_per_rank(spec, settings.tp)
     forward = settings.max_num_tokens * (
-        rules["forward_bytes_per_ffn"] * ffn + rules["forward_bytes_per_hidden"] * hidden
+        constants.forward_bytes_per_ffn * ffn + constants.forward_bytes_per_hidden * hidden
     )
     moe = bool(spec.num_experts)
     if moe:
-        forward *= rules["moe_activation_factor"]
+        forward *= constants.moe_activation_factor
     requests = math.ceil(settings.max_num_tokens / max(1, min(settings.max_num_tokens, settings.max_seq_len)))
-    logits = requests * (spec.vocab_size or 0) * rules["logits_bytes"]
+    logits = requests * (spec.vocab_size or 0) * constants.logits_bytes
     text = (
         f"[approximation] dummy context run of max_num_tokens {settings.max_num_tokens}: {settings.max_num_tokens} × "
-        f"({rules['forward_bytes_per_ffn']:g} × ffn/rank {ffn:.0f} + {rules['forward_bytes_per_hidden']:g} × hidden {hidden}) B"
-        + (f" × {rules['moe_activation_factor']} (MoE)" if moe else "")
+        f"({constants.forward_bytes_per_ffn:g} × ffn/rank {ffn:.0f} + {constants.forward_bytes_per_hidden:g} × hidden {hidden}) B"
+        + (f" × {constants.moe_activation_factor} (MoE)" if moe else "")
         + f" + logits of {requests} request(s); TRT-LLM measures this peak, hfvram borrows vLLM's fitted forward term"
     )
     return int(forward + logits), text
@@ -156,19 +171,19 @@ def overhead_bytes(cuda_context_gib: float, tp_comm_gib: float | None) -> int:
 
 
 def compute(
-    spec: ModelSpec, hardware: Hardware | None, settings: Settings, workload: Workload, rules: Rules
+    spec: ModelSpec, hardware: Hardware | None, settings: Settings, workload: Workload, constants: TrtllmConstants
 ) -> Breakdown:
     """Every term for ``settings``: weights, the profiling peak, KV per token and per sequence, the pool."""
     context = workload.context or settings.max_seq_len
-    split = common.weights_per_rank(spec, settings.tp, settings.pp, vocab_padding=rules["vocab_padding"])
-    activations, activations_text = activation_peak(spec, settings, rules)
-    tp_comm = rules["tp_comm_gib"] if settings.tp * settings.pp > 1 else None
+    split = common.weights_per_rank(spec, settings.tp, settings.pp, vocab_padding=constants.vocab_padding)
+    activations, activations_text = activation_peak(spec, settings, constants)
+    tp_comm = constants.tp_comm_gib if settings.tp * settings.pp > 1 else None
     layers = common.worst_stage_layers(spec, settings.pp)
     per_token = common.kv_bytes_per_token_rank(layers, settings.tp, settings.kv_bytes)
     fixed = common.kv_fixed_bytes_rank(layers, settings.tp, settings.kv_bytes, context, spec.dtype_bytes())
     if per_token <= 0 and fixed <= 0:
         raise UsageError("the model has no KV cache layers hfvram can size for TensorRT-LLM")
-    peak = split.bytes + activations + overhead_bytes(rules["cuda_context_gib"], tp_comm)
+    peak = split.bytes + activations + overhead_bytes(constants.cuda_context_gib, tp_comm)
     pool = pool_term(hardware.gpu.gpu_memory_bytes, peak, per_token, fixed, settings) if hardware is not None else None
     blocks = math.ceil(context / settings.tokens_per_block)
     per_sequence = blocks * settings.tokens_per_block * per_token + fixed
@@ -183,7 +198,7 @@ def compute(
         weights=split,
         activations=activations,
         activations_text=activations_text,
-        cuda_context_gib=rules["cuda_context_gib"],
+        cuda_context_gib=constants.cuda_context_gib,
         tp_comm_gib=tp_comm,
         per_token=per_token,
         fixed=fixed,
@@ -265,22 +280,36 @@ def narrate(
     return warnings, explain
 
 
-class TrtllmProfile(ProfileBase):
+class TrtllmProfile(StagedProfile[TrtllmConstants, Settings, Breakdown]):
     name = ENGINE
     fallback_versions = ("1.0",)
+    constants_type = TrtllmConstants
+    # the rules are not versioned: the newest always applies (narrate() says so when a release is asked)
+    unversioned = True
 
-    def estimate(
-        self, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload
-    ) -> Estimate:
-        # the rules are not versioned: the newest always applies (narrate() says so when a release is asked)
-        version = self.rule_versions[-1]
-        rules = common.rules_for_version(self.data, version)
-        common.require_weights(spec)
-        settings = resolve_settings(spec, hardware, choice, workload, rules, version)
-        parts = compute(spec, hardware, settings, workload, rules)
-        warnings, explain = narrate(parts, spec, choice, workload)
-        # which published measurements this profile was checked against (the TOML's `measured`)
-        explain["measurements"] = str(rules["measured"])
+    def resolve(
+        self,
+        spec: ModelSpec,
+        hardware: Hardware | None,
+        choice: EngineChoice,
+        workload: Workload,
+        constants: TrtllmConstants,
+        version: str,
+    ) -> Settings:
+        return resolve_settings(spec, hardware, choice, workload, constants, version)
+
+    def breakdown(
+        self,
+        spec: ModelSpec,
+        hardware: Hardware | None,
+        choice: EngineChoice,
+        workload: Workload,
+        constants: TrtllmConstants,
+        settings: Settings,
+    ) -> Breakdown:
+        return compute(spec, hardware, settings, workload, constants)
+
+    def terms(self, parts: Breakdown, spec: ModelSpec, hardware: Hardware | None, workload: Workload) -> Terms:
         pool = parts.pool
         per_gpu = PerGpu(
             weights=parts.weights.bytes,
@@ -290,20 +319,25 @@ class TrtllmProfile(ProfileBase):
             usable=int(parts.peak + pool.pool) if pool is not None else 0,
             memory=pool.memory if pool is not None else 0,
         )
-        return common.finish_estimate(
-            spec=spec,
-            hardware=hardware,
-            engine=engine_report(parts, choice),
-            workload=replace(workload, context=parts.context, kv_dtype=settings.kv_cache_dtype),
+        return Terms(
             per_gpu=per_gpu,
             capacity=parts.capacity,
             decode=parts.decode,
-            warnings=warnings,
-            explain=explain,
-            tp=settings.tp,
-            pp=settings.pp,
-            force_does_not_fit=parts.refused,
+            context=parts.context,
+            kv_dtype=parts.settings.kv_cache_dtype,
+            tp=parts.settings.tp,
+            pp=parts.settings.pp,
+            refused=parts.refused,
         )
+
+    def narrate(
+        self, parts: Breakdown, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload
+    ) -> Narration:
+        warnings, explain = narrate(parts, spec, choice, workload)
+        return Narration(tuple(warnings), explain)
+
+    def report(self, parts: Breakdown, choice: EngineChoice, version: str) -> dict[str, object]:
+        return engine_report(parts, choice)
 
 
 def engine_report(parts: Breakdown, choice: EngineChoice) -> dict[str, object]:
