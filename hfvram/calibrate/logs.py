@@ -16,7 +16,6 @@ never, nor the engines' log modules: their patterns are compiled at import.
 
 from __future__ import annotations
 
-import importlib
 import re
 from collections import deque
 from collections.abc import Iterator, Mapping
@@ -151,12 +150,15 @@ def log_readers() -> dict[str, str]:
 
 
 def _reader(engine: str) -> Any:
-    return importlib.import_module(log_readers()[engine])
+    # the import statement's machinery, not importlib.import_module: ``-X importtime`` (tests/test_startup_imports.py)
+    # reports only imports made through it
+    return __import__(log_readers()[engine], fromlist=["parse"])
 
 
 def detect_engine(text: str | list[str]) -> str | None:
     """Which engine wrote this log: the first engine, in the registry's order, whose log module recognises its
-    lines (``vllm``, ``sglang``, ``llama.cpp``; None when nothing is recognised)."""
+    lines (``vllm``, ``sglang``, ``llama.cpp``; None when nothing is recognised). The order matters only for a log
+    holding two engines' lines, which no real start-up writes."""
     lines = _lines(text)
     for engine in log_readers():
         recognises = getattr(_reader(engine), "recognises", None)
@@ -225,7 +227,7 @@ def __getattr__(name: str) -> Any:
     ``parse_sglang_log``): found in the engines' log modules on first use (PEP 562)."""
     if name.startswith("parse_") and name.endswith("_log"):
         for module in log_readers().values():
-            value = getattr(importlib.import_module(module), name, None)
+            value = getattr(__import__(module, fromlist=[name]), name, None)
             if value is not None:
                 globals()[name] = value
                 return value
