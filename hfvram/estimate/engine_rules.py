@@ -23,6 +23,7 @@ from hfvram.datafiles import data_table
 from hfvram.errors import UsageError
 from hfvram.estimate import common, releases
 from hfvram.estimate.types import VERDICT_DOES_NOT_FIT, EngineChoice, Estimate, Hardware, Workload
+from hfvram.memo import ValueCache
 from hfvram.spec import LayerKind, ModelSpec
 
 
@@ -386,8 +387,9 @@ def _splits_evenly(spec: ModelSpec, tp: int) -> bool:
 
 
 #: quant_tp_refusal answers by the facts it reads (the searches of hfvram.estimate.inverse ask the same one often)
-_QUANT_TP_ANSWERS: dict[tuple[object, ...], tuple[str | None, list[str]]] = {}
-_QUANT_TP_ANSWERS_MAX = 1024
+_QUANT_TP_ANSWERS: ValueCache[tuple[object, ...], tuple[str | None, list[str]]] = ValueCache(
+    "estimate.quant_tp_refusal", 1024
+)
 
 
 def quant_tp_refusal(
@@ -405,11 +407,7 @@ def quant_tp_refusal(
     key += (details.get("torch_dtype"), spec.dtype, spec.hidden_size, spec.num_attention_heads, layers)
     key += (spec.intermediate_size, spec.moe_intermediate_size, tp, defaulted)
     key += (hardware.gpu.id, hardware.gpu.vendor) if hardware is not None else (None, None)
-    answer = _QUANT_TP_ANSWERS.get(key)
-    if answer is None:
-        if len(_QUANT_TP_ANSWERS) >= _QUANT_TP_ANSWERS_MAX:
-            _QUANT_TP_ANSWERS.clear()
-        answer = _QUANT_TP_ANSWERS[key] = _quant_tp_refusal(engine, spec, tp, hardware, defaulted)
+    answer = _QUANT_TP_ANSWERS.get_or_compute(key, lambda: _quant_tp_refusal(engine, spec, tp, hardware, defaulted))
     return answer[0], list(answer[1])
 
 
