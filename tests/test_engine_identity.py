@@ -89,8 +89,10 @@ def test_nested_rows_are_checked_too():
         identity.hub_quant(bad_format, f"{where} [hub_quant]")
     with pytest.raises(ValueError, match=r"engine.toml \[hub_quant\]: unknown keys \['runs'\], missing"):
         identity.hub_quant({"refused": "no", "doc": "x", "runs": []}, f"{where} [hub_quant]")
-    with pytest.raises(ValueError, match=r"engine.toml: hub_quant must be a table"):
+    with pytest.raises(ValueError, match=r"engine.toml \[hub_quant\]: expected a table"):
         identity.engine_facts({**table, "hub_quant": "vLLM"}, where)
+    with pytest.raises(ValueError, match=r"engine.toml \[hub_quant\]: unknown keys \['pool_kind'\]"):
+        identity.engine_facts({**table, "hub_quant": {**table["hub_quant"], "pool_kind": "memory"}}, where)
     bad_row = copy.deepcopy(table)
     bad_row["refused_on"][0]["vendors"] = "apple"
     with pytest.raises(ValueError, match=r"\[\[refused_on\]\] row 1: unknown keys \['vendors'\]"):
