@@ -1,0 +1,145 @@
+"""The run wiring behind ``check`` / ``scan`` / ``fit`` / ``calibrate`` and the Python API (``hfvram.api``): the
+options as typed -> a parsed :class:`Request` -> the model loaded -> the estimate (a saved calibration applied) ->
+the report document. No click and no printing here: ``hfvram.cli`` parses the command line and prints,
+``hfvram.api`` returns typed results; both call this module.
+
+One module per step: ``request`` (options -> :class:`Request`, exit codes), ``model`` (load, engine choice,
+estimate, calibration), ``check`` (the check document, launch and offload wiring), ``whatif`` (``--quant``),
+``gguf_repo`` (a GGUF repo as a whole), ``scan`` (scan lists, ``models``), ``fit`` (the inverse view and the plot's
+series); this package re-exports their names.
+
+Light on purpose (``hfvram --help`` imports it): the sources, readers, engine profiles and reports are imported
+inside the functions that need them.
+"""
+
+from __future__ import annotations
+
+from hfvram.pipeline.check import (
+    add_launch,
+    add_offload_plan,
+    check_report,
+    launch_choice,
+    loaded_report,
+    model_argument,
+    model_ref,
+    with_largest_batch,
+)
+from hfvram.pipeline.fit import (
+    FIT_KV_CANDIDATES,
+    FIT_MAX_GPUS,
+    FitReport,
+    fit_figures,
+    fit_kv_dtypes,
+    fit_report,
+    memory_panel,
+)
+from hfvram.pipeline.gguf_repo import GGUF_REPO_SCHEMA, gguf_repo_report, gguf_repo_wanted
+from hfvram.pipeline.model import (
+    calibrate_estimate,
+    calibration_prediction,
+    default_engine_notes,
+    engine_choice,
+    load,
+    parse_engine,
+    quant_engine_rule,
+    run_estimate,
+    with_draft,
+    with_quant,
+    workload,
+)
+from hfvram.pipeline.request import (
+    EXIT_DOES_NOT_FIT,
+    EXIT_OK,
+    EXIT_UNREADABLE,
+    EXIT_USAGE,
+    PASTED_FIELDS,
+    Request,
+    RunOptions,
+    exit_code_for,
+    parse_gpu_option,
+    parse_quant_option,
+    require_gpu_for_fail_on,
+    resolve_request,
+    unified_fraction_notes,
+    validate_kv_dtype_name,
+)
+from hfvram.pipeline.scan import (
+    NOT_A_SOURCE,
+    SCAN_LINE,
+    SCAN_MAX_SOURCES,
+    VERDICT_ORDER,
+    SourceList,
+    catalogue_params,
+    models_query,
+    models_rows,
+    read_scan_list,
+    read_source_list,
+    scan_exit_code,
+    scan_one,
+    scan_request,
+    scan_sort_key,
+)
+from hfvram.pipeline.whatif import auto_quant, gguf_repo_quant, what_if_dict
+
+__all__ = [
+    "EXIT_DOES_NOT_FIT",
+    "EXIT_OK",
+    "EXIT_UNREADABLE",
+    "EXIT_USAGE",
+    "FIT_KV_CANDIDATES",
+    "FIT_MAX_GPUS",
+    "GGUF_REPO_SCHEMA",
+    "NOT_A_SOURCE",
+    "PASTED_FIELDS",
+    "SCAN_LINE",
+    "SCAN_MAX_SOURCES",
+    "VERDICT_ORDER",
+    "FitReport",
+    "Request",
+    "RunOptions",
+    "SourceList",
+    "add_launch",
+    "add_offload_plan",
+    "auto_quant",
+    "calibrate_estimate",
+    "calibration_prediction",
+    "catalogue_params",
+    "check_report",
+    "default_engine_notes",
+    "engine_choice",
+    "exit_code_for",
+    "fit_figures",
+    "fit_kv_dtypes",
+    "fit_report",
+    "gguf_repo_quant",
+    "gguf_repo_report",
+    "gguf_repo_wanted",
+    "launch_choice",
+    "load",
+    "loaded_report",
+    "memory_panel",
+    "model_argument",
+    "model_ref",
+    "models_query",
+    "models_rows",
+    "parse_engine",
+    "parse_gpu_option",
+    "parse_quant_option",
+    "quant_engine_rule",
+    "read_scan_list",
+    "read_source_list",
+    "require_gpu_for_fail_on",
+    "resolve_request",
+    "run_estimate",
+    "scan_exit_code",
+    "scan_one",
+    "scan_request",
+    "scan_sort_key",
+    "unified_fraction_notes",
+    "validate_kv_dtype_name",
+    "what_if_dict",
+    "with_draft",
+    "with_largest_batch",
+    "with_quant",
+    "workload",
+]
