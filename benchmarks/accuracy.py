@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from hfvram.engines.vllm.profile import dtype_bytes_of  # noqa: E402
+from hfvram.engines.vllm.settings import dtype_bytes_of  # noqa: E402
 from hfvram.errors import HfvramError  # noqa: E402
 from hfvram.estimate.core import estimate  # noqa: E402
 from hfvram.estimate.hardware import parse_gpu_spec  # noqa: E402

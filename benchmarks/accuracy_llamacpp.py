@@ -29,6 +29,10 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from hfvram.engines.llamacpp import profile as llamacpp  # noqa: E402
+from hfvram.engines.llamacpp.compute import compute_buffer_bytes, output_buffer_bytes  # noqa: E402
+from hfvram.engines.llamacpp.kv import kv_bytes  # noqa: E402
+from hfvram.engines.llamacpp.placement import place  # noqa: E402
+from hfvram.engines.llamacpp.settings import resolve_settings  # noqa: E402
 from hfvram.estimate.types import EngineChoice, Workload  # noqa: E402
 from hfvram.readers.gguf import read_gguf_file, spec_from_gguf  # noqa: E402
 from hfvram.spec import ModelSpec  # noqa: E402
@@ -123,11 +127,11 @@ def compare_row(row: Mapping[str, Any]) -> Iterator[Comparison]:
     spec = spec_for_row(row)
     _, rules, consts = llamacpp.rules_for(EngineChoice(name="llama.cpp"))
     # the truth runs are CPU-only: no CUDA row padding
-    s = replace(llamacpp.resolve_settings(spec, choice_for(row["settings"]), Workload(), rules), cuda=False)
+    s = replace(resolve_settings(spec, choice_for(row["settings"]), Workload(), rules), cuda=False)
     measured = row["measured"]
     name, label = row["model"], describe(row["settings"])
     pad = int(rules["n_ctx_pad"])
-    kv = llamacpp.kv_bytes(spec, s, pad)
+    kv = kv_bytes(spec, s, pad)
     caches = measured["kv_caches"]
     if caches:
         yield Comparison(name, label, "kv_k", kv.k / MiB, sum(c["k_mib"] for c in caches))
@@ -136,11 +140,11 @@ def compare_row(row: Mapping[str, Any]) -> Iterator[Comparison]:
         yield Comparison(name, label, "recurrent", kv.state / MiB, rs["r_mib"] + rs["s_mib"])
     compute = measured["compute_buffer_mib"].get("CPU")
     if compute:
-        predicted, _ = llamacpp.compute_buffer_bytes(spec, s, consts, pad=pad)
+        predicted, _ = compute_buffer_bytes(spec, s, consts, pad=pad)
         yield Comparison(name, label, "compute", predicted / MiB, compute)
     model = sum(measured["model_buffer_mib"].values())
     if model:
-        placement = llamacpp.place(spec, s, kv, 1)
+        placement = place(spec, s, kv, 1)
         duplicated = (
             spec.weights.bytes_by_component.get("embeddings", 0)
             if not spec.weights.bytes_by_component.get("lm_head")
@@ -149,9 +153,7 @@ def compare_row(row: Mapping[str, Any]) -> Iterator[Comparison]:
         predicted = sum(placement.gpu_weights) + placement.cpu_weights - duplicated  # one mapping on the CPU
         yield Comparison(name, label, "model", predicted / MiB, model)
     if measured.get("output_buffer_mib") is not None:
-        yield Comparison(
-            name, label, "output", llamacpp.output_buffer_bytes(spec, s) / MiB, measured["output_buffer_mib"]
-        )
+        yield Comparison(name, label, "output", output_buffer_bytes(spec, s) / MiB, measured["output_buffer_mib"])
 
 
 def all_comparisons(rows: list[dict[str, Any]] | None = None) -> list[Comparison]:

@@ -33,6 +33,8 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from hfvram.engines.llamacpp import profile as llamacpp  # noqa: E402
+from hfvram.engines.llamacpp.compute import compute_buffer_bytes, host_compute_buffer_bytes  # noqa: E402
+from hfvram.engines.llamacpp.settings import resolve_settings, row_size  # noqa: E402
 from hfvram.estimate.types import EngineChoice, Workload  # noqa: E402
 from hfvram.readers.config import read_config  # noqa: E402
 from hfvram.readers.gguf import read_gguf_file, spec_from_gguf  # noqa: E402
@@ -71,8 +73,8 @@ def spec_for(case: Mapping[str, Any]) -> ModelSpec:
     vocab_rows = (spec.vocab_size or 0) * (spec.hidden_size or 0)
     components: dict[str, int] = {}
     if facts.get("output_type"):
-        components["embeddings"] = llamacpp.row_size("q4_k", vocab_rows)
-        components["lm_head"] = llamacpp.row_size(str(facts["output_type"]).lower(), vocab_rows)
+        components["embeddings"] = row_size("q4_k", vocab_rows)
+        components["lm_head"] = row_size(str(facts["output_type"]).lower(), vocab_rows)
     if facts.get("expert_bytes_per_layer_mib"):
         moe_layers = sum(1 for layer in spec.layers if layer.moe) or spec.num_layers
         components["experts"] = int(float(facts["expert_bytes_per_layer_mib"]) * MiB) * moe_layers
@@ -131,12 +133,12 @@ class Comparison:
 def compare_case(case: Mapping[str, Any]) -> list[Comparison]:
     spec = spec_for(case)
     _, rules, consts = llamacpp.rules_for(EngineChoice(name="llama.cpp"))
-    settings = replace(llamacpp.resolve_settings(spec, choice_for(case), Workload(), rules), cuda=True)
+    settings = replace(resolve_settings(spec, choice_for(case), Workload(), rules), cuda=True)
     pad = int(rules["n_ctx_pad"])
     n_gpus = int(case["settings"].get("n_gpus", 1))
     held = is_held_out(case["id"])
     later = bool(case.get("later_added"))
-    kwargs_ok = "first_device" in inspect.signature(llamacpp.compute_buffer_bytes).parameters
+    kwargs_ok = "first_device" in inspect.signature(compute_buffer_bytes).parameters
     out = []
     for name, measured in case["buffers_mib"].items():
         device, kind = name.split(" ", 1)
@@ -146,12 +148,10 @@ def compare_case(case: Mapping[str, Any]) -> list[Comparison]:
         if device.startswith("CUDA") and device[4:].isdigit():
             index = int(device[4:])
             extra = {"first_device": index == 0} if kwargs_ok else {}
-            size, _ = llamacpp.compute_buffer_bytes(
-                spec, settings, consts, with_output=index == n_gpus - 1, pad=pad, **extra
-            )
+            size, _ = compute_buffer_bytes(spec, settings, consts, with_output=index == n_gpus - 1, pad=pad, **extra)
             predicted = size / MiB
-        elif device == "CUDA_Host" and hasattr(llamacpp, "host_compute_buffer_bytes"):
-            size, _ = llamacpp.host_compute_buffer_bytes(spec, settings, consts, pad=pad)
+        elif device == "CUDA_Host":
+            size, _ = host_compute_buffer_bytes(spec, settings, consts, pad=pad)
             predicted = size / MiB
         else:
             predicted = None  # no rule for this buffer in this version of hfvram

@@ -5,7 +5,7 @@ published tokens/s of partly offloaded runs (issue 11, items 3 and 4; docs/accur
    (permalinks in each case). The margin lines (``target``, ``need to reduce device memory by``) are recomputed from
    the logged free memory; where the log shows at least two measured placements, an affine memory model is fitted to
    them (per layer, per expert block: the derivation is in the case) and hfvram's search
-   (``hfvram.engines.llamacpp.offload.fit_search``) is replayed on it: every logged probe must come out, in the logged
+   (``hfvram.engines.llamacpp.fit.fit_search``) is replayed on it: every logged probe must come out, in the logged
    order, with the logged accept / reject decision.
 2. ``benchmarks/data/llamacpp_offload_speed.jsonl``: published generation speeds with ``-ngl`` / ``--n-cpu-moe`` on
    a known GPU and host memory; hfvram's bound (bytes read on the GPU / its bandwidth + bytes read in RAM / the host
@@ -28,8 +28,10 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from hfvram.engines.llamacpp import offload  # noqa: E402
 from hfvram.engines.llamacpp import profile as llamacpp  # noqa: E402
+from hfvram.engines.llamacpp.fit import fit_search, plan_offload  # noqa: E402
+from hfvram.engines.llamacpp.memory_model import MemoryModel, default_slots, layout, placement_of_settings, speed_of  # noqa: E402
+from hfvram.engines.llamacpp.offload_plan import EXPERT_SHARE_ON_DEVICE, DeviceBudget, LayerPlace, Slot  # noqa: E402
 from hfvram.estimate.host_memory import parse_host_memory  # noqa: E402
 from hfvram.estimate.types import EngineChoice, Workload  # noqa: E402
 from hfvram.readers.gguf import read_gguf_file, spec_from_gguf  # noqa: E402
@@ -53,15 +55,15 @@ def affine_memory(case: Mapping[str, Any]):
     hp_ngl = int(case["hp_ngl"])
     nd = len(case["free_mib"])
 
-    def mem(slots: Sequence[offload.Slot], overflow_to: Sequence[int]) -> list[int]:
-        places = offload.layout(hp_ngl, slots, overflow_to)
+    def mem(slots: Sequence[Slot], overflow_to: Sequence[int]) -> list[int]:
+        places = layout(hp_ngl, slots, overflow_to)
         out = [float(model["base_mib"][d]) for d in range(nd)]
         for il, place in enumerate(places):
             if place.device < 0:
                 continue
             out[place.device] += model["layer_mib"]
             if il < hp_ngl:
-                share = offload.EXPERT_SHARE_ON_DEVICE[place.kind]
+                share = EXPERT_SHARE_ON_DEVICE[place.kind]
                 out[place.device] += model["expert_mib"] * share
                 if place.overflow_to >= 0:
                     out[place.overflow_to] += model["expert_mib"] * (1 - share)
@@ -80,7 +82,7 @@ def replay(case: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
     inner = affine_memory(case)
     probes: list[dict[str, Any]] = []
 
-    def mem(slots: Sequence[offload.Slot], overflow_to: Sequence[int]) -> list[int]:
+    def mem(slots: Sequence[Slot], overflow_to: Sequence[int]) -> list[int]:
         used = inner(slots, overflow_to)
         for d, slot in enumerate(slots):
             probes.append(
@@ -96,14 +98,14 @@ def replay(case: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
         return used
 
     steps: list[str] = []
-    full = [offload.Slot(case["hp_ngl"] + 1 if d == nd - 1 else 0) for d in range(nd)]
+    full = [Slot(case["hp_ngl"] + 1 if d == nd - 1 else 0) for d in range(nd)]
     surplus = 1
     if case["memory_model"].get("replay_until_step") == 3:
         surplus = 0  # the excerpt shows step 3 only (and the model folds the experts into the layers)
     elif case["moe"]:
-        dense_only = [offload.Slot(s.n_layer, s.n_layer - 1 if s.n_layer else 0) for s in full]
+        dense_only = [Slot(s.n_layer, s.n_layer - 1 if s.n_layer else 0) for s in full]
         surplus = sum(t - u for t, u in zip(targets, inner(dense_only, [-1] * nd)))
-    offload.fit_search(nd, case["hp_ngl"], case["moe"], targets, mem, surplus, [f"dev{d}" for d in range(nd)], steps)
+    fit_search(nd, case["hp_ngl"], case["moe"], targets, mem, surplus, [f"dev{d}" for d in range(nd)], steps)
     return probes, steps
 
 
@@ -172,19 +174,19 @@ def byte_model_case(case: Mapping[str, Any]) -> dict[str, Any]:
     spec = load(resolve_request(options, str(REPO / folder)), options).spec
     choice = EngineChoice("llama.cpp", settings={"binary": facts["binary"]})
     _, settings, rules, consts = llamacpp.PROFILE.settings_for(spec, None, choice, Workload())
-    budget = offload.DeviceBudget(case["gpu"], case["free_mib"][0] * MIB, case["margin_mib"] * MIB, None)
-    mm = offload.MemoryModel(spec, settings, rules, consts, 1)
+    budget = DeviceBudget(case["gpu"], case["free_mib"][0] * MIB, case["margin_mib"] * MIB, None)
+    mm = MemoryModel(spec, settings, rules, consts, 1)
     n = spec.num_layers
-    full = offload.default_slots(n, [budget])
-    initial = mm.usage(offload.layout(n, full, [-1]), settings.n_ctx).totals[0]
+    full = default_slots(n, [budget])
+    initial = mm.usage(layout(n, full, [-1]), settings.n_ctx).totals[0]
     logged = facts["logged"]
-    at_min = mm.usage(offload.layout(n, full, [-1]), logged["ctx_to"]).totals[0]
-    dense_only = [offload.LayerPlace(p.device, "moe") for p in offload.layout(n, full, [-1])]
+    at_min = mm.usage(layout(n, full, [-1]), logged["ctx_to"]).totals[0]
+    dense_only = [LayerPlace(p.device, "moe") for p in layout(n, full, [-1])]
     surplus = budget.target - mm.usage(dense_only, logged["ctx_to"]).totals[0]
-    plan = offload.plan_offload(spec, settings, rules, consts, [budget], n_ctx_auto=True)
+    plan = plan_offload(spec, settings, rules, consts, [budget], n_ctx_auto=True)
     first_ram = logged["final_expert_layers_in_ram_from"]
-    own = [offload.LayerPlace(-1)] + [offload.LayerPlace(0, "full" if il < first_ram else "moe") for il in range(1, n)]
-    logged_placement = mm.usage([*own, offload.LayerPlace(0)], logged["ctx_to"])
+    own = [LayerPlace(-1)] + [LayerPlace(0, "full" if il < first_ram else "moe") for il in range(1, n)]
+    logged_placement = mm.usage([*own, LayerPlace(0)], logged["ctx_to"])
     return {
         "id": case["id"],
         "initial_mib": initial / MIB,
@@ -213,10 +215,10 @@ def speed_case(case: Mapping[str, Any]) -> dict[str, Any]:
     choice = EngineChoice("llama.cpp", settings=dict(case["settings"]))
     _, settings, rules, consts = llamacpp.PROFILE.settings_for(spec, None, choice, Workload(context=case["context"]))
     host = parse_host_memory(case["host_memory"])
-    budget = offload.DeviceBudget(case["gpu"], 0, 0, float(case["gpu_bandwidth_gbs"]))
-    mm = offload.MemoryModel(spec, settings, rules, consts, 1)
-    usage = mm.usage(offload.placement_of_settings(spec, settings, 1), settings.n_ctx)
-    speed = offload.speed_of(usage, [budget], host, settings)
+    budget = DeviceBudget(case["gpu"], 0, 0, float(case["gpu_bandwidth_gbs"]))
+    mm = MemoryModel(spec, settings, rules, consts, 1)
+    usage = mm.usage(placement_of_settings(spec, settings, 1), settings.n_ctx)
+    speed = speed_of(usage, [budget], host, settings)
     bound = speed.decode_tokens_per_second or 0.0
     return {
         "id": case["id"],

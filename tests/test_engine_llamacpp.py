@@ -11,6 +11,10 @@ from pathlib import Path
 import pytest
 
 from hfvram.engines.llamacpp import profile as llamacpp
+from hfvram.engines.llamacpp.compute import compute_buffer_bytes, host_compute_buffer_bytes
+from hfvram.engines.llamacpp.kv import kv_bytes, swa_cells
+from hfvram.engines.llamacpp.placement import cuda_row_padding_bytes, place
+from hfvram.engines.llamacpp.settings import Settings, kv_cells, resolve_settings, row_size
 from hfvram.errors import UsageError
 from hfvram.estimate.core import estimate, estimate_memory
 from hfvram.estimate.types import GPU, EngineChoice, Hardware, Workload
@@ -42,16 +46,16 @@ def spec_of(repo: str, weights_gib: float | None = None) -> ModelSpec:
     )
 
 
-def settings_of(spec: ModelSpec, workload: Workload = Workload(), **values: str) -> llamacpp.Settings:
+def settings_of(spec: ModelSpec, workload: Workload = Workload(), **values: str) -> Settings:
     _, rules, _ = llamacpp.rules_for(EngineChoice("llama.cpp"))
     choice = EngineChoice("llama.cpp", settings={k.replace("_", "-"): str(v) for k, v in values.items()})
-    return llamacpp.resolve_settings(spec, choice, workload, rules)
+    return resolve_settings(spec, choice, workload, rules)
 
 
 def compute_mib(spec: ModelSpec, cuda: bool = True, **values: str) -> float:
     """The compute buffer in MiB on the CUDA backend, or (``cuda=False``) on the CPU backend of the measurements."""
     _, _, consts = llamacpp.rules_for(EngineChoice("llama.cpp"))
-    size, _ = llamacpp.compute_buffer_bytes(spec, replace(settings_of(spec, **values), cuda=cuda), consts)
+    size, _ = compute_buffer_bytes(spec, replace(settings_of(spec, **values), cuda=cuda), consts)
     return size / MiB
 
 
@@ -70,36 +74,36 @@ def qwen3moe() -> ModelSpec:
 
 def test_context_is_padded_to_256_cells():
     # docs/engines/llamacpp.md#llamacpp-kv-cache [measured]: -c 5000 -> 5120 cells; -c 10000 -np 3 -> 3 x 3584 = 10752 cells
-    assert llamacpp.kv_cells(5000, 1, False) == (5120, 5120, 1)
-    assert llamacpp.kv_cells(10000, 3, False) == (10752, 3584, 3)
-    assert llamacpp.kv_cells(10000, 3, True) == (10240, 10240, 1)
+    assert kv_cells(5000, 1, False) == (5120, 5120, 1)
+    assert kv_cells(10000, 3, False) == (10752, 3584, 3)
+    assert kv_cells(10000, 3, True) == (10240, 10240, 1)
 
 
 def test_ggml_kv_types_carry_their_block_scales():
     # docs/engines/common.md#kv-dtype-sizes / common.md#gguf-types: q8_0 = 34 B per 32 elements, q4_0 = 18 per 32, q5_1 = 24 per 32
-    assert llamacpp.row_size("q8_0", 1024) == 1088
-    assert llamacpp.row_size("q4_0", 1024) == 576
-    assert llamacpp.row_size("q5_1", 1024) == 768
-    assert llamacpp.row_size("f16", 1024) == 2048
+    assert row_size("q8_0", 1024) == 1088
+    assert row_size("q4_0", 1024) == 576
+    assert row_size("q5_1", 1024) == 768
+    assert row_size("f16", 1024) == 2048
 
 
 def test_llama3_8b_kv_at_128k_is_16_gib(llama8b):
     # article 000 / README: Llama-3-8B holds 128 KiB of KV per token -> 16.0 GiB at 128k, f16
-    kv = llamacpp.kv_bytes(llama8b, settings_of(llama8b, ctx_size=131072, binary="llama-cli"))
+    kv = kv_bytes(llama8b, settings_of(llama8b, ctx_size=131072, binary="llama-cli"))
     assert kv.total == 16 * GiB
     assert kv.k == kv.v == 8 * GiB
 
 
 def test_qwen3_30b_kv_at_32k_matches_the_log(qwen3moe):
     # gt-0043 (ik_llama.cpp, RTX 3090 Ti): -c 32768 -fa -> "KV self size = 3072.00 MiB, K (f16): 1536.00 MiB"
-    kv = llamacpp.kv_bytes(qwen3moe, settings_of(qwen3moe, ctx_size=32768, binary="llama-cli"))
+    kv = kv_bytes(qwen3moe, settings_of(qwen3moe, ctx_size=32768, binary="llama-cli"))
     assert kv.k / MiB == 1536.0 and kv.v / MiB == 1536.0
 
 
 def test_qwen3_235b_q8_0_kv_matches_the_log():
     # gt-0015: --ctx-size 40960 -ctk q8_0 -ctv q8_0 -> "KV self size = 3995.00 MiB, K (q8_0): 1997.50 MiB"
     spec = spec_of("Qwen/Qwen3-235B-A22B", 100)
-    kv = llamacpp.kv_bytes(
+    kv = kv_bytes(
         spec,
         settings_of(
             spec, ctx_size=40960, cache_type_k="q8_0", cache_type_v="q8_0", flash_attn="on", binary="llama-cli"
@@ -112,15 +116,15 @@ def test_gemma2_sliding_layers_hold_window_plus_ubatch():
     # docs/engines/llamacpp.md#llamacpp-swa: SWA layers get pad256(min(n_ctx_seq, n_swa + n_ubatch)) cells; gemma-2 window 4096
     spec = spec_of("google/gemma-2-9b-it", 5.4)
     s = settings_of(spec, ctx_size=32768, binary="llama-cli")
-    assert llamacpp.swa_cells(4096, s) == 4608
+    assert swa_cells(4096, s) == 4608
     full = settings_of(spec, ctx_size=32768, binary="llama-cli", swa_full="true")
-    assert llamacpp.kv_bytes(spec, full).total > llamacpp.kv_bytes(spec, s).total
+    assert kv_bytes(spec, full).total > kv_bytes(spec, s).total
 
 
 def test_mla_stores_one_latent_and_no_v():
     # docs/engines/llamacpp.md#llamacpp-kv-cache: DeepSeek MLA GGUF -> K = kv_lora_rank + rope (576 elements), no V tensor
     spec = spec_of("deepseek-ai/DeepSeek-V2-Lite", 10)
-    kv = llamacpp.kv_bytes(spec, settings_of(spec, ctx_size=4096, binary="llama-cli"))
+    kv = kv_bytes(spec, settings_of(spec, ctx_size=4096, binary="llama-cli"))
     assert kv.v == 0
     assert kv.k == 27 * 576 * 2 * 4096
 
@@ -229,7 +233,7 @@ def test_partial_offload_counts_the_output_layer():
     # docs/engines/llamacpp.md#llamacpp-weights: -ngl N offloads the last N of n_layer + 1 layers (the output layer is one of them)
     spec = spec_of("meta-llama/Llama-3.1-8B-Instruct", 4.58)
     s = settings_of(spec, ctx_size=4096, n_gpu_layers=1)
-    placement = llamacpp.place(spec, s, llamacpp.kv_bytes(spec, s), 1)
+    placement = place(spec, s, kv_bytes(spec, s), 1)
     assert placement.gpu_weights[0] == spec.weights.bytes_by_component["lm_head"]
     assert placement.gpu_kv[0] == 0
 
@@ -268,12 +272,12 @@ def test_cuda_pads_quantized_rows_to_512():
     # docs/engines/llamacpp.md#llamacpp-weights: CUDA pads each quantized matrix whose row is not a multiple of 512 elements
     # (gpt-oss: hidden 2880 = 5 × 512 + 320 -> 192 elements of padding per matrix with 2880-long rows)
     spec = spec_of("openai/gpt-oss-20b", 12.0)
-    assert llamacpp.cuda_row_padding_bytes(spec) == 0  # unquantized (no bits per weight): nothing to pad
+    assert cuda_row_padding_bytes(spec) == 0  # unquantized (no bits per weight): nothing to pad
     quantized = replace(spec, extra={"bits_per_weight": 4.25})
-    padding = llamacpp.cuda_row_padding_bytes(quantized)
+    padding = cuda_row_padding_bytes(quantized)
     assert padding == int((192 * 3 + 0 + 192 * 2 + (512 - 2880 % 512) % 512) * 4.25 / 8)
     llama = replace(spec_of("meta-llama/Llama-3.1-8B-Instruct", 4.6), extra={"bits_per_weight": 4.9})
-    assert llamacpp.cuda_row_padding_bytes(llama) == 0  # 4096 / 14336 are multiples of 512
+    assert cuda_row_padding_bytes(llama) == 0  # 4096 / 14336 are multiples of 512
 
 
 @pytest.mark.parametrize(
@@ -364,5 +368,5 @@ def test_cuda_op_offload_copies_the_output_weight_to_the_gpu():
     assert compute_mib(spec, ctx_size=4096, binary="llama-cli", n_gpu_layers=10, ubatch_size=16) < full
     _, _, consts = llamacpp.rules_for(EngineChoice("llama.cpp"))
     cpu = replace(settings_of(spec, ctx_size=4096, binary="llama-cli", n_gpu_layers=10), cuda=False)
-    assert llamacpp.compute_buffer_bytes(spec, cpu, consts)[0] / MiB == pytest.approx(full)
-    assert llamacpp.host_compute_buffer_bytes(spec, cpu, consts) == (0, "")
+    assert compute_buffer_bytes(spec, cpu, consts)[0] / MiB == pytest.approx(full)
+    assert host_compute_buffer_bytes(spec, cpu, consts) == (0, "")

@@ -1,6 +1,6 @@
 """An engine on hardware it does not run on is the verdict: does not fit, exit 1, ``verdict_reason`` "engine rule:
-<engine> does not run on <device>: …", from the table hfvram/data/engine_platforms.toml (one row per engine and
-vendor or device family, each with its source)."""
+<engine> does not run on <device>: …", from the ``[[refused_on]]`` rows of each hfvram/engines/<engine>/engine.toml
+(one row per vendor or device family, each with its source)."""
 
 from __future__ import annotations
 
@@ -12,25 +12,22 @@ from cli_support import run_hfvram
 
 from hfvram import check
 from hfvram.datafiles import data_table
-from hfvram.engines import engine_names
+from hfvram.engines import registry
 
-ROWS = data_table("engine_platforms.toml")["refused"]
+ROWS = [(name, row) for name, entry in registry().items() for row in entry.refused_on]
 GPUS = data_table("gpus.toml")["device"]
 
 
-def test_every_row_names_a_known_engine_a_known_vendor_and_its_source():
-    engines = set(engine_names())
+def test_every_row_names_a_known_vendor_and_its_source():
     vendors = {gpu["vendor"] for gpu in GPUS}
-    for row in ROWS:
-        assert row["engine"] in engines, row
-        assert row["vendor"] in vendors, row
-        assert row["source"].startswith("https://"), row
-        assert row["reason"] and "\n" not in row["reason"]
-        if "architecture" in row:  # the pattern picks out some catalogue devices of that vendor, not all
-            picked = [
-                g for g in GPUS if g["vendor"] == row["vendor"] and re.search(row["architecture"], g["architecture"])
-            ]
-            assert picked and len(picked) < sum(g["vendor"] == row["vendor"] for g in GPUS), row
+    assert {name for name, _ in ROWS} >= {"tensorrt-llm", "vllm", "sglang", "lmdeploy", "llama.cpp", "mlx"}
+    for name, row in ROWS:
+        assert row.vendor in vendors, (name, row)
+        assert row.source.startswith("https://"), (name, row)
+        assert row.reason and "\n" not in row.reason
+        if row.architecture is not None:  # the pattern picks out some catalogue devices of that vendor, not all
+            picked = [g for g in GPUS if g["vendor"] == row.vendor and re.search(row.architecture, g["architecture"])]
+            assert picked and len(picked) < sum(g["vendor"] == row.vendor for g in GPUS), (name, row)
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ from cli_support import run_hfvram, validate
 from spec_support import derived_spec
 
 from hfvram.engines import engine_names
+from hfvram.engines.vllm import memory as vllm_memory
 from hfvram.engines.vllm import profile as vllm
 from hfvram.estimate import common, releases
 from hfvram.estimate.core import estimate
@@ -69,12 +70,12 @@ def test_capture_sizes_follow_max_num_seqs_as_vllm_sets_them():
     """vllm/config/vllm.py ``_set_cudagraph_sizes``: largest = min(max_num_seqs x 2, 512, max_num_batched_tokens);
     sizes [1, 2, 4] + range(8, 256, 8) + range(256, largest + 1, 16) up to it."""
     settings, rules = _settings(1024)
-    sizes = vllm.capture_sizes(settings, rules)
+    sizes = vllm_memory.capture_sizes(settings, rules)
     assert len(sizes) == 51 and sizes[:4] == [1, 2, 4, 8] and sizes[-1] == 512
-    assert vllm.capture_sizes(*_settings(16)) == [1, 2, 4, 8, 16, 24, 32]
-    assert vllm.capture_sizes(*_settings(8)) == [1, 2, 4, 8, 16]
-    assert vllm.capture_sizes(*_settings(256, batched=64)) == [1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64]
-    assert vllm.capture_sizes(*_settings(1024, eager=True)) == []
+    assert vllm_memory.capture_sizes(*_settings(16)) == [1, 2, 4, 8, 16, 24, 32]
+    assert vllm_memory.capture_sizes(*_settings(8)) == [1, 2, 4, 8, 16]
+    assert vllm_memory.capture_sizes(*_settings(256, batched=64)) == [1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64]
+    assert vllm_memory.capture_sizes(*_settings(1024, eager=True)) == []
 
 
 def test_graph_memory_scales_with_the_capture_sizes():

@@ -330,14 +330,14 @@ def test_ggml_type_table_matches_the_gguf_package():
 
 
 def test_kv_dtype_sizes_come_from_the_dtype_tables():
-    from hfvram.engines.llamacpp import profile as llamacpp
+    from hfvram.engines.llamacpp.settings import GGML_BLOCKS
     from hfvram.estimate import common, dtypes
 
     blocks = dtypes.ggml_types()
     for name in ("q8_0", "q4_0", "q5_1", "iq4_nl"):
         _, block, size = blocks[name]
         assert common.kv_dtype_bytes(name) == size / block
-        assert llamacpp.GGML_BLOCKS[name] == (block, size)
+        assert GGML_BLOCKS[name] == (block, size)
     assert common.kv_dtype_bytes("bfloat16") == 2.0 and common.kv_dtype_bytes("fp8_e4m3") == 1.0
 
 
@@ -378,7 +378,7 @@ def test_estimator_functions_stay_short_or_say_why():
     assert not long, f"functions over 60 lines without a reason: {long}"
 
 
-#: flags of engine_args.toml that change no GPU memory: no warning (and the output says nothing about them)
+#: flags of an engine's settings.toml that change no GPU memory: no warning (and the output says nothing about them)
 MEMORY_NEUTRAL_FLAGS = {
     # prefix caching reuses blocks of the same pool (docs/engines/vllm.md#vllm-kv-groups)
     "vllm": {"no-enable-prefix-caching"},
@@ -389,14 +389,13 @@ MEMORY_NEUTRAL_FLAGS = {
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_every_memory_flag_is_modelled_or_named_in_a_warning(engine):
-    """Issue 12: every flag of the engine that hfvram keeps (engine_args.toml ``settings``) is read by the profile
+    """Issue 12: every flag of the engine that hfvram keeps (its settings.toml ``settings``) is read by the profile
     (named in its code), listed in the engine TOML's ``unmodelled_flags`` (a warning names it) or memory-neutral."""
     import re
 
     import tomllib
 
-    root = ESTIMATE_SOURCES.parent / "data"
-    flags = tomllib.loads((root / "engine_args.toml").read_text(encoding="utf-8"))["engines"][engine]
+    flags = tomllib.loads((ENGINE_SOURCES / engine / "settings.toml").read_text(encoding="utf-8"))["command_line"]
     engine_toml = tomllib.loads((ENGINE_SOURCES / engine / "rules.toml").read_text(encoding="utf-8"))
     source = "\n".join(
         path.read_text(encoding="utf-8")

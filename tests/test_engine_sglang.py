@@ -9,7 +9,9 @@ import pytest
 from spec_support import derived_spec
 
 from hfvram.engines import get_profile
+from hfvram.engines.sglang import pool as sglang_pool
 from hfvram.engines.sglang import profile as sglang
+from hfvram.engines.sglang import settings as sglang_settings
 from hfvram.errors import UsageError
 from hfvram.estimate.common import load_engine_data, rules_for_version
 from hfvram.estimate.core import estimate
@@ -51,22 +53,22 @@ def test_profile_is_registered():
 def test_prefill_graph_count_matches_sglang_log():
     # SGLang's ServerArgs log: 58 piecewise_cuda_graph_tokens up to 8192 ("Compiling num tokens … 0/58"),
     # 42 up to 2048
-    assert sglang.prefill_graph_count(rules(), 8192) == 58
-    assert sglang.prefill_graph_count(rules(), 2048) == 42
+    assert sglang_settings.prefill_graph_count(rules(), 8192) == 58
+    assert sglang_settings.prefill_graph_count(rules(), 2048) == 42
 
 
 def test_default_fraction_h100_tp4_gqa():
     # sglang.md#sglang-mem-fraction: <90 GiB tier -> chunked 8192, decode bs 512 at tp>=4;
     # reserved = 512 + 1.5*8192 + 4/8*1024 + 2*512 + 8*58 = 14800 MiB -> round((81559-14800)/81559, 3)
-    reserved, _ = sglang.reserved_mib(rules(), H100, 4, 1, 8192, 512, mla=False)
+    reserved, _ = sglang_settings.reserved_mib(rules(), H100, 4, 1, 8192, 512, mla=False)
     assert reserved == 14800
-    fraction, _ = sglang.default_mem_fraction(rules(), H100, 4, 1, 8192, 512, False, [])
+    fraction, _ = sglang_settings.default_mem_fraction(rules(), H100, 4, 1, 8192, 512, False, [])
     assert fraction == 0.819
 
 
 def test_default_fraction_h200_tp8_mla():
     # sglang.md#sglang-mem-fraction MLA: 1536 MiB for prefill graphs; 512 + 12288 + 1024 + 1024 + 1536 = 16384 MiB
-    fraction, _ = sglang.default_mem_fraction(rules(), H200, 8, 1, 8192, 512, True, [])
+    fraction, _ = sglang_settings.default_mem_fraction(rules(), H200, 8, 1, 8192, 512, True, [])
     assert fraction == round((H200 - 16384) / H200, 3) == 0.886
     result = run(spec_of("deepseek-ai/DeepSeek-V3"), "h200x8")
     assert result.engine["mem_fraction_static"] == 0.886
@@ -75,10 +77,10 @@ def test_default_fraction_h200_tp8_mla():
 
 def test_reserve_floor_on_large_gpus_and_not_on_small():
     # sglang.md#sglang-mem-fraction: reserved >= 10240 MiB when the GPU has more than 60 GiB
-    small_chunk, _ = sglang.reserved_mib(rules(), 81920, 1, 1, 2048, 0, mla=False)
+    small_chunk, _ = sglang_settings.reserved_mib(rules(), 81920, 1, 1, 2048, 0, mla=False)
     assert small_chunk == 10240
     # RTX 4090 (24564 MiB): tier <35 GiB -> 2048 / 24; 512 + 3072 + 128 + 48 + 8*42 = 4096, no floor
-    fraction, _ = sglang.default_mem_fraction(rules(), 24564, 1, 1, 2048, 24, False, [])
+    fraction, _ = sglang_settings.default_mem_fraction(rules(), 24564, 1, 1, 2048, 24, False, [])
     assert fraction == round((24564 - 4096) / 24564, 3) == 0.833
     result = run(spec_of("Qwen/Qwen3-8B"), "rtx4090", context=8192)
     assert result.engine["mem_fraction_static"] == 0.833
@@ -86,14 +88,14 @@ def test_reserve_floor_on_large_gpus_and_not_on_small():
 
 def test_history_of_the_default_fraction():
     # sglang.md#sglang-mem-fraction history: before 2025-06-10 a fixed table by tp*pp; #7054 H100 (12 + tp*pp/2) GiB; #10975 base 1024, tp*pp/4
-    assert sglang.default_mem_fraction(rules("0.4.0"), H100, 4, 1, 8192, 512, False, [])[0] == 0.85
-    assert sglang.default_mem_fraction(rules("0.4.0"), H100, 8, 1, 8192, 512, False, [])[0] == 0.81
+    assert sglang_settings.default_mem_fraction(rules("0.4.0"), H100, 4, 1, 8192, 512, False, [])[0] == 0.85
+    assert sglang_settings.default_mem_fraction(rules("0.4.0"), H100, 8, 1, 8192, 512, False, [])[0] == 0.81
     warnings: list[str] = []
-    assert sglang.default_mem_fraction(rules("0.4.7"), H100, 4, 1, 8192, 512, False, warnings)[0] == round(
+    assert sglang_settings.default_mem_fraction(rules("0.4.7"), H100, 4, 1, 8192, 512, False, warnings)[0] == round(
         (H100 - 14 * 1024) / H100, 3
     )
     assert warnings
-    assert sglang.default_mem_fraction(rules("0.5.3"), H100, 4, 1, 8192, 512, False, [])[0] == round(
+    assert sglang_settings.default_mem_fraction(rules("0.5.3"), H100, 4, 1, 8192, 512, False, [])[0] == round(
         (H100 - (1024 + 12288 + 1024 + 1024 + 464)) / H100, 3
     )
     spec = spec_of("Qwen/Qwen3-8B")
@@ -103,9 +105,9 @@ def test_history_of_the_default_fraction():
 def test_token_pool_reproduces_gt0038():
     # gt-0038 (SGLang, MI-class GPU, Qwen3-30B-A3B bf16, mfs 0.911): "avail mem=230.20 GB, mem usage=56.98 GB"
     # after loading, AITER workspace 51.75 GB taken from the rest; "#tokens: 1669816, K size: 76.44 GB"
-    cell = sglang.cell_size(spec_of("Qwen/Qwen3-30B-A3B"), 1, 1, 2.0, 0.8, True)
+    cell = sglang_pool.cell_size(spec_of("Qwen/Qwen3-30B-A3B"), 1, 1, 2.0, 0.8, True)
     assert cell.cell == 98304  # 48 layers x 4 KV heads x 128 x (K+V) x 2 B (common.md#kv-bytes-per-token check)
-    tokens, _ = sglang.token_pool((230.20 + 56.98) * GiB, 230.20 * GiB, 0.911, cell.cell, 1, 51.75 * GiB)
+    tokens, _ = sglang_pool.token_pool((230.20 + 56.98) * GiB, 230.20 * GiB, 0.911, cell.cell, 1, 51.75 * GiB)
     assert tokens == pytest.approx(1_669_816, rel=2e-4)
     assert tokens * cell.cell / 2 / GiB == pytest.approx(76.44, abs=0.01)
 
@@ -150,12 +152,12 @@ def test_gt0037_weights_leave_no_kv_memory():
 def test_cell_sizes_mla_and_hybrid_swa():
     # sglang.md#sglang-token-pool MLA: (512 + 64) x 61 layers x 2 B on every rank, not split by TP
     deepseek = spec_of("deepseek-ai/DeepSeek-V3")
-    assert sglang.cell_size(deepseek, 8, 1, 2.0, 0.8, True).cell == 576 * 61 * 2
+    assert sglang_pool.cell_size(deepseek, 8, 1, 2.0, 0.8, True).cell == 576 * 61 * 2
     # sglang.md#sglang-token-pool hybrid SWA (Gemma 2): 21 full + 0.8 x 21 sliding layers, 8 KV heads x 256 x 2 x 2 B each
     gemma = spec_of("google/gemma-2-9b-it")
-    cell = sglang.cell_size(gemma, 1, 1, 2.0, 0.8, True)
+    cell = sglang_pool.cell_size(gemma, 1, 1, 2.0, 0.8, True)
     assert cell.cell == pytest.approx(21 * 8192 + 0.8 * 21 * 8192)
-    assert sglang.cell_size(gemma, 1, 1, 2.0, 0.8, False).cell == 42 * 8192
+    assert sglang_pool.cell_size(gemma, 1, 1, 2.0, 0.8, False).cell == 42 * 8192
 
 
 def test_hybrid_swa_pool_and_capacity():
@@ -184,7 +186,7 @@ def test_hybrid_linear_attention_mamba_budget():
     # sglang.md#sglang-mamba-state: mamba budget = rest x r/(1+r), r = 0.9; running requests <= max_mamba_cache_size // 3
     spec = spec_of("Qwen/Qwen3-Next-80B-A3B-Thinking")
     result = run(spec, "h100x4", context=32768)
-    cell = sglang.cell_size(spec, 4, 1, 2.0, 0.8, True)
+    cell = sglang_pool.cell_size(spec, 4, 1, 2.0, 0.8, True)
     assert cell.cell == 12 * 1 * 256 * 2 * 2  # only the 12 full-attention layers (2 KV heads / 4 ranks -> 1)
     assert cell.state_bytes_per_request > 0
     mamba = result.engine["max_mamba_cache_size"]
@@ -195,10 +197,10 @@ def test_hybrid_linear_attention_mamba_budget():
 
 def test_max_running_requests_and_req_to_token():
     # sglang.md#sglang-token-pool: min(clamp(int(tokens/context*512), 2048, 4096), tokens // 2); table (n+1) x (ctx+4) x 4 B
-    assert sglang.max_running_requests(rules(), 367_404, 40_960) == 4096
-    assert sglang.max_running_requests(rules(), 200_000, 40_960) == 2500
-    assert sglang.max_running_requests(rules(), 3_000, 32_768) == 1500
-    assert sglang.req_to_token_bytes(rules(), 2048, 32_768) == 2049 * 32_772 * 4
+    assert sglang_pool.max_running_requests(rules(), 367_404, 40_960) == 4096
+    assert sglang_pool.max_running_requests(rules(), 200_000, 40_960) == 2500
+    assert sglang_pool.max_running_requests(rules(), 3_000, 32_768) == 1500
+    assert sglang_pool.req_to_token_bytes(rules(), 2048, 32_768) == 2049 * 32_772 * 4
 
 
 def test_estimate_terms_and_verdicts():

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from spec_support import derived_spec
 
-from hfvram.engines.vllm import profile as vllm
+from hfvram.engines.vllm import kv as vllm_kv
+from hfvram.engines.vllm import settings as vllm_settings
 from hfvram.errors import UsageError
 from hfvram.estimate import common
 from hfvram.estimate.core import estimate
@@ -87,9 +88,9 @@ def test_sliding_window_groups_and_old_token_formula():
     result = run(spec, H100_LOGGED, gpu_memory_utilization=0.95, max_model_len=8192)
     assert result.engine["kv_pool_bytes"] / GiB == pytest.approx(54.12, abs=0.15)
     assert result.capacity.kv_tokens == pytest.approx(168880, rel=0.005)
-    layout = vllm.kv_layout(
+    layout = vllm_kv.kv_layout(
         spec,
-        vllm.resolve_settings(
+        vllm_settings.resolve_settings(
             spec, H100_LOGGED, EngineChoice("vllm"), Workload(context=8192), _rules("0.19"), "0.19", []
         ),
     )
@@ -105,11 +106,11 @@ def _rules(version):
 def test_sliding_window_reserves_window_plus_batched_tokens():
     # docs/engines/vllm.md#vllm-kv-specs: GPT-OSS window 128, max_num_batched_tokens 8192 -> 521 blocks of 16 per SWA layer
     spec = spec_of("openai/gpt-oss-20b")
-    assert vllm._blocks_for("sliding_attention", 16, 131072, 128, 8192) == 521
-    assert vllm._blocks_for("sliding_attention", 16, 100, 128, 8192) == 8  # capped by the request length
-    layout = vllm.kv_layout(
+    assert vllm_kv._blocks_for("sliding_attention", 16, 131072, 128, 8192) == 521
+    assert vllm_kv._blocks_for("sliding_attention", 16, 100, 128, 8192) == 8  # capped by the request length
+    layout = vllm_kv.kv_layout(
         spec,
-        vllm.resolve_settings(
+        vllm_settings.resolve_settings(
             spec, H100_LOGGED, EngineChoice("vllm"), Workload(context=131072), _rules("0.21"), "0.21", []
         ),
     )
@@ -188,10 +189,10 @@ def test_mla_uses_block_64_and_whole_latent():
 def test_hybrid_linear_attention_raises_the_attention_block():
     # docs/engines/vllm.md#vllm-block-size: attention page >= one mamba state; Qwen3.5-27B logs block sizes of several hundred tokens
     spec = spec_of("Qwen/Qwen3.5-27B")
-    settings = vllm.resolve_settings(
+    settings = vllm_settings.resolve_settings(
         spec, None, EngineChoice("vllm", tp=2), Workload(context=8192, kv_dtype="fp8"), _rules("0.21"), "0.21", []
     )
-    layout = vllm.kv_layout(spec, settings)
+    layout = vllm_kv.kv_layout(spec, settings)
     assert layout.min_block_size % 16 == 0 and layout.min_block_size > 512
     assert (layout.group_size, layout.num_groups) == (16, 4)  # 16 full + 48 linear -> 1 + 3 groups
     assert layout.blocks_per_request(8192) == -(-8192 // layout.min_block_size) + 3
@@ -312,21 +313,21 @@ def test_hybrid_moe_overhead_gap_is_said():
 
 def test_cache_kinds_are_typed_specs_with_their_own_per_request_need():
     # vllm/v1/kv_cache_interface.py: one spec per layer type, page size and max_memory_usage_bytes per request
-    sliding = vllm.SlidingWindowSpec(block_size=16, page_size_bytes=4096, sliding_window=128)
+    sliding = vllm_kv.SlidingWindowSpec(block_size=16, page_size_bytes=4096, sliding_window=128)
     assert (
         sliding.blocks_needed(131072, 8192) == 521
     )  # cdiv(127 + 8192, 16) + 1 (gpt-oss, docs/engines/vllm.md#vllm-kv-specs)
     assert sliding.max_memory_usage_bytes(131072, 8192) == 521 * 4096
-    assert vllm.FullAttentionSpec(16, 4096).blocks_needed(131072, 8192) == 8192
-    assert vllm.ChunkedLocalAttentionSpec(16, 4096, attention_chunk_size=8192).blocks_needed(131072, 8192) == 1024
-    assert vllm.MambaSpec(16, 4096).blocks_needed(131072, 8192) == 1  # one state per request
-    assert isinstance(vllm.MLAAttentionSpec(64, 4096), vllm.FullAttentionSpec)
+    assert vllm_kv.FullAttentionSpec(16, 4096).blocks_needed(131072, 8192) == 8192
+    assert vllm_kv.ChunkedLocalAttentionSpec(16, 4096, attention_chunk_size=8192).blocks_needed(131072, 8192) == 1024
+    assert vllm_kv.MambaSpec(16, 4096).blocks_needed(131072, 8192) == 1  # one state per request
+    assert isinstance(vllm_kv.MLAAttentionSpec(64, 4096), vllm_kv.FullAttentionSpec)
     # gemma-2: full and sliding layers make two groups, each with its own spec type
     spec = spec_of("google/gemma-2-9b-it")
-    settings = vllm.resolve_settings(
+    settings = vllm_settings.resolve_settings(
         spec, H100_LOGGED, EngineChoice("vllm"), Workload(context=8192), _rules("0.19"), "0.19", []
     )
-    kinds = {type(cache).__name__ for cache, _ in vllm.kv_layout(spec, settings).groups}
+    kinds = {type(cache).__name__ for cache, _ in vllm_kv.kv_layout(spec, settings).groups}
     assert kinds == {"FullAttentionSpec", "SlidingWindowSpec"}
 
 

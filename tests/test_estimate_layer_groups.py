@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 from spec_support import HUB, derived_spec
 
-from hfvram.engines.vllm import profile as vllm
+from hfvram.engines.vllm import kv as vllm_kv
 from hfvram.errors import HfvramError
 from hfvram.estimate import common
 from hfvram.estimate.core import estimate
@@ -86,15 +86,19 @@ def test_shared_layer_objects_change_no_figure(repo):
         assert shared == separate, (repo, case)
 
 
-def _random_spec(rng: random.Random, block: int) -> vllm.KVCacheSpec:
+def _random_spec(rng: random.Random, block: int) -> vllm_kv.KVCacheSpec:
     kind = rng.choice(["full", "mla", "sliding", "chunked", "mamba"])
     if kind == "sliding":
-        return vllm.SlidingWindowSpec(block, 4096, sliding_window=rng.choice([0, 1, 128, 4096, rng.randint(1, 20000)]))
+        return vllm_kv.SlidingWindowSpec(
+            block, 4096, sliding_window=rng.choice([0, 1, 128, 4096, rng.randint(1, 20000)])
+        )
     if kind == "chunked":
-        return vllm.ChunkedLocalAttentionSpec(
+        return vllm_kv.ChunkedLocalAttentionSpec(
             block, 4096, attention_chunk_size=rng.choice([0, 8192, rng.randint(1, 9999)])
         )
-    return {"full": vllm.FullAttentionSpec, "mla": vllm.MLAAttentionSpec, "mamba": vllm.MambaSpec}[kind](block, 4096)
+    return {"full": vllm_kv.FullAttentionSpec, "mla": vllm_kv.MLAAttentionSpec, "mamba": vllm_kv.MambaSpec}[kind](
+        block, 4096
+    )
 
 
 def test_the_longest_context_in_closed_form_is_what_the_search_finds():
@@ -104,23 +108,23 @@ def test_the_longest_context_in_closed_form_is_what_the_search_finds():
     for _ in range(20000):
         block = rng.choice([1, 7, 16, 64, 128, 256])
         groups = tuple((_random_spec(rng, block), rng.randint(1, 6)) for _ in range(rng.randint(1, 4)))
-        layout = vllm.KVGroupLayout(4096, 3, len(groups), block, groups, rng.choice([1, 512, 2048, 8192]))
+        layout = vllm_kv.KVGroupLayout(4096, 3, len(groups), block, groups, rng.choice([1, 512, 2048, 8192]))
         blocks, concurrency = rng.choice([rng.randint(0, 300), rng.randint(0, 50_000)]), rng.randint(1, 16)
         cap = rng.choice([0, 1, 2, 100, 4096, 131072, rng.randint(1, 1 << 20)])
         if concurrency * layout.blocks_per_request(1) > blocks:
-            assert vllm._longest_context(layout, blocks, concurrency, cap) == 0
+            assert vllm_kv._longest_context(layout, blocks, concurrency, cap) == 0
             continue
-        expected = vllm._longest_context_search(layout, blocks, concurrency, cap)
-        assert vllm._longest_context(layout, blocks, concurrency, cap) == expected
+        expected = vllm_kv._longest_context_search(layout, blocks, concurrency, cap)
+        assert vllm_kv._longest_context(layout, blocks, concurrency, cap) == expected
 
 
 def test_the_saturation_of_a_layout():
-    full, sliding = vllm.FullAttentionSpec(16, 4096), vllm.SlidingWindowSpec(16, 4096, sliding_window=4096)
-    assert vllm.KVGroupLayout(4096, 1, 1, 16, ((full, 3),), 2048).saturation() == (1, 3)
-    assert vllm.KVGroupLayout(4096, 1, 2, 16, ((full, 1), (sliding, 1)), 2048).saturation() == (4096 - 1 + 2048, 1)
+    full, sliding = vllm_kv.FullAttentionSpec(16, 4096), vllm_kv.SlidingWindowSpec(16, 4096, sliding_window=4096)
+    assert vllm_kv.KVGroupLayout(4096, 1, 1, 16, ((full, 3),), 2048).saturation() == (1, 3)
+    assert vllm_kv.KVGroupLayout(4096, 1, 2, 16, ((full, 1), (sliding, 1)), 2048).saturation() == (4096 - 1 + 2048, 1)
     # a group of another block size: no closed form
     assert (
-        vllm.KVGroupLayout(4096, 1, 2, 16, ((full, 1), (vllm.FullAttentionSpec(32, 4096), 1)), 2048).saturation()
+        vllm_kv.KVGroupLayout(4096, 1, 2, 16, ((full, 1), (vllm_kv.FullAttentionSpec(32, 4096), 1)), 2048).saturation()
         is None
     )
 

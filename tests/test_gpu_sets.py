@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from hfvram.cli import cli
 from hfvram.datafiles import data_table
-from hfvram.engines import engine_names
+from hfvram.engines import engine_names, registry
 from hfvram.errors import UsageError
 from hfvram.estimate.hardware import find_gpu, load_catalog, parse_gpu_sets, parse_gpu_spec
 from hfvram.estimate.types import Hardware
@@ -356,7 +356,7 @@ def test_a_one_device_engine_refuses_a_mixed_set():
     from hfvram.estimate.mixed import mixed_refusal, mixed_rule
 
     assert {mixed_rule(engine) for engine in engine_names()} <= {"layer_split", "equal_shards", "even_split", "one_gpu"}
-    assert set(data_table("mixed_sets.toml")["engines"]) == set(engine_names())
+    assert all(mixed_rule(name) == entry.mixed_set for name, entry in registry().items())  # each engine.toml says
     refusal = mixed_refusal("mlx", parse_gpu_spec("24GB+12GB"))
     assert refusal is not None and "runs on one device" in refusal
     assert mixed_refusal("vllm", parse_gpu_spec("24GB+12GB")) is None

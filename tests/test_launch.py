@@ -183,6 +183,7 @@ def test_vllm_auto_length_reproduces_the_published_auto_fit():
     disabled (every layer full attention), "Auto-fit max_model_len: reduced from 10485760 to 324640 to fit in available
     GPU memory (29.72 GiB available for KV cache)". The page size is hfvram's own for the Scout config (fixture), the
     24 layers a stage holds; the pool is the log's, known to 0.005 GiB."""
+    from hfvram.engines.vllm import kv as vllm_kv
     from hfvram.engines.vllm import profile as vllm
     from hfvram.estimate.hardware import parse_gpu_spec
     from hfvram.estimate.types import EngineChoice, Workload
@@ -193,11 +194,11 @@ def test_vllm_auto_length_reproduces_the_published_auto_fit():
     settings = vllm.resolve_settings(
         scout, parse_gpu_spec("h100x2"), choice, Workload(), vllm.PROFILE.rules(None)[1], "0.21", []
     )
-    page = vllm.kv_layout(scout, settings).page_bytes
+    page = vllm_kv.kv_layout(scout, settings).page_bytes
     stage_layers = scout.num_layers // 2
-    full = vllm.KVGroupLayout(page, stage_layers, 1, 16, ((vllm.FullAttentionSpec(16, page), 1),), 8192)
+    full = vllm_kv.KVGroupLayout(page, stage_layers, 1, 16, ((vllm_kv.FullAttentionSpec(16, page), 1),), 8192)
     low, high = ((29.72 + d) * 2**30 for d in (-0.005, 0.005))
-    lengths = [vllm._longest_context(full, full.num_blocks(pool), 1, 10485760) for pool in (low, high)]
+    lengths = [vllm_kv._longest_context(full, full.num_blocks(pool), 1, 10485760) for pool in (low, high)]
     assert lengths[0] <= 324640 <= lengths[1]
 
 

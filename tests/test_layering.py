@@ -3,7 +3,7 @@ module of hfvram, those inside functions and under ``TYPE_CHECKING`` included, p
 
 The tiers, bottom up, and what each may import (its own tier always):
 
-- base: ``errors``, ``redaction``, ``datafiles`` (and ``hfvram.__version__``) import no other tier;
+- base: ``errors``, ``redaction``, ``datafiles``, ``memo`` (and ``hfvram.__version__``) import no other tier;
 - spec: ``hfvram.spec``, the ModelSpec and its parts;
 - readers: parse file texts and headers into a ModelSpec; they never fetch (no sources), never estimate;
 - sources: fetch bytes (Hub, folders, cache, catalogue) and hand them to the readers; never estimate or report;
@@ -29,6 +29,7 @@ TIER_OF = {
     "hfvram.errors": "base",
     "hfvram.redaction": "base",
     "hfvram.datafiles": "base",
+    "hfvram.memo": "base",
     "hfvram.__version__": "base",
     "hfvram.spec": "spec",
     "hfvram.readers": "readers",
@@ -62,8 +63,8 @@ ALLOWED = {
     ("hfvram.report.jsonout", "hfvram.estimate.common"),
     # plan_lines is llama.cpp's own narration of its --fit plan (text only, no figure computed), kept in the engine's
     # folder ("one engine, one place"); the reports print its lines
-    ("hfvram.report.markdown", "hfvram.engines.llamacpp.offload"),
-    ("hfvram.report.table", "hfvram.engines.llamacpp.offload"),
+    ("hfvram.report.markdown", "hfvram.engines.llamacpp.offload_plan"),
+    ("hfvram.report.table", "hfvram.engines.llamacpp.offload_plan"),
 }
 
 

@@ -1,4 +1,4 @@
-"""The llama.cpp --fit offload plan (hfvram/engines/llamacpp/offload.py, docs/engines/llamacpp.md#llamacpp-offload-plan)
+"""The llama.cpp --fit offload plan (hfvram/engines/llamacpp/fit.py, docs/engines/llamacpp.md#llamacpp-offload-plan)
 and the host-memory input (hfvram/estimate/host_memory.py): self-consistency of the plan (it keeps the margin, one
 more layer / expert block on the GPU would not), llama.cpp's decision rules, the CLI output and its bad inputs.
 
@@ -14,8 +14,11 @@ from pathlib import Path
 import pytest
 from cli_support import FIXTURES, ROOT, run_hfvram, validate
 
-from hfvram.engines.llamacpp import offload
 from hfvram.engines.llamacpp import profile as lc
+from hfvram.engines.llamacpp.fit import plan_for, plan_offload, uniform_budgets
+from hfvram.engines.llamacpp.memory_model import MemoryModel, expert_override, layout
+from hfvram.engines.llamacpp.placement import overhead_bytes
+from hfvram.engines.ollama.offload import ollama_assign_layers
 from hfvram.errors import UsageError
 from hfvram.estimate.hardware import parse_gpu_spec
 from hfvram.estimate.host_memory import host_memory_names, parse_host_memory, parse_ram, pcie_bandwidth_gbs
@@ -37,9 +40,9 @@ def _plan(path: Path, gpu: str, context: int | None, **settings: str):
     hardware = parse_gpu_spec(gpu)
     choice = EngineChoice("llama.cpp", settings=settings)
     workload = Workload(context=context)
-    plan, speed, why = offload.plan_for(spec, hardware, choice, workload, host=HOST)
+    plan, speed, why = plan_for(spec, hardware, choice, workload, host=HOST)
     _, lc_settings, rules, consts = lc.PROFILE.settings_for(spec, hardware, choice, workload)
-    return spec, plan, speed, why, offload.MemoryModel(spec, lc_settings, rules, consts, hardware.count)
+    return spec, plan, speed, why, MemoryModel(spec, lc_settings, rules, consts, hardware.count)
 
 
 CASES = [
@@ -86,7 +89,7 @@ def test_one_more_layer_or_expert_block_on_the_gpu_does_not_fit(path, gpu, conte
         else:
             slots[dev].n_part -= 1  # the partial layer becomes a full one
             slots[dev].overflow = "moe"
-    used = mm.usage(offload.layout(spec.num_layers, slots, plan.overflow_to), plan.n_ctx).totals
+    used = mm.usage(layout(spec.num_layers, slots, plan.overflow_to), plan.n_ctx).totals
     assert used[dev] > plan.budgets[dev].target or (
         dev + 1 < len(used) and used[dev + 1] > plan.budgets[dev + 1].target
     )
@@ -142,9 +145,9 @@ def test_uniform_budgets_are_an_ordered_list_that_a_mixed_set_can_extend():
     _, settings, rules, consts = lc.PROFILE.settings_for(
         spec, parse_gpu_spec("rtx3060"), EngineChoice("llama.cpp"), Workload(context=32768)
     )
-    small = offload.uniform_budgets(parse_gpu_spec("rtx3060"), settings, rules)[0]
-    big = offload.uniform_budgets(parse_gpu_spec("rtx4060ti-8g"), settings, rules)[0]
-    plan = offload.plan_offload(
+    small = uniform_budgets(parse_gpu_spec("rtx3060"), settings, rules)[0]
+    big = uniform_budgets(parse_gpu_spec("rtx4060ti-8g"), settings, rules)[0]
+    plan = plan_offload(
         spec, settings, rules, consts, [small, replace(big, label="CUDA1 (rtx4060ti-8g)")], n_ctx_auto=False
     )
     assert plan.status == "offload" and [b.label for b in plan.budgets] == ["CUDA0 (rtx3060)", "CUDA1 (rtx4060ti-8g)"]
@@ -258,7 +261,7 @@ def test_a_gpu_list_with_an_unknown_card_is_a_usage_error(gpu):
 
 def test_the_expert_override_matches_exactly_the_planned_layers():
     """-ot patterns are matched with regex_search on tensor names: the compact alternation of
-    offload.number_alternation must select exactly the planned blocks (random sets and runs up to 999)."""
+    memory_model.number_alternation must select exactly the planned blocks (random sets and runs up to 999)."""
     import random
     import re
 
@@ -269,7 +272,7 @@ def test_the_expert_override_matches_exactly_the_planned_layers():
         else:
             start = rng.randint(0, 500)
             layers = set(range(start, rng.randint(start, 999) + 1))
-        pattern = re.compile(offload.expert_override(sorted(layers))[0])
+        pattern = re.compile(expert_override(sorted(layers))[0])
         for il in range(1000):
             assert bool(pattern.search(f"blk.{il}.ffn_up_exps.weight")) == (il in layers), (sorted(layers)[:5], il)
             assert not pattern.search(f"blk.{il}.attn_q.weight")
@@ -281,7 +284,7 @@ def test_a_mixed_set_plan_budgets_each_card_by_its_own_memory():
     spec, plan, _, _, _ = _plan(QWEN3, "rtx3060+rtx4060", 32768)
     assert plan is not None and plan.status == "offload"
     hardware = parse_gpu_spec("rtx3060+rtx4060")
-    overhead, _ = lc.overhead_bytes(
+    overhead, _ = overhead_bytes(
         hardware, lc.PROFILE.settings_for(spec, hardware, EngineChoice("llama.cpp"), Workload(context=32768))[2]
     )
     doc = plan.as_dict(moe=True)
@@ -316,11 +319,11 @@ def test_ollama_layout_is_greedy_from_the_last_layer_and_drops_the_output_layer_
     """llm/server.go greedyFit / assignLayers (v0.13.0): blocks from the last one backwards while they fit; when not
     every block fits, the output layer (the last block) is left out and the rest placed again."""
     blocks = [4, 4, 4, 4, 6]  # four layers of 4 and an output block of 6
-    assert offload.ollama_assign_layers(blocks, [100]) == {0: [0, 1, 2, 3, 4]}
+    assert ollama_assign_layers(blocks, [100]) == {0: [0, 1, 2, 3, 4]}
     # 13 free: with the output (6) only the output + one layer fit; without it three layers fit
-    assert offload.ollama_assign_layers(blocks, [13]) == {0: [1, 2, 3]}
+    assert ollama_assign_layers(blocks, [13]) == {0: [1, 2, 3]}
     # two GPUs: packed into as few as possible, the capacity factor balancing them
-    two = offload.ollama_assign_layers(blocks, [13, 13])
+    two = ollama_assign_layers(blocks, [13, 13])
     assert sorted(i for ids in two.values() for i in ids) == [0, 1, 2, 3, 4]
 
 

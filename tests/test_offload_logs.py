@@ -64,7 +64,7 @@ def test_a_published_moe_plan_has_the_shape_hfvram_plans():
     (the Qwen3-30B-A3B header) on a 16 GB card has that shape; the printed patterns differ by build (gate_up)."""
     from cli_support import FIXTURES
 
-    from hfvram.engines.llamacpp import offload
+    from hfvram.engines.llamacpp.fit import plan_for
     from hfvram.estimate.hardware import parse_gpu_spec
     from hfvram.estimate.host_memory import parse_host_memory
     from hfvram.estimate.types import EngineChoice, Workload
@@ -75,7 +75,7 @@ def test_a_published_moe_plan_has_the_shape_hfvram_plans():
     assert result["ngl"] == case["hp_ngl"] + 1 and result["moe_layers_from"] == result["first_partial_layer"] + 1
     path = FIXTURES / "gguf-derived" / "qwen3-30b-a3b.gguf"
     spec = spec_from_gguf([read_gguf_file(path)], filename=path.name)
-    plan, _, _ = offload.plan_for(
+    plan, _, _ = plan_for(
         spec,
         parse_gpu_spec("rtx4070ti-super"),
         EngineChoice("llama.cpp"),

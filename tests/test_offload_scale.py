@@ -10,8 +10,11 @@ from dataclasses import replace
 
 from cli_support import FIXTURES
 
-from hfvram.engines.llamacpp import offload
 from hfvram.engines.llamacpp import profile as lc
+from hfvram.engines.llamacpp.breakdown import breakdown
+from hfvram.engines.llamacpp.fit import plan_for, uniform_budgets
+from hfvram.engines.llamacpp.memory_model import MemoryModel, default_slots, layout
+from hfvram.engines.llamacpp.offload_plan import Slot
 from hfvram.estimate.hardware import parse_gpu_spec
 from hfvram.estimate.host_memory import parse_host_memory
 from hfvram.estimate.types import EngineChoice, Workload
@@ -30,15 +33,13 @@ def _spec(repeat: int = 1):
 def _memory_model(spec, gpu: str):
     hardware = parse_gpu_spec(gpu)
     _, settings, rules, consts = lc.PROFILE.settings_for(spec, hardware, EngineChoice("llama.cpp"), Workload(4096))
-    return offload.MemoryModel(spec, settings, rules, consts, hardware.count)
+    return MemoryModel(spec, settings, rules, consts, hardware.count)
 
 
 def test_a_10000_layer_plan_computes_a_handful_of_compute_buffers_and_agrees_with_the_full_usage():
     spec = _spec(200)  # 9,600 layers
     hardware = parse_gpu_spec("rtx4060ti-8g")
-    plan, _, _ = offload.plan_for(
-        spec, hardware, EngineChoice("llama.cpp"), Workload(4096), host=parse_host_memory(None)
-    )
+    plan, _, _ = plan_for(spec, hardware, EngineChoice("llama.cpp"), Workload(4096), host=parse_host_memory(None))
     assert plan is not None and plan.status == "offload" and 0 < plan.n_gpu_layers < spec.num_layers
     mm = _memory_model(spec, "rtx4060ti-8g")
     # the range-sum totals are the per-layer usage's, on the plan's own layout
@@ -52,28 +53,28 @@ def test_range_totals_equal_the_per_layer_usage_on_many_layouts():
     mm = _memory_model(spec, "rtx3060x3")
     n = spec.num_layers
     layouts = [
-        ([offload.Slot(0), offload.Slot(0), offload.Slot(n + 1, n, "up")], [-1, -1, -1]),
-        ([offload.Slot(10, 4, "gate"), offload.Slot(20, 3, "attn"), offload.Slot(19, 19)], [1, 2, -1]),
-        ([offload.Slot(5), offload.Slot(0), offload.Slot(1, 1, "moe")], [-1, -1, -1]),
-        ([offload.Slot(0), offload.Slot(0), offload.Slot(0)], [-1, -1, -1]),
+        ([Slot(0), Slot(0), Slot(n + 1, n, "up")], [-1, -1, -1]),
+        ([Slot(10, 4, "gate"), Slot(20, 3, "attn"), Slot(19, 19)], [1, 2, -1]),
+        ([Slot(5), Slot(0), Slot(1, 1, "moe")], [-1, -1, -1]),
+        ([Slot(0), Slot(0), Slot(0)], [-1, -1, -1]),
     ]
     for slots, overflow in layouts:
-        assert mm.totals(slots, overflow, 4096) == mm.usage(offload.layout(n, slots, overflow), 4096).totals
+        assert mm.totals(slots, overflow, 4096) == mm.usage(layout(n, slots, overflow), 4096).totals
 
 
 def test_the_llamacpp_breakdown_on_4096_gpus_computes_each_kind_of_compute_buffer_once():
     spec = _spec()
     hardware = parse_gpu_spec("rtx4060ti-8gx4096")
     _, settings, rules, consts = lc.PROFILE.settings_for(spec, hardware, EngineChoice("llama.cpp"), Workload(4096))
-    parts = lc.breakdown(spec, hardware, settings, rules, consts)
+    parts = breakdown(spec, hardware, settings, rules, consts)
     assert len(parts.gpu_compute) == 4096
     # at most three distinct buffers: the first device, the one holding the output, every other device
     assert len({size for size in parts.gpu_compute if size}) <= 3
-    mm = offload.MemoryModel(spec, settings, rules, consts, 4096)
+    mm = MemoryModel(spec, settings, rules, consts, 4096)
     mm.usage(
-        offload.layout(
+        layout(
             spec.num_layers,
-            offload.default_slots(spec.num_layers, offload.uniform_budgets(hardware, settings, rules)),
+            default_slots(spec.num_layers, uniform_budgets(hardware, settings, rules)),
             [-1] * 4096,
         ),
         4096,

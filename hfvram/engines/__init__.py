@@ -19,21 +19,19 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from hfvram.datafiles import package_table
+from hfvram.engines import identity
+from hfvram.engines.identity import CommandLine, DefaultRule, HubQuant, PlatformRefusal
 from hfvram.errors import UsageError
 from hfvram.estimate.types import EngineChoice, Estimate, Hardware, Workload
 from hfvram.spec import ModelSpec
 
 FOLDER = Path(__file__).resolve().parent
 
-#: the keys an ``engine.toml`` holds; any other key is refused when the registry loads
-_IDENTITY_KEYS = frozenset({"name", "aliases", "rank", "docs"})
-#: the keys it may hold (``command_line = false``: a library, no launch line; true when absent)
-_OPTIONAL_KEYS = frozenset({"command_line"})
-
 
 @dataclass(frozen=True)
 class EngineEntry:
-    """One engine as its folder declares it (``hfvram/engines/<package>/engine.toml``)."""
+    """One engine as its folder declares it (``hfvram/engines/<package>/engine.toml``); the facts and the values
+    they take are described in :mod:`hfvram.engines.identity`."""
 
     #: the engine's name as users type it and documents print it ("llama.cpp")
     name: str
@@ -45,8 +43,18 @@ class EngineEntry:
     rank: int
     #: its note page, relative to ``docs/engines/``
     docs: str
-    #: whether it is started from a command line (then its folder has ``launch.py``); false for a library
-    command_line: bool = True
+    #: what it sizes its KV cache pool by: "memory", "context" or "none"
+    kv_pool_sized_by: str
+    #: how it runs on a mixed GPU set: "layer_split", "equal_shards", "even_split" or "one_gpu"
+    mixed_set: str
+    #: whether it has a command line of its own (its flags: ``settings.toml``, :meth:`command_line_table`)
+    command_line: bool
+    #: the Hugging Face quantization formats it loads, on which GPUs
+    hub_quant: HubQuant
+    #: the accelerators it does not run on
+    refused_on: tuple[PlatformRefusal, ...] = ()
+    #: when a check without --engine assumes it
+    default_when: tuple[DefaultRule, ...] = ()
 
     @property
     def folder(self) -> Path:
@@ -65,30 +73,36 @@ class EngineEntry:
         """The parsed ``rules.toml`` (shared: treat it as read-only)."""
         return package_table(f"engines/{self.folder.name}/rules.toml")
 
+    def command_line_table(self) -> CommandLine | None:
+        """Its command-line flags (``settings.toml`` [command_line], read and checked when first asked for); None
+        for an engine with no command line."""
+        return _command_line(self.folder.name) if self.command_line else None
+
+
+@cache
+def _command_line(folder: str) -> CommandLine:
+    where = f"hfvram/engines/{folder}/settings.toml"
+    if not (FOLDER / folder / "settings.toml").is_file():
+        raise ValueError(f"hfvram/engines/{folder}/engine.toml: command_line = true, but {where} is missing")
+    return identity.command_line(package_table(f"engines/{folder}/settings.toml"), where)
+
 
 def _entry(folder: Path) -> EngineEntry:
-    table = package_table(f"engines/{folder.name}/engine.toml")
-    unknown = set(table) - _IDENTITY_KEYS - _OPTIONAL_KEYS
-    missing = _IDENTITY_KEYS - set(table)
-    if unknown or missing:
+    where = f"hfvram/engines/{folder.name}/engine.toml"
+    facts = identity.engine_facts(package_table(f"engines/{folder.name}/engine.toml"), where)
+    return EngineEntry(package=f"{__name__}.{folder.name}", **facts)
+
+
+def _check_defaults(entries: list[EngineEntry]) -> None:
+    """The default-engine rules of all folders: distinct orders, one fallback (a rule without conditions), last."""
+    rules = sorted((rule.order, entry.name, rule) for entry in entries for rule in entry.default_when)
+    orders = [order for order, _, _ in rules]
+    fallbacks = [name for _, name, rule in rules if not rule.conditional]
+    if len(set(orders)) != len(orders) or len(fallbacks) != 1 or rules[-1][2].conditional:
         raise ValueError(
-            f"hfvram/engines/{folder.name}/engine.toml: unknown keys {sorted(unknown)}, missing {sorted(missing)}"
+            "hfvram/engines/*/engine.toml [[default_when]]: each rule needs its own order, and exactly one rule "
+            f"without conditions (the fallback) must come last; got orders {orders}, fallbacks {fallbacks}"
         )
-    aliases = table["aliases"]
-    if not isinstance(aliases, list) or not all(isinstance(a, str) and a == a.lower() for a in aliases):
-        raise ValueError(f"hfvram/engines/{folder.name}/engine.toml: aliases must be a list of lower-case names")
-    if not isinstance(table["name"], str) or not isinstance(table["rank"], int) or not isinstance(table["docs"], str):
-        raise ValueError(f"hfvram/engines/{folder.name}/engine.toml: name and docs are text, rank a whole number")
-    if not isinstance(table.get("command_line", True), bool):
-        raise ValueError(f"hfvram/engines/{folder.name}/engine.toml: command_line is true or false")
-    return EngineEntry(
-        name=table["name"],
-        package=f"{__name__}.{folder.name}",
-        aliases=tuple(aliases),
-        rank=table["rank"],
-        docs=table["docs"],
-        command_line=table.get("command_line", True),
-    )
 
 
 @cache
@@ -100,7 +114,14 @@ def registry() -> dict[str, EngineEntry]:
     names = [entry.name for entry in entries]
     if len(set(names)) != len(names):
         raise ValueError(f"two engine folders declare the same name: {names}")
+    _check_defaults(entries)
     return {entry.name: entry for entry in entries}
+
+
+def default_rules() -> tuple[tuple[str, DefaultRule], ...]:
+    """(engine, rule) of every ``[[default_when]]`` row, in the order they are tried (the fallback last)."""
+    rules = [(rule.order, entry.name, rule) for entry in registry().values() for rule in entry.default_when]
+    return tuple((name, rule) for _, name, rule in sorted(rules))
 
 
 @cache

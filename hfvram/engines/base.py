@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from hfvram.estimate import common
+from hfvram.estimate.types import EngineChoice
 
 
 def rule_versions_of(data: Mapping[str, Any], fallback: tuple[str, ...] = ()) -> tuple[str, ...]:
@@ -49,3 +50,16 @@ class ProfileBase:
             if self.data["versions"][version].get(key) == value:
                 return version
         return None
+
+
+def unmodelled_flag_notes(choice: EngineChoice, flags: Mapping[str, str]) -> list[str]:
+    """One warning per flag of ``flags`` (an engine TOML's ``unmodelled_flags``: flag -> what hfvram does not account
+    for) that the command line sets and does not switch off."""
+    notes = []
+    for flag, left_out in flags.items():
+        raw = common.setting(choice, flag)
+        if raw is None or raw.strip().lower() in ("false", "0", "no", "off"):
+            continue
+        shown = f"--{flag}" if raw.strip().lower() in ("", "true") else f"--{flag} {raw[:60]}"
+        notes.append(f"{shown}: hfvram does not account for {left_out}")
+    return notes

@@ -27,6 +27,7 @@ from hfvram.estimate.types import (
     Workload,
     verdict_for,
 )
+from hfvram.memo import IdentityCache
 from hfvram.spec import GROWING_KINDS, RECURRENT_KINDS, WINDOWED_KINDS, Layer, LayerKind, ModelSpec, Weights
 
 GiB = 1 << 30
@@ -167,23 +168,19 @@ class LayerSummary:
     kinds: frozenset[LayerKind]
 
 
-#: id(layers) -> (those layers, their summary); the layers held keep their id from being reused. The estimates of
-#: one check share its spec's layers: they are summed once per check (a newly read spec gets its own summary).
-_SUMMARIES: dict[int, tuple[tuple[Layer, ...], LayerSummary]] = {}
-_SUMMARIES_KEPT = 256
+#: a spec's layers -> their summary. The estimates of one check share its spec's layers: they are summed once per
+#: check (a newly read spec gets its own summary); hashing the layers by value would cost what the summary does
+_SUMMARIES: IdentityCache[tuple[Layer, ...], LayerSummary] = IdentityCache("estimate.layer_summary", 256)
 
 
 def layer_summary(layers: tuple[Layer, ...]) -> LayerSummary:
     """The :class:`LayerSummary` of ``layers`` (a spec's), worked out once for that tuple."""
-    entry = _SUMMARIES.get(id(layers))
-    if entry is not None and entry[0] is layers:
-        return entry[1]
-    counts = tuple(layer_counts(layers))
-    summary = LayerSummary(counts=counts, kinds=frozenset(layer.kind for layer, _ in counts))
-    if len(_SUMMARIES) >= _SUMMARIES_KEPT:
-        _SUMMARIES.clear()
-    _SUMMARIES[id(layers)] = (layers, summary)
-    return summary
+
+    def summarise() -> LayerSummary:
+        counts = tuple(layer_counts(layers))
+        return LayerSummary(counts=counts, kinds=frozenset(layer.kind for layer, _ in counts))
+
+    return _SUMMARIES.get_or_compute(layers, summarise)
 
 
 def kv_bytes_per_token_rank(layers: Iterable[Layer], tp: int, kv_bytes: float) -> float:

@@ -10,8 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from hfvram.datafiles import data_table
-from hfvram.engines import get_profile, parse_engine_name
+from hfvram.engines import get_profile, parse_engine_name, registry
 from hfvram.errors import UsageError
 from hfvram.estimate import common, engine_rules, mixed
 from hfvram.estimate.types import EngineChoice, Estimate, Hardware, Workload
@@ -71,12 +70,15 @@ def with_offload(result: Estimate, choice: EngineChoice, workload: Workload) -> 
         return offload.with_cpu_offload_gb(result, choice)
     if str(result.engine.get("name")) not in OFFLOADING_ENGINES:
         return result
-    from hfvram.engines.llamacpp import offload
+    if str(result.engine.get("name")) == "ollama":
+        from hfvram.engines.ollama.offload import apply_to_estimate
+    else:
+        from hfvram.engines.llamacpp.offload import apply_to_estimate
 
     name, version = parse_engine_name(choice.name)
     if version and not choice.version:
         choice = replace(choice, name=name, version=version)
-    return offload.apply_to_estimate(result, choice, workload)
+    return apply_to_estimate(result, choice, workload)
 
 
 def estimate_memory(spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload) -> Estimate:
@@ -111,9 +113,10 @@ def estimate_memory(spec: ModelSpec, hardware: Hardware | None, choice: EngineCh
 
 
 def kv_pool_sized_by(engine: str) -> str | None:
-    """``memory`` / ``context`` / ``none``: what the engine sizes its KV pool by (hfvram/data/capacity.toml)."""
-    value = data_table("capacity.toml")["kv_pool_sized_by"].get(engine)
-    return str(value) if value else None
+    """``memory`` / ``context`` / ``none``: what the engine sizes its KV pool by (``kv_pool_sized_by`` of its
+    hfvram/engines/<engine>/engine.toml)."""
+    entry = registry().get(engine)
+    return entry.kv_pool_sized_by if entry else None
 
 
 #: rope types whose factor does not lengthen the context the engine derives (vLLM _get_and_verify_max_len)

@@ -1,19 +1,17 @@
 """The engine a check assumes when none is asked for: llama.cpp for GGUF, MLX for safetensors on Apple Silicon,
-vLLM otherwise. The policy is the table ``hfvram/data/engine_defaults.toml`` (rules tried in order, then a
-fallback); this module only applies it."""
+vLLM otherwise. The policy is the ``[[default_when]]`` rules of the engines' hfvram/engines/<engine>/engine.toml
+(every engine's rules tried by their ``order``, the one rule without conditions last); this module only applies
+it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-from hfvram.datafiles import data_table
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from hfvram.engines.identity import DefaultRule
     from hfvram.estimate.types import Hardware
     from hfvram.spec import ModelSpec
-
-TABLE = "engine_defaults.toml"
 
 
 @dataclass(frozen=True)
@@ -32,18 +30,20 @@ def checkpoint_format(spec: ModelSpec, source_kind: str) -> str:
     return "safetensors"
 
 
-def _matches(rule: dict[str, Any], weight_format: str, hardware: Hardware | None) -> bool:
-    if "format" in rule and rule["format"] != weight_format:
+def _matches(rule: DefaultRule, weight_format: str, hardware: Hardware | None) -> bool:
+    if rule.format is not None and rule.format != weight_format:
         return False
-    return "vendor" not in rule or (hardware is not None and hardware.gpu.vendor == rule["vendor"])
+    return rule.vendor is None or (hardware is not None and hardware.gpu.vendor == rule.vendor)
 
 
 def default_engine(spec: ModelSpec, source_kind: str, hardware: Hardware | None = None) -> DefaultEngine:
     """The engine for a model read from a ``source_kind`` source (``LoadedModel.source.kind``) on ``hardware``
-    (None without --gpu), by the first rule of engine_defaults.toml that matches."""
-    table = data_table(TABLE)
+    (None without --gpu), by the first ``[[default_when]]`` rule that matches (the registry checked that the last
+    one, the fallback, matches anything)."""
+    from hfvram.engines import default_rules
+
     weight_format = checkpoint_format(spec, source_kind)
-    for rule in table["rules"]:
+    for engine, rule in default_rules():
         if _matches(rule, weight_format, hardware):
-            return DefaultEngine(str(rule["engine"]), rule.get("note"))
-    return DefaultEngine(str(table["fallback"]))
+            return DefaultEngine(engine, rule.note)
+    raise AssertionError("the registry's default rules end with one that matches anything")

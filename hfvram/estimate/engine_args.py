@@ -4,8 +4,10 @@ A command line (``vllm serve MODEL …``, ``llama-server -m … -c …``, ``pyth
 ``lmdeploy serve api_server …``, ``trtllm-serve …``, ``ollama run …``) becomes the engine's name, the model,
 and its memory settings under the engine's own names: the long flag without dashes, ``_`` read as ``-``
 (``max-num-batched-tokens``, ``ctx-size``, ``ubatch-size``, ``flash-attn``, ``cache-type-k``,
-``mem-fraction-static``). The flag tables are data: ``hfvram/data/engine_args.toml``. Every flag that does
-not change memory is returned in ``ignored`` so the CLI can say so.
+``mem-fraction-static``). The flag tables are data: each engine's ``hfvram/engines/<engine>/settings.toml``
+[command_line], and ``hfvram/data/engine_args.toml`` for what every engine shares (the generic reading of an
+unknown script, the minimum of whole-number settings). Every flag that does not change memory is returned in
+``ignored`` so the CLI can say so.
 """
 
 from __future__ import annotations
@@ -18,12 +20,15 @@ import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hfvram.datafiles import data_table
 from hfvram.errors import UsageError
 from hfvram.estimate.types import EngineChoice
 from hfvram.redaction import HEADER_FLAGS, MASK, is_secret_name, redact, redact_words
+
+if TYPE_CHECKING:
+    from hfvram.engines.identity import CommandLine
 
 _ENV_ASSIGNMENT = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>.*)$", re.S)
 _NUMBER = re.compile(r"^-?\d+(?:\.\d+)?$")
@@ -90,11 +95,33 @@ class ParsedEngineArgs:
 
 @lru_cache(maxsize=1)
 def _tables() -> Mapping[str, Any]:
+    """What every engine shares: [generic] and [limits] of hfvram/data/engine_args.toml."""
     return data_table("engine_args.toml")
 
 
-def _engine_table(engine: str | None) -> Mapping[str, Any] | None:
-    return _tables()["engines"].get(engine) if engine else None
+def engine_command_line(engine: str | None) -> CommandLine | None:
+    """The command-line table of ``engine`` (its settings.toml [command_line]); None for no engine, an unknown one
+    or one without a command line (transformers)."""
+    from hfvram.engines import registry
+
+    entry = registry().get(engine) if engine else None
+    return entry.command_line_table() if entry else None
+
+
+def command_line_fields(engine: str | None) -> Mapping[str, str]:
+    """ParsedEngineArgs field -> the engine's own flag for it (``context`` -> ``max-model-len``); empty without one."""
+    table = engine_command_line(engine)
+    return table.fields if table else {}
+
+
+def _command_lines() -> Iterable[tuple[str, CommandLine]]:
+    """(engine, its command-line table) of every engine that has one, in the registry's order."""
+    from hfvram.engines import registry
+
+    for name, entry in registry().items():
+        table = entry.command_line_table()
+        if table is not None:
+            yield name, table
 
 
 # ---- sizes and --set -----------------------------------------------------------------------------
@@ -216,18 +243,18 @@ def _program_name(token: str) -> str:
 def _match_at(tokens: list[str], index: int) -> tuple[str, int] | None:
     """(engine, index after the engine's program) when tokens[index] starts an engine."""
     token = tokens[index]
-    for engine, table in _tables()["engines"].items():
+    for engine, table in _command_lines():
         # `sglang.launch_server …` run as a console script or through `python -m` without the -m in the paste
-        if _program_name(token) in table["programs"] or token in table["modules"]:
+        if _program_name(token) in table.programs or token in table.modules:
             return engine, index + 1
-        if token == "-m" and index + 1 < len(tokens) and tokens[index + 1] in table["modules"]:
+        if token == "-m" and index + 1 < len(tokens) and tokens[index + 1] in table.modules:
             return engine, index + 2
     return None
 
 
 def _match_image(token: str) -> str | None:
-    for engine, table in _tables()["engines"].items():
-        if any(token.startswith(prefix) for prefix in table["images"]):
+    for engine, table in _command_lines():
+        if any(token.startswith(prefix) for prefix in table.images):
             return engine
     return None
 
@@ -269,10 +296,10 @@ def _canonical_flag(raw: str, aliases: Mapping[str, str]) -> str:
     return aliases.get(name) or aliases.get(name.replace("_", "-")) or name.replace("_", "-")
 
 
-def _flags(tokens: list[str], table: Mapping[str, Any] | None) -> tuple[list[tuple[str, str, str]], list[str]]:
+def _flags(tokens: list[str], table: CommandLine | None) -> tuple[list[tuple[str, str, str]], list[str]]:
     """([(canonical, value, as typed)], positional tokens)."""
-    aliases = table.get("aliases", {}) if table else {}
-    booleans = set(table.get("booleans", ())) if table else set()
+    aliases = table.aliases if table else {}
+    booleans = set(table.booleans) if table else set()
     flags: list[tuple[str, str, str]] = []
     positionals: list[str] = []
     index = 0
@@ -363,9 +390,9 @@ def _to_float(value: str, flag: str) -> float:
 
 def _fields(engine: str | None, settings: Mapping[str, str], ignored: list[str]) -> dict[str, Any]:
     """tp / pp / gpu_util / context / kv_dtype from the engine's own settings."""
-    table = _engine_table(engine)
+    table = engine_command_line(engine)
     if table is not None:
-        names = {key: [flag] for key, flag in table.get("fields", {}).items()}
+        names = {key: [flag] for key, flag in table.fields.items()}
     else:
         names = {key: list(flags) for key, flags in _tables()["generic"]["fields"].items() if key != "model"}
     found: dict[str, Any] = {}
@@ -403,7 +430,7 @@ def parse_engine_args(cmdline: str) -> ParsedEngineArgs:
     if not tokens:
         raise UsageError("empty engine command line")
     engine, program_index, start, env = _find_engine(tokens)
-    table = _engine_table(engine)
+    table = engine_command_line(engine)
     ignored: list[str] = []
     launcher = [t for t in tokens[:program_index] if not _ENV_ASSIGNMENT.match(t)]
     if any(not _is_launcher(t) for t in launcher):
@@ -417,16 +444,16 @@ def parse_engine_args(cmdline: str) -> ParsedEngineArgs:
 
     rest = tokens[start:]
     if table is not None:
-        while rest and rest[0] in table["subcommands"]:
+        while rest and rest[0] in table.subcommands:
             rest = rest[1:]
     model: str | None = None
-    if table is not None and table["positional_model"] and rest and not rest[0].startswith("-"):
+    if table is not None and table.positional_model and rest and not rest[0].startswith("-"):
         model, rest = rest[0], rest[1:]
 
     flags, positionals = _flags(rest, table)
     settings: dict[str, str] = {}
-    model_flags = table["model_flags"] if table else _tables()["generic"]["fields"]["model"]
-    allowed = set(table["settings"]) if table else None
+    model_flags = table.model_flags if table else _tables()["generic"]["fields"]["model"]
+    allowed = set(table.settings) if table else None
     for canonical, value, typed in flags:
         if canonical == SECRET_FLAG:
             ignored.append(f"{typed}: not read (a secret; hfvram reads the flags that change memory only)")
@@ -440,7 +467,7 @@ def parse_engine_args(cmdline: str) -> ParsedEngineArgs:
             ignored.append(f"{typed}: not read (hfvram reads the flags that change memory only{hint})")
     for token in positionals:
         ignored.append(f"{redact(token)}: unexpected positional argument")
-    env_map = table.get("env", {}) if table else {}
+    env_map = table.env if table else {}
     for name, value in env.items():
         if name in env_map:
             settings[env_map[name]] = value

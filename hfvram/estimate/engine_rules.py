@@ -23,6 +23,7 @@ from hfvram.datafiles import data_table
 from hfvram.errors import UsageError
 from hfvram.estimate import common, releases
 from hfvram.estimate.types import VERDICT_DOES_NOT_FIT, EngineChoice, Estimate, Hardware, Workload
+from hfvram.memo import ValueCache
 from hfvram.spec import LayerKind, ModelSpec
 
 
@@ -64,18 +65,17 @@ def check_kv_dtype(engine: str, choice: EngineChoice, workload: Workload) -> Non
 
 @cache
 def known_setting_names(engine: str) -> frozenset[str]:
-    """Every setting name the engine has: the flags of its command line (``engine_args.toml``: settings,
+    """Every setting name the engine has: the flags of its command line (its ``settings.toml``: settings,
     booleans, aliases, environment) and the names its profile reads (``[accepts] settings``); built once per
     engine (the tables are packaged data)."""
-    from hfvram.estimate.engine_args import _engine_table
+    from hfvram.estimate.engine_args import engine_command_line
 
     names: set[str] = {_normalized(name) for name in accepts(engine).get("settings", [])}
-    table = _engine_table(engine) or {}
-    for key in ("settings", "booleans", "model_flags"):
-        names.update(_normalized(name) for name in table.get(key, []))
-    for key in ("aliases", "env"):
-        for alias, canonical in dict(table.get(key, {})).items():
-            names.update((_normalized(alias), _normalized(str(canonical))))
+    table = engine_command_line(engine)
+    if table is not None:
+        names.update(_normalized(name) for name in (*table.settings, *table.booleans, *table.model_flags))
+        for alias, canonical in (*table.aliases.items(), *table.env.items()):
+            names.update((_normalized(alias), _normalized(canonical)))
     return frozenset(names)
 
 
@@ -387,8 +387,9 @@ def _splits_evenly(spec: ModelSpec, tp: int) -> bool:
 
 
 #: quant_tp_refusal answers by the facts it reads (the searches of hfvram.estimate.inverse ask the same one often)
-_QUANT_TP_ANSWERS: dict[tuple[object, ...], tuple[str | None, list[str]]] = {}
-_QUANT_TP_ANSWERS_MAX = 1024
+_QUANT_TP_ANSWERS: ValueCache[tuple[object, ...], tuple[str | None, list[str]]] = ValueCache(
+    "estimate.quant_tp_refusal", 1024
+)
 
 
 def quant_tp_refusal(
@@ -406,11 +407,7 @@ def quant_tp_refusal(
     key += (details.get("torch_dtype"), spec.dtype, spec.hidden_size, spec.num_attention_heads, layers)
     key += (spec.intermediate_size, spec.moe_intermediate_size, tp, defaulted)
     key += (hardware.gpu.id, hardware.gpu.vendor) if hardware is not None else (None, None)
-    answer = _QUANT_TP_ANSWERS.get(key)
-    if answer is None:
-        if len(_QUANT_TP_ANSWERS) >= _QUANT_TP_ANSWERS_MAX:
-            _QUANT_TP_ANSWERS.clear()
-        answer = _QUANT_TP_ANSWERS[key] = _quant_tp_refusal(engine, spec, tp, hardware, defaulted)
+    answer = _QUANT_TP_ANSWERS.get_or_compute(key, lambda: _quant_tp_refusal(engine, spec, tp, hardware, defaulted))
     return answer[0], list(answer[1])
 
 
@@ -435,23 +432,27 @@ def _quant_tp_refusal(
 
 
 def platform_refusal(engine: str, hardware: Hardware | None, backend: str | None = None) -> str | None:
-    """Why the engine does not run on this GPU (a row of hfvram/data/engine_platforms.toml: by vendor, or by a
-    vendor's device family), or None. ``backend``: the engine's ``backend`` setting when one is given."""
-    if hardware is None:
+    """Why the engine does not run on this GPU (a ``[[refused_on]]`` row of its hfvram/engines/<engine>/engine.toml:
+    by vendor, or by a vendor's device family), or None. ``backend``: the engine's ``backend`` setting when one is
+    given."""
+    from hfvram.engines import registry
+
+    entry = registry().get(engine)
+    if hardware is None or entry is None:
         return None
     gpu = hardware.gpu
     architecture: str | None = None
-    for row in data_table("engine_platforms.toml").get("refused", ()):
-        if row["engine"] != engine or row["vendor"] != gpu.vendor:
+    for row in entry.refused_on:
+        if row.vendor != gpu.vendor:
             continue
-        if "backend" in row and backend is not None and backend.strip().lower() != row["backend"]:
+        if row.backend is not None and backend is not None and backend.strip().lower() != row.backend:
             continue
-        if "architecture" in row:
+        if row.architecture is not None:
             if architecture is None:
                 architecture = _architecture(gpu.id)
-            if not re.search(str(row["architecture"]), architecture):
+            if not re.search(row.architecture, architecture):
                 continue
-        return f"{engine} does not run on {gpu.name}: {row['reason']}"
+        return f"{engine} does not run on {gpu.name}: {row.reason}"
     return None
 
 

@@ -45,15 +45,19 @@ def _norm(name: str) -> str:
 
 def context_setting_names(engine: str) -> frozenset[str]:
     """The names under which the engine's own context setting may be typed (``max-model-len``, ``-c`` /
-    ``ctx-size`` / ``n-ctx``, ``num-ctx``, ``OLLAMA_CONTEXT_LENGTH``, …), from hfvram/data/engine_args.toml."""
-    tables = data_table("engine_args.toml")
-    names = {_norm(str(name)) for name in tables["generic"]["fields"]["context"]} | {"n-ctx", "num-ctx"}
-    table = tables["engines"].get(engine) or {}
-    canonical = table.get("fields", {}).get("context")
-    if canonical:
+    ``ctx-size`` / ``n-ctx``, ``num-ctx``, ``OLLAMA_CONTEXT_LENGTH``, …), from hfvram/data/engine_args.toml
+    [generic] and the engine's hfvram/engines/<engine>/settings.toml."""
+    from hfvram.estimate.engine_args import engine_command_line
+
+    generic = data_table("engine_args.toml")["generic"]
+    names = {_norm(str(name)) for name in generic["fields"]["context"]} | {"n-ctx", "num-ctx"}
+    table = engine_command_line(engine)
+    canonical = table.fields.get("context") if table else None
+    if table is not None and canonical:
         names.add(_norm(canonical))
-        names |= {_norm(alias) for alias, target in table.get("aliases", {}).items() if target == canonical}
-    names |= {_norm(env) for env, target in table.get("env", {}).items() if target == canonical}
+        names |= {_norm(alias) for alias, target in table.aliases.items() if target == canonical}
+    if table is not None:
+        names |= {_norm(env) for env, target in table.env.items() if target == canonical}
     return frozenset(names)
 
 

@@ -112,11 +112,14 @@ def carried(
     skip: Iterable[str] = (),
 ) -> list[str]:
     """The user's own settings (``--set``, the pasted line) that the writer did not write itself, as the engine's
-    long flags (a short spelling such as ``ub`` read through hfvram/data/engine_args.toml): settings the engine reads
-    are carried so that the line reproduces the check. ``written`` and ``skip`` are canonical names (dashes)."""
-    table = _args_table(engine)
-    aliases = {key.replace("_", "-"): value for key, value in (table.get("aliases") or {}).items()}
-    bools = set(table.get("booleans", ()))
+    long flags (a short spelling such as ``ub`` read through its hfvram/engines/<engine>/settings.toml): settings
+    the engine reads are carried so that the line reproduces the check. ``written`` and ``skip`` are canonical
+    names (dashes)."""
+    from hfvram.estimate.engine_args import engine_command_line
+
+    table = engine_command_line(engine)
+    aliases = {key.replace("_", "-"): value for key, value in (table.aliases if table else {}).items()}
+    bools = set(table.booleans if table else ())
     done = {aliases.get(name.replace("_", "-"), name.replace("_", "-")) for name in [*written, *skip]}
     words: list[str] = []
     for raw, value in choice.settings.items():
@@ -136,14 +139,6 @@ def carried(
 def env_settings(choice: EngineChoice) -> dict[str, str]:
     """The user's settings that are environment variables (upper-case names: ``VLLM_USE_V1``)."""
     return {name: value for name, value in choice.settings.items() if name.isupper() and name.isidentifier()}
-
-
-def _args_table(engine: str) -> Mapping[str, Any]:
-    """The engine's command-line table (hfvram/data/engine_args.toml)."""
-    from hfvram.datafiles import data_table
-
-    table: Mapping[str, Any] = data_table("engine_args.toml")["engines"].get(engine) or {}
-    return table
 
 
 def largest_batch(est: Estimate) -> dict[str, Any] | None:

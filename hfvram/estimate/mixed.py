@@ -1,11 +1,10 @@
 """Mixed GPU sets (``--gpu rtx4090+rtx3090``): what each engine does with cards of different sizes
-(hfvram/data/mixed_sets.toml). llama.cpp and Ollama split whole layers by each device's free memory (the profile
+(``mixed_set`` of each hfvram/engines/<engine>/engine.toml). llama.cpp and Ollama split whole layers by each device's free memory (the profile
 places them, ``hfvram.engines.llamacpp.profile``); engines that shard tensors equally are held to the smallest
 card, said in a warning; engines that run on one device refuse the set."""
 
 from __future__ import annotations
 
-from hfvram.datafiles import data_table
 from hfvram.estimate.types import Hardware
 
 GIB = 1 << 30
@@ -17,8 +16,11 @@ ONE_GPU = "one_gpu"
 
 
 def mixed_rule(engine: str) -> str:
-    """How ``engine`` runs on a mixed set (one of the four rules above)."""
-    return str(data_table("mixed_sets.toml")["engines"].get(engine, EVEN_SPLIT))
+    """How ``engine`` runs on a mixed set (one of the four rules above; hfvram/engines/identity.py says each)."""
+    from hfvram.engines import registry
+
+    entry = registry().get(engine)
+    return entry.mixed_set if entry else EVEN_SPLIT
 
 
 def compact_label(gpus: tuple[object, ...] | list[object]) -> str:

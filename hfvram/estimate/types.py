@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from hfvram.spec import ModelSpec
 
 if TYPE_CHECKING:
-    from hfvram.engines.llamacpp.offload import OffloadPlan
+    from hfvram.engines.llamacpp.offload_plan import OffloadPlan
     from hfvram.estimate.host_memory import HostMemory
 
 VERDICT_FITS = "fits"
@@ -175,7 +175,7 @@ class Capacity:
     #: does_not_fit, all else unchanged, never above the model's limit)
     max_context: int | None = None
     #: what the engine sizes the pool of ``kv_tokens`` by: "memory" (the budget's remainder), "context" (the
-    #: context setting × slots) or "none" (a cache per request); hfvram/data/capacity.toml
+    #: context setting × slots) or "none" (a cache per request); the engine's engine.toml says which
     kv_pool_sized_by: str | None = None
 
 

@@ -214,6 +214,6 @@ def add_offload_plan(report: dict[str, Any], request: Request, loaded: LoadedMod
     plan = est.offload
     if plan is None or "offload_plan" not in report or plan.planner != "llama.cpp":
         return
-    from hfvram.engines.llamacpp import offload
+    from hfvram.engines.llamacpp.fit import command_line
 
-    report["offload_plan"]["command"] = offload.command_line(plan, plan.usage.settings, model_argument(loaded))
+    report["offload_plan"]["command"] = command_line(plan, plan.usage.settings, model_argument(loaded))

@@ -119,9 +119,9 @@ def fit_report(request: Request, options: RunOptions) -> FitReport:
     document["warnings"] = list(dict.fromkeys(document["warnings"] + notes))
     plan = figures.estimate.offload
     if plan is not None and "offload_plan" in document and plan.planner == "llama.cpp":
-        from hfvram.engines.llamacpp import offload
+        from hfvram.engines.llamacpp.fit import command_line
 
-        document["offload_plan"]["command"] = offload.command_line(plan, plan.usage.settings, model_argument(loaded))
+        document["offload_plan"]["command"] = command_line(plan, plan.usage.settings, model_argument(loaded))
     from hfvram.redaction import redact_document
 
     return FitReport(redact_document(document), loaded.spec, choice, workload(request), request.hardware)

@@ -132,9 +132,9 @@ PASTED_FIELDS = (
 def _pasted_conflicts(pasted: ParsedEngineArgs, explicit: dict[str, Any], settings: dict[str, str]) -> list[str]:
     """An explicit option that disagrees with the pasted command line wins, and says so; the pasted flag is
     dropped so that the engine does not read it either."""
-    from hfvram.datafiles import data_table
+    from hfvram.estimate.engine_args import command_line_fields
 
-    fields = (data_table("engine_args.toml")["engines"].get(pasted.engine or "") or {}).get("fields", {})
+    fields = command_line_fields(pasted.engine)
     notes = []
     for name, option in PASTED_FIELDS:
         mine, theirs = explicit.get(name), getattr(pasted, name)

@@ -19,6 +19,7 @@ from functools import cache
 from typing import Any
 
 from hfvram.datafiles import data_table
+from hfvram.memo import IdentityCache
 from hfvram.spec import LayerKind, ModelSpec
 
 TABLE = "quant/gguf.toml"
@@ -107,21 +108,15 @@ def _hf_component(name: str, num_layers: int) -> str:
     return hf_component(name, num_layers=num_layers)
 
 
-#: the last specs converted (id -> (spec, model)): ``--quant auto`` sizes one model as many file types
-_CONVERTED: dict[int, tuple[ModelSpec, ConvertedModel]] = {}
+#: the last specs converted: ``--quant auto`` sizes one model as many file types (a spec is keyed by identity:
+#: hashing it by value would cost what the conversion does)
+_CONVERTED: IdentityCache[ModelSpec, ConvertedModel] = IdentityCache("quant.converted_model", 4)
 
 
 def converted_model(spec: ModelSpec) -> ConvertedModel:
     """The GGUF tensor list of ``spec`` as the converter writes it (see the module docstring); the same object for
     the same spec (kept for the last few specs)."""
-    hit = _CONVERTED.get(id(spec))
-    if hit is not None and hit[0] is spec:
-        return hit[1]
-    model = _convert(spec)
-    if len(_CONVERTED) >= 4:
-        _CONVERTED.pop(next(iter(_CONVERTED)))
-    _CONVERTED[id(spec)] = (spec, model)
-    return model
+    return _CONVERTED.get_or_compute(spec, lambda: _convert(spec))
 
 
 def _convert(spec: ModelSpec) -> ConvertedModel:

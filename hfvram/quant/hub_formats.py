@@ -8,7 +8,8 @@ quantizer leaves alone (embeddings, lm_head, routers, norms, the vision tower; d
 keep 16 bits. Every other fact of the spec stays the one read from the real files. ``engine_rule`` says whether an
 engine loads the format on the GPU (docs/engines/quantization.md#quant-vllm and the sections after it).
 
-The tables (formats, aliases, compute capabilities, engine rules) are ``hfvram/data/quant/hub_formats.toml``.
+The tables (formats, aliases, compute capabilities, GPU families) are ``hfvram/data/quant/hub_formats.toml``; which
+formats each engine loads on which GPUs is the ``[hub_quant]`` table of its hfvram/engines/<engine>/engine.toml.
 """
 
 from __future__ import annotations
@@ -18,13 +19,16 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hfvram.datafiles import data_table
 from hfvram.errors import UsageError
 from hfvram.quant.conserve import DROPPED
 from hfvram.readers.tensors import TensorInfo, hf_component, params_active, tensor_nbytes
 from hfvram.spec import COMPONENTS, ModelSpec, Quantization, Weights
+
+if TYPE_CHECKING:
+    from hfvram.engines.identity import HubQuant
 
 FAMILY = "hub_formats"
 TABLE = "quant/hub_formats.toml"
@@ -452,10 +456,12 @@ def _gpu_facts(hardware: Any) -> tuple[str, str, str | None]:
     return vendor, name, architecture
 
 
-def _engine_key(engine: str) -> str:
-    from hfvram.engines import canonical_name
+def _engine_rules(engine: str) -> HubQuant | None:
+    """The ``[hub_quant]`` rules of ``engine`` (a name or alias, ``@version`` allowed); None for an unknown engine."""
+    from hfvram.engines import canonical_name, registry
 
-    return canonical_name(engine.strip().partition("@")[0])
+    entry = registry().get(canonical_name(engine.strip().partition("@")[0]))
+    return entry.hub_quant if entry else None
 
 
 def engine_rule(choice: HubChoice, engine: str | None, hardware: Any) -> tuple[str | None, tuple[str, ...]]:
@@ -463,39 +469,36 @@ def engine_rule(choice: HubChoice, engine: str | None, hardware: Any) -> tuple[s
     engine (None) is no rule."""
     if engine is None:
         return None, ()
-    key = _engine_key(engine)
-    table = _table()
-    other = table["other_engines"]
-    if key in other and key != "doc":
-        return f"{other[key]} ({other['doc']})", ()
-    engine_row = table["engines"].get(key)
+    engine_row = _engine_rules(engine)
     if engine_row is None:
         return None, (
             f"--quant {choice.name}: no rule for engine {engine!r}: whether it loads this format is not checked",
         )
-    name, doc = engine_row["name"], engine_row["doc"]
-    rule = engine_row["formats"].get(choice.format)
+    if engine_row.refused is not None:
+        return f"{engine_row.refused} ({engine_row.doc})", ()
+    name, doc = engine_row.name, engine_row.doc
+    rule = engine_row.formats.get(choice.format)
     if rule is None:
-        return f"{name} does not run {choice.name}: {engine_row['unlisted']} ({doc})", ()
+        return f"{name} does not run {choice.name}: {engine_row.unlisted} ({doc})", ()
     warnings: list[str] = []
-    if rule.get("note"):
-        warnings.append(f"--quant {choice.name} under {name}: {rule['note']} ({doc})")
-    if "bits" in rule and choice.bits not in rule["bits"]:
-        allowed = "/".join(f"{b}-bit" for b in rule["bits"])
+    if rule.note:
+        warnings.append(f"--quant {choice.name} under {name}: {rule.note} ({doc})")
+    if rule.bits is not None and choice.bits not in rule.bits:
+        allowed = "/".join(f"{b}-bit" for b in rule.bits)
         return f"{name} runs {choice.format} at {allowed} only, not {choice.bits}-bit ({doc})", tuple(warnings)
-    if "group_sizes" in rule and choice.group_size not in rule["group_sizes"]:
-        allowed = ", ".join(str(g) for g in rule["group_sizes"])
+    if rule.group_sizes is not None and choice.group_size not in rule.group_sizes:
+        allowed = ", ".join(str(g) for g in rule.group_sizes)
         return (
             f"{name} runs {choice.format} with group size {allowed} only, not {choice.group_size} ({doc})",
             tuple(warnings),
         )
-    if rule.get("desc_act") is False and choice.desc_act:
+    if rule.desc_act is False and choice.desc_act:
         return f"{name} does not run act-order (desc_act) GPTQ checkpoints ({doc})", tuple(warnings)
-    if hardware is None or "runs" not in rule:
+    if hardware is None or rule.runs is None:
         return None, tuple(warnings)
     vendor, gpu_name, architecture = _gpu_facts(hardware)
     if vendor == "amd":
-        if choice.format in engine_row.get("amd", ()):
+        if choice.format in engine_row.amd:
             return None, tuple(warnings)
         return f"{name} has no {choice.format} kernel for AMD GPUs ({doc})", tuple(warnings)
     if vendor != "nvidia":
@@ -509,16 +512,14 @@ def engine_rule(choice: HubChoice, engine: str | None, hardware: Any) -> tuple[s
             f"for {choice.format} not checked"
         )
         return None, tuple(warnings)
-    names = table["family_names"]
-    if family not in rule["runs"]:
-        runs = ", ".join(str(names[f]) for f in rule["runs"])
+    names = _table()["family_names"]
+    if family not in rule.runs:
+        runs = ", ".join(str(names[f]) for f in rule.runs)
         return (
             f"{name} runs {choice.format} only on {runs} GPUs; the {gpu_name} is sm_{sm} "
             f"({str(names[family]).split(' (')[0]}) ({doc})",
             tuple(warnings),
         )
-    if family in rule.get("weight_only", ()):
-        warnings.append(
-            f"--quant {choice.name} on {gpu_name} (sm_{sm}) under {name}: {rule['weight_only_note']} ({doc})"
-        )
+    if family in rule.weight_only:
+        warnings.append(f"--quant {choice.name} on {gpu_name} (sm_{sm}) under {name}: {rule.weight_only_note} ({doc})")
     return None, tuple(warnings)

@@ -110,6 +110,8 @@ def _compressed_tensors(qc: Mapping[str, Any], file: str, path: str) -> Quantiza
                 "strategy": weights.get("strategy"),
                 "group_size": _group(weights.get("group_size"), file, f"{wpath}.group_size"),
                 "targets": group.get("targets"),
+                # a mixed-precision checkpoint names each group's format (nvfp4-pack-quantized, float-quantized ...)
+                **({"format": str(group["format"])[:64]} if isinstance(group.get("format"), str) else {}),
             }
         )
     details: dict[str, object] = _keep(qc, ("format", "kv_cache_scheme", "quantization_status"))

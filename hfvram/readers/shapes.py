@@ -13,16 +13,15 @@ a 384-expert model takes a few thousand entries, not hundreds of thousands of te
 
 from __future__ import annotations
 
-import fnmatch
 import math
-import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from hfvram.readers.bounds import bound, config_bounds
+from hfvram.readers.quant_modules import Exclusions, compressed_tensors_scheme, exclusions
 from hfvram.readers.tensors import TensorInfo, hf_component, tensor_nbytes, weights_from_counted_tensors
-from hfvram.spec import Layer, LayerKind, ModelSpec, Quantization, Weights
+from hfvram.spec import Layer, LayerKind, ModelSpec, Weights
 
 DERIVED_SOURCE = "derived: tensor shapes from config.json"
 
@@ -124,7 +123,7 @@ class _Builder:
     dtype: str
     entries: list[_Entry] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    _excluded: _Exclusions | None = None
+    _excluded: Exclusions | None = None
     #: while building expert 0 of ``count`` experts: (name prefix "….experts.", count); None otherwise
     _expert_group: tuple[str, int] | None = None
     #: set when a quantization exclusion treats expert 0 and the last expert differently
@@ -157,7 +156,7 @@ class _Builder:
         if quant is None or quant.method in ("mxfp4", "gguf"):
             return False
         if self._excluded is None:
-            self._excluded = _exclusions(quant)
+            self._excluded = exclusions(quant)
         excluded = self._excluded.match(name)
         if self._expert_group is not None:
             head, count = self._expert_group
@@ -205,7 +204,7 @@ class _Builder:
         if quant is None or quant.method in ("mxfp4", "gguf"):
             return False
         if self._excluded is None:
-            self._excluded = _exclusions(quant)
+            self._excluded = exclusions(quant)
         return self._excluded.may_name_single_experts()
 
     def quantized_linear(self, name: str, n_out: int, n_in: int) -> None:
@@ -263,12 +262,30 @@ class _Builder:
     def _compressed_tensors_linear(
         self, name: str, n_out: int, n_in: int, details: Mapping[str, Any], bits: int
     ) -> None:
-        fmt = str(details.get("format", ""))
+        """One Linear of a compressed-tensors checkpoint, in the format of the config group that targets it
+        (docs/engines/common.md#hf-quant-formats); a module no group targets is stored unquantized."""
         schemes = details.get("schemes") or [{}]
-        scheme = schemes[0] if isinstance(schemes[0], Mapping) else {}
+        scheme = compressed_tensors_scheme(schemes, name)
+        if scheme is None:
+            self.plain(f"{name}.weight", (n_out, n_in))
+            return
+        # a mixed-precision checkpoint states the format per group; the top-level format is the others'
+        fmt = str(scheme.get("format") or details.get("format", ""))
+        stated_bits = scheme.get("num_bits")
+        bits = min(max(int(stated_bits), 1), 32) if isinstance(stated_bits, (int, float)) else bits
         strategy = scheme.get("strategy")
         stated = scheme.get("group_size")
         group = max(stated, 0) if isinstance(stated, int) else 0
+        if fmt in ("nvfp4-pack-quantized", "mxfp4-pack-quantized") or (scheme.get("type") == "float" and bits == 4):
+            # FP4 E2M1, two per byte; NVFP4: an FP8 scale per 16 and FP32 global scales, MXFP4: a UE8M0 scale per 32
+            self.plain(f"{name}.weight_packed", (n_out, n_in // 2), "U8")
+            if fmt == "mxfp4-pack-quantized":
+                self.plain(f"{name}.weight_scale", (n_out, n_in // (group or 32)), "U8")
+                return
+            self.plain(f"{name}.weight_scale", (n_out, n_in // (group or 16)), "F8_E4M3")
+            self.plain(f"{name}.weight_global_scale", (1,), "F32")
+            self.plain(f"{name}.input_global_scale", (1,), "F32")
+            return
         if fmt == "pack-quantized" or (scheme.get("type") == "int" and bits < 8):
             pack = 32 // bits
             self.plain(f"{name}.weight_packed", (n_out, n_in // pack), "I32")
@@ -611,56 +628,6 @@ class _Builder:
         self.plain(f"{base}.vision_adapter.mlp.fc1.weight", (projector_in, inter))
         self.plain(f"{base}.vision_adapter.mlp.fc2.weight", (projector_out, projector_out))
         self.plain("multi_modal_projector.linear_1.weight", (text_hidden, output_dim))
-
-
-@dataclass(frozen=True)
-class _Exclusions:
-    """Modules a quantization config leaves unquantized: exact dotted names (matching at any depth),
-    fnmatch globs and ``re:`` regexes."""
-
-    names: frozenset[str]
-    pattern: re.Pattern[str] | None
-
-    def match(self, name: str) -> bool:
-        if not self.names:
-            return bool(self.pattern and self.pattern.search(name))
-        parts = name.split(".")
-        for i in range(len(parts)):
-            for j in range(i + 1, len(parts) + 1):
-                if ".".join(parts[i:j]) in self.names:
-                    return True
-        return bool(self.pattern and self.pattern.search(name))
-
-    def may_name_single_experts(self) -> bool:
-        """Whether an exclusion could pick out some experts of a layer but not others: an exact name below
-        ``experts``, or a pattern with digits or word classes in it (then experts are built one by one)."""
-        if any("experts." in name or name.startswith("experts") for name in self.names):
-            return True
-        source = self.pattern.pattern if self.pattern else ""
-        return any(ch.isdigit() for ch in source) or "\\d" in source or "\\w" in source
-
-
-def _exclusions(quant: Quantization) -> _Exclusions:
-    names: set[str] = set()
-    regexes: list[str] = []
-    details = quant.details or {}
-    for key in ("modules_to_not_convert", "ignore", "exclude_modules", "llm_int8_skip_modules"):
-        listed = details.get(key)
-        for pattern in listed if isinstance(listed, (list, tuple)) else ():
-            if not isinstance(pattern, str) or not pattern:
-                continue
-            if pattern.startswith("re:"):
-                regexes.append(pattern[3:])
-            elif any(ch in pattern for ch in "*?["):
-                glob = fnmatch.translate(pattern).removeprefix("(?s:").removesuffix(")\\Z")
-                regexes.append(f"(?:^|\\.){glob}(?:\\.|$)")
-            else:
-                names.add(pattern)
-    try:
-        compiled = re.compile("|".join(f"(?:{r})" for r in regexes)) if regexes else None
-    except re.error:
-        compiled = None
-    return _Exclusions(frozenset(names), compiled)
 
 
 def _text_model_type(spec: ModelSpec, facts: Mapping[str, Any]) -> str | None:

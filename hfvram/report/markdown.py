@@ -157,7 +157,7 @@ def offload_markdown(plan: Mapping[str, Any] | None) -> list[str]:
     """llama.cpp's --fit plan as list items; the command line as code."""
     if not plan:
         return []
-    from hfvram.engines.llamacpp.offload import plan_lines
+    from hfvram.engines.llamacpp.offload_plan import plan_lines
 
     lines = plan_lines(plan)
     out = [f"- **{text(lines[0])}**"]

@@ -234,10 +234,10 @@ def render_launch(console: Console, launch: Mapping[str, Any] | None) -> None:
 
 
 def render_offload_plan(console: Console, plan: Mapping[str, Any] | None) -> None:
-    """llama.cpp's --fit plan (hfvram.engines.llamacpp.offload.plan_lines), printed as plain text."""
+    """llama.cpp's --fit plan (hfvram.engines.llamacpp.offload_plan.plan_lines), printed as plain text."""
     if not plan:
         return
-    from hfvram.engines.llamacpp.offload import plan_lines
+    from hfvram.engines.llamacpp.offload_plan import plan_lines
 
     lines = plan_lines(plan)
     console.print(Text(lines[0], style="bold"), highlight=False)

@@ -33,6 +33,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from hfvram.memo import ValueCache
+
 if TYPE_CHECKING:
     from hfvram.readers.config_hf import HfFacts
 
@@ -138,7 +140,7 @@ def endpoint_folder(endpoint: str | None = None) -> tuple[str, ...]:
 
 
 #: transformers' facts entries read and checked by this process, by (path, inode, size, mtime): the facts they hold
-_CHECKED_FACTS: dict[tuple[str, int, int, int], HfFacts] = {}
+_CHECKED_FACTS: ValueCache[tuple[str, int, int, int], HfFacts] = ValueCache("sources.checked_transformers_facts", 256)
 
 
 class FactsCache:
@@ -322,9 +324,7 @@ class FactsCache:
             self._discard(path)
             return None
         if stamp is not None:
-            if len(_CHECKED_FACTS) >= 256:
-                _CHECKED_FACTS.clear()
-            _CHECKED_FACTS[stamp] = facts
+            _CHECKED_FACTS.put(stamp, facts)
         return facts
 
     def put_transformers_facts(self, canonical: str, version: str, facts: HfFacts) -> bool:

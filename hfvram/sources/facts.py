@@ -6,12 +6,12 @@ the readers derive the spec from them at load time, so a reader fix applies to c
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from hfvram.errors import MalformedFileError
+from hfvram.memo import ValueCache
 from hfvram.spec import ModelSpec, Weights
 
 if TYPE_CHECKING:
@@ -37,6 +37,8 @@ class CheckpointFacts:
     index_metadata: Mapping[str, object] | None = None
     #: where the facts came from, for provenance ("Hub model info", "local folder /x", …)
     origin: str = ""
+    #: shard file name -> bytes after its header (local files, whose size is known): the tensors must end there
+    data_sizes: Mapping[str, int] = field(default_factory=dict)
 
 
 def _parse_json(text: str, filename: str) -> dict:
@@ -127,7 +129,7 @@ def best_weights(
     the index ``total_size`` (exact total) > config shapes (estimate). An exact total without per-tensor
     facts takes its component split from the config shapes, scaled to that total."""
     if facts.headers:
-        weights = weights_from_headers(facts.headers, spec, origin=facts.origin)
+        weights = weights_from_headers(facts.headers, spec, origin=facts.origin, data_sizes=facts.data_sizes)
         if weights.total_bytes <= 0:  # a header `{}` (or only __metadata__): no weights, not 0 bytes of them
             return None, "weights unknown: the safetensors headers list no tensors"
         return weights, None
@@ -171,24 +173,17 @@ def _check_index_metadata(metadata: Mapping[str, object]) -> None:
             check_count(value, bound("safetensors", section), file=INDEX_FILE, field=f"metadata.{key}")
 
 
-_DERIVED: dict[tuple[str, tuple[tuple[str, str], ...]], Weights | None] = {}
-_DERIVED_LOCK = threading.Lock()
-_DERIVED_KEPT = 256
+#: config-shape weights by the config text (and companions) they are derived from
+_DERIVED: ValueCache[tuple[str, tuple[tuple[str, str], ...]], Weights | None] = ValueCache(
+    "sources.derived_weights", 256
+)
 
 
 def _derived_once(spec: ModelSpec, config: Mapping[str, object] | None, facts: CheckpointFacts) -> Weights | None:
     """:func:`derived_or_none`, computed once per config.json text (and companions): the shapes depend on
     nothing else, and a scan meets the same config many times (fine-tunes of one base ship it unchanged)."""
     key = (facts.config_text, tuple(sorted(facts.companions.items())))
-    with _DERIVED_LOCK:
-        if key in _DERIVED:
-            return _DERIVED[key]
-    derived = derived_or_none(spec, config)
-    with _DERIVED_LOCK:
-        while len(_DERIVED) >= _DERIVED_KEPT:
-            del _DERIVED[next(iter(_DERIVED))]
-        _DERIVED[key] = derived
-    return derived
+    return _DERIVED.get_or_compute(key, lambda: derived_or_none(spec, config))
 
 
 def derived_or_none(spec: ModelSpec, config: Mapping[str, object] | None = None) -> Weights | None:
@@ -202,10 +197,15 @@ def derived_or_none(spec: ModelSpec, config: Mapping[str, object] | None = None)
     return weights if weights is not None and weights.total_bytes > 0 else None
 
 
-def weights_from_headers(headers: Mapping[str, str], spec: ModelSpec, *, origin: str) -> Weights:
-    from hfvram.readers.safetensors import merge_shards, parse_header, weights_from_tensors
+def weights_from_headers(
+    headers: Mapping[str, str], spec: ModelSpec, *, origin: str, data_sizes: Mapping[str, int] | None = None
+) -> Weights:
+    from hfvram.readers.safetensors import check_data_end, merge_shards, parse_header, weights_from_tensors
 
     tables = {name: parse_header(text.encode("utf-8"), filename=name) for name, text in headers.items()}
+    for name, size in (data_sizes or {}).items():
+        if name in tables:
+            check_data_end(tables[name].values(), size, filename=name)
     tensors = merge_shards(tables)
     source = (
         f"safetensors headers ({len(headers)} file{'s' if len(headers) != 1 else ''}{', ' + origin if origin else ''})"

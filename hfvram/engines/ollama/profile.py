@@ -27,6 +27,8 @@ from dataclasses import dataclass, replace
 
 from hfvram.engines.base import ProfileBase
 from hfvram.engines.llamacpp import profile as llamacpp
+from hfvram.engines.llamacpp.placement import _layer_weight_bytes
+from hfvram.engines.llamacpp.settings import KV_ALIASES, resolve_settings
 from hfvram.errors import UsageError
 from hfvram.estimate.common import (
     GiB,
@@ -125,7 +127,7 @@ def resolve(
         or (workload.kv_dtype if workload.kv_dtype not in ("auto", "") else None)
         or str(rules["kv_cache_type"])
     )
-    kv = llamacpp.KV_ALIASES.get(kv.lower(), kv.lower())
+    kv = KV_ALIASES.get(kv.lower(), kv.lower())
     if kv not in tuple(rules["kv_cache_types"]):
         raise UsageError(f"Ollama KV cache type {kv!r} is not one of {', '.join(rules['kv_cache_types'])}")
     if kv != "f16" and not flash:
@@ -309,7 +311,7 @@ def current_estimate(
     gpu_overhead = setting_int(choice, "gpu_overhead", "OLLAMA_GPU_OVERHEAD", default=int(rules["gpu_overhead_bytes"]))
     overhead = minimum_memory(hardware, rules) + (gpu_overhead or 0)
     lc_rules["cuda_overhead_mib"] = lc_rules["metal_overhead_mib"] = overhead / MiB
-    lc_settings = llamacpp.resolve_settings(spec, lc_choice, Workload(kv_dtype=settings.kv_cache_type), lc_rules)
+    lc_settings = resolve_settings(spec, lc_choice, Workload(kv_dtype=settings.kv_cache_type), lc_rules)
     estimate = llamacpp.PROFILE.finish(
         spec,
         hardware,
@@ -434,7 +436,7 @@ def legacy_placement(
     elif len(free) > 1:
         full = partial  # several GPUs always use the partial graph size
     graph = max(partial, full)
-    dense, experts, embd, output = llamacpp._layer_weight_bytes(spec)
+    dense, experts, embd, output = _layer_weight_bytes(spec)
     blocks = [layer_dense + layer_experts for layer_dense, layer_experts in zip(dense, experts)]
     n_layer = len(blocks)
     minimum = minimum_memory(None, rules) if not metal else int(rules["minimum_memory_metal_mib"]) * MiB
@@ -613,7 +615,7 @@ def legacy_estimate(
     )
     settings = replace(settings, num_parallel=parts.num_parallel)
     per_gpu_layers = -(-spec.num_layers // count)
-    dense, experts, _, _ = llamacpp._layer_weight_bytes(spec)
+    dense, experts, _, _ = _layer_weight_bytes(spec)
     blocks = [layer_dense + layer_experts for layer_dense, layer_experts in zip(dense, experts)]
     graph = parts.graph_full if count == 1 else parts.graph_partial
     per_gpu = PerGpu(

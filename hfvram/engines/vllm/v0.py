@@ -19,6 +19,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from hfvram.engines.vllm import profile as v1
+from hfvram.engines.vllm.breakdown import compute
+from hfvram.engines.vllm.narration import narrate
+from hfvram.engines.vllm.settings import resolve_settings
+from hfvram.engines.vllm.terms import Breakdown, OutsideTrouble
 from hfvram.estimate import common
 from hfvram.estimate.common import GiB, Rules
 from hfvram.estimate.types import EngineChoice, Estimate, Hardware, Workload
@@ -123,7 +127,7 @@ def estimate(
     """The V0 estimate: V0's settings and terms, then the shared breakdown, start-up checks and narration."""
     v0 = profile.data["v0"]
     merged = v0_rules(rules, v0, choice.version)
-    settings = v1.resolve_settings(spec, hardware, choice, workload, merged, rules_version, notes)
+    settings = resolve_settings(spec, hardware, choice, workload, merged, rules_version, notes)
     batched, seqs, chunked = resolve_batch_v0(
         spec, choice, v0, settings.max_model_len, settings.speculative_method is not None
     )
@@ -137,13 +141,13 @@ def estimate(
         # V0: total × utilization, no ceil; a float budget keeps the arithmetic of determine_num_available_blocks
     )
     cache_spec, windowed = full_length_spec(spec)
-    parts = v1.compute(cache_spec, hardware, settings, workload, merged)
+    parts = compute(cache_spec, hardware, settings, workload, merged)
     # V0 checks no free memory at start-up (V1's "Free memory on device ... is less than desired"), and warms up
     # no sampler after it: memory short outside the budget is a risk to name, not a refusal
     trouble = parts.outside_trouble
-    if trouble in (v1.OutsideTrouble.CUDA_CONTEXT, v1.OutsideTrouble.CUDA_GRAPHS):
-        parts = replace(parts, outside_trouble=v1.OutsideTrouble.UNCHECKED_OUTSIDE)
-    elif trouble is v1.OutsideTrouble.SAMPLER_WARM_UP:
+    if trouble in (OutsideTrouble.CUDA_CONTEXT, OutsideTrouble.CUDA_GRAPHS):
+        parts = replace(parts, outside_trouble=OutsideTrouble.UNCHECKED_OUTSIDE)
+    elif trouble is OutsideTrouble.SAMPLER_WARM_UP:
         parts = replace(parts, outside_trouble=None)
     warnings, explain = narrate_v0(profile, parts, spec, workload, merged, chunked, windowed, notes)
     report = v1.engine_report(parts, choice, rules_version, hardware)
@@ -153,7 +157,7 @@ def estimate(
 
 def narrate_v0(
     profile: v1.VllmProfile,
-    parts: v1.Breakdown,
+    parts: Breakdown,
     spec: ModelSpec,
     workload: Workload,
     merged: Rules,
@@ -164,7 +168,7 @@ def narrate_v0(
     """V1's narration of the breakdown, V0's own notes (full-length layers, recurrent state) and an ``engine``
     explain line saying which V0 rules were applied."""
     settings = parts.settings
-    warnings, explain = v1.narrate(parts, spec, workload, profile.first_version_with("cudagraph_in_budget", True))
+    warnings, explain = narrate(parts, spec, workload, profile.first_version_with("cudagraph_in_budget", True))
     if windowed:
         notes.append(FULL_LENGTH_NOTE.format(count=windowed))
     if any(layer.kind in RECURRENT_KINDS for layer in spec.layers):

@@ -1,0 +1,126 @@
+"""All llama.cpp buffers of one configuration (weights, KV and compute buffer per device, the host buffers) and the
+terms read from them: the worst GPU's four terms and the bandwidth-bound decode speed."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from hfvram.engines.llamacpp.compute import compute_buffer_bytes, host_compute_buffer_bytes, output_buffer_bytes
+from hfvram.engines.llamacpp.kv import KvBytes, kv_bytes
+from hfvram.engines.llamacpp.placement import (
+    Placement,
+    device_memory,
+    free_memory,
+    is_metal,
+    overhead_bytes,
+    place,
+    usable_bytes,
+)
+from hfvram.engines.llamacpp.settings import Settings
+from hfvram.estimate.common import Rules, active_weight_bytes, decode_tokens_per_second
+from hfvram.estimate.types import Hardware, PerGpu
+from hfvram.spec import ModelSpec
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """All llama.cpp buffers of one configuration (bytes), worst GPU first."""
+
+    settings: Settings
+    kv: KvBytes
+    placement: Placement
+    gpu_compute: tuple[int, ...]
+    compute_rule: str
+    output_buffer: int
+    overhead: int
+    worst: int
+    #: the CUDA_Host compute buffer (pinned host memory, not VRAM); 0 on the CPU / Metal backend
+    host_compute: int = 0
+
+
+def breakdown(
+    spec: ModelSpec,
+    hardware: Hardware | None,
+    settings: Settings,
+    rules: Rules,
+    compute_consts: Mapping[str, float],
+) -> Breakdown:
+    pad = int(rules["n_ctx_pad"])
+    if is_metal(hardware):
+        settings = replace(settings, cuda=False)
+    kv = kv_bytes(spec, settings, pad)
+    n_gpus = hardware.count if hardware else 1
+    overhead, _ = overhead_bytes(hardware, rules)
+    placement = place(spec, settings, kv, n_gpus, free_memory(hardware, overhead))
+    computes, rule = [], ""
+    # the buffer depends only on (holds the output, is the first device): computed once per kind, not per device
+    by_kind: dict[tuple[bool, bool], tuple[int, str]] = {}
+    for dev, has_output in enumerate(placement.gpu_has_output):
+        kind = (has_output or len(placement.gpu_has_output) == 1, dev == 0)
+        if kind not in by_kind:
+            by_kind[kind] = compute_buffer_bytes(
+                spec, settings, compute_consts, with_output=kind[0], pad=pad, first_device=kind[1]
+            )
+        size, rule_dev = by_kind[kind]
+        computes.append(size if placement.gpu_layers[dev] or dev == 0 else 0)
+        rule = rule if rule and not has_output else rule_dev
+    totals = [
+        weights + kv_cache + buffer + overhead
+        for weights, kv_cache, buffer in zip(placement.gpu_weights, placement.gpu_kv, computes)
+    ]
+    if hardware is not None and hardware.mixed and len(totals) == hardware.count:
+        # devices of different sizes: the worst is the fullest against its own memory
+        usable = [usable_bytes(hardware, settings, dev) for dev in range(len(totals))]
+        worst = max(range(len(totals)), key=lambda index: totals[index] / max(1, usable[index]))
+    else:
+        worst = max(range(len(totals)), key=lambda index: totals[index])
+    host_compute, _ = host_compute_buffer_bytes(spec, settings, compute_consts, pad=pad)
+    return Breakdown(
+        settings,
+        kv,
+        placement,
+        tuple(computes),
+        rule,
+        output_buffer_bytes(spec, settings),
+        overhead,
+        worst,
+        host_compute,
+    )
+
+
+def per_gpu_of(parts: Breakdown, hardware: Hardware | None) -> PerGpu:
+    """The four terms on the worst GPU, against the device memory less --fit's target."""
+    placement, dev = parts.placement, parts.worst
+    return PerGpu(
+        weights=placement.gpu_weights[dev],
+        kv_cache=placement.gpu_kv[dev],
+        activations=parts.gpu_compute[dev],
+        overhead=parts.overhead,
+        usable=usable_bytes(hardware, parts.settings, dev) if hardware else 0,
+        memory=device_memory(hardware, dev) if hardware else 0,
+    )
+
+
+def decode_bound(spec: ModelSpec, hardware: Hardware | None, parts: Breakdown) -> float | None:
+    """Bandwidth / (active weights on the GPUs + one sequence's KV at the context)."""
+    settings, kv = parts.settings, parts.kv
+    active = active_weight_bytes(spec) or 0
+    context = settings.n_ctx_seq
+    per_token_kv = kv.total / max(1, settings.n_stream) / max(1, settings.n_ctx_seq) * context if kv.total else 0
+    return decode_tokens_per_second(active + per_token_kv, layer_split_bandwidth(hardware, parts))
+
+
+def layer_split_bandwidth(hardware: Hardware | None, parts: Breakdown) -> float | None:
+    """The bandwidth one token sees: the GPU's; on a mixed set split by layers the devices run one after the other,
+    so each reads its own share of the bytes at its own speed (1 / Σ share_d / bandwidth_d)."""
+    if hardware is None:
+        return None
+    if not hardware.mixed:
+        return hardware.gpu.memory_bandwidth_gbs
+    placed = [w + k for w, k in zip(parts.placement.gpu_weights, parts.placement.gpu_kv)]
+    bandwidths = [gpu.memory_bandwidth_gbs for gpu in hardware.gpus[: len(placed)]]
+    total = sum(placed)
+    if total <= 0 or any(not bw for bw in bandwidths):
+        return hardware.gpu.memory_bandwidth_gbs
+    return 1 / sum(bytes_d / total / float(bw) for bytes_d, bw in zip(placed, bandwidths) if bw)

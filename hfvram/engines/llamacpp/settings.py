@@ -1,0 +1,337 @@
+"""llama.cpp's settings: the ggml type table, the KV cache types it accepts, and every setting the estimate depends
+on, resolved with llama.cpp's defaults (docs/engines/llamacpp.md#llamacpp-defaults); constants in
+``hfvram/engines/llamacpp/rules.toml``. The option names are llama.cpp's own (see ``profile``)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from hfvram.errors import UsageError
+from hfvram.estimate.common import (
+    MiB,
+    Rules,
+    load_engine_data,
+    pad_to_multiple,
+    setting,
+    setting_bool,
+    setting_int,
+)
+from hfvram.estimate.dtypes import ggml_blocks
+from hfvram.estimate.types import EngineChoice, Workload
+from hfvram.spec import LayerKind, ModelSpec
+
+ENGINE = "llama.cpp"
+
+#: ggml type name -> (block elements, bytes per block) — docs/engines/common.md#gguf-types (ggml-common.h static_asserts), from
+#: hfvram/data/ggml_types.json (generated from gguf's GGML_QUANT_SIZES)
+GGML_BLOCKS: Mapping[str, tuple[int, int]] = ggml_blocks()
+#: KV cache types llama.cpp accepts (common/arg.cpp::kv_cache_types)
+KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+#: hfvram / HF spellings -> llama.cpp names
+KV_ALIASES = {"fp16": "f16", "float16": "f16", "half": "f16", "bfloat16": "bf16", "fp32": "f32", "float32": "f32"}
+
+
+def row_size(type_name: str, count: int) -> int:
+    """Bytes of a row of ``n`` elements of a ggml type: ``n / block × block_bytes`` (ggml_row_size)."""
+    block, size = GGML_BLOCKS[type_name]
+    return -(-count // block) * size
+
+
+def kv_type(name: str) -> str:
+    """A KV dtype as llama.cpp names it; UsageError for one it does not accept (e.g. fp8)."""
+    key = KV_ALIASES.get(name.strip().lower(), name.strip().lower())
+    if key not in KV_CACHE_TYPES:
+        raise UsageError(f"llama.cpp KV cache type {name!r} is not one of {', '.join(KV_CACHE_TYPES)}")
+    return key
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Settings
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every llama.cpp setting the estimate depends on, resolved (defaults applied)."""
+
+    binary: str
+    n_ctx: int  # after padding (cparams.n_ctx)
+    n_ctx_seq: int
+    n_stream: int
+    n_seq_max: int
+    kv_unified: bool
+    n_batch: int
+    n_ubatch: int
+    n_outputs_max: int
+    flash_attn: bool
+    type_k: str
+    type_v: str
+    swa_full: bool
+    n_gpu_layers: int  # of n_layer + 1
+    cpu_moe_layers: int  # blocks 0..N-1 keep their experts on the CPU
+    override_tensor: tuple[tuple[str, str], ...]
+    split_mode: str
+    tensor_split: tuple[float, ...]
+    kv_offload: bool
+    fit: bool
+    fit_target_bytes: int
+    n_rs_seq: int
+    notes: tuple[str, ...] = ()
+    #: the GPU backend pads quantized rows (CUDA / ROCm); False for Metal and the CPU-only truth runs
+    cuda: bool = True
+    #: row length the CUDA buffer type pads quantized matrices to (llama.cpp.toml matrix_row_padding)
+    matrix_row_padding: int = field(default_factory=lambda: packaged_row_padding())
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "binary": self.binary,
+            "ctx-size": self.n_ctx,
+            "n_ctx_seq": self.n_ctx_seq,
+            "parallel": self.n_seq_max,
+            "kv-unified": self.kv_unified,
+            "batch-size": self.n_batch,
+            "ubatch-size": self.n_ubatch,
+            "n_outputs_max": self.n_outputs_max,
+            "flash-attn": "on" if self.flash_attn else "off",
+            "cache-type-k": self.type_k,
+            "cache-type-v": self.type_v,
+            "swa-full": self.swa_full,
+            "n-gpu-layers": self.n_gpu_layers,
+            "n-cpu-moe": self.cpu_moe_layers,
+            "override-tensor": ",".join(f"{pattern}={buffer}" for pattern, buffer in self.override_tensor) or None,
+            "split-mode": self.split_mode,
+            "tensor-split": list(self.tensor_split) or None,
+            "kv-offload": self.kv_offload,
+            "fit": self.fit,
+            "fit-target-mib": self.fit_target_bytes // MiB,
+        }
+
+
+def pad_cells(count: int, pad: int) -> int:
+    return pad_to_multiple(max(1, count), pad)
+
+
+def kv_cells(n_ctx: int, n_seq_max: int, kv_unified: bool, pad: int = 256) -> tuple[int, int, int]:
+    """(n_ctx, n_ctx_seq, n_stream) as llama_context pads them (docs/engines/llamacpp.md#llamacpp-kv-cache): n_ctx to 256; a unified
+    cache is one stream of n_ctx cells; otherwise n_seq_max streams of pad256(n_ctx / n_seq_max)."""
+    n_ctx = pad_cells(n_ctx, pad)
+    if kv_unified or n_seq_max <= 1:
+        return n_ctx, n_ctx, 1
+    n_ctx_seq = pad_cells(n_ctx // n_seq_max, pad)
+    return n_ctx_seq * n_seq_max, n_ctx_seq, n_seq_max
+
+
+def _parse_override(text: str | None) -> tuple[tuple[str, str], ...]:
+    if not text:
+        return ()
+    pairs = []
+    for item in text.split(","):
+        pattern, sep, buft = item.partition("=")
+        if not sep or not pattern:
+            raise UsageError(f"override-tensor {item!r} is not REGEX=BUFFER_TYPE")
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise UsageError(f"override-tensor regex {pattern!r}: {exc}") from exc
+        pairs.append((pattern, buft.strip()))
+    return tuple(pairs)
+
+
+def _on_off_auto(value: str | None, default: str) -> str:
+    raw = (value if value is not None else default).strip().lower()
+    mapping = {
+        "": "on",
+        "1": "on",
+        "true": "on",
+        "on": "on",
+        "yes": "on",
+        "enabled": "on",
+        "0": "off",
+        "false": "off",
+        "off": "off",
+        "no": "off",
+        "disabled": "off",
+        "auto": "auto",
+    }
+    if raw not in mapping:
+        raise UsageError(f"flash-attn={value!r}: use on, off or auto")
+    return mapping[raw]
+
+
+def resolve_settings(spec: ModelSpec, choice: EngineChoice, workload: Workload, rules: Rules) -> Settings:
+    """Apply llama.cpp's defaults (llamacpp.md#llamacpp-defaults) to the user's settings and workload.
+
+    Context: ``ctx-size`` is the whole cache (all sequences); without it, n_ctx = workload.context (default the
+    model's n_ctx_train) × the sequences the workload holds at full length (``workload.concurrency``)."""
+    notes: list[str] = []
+    binary = resolve_binary(choice, rules)
+    parallel, kv_unified = resolve_slots(choice, workload, binary, rules, notes)
+    ctx_size = resolve_ctx_size(spec, choice, workload, parallel, kv_unified)
+    n_ctx, n_ctx_seq, n_stream = kv_cells(ctx_size, parallel, kv_unified, int(rules["n_ctx_pad"]))
+    n_batch, n_ubatch, n_outputs_max = resolve_batches(choice, rules, binary, parallel)
+    if binary == "llama-server" and not any(
+        setting(choice, name) for name in ("build", "reserve-outputs", "n-outputs-max")
+    ):
+        rows = min(n_ubatch, n_outputs_max)
+        notes.append(
+            f"llama-server reserve: {rows} logits rows per ubatch as builds before {rules['server_outputs_cap_build']} "
+            "reserve them (--set build=N for a newer build)"
+        )
+    fa = _on_off_auto(setting(choice, "flash-attn", "fa"), str(rules["flash_attn"]))
+    if fa == "auto":
+        notes.append("flash-attn auto resolves to on when the device supports every FA op (assumed)")
+    flash_attn = fa != "off"
+    type_k, type_v = resolve_kv_types(spec, choice, workload, rules, flash_attn)
+    n_layer = spec.num_layers
+    ngl = setting_int(choice, "n-gpu-layers", "ngl", "gpu-layers")
+    if ngl is None or ngl < 0 or ngl > n_layer + 1:
+        ngl = n_layer + 1
+    cpu_moe = n_layer if setting_bool(choice, "cpu-moe", "cmoe") else 0
+    cpu_moe = max(cpu_moe, setting_int(choice, "n-cpu-moe", "ncmoe", default=0) or 0)
+    split_mode, tensor_split = resolve_split(choice)
+    fit_target = setting_int(choice, "fit-target", "fitt", default=int(rules["fit_target_mib"]))
+    return Settings(
+        binary=binary,
+        n_ctx=n_ctx,
+        n_ctx_seq=n_ctx_seq,
+        n_stream=n_stream,
+        n_seq_max=parallel,
+        kv_unified=kv_unified,
+        n_batch=n_batch,
+        n_ubatch=n_ubatch,
+        n_outputs_max=n_outputs_max,
+        flash_attn=flash_attn,
+        type_k=type_k,
+        type_v=type_v,
+        swa_full=setting_bool(choice, "swa-full", default=bool(rules["swa_full"])),
+        n_gpu_layers=ngl,
+        cpu_moe_layers=min(cpu_moe, n_layer),
+        override_tensor=_parse_override(setting(choice, "override-tensor", "ot")),
+        split_mode=split_mode,
+        tensor_split=tensor_split,
+        kv_offload=not setting_bool(choice, "no-kv-offload", "nkvo"),
+        fit=setting_bool(choice, "fit", default=bool(rules["fit"])),
+        fit_target_bytes=(fit_target or 0) * MiB,
+        n_rs_seq=int(rules["n_rs_seq"]),
+        notes=tuple(notes),
+        matrix_row_padding=int(rules["matrix_row_padding"]),
+    )
+
+
+def resolve_binary(choice: EngineChoice, rules: Rules) -> str:
+    """llama-server or llama-cli (their slot and output defaults differ)."""
+    binary = (setting(choice, "binary") or str(rules["binary"])).strip().lower()
+    if binary in ("server", "llama-server"):
+        return "llama-server"
+    if binary in ("cli", "llama-cli", "main", "llama-bench", "library"):
+        return "llama-cli"
+    raise UsageError(f"binary={binary!r}: use llama-server or llama-cli")
+
+
+def resolve_slots(
+    choice: EngineChoice, workload: Workload, binary: str, rules: Rules, notes: list[str]
+) -> tuple[int, bool]:
+    """(parallel sequences, unified KV cache): ``-np`` when given, else the workload's concurrency, else
+    llama-server's auto slots sharing one unified cache."""
+    parallel = setting_int(choice, "parallel", "np", "n-parallel")
+    unified_setting = setting(choice, "kv-unified", "kvu")
+    if parallel is None or parallel < 0:
+        if workload.concurrency > 1:
+            parallel = workload.concurrency
+        elif binary == "llama-server":
+            parallel = int(rules["server_auto_parallel"])
+            if unified_setting is None:
+                unified_setting = "true"
+                notes.append(f"llama-server -np auto: {parallel} slots sharing one unified KV cache")
+        else:
+            parallel = 1
+    kv_unified = (
+        setting_bool(choice, "kv-unified", "kvu", default=bool(rules["kv_unified"]))
+        if unified_setting is None
+        else unified_setting.strip().lower() in ("", "1", "true", "on", "yes")
+    )
+    return parallel, kv_unified
+
+
+def resolve_ctx_size(spec: ModelSpec, choice: EngineChoice, workload: Workload, parallel: int, kv_unified: bool) -> int:
+    """``ctx-size`` (all sequences together) as given, else the per-sequence context × the sequences held."""
+    ctx_size = setting_int(choice, "ctx-size", "c", "n-ctx", "num-ctx")
+    if ctx_size is not None and ctx_size > 0:
+        return ctx_size
+    per_seq = workload.context or spec.max_position_embeddings
+    if per_seq is None:
+        raise UsageError("the model states no context length (n_ctx_train); pass --context or --set ctx-size=N")
+    # a unified cache shared by auto slots holds `concurrency` full sequences; per-sequence streams hold one each
+    return per_seq * max(1, workload.concurrency if kv_unified else parallel)
+
+
+def resolve_batches(choice: EngineChoice, rules: Rules, binary: str, parallel: int) -> tuple[int, int, int]:
+    """(n_batch, n_ubatch, n_outputs_max). The prompt graph of the reserve holds ``min(ubatch, n_outputs_max)`` logits
+    rows; ``n_outputs_max`` is n_batch except in llama-server from build 9460 on (de6f727a, 2026-06-01:
+    ``server_n_outputs_max`` = n_parallel × (1 + draft)). Without ``build=N`` hfvram assumes an older llama-server
+    (every published log we hold: one row per ubatch token); ``reserve-outputs=ubatch|slots`` forces the era,
+    ``n-outputs-max=N`` sets the cap directly."""
+    n_batch = setting_int(choice, "batch-size", "b", default=int(rules["n_batch"])) or int(rules["n_batch"])
+    n_ubatch = setting_int(choice, "ubatch-size", "ub", default=int(rules["n_ubatch"])) or int(rules["n_ubatch"])
+    n_ubatch = min(n_ubatch, n_batch)
+    n_outputs_max = n_batch
+    if binary == "llama-server":
+        build = setting_int(choice, "build")
+        default = str(rules["server_reserve_outputs"])
+        if build is not None and build > 0:
+            default = "slots" if build >= int(rules["server_outputs_cap_build"]) else "ubatch"
+        era = (setting(choice, "reserve-outputs") or default).strip().lower()
+        if era not in ("ubatch", "slots"):
+            raise UsageError(f"reserve-outputs={era!r}: use ubatch (builds before the cap) or slots (n_outputs_max)")
+        if era == "slots":
+            n_outputs_max = min(n_batch, parallel)
+    n_outputs_max = setting_int(choice, "n-outputs-max", default=n_outputs_max) or n_outputs_max
+    return n_batch, n_ubatch, n_outputs_max
+
+
+def resolve_kv_types(
+    spec: ModelSpec, choice: EngineChoice, workload: Workload, rules: Rules, flash_attn: bool
+) -> tuple[str, str]:
+    """(cache-type-k, cache-type-v), with llama.cpp's refusals: different K and V types for MLA, a quantized
+    V cache without flash attention."""
+    default_kv = None if workload.kv_dtype in ("auto", "") else kv_type(workload.kv_dtype)
+    type_k = kv_type(setting(choice, "cache-type-k", "ctk") or default_kv or str(rules["type_k"]))
+    type_v = kv_type(setting(choice, "cache-type-v", "ctv") or default_kv or str(rules["type_v"]))
+    if type_k != type_v and any(layer.kind is LayerKind.MLA for layer in spec.layers):
+        # llama_init_from_model: "model does not support different K and V cache types" (MLA keeps V inside K);
+        # seen in benchmarks/data/llamacpp_truth.jsonl (deepseek-v2-lite, q8_0 / f16)
+        raise UsageError(f"llama.cpp refuses different K ({type_k}) and V ({type_v}) cache types for an MLA model")
+    if GGML_BLOCKS[type_v][0] > 1 and not flash_attn:
+        raise UsageError(f"llama.cpp needs flash-attn for a quantized V cache (cache-type-v={type_v})")
+    return type_k, type_v
+
+
+def resolve_split(choice: EngineChoice) -> tuple[str, tuple[float, ...]]:
+    """(split-mode, tensor-split proportions)."""
+    split_mode = (setting(choice, "split-mode", "sm") or "layer").strip().lower()
+    if split_mode not in ("layer", "row", "none"):
+        raise UsageError(f"split-mode={split_mode!r}: use layer, row or none")
+    ts_text = setting(choice, "tensor-split", "ts")
+    if not ts_text:
+        return split_mode, ()
+    try:
+        tensor_split = tuple(float(part) for part in re.split(r"[,/]", ts_text) if part.strip())
+    except ValueError as exc:
+        raise UsageError(f"tensor-split={ts_text!r} is not a list of numbers") from exc
+    if any(share < 0 for share in tensor_split) or not any(tensor_split):
+        raise UsageError(f"tensor-split={ts_text!r} needs non-negative proportions")
+    return split_mode, tensor_split
+
+
+def _matches_override(name: str, settings: Settings) -> str | None:
+    for pattern, buft in settings.override_tensor:
+        if re.search(pattern, name):
+            return buft
+    return None
+
+
+def packaged_row_padding() -> int:
+    """``matrix_row_padding`` of the packaged llama.cpp.toml."""
+    return int(load_engine_data(ENGINE)["defaults"]["matrix_row_padding"])
