@@ -186,6 +186,16 @@ class StagedProfile(ProfileBase, Generic[K, S, B]):
     def report(self, parts: B, choice: EngineChoice, version: str) -> dict[str, object]:
         """Step 5: the settings assumed, under the engine's names."""
 
+    def measurements(self, constants: K) -> Mapping[str, str]:
+        """The ``--explain`` line naming the published measurements behind the figures (the TOML's ``measured``);
+        an engine whose ``--explain`` does not carry it yet answers none."""
+        return {"measurements": str(constants.measured)}
+
+    def finished(self, result: Estimate, parts: B) -> Estimate:
+        """The assembled estimate as the engine hands it on: as it is, unless the engine adds what the breakdown
+        says beyond the terms (vLLM: a set-up it refuses at start-up)."""
+        return result
+
     def estimate(
         self, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload
     ) -> Estimate:
@@ -198,8 +208,8 @@ class StagedProfile(ProfileBase, Generic[K, S, B]):
         narration = self.narrate(parts, spec, hardware, choice, workload)
         terms = self.terms(parts, spec, hardware, workload)
         # which published measurements this profile was checked against (the TOML's `measured`)
-        explain = {**narration.explain, "measurements": str(constants.measured)}
-        return common.finish_estimate(
+        explain = {**narration.explain, **self.measurements(constants)}
+        result = common.finish_estimate(
             spec=spec,
             hardware=hardware,
             engine=self.report(parts, choice, version),
@@ -213,3 +223,4 @@ class StagedProfile(ProfileBase, Generic[K, S, B]):
             pp=terms.pp,
             force_does_not_fit=terms.refused,
         )
+        return self.finished(result, parts)
