@@ -9,7 +9,8 @@ The tiers, bottom up, and what each may import (its own tier always):
 - sources: fetch bytes (Hub, folders, cache, catalogue) and hand them to the readers; never estimate or report;
 - estimator: ``estimate``, ``engines``, ``quant`` (and the ``prices`` table): pure arithmetic on a spec; never
   reads files or the network (no sources), never reports, never wires;
-- calibrate: start-up logs and calibration files (read through the sources' capped reads), applied to estimates;
+- calibrate: start-up logs and calibration files (read through the sources' capped reads), applied to estimates
+  (an engine's own log reader, ``engines/<engine>/log.py``, builds on its toolkit ``calibrate.logs``);
 - report: renders documents; of the estimator it may import the typed results (``hfvram.estimate.types``) only;
 - top: ``pipeline`` (wiring), ``api``, ``compare``, ``compare_engines``, ``pack``, ``scan``, ``settings``,
   ``completion``, and the command line (``cli``, ``commands``, ``__main__``), which nothing below it imports:
@@ -53,6 +54,9 @@ MAY_IMPORT = {
 }
 #: the estimator's typed results: what a report may read of the estimator
 REPORT_MAY_READ = ("hfvram.estimate.types",)
+#: an engine's start-up-log reader (hfvram/engines/<engine>/log.py, imported only when a log is read) builds on the
+#: log toolkit of the calibrate tier
+LOG_READER, LOG_TOOLKIT = "log", "hfvram.calibrate.logs"
 #: the command line (click): imported only by itself
 COMMAND_LINE = ("hfvram.cli", "hfvram.commands", "hfvram.__main__")
 
@@ -121,6 +125,8 @@ def violations(module: str, found: list[tuple[int, str]], where: str) -> list[st
     for line, target in found:
         theirs = tier(target)
         if (module, target) in ALLOWED:
+            continue
+        if module.startswith("hfvram.engines.") and module.rpartition(".")[2] == LOG_READER and target == LOG_TOOLKIT:
             continue
         if target.startswith(COMMAND_LINE) and not module.startswith(COMMAND_LINE):
             why = "the command line is imported only by itself"
