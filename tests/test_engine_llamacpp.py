@@ -47,14 +47,14 @@ def spec_of(repo: str, weights_gib: float | None = None) -> ModelSpec:
 
 
 def settings_of(spec: ModelSpec, workload: Workload = Workload(), **values: str) -> Settings:
-    _, rules, _ = llamacpp.rules_for(EngineChoice("llama.cpp"))
+    _, constants, _ = llamacpp.constants_for(EngineChoice("llama.cpp"))
     choice = EngineChoice("llama.cpp", settings={k.replace("_", "-"): str(v) for k, v in values.items()})
-    return resolve_settings(spec, choice, workload, rules)
+    return resolve_settings(spec, choice, workload, constants)
 
 
 def compute_mib(spec: ModelSpec, cuda: bool = True, **values: str) -> float:
     """The compute buffer in MiB on the CUDA backend, or (``cuda=False``) on the CPU backend of the measurements."""
-    _, _, consts = llamacpp.rules_for(EngineChoice("llama.cpp"))
+    _, _, consts = llamacpp.constants_for(EngineChoice("llama.cpp"))
     size, _ = compute_buffer_bytes(spec, replace(settings_of(spec, **values), cuda=cuda), consts)
     return size / MiB
 
@@ -366,7 +366,7 @@ def test_cuda_op_offload_copies_the_output_weight_to_the_gpu():
     assert partial > full
     # below the offload batch (32) nothing is copied; the CPU backend never copies
     assert compute_mib(spec, ctx_size=4096, binary="llama-cli", n_gpu_layers=10, ubatch_size=16) < full
-    _, _, consts = llamacpp.rules_for(EngineChoice("llama.cpp"))
+    _, _, consts = llamacpp.constants_for(EngineChoice("llama.cpp"))
     cpu = replace(settings_of(spec, ctx_size=4096, binary="llama-cli", n_gpu_layers=10), cuda=False)
     assert compute_buffer_bytes(spec, cpu, consts)[0] / MiB == pytest.approx(full)
     assert host_compute_buffer_bytes(spec, cpu, consts) == (0, "")

@@ -23,8 +23,8 @@ STAGED = [name for name in registry() if isinstance(get_profile(name), StagedPro
 
 
 def test_the_engines_moved_onto_the_contract_are_staged():
-    """TensorRT-LLM first (the issue's order), then LMDeploy, ExLlamaV2, MLX and transformers."""
-    assert {"tensorrt-llm", "lmdeploy", "exllamav2", "mlx", "transformers"} <= set(STAGED)
+    """TensorRT-LLM first (the issue's order), then LMDeploy, ExLlamaV2, MLX, transformers, llama.cpp and Ollama."""
+    assert {"tensorrt-llm", "lmdeploy", "exllamav2", "mlx", "transformers", "llama.cpp", "ollama"} <= set(STAGED)
 
 
 @pytest.mark.parametrize("name", STAGED)

@@ -104,6 +104,8 @@ class Terms:
     pp: int
     #: the engine refuses to start although the sum may look fine (no memory left for its KV pool)
     refused: bool = False
+    #: the device of a mixed set the per-GPU figures are for (None: the set's GPU, or every device alike)
+    worst_device: int | None = None
 
 
 @dataclass(frozen=True)
@@ -186,6 +188,16 @@ class StagedProfile(ProfileBase, Generic[K, S, B]):
     def report(self, parts: B, choice: EngineChoice, version: str) -> dict[str, object]:
         """Step 5: the settings assumed, under the engine's names."""
 
+    def measurements(self, constants: K) -> dict[str, str]:
+        """The ``--explain`` line naming the published measurements behind the figures (the TOML's ``measured``);
+        an engine whose explanation does not carry that line answers ``{}``."""
+        return {"measurements": str(constants.measured)}
+
+    def offload(self, result: Estimate, choice: EngineChoice, workload: Workload) -> Estimate:
+        """The engine's own placement into CPU RAM applied to a finished estimate (``estimate.core.with_offload``,
+        after the capacity search): unchanged unless the engine offloads what does not fit."""
+        return result
+
     def estimate(
         self, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload
     ) -> Estimate:
@@ -198,8 +210,8 @@ class StagedProfile(ProfileBase, Generic[K, S, B]):
         narration = self.narrate(parts, spec, hardware, choice, workload)
         terms = self.terms(parts, spec, hardware, workload)
         # which published measurements this profile was checked against (the TOML's `measured`)
-        explain = {**narration.explain, "measurements": str(constants.measured)}
-        return common.finish_estimate(
+        explain = {**narration.explain, **self.measurements(constants)}
+        result = common.finish_estimate(
             spec=spec,
             hardware=hardware,
             engine=self.report(parts, choice, version),
@@ -213,3 +225,6 @@ class StagedProfile(ProfileBase, Generic[K, S, B]):
             pp=terms.pp,
             force_does_not_fit=terms.refused,
         )
+        if terms.worst_device is not None:
+            result = dataclasses.replace(result, worst_device=terms.worst_device)
+        return result
