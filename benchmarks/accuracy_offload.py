@@ -213,7 +213,9 @@ def speed_case(case: Mapping[str, Any]) -> dict[str, Any]:
     header = REPO / case["model"]["header"]
     spec = spec_from_gguf([read_gguf_file(header)], filename=header.name)
     choice = EngineChoice("llama.cpp", settings=dict(case["settings"]))
-    _, settings, constants, consts = llamacpp.PROFILE.settings_for(spec, None, choice, Workload(context=case["context"]))
+    _, settings, constants, consts = llamacpp.PROFILE.settings_for(
+        spec, None, choice, Workload(context=case["context"])
+    )
     host = parse_host_memory(case["host_memory"])
     budget = DeviceBudget(case["gpu"], 0, 0, float(case["gpu_bandwidth_gbs"]))
     mm = MemoryModel(spec, settings, constants, consts, 1)

@@ -271,53 +271,7 @@ def test_hybrid_cuda_graphs_scale_with_mixer_blocks_not_mlp_blocks():
 
 ESTIMATE_SOURCES = Path(__file__).resolve().parent.parent / "hfvram" / "estimate"
 ENGINE_SOURCES = ESTIMATE_SOURCES.parent / "engines"
-ENGINE_TOMLS = sorted(ENGINE_SOURCES.glob("*/rules.toml"))
-#: tables whose keys are data (release versions, GPU names, model types, vendors, policy numbers, the engine flags
-#: named in a warning), not settings
-DATA_KEYED_TABLES = frozenset(
-    {
-        "versions",
-        "releases",
-        "max_batch_size_by_gpu_name",
-        "cudagraph_max_capture_size_by_architecture",
-        "model_type_to_arch",
-        "refused_vendors",
-        "quant_policy_kv",
-        "unmodelled_flags",
-    }
-)
-
-
-def _toml_keys(table, path=()):
-    """Every key path the code is expected to look up (the keys of data-keyed tables are skipped)."""
-    for key, value in table.items():
-        here = (*path, key)
-        if not (path and path[-1] in DATA_KEYED_TABLES):
-            yield here
-        if isinstance(value, dict):
-            yield from _toml_keys(value, here)
-        elif isinstance(value, list) and value and all(isinstance(row, dict) for row in value):
-            for row in value:
-                yield from _toml_keys(row, (*here, "[]"))
-
-
-@pytest.mark.parametrize("toml_path", ENGINE_TOMLS, ids=lambda path: path.parent.name)
-def test_every_engine_toml_key_is_read_by_the_estimator(toml_path):
-    """A constant in an engine TOML that no code reads is a rule that silently does nothing: each key must be
-    named, as a string or as an attribute of an engine's typed constants, by the estimator's code
-    (hfvram/estimate/**, hfvram/engines/**)."""
-    import re
-
-    import tomllib
-
-    paths = [*ESTIMATE_SOURCES.rglob("*.py"), *ENGINE_SOURCES.rglob("*.py")]
-    source = "\n".join(path.read_text(encoding="utf-8") for path in paths)
-    named = set(re.findall(r"""["']([A-Za-z0-9_.\-]+)["']""", source))
-    # an engine on the staged contract reads its constants as attributes of its typed Constants (constants.x)
-    named |= set(re.findall(r"\bconstants\.([A-Za-z_]\w*)", source))
-    data = tomllib.loads(toml_path.read_text(encoding="utf-8"))
-    unread = sorted("/".join(path) for path in _toml_keys(data) if path[-1] not in named)
-    assert not unread, f"{toml_path.parent.name}/{toml_path.name}: keys no estimator code reads: {unread}"
+# every key of an engine's rules.toml is read by code: tests/test_engine_contract.py (rules_problems), per engine
 
 
 def test_ggml_type_table_matches_the_gguf_package():

@@ -13,7 +13,7 @@ from hfvram.engines.sglang import pool as sglang_pool
 from hfvram.engines.sglang import profile as sglang
 from hfvram.engines.sglang import settings as sglang_settings
 from hfvram.errors import UsageError
-from hfvram.estimate.common import load_engine_data, rules_for_version
+from hfvram.estimate.common import load_engine_data
 from hfvram.estimate.core import estimate
 from hfvram.estimate.hardware import parse_gpu_spec
 from hfvram.estimate.types import EngineChoice, Workload
@@ -30,7 +30,8 @@ def spec_of(repo: str) -> ModelSpec:
 
 
 def rules(version: str = "0.5.10"):
-    return rules_for_version(load_engine_data("sglang"), version)
+    """SGLang's typed constants at ``version`` (hfvram/engines/sglang/constants.py)."""
+    return sglang.PROFILE.constants(version)[1]
 
 
 def run(spec, gpu, context=None, concurrency=1, version=None, gpu_util=None, kv="auto", **settings):

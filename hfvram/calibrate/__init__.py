@@ -1,12 +1,13 @@
 """Calibration: measured start-up terms replacing predicted ones, in three rooms.
 
-- ``hfvram.calibrate.logs``: the log reader (line patterns, :class:`Measured`, ``parse_log``);
+- ``hfvram.calibrate.logs``: the log reader (the line-matching toolkit, :class:`Measured`, ``parse_log``), which
+  hands a log to its engine's own reader, ``hfvram/engines/<engine>/log.py``;
 - ``hfvram.calibrate.files``: where calibrations live, the record ``calibrate --save`` writes, reading one back;
 - ``hfvram.calibrate.apply``: whether a record describes an estimate, and replacing its terms.
 
 The public names are re-exported here (``from hfvram import calibrate; calibrate.parse_log``), each imported from
-its module on first use: a check that only asks whether a calibration file exists imports ``files`` alone, not the
-log patterns (compiled at import) nor the estimate edits.
+its module on first use (the engines' readers through ``logs``): a check that only asks whether a calibration file
+exists imports ``files`` alone, not the log patterns (compiled at import) nor the estimate edits.
 """
 
 from __future__ import annotations
@@ -47,12 +48,12 @@ if TYPE_CHECKING:
         detect_engine,
         log_lines,
         measured_dict,
-        parse_llamacpp_log,
         parse_log,
-        parse_sglang_log,
-        parse_vllm_log,
         read_log,
     )
+    from hfvram.engines.llamacpp.log import parse_llamacpp_log
+    from hfvram.engines.sglang.log import parse_sglang_log
+    from hfvram.engines.vllm.log import parse_vllm_log
 
 _HOME = {
     **dict.fromkeys(

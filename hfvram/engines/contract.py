@@ -104,8 +104,6 @@ class Terms:
     pp: int
     #: the engine refuses to start although the sum may look fine (no memory left for its KV pool)
     refused: bool = False
-    #: the device of a mixed set the per-GPU figures are for (None: the set's GPU, or every device alike)
-    worst_device: int | None = None
 
 
 @dataclass(frozen=True)
@@ -188,10 +186,15 @@ class StagedProfile(ProfileBase, Generic[K, S, B]):
     def report(self, parts: B, choice: EngineChoice, version: str) -> dict[str, object]:
         """Step 5: the settings assumed, under the engine's names."""
 
-    def measurements(self, constants: K) -> dict[str, str]:
+    def measurements(self, constants: K) -> Mapping[str, str]:
         """The ``--explain`` line naming the published measurements behind the figures (the TOML's ``measured``);
-        an engine whose explanation does not carry that line answers ``{}``."""
+        an engine whose ``--explain`` does not carry it yet answers none."""
         return {"measurements": str(constants.measured)}
+
+    def finished(self, result: Estimate, parts: B) -> Estimate:
+        """The assembled estimate as the engine hands it on: as it is, unless the engine adds what the breakdown
+        says beyond the terms (vLLM: a set-up it refuses at start-up)."""
+        return result
 
     def offload(self, result: Estimate, choice: EngineChoice, workload: Workload) -> Estimate:
         """The engine's own placement into CPU RAM applied to a finished estimate (``estimate.core.with_offload``,
@@ -225,6 +228,4 @@ class StagedProfile(ProfileBase, Generic[K, S, B]):
             pp=terms.pp,
             force_does_not_fit=terms.refused,
         )
-        if terms.worst_device is not None:
-            result = dataclasses.replace(result, worst_device=terms.worst_device)
-        return result
+        return self.finished(result, parts)

@@ -37,6 +37,8 @@ class CheckpointFacts:
     index_metadata: Mapping[str, object] | None = None
     #: where the facts came from, for provenance ("Hub model info", "local folder /x", …)
     origin: str = ""
+    #: shard file name -> bytes after its header (local files, whose size is known): the tensors must end there
+    data_sizes: Mapping[str, int] = field(default_factory=dict)
 
 
 def _parse_json(text: str, filename: str) -> dict:
@@ -127,7 +129,7 @@ def best_weights(
     the index ``total_size`` (exact total) > config shapes (estimate). An exact total without per-tensor
     facts takes its component split from the config shapes, scaled to that total."""
     if facts.headers:
-        weights = weights_from_headers(facts.headers, spec, origin=facts.origin)
+        weights = weights_from_headers(facts.headers, spec, origin=facts.origin, data_sizes=facts.data_sizes)
         if weights.total_bytes <= 0:  # a header `{}` (or only __metadata__): no weights, not 0 bytes of them
             return None, "weights unknown: the safetensors headers list no tensors"
         return weights, None
@@ -195,10 +197,15 @@ def derived_or_none(spec: ModelSpec, config: Mapping[str, object] | None = None)
     return weights if weights is not None and weights.total_bytes > 0 else None
 
 
-def weights_from_headers(headers: Mapping[str, str], spec: ModelSpec, *, origin: str) -> Weights:
-    from hfvram.readers.safetensors import merge_shards, parse_header, weights_from_tensors
+def weights_from_headers(
+    headers: Mapping[str, str], spec: ModelSpec, *, origin: str, data_sizes: Mapping[str, int] | None = None
+) -> Weights:
+    from hfvram.readers.safetensors import check_data_end, merge_shards, parse_header, weights_from_tensors
 
     tables = {name: parse_header(text.encode("utf-8"), filename=name) for name, text in headers.items()}
+    for name, size in (data_sizes or {}).items():
+        if name in tables:
+            check_data_end(tables[name].values(), size, filename=name)
     tensors = merge_shards(tables)
     source = (
         f"safetensors headers ({len(headers)} file{'s' if len(headers) != 1 else ''}{', ' + origin if origin else ''})"

@@ -46,11 +46,14 @@ def folder_facts(folder: Path, origin: str) -> tuple[CheckpointFacts, tuple[str,
         weight_map = weight_map if isinstance(weight_map, dict) else {}
         missing = sorted({str(v) for v in weight_map.values()} - set(names))
     headers: dict[str, str] = {}
+    # bytes after each header: a local file's size is known, so its tensors must end exactly there
+    data_sizes: dict[str, int] = {}
     if not missing:  # a partial download would under-count: use the index total (or config shapes) instead
         for shard in shards:
             read = file_reader(folder / shard)
             size = (folder / shard).stat().st_size
             length = header_length(read(0, 8), filename=shard, available=size)
+            data_sizes[shard] = size - 8 - length
             try:
                 headers[shard] = read(8, length).decode("utf-8", errors="strict")
             except UnicodeDecodeError as exc:
@@ -61,7 +64,7 @@ def folder_facts(folder: Path, origin: str) -> tuple[CheckpointFacts, tuple[str,
         index_meta = None
     if not headers and any(n.endswith((".bin", ".pt", ".pth")) for n in names) and index_meta is None:
         raise UnsupportedLayoutError(f"{folder} holds only pickled PyTorch weights; hfvram reads safetensors or GGUF")
-    facts = CheckpointFacts(config_text, companions, headers, None, index_meta, origin)
+    facts = CheckpointFacts(config_text, companions, headers, None, index_meta, origin, data_sizes=data_sizes)
     used = ("config.json", *companions, *headers, *((INDEX_FILE,) if index_meta is not None else ()))
     return facts, used
 

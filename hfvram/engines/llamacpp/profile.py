@@ -113,7 +113,6 @@ class LlamaCppProfile(StagedProfile[LlamaCppConstants, Settings, Sized]):
             kv_dtype=kv_dtype,
             tp=1,
             pp=hardware.count if hardware and settings.split_mode == "layer" else 1,
-            worst_device=parts.parts.worst if hardware is not None and hardware.mixed else None,
         )
 
     def narrate(
@@ -125,9 +124,14 @@ class LlamaCppProfile(StagedProfile[LlamaCppConstants, Settings, Sized]):
     def report(self, parts: Sized, choice: EngineChoice, version: str) -> dict[str, object]:
         return {"name": self.name, "version": choice.version, "rules": version, **parts.parts.settings.as_dict()}
 
-    def measurements(self, constants: LlamaCppConstants) -> dict[str, str]:
+    def measurements(self, constants: LlamaCppConstants) -> Mapping[str, str]:
         # the explanation does not carry the measurements line yet (docs/accuracy.md holds llama.cpp's checks)
         return {}
+
+    def finished(self, result: Estimate, parts: Sized) -> Estimate:
+        """On a mixed set the figures are those of its fullest device against its own memory: which one it is."""
+        hardware = result.hardware
+        return replace(result, worst_device=parts.parts.worst) if hardware is not None and hardware.mixed else result
 
     def offload(self, result: Estimate, choice: EngineChoice, workload: Workload) -> Estimate:
         # the --fit planner is imported only when an estimate is offloaded

@@ -164,9 +164,13 @@ class OllamaProfile(StagedProfile[OllamaConstants, Settings, CurrentSized | Lega
             ),
         }
 
-    def measurements(self, constants: OllamaConstants) -> dict[str, str]:
+    def measurements(self, constants: OllamaConstants) -> Mapping[str, str]:
         # the explanation does not carry the measurements line yet (docs/accuracy.md holds Ollama's checks)
         return {}
+
+    def finished(self, result: Estimate, parts: CurrentSized | LegacySized) -> Estimate:
+        # from 0.13 on: the mixed-set device llama.cpp's figures are for
+        return llamacpp.PROFILE.finished(result, parts.sized) if isinstance(parts, CurrentSized) else result
 
     def offload(self, result: Estimate, choice: EngineChoice, workload: Workload) -> Estimate:
         # the placement planners are imported only when an estimate is offloaded

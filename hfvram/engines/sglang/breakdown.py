@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from hfvram.engines.sglang.constants import SglangConstants
 from hfvram.engines.sglang.pool import (
     CellSize,
     _capacity,
@@ -20,7 +21,7 @@ from hfvram.engines.sglang.pool import (
 from hfvram.engines.sglang.settings import Settings, _is_mla, reserved_mib
 from hfvram.engines.vllm import features
 from hfvram.estimate import common, multimodal
-from hfvram.estimate.common import GiB, MiB, Rules
+from hfvram.estimate.common import GiB, MiB
 from hfvram.estimate.types import Capacity, Hardware, Workload
 from hfvram.spec import ModelSpec
 
@@ -119,7 +120,7 @@ def overhead_bytes(cuda_context_gib: float, nccl_init_gib: float | None) -> int:
     return int(cuda_context_gib * GiB + (nccl_init_gib * GiB if nccl_init_gib is not None else 0))
 
 
-def weights_split(spec: ModelSpec, settings: Settings, rules: Rules) -> common.WeightsSplit:
+def weights_split(spec: ModelSpec, settings: Settings, constants: SglangConstants) -> common.WeightsSplit:
     """Weights on the worst rank: the TP / PP split with vocab padding, MLA's ``fused_qkv_a_proj_with_mqa``
     (``ReplicatedLinear``) whole on every rank (sglang.md#sglang-parallelism), and an encoder tower SGLang builds
     from transformers modules (sglang.md#sglang-multimodal)."""
@@ -132,7 +133,7 @@ def weights_split(spec: ModelSpec, settings: Settings, rules: Rules) -> common.W
         spec,
         settings.tp,
         settings.pp,
-        vocab_padding=rules["vocab_padding"],
+        vocab_padding=constants.vocab_padding,
         replicated=kept or None,
     )
 
@@ -163,25 +164,25 @@ def feature_weights(spec: ModelSpec, settings: Settings, split: common.WeightsSp
 
 
 def compute(
-    spec: ModelSpec, hardware: Hardware | None, settings: Settings, workload: Workload, rules: Rules
+    spec: ModelSpec, hardware: Hardware | None, settings: Settings, workload: Workload, constants: SglangConstants
 ) -> Breakdown:
     """Every term for ``settings``: weights, overhead, cell size, token pool, the slack outside the static
     fraction and the req_to_token table in it, what the workload needs and the decode bound."""
     context = workload.context or settings.context_length
-    split = feature_weights(spec, settings, weights_split(spec, settings, rules))
-    cuda_context_gib = rules["cuda_context_gib"]
-    nccl_init_gib = rules["nccl_init_gib"] if settings.tp * settings.pp > 1 else None
+    split = feature_weights(spec, settings, weights_split(spec, settings, constants))
+    cuda_context_gib = constants.cuda_context_gib
+    nccl_init_gib = constants.nccl_init_gib if settings.tp * settings.pp > 1 else None
     overhead = overhead_bytes(cuda_context_gib, nccl_init_gib)
     cell = cell_size(
         spec, settings.tp, settings.pp, settings.kv_bytes, settings.swa_full_tokens_ratio, settings.hybrid_swa_memory
     )
-    pool, slack, reserve_text = pool_and_slack(spec, hardware, overhead, split.bytes, cell, settings, rules)
-    running = running_requests(settings.max_running_requests, pool, rules, settings.context_length)
+    pool, slack, reserve_text = pool_and_slack(spec, hardware, overhead, split.bytes, cell, settings, constants)
+    running = running_requests(settings.max_running_requests, pool, constants, settings.context_length)
     window = _window(spec)
     needed = pool_bytes_needed(
         cell, window, context, workload.concurrency, settings.page_size, settings.mamba_full_memory_ratio
     )
-    start = start_condition(pool, settings, int(rules["max_req_input_margin"]))
+    start = start_condition(pool, settings, int(constants.max_req_input_margin))
     no_cache = cell.cell <= 0 and cell.state_bytes_per_request <= 0
     whole_pool = allocated_pool_bytes(pool, cell)
     clamped = bool(
@@ -200,9 +201,9 @@ def compute(
         reserve_text=reserve_text,
         slack=slack,
         running=running,
-        table=req_to_token_bytes(rules, running or 0, settings.context_length),
-        req_to_token_extra_tokens=int(rules["req_to_token_extra_tokens"]),
-        req_to_token_bytes=int(rules["req_to_token_bytes"]),
+        table=req_to_token_bytes(constants, running or 0, settings.context_length),
+        req_to_token_extra_tokens=int(constants.req_to_token_extra_tokens),
+        req_to_token_bytes=int(constants.req_to_token_bytes),
         window=window,
         kv_needed=int(whole_pool if clamped else needed),
         needed=int(needed),
@@ -249,19 +250,19 @@ def pool_and_slack(
     weights: int,
     cell: CellSize,
     settings: Settings,
-    rules: Rules,
+    constants: SglangConstants,
 ) -> tuple[PoolTerm | None, float, str | None]:
     """(token pool, the slack outside mem_fraction_static, the reserve text without a GPU): with a GPU the slack
     is ``(1 − mfs)`` of the free memory before loading; without one, SGLang's own reserve estimate."""
     if hardware is not None:
-        pool = pool_term(hardware.gpu.gpu_memory_bytes - overhead, weights, cell, settings, rules)
+        pool = pool_term(hardware.gpu.gpu_memory_bytes - overhead, weights, cell, settings, constants)
         slack = pool.pre_load_free * (1 - settings.mem_fraction_static)
         if settings.fraction_source == "given":
             # a fraction below SGLang's default leaves more outside the static pool than it uses: the server
             # starts with its pool sized from free memory, and only its own reserve is booked as activations
             # (sglang.md#sglang-mem-fraction); a fraction above the default leaves less, booked as it is
             reserved, _ = reserved_mib(
-                rules,
+                constants,
                 hardware.gpu.gpu_memory_bytes / MiB,
                 settings.tp,
                 settings.pp,
@@ -272,12 +273,12 @@ def pool_and_slack(
             slack = min(slack, reserved * MiB)
         return pool, slack, None
     reserved, reserve_text = reserved_mib(
-        rules, 0, settings.tp, settings.pp, settings.chunked_prefill_size, settings.cuda_graph_max_bs, _is_mla(spec)
+        constants, 0, settings.tp, settings.pp, settings.chunked_prefill_size, settings.cuda_graph_max_bs, _is_mla(spec)
     )
     return None, reserved * MiB, reserve_text
 
 
-def pool_term(pre: float, weights: int, cell: CellSize, settings: Settings, rules: Rules) -> PoolTerm:
+def pool_term(pre: float, weights: int, cell: CellSize, settings: Settings, constants: SglangConstants) -> PoolTerm:
     """The pool from free memory before loading (``pre``) and the weights; with recurrent layers the mamba
     budget comes off the rest first (docs/engines/sglang.md#sglang-mamba-state); ``max-total-tokens`` caps the tokens."""
     post = pre - weights
@@ -288,7 +289,7 @@ def pool_term(pre: float, weights: int, cell: CellSize, settings: Settings, rule
             rest,
             settings.mamba_full_memory_ratio,
             cell.state_bytes_per_request,
-            rules["mamba_cache_per_running_request"],
+            constants.mamba_cache_per_running_request,
         )
         tokens, rest = token_pool(pre, post, settings.mem_fraction_static, cell.cell, settings.page_size, mamba_budget)
     if settings.max_total_tokens is not None:
@@ -296,11 +297,13 @@ def pool_term(pre: float, weights: int, cell: CellSize, settings: Settings, rule
     return PoolTerm(pre, rest, tokens, mamba_budget, mamba_size, mamba_cap)
 
 
-def running_requests(given: int | None, pool: PoolTerm | None, rules: Rules, context_length: int) -> int | None:
+def running_requests(
+    given: int | None, pool: PoolTerm | None, constants: SglangConstants, context_length: int
+) -> int | None:
     """max_running_requests: the user's, capped by the mamba pool and by ``resolve_max_num_reqs``."""
     running = given
     if pool is not None and pool.mamba_cap is not None:
         running = min(running, pool.mamba_cap) if running else pool.mamba_cap
     tokens = pool.tokens if pool is not None else None
-    auto_running = max_running_requests(rules, tokens, context_length) if tokens else None
+    auto_running = max_running_requests(constants, tokens, context_length) if tokens else None
     return min(running, auto_running) if running and auto_running else (running or auto_running)

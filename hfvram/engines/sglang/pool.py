@@ -5,10 +5,10 @@ of hybrid linear attention, the request caps, what a workload needs of the pool 
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
-from typing import Any
 
+from hfvram.engines.sglang.constants import SglangConstants
 from hfvram.engines.sglang.settings import Settings
 from hfvram.estimate import common
 from hfvram.estimate.types import Capacity, Workload
@@ -80,16 +80,16 @@ def mamba_split(rest: float, ratio: float, state_per_request: float, per_running
     return budget, size, size // per_running
 
 
-def max_running_requests(rules: Mapping[str, Any], tokens: int, context_length: int) -> int:
+def max_running_requests(constants: SglangConstants, tokens: int, context_length: int) -> int:
     """``resolve_max_num_reqs`` default (sglang.md#sglang-token-pool)."""
-    scaled = int(tokens / max(1, context_length) * rules["max_running_requests_per_context"])
-    clamped = max(rules["max_running_requests_min"], min(scaled, rules["max_running_requests_max"]))
+    scaled = int(tokens / max(1, context_length) * constants.max_running_requests_per_context)
+    clamped = max(constants.max_running_requests_min, min(scaled, constants.max_running_requests_max))
     return max(0, min(clamped, tokens // 2))
 
 
-def req_to_token_bytes(rules: Mapping[str, Any], running: int, context_length: int) -> int:
+def req_to_token_bytes(constants: SglangConstants, running: int, context_length: int) -> int:
     """The int32 request-to-token table, allocated outside the static fraction (sglang.md#sglang-token-pool)."""
-    return (running + 1) * (context_length + rules["req_to_token_extra_tokens"]) * rules["req_to_token_bytes"]
+    return (running + 1) * (context_length + constants.req_to_token_extra_tokens) * constants.req_to_token_bytes
 
 
 def _window(spec: ModelSpec) -> int | None:

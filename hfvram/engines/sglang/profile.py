@@ -12,20 +12,21 @@ So weights and the KV pool share ``pre_load_free × mem_fraction_static``; the o
 activations, CUDA graphs and the ``req_to_token`` table. hfvram reports that slack as the activations term,
 the context and NCCL as overhead, and the whole device as usable.
 
-The profile runs :func:`resolve_settings` (``settings.py``), :func:`compute` (``breakdown.py``, with the token pool
-arithmetic of ``pool.py``) and :func:`narrate` (``narration.py``).
+The profile is the staged contract (hfvram/engines/contract.py): its constants (``constants.py``), then
+:func:`resolve_settings` (``settings.py``), :func:`compute` (``breakdown.py``, with the token pool arithmetic of
+``pool.py``), the terms, :func:`narrate` (``narration.py``) and the report.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from hfvram.engines.base import ProfileBase
+from hfvram.engines.contract import Narration, StagedProfile, Terms
 from hfvram.engines.sglang.breakdown import Breakdown, compute
+from hfvram.engines.sglang.constants import SglangConstants
 from hfvram.engines.sglang.narration import narrate
-from hfvram.engines.sglang.settings import resolve_settings
-from hfvram.estimate import common
-from hfvram.estimate.types import EngineChoice, Estimate, Hardware, PerGpu, Workload
+from hfvram.engines.sglang.settings import Settings, resolve_settings
+from hfvram.estimate.types import EngineChoice, Hardware, PerGpu, Workload
 from hfvram.spec import ModelSpec
 
 ENGINE = "sglang"
@@ -34,18 +35,39 @@ ENGINE = "sglang"
 # ---- profile ----------------------------------------------------------------------------------------------
 
 
-class SglangProfile(ProfileBase):
+class SglangProfile(StagedProfile[SglangConstants, Settings, Breakdown]):
     name = ENGINE
+    constants_type = SglangConstants
 
-    def estimate(
-        self, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload
-    ) -> Estimate:
-        rules_version, rules = self.rules(choice.version)
+    def measurements(self, constants: SglangConstants) -> dict[str, str]:
+        # SGLang's --explain has no measurements line yet (adding one is a change of output, not of this move)
+        return {}
+
+    def resolve(
+        self,
+        spec: ModelSpec,
+        hardware: Hardware | None,
+        choice: EngineChoice,
+        workload: Workload,
+        constants: SglangConstants,
+        version: str,
+    ) -> Settings:
         notes: list[str] = []
-        common.require_weights(spec)
-        settings = resolve_settings(spec, hardware, choice, workload, rules, rules_version, notes)
-        parts = compute(spec, hardware, settings, workload, rules)
-        warnings, explain = narrate(parts, spec, workload)
+        settings = resolve_settings(spec, hardware, choice, workload, constants, version, notes)
+        return replace(settings, notes=tuple(notes))
+
+    def breakdown(
+        self,
+        spec: ModelSpec,
+        hardware: Hardware | None,
+        choice: EngineChoice,
+        workload: Workload,
+        constants: SglangConstants,
+        settings: Settings,
+    ) -> Breakdown:
+        return compute(spec, hardware, settings, workload, constants)
+
+    def terms(self, parts: Breakdown, spec: ModelSpec, hardware: Hardware | None, workload: Workload) -> Terms:
         memory = hardware.gpu.gpu_memory_bytes if hardware else 0
         per_gpu = PerGpu(
             weights=parts.weights.bytes,
@@ -55,20 +77,25 @@ class SglangProfile(ProfileBase):
             usable=memory,
             memory=memory,
         )
-        return common.finish_estimate(
-            spec=spec,
-            hardware=hardware,
-            engine=engine_report(parts, choice),
-            workload=replace(workload, context=parts.context, kv_dtype=settings.kv_cache_dtype),
+        return Terms(
             per_gpu=per_gpu,
             capacity=parts.capacity,
             decode=parts.decode,
-            warnings=[*notes, *warnings],
-            explain=explain,
-            tp=settings.tp,
-            pp=settings.pp,
-            force_does_not_fit=parts.refused or parts.requests_short,
+            context=parts.context,
+            kv_dtype=parts.settings.kv_cache_dtype,
+            tp=parts.settings.tp,
+            pp=parts.settings.pp,
+            refused=parts.refused or parts.requests_short,
         )
+
+    def narrate(
+        self, parts: Breakdown, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload
+    ) -> Narration:
+        warnings, explain = narrate(parts, spec, workload)
+        return Narration((*parts.settings.notes, *warnings), explain)
+
+    def report(self, parts: Breakdown, choice: EngineChoice, version: str) -> dict[str, object]:
+        return engine_report(parts, choice)
 
 
 def engine_report(parts: Breakdown, choice: EngineChoice) -> dict[str, object]:

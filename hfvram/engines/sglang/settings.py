@@ -8,10 +8,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from hfvram.engines.base import unmodelled_flag_notes
+from hfvram.engines.sglang.constants import SglangConstants
 from hfvram.engines.vllm import features
 from hfvram.errors import UsageError
 from hfvram.estimate import common
-from hfvram.estimate.common import MiB, Rules
+from hfvram.estimate.common import MiB
 from hfvram.estimate.types import EngineChoice, Hardware, Workload
 from hfvram.spec import WINDOWED_KINDS, LayerKind, ModelSpec
 
@@ -44,29 +45,31 @@ class Settings:
     cpu_offload_gb: float = 0.0
     #: the LoRA memory pool when its rank and target modules are given (None otherwise; sglang.md#sglang-features)
     lora: features.LoraSettings | None = None
+    #: the warnings written while the settings were resolved (they come first in the estimate's warnings)
+    notes: tuple[str, ...] = ()
 
 
 # ---- mem_fraction_static ----------------------------------------------------------------------------------
 
 
-def gpu_tier(rules: Mapping[str, Any], gpu_mem_mib: float) -> Mapping[str, Any]:
+def gpu_tier(constants: SglangConstants, gpu_mem_mib: float) -> Mapping[str, Any]:
     """The chunked_prefill_size / cuda_graph_max_bs defaults of a GPU size (sglang.md#sglang-mem-fraction)."""
-    for tier in rules["gpu_tiers"]:
+    for tier in constants.gpu_tiers:
         if gpu_mem_mib < tier["below_gib"] * 1024:
             return tier
-    return rules["gpu_tiers"][-1]
+    return constants.gpu_tiers[-1]
 
 
-def prefill_graph_count(rules: Mapping[str, Any], max_tokens: int) -> int:
+def prefill_graph_count(constants: SglangConstants, max_tokens: int) -> int:
     """Number of piecewise prefill CUDA graphs SGLang captures up to ``max_tokens``."""
     count = 0
-    for start, stop, step in rules["prefill_graph_segments"]["segments"]:
+    for start, stop, step in constants.prefill_graph_segments["segments"]:
         count += len(range(start, min(stop, max_tokens) + 1, step)) if start <= max_tokens else 0
     return count
 
 
 def reserved_mib(
-    rules: Mapping[str, Any],
+    constants: SglangConstants,
     gpu_mem_mib: float,
     tp: int,
     pp: int,
@@ -75,33 +78,36 @@ def reserved_mib(
     mla: bool,
 ) -> tuple[float, str]:
     """The memory SGLang keeps outside the static fraction, in MiB, by the current formula (sglang.md#sglang-mem-fraction)."""
-    chunk = max(chunked_prefill_size, rules["reserve_chunk_floor"])
-    graphs = prefill_graph_count(rules, chunked_prefill_size)
-    prefill = rules["reserve_prefill_graph_mla_mib"] if mla else rules["reserve_prefill_graph_mib"] * graphs
+    chunk = max(chunked_prefill_size, constants.reserve_chunk_floor)
+    graphs = prefill_graph_count(constants, chunked_prefill_size)
+    prefill = constants.reserve_prefill_graph_mla_mib if mla else constants.reserve_prefill_graph_mib * graphs
     reserved = (
-        rules["reserve_base_mib"]
-        + rules["reserve_chunk_factor"] * chunk
-        + tp * pp / rules["reserve_tp_pp_divisor"] * 1024
-        + rules["reserve_decode_graph_factor"] * cuda_graph_max_bs
+        constants.reserve_base_mib
+        + constants.reserve_chunk_factor * chunk
+        + tp * pp / constants.reserve_tp_pp_divisor * 1024
+        + constants.reserve_decode_graph_factor * cuda_graph_max_bs
         + prefill
     )
     text = (
-        f"{rules['reserve_base_mib']} + {rules['reserve_chunk_factor']}×{chunk} + {tp * pp}/"
-        f"{rules['reserve_tp_pp_divisor']}×1024 + {rules['reserve_decode_graph_factor']}×{cuda_graph_max_bs} + "
+        f"{constants.reserve_base_mib} + {constants.reserve_chunk_factor}×{chunk} + {tp * pp}/"
+        f"{constants.reserve_tp_pp_divisor}×1024 + {constants.reserve_decode_graph_factor}×{cuda_graph_max_bs} + "
         + (
             f"{prefill} (MLA prefill graphs)"
             if mla
-            else f"{rules['reserve_prefill_graph_mib']}×{graphs} prefill graphs"
+            else f"{constants.reserve_prefill_graph_mib}×{graphs} prefill graphs"
         )
     )
-    if gpu_mem_mib > rules["reserve_large_gpu_threshold_gib"] * 1024 and reserved < rules["reserve_large_gpu_min_mib"]:
-        reserved = rules["reserve_large_gpu_min_mib"]
-        text += f", raised to {reserved} MiB (GPU > {rules['reserve_large_gpu_threshold_gib']} GiB)"
+    if (
+        gpu_mem_mib > constants.reserve_large_gpu_threshold_gib * 1024
+        and reserved < constants.reserve_large_gpu_min_mib
+    ):
+        reserved = constants.reserve_large_gpu_min_mib
+        text += f", raised to {reserved} MiB (GPU > {constants.reserve_large_gpu_threshold_gib} GiB)"
     return float(reserved), text + f" = {reserved:.0f} MiB"
 
 
 def default_mem_fraction(
-    rules: Mapping[str, Any],
+    constants: SglangConstants,
     gpu_mem_mib: float | None,
     tp: int,
     pp: int,
@@ -112,28 +118,28 @@ def default_mem_fraction(
 ) -> tuple[float, str]:
     """SGLang's default ``mem_fraction_static`` under the rule of the chosen release (sglang.md#sglang-mem-fraction + history)."""
     if gpu_mem_mib is None:
-        fallback = float(rules["fraction_unknown_gpu"])
+        fallback = float(constants.fraction_unknown_gpu)
         return fallback, f"GPU memory unknown: SGLang's fallback {fallback:g}"
-    rule = rules["fraction_rule"]
+    rule = constants.fraction_rule
     if rule == "table":
-        table = rules["fraction_table"]
+        table = constants.fraction_table
         fraction = table[0][1]
         for threshold, value in table:
             if tp * pp >= threshold:
                 fraction = value
-        written_for = rules["fraction_table_max_gpu_gib"]
+        written_for = constants.fraction_table_max_gpu_gib
         if gpu_mem_mib > written_for * 1024:
             warnings.append(f"SGLang's pre-2025-06 fraction table was written for GPUs up to {written_for:g} GiB")
         return float(fraction), f"fixed table by tp×pp={tp * pp} (before 2025-06-10)"
     if rule == "gpu_class":
-        reserve_gib = rules["gpu_class_reserve_gib"] + rules["gpu_class_reserve_per_tp_pp_gib"] * tp * pp
+        reserve_gib = constants.gpu_class_reserve_gib + constants.gpu_class_reserve_per_tp_pp_gib * tp * pp
         warnings.append(
             "SGLang 2025-06..09 reserved memory by GPU class; only the H100 class rule is known, "
             "used here for every GPU [unverified]"
         )
         fraction = round((gpu_mem_mib - reserve_gib * 1024) / gpu_mem_mib, 3)
         return fraction, f"GPU-class reserve ({reserve_gib:g} GiB, H100 rule, #7054)"
-    reserved, text = reserved_mib(rules, gpu_mem_mib, tp, pp, chunked_prefill_size, cuda_graph_max_bs, mla)
+    reserved, text = reserved_mib(constants, gpu_mem_mib, tp, pp, chunked_prefill_size, cuda_graph_max_bs, mla)
     return round(
         (gpu_mem_mib - reserved) / gpu_mem_mib, 3
     ), f"round(({gpu_mem_mib:.0f} − reserved) / {gpu_mem_mib:.0f}, 3), reserved = {text}"
@@ -169,7 +175,7 @@ def resolve_settings(
     hardware: Hardware | None,
     choice: EngineChoice,
     workload: Workload,
-    rules: Mapping[str, Any],
+    constants: SglangConstants,
     rules_version: str,
     warnings: list[str],
 ) -> Settings:
@@ -177,14 +183,16 @@ def resolve_settings(
     Longer than 60 lines: one keyword per ServerArgs field it resolves, read in one place."""
     tp, pp, replicas = resolve_parallel(choice, hardware)
     gpu_mem_mib = hardware.gpu.gpu_memory_bytes / MiB if hardware else None
-    tier = gpu_tier(rules, gpu_mem_mib if gpu_mem_mib is not None else 0.0)
+    tier = gpu_tier(constants, gpu_mem_mib if gpu_mem_mib is not None else 0.0)
     chunk = common.setting_int(choice, "chunked-prefill-size", default=tier["chunked_prefill_size"])
     graph_bs_default = tier["cuda_graph_max_bs_tp4"] if tp >= 4 else tier["cuda_graph_max_bs"]
     disable_graphs = common.setting_bool(choice, "disable-cuda-graph")
     graph_bs = 0 if disable_graphs else common.setting_int(choice, "cuda-graph-max-bs", default=graph_bs_default)
     fraction = choice.gpu_util if choice.gpu_util is not None else common.setting_float(choice, "mem-fraction-static")
     if fraction is None:
-        fraction, source = default_mem_fraction(rules, gpu_mem_mib, tp, pp, chunk, graph_bs, _is_mla(spec), warnings)
+        fraction, source = default_mem_fraction(
+            constants, gpu_mem_mib, tp, pp, chunk, graph_bs, _is_mla(spec), warnings
+        )
         source = f"default: {source}"
     else:
         source = "given"
@@ -198,9 +206,9 @@ def resolve_settings(
         raise UsageError("the model does not state its maximum length; give --context")
     kv_name = workload.kv_dtype if workload.kv_dtype != "auto" else (common.setting(choice, "kv-cache-dtype") or "auto")
     kv_bytes = common.kv_dtype_bytes(kv_name, spec.dtype_bytes())
-    warnings.extend(unmodelled_flag_warnings(spec, choice, rules))
+    warnings.extend(unmodelled_flag_warnings(spec, choice, constants))
     backend = (common.setting(choice, "attention-backend") or "").lower()
-    page_default = rules["mla_backend_page_size"] if backend in rules["mla_backends_paged"] else rules["page_size"]
+    page_default = constants.mla_backend_page_size if backend in constants.mla_backends_paged else constants.page_size
     return Settings(
         rules=rules_version,
         tp=tp,
@@ -214,30 +222,30 @@ def resolve_settings(
         kv_bytes=kv_bytes,
         page_size=int(common.setting_int(choice, "page-size", default=page_default)),
         swa_full_tokens_ratio=common.setting_float(
-            choice, "swa-full-tokens-ratio", default=rules["swa_full_tokens_ratio"]
+            choice, "swa-full-tokens-ratio", default=constants.swa_full_tokens_ratio
         ),
         mamba_full_memory_ratio=common.setting_float(
-            choice, "mamba-full-memory-ratio", default=rules["mamba_full_memory_ratio"]
+            choice, "mamba-full-memory-ratio", default=constants.mamba_full_memory_ratio
         ),
         max_running_requests=common.setting_int(choice, "max-running-requests"),
         max_total_tokens=common.setting_int(choice, "max-total-tokens"),
         disable_cuda_graph=disable_graphs,
-        hybrid_swa_memory=hybrid_swa_pool(spec, choice, rules, warnings),
+        hybrid_swa_memory=hybrid_swa_pool(spec, choice, constants, warnings),
         dp_size=replicas,
         context_is_default=workload.context is None,
         cpu_offload_gb=common.setting_float(choice, "cpu-offload-gb", default=0.0) or 0.0,
-        lora=lora_pool_setting(spec, choice, rules, warnings),
+        lora=lora_pool_setting(spec, choice, constants, warnings),
     )
 
 
-def hybrid_swa_pool(spec: ModelSpec, choice: EngineChoice, rules: Mapping[str, Any], warnings: list[str]) -> bool:
+def hybrid_swa_pool(spec: ModelSpec, choice: EngineChoice, constants: SglangConstants, warnings: list[str]) -> bool:
     """Whether SGLang gives the sliding-window layers a pool of their own (docs/engines/sglang.md#sglang-swa-list):
     ``ModelConfig._derive_hybrid_model`` sets ``is_hybrid_swa`` only for the architectures of ``is_hybrid_swa_model``'s
     hard-coded set (and not with --disable-hybrid-swa-memory); any other model caches its sliding-window layers at
     full length in the one pool, which hfvram says when the model has such layers."""
     if common.setting_bool(choice, "disable-hybrid-swa-memory"):
         return False
-    listed = spec.architecture in set(rules.get("hybrid_swa_architectures", ()))
+    listed = spec.architecture in set(constants.hybrid_swa_architectures)
     windowed = any(layer.kind in WINDOWED_KINDS for layer in spec.layers)
     full = any(layer.kind not in WINDOWED_KINDS and layer.kv_elems_per_token for layer in spec.layers)
     if windowed and full and not listed:
@@ -250,7 +258,7 @@ def hybrid_swa_pool(spec: ModelSpec, choice: EngineChoice, rules: Mapping[str, A
 
 
 def lora_pool_setting(
-    spec: ModelSpec, choice: EngineChoice, rules: Rules, warnings: list[str]
+    spec: ModelSpec, choice: EngineChoice, constants: SglangConstants, warnings: list[str]
 ) -> features.LoraSettings | None:
     """SGLang's LoRA memory pool (docs/engines/sglang.md#sglang-features): ``--max-loras-per-batch`` slots (default
     8) of ``--max-lora-rank`` for ``--lora-target-modules all``, in the model dtype. Without an explicit rank and
@@ -261,7 +269,7 @@ def lora_pool_setting(
         return None
     rank = common.setting_int(choice, "max-lora-rank")
     targets = (common.setting(choice, "lora-target-modules") or "").strip().lower()
-    slots = common.setting_int(choice, "max-loras-per-batch") or int(rules["lora_default_max_loras_per_batch"])
+    slots = common.setting_int(choice, "max-loras-per-batch") or int(constants.lora_default_max_loras_per_batch)
     if slots < 1 or (rank is not None and rank < 1):
         raise UsageError(f"max-loras-per-batch and max-lora-rank must be positive, got {slots} and {rank}")
     if rank is None or targets != "all":
@@ -274,11 +282,11 @@ def lora_pool_setting(
     return features.LoraSettings(max_loras=slots, max_lora_rank=rank, dtype_bytes=spec.dtype_bytes())
 
 
-def unmodelled_flag_warnings(spec: ModelSpec, choice: EngineChoice, rules: Rules) -> list[str]:
+def unmodelled_flag_warnings(spec: ModelSpec, choice: EngineChoice, constants: SglangConstants) -> list[str]:
     """One warning per flag SGLang reads that hfvram does not model (sglang.md#sglang-unmodelled-flags): the
     TOML's ``unmodelled_flags``, ``--speculative-algorithm`` other than NGRAM, and ``--quantization`` on a
     checkpoint that states none (SGLang quantizes it while loading; hfvram counts it as stored)."""
-    notes = unmodelled_flag_notes(choice, rules["unmodelled_flags"])
+    notes = unmodelled_flag_notes(choice, constants.unmodelled_flags)
     algorithm = (common.setting(choice, "speculative-algorithm") or "").strip()
     if algorithm.upper() == "NGRAM":
         notes.append("speculative decoding (NGRAM) drafts from the tokens already seen: no GPU memory")
