@@ -382,8 +382,7 @@ def fit_with_options(options: RunOptions, source: str) -> FitResult:
     from hfvram.pipeline import fit_report, resolve_request
 
     report = fit_report(resolve_request(options, source), options)
-    spec, choice = report.get("_spec"), report.get("_choice")
-    document = {key: value for key, value in report.items() if not key.startswith("_")}
+    document = report.document
     return FitResult(
         source=_source_name(document.get("source") or {}),
         gpu=document["gpu"],
@@ -411,10 +410,10 @@ def fit_with_options(options: RunOptions, source: str) -> FitResult:
         ),
         warnings=tuple(document.get("warnings") or ()),
         document=document,
-        spec=spec,
-        engine_choice=choice,
-        workload=report.get("_workload"),
-        hardware_spec=report.get("_hardware"),
+        spec=report.spec,
+        engine_choice=report.choice,
+        workload=report.workload,
+        hardware_spec=report.hardware,
     )
 
 

@@ -261,6 +261,21 @@ def test_two_gpus_split_layers_and_report_the_worst():
     assert two.verdict in ("fits", "tight")
 
 
+def test_the_offload_step_is_the_profiles_own():
+    """estimate.core.with_offload applies the staged profile's ``offload`` step (contract.py): llama.cpp's is the
+    --fit plan, which turns a 70B Q4 on one 24 GB card into verdict offload; another engine's default step hands
+    the estimate back as it is."""
+    from hfvram.engines import get_profile
+
+    spec = spec_of("meta-llama/Llama-3.1-70B-Instruct", 39.6)
+    choice = EngineChoice("llama.cpp", settings={"ctx-size": "8192"})
+    alone = estimate_memory(spec, RTX4090, choice, Workload())
+    placed = llamacpp.PROFILE.offload(alone, choice, Workload())
+    assert alone.verdict == "does_not_fit" and placed.verdict == "offload" and placed.offload is not None
+    trtllm = estimate_memory(spec, RTX4090, EngineChoice("tensorrt-llm"), Workload(context=8192))
+    assert get_profile("tensorrt-llm").offload(trtllm, EngineChoice("tensorrt-llm"), Workload()) is trtllm
+
+
 def test_safetensors_spec_warns_about_conversion(llama8b):
     result = estimate(llama8b, RTX4090, EngineChoice("llama.cpp"), Workload(context=8192))
     assert any("not a GGUF" in w for w in result.warnings)

@@ -12,7 +12,6 @@ from hfvram.commands.options import HfvramCommand, debug_option
 from hfvram.commands.output import _console, _echo, _echo_json
 from hfvram.completion import complete_engine, complete_gpu
 from hfvram.errors import UsageError
-from hfvram.pipeline import calibration_prediction
 
 
 @click.command(cls=HfvramCommand)
@@ -79,6 +78,8 @@ def calibrate(
         "warnings": list(measured.warnings),
     }
     if model:
+        from hfvram.pipeline import calibration_prediction
+
         est = calibration_prediction(measured, model, hardware, engine_name, engine_version, settings, offline, token)
         result["_spec"] = est.spec
         result["predicted"] = cal.predicted_terms(est)

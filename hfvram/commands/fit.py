@@ -105,22 +105,18 @@ def fit(
     from hfvram.api import fit_with_options
 
     results = [fit_with_options(options, source) for source in sources]
-    reports = [
-        {
-            **result.document,
-            "_spec": result.spec,
-            "_choice": result.engine_choice,
-            "_workload": result.workload,
-            "_hardware": result.hardware_spec,
-        }
-        for result in results
-    ]
     if plot:
+        from hfvram.pipeline.fit import memory_panel
         from hfvram.report.plot import plot_memory_against_context
 
-        plot_memory_against_context(reports, plot)
+        panels = []
+        for result in results:  # fit's results carry the facts and the setup their figures were computed for
+            spec, hardware, choice, workload = result.spec, result.hardware_spec, result.engine_choice, result.workload
+            assert spec is not None and hardware is not None and choice is not None and workload is not None
+            panels.append(memory_panel(result.document, spec, hardware, choice, workload))
+        plot_memory_against_context(panels, plot)
         _write_stderr(f"wrote {plot}")
-    public = [{k: v for k, v in report.items() if not k.startswith("_")} for report in reports]
+    public = [result.document for result in results]
     if output == "json":
         _echo_json(public if len(public) > 1 else public[0])
     elif output == "markdown":

@@ -28,15 +28,7 @@ from hfvram.commands.output import (
     _write_stderr,
 )
 from hfvram.errors import UsageError
-from hfvram.pipeline import (
-    RunOptions,
-    parse_gpu_option,
-    read_scan_list,
-    require_gpu_for_fail_on,
-    scan_exit_code,
-    scan_one,
-    scan_sort_key,
-)
+from hfvram.pipeline import RunOptions, parse_gpu_option, require_gpu_for_fail_on
 
 
 @click.command(cls=HfvramCommand)
@@ -61,6 +53,8 @@ def scan(
 
     A source that cannot be read becomes an error row; the others are still reported.
     """
+    from hfvram.pipeline import read_scan_list, scan_exit_code, scan_sort_key
+
     options = _run_options(kwargs)
     output = "jsonl" if as_json and not as_markdown else _output_format(fmt, as_json, as_markdown=as_markdown)
     from hfvram.sources.limits import byte_cap, read_user_file  # capped, regular files only ('-' = stdin)
@@ -96,6 +90,7 @@ def scan(
 def _scan_all(sources: list[str], options: RunOptions, jobs: int, output: str) -> tuple[list[dict[str, Any]], bool]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from hfvram.pipeline import scan_one
     from hfvram.report.jsonout import error_dict
     from hfvram.scan import run_scan
 

@@ -186,9 +186,9 @@ class StagedProfile(ProfileBase, Generic[K, S, B]):
     def report(self, parts: B, choice: EngineChoice, version: str) -> dict[str, object]:
         """Step 5: the settings assumed, under the engine's names."""
 
-    def measurements(self, constants: K) -> Mapping[str, str]:
+    def measurements(self, constants: K) -> dict[str, str]:
         """The ``--explain`` line naming the published measurements behind the figures (the TOML's ``measured``);
-        an engine whose ``--explain`` does not carry it yet answers none."""
+        an engine whose explanation does not carry that line answers ``{}``."""
         return {"measurements": str(constants.measured)}
 
     def finished(self, result: Estimate, parts: B) -> Estimate:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from hfvram.errors import UsageError
 from hfvram.report.units import tokens_short
@@ -42,9 +41,12 @@ def plot_contexts(max_context: int, points: int = PLOT_POINTS) -> list[int]:
 
 @dataclass(frozen=True)
 class Panel:
-    """What one model's panel shows: the stacked terms (GiB) at each context, the usable line, the crossing."""
+    """What one model's panel shows: the stacked terms (GiB) at each context, the usable line, the crossing
+    (computed by hfvram.pipeline.fit.memory_panel)."""
 
     title: str
+    #: the GPU set's label (panels of one GPU set share the y axis)
+    hardware: str
     contexts: list[int]
     terms: dict[str, list[float]]
     usable_gib: float | None
@@ -53,31 +55,9 @@ class Panel:
     model_limit: int | None
 
 
-def panel_for(document: dict[str, Any]) -> Panel:
-    """The series of one ``fit`` document, computed by ``hfvram.estimate.inverse.memory_series`` (drawn here, not
-    computed)."""
-    from hfvram.estimate.inverse import memory_series
-
-    spec, choice, wl, hardware = (document[key] for key in ("_spec", "_choice", "_workload", "_hardware"))
-    top = spec.max_position_embeddings or max(131072, document.get("max_context") or 0)
-    contexts = plot_contexts(top)
-    series = memory_series(spec, hardware, choice, wl, contexts)
-    terms = {term: [point.terms[term] / GIB for point in series] for term, _ in TERM_COLOURS}
-    usable = series[-1].usable if series else None
-    source = document.get("source") or {}
-    name = source.get("repo_id") or (source.get("files") or ["?"])[0]
-    return Panel(
-        title=f"{name}\n{document['hardware']} · {document['engine']} · concurrency {document['concurrency']}",
-        contexts=contexts,
-        terms=terms,
-        usable_gib=None if usable is None else usable / GIB,
-        max_context=document.get("max_context"),
-        model_limit=spec.max_position_embeddings,
-    )
-
-
-def plot_memory_against_context(documents: Sequence[dict[str, Any]], path: str) -> None:
-    """One panel per ``fit`` document, side by side, sharing the y axis when they share a GPU; written to ``path``."""
+def plot_memory_against_context(panels: Sequence[Panel], path: str) -> None:
+    """The panels (one per ``fit`` document) side by side, sharing the y axis when they share a GPU; written to
+    ``path``."""
     check_plot_path(path)
     require_matplotlib()
     import matplotlib
@@ -88,8 +68,7 @@ def plot_memory_against_context(documents: Sequence[dict[str, Any]], path: str) 
 
     from hfvram.report.text import safe
 
-    panels = [panel_for(document) for document in documents]
-    same_gpu = len({document["hardware"] for document in documents}) == 1
+    same_gpu = len({panel.hardware for panel in panels}) == 1
     figure, axes_list = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 4.8), sharey=same_gpu, squeeze=False)
     top = max(max([sum(values) for values in zip(*panel.terms.values())] + [panel.usable_gib or 0]) for panel in panels)
     for axes, panel in zip(axes_list[0], panels):

@@ -124,7 +124,7 @@ class LlamaCppProfile(StagedProfile[LlamaCppConstants, Settings, Sized]):
     def report(self, parts: Sized, choice: EngineChoice, version: str) -> dict[str, object]:
         return {"name": self.name, "version": choice.version, "rules": version, **parts.parts.settings.as_dict()}
 
-    def measurements(self, constants: LlamaCppConstants) -> Mapping[str, str]:
+    def measurements(self, constants: LlamaCppConstants) -> dict[str, str]:
         # the explanation does not carry the measurements line yet (docs/accuracy.md holds llama.cpp's checks)
         return {}
 

@@ -164,7 +164,7 @@ class OllamaProfile(StagedProfile[OllamaConstants, Settings, CurrentSized | Lega
             ),
         }
 
-    def measurements(self, constants: OllamaConstants) -> Mapping[str, str]:
+    def measurements(self, constants: OllamaConstants) -> dict[str, str]:
         # the explanation does not carry the measurements line yet (docs/accuracy.md holds Ollama's checks)
         return {}
 
