@@ -23,8 +23,10 @@ STAGED = [name for name in registry() if isinstance(get_profile(name), StagedPro
 
 
 def test_the_engines_moved_onto_the_contract_are_staged():
-    """TensorRT-LLM first (the issue's order), then LMDeploy, ExLlamaV2, MLX, transformers, SGLang and vLLM."""
-    assert {"tensorrt-llm", "lmdeploy", "exllamav2", "mlx", "transformers", "sglang", "vllm"} <= set(STAGED)
+    """TensorRT-LLM first (the issue's order), then LMDeploy, ExLlamaV2, MLX, transformers, SGLang, vLLM, llama.cpp
+    and Ollama."""
+    expected = {"tensorrt-llm", "lmdeploy", "exllamav2", "mlx", "transformers", "sglang", "vllm", "llama.cpp", "ollama"}
+    assert expected <= set(STAGED)
 
 
 @pytest.mark.parametrize("name", STAGED)

@@ -196,6 +196,11 @@ class StagedProfile(ProfileBase, Generic[K, S, B]):
         says beyond the terms (vLLM: a set-up it refuses at start-up)."""
         return result
 
+    def offload(self, result: Estimate, choice: EngineChoice, workload: Workload) -> Estimate:
+        """The engine's own placement into CPU RAM applied to a finished estimate (``estimate.core.with_offload``,
+        after the capacity search): unchanged unless the engine offloads what does not fit."""
+        return result
+
     def estimate(
         self, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload
     ) -> Estimate:
