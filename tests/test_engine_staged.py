@@ -22,11 +22,11 @@ from hfvram.estimate.types import EngineChoice, Workload
 STAGED = [name for name in registry() if isinstance(get_profile(name), StagedProfile)]
 
 
-def test_the_engines_moved_onto_the_contract_are_staged():
-    """TensorRT-LLM first (the issue's order), then LMDeploy, ExLlamaV2, MLX, transformers, SGLang, vLLM, llama.cpp
-    and Ollama."""
-    expected = {"tensorrt-llm", "lmdeploy", "exllamav2", "mlx", "transformers", "sglang", "vllm", "llama.cpp", "ollama"}
-    assert expected <= set(STAGED)
+def test_every_registered_engine_implements_the_contract():
+    """All nine moved onto it (TensorRT-LLM first, the issue's order; then LMDeploy, ExLlamaV2, MLX, transformers,
+    SGLang, vLLM, llama.cpp and Ollama): a new engine must implement the five steps, not its own orchestration."""
+    assert STAGED == list(registry())
+    assert len(STAGED) == 9
 
 
 @pytest.mark.parametrize("name", STAGED)
