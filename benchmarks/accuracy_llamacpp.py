@@ -125,12 +125,12 @@ def compare_row(row: Mapping[str, Any]) -> Iterator[Comparison]:
     if row["rc"] != 0:
         return
     spec = spec_for_row(row)
-    _, rules, consts = llamacpp.rules_for(EngineChoice(name="llama.cpp"))
+    _, constants, consts = llamacpp.constants_for(EngineChoice(name="llama.cpp"))
     # the truth runs are CPU-only: no CUDA row padding
-    s = replace(resolve_settings(spec, choice_for(row["settings"]), Workload(), rules), cuda=False)
+    s = replace(resolve_settings(spec, choice_for(row["settings"]), Workload(), constants), cuda=False)
     measured = row["measured"]
     name, label = row["model"], describe(row["settings"])
-    pad = int(rules["n_ctx_pad"])
+    pad = constants.n_ctx_pad
     kv = kv_bytes(spec, s, pad)
     caches = measured["kv_caches"]
     if caches:

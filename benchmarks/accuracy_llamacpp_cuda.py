@@ -132,9 +132,9 @@ class Comparison:
 
 def compare_case(case: Mapping[str, Any]) -> list[Comparison]:
     spec = spec_for(case)
-    _, rules, consts = llamacpp.rules_for(EngineChoice(name="llama.cpp"))
-    settings = replace(resolve_settings(spec, choice_for(case), Workload(), rules), cuda=True)
-    pad = int(rules["n_ctx_pad"])
+    _, constants, consts = llamacpp.constants_for(EngineChoice(name="llama.cpp"))
+    settings = replace(resolve_settings(spec, choice_for(case), Workload(), constants), cuda=True)
+    pad = constants.n_ctx_pad
     n_gpus = int(case["settings"].get("n_gpus", 1))
     held = is_held_out(case["id"])
     later = bool(case.get("later_added"))

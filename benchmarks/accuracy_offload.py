@@ -173,9 +173,9 @@ def byte_model_case(case: Mapping[str, Any]) -> dict[str, Any]:
     folder = facts["spec"].split(" ")[0]
     spec = load(resolve_request(options, str(REPO / folder)), options).spec
     choice = EngineChoice("llama.cpp", settings={"binary": facts["binary"]})
-    _, settings, rules, consts = llamacpp.PROFILE.settings_for(spec, None, choice, Workload())
+    _, settings, constants, consts = llamacpp.PROFILE.settings_for(spec, None, choice, Workload())
     budget = DeviceBudget(case["gpu"], case["free_mib"][0] * MIB, case["margin_mib"] * MIB, None)
-    mm = MemoryModel(spec, settings, rules, consts, 1)
+    mm = MemoryModel(spec, settings, constants, consts, 1)
     n = spec.num_layers
     full = default_slots(n, [budget])
     initial = mm.usage(layout(n, full, [-1]), settings.n_ctx).totals[0]
@@ -183,7 +183,7 @@ def byte_model_case(case: Mapping[str, Any]) -> dict[str, Any]:
     at_min = mm.usage(layout(n, full, [-1]), logged["ctx_to"]).totals[0]
     dense_only = [LayerPlace(p.device, "moe") for p in layout(n, full, [-1])]
     surplus = budget.target - mm.usage(dense_only, logged["ctx_to"]).totals[0]
-    plan = plan_offload(spec, settings, rules, consts, [budget], n_ctx_auto=True)
+    plan = plan_offload(spec, settings, constants, consts, [budget], n_ctx_auto=True)
     first_ram = logged["final_expert_layers_in_ram_from"]
     own = [LayerPlace(-1)] + [LayerPlace(0, "full" if il < first_ram else "moe") for il in range(1, n)]
     logged_placement = mm.usage([*own, LayerPlace(0)], logged["ctx_to"])
@@ -213,10 +213,12 @@ def speed_case(case: Mapping[str, Any]) -> dict[str, Any]:
     header = REPO / case["model"]["header"]
     spec = spec_from_gguf([read_gguf_file(header)], filename=header.name)
     choice = EngineChoice("llama.cpp", settings=dict(case["settings"]))
-    _, settings, rules, consts = llamacpp.PROFILE.settings_for(spec, None, choice, Workload(context=case["context"]))
+    _, settings, constants, consts = llamacpp.PROFILE.settings_for(
+        spec, None, choice, Workload(context=case["context"])
+    )
     host = parse_host_memory(case["host_memory"])
     budget = DeviceBudget(case["gpu"], 0, 0, float(case["gpu_bandwidth_gbs"]))
-    mm = MemoryModel(spec, settings, rules, consts, 1)
+    mm = MemoryModel(spec, settings, constants, consts, 1)
     usage = mm.usage(placement_of_settings(spec, settings, 1), settings.n_ctx)
     speed = speed_of(usage, [budget], host, settings)
     bound = speed.decode_tokens_per_second or 0.0

@@ -5,7 +5,7 @@ date implies, the model, the GPUs' free memory and the figures as printed: ``lay
 ``memory.required.full`` / ``.partial`` / ``.kv``, ``memory.graph.full`` / ``.partial``, ``memory.weights.total``),
 builds the model from a fixture config (plus the config keys the case overrides) with the weight sizes the log
 itself prints (``memory.weights.repeating`` spread evenly over the blocks, ``memory.weights.nonrepeating`` as the
-output layer), runs ``hfvram.engines.ollama.profile.legacy_auto_parallel`` with the case's settings at the case's
+output layer), runs ``hfvram.engines.ollama.legacy.legacy_auto_parallel`` with the case's settings at the case's
 Ollama rule version and prints predicted vs published per figure.
 
 Every case was added after the legacy rules were written (docs/engines/ollama.md#ollama-legacy-estimator); none
@@ -30,8 +30,9 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from hfvram.engines.ollama import legacy  # noqa: E402
 from hfvram.engines.ollama import profile as ollama  # noqa: E402
-from hfvram.estimate.common import engine_rules  # noqa: E402
+from hfvram.engines.ollama import settings as ollama_settings  # noqa: E402
 from hfvram.readers.config import read_config  # noqa: E402
 from hfvram.spec import ModelSpec, Weights  # noqa: E402
 
@@ -66,8 +67,8 @@ def spec_for(case: Mapping[str, Any]) -> ModelSpec:
         config[key] = value
     spec = read_config(config)
     repeating = parse_size(case["weights"]["repeating"])
-    _version, rules = engine_rules("ollama", case["rules"])
-    if rules["legacy_weights_include_kv"]:
+    _version, constants = ollama.PROFILE.constants(case["rules"])
+    if constants.legacy_weights_include_kv:
         repeating -= parse_size(str(case["published"]["kv"]))
     output = parse_size(case["weights"]["nonrepeating"])
     spec = spec.with_weights(
@@ -83,13 +84,12 @@ def spec_for(case: Mapping[str, Any]) -> ModelSpec:
     return spec
 
 
-def predict(case: Mapping[str, Any]) -> ollama.LegacyBreakdown:
-    _version, rules = engine_rules("ollama", case["rules"])
-    rules["model_type_to_arch"] = ollama.PROFILE.data.get("model_type_to_arch", {})
+def predict(case: Mapping[str, Any]) -> legacy.LegacyBreakdown:
+    _version, constants = ollama.PROFILE.constants(case["rules"])
     s = case["settings"]
     flash = bool(s.get("flash_attention")) and case.get("flash_supported", True)
     kv = s.get("kv_cache_type", "f16") if flash else "f16"
-    settings = ollama.Settings(
+    settings = ollama_settings.Settings(
         num_ctx=int(s["num_ctx"]),
         num_parallel=int(s["num_parallel"]) if s.get("num_parallel") else 0,
         num_batch=int(s.get("num_batch", 512)),
@@ -99,17 +99,19 @@ def predict(case: Mapping[str, Any]) -> ollama.LegacyBreakdown:
     projector = case.get("engine_projector")
     engine_projector = (parse_size(projector["weights"]), parse_size(projector["graph"])) if projector else (0, 0)
     free = [int(gib * (1 << 30)) for gib in case["gpus_free_gib"]]
-    return ollama.legacy_auto_parallel(
-        spec_for(case),
+    spec = spec_for(case)
+    return legacy.legacy_auto_parallel(
+        spec,
         free,
-        rules,
+        constants,
         settings,
+        ollama_settings.gguf_arch(spec, ollama.PROFILE.model_type_to_arch),
         num_gpu=int(s.get("num_gpu", -1)),
         engine_projector=engine_projector,
     )
 
 
-def predicted_figures(parts: ollama.LegacyBreakdown) -> dict[str, int]:
+def predicted_figures(parts: legacy.LegacyBreakdown) -> dict[str, int]:
     return {
         "layers_offload": parts.layers_offload,
         "num_parallel": parts.num_parallel,

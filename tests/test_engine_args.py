@@ -1,7 +1,7 @@
 """Pasted engine command lines, --set options and sizes (hfvram/estimate/engine_args.py).
 
-Flag names and meanings come from each engine's own argument parser as named in
-hfvram/data/engine_args.toml; the numbers in the command lines are the settings of real reports in
+Flag names and meanings come from each engine's own argument parser as named in its
+hfvram/engines/<engine>/settings.toml; the numbers in the command lines are the settings of real reports in
 benchmarks/data/groundtruth_cases.jsonl (e.g. gt-0038: SGLang tp 1, mem_fraction_static 0.911).
 """
 

@@ -83,10 +83,16 @@ def test_a_value_outside_its_choices_names_the_file(key, value, message):
 def test_nested_rows_are_checked_too():
     where = "hfvram/engines/vllm/engine.toml"
     table = _engine_toml("vllm")
-    bad_format = copy.deepcopy(table)
-    bad_format["hub_quant"]["formats"]["awq"]["run"] = ["ada"]
-    with pytest.raises(ValueError, match=r"\[hub_quant\]\.formats\.awq: unknown keys \['run'\]"):
-        identity.engine_facts(bad_format, where)
+    bad_format = copy.deepcopy(table["hub_quant"])
+    bad_format["formats"]["awq"]["run"] = ["ada"]
+    with pytest.raises(ValueError, match=r"engine.toml \[hub_quant\]\.formats\.awq: unknown keys \['run'\]"):
+        identity.hub_quant(bad_format, f"{where} [hub_quant]")
+    with pytest.raises(ValueError, match=r"engine.toml \[hub_quant\]: unknown keys \['runs'\], missing"):
+        identity.hub_quant({"refused": "no", "doc": "x", "runs": []}, f"{where} [hub_quant]")
+    with pytest.raises(ValueError, match=r"engine.toml \[hub_quant\]: expected a table"):
+        identity.engine_facts({**table, "hub_quant": "vLLM"}, where)
+    with pytest.raises(ValueError, match=r"engine.toml \[hub_quant\]: unknown keys \['pool_kind'\]"):
+        identity.engine_facts({**table, "hub_quant": {**table["hub_quant"], "pool_kind": "memory"}}, where)
     bad_row = copy.deepcopy(table)
     bad_row["refused_on"][0]["vendors"] = "apple"
     with pytest.raises(ValueError, match=r"\[\[refused_on\]\] row 1: unknown keys \['vendors'\]"):

@@ -47,14 +47,14 @@ def spec_of(repo: str, weights_gib: float | None = None) -> ModelSpec:
 
 
 def settings_of(spec: ModelSpec, workload: Workload = Workload(), **values: str) -> Settings:
-    _, rules, _ = llamacpp.rules_for(EngineChoice("llama.cpp"))
+    _, constants, _ = llamacpp.constants_for(EngineChoice("llama.cpp"))
     choice = EngineChoice("llama.cpp", settings={k.replace("_", "-"): str(v) for k, v in values.items()})
-    return resolve_settings(spec, choice, workload, rules)
+    return resolve_settings(spec, choice, workload, constants)
 
 
 def compute_mib(spec: ModelSpec, cuda: bool = True, **values: str) -> float:
     """The compute buffer in MiB on the CUDA backend, or (``cuda=False``) on the CPU backend of the measurements."""
-    _, _, consts = llamacpp.rules_for(EngineChoice("llama.cpp"))
+    _, _, consts = llamacpp.constants_for(EngineChoice("llama.cpp"))
     size, _ = compute_buffer_bytes(spec, replace(settings_of(spec, **values), cuda=cuda), consts)
     return size / MiB
 
@@ -261,6 +261,21 @@ def test_two_gpus_split_layers_and_report_the_worst():
     assert two.verdict in ("fits", "tight")
 
 
+def test_the_offload_step_is_the_profiles_own():
+    """estimate.core.with_offload applies the staged profile's ``offload`` step (contract.py): llama.cpp's is the
+    --fit plan, which turns a 70B Q4 on one 24 GB card into verdict offload; another engine's default step hands
+    the estimate back as it is."""
+    from hfvram.engines import get_profile
+
+    spec = spec_of("meta-llama/Llama-3.1-70B-Instruct", 39.6)
+    choice = EngineChoice("llama.cpp", settings={"ctx-size": "8192"})
+    alone = estimate_memory(spec, RTX4090, choice, Workload())
+    placed = llamacpp.PROFILE.offload(alone, choice, Workload())
+    assert alone.verdict == "does_not_fit" and placed.verdict == "offload" and placed.offload is not None
+    trtllm = estimate_memory(spec, RTX4090, EngineChoice("tensorrt-llm"), Workload(context=8192))
+    assert get_profile("tensorrt-llm").offload(trtllm, EngineChoice("tensorrt-llm"), Workload()) is trtllm
+
+
 def test_safetensors_spec_warns_about_conversion(llama8b):
     result = estimate(llama8b, RTX4090, EngineChoice("llama.cpp"), Workload(context=8192))
     assert any("not a GGUF" in w for w in result.warnings)
@@ -366,7 +381,7 @@ def test_cuda_op_offload_copies_the_output_weight_to_the_gpu():
     assert partial > full
     # below the offload batch (32) nothing is copied; the CPU backend never copies
     assert compute_mib(spec, ctx_size=4096, binary="llama-cli", n_gpu_layers=10, ubatch_size=16) < full
-    _, _, consts = llamacpp.rules_for(EngineChoice("llama.cpp"))
+    _, _, consts = llamacpp.constants_for(EngineChoice("llama.cpp"))
     cpu = replace(settings_of(spec, ctx_size=4096, binary="llama-cli", n_gpu_layers=10), cuda=False)
     assert compute_buffer_bytes(spec, cpu, consts)[0] / MiB == pytest.approx(full)
     assert host_compute_buffer_bytes(spec, cpu, consts) == (0, "")

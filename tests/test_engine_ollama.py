@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from hfvram.engines.ollama import legacy
 from hfvram.engines.ollama import profile as ollama
 from hfvram.errors import UsageError
 from hfvram.estimate.core import estimate
@@ -108,7 +109,7 @@ def test_legacy_kv_uses_approximate_quant_sizes():
 def test_legacy_llama_graph_formula():
     # fs/ggml/ggml.go GraphSize, llama: fullOffload = max(4b(1 + 4e + c(1 + h)), 4b(e + V))
     spec = spec_of("meta-llama/Llama-3.1-8B-Instruct", 4.6)
-    partial, full, _ = ollama.legacy_graph(spec, "llama", 8192, 1, 512, 1 << 30, flash=False)
+    partial, full, _ = legacy.legacy_graph(spec, "llama", 8192, 1, 512, 1 << 30, flash=False)
     assert full == max(4 * 512 * (1 + 4 * 4096 + 8192 * 33), 4 * 512 * (4096 + 128256))
     assert partial > full
 
@@ -116,10 +117,10 @@ def test_legacy_llama_graph_formula():
 def test_gpt_oss_legacy_flash_attention_graph():
     # GraphSize gpt-oss with flash attention: (4·numParallel + ctx/1024 + 110) MiB
     spec = spec_of("openai/gpt-oss-20b", 12.0)
-    partial, _, _ = ollama.legacy_graph(spec, "gpt-oss", 8192, 1, 512, 0, flash=True)
+    partial, _, _ = legacy.legacy_graph(spec, "gpt-oss", 8192, 1, 512, 0, flash=True)
     assert partial == (4 + 8 + 110) * MiB
     # without flash attention: 2 × heads / kv_heads × KV total / 6 (64 heads, 8 KV heads)
-    no_fa, _, _ = ollama.legacy_graph(spec, "gpt-oss", 8192, 1, 512, 6 * GiB, flash=False)
+    no_fa, _, _ = legacy.legacy_graph(spec, "gpt-oss", 8192, 1, 512, 6 * GiB, flash=False)
     assert no_fa == 2 * 64 // 8 * 6 * GiB // 6
 
 

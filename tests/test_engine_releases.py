@@ -46,7 +46,7 @@ def rule_set_before(version: str) -> str:
 
 def _settings(max_num_seqs: int, batched: int = 8192, eager: bool = False):
     llama = spec_of("meta-llama/Llama-3.1-8B-Instruct")
-    _, rules = vllm.PROFILE.rules(None)
+    _, rules = vllm.PROFILE.constants(None)
     settings = vllm.resolve_settings(
         llama,
         parse_gpu_spec("h100"),

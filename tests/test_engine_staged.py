@@ -23,8 +23,10 @@ STAGED = [name for name in registry() if isinstance(get_profile(name), StagedPro
 
 
 def test_the_engines_moved_onto_the_contract_are_staged():
-    """TensorRT-LLM first (the issue's order), then LMDeploy, ExLlamaV2, MLX, transformers and SGLang."""
-    assert {"tensorrt-llm", "lmdeploy", "exllamav2", "mlx", "transformers", "sglang"} <= set(STAGED)
+    """TensorRT-LLM first (the issue's order), then LMDeploy, ExLlamaV2, MLX, transformers, SGLang, vLLM, llama.cpp
+    and Ollama."""
+    expected = {"tensorrt-llm", "lmdeploy", "exllamav2", "mlx", "transformers", "sglang", "vllm", "llama.cpp", "ollama"}
+    assert expected <= set(STAGED)
 
 
 @pytest.mark.parametrize("name", STAGED)
@@ -109,3 +111,19 @@ def test_constants_of_a_profile_built_from_its_own_table_are_its_own():
 
 def test_constants_base_declares_what_every_engine_has():
     assert [field.name for field in fields(Constants)] == ["measured"]
+
+
+def test_the_runs_hooks_reach_the_estimate():
+    """The hooks of the one run (contract.py): vLLM's ``finished`` gives a set-up it refuses at start-up as the
+    refusal (MTP on a model with no MTP layers, docs/engines/vllm.md#vllm-features), and SGLang's / vLLM's
+    ``measurements`` add no explain line yet, where the other engines' add theirs."""
+    spec = derived_spec("meta-llama/Llama-3.1-8B-Instruct", use_transformers=False)
+    hardware = parse_gpu_spec("h100")
+    mtp = EngineChoice("vllm", settings={"speculative-config": '{"method": "mtp", "num_speculative_tokens": 1}'})
+    refused = get_profile("vllm").estimate(spec, hardware, mtp, Workload(context=8192))
+    assert refused.refusal is not None and refused.refusal.startswith("vLLM refuses speculative decoding (mtp")
+    plain = get_profile("vllm").estimate(spec, hardware, EngineChoice("vllm"), Workload(context=8192))
+    assert plain.refusal is None
+    for name in ("vllm", "sglang", "tensorrt-llm"):
+        explained = get_profile(name).estimate(spec, hardware, EngineChoice(name), Workload(context=8192))
+        assert ("measurements" in explained.explain) is (name == "tensorrt-llm"), name

@@ -98,9 +98,10 @@ def test_sliding_window_groups_and_old_token_formula():
 
 
 def _rules(version):
-    from hfvram.estimate import common
+    """vLLM's typed constants at ``version`` (hfvram/engines/vllm/constants.py)."""
+    from hfvram.engines.vllm.profile import PROFILE
 
-    return common.rules_for_version(common.load_engine_data("vllm"), version)
+    return PROFILE.constants(version)[1]
 
 
 def test_sliding_window_reserves_window_plus_batched_tokens():

@@ -199,7 +199,7 @@ def test_v1_pool_to_tokens_under_tp_4():
 
 def test_cli_picks_the_engine_from_the_release_and_vllm_use_v1():
     # the real CLI: --engine vllm@0.9 runs V0 (gt-0004: 29000 tokens on a 3090 fail); a pasted command line's
-    # VLLM_USE_V1=1 (engine_args.toml [engines.vllm.env]) selects V1 for the same release
+    # VLLM_USE_V1=1 (hfvram/engines/vllm/settings.toml [command_line.env]) selects V1 for the same release
     import json
 
     from cli_support import run_hfvram

@@ -153,17 +153,14 @@ def test_lmdeploy_runtime_constant_moves_figure_and_text():
 
 def test_llamacpp_overhead_constant_moves_figure_and_text():
     from hfvram.engines.llamacpp import profile as llamacpp
-    from hfvram.engines.llamacpp.settings import resolve_settings
 
     spec = derived_spec("meta-llama/Llama-3.1-8B-Instruct")
     choice = EngineChoice("llama.cpp")
     workload = Workload(context=8192)
 
     def run(overhead_mib):
-        version, rules, consts = llamacpp.rules_for(choice)
-        rules = {**rules, "cuda_overhead_mib": overhead_mib}
-        settings = resolve_settings(spec, choice, workload, rules)
-        return llamacpp.PROFILE.finish(spec, H100, choice, workload, version, settings, rules, consts)
+        data = with_constant("llama.cpp", "cuda_overhead_mib", overhead_mib)
+        return llamacpp.LlamaCppProfile(data).estimate(spec, H100, choice, workload)
 
     base, changed = run(512), run(900)
     assert changed.per_gpu.overhead - base.per_gpu.overhead == (900 - 512) << 20
@@ -173,14 +170,11 @@ def test_llamacpp_overhead_constant_moves_figure_and_text():
 
 def test_llamacpp_cell_padding_constant_moves_figure_and_text():
     from hfvram.engines.llamacpp import profile as llamacpp
-    from hfvram.engines.llamacpp.settings import resolve_settings
 
     spec = derived_spec("meta-llama/Llama-3.1-8B-Instruct")
     choice = EngineChoice("llama.cpp", settings={"ctx-size": "5000", "binary": "llama-cli"})
-    version, rules, consts = llamacpp.rules_for(choice)
-    rules = {**rules, "n_ctx_pad": 1024}
-    settings = resolve_settings(spec, choice, Workload(), rules)
-    result = llamacpp.PROFILE.finish(spec, H100, choice, Workload(), version, settings, rules, consts)
+    profile = llamacpp.LlamaCppProfile(with_constant("llama.cpp", "n_ctx_pad", 1024))
+    result = profile.estimate(spec, H100, choice, Workload())
     assert result.engine["ctx-size"] == 5120
     assert "(ctx-size 5120, padded to 1024)" in result.explain["kv_cache"]
 

@@ -58,10 +58,12 @@ def test_truth_file_parses_and_records_versions_and_settings(rows):
 def test_refused_loads_are_refused_by_the_estimator(rows):
     refused = [r for r in rows if r["rc"] != 0]
     assert len(refused) <= 2
-    _, rules, _ = acc.llamacpp.rules_for(acc.EngineChoice(name="llama.cpp"))
+    _, constants, _ = acc.llamacpp.constants_for(acc.EngineChoice(name="llama.cpp"))
     for row in refused:
         with pytest.raises(UsageError):
-            acc.llamacpp.resolve_settings(acc.spec_for_row(row), acc.choice_for(row["settings"]), acc.Workload(), rules)
+            acc.llamacpp.resolve_settings(
+                acc.spec_for_row(row), acc.choice_for(row["settings"]), acc.Workload(), constants
+            )
 
 
 def test_grid_covers_the_settings_that_matter(rows):

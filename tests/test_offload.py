@@ -41,8 +41,8 @@ def _plan(path: Path, gpu: str, context: int | None, **settings: str):
     choice = EngineChoice("llama.cpp", settings=settings)
     workload = Workload(context=context)
     plan, speed, why = plan_for(spec, hardware, choice, workload, host=HOST)
-    _, lc_settings, rules, consts = lc.PROFILE.settings_for(spec, hardware, choice, workload)
-    return spec, plan, speed, why, MemoryModel(spec, lc_settings, rules, consts, hardware.count)
+    _, lc_settings, constants, consts = lc.PROFILE.settings_for(spec, hardware, choice, workload)
+    return spec, plan, speed, why, MemoryModel(spec, lc_settings, constants, consts, hardware.count)
 
 
 CASES = [
@@ -142,13 +142,13 @@ def test_a_user_placement_is_not_replanned_and_its_speed_uses_the_host_bandwidth
 
 def test_uniform_budgets_are_an_ordered_list_that_a_mixed_set_can_extend():
     spec = _spec(QWEN3)
-    _, settings, rules, consts = lc.PROFILE.settings_for(
+    _, settings, constants, consts = lc.PROFILE.settings_for(
         spec, parse_gpu_spec("rtx3060"), EngineChoice("llama.cpp"), Workload(context=32768)
     )
-    small = uniform_budgets(parse_gpu_spec("rtx3060"), settings, rules)[0]
-    big = uniform_budgets(parse_gpu_spec("rtx4060ti-8g"), settings, rules)[0]
+    small = uniform_budgets(parse_gpu_spec("rtx3060"), settings, constants)[0]
+    big = uniform_budgets(parse_gpu_spec("rtx4060ti-8g"), settings, constants)[0]
     plan = plan_offload(
-        spec, settings, rules, consts, [small, replace(big, label="CUDA1 (rtx4060ti-8g)")], n_ctx_auto=False
+        spec, settings, constants, consts, [small, replace(big, label="CUDA1 (rtx4060ti-8g)")], n_ctx_auto=False
     )
     assert plan.status == "offload" and [b.label for b in plan.budgets] == ["CUDA0 (rtx3060)", "CUDA1 (rtx4060ti-8g)"]
     assert all(plan.usage.gpu_total(d) <= b.target for d, b in enumerate(plan.budgets))

@@ -32,8 +32,8 @@ def _spec(repeat: int = 1):
 
 def _memory_model(spec, gpu: str):
     hardware = parse_gpu_spec(gpu)
-    _, settings, rules, consts = lc.PROFILE.settings_for(spec, hardware, EngineChoice("llama.cpp"), Workload(4096))
-    return MemoryModel(spec, settings, rules, consts, hardware.count)
+    _, settings, constants, consts = lc.PROFILE.settings_for(spec, hardware, EngineChoice("llama.cpp"), Workload(4096))
+    return MemoryModel(spec, settings, constants, consts, hardware.count)
 
 
 def test_a_10000_layer_plan_computes_a_handful_of_compute_buffers_and_agrees_with_the_full_usage():
@@ -65,16 +65,16 @@ def test_range_totals_equal_the_per_layer_usage_on_many_layouts():
 def test_the_llamacpp_breakdown_on_4096_gpus_computes_each_kind_of_compute_buffer_once():
     spec = _spec()
     hardware = parse_gpu_spec("rtx4060ti-8gx4096")
-    _, settings, rules, consts = lc.PROFILE.settings_for(spec, hardware, EngineChoice("llama.cpp"), Workload(4096))
-    parts = breakdown(spec, hardware, settings, rules, consts)
+    _, settings, constants, consts = lc.PROFILE.settings_for(spec, hardware, EngineChoice("llama.cpp"), Workload(4096))
+    parts = breakdown(spec, hardware, settings, constants, consts)
     assert len(parts.gpu_compute) == 4096
     # at most three distinct buffers: the first device, the one holding the output, every other device
     assert len({size for size in parts.gpu_compute if size}) <= 3
-    mm = MemoryModel(spec, settings, rules, consts, 4096)
+    mm = MemoryModel(spec, settings, constants, consts, 4096)
     mm.usage(
         layout(
             spec.num_layers,
-            default_slots(spec.num_layers, uniform_budgets(hardware, settings, rules)),
+            default_slots(spec.num_layers, uniform_budgets(hardware, settings, constants)),
             [-1] * 4096,
         ),
         4096,

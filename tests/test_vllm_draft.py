@@ -19,6 +19,7 @@ from spec_support import config_of, derived_spec
 
 from hfvram.cli import cli
 from hfvram.engines.vllm import features as vllm_features
+from hfvram.engines.vllm import profile as vllm_profile
 from hfvram.errors import UsageError
 from hfvram.estimate.core import estimate
 from hfvram.estimate.hardware import parse_gpu_spec
@@ -219,11 +220,7 @@ def test_an_eagle_head_read_from_tensor_headers_counts_the_embeddings_it_holds(h
 def test_vllm_names_the_method_from_the_draft():
     """``SpeculativeConfig.__post_init__``: "eagle-" / "eagle3" in the model name pick EAGLE / EAGLE-3 even when the
     method says draft_model; a dotted name without a slash is a proposer class."""
-    rules = {
-        "speculative_mtp_methods": ["mtp"],
-        "speculative_draft_methods": ["draft_model", "eagle", "eagle3"],
-        "speculative_shared_embedding_methods": ["eagle", "eagle3"],
-    }
+    rules = vllm_profile.PROFILE.constants(None)[1]
     spec = derived_spec(TARGET)
     resolve = vllm_features.resolve_speculative
     assert resolve(None, "yuhuili/EAGLE-LLaMA3-Instruct-8B", 3, spec, rules).method == "eagle"

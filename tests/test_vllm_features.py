@@ -328,4 +328,4 @@ def run_rules():
     """vllm.toml's rules for the newest release (the LoRA constants are release-independent)."""
     from hfvram.engines.vllm import profile as vllm
 
-    return vllm.PROFILE.rules(None)[1]
+    return vllm.PROFILE.constants(None)[1]

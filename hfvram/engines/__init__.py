@@ -13,8 +13,8 @@ from __future__ import annotations
 import importlib
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
-from functools import cache
+from dataclasses import dataclass, field
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -47,14 +47,21 @@ class EngineEntry:
     kv_pool_sized_by: str
     #: how it runs on a mixed GPU set: "layer_split", "equal_shards", "even_split" or "one_gpu"
     mixed_set: str
-    #: whether it has a command line of its own (its flags: ``settings.toml``, :meth:`command_line_table`)
+    #: whether it is started from a command line of its own (its flags: ``settings.toml``, :meth:`command_line_table`;
+    #: its launch line: ``launch.py``); false for a library (transformers)
     command_line: bool
-    #: the Hugging Face quantization formats it loads, on which GPUs
-    hub_quant: HubQuant
+    #: its ``[hub_quant]`` table as parsed (read through :attr:`hub_quant`)
+    hub_quant_table: Mapping[str, Any] = field(repr=False, compare=False, hash=False)
     #: the accelerators it does not run on
     refused_on: tuple[PlatformRefusal, ...] = ()
     #: when a check without --engine assumes it
     default_when: tuple[DefaultRule, ...] = ()
+
+    @cached_property
+    def hub_quant(self) -> HubQuant:
+        """The Hugging Face quantization formats it loads, on which GPUs: its ``[hub_quant]`` table, read and checked
+        when first asked for (tests/test_engine_identity.py reads every engine's)."""
+        return identity.hub_quant(self.hub_quant_table, f"hfvram/engines/{self.folder.name}/engine.toml [hub_quant]")
 
     @property
     def folder(self) -> Path:
@@ -95,7 +102,9 @@ def _entry(folder: Path) -> EngineEntry:
 
 def _check_defaults(entries: list[EngineEntry]) -> None:
     """The default-engine rules of all folders: distinct orders, one fallback (a rule without conditions), last."""
-    rules = sorted((rule.order, entry.name, rule) for entry in entries for rule in entry.default_when)
+    rules = sorted(
+        ((rule.order, entry.name, rule) for entry in entries for rule in entry.default_when), key=lambda r: r[:2]
+    )
     orders = [order for order, _, _ in rules]
     fallbacks = [name for _, name, rule in rules if not rule.conditional]
     if len(set(orders)) != len(orders) or len(fallbacks) != 1 or rules[-1][2].conditional:
@@ -121,7 +130,7 @@ def registry() -> dict[str, EngineEntry]:
 def default_rules() -> tuple[tuple[str, DefaultRule], ...]:
     """(engine, rule) of every ``[[default_when]]`` row, in the order they are tried (the fallback last)."""
     rules = [(rule.order, entry.name, rule) for entry in registry().values() for rule in entry.default_when]
-    return tuple((name, rule) for _, name, rule in sorted(rules))
+    return tuple((name, rule) for _, name, rule in sorted(rules, key=lambda r: r[:2]))
 
 
 @cache

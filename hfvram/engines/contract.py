@@ -186,14 +186,19 @@ class StagedProfile(ProfileBase, Generic[K, S, B]):
     def report(self, parts: B, choice: EngineChoice, version: str) -> dict[str, object]:
         """Step 5: the settings assumed, under the engine's names."""
 
-    def measurements(self, constants: K) -> Mapping[str, str]:
+    def measurements(self, constants: K) -> dict[str, str]:
         """The ``--explain`` line naming the published measurements behind the figures (the TOML's ``measured``);
-        an engine whose ``--explain`` does not carry it yet answers none."""
+        an engine whose explanation does not carry that line answers ``{}``."""
         return {"measurements": str(constants.measured)}
 
     def finished(self, result: Estimate, parts: B) -> Estimate:
         """The assembled estimate as the engine hands it on: as it is, unless the engine adds what the breakdown
         says beyond the terms (vLLM: a set-up it refuses at start-up)."""
+        return result
+
+    def offload(self, result: Estimate, choice: EngineChoice, workload: Workload) -> Estimate:
+        """The engine's own placement into CPU RAM applied to a finished estimate (``estimate.core.with_offload``,
+        after the capacity search): unchanged unless the engine offloads what does not fit."""
         return result
 
     def estimate(

@@ -220,11 +220,18 @@ class HubQuant:
     formats: Mapping[str, HubFormatRule] = field(default_factory=dict, hash=False)
 
 
-def _hub_quant(table: object, where: str) -> HubQuant:
+def _hub_quant_table(table: object, where: str) -> Table:
+    """The ``[hub_quant]`` table with its own keys checked (its per-format rules are checked by :func:`hub_quant`)."""
     if isinstance(table, Mapping) and "refused" in table:
-        refusal = Table(table, where, {"refused", "doc"})
-        return HubQuant(doc=refusal.required_text("doc"), refused=refusal.required_text("refused"))
-    row = Table(table, where, {"name", "doc", "amd", "unlisted", "formats"})
+        return Table(table, where, {"refused", "doc"})
+    return Table(table, where, {"name", "doc", "amd", "unlisted", "formats"})
+
+
+def hub_quant(table: object, where: str) -> HubQuant:
+    """The typed ``[hub_quant]`` table of one ``engine.toml`` (``where``: its path and table, for the errors)."""
+    row = _hub_quant_table(table, where)
+    if "refused" in row.table:
+        return HubQuant(doc=row.required_text("doc"), refused=row.required_text("refused"))
     formats = row.table["formats"]
     if not isinstance(formats, Mapping):
         raise ValueError(f"{where}: formats must be a table of formats")
@@ -259,7 +266,9 @@ def engine_facts(table: Mapping[str, Any], where: str) -> dict[str, Any]:
         "kv_pool_sized_by": row.required_text("kv_pool_sized_by", KV_POOLS),
         "mixed_set": row.required_text("mixed_set", MIXED_SETS),
         "command_line": row.required_flag("command_line"),
-        "hub_quant": _hub_quant(table["hub_quant"], f"{where} [hub_quant]"),
+        # read into a HubQuant when first asked for (only --quant needs it; most of the file, so the registry stays
+        # cheap to build on every run); its own keys are checked here, its per-format rules then
+        "hub_quant_table": _hub_quant_table(table["hub_quant"], f"{where} [hub_quant]").table,
         "refused_on": tuple(
             _platform(item, f"{where} [[refused_on]] row {n + 1}") for n, item in enumerate(row.rows("refused_on"))
         ),

@@ -11,8 +11,10 @@ from dataclasses import replace
 from typing import Any
 
 from hfvram.engines import get_profile, parse_engine_name, registry
+from hfvram.engines.contract import StagedProfile
 from hfvram.errors import UsageError
 from hfvram.estimate import common, engine_rules, mixed
+from hfvram.estimate.cpu_offload import with_cpu_offload_gb
 from hfvram.estimate.types import EngineChoice, Estimate, Hardware, Workload
 from hfvram.spec import GROWING_KINDS, RECURRENT_KINDS, WINDOWED_KINDS, LayerKind, ModelSpec
 
@@ -53,32 +55,27 @@ def estimate(spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, w
     return with_offload(result, choice, workload)
 
 
-#: engines that place what does not fit into CPU RAM themselves (docs/engines/llamacpp.md#llamacpp-offload-verdict)
-OFFLOADING_ENGINES = frozenset({"llama.cpp", "ollama"})
 #: engines whose ``--cpu-offload-gb`` keeps decoder weights in host memory, read over PCIe every step
 WEIGHT_OFFLOAD_ENGINES = frozenset({"vllm", "sglang"})
 
 
 def with_offload(result: Estimate, choice: EngineChoice, workload: Workload) -> Estimate:
     """``result`` with the engine's own placement into RAM applied (verdict ``offload``; ``capacity`` keeps the
-    figures of the GPUs alone). The offload planner is imported only for an engine that offloads."""
+    figures of the GPUs alone): vLLM / SGLang's ``--cpu-offload-gb``, or the staged profile's ``offload`` step
+    (llama.cpp's --fit plan, Ollama's scheduler, docs/engines/llamacpp.md#llamacpp-offload-verdict; the other
+    engines leave the estimate as it is)."""
     if result.hardware is None or result.verdict is None:
         return result
-    if str(result.engine.get("name")) in WEIGHT_OFFLOAD_ENGINES and common.setting(choice, "cpu-offload-gb"):
-        from hfvram.engines.llamacpp import offload
-
-        return offload.with_cpu_offload_gb(result, choice)
-    if str(result.engine.get("name")) not in OFFLOADING_ENGINES:
+    engine = str(result.engine.get("name"))
+    if engine in WEIGHT_OFFLOAD_ENGINES and common.setting(choice, "cpu-offload-gb"):
+        return with_cpu_offload_gb(result, choice)
+    profile = get_profile(engine) if engine in registry() else None
+    if not isinstance(profile, StagedProfile):
         return result
-    if str(result.engine.get("name")) == "ollama":
-        from hfvram.engines.ollama.offload import apply_to_estimate
-    else:
-        from hfvram.engines.llamacpp.offload import apply_to_estimate
-
     name, version = parse_engine_name(choice.name)
     if version and not choice.version:
         choice = replace(choice, name=name, version=version)
-    return apply_to_estimate(result, choice, workload)
+    return profile.offload(result, choice, workload)
 
 
 def estimate_memory(spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload) -> Estimate:

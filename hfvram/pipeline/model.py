@@ -172,7 +172,7 @@ def calibrate_estimate(est: Estimate, options: RunOptions, engine: str) -> Estim
 
 def default_engine_notes(request: Request, loaded: LoadedModel) -> list[str]:
     """Say when no --engine was given and the engine was chosen for the hardware rather than by the plain default
-    (the ``note`` of the rule of hfvram/data/engine_defaults.toml that chose it)."""
+    (the ``note`` of the engine.toml ``[[default_when]]`` rule that chose it)."""
     if request.engine is not None:
         return []
     from hfvram.estimate.defaults import default_engine

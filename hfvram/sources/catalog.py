@@ -62,10 +62,6 @@ def _entry(repo_id: str) -> Mapping[str, object] | None:
     return repos.get(folded.get(repo_id.lower(), ""))
 
 
-def has_repo(repo_id: str) -> bool:
-    return _entry(repo_id) is not None
-
-
 def _notes(repo_id: str, reason: str, revision: str | None) -> tuple[str, ...]:
     notes: tuple[str, ...] = (f"using hfvram's embedded catalogue (built {catalog_date()}); {reason}",)
     if revision and revision != "main":

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from hfvram.errors import MalformedFileError
-from hfvram.spec import LoadedModel, SourceInfo, Weights
+from hfvram.spec import LoadedModel, Weights
 
 #: facts-cache entry holding a GGUF repo's file listing ([path, size] pairs) at a commit
 LISTING = "gguf-listing"
@@ -188,7 +188,3 @@ def tree_entries(tree: object, repo_id: str) -> list[tuple[str, int | None]]:
             size = item.get("size")
         pairs.append((item["path"], size if isinstance(size, int) and not isinstance(size, bool) else None))
     return pairs
-
-
-def source_for(listing: GgufListing, kind: str) -> SourceInfo:
-    return SourceInfo(kind=kind, repo_id=listing.repo_id, revision=listing.revision, files=(), note=listing.origin)

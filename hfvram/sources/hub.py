@@ -183,11 +183,6 @@ def list_hub_models(
     return found
 
 
-def listed_count() -> int:
-    """Model infos read from listings and not used yet."""
-    return len(_LISTED)
-
-
 def read_owner_listings(repo_ids: Sequence[str], token: str | None) -> int:
     """Read the listing (``GET /api/models?author=…`` with ``expand[]`` sha, siblings, gated, safetensors: the
     model info of up to 1,000 repos a request) of each owner with at least ``LISTING_MIN_REPOS`` of ``repo_ids``,

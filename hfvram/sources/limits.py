@@ -437,11 +437,6 @@ class QuotaBudget:
             if window:
                 entry["w"] = min(float(window), LONGEST_WINDOW)
 
-    def window_of(self, bucket: str) -> float | None:
-        with self._held() as state:
-            window = state.get(bucket, {}).get("w")
-        return float(window) if window else None
-
     def snapshot(self) -> dict[str, dict[str, Any]]:
         """Each bucket's state: ``r`` left, ``reset`` (wall clock), ``q``, ``w``, ``sent`` (requests counted)."""
         with self._held() as state:

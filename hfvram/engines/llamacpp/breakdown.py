@@ -17,8 +17,8 @@ from hfvram.engines.llamacpp.placement import (
     place,
     usable_bytes,
 )
-from hfvram.engines.llamacpp.settings import Settings
-from hfvram.estimate.common import Rules, active_weight_bytes, decode_tokens_per_second
+from hfvram.engines.llamacpp.settings import LlamaCppConstants, Settings
+from hfvram.estimate.common import active_weight_bytes, decode_tokens_per_second
 from hfvram.estimate.types import Hardware, PerGpu
 from hfvram.spec import ModelSpec
 
@@ -43,15 +43,15 @@ def breakdown(
     spec: ModelSpec,
     hardware: Hardware | None,
     settings: Settings,
-    rules: Rules,
+    constants: LlamaCppConstants,
     compute_consts: Mapping[str, float],
 ) -> Breakdown:
-    pad = int(rules["n_ctx_pad"])
+    pad = constants.n_ctx_pad
     if is_metal(hardware):
         settings = replace(settings, cuda=False)
     kv = kv_bytes(spec, settings, pad)
     n_gpus = hardware.count if hardware else 1
-    overhead, _ = overhead_bytes(hardware, rules)
+    overhead, _ = overhead_bytes(hardware, constants)
     placement = place(spec, settings, kv, n_gpus, free_memory(hardware, overhead))
     computes, rule = [], ""
     # the buffer depends only on (holds the output, is the first device): computed once per kind, not per device

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from hfvram.engines.llamacpp.kv import layer_cells
-from hfvram.engines.llamacpp.placement import _layer_weight_bytes
-from hfvram.engines.llamacpp.settings import Settings, _matches_override
+from hfvram.engines.llamacpp.placement import layer_weight_bytes
+from hfvram.engines.llamacpp.settings import Settings, matches_override
 from hfvram.estimate.common import MiB
 from hfvram.spec import RECURRENT_KINDS, WINDOWED_KINDS, LayerKind, ModelSpec
 
@@ -130,7 +130,7 @@ def offload_copy_bytes(
     if not settings.cuda or ub < int(consts["op_offload_min_batch"]):
         return 0, ""
     n_layer = spec.num_layers
-    _, experts, _, output = _layer_weight_bytes(spec)
+    _, experts, _, output = layer_weight_bytes(spec)
     n_embd = spec.hidden_size or 0
     candidates: list[tuple[int, str]] = []
     if settings.n_gpu_layers <= n_layer and output:
@@ -143,7 +143,7 @@ def offload_copy_bytes(
         experts[il]
         for il in range(n_layer)
         if experts[il]
-        and (il < settings.cpu_moe_layers or _matches_override(f"blk.{il}.ffn_up_exps.weight", settings) == "CPU")
+        and (il < settings.cpu_moe_layers or matches_override(f"blk.{il}.ffn_up_exps.weight", settings) == "CPU")
     ]
     if cpu_expert_layers:
         largest = int(max(cpu_expert_layers) * consts["offload_expert_tensor_share"])

@@ -44,7 +44,7 @@ from hfvram.engines.llamacpp.offload_plan import (
 )
 from hfvram.engines.llamacpp.placement import is_metal, overhead_bytes
 from hfvram.engines.llamacpp.profile import PROFILE
-from hfvram.engines.llamacpp.settings import Settings
+from hfvram.engines.llamacpp.settings import LlamaCppConstants, Settings
 from hfvram.estimate.common import GiB, MiB
 from hfvram.estimate.host_memory import HostMemory
 from hfvram.estimate.types import Hardware
@@ -73,7 +73,7 @@ def _step(delta: int, target: int, low: int, high: int) -> int:
 def plan_offload(
     spec: ModelSpec,
     settings: Settings,
-    rules: Mapping[str, object],
+    constants: LlamaCppConstants,
     consts: Mapping[str, float],
     budgets: Sequence[DeviceBudget],
     *,
@@ -90,14 +90,14 @@ def plan_offload(
     nd = len(budgets)
     if nd < 1:
         raise ValueError("plan_offload needs at least one device")
-    mm = MemoryModel(spec, settings, rules, consts, nd)
+    mm = MemoryModel(spec, settings, constants, consts, nd)
     n_layer = mm.n_layer
     hp_ngl = n_layer
     targets = [b.target for b in budgets]
     moe = mm.moe
     steps: list[str] = []
     n_streams = 1 if settings.kv_unified else max(1, settings.n_seq_max)
-    fitc = int(n_ctx_min if n_ctx_min is not None else int(str(rules["fit_ctx_min"])))
+    fitc = int(n_ctx_min if n_ctx_min is not None else constants.fit_ctx_min)
     n_ctx = settings.n_ctx
     n_ctx_asked = settings.n_ctx
     no_overflow = [-1] * nd
@@ -413,11 +413,11 @@ def command_line(plan: OffloadPlan, settings: Settings, model_path: str) -> str:
 # ---------------------------------------------------------------------------------------------------------
 
 
-def uniform_budgets(hardware: Hardware, settings: Settings, rules: Mapping[str, object]) -> list[DeviceBudget]:
+def uniform_budgets(hardware: Hardware, settings: Settings, constants: LlamaCppConstants) -> list[DeviceBudget]:
     """Every device of the set, in order (``count`` identical devices, or each card of a mixed set): free = the
     device's memory − the CUDA context and pool (llama.cpp.toml ``cuda_overhead_mib``, what CUDA does not report
     free), margin = ``-fitt``."""
-    overhead, _ = overhead_bytes(hardware, rules)
+    overhead, _ = overhead_bytes(hardware, constants)
     return [
         DeviceBudget(
             f"CUDA{index} ({gpu.id})",
@@ -462,23 +462,23 @@ def plan_for(
     GPUs, or on unified memory (nothing to offload to)."""
     from hfvram.estimate.common import setting
 
-    _, settings, rules, consts = PROFILE.settings_for(spec, hardware, choice, workload)
-    budgets = uniform_budgets(hardware, settings, rules)
+    _, settings, constants, consts = PROFILE.settings_for(spec, hardware, choice, workload)
+    budgets = uniform_budgets(hardware, settings, constants)
     if is_metal(hardware):
         return None, None, "unified memory: the GPU and the CPU share RAM, there is nothing to offload to"
     if any(setting(choice, name) for name in USER_PLACEMENT):
         return (
             None,
-            speed_of_settings(spec, settings, rules, consts, budgets, host),
+            speed_of_settings(spec, settings, constants, consts, budgets, host),
             ("placement set by the user (-ngl / -ot / -ts / --n-cpu-moe): --fit aborts and llama.cpp loads as asked"),
         )
     if not settings.fit:
-        return None, speed_of_settings(spec, settings, rules, consts, budgets, host), "--fit off"
+        return None, speed_of_settings(spec, settings, constants, consts, budgets, host), "--fit off"
     if settings.split_mode == "row" and hardware.count > 1:
         return None, None, "--fit does not change the weight allocation with --split-mode row"
     n_ctx_auto = workload.context is None and not setting(choice, "ctx-size", "c", "n-ctx", "num-ctx")
     plan = plan_offload(
-        spec, settings, rules, consts, budgets, n_ctx_auto=n_ctx_auto, host=host, ram_bytes=ram_bytes,
+        spec, settings, constants, consts, budgets, n_ctx_auto=n_ctx_auto, host=host, ram_bytes=ram_bytes,
         model_path=model_path,
     )  # fmt: skip
     return plan, None, None

@@ -12,8 +12,8 @@ from dataclasses import replace
 from hfvram.engines.llamacpp.compute import compute_buffer_bytes, host_compute_buffer_bytes, output_buffer_bytes
 from hfvram.engines.llamacpp.kv import KvBytes, kv_bytes
 from hfvram.engines.llamacpp.offload_plan import EXPERT_SHARE_ON_DEVICE, DeviceBudget, LayerPlace, Slot, Speed, Usage
-from hfvram.engines.llamacpp.placement import _device_shares, _layer_weight_bytes, cuda_row_padding_bytes, place_layers
-from hfvram.engines.llamacpp.settings import Settings, _matches_override, kv_cells
+from hfvram.engines.llamacpp.placement import cuda_row_padding_bytes, device_shares, layer_weight_bytes, place_layers
+from hfvram.engines.llamacpp.settings import LlamaCppConstants, Settings, kv_cells, matches_override
 from hfvram.estimate.host_memory import HostMemory, pcie_bandwidth_gbs
 from hfvram.spec import ModelSpec
 
@@ -28,15 +28,15 @@ class MemoryModel:
     search step (``work`` counts those computations)."""
 
     def __init__(
-        self, spec: ModelSpec, settings: Settings, rules: Mapping[str, object], consts: Mapping[str, float], nd: int
+        self, spec: ModelSpec, settings: Settings, constants: LlamaCppConstants, consts: Mapping[str, float], nd: int
     ) -> None:
         self.spec = spec
         self.settings = settings
         self.consts = consts
-        self.pad = int(str(rules["n_ctx_pad"]))
+        self.pad = constants.n_ctx_pad
         self.nd = nd
         self.n_layer = spec.num_layers
-        self.dense, self.experts, self.embd, self.output = _layer_weight_bytes(spec)
+        self.dense, self.experts, self.embd, self.output = layer_weight_bytes(spec)
         self.lm_head_separate = bool(spec.weights and spec.weights.bytes_by_component.get("lm_head"))
         self.row_padding = cuda_row_padding_bytes(spec, settings.matrix_row_padding) if settings.cuda else 0
         n_used, n_expert = spec.experts_per_token or 0, spec.num_experts or 0
@@ -354,13 +354,13 @@ def placement_of_settings(spec: ModelSpec, settings: Settings, nd: int, free: Se
     equal shares), to time a placement hfvram did not choose."""
     n_layer = spec.num_layers
     devices = place_layers(
-        n_layer, min(settings.n_gpu_layers, n_layer + 1), _device_shares(nd, settings.tensor_split, free)
+        n_layer, min(settings.n_gpu_layers, n_layer + 1), device_shares(nd, settings.tensor_split, free)
     )
     places = []
     for il in range(n_layer + 1):
         dev = devices[il]
         cpu_experts = il < n_layer and (
-            il < settings.cpu_moe_layers or _matches_override(f"blk.{il}.ffn_up_exps.weight", settings) == "CPU"
+            il < settings.cpu_moe_layers or matches_override(f"blk.{il}.ffn_up_exps.weight", settings) == "CPU"
         )
         places.append(LayerPlace(dev, "moe" if dev >= 0 and cpu_experts else "full"))
     return places
@@ -369,13 +369,13 @@ def placement_of_settings(spec: ModelSpec, settings: Settings, nd: int, free: Se
 def speed_of_settings(
     spec: ModelSpec,
     settings: Settings,
-    rules: Mapping[str, object],
+    constants: LlamaCppConstants,
     consts: Mapping[str, float],
     budgets: Sequence[DeviceBudget],
     host: HostMemory,
 ) -> Speed | None:
     """Decode / prefill bounds of the user's own placement; None when nothing but token_embd is in RAM."""
-    mm = MemoryModel(spec, settings, rules, consts, len(budgets))
+    mm = MemoryModel(spec, settings, constants, consts, len(budgets))
     usage = mm.usage(
         placement_of_settings(spec, settings, len(budgets), [b.free_bytes for b in budgets]), settings.n_ctx
     )

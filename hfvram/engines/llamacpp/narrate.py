@@ -6,14 +6,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hfvram.engines.llamacpp.breakdown import Breakdown
-from hfvram.engines.llamacpp.placement import _device_shares, free_memory, overhead_bytes, place_layers
-from hfvram.estimate.common import GiB, MiB, Rules
+from hfvram.engines.llamacpp.placement import device_shares, free_memory, overhead_bytes, place_layers
+from hfvram.engines.llamacpp.settings import LlamaCppConstants
+from hfvram.estimate.common import GiB, MiB
 from hfvram.estimate.types import Hardware, PerGpu
 from hfvram.spec import WINDOWED_KINDS, ModelSpec
 
 
 def narrate_warnings(
-    spec: ModelSpec, hardware: Hardware | None, parts: Breakdown, per_gpu: PerGpu, rules: Rules
+    spec: ModelSpec, hardware: Hardware | None, parts: Breakdown, per_gpu: PerGpu, constants: LlamaCppConstants
 ) -> list[str]:
     """What llama.cpp would do differently from what was asked, and what lands outside the GPUs."""
     settings, placement = parts.settings, parts.placement
@@ -38,7 +39,7 @@ def narrate_warnings(
     if hardware is not None and settings.fit and per_gpu.total > per_gpu.usable:
         warnings.append(
             f"llama.cpp --fit would not load this as asked: it keeps {settings.fit_target_bytes // MiB} MiB free per GPU and "
-            f"would first lower ctx-size (not below {rules['fit_ctx_min']}, only when ctx-size is not set) and then "
+            f"would first lower ctx-size (not below {constants.fit_ctx_min}, only when ctx-size is not set) and then "
             "move layers / experts to the CPU"
         )
     if hardware is not None and hardware.count > 1 and settings.split_mode == "layer":
@@ -72,7 +73,7 @@ def mixed_split_note(spec: ModelSpec, hardware: Hardware, parts: Breakdown) -> s
     settings = parts.settings
     free = free_memory(hardware, parts.overhead)
     gpus = 1 if settings.split_mode == "none" else hardware.count
-    shares = _device_shares(gpus, settings.tensor_split, free)
+    shares = device_shares(gpus, settings.tensor_split, free)
     devices = place_layers(spec.num_layers, min(settings.n_gpu_layers, spec.num_layers + 1), shares)
     rule = (
         f"tensor-split {','.join(f'{share:g}' for share in settings.tensor_split)}"
@@ -87,7 +88,9 @@ def mixed_split_note(spec: ModelSpec, hardware: Hardware, parts: Breakdown) -> s
     return f"mixed set {hardware.label}, {rule}: {placed}"
 
 
-def explain_lines(spec: ModelSpec, hardware: Hardware | None, parts: Breakdown, rules: Rules) -> dict[str, str]:
+def explain_lines(
+    spec: ModelSpec, hardware: Hardware | None, parts: Breakdown, constants: LlamaCppConstants
+) -> dict[str, str]:
     """One line per term, from the breakdown's own figures."""
     settings, placement, kv, dev = parts.settings, parts.placement, parts.kv, parts.worst
     embd = spec.weights.bytes_by_component.get("embeddings", 0) if spec.weights else 0
@@ -99,7 +102,7 @@ def explain_lines(spec: ModelSpec, hardware: Hardware | None, parts: Breakdown, 
         ),
         "kv_cache": (
             f"{settings.n_stream} stream(s) × {settings.n_ctx_seq} cells (ctx-size {settings.n_ctx}, padded to "
-            f"{rules['n_ctx_pad']}), K {settings.type_k} {kv.k / MiB:.2f} MiB + V {settings.type_v} {kv.v / MiB:.2f} MiB"
+            f"{constants.n_ctx_pad}), K {settings.type_k} {kv.k / MiB:.2f} MiB + V {settings.type_v} {kv.v / MiB:.2f} MiB"
             + (f" + recurrent state F32 {kv.state / MiB:.2f} MiB" if kv.state else "")
             + (" (windowed layers: n_swa + ubatch cells)" if windowed else "")
         ),
@@ -109,7 +112,7 @@ def explain_lines(spec: ModelSpec, hardware: Hardware | None, parts: Breakdown, 
             + (f" + CUDA_Host compute buffer {parts.host_compute / MiB:.2f} MiB" if parts.host_compute else "")
             + " (not VRAM)"
         ),
-        "overhead": overhead_bytes(hardware, rules)[1],
+        "overhead": overhead_bytes(hardware, constants)[1],
         "usable": (
             f"device memory − {settings.fit_target_bytes // MiB} MiB that --fit keeps free"
             if settings.fit

@@ -1,6 +1,6 @@
 """The verdict: an engine's own placement into RAM is an answer (docs/engines/llamacpp.md#llamacpp-offload-verdict).
-llama.cpp's --fit plan (``fit``) or the user's own placement applied to an estimate; and vLLM / SGLang's
-``--cpu-offload-gb``. Ollama's placement is ``hfvram.engines.ollama.offload``."""
+llama.cpp's --fit plan (``fit``) or the user's own placement applied to an estimate. Ollama's placement is
+``hfvram.engines.ollama.offload``; vLLM / SGLang's ``--cpu-offload-gb`` is ``hfvram.estimate.cpu_offload``."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from dataclasses import replace
 
 from hfvram.engines.llamacpp.fit import plan_for
 from hfvram.engines.llamacpp.offload_plan import OffloadPlan
-from hfvram.engines.llamacpp.placement import _layer_weight_bytes
+from hfvram.engines.llamacpp.placement import layer_weight_bytes
 from hfvram.estimate.common import GiB
-from hfvram.estimate.host_memory import parse_host_memory, pcie_bandwidth_gbs
+from hfvram.estimate.host_memory import parse_host_memory
 from hfvram.estimate.types import (
     VERDICT_DOES_NOT_FIT,
     VERDICT_FITS,
@@ -69,10 +69,10 @@ def apply_to_estimate(est: Estimate, choice: EngineChoice, workload: Workload) -
         return replace(est, offload=plan)
     if plan.status != "offload":
         return replace(est, offload=plan)
-    return _offloaded(est, plan)
+    return offloaded_estimate(est, plan)
 
 
-def _offloaded(est: Estimate, plan: OffloadPlan, who: str = "llama.cpp --fit") -> Estimate:
+def offloaded_estimate(est: Estimate, plan: OffloadPlan, who: str = "llama.cpp --fit") -> Estimate:
     """The estimate as the plan places it: the worst GPU's weights, KV and compute buffer from the plan."""
     usage = plan.usage
     gpus = est.hardware.gpus if est.hardware is not None else ()
@@ -129,31 +129,4 @@ def _offloaded(est: Estimate, plan: OffloadPlan, who: str = "llama.cpp --fit") -
 
 
 def _expert_bytes(spec: ModelSpec) -> list[int]:
-    return _layer_weight_bytes(spec)[1]
-
-
-# ---------------------------------------------------------------------------------------------------------
-# vLLM / SGLang --cpu-offload-gb: weights in host memory, streamed to the GPU every step
-# ---------------------------------------------------------------------------------------------------------
-
-
-def with_cpu_offload_gb(est: Estimate, choice: EngineChoice) -> Estimate:
-    """``--cpu-offload-gb N`` (vLLM, SGLang; docs/engines/vllm.md#vllm-features): up to N GiB of decoder-layer
-    weights per GPU stay in host memory and cross PCIe on every forward step, so a run that then fits the GPU is
-    verdict offload, and its decode bound gains ``N GiB / PCIe bandwidth`` per step (each GPU streams its own share
-    over its own link). The PCIe link is the host table's default (PCIe 4.0 x16)."""
-    from hfvram.estimate.common import setting_float
-
-    gb = setting_float(choice, "cpu-offload-gb", default=0.0) or 0.0
-    if gb <= 0 or est.verdict not in (VERDICT_FITS, VERDICT_TIGHT):
-        return est
-    pcie, link = pcie_bandwidth_gbs()
-    moved = gb * GiB
-    step = moved / (pcie * 1e9)
-    decode = est.decode_tokens_per_second
-    slowed = 1.0 / (1.0 / decode + step) if decode else None
-    note = (
-        f"--cpu-offload-gb {gb:g}: up to {gb:g} GiB of weights per GPU stay in host memory and cross {link} on every "
-        f"step (+{step * 1000:.0f} ms per token): it runs, slower"
-    )
-    return replace(est, verdict=VERDICT_OFFLOAD, decode_tokens_per_second=slowed, warnings=(*est.warnings, note))
+    return layer_weight_bytes(spec)[1]

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hfvram.engines.llamacpp.kv import KvBytes
-from hfvram.engines.llamacpp.settings import Settings, _matches_override, packaged_row_padding
-from hfvram.estimate.common import MiB, Rules
+from hfvram.engines.llamacpp.settings import LlamaCppConstants, Settings, matches_override, packaged_row_padding
+from hfvram.estimate.common import MiB
 from hfvram.estimate.types import Hardware
 from hfvram.spec import ModelSpec
 
@@ -31,7 +31,7 @@ class Placement:
     notes: tuple[str, ...] = ()
 
 
-def _layer_weight_bytes(spec: ModelSpec) -> tuple[list[int], list[int], int, int]:
+def layer_weight_bytes(spec: ModelSpec) -> tuple[list[int], list[int], int, int]:
     """(non-expert bytes per block, expert bytes per block, token_embd bytes, output bytes).
 
     Uses ``spec.extra["gguf_block_bytes"]`` / ``["gguf_block_expert_bytes"]`` when the GGUF reader gives per-block
@@ -89,7 +89,7 @@ def cuda_row_padding_bytes(spec: ModelSpec, matrix_row_padding: int | None = Non
     return int(missing * bpw / 8)
 
 
-def _device_shares(count: int, tensor_split: Sequence[float], free: Sequence[int] = ()) -> list[float]:
+def device_shares(count: int, tensor_split: Sequence[float], free: Sequence[int] = ()) -> list[float]:
     """Each device's share of the offloaded layers: ``tensor-split`` when given, else (llama.cpp's default) each
     device's free memory (``free``: one figure per device, for a mixed set; equal devices share equally)."""
     if tensor_split:
@@ -124,10 +124,10 @@ def place(spec: ModelSpec, settings: Settings, kv: KvBytes, n_gpus: int, free: S
     proportion to memory (``tensor-split`` when given); ``cpu-moe`` / ``n-cpu-moe`` / ``override-tensor=…=CPU``
     keep matching expert (or other) tensors on the CPU; KV follows its layer unless ``no-kv-offload``."""
     n_layer = spec.num_layers
-    dense, experts, embd, output = _layer_weight_bytes(spec)
+    dense, experts, embd, output = layer_weight_bytes(spec)
     row_padding = cuda_row_padding_bytes(spec, settings.matrix_row_padding)
     gpus = 1 if settings.split_mode == "none" else max(1, n_gpus)
-    shares = _device_shares(gpus, settings.tensor_split, free)
+    shares = device_shares(gpus, settings.tensor_split, free)
     devices = place_layers(n_layer, min(settings.n_gpu_layers, n_layer + 1), shares)
     gpu_w, gpu_kv = [0] * gpus, [0] * gpus
     gpu_layers, has_output = [0] * gpus, [False] * gpus
@@ -137,11 +137,11 @@ def place(spec: ModelSpec, settings: Settings, kv: KvBytes, n_gpus: int, free: S
         dev = devices[il]
         layer_dense, layer_experts = dense[il], experts[il]
         if layer_experts and (
-            il < settings.cpu_moe_layers or _matches_override(f"blk.{il}.ffn_up_exps.weight", settings) == "CPU"
+            il < settings.cpu_moe_layers or matches_override(f"blk.{il}.ffn_up_exps.weight", settings) == "CPU"
         ):
             cpu_w += layer_experts
             layer_experts = 0
-        if layer_dense and _matches_override(f"blk.{il}.attn_q.weight", settings) == "CPU":
+        if layer_dense and matches_override(f"blk.{il}.attn_q.weight", settings) == "CPU":
             cpu_w += layer_dense
             layer_dense = 0
         layer_kv = kv.per_layer[il] if il < len(kv.per_layer) else 0
@@ -181,12 +181,12 @@ def is_metal(hardware: Hardware | None) -> bool:
     return hardware is not None and (hardware.gpu.unified_memory or hardware.gpu.vendor == "apple")
 
 
-def overhead_bytes(hardware: Hardware | None, rules: Rules) -> tuple[int, str]:
+def overhead_bytes(hardware: Hardware | None, constants: LlamaCppConstants) -> tuple[int, str]:
     """CUDA / Metal context and backend pool per GPU (outside llama.cpp's logged buffers), and its explanation."""
     if is_metal(hardware):
-        mib = float(rules["metal_overhead_mib"])
+        mib = float(constants.metal_overhead_mib)
         return int(mib * MiB), f"Metal context {mib:g} MiB (constant, llama.cpp.toml metal_overhead_mib)"
-    mib = float(rules["cuda_overhead_mib"])
+    mib = float(constants.cuda_overhead_mib)
     return (
         int(mib * MiB),
         f"CUDA context + backend memory pool {mib:g} MiB (constant, llama.cpp.toml cuda_overhead_mib; llama.cpp "

@@ -19,94 +19,132 @@ Settings use llama.cpp's own option names (long or short): ``ctx-size``/``c``, `
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 
-from hfvram.engines.base import ProfileBase
-from hfvram.engines.llamacpp.breakdown import breakdown, decode_bound, per_gpu_of
+from hfvram.engines.contract import Narration, StagedProfile, Terms
+from hfvram.engines.llamacpp.breakdown import Breakdown, breakdown, decode_bound, per_gpu_of
 from hfvram.engines.llamacpp.narrate import explain_lines, narrate_warnings
 from hfvram.engines.llamacpp.placement import usable_bytes
-from hfvram.engines.llamacpp.settings import ENGINE, Settings, pad_cells, resolve_settings
-from hfvram.estimate.common import (
-    Rules,
-    engine_rules,
-    finish_estimate,
-    load_engine_data,
-    require_weights,
-)
-from hfvram.estimate.types import Capacity, EngineChoice, Estimate, Hardware, Workload
+from hfvram.engines.llamacpp.settings import ENGINE, LlamaCppConstants, Settings, pad_cells, resolve_settings
+from hfvram.estimate.types import Capacity, EngineChoice, Estimate, Hardware, PerGpu, Workload
 from hfvram.spec import ModelSpec
 
 
-def rules_for(choice: EngineChoice, engine: str = ENGINE) -> tuple[str, dict[str, object], dict[str, float]]:
-    version, rules = engine_rules(engine, choice.version)
-    compute = dict(load_engine_data(ENGINE)["compute"])
-    compute.update(load_engine_data(engine).get("compute", {}))
-    return version, rules, compute
+def constants_for(choice: EngineChoice) -> tuple[str, LlamaCppConstants, dict[str, float]]:
+    """(rule version, llama.cpp's constants at it, the ``[compute]`` factors) for ``choice``'s release."""
+    version, constants = PROFILE.constants(choice.version)
+    return version, constants, PROFILE.compute_factors()
 
 
-class LlamaCppProfile(ProfileBase):
+@dataclass(frozen=True)
+class Sized:
+    """The breakdown step's answer: llama.cpp's buffers for the resolved settings, the worst GPU's four terms read
+    from them, the capacity searched over the whole breakdown, the decode bound, and the constants they used."""
+
+    parts: Breakdown
+    constants: LlamaCppConstants
+    per_gpu: PerGpu
+    capacity: Capacity
+    decode: float | None
+
+
+class LlamaCppProfile(StagedProfile[LlamaCppConstants, Settings, Sized]):
     """llama-server / llama-cli on CUDA, ROCm, Metal or Vulkan (one process, layer split over GPUs)."""
 
     name = ENGINE
-    data_name = ENGINE
+    constants_type = LlamaCppConstants
+
+    def compute_factors(self) -> dict[str, float]:
+        """The ``[compute]`` table: the fitted compute-buffer factors (docs/engines/llamacpp.md#llamacpp-compute-buffer)."""
+        return dict(self.data["compute"])
 
     def settings_for(
         self, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload
-    ) -> tuple[str, Settings, dict[str, object], dict[str, float]]:
-        version, rules, compute = rules_for(choice, self.data_name)
-        return version, resolve_settings(spec, choice, workload, rules), rules, compute
+    ) -> tuple[str, Settings, LlamaCppConstants, dict[str, float]]:
+        """(rule version, settings, constants, compute factors): what the --fit planner starts from."""
+        version, constants = self.constants(choice.version)
+        return version, resolve_settings(spec, choice, workload, constants), constants, self.compute_factors()
 
-    def estimate(
-        self, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload
-    ) -> Estimate:
-        require_weights(spec)
-        version, settings, rules, compute = self.settings_for(spec, hardware, choice, workload)
-        return self.finish(spec, hardware, choice, workload, version, settings, rules, compute)
-
-    def finish(
+    def resolve(
         self,
         spec: ModelSpec,
         hardware: Hardware | None,
         choice: EngineChoice,
         workload: Workload,
+        constants: LlamaCppConstants,
         version: str,
+    ) -> Settings:
+        return resolve_settings(spec, choice, workload, constants)
+
+    def breakdown(
+        self,
+        spec: ModelSpec,
+        hardware: Hardware | None,
+        choice: EngineChoice,
+        workload: Workload,
+        constants: LlamaCppConstants,
         settings: Settings,
-        rules: Rules,
+    ) -> Sized:
+        return self.size(spec, hardware, settings, constants, self.compute_factors())
+
+    def size(
+        self,
+        spec: ModelSpec,
+        hardware: Hardware | None,
+        settings: Settings,
+        constants: LlamaCppConstants,
         compute: Mapping[str, float],
-        extra_warnings: Sequence[str] = (),
-        extra_explain: Mapping[str, str] | None = None,
-    ) -> Estimate:
-        """The estimate for resolved settings: the breakdown, its per-GPU terms, capacity and narration
-        (``extra_*``: what a profile built on llama.cpp, such as Ollama, adds to the warnings and explanation)."""
-        require_weights(spec)
-        parts = breakdown(spec, hardware, settings, rules, compute)
-        per_gpu = per_gpu_of(parts, hardware)
-        warnings = [*extra_warnings, *narrate_warnings(spec, hardware, parts, per_gpu, rules)]
-        explain = {**explain_lines(spec, hardware, parts, rules), **(extra_explain or {})}
-        engine = {"name": self.name, "version": choice.version, "rules": version, **settings.as_dict()}
+    ) -> Sized:
+        """The buffers of ``settings``, their per-GPU terms, capacity and decode bound (a profile built on
+        llama.cpp, such as Ollama, sizes its own settings and constants with it)."""
+        parts = breakdown(spec, hardware, settings, constants, compute)
+        capacity = self._capacity(spec, hardware, settings, constants, compute, settings.n_ctx_seq * settings.n_stream)
+        return Sized(parts, constants, per_gpu_of(parts, hardware), capacity, decode_bound(spec, hardware, parts))
+
+    def terms(self, parts: Sized, spec: ModelSpec, hardware: Hardware | None, workload: Workload) -> Terms:
+        settings = parts.parts.settings
         kv_dtype = settings.type_k if settings.type_k == settings.type_v else f"{settings.type_k}/{settings.type_v}"
-        result = finish_estimate(
-            spec=spec,
-            hardware=hardware,
-            engine=engine,
-            workload=replace(workload, context=settings.n_ctx_seq, kv_dtype=kv_dtype),
-            per_gpu=per_gpu,
-            capacity=self._capacity(spec, hardware, settings, rules, compute, settings.n_ctx_seq * settings.n_stream),
-            decode=decode_bound(spec, hardware, parts),
-            warnings=warnings,
-            explain=explain,
+        return Terms(
+            per_gpu=parts.per_gpu,
+            capacity=parts.capacity,
+            decode=parts.decode,
+            context=settings.n_ctx_seq,
+            kv_dtype=kv_dtype,
             tp=1,
             pp=hardware.count if hardware and settings.split_mode == "layer" else 1,
         )
-        return replace(result, worst_device=parts.worst) if hardware is not None and hardware.mixed else result
+
+    def narrate(
+        self, parts: Sized, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload
+    ) -> Narration:
+        warnings = narrate_warnings(spec, hardware, parts.parts, parts.per_gpu, parts.constants)
+        return Narration(tuple(warnings), explain_lines(spec, hardware, parts.parts, parts.constants))
+
+    def report(self, parts: Sized, choice: EngineChoice, version: str) -> dict[str, object]:
+        return {"name": self.name, "version": choice.version, "rules": version, **parts.parts.settings.as_dict()}
+
+    def measurements(self, constants: LlamaCppConstants) -> dict[str, str]:
+        # the explanation does not carry the measurements line yet (docs/accuracy.md holds llama.cpp's checks)
+        return {}
+
+    def finished(self, result: Estimate, parts: Sized) -> Estimate:
+        """On a mixed set the figures are those of its fullest device against its own memory: which one it is."""
+        hardware = result.hardware
+        return replace(result, worst_device=parts.parts.worst) if hardware is not None and hardware.mixed else result
+
+    def offload(self, result: Estimate, choice: EngineChoice, workload: Workload) -> Estimate:
+        # the --fit planner is imported only when an estimate is offloaded
+        from hfvram.engines.llamacpp.offload import apply_to_estimate
+
+        return apply_to_estimate(result, choice, workload)
 
     def _capacity(
         self,
         spec: ModelSpec,
         hardware: Hardware | None,
         settings: Settings,
-        rules: Rules,
+        constants: LlamaCppConstants,
         compute: Mapping[str, float],
         kv_tokens: int,
     ) -> Capacity:
@@ -114,13 +152,13 @@ class LlamaCppProfile(ProfileBase):
         compute buffer grows with n_kv without flash attention), in steps of the 256-cell padding."""
         if hardware is None:
             return Capacity(kv_tokens=kv_tokens)
-        pad = int(rules["n_ctx_pad"])
+        pad = constants.n_ctx_pad
         seqs_now = settings.n_stream if settings.n_stream > 1 else max(1, settings.n_ctx // max(1, settings.n_ctx_seq))
         per_seq_now = settings.n_ctx_seq if settings.n_stream > 1 else settings.n_ctx // seqs_now
 
         def fits(per_seq: int, seqs: int) -> bool:
             trial = with_context(settings, per_seq, seqs, pad)
-            parts = breakdown(spec, hardware, trial, rules, compute)
+            parts = breakdown(spec, hardware, trial, constants, compute)
             dev = parts.worst
             return parts.placement.gpu_weights[dev] + parts.placement.gpu_kv[dev] + parts.gpu_compute[
                 dev

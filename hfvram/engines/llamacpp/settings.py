@@ -8,10 +8,10 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from hfvram.engines.contract import Constants
 from hfvram.errors import UsageError
 from hfvram.estimate.common import (
     MiB,
-    Rules,
     load_engine_data,
     pad_to_multiple,
     setting,
@@ -45,6 +45,32 @@ def kv_type(name: str) -> str:
     if key not in KV_CACHE_TYPES:
         raise UsageError(f"llama.cpp KV cache type {name!r} is not one of {', '.join(KV_CACHE_TYPES)}")
     return key
+
+
+@dataclass(frozen=True)
+class LlamaCppConstants(Constants):
+    """The ``[defaults]`` and ``[versions]`` keys of ``rules.toml`` (each value's source is beside it there),
+    checked when they load. The ``[compute]`` table (the fitted compute-buffer factors) is read as a mapping."""
+
+    n_batch: int
+    n_ubatch: int
+    type_k: str
+    type_v: str
+    flash_attn: str
+    binary: str
+    server_reserve_outputs: str
+    server_outputs_cap_build: int
+    server_auto_parallel: int
+    n_ctx_pad: int
+    fit: bool
+    fit_target_mib: int
+    fit_ctx_min: int
+    matrix_row_padding: int
+    cuda_overhead_mib: float
+    metal_overhead_mib: float
+    swa_full: bool
+    kv_unified: bool
+    n_rs_seq: int
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -160,30 +186,32 @@ def _on_off_auto(value: str | None, default: str) -> str:
     return mapping[raw]
 
 
-def resolve_settings(spec: ModelSpec, choice: EngineChoice, workload: Workload, rules: Rules) -> Settings:
+def resolve_settings(
+    spec: ModelSpec, choice: EngineChoice, workload: Workload, constants: LlamaCppConstants
+) -> Settings:
     """Apply llama.cpp's defaults (llamacpp.md#llamacpp-defaults) to the user's settings and workload.
 
     Context: ``ctx-size`` is the whole cache (all sequences); without it, n_ctx = workload.context (default the
     model's n_ctx_train) × the sequences the workload holds at full length (``workload.concurrency``)."""
     notes: list[str] = []
-    binary = resolve_binary(choice, rules)
-    parallel, kv_unified = resolve_slots(choice, workload, binary, rules, notes)
+    binary = resolve_binary(choice, constants)
+    parallel, kv_unified = resolve_slots(choice, workload, binary, constants, notes)
     ctx_size = resolve_ctx_size(spec, choice, workload, parallel, kv_unified)
-    n_ctx, n_ctx_seq, n_stream = kv_cells(ctx_size, parallel, kv_unified, int(rules["n_ctx_pad"]))
-    n_batch, n_ubatch, n_outputs_max = resolve_batches(choice, rules, binary, parallel)
+    n_ctx, n_ctx_seq, n_stream = kv_cells(ctx_size, parallel, kv_unified, constants.n_ctx_pad)
+    n_batch, n_ubatch, n_outputs_max = resolve_batches(choice, constants, binary, parallel)
     if binary == "llama-server" and not any(
         setting(choice, name) for name in ("build", "reserve-outputs", "n-outputs-max")
     ):
         rows = min(n_ubatch, n_outputs_max)
         notes.append(
-            f"llama-server reserve: {rows} logits rows per ubatch as builds before {rules['server_outputs_cap_build']} "
+            f"llama-server reserve: {rows} logits rows per ubatch as builds before {constants.server_outputs_cap_build} "
             "reserve them (--set build=N for a newer build)"
         )
-    fa = _on_off_auto(setting(choice, "flash-attn", "fa"), str(rules["flash_attn"]))
+    fa = _on_off_auto(setting(choice, "flash-attn", "fa"), constants.flash_attn)
     if fa == "auto":
         notes.append("flash-attn auto resolves to on when the device supports every FA op (assumed)")
     flash_attn = fa != "off"
-    type_k, type_v = resolve_kv_types(spec, choice, workload, rules, flash_attn)
+    type_k, type_v = resolve_kv_types(spec, choice, workload, constants, flash_attn)
     n_layer = spec.num_layers
     ngl = setting_int(choice, "n-gpu-layers", "ngl", "gpu-layers")
     if ngl is None or ngl < 0 or ngl > n_layer + 1:
@@ -191,7 +219,7 @@ def resolve_settings(spec: ModelSpec, choice: EngineChoice, workload: Workload, 
     cpu_moe = n_layer if setting_bool(choice, "cpu-moe", "cmoe") else 0
     cpu_moe = max(cpu_moe, setting_int(choice, "n-cpu-moe", "ncmoe", default=0) or 0)
     split_mode, tensor_split = resolve_split(choice)
-    fit_target = setting_int(choice, "fit-target", "fitt", default=int(rules["fit_target_mib"]))
+    fit_target = setting_int(choice, "fit-target", "fitt", default=constants.fit_target_mib)
     return Settings(
         binary=binary,
         n_ctx=n_ctx,
@@ -205,24 +233,24 @@ def resolve_settings(spec: ModelSpec, choice: EngineChoice, workload: Workload, 
         flash_attn=flash_attn,
         type_k=type_k,
         type_v=type_v,
-        swa_full=setting_bool(choice, "swa-full", default=bool(rules["swa_full"])),
+        swa_full=setting_bool(choice, "swa-full", default=constants.swa_full),
         n_gpu_layers=ngl,
         cpu_moe_layers=min(cpu_moe, n_layer),
         override_tensor=_parse_override(setting(choice, "override-tensor", "ot")),
         split_mode=split_mode,
         tensor_split=tensor_split,
         kv_offload=not setting_bool(choice, "no-kv-offload", "nkvo"),
-        fit=setting_bool(choice, "fit", default=bool(rules["fit"])),
+        fit=setting_bool(choice, "fit", default=constants.fit),
         fit_target_bytes=(fit_target or 0) * MiB,
-        n_rs_seq=int(rules["n_rs_seq"]),
+        n_rs_seq=constants.n_rs_seq,
         notes=tuple(notes),
-        matrix_row_padding=int(rules["matrix_row_padding"]),
+        matrix_row_padding=constants.matrix_row_padding,
     )
 
 
-def resolve_binary(choice: EngineChoice, rules: Rules) -> str:
+def resolve_binary(choice: EngineChoice, constants: LlamaCppConstants) -> str:
     """llama-server or llama-cli (their slot and output defaults differ)."""
-    binary = (setting(choice, "binary") or str(rules["binary"])).strip().lower()
+    binary = (setting(choice, "binary") or constants.binary).strip().lower()
     if binary in ("server", "llama-server"):
         return "llama-server"
     if binary in ("cli", "llama-cli", "main", "llama-bench", "library"):
@@ -231,7 +259,7 @@ def resolve_binary(choice: EngineChoice, rules: Rules) -> str:
 
 
 def resolve_slots(
-    choice: EngineChoice, workload: Workload, binary: str, rules: Rules, notes: list[str]
+    choice: EngineChoice, workload: Workload, binary: str, constants: LlamaCppConstants, notes: list[str]
 ) -> tuple[int, bool]:
     """(parallel sequences, unified KV cache): ``-np`` when given, else the workload's concurrency, else
     llama-server's auto slots sharing one unified cache."""
@@ -241,14 +269,14 @@ def resolve_slots(
         if workload.concurrency > 1:
             parallel = workload.concurrency
         elif binary == "llama-server":
-            parallel = int(rules["server_auto_parallel"])
+            parallel = constants.server_auto_parallel
             if unified_setting is None:
                 unified_setting = "true"
                 notes.append(f"llama-server -np auto: {parallel} slots sharing one unified KV cache")
         else:
             parallel = 1
     kv_unified = (
-        setting_bool(choice, "kv-unified", "kvu", default=bool(rules["kv_unified"]))
+        setting_bool(choice, "kv-unified", "kvu", default=constants.kv_unified)
         if unified_setting is None
         else unified_setting.strip().lower() in ("", "1", "true", "on", "yes")
     )
@@ -267,21 +295,23 @@ def resolve_ctx_size(spec: ModelSpec, choice: EngineChoice, workload: Workload, 
     return per_seq * max(1, workload.concurrency if kv_unified else parallel)
 
 
-def resolve_batches(choice: EngineChoice, rules: Rules, binary: str, parallel: int) -> tuple[int, int, int]:
+def resolve_batches(
+    choice: EngineChoice, constants: LlamaCppConstants, binary: str, parallel: int
+) -> tuple[int, int, int]:
     """(n_batch, n_ubatch, n_outputs_max). The prompt graph of the reserve holds ``min(ubatch, n_outputs_max)`` logits
     rows; ``n_outputs_max`` is n_batch except in llama-server from build 9460 on (de6f727a, 2026-06-01:
     ``server_n_outputs_max`` = n_parallel × (1 + draft)). Without ``build=N`` hfvram assumes an older llama-server
     (every published log we hold: one row per ubatch token); ``reserve-outputs=ubatch|slots`` forces the era,
     ``n-outputs-max=N`` sets the cap directly."""
-    n_batch = setting_int(choice, "batch-size", "b", default=int(rules["n_batch"])) or int(rules["n_batch"])
-    n_ubatch = setting_int(choice, "ubatch-size", "ub", default=int(rules["n_ubatch"])) or int(rules["n_ubatch"])
+    n_batch = setting_int(choice, "batch-size", "b", default=constants.n_batch) or constants.n_batch
+    n_ubatch = setting_int(choice, "ubatch-size", "ub", default=constants.n_ubatch) or constants.n_ubatch
     n_ubatch = min(n_ubatch, n_batch)
     n_outputs_max = n_batch
     if binary == "llama-server":
         build = setting_int(choice, "build")
-        default = str(rules["server_reserve_outputs"])
+        default = constants.server_reserve_outputs
         if build is not None and build > 0:
-            default = "slots" if build >= int(rules["server_outputs_cap_build"]) else "ubatch"
+            default = "slots" if build >= constants.server_outputs_cap_build else "ubatch"
         era = (setting(choice, "reserve-outputs") or default).strip().lower()
         if era not in ("ubatch", "slots"):
             raise UsageError(f"reserve-outputs={era!r}: use ubatch (builds before the cap) or slots (n_outputs_max)")
@@ -292,13 +322,13 @@ def resolve_batches(choice: EngineChoice, rules: Rules, binary: str, parallel: i
 
 
 def resolve_kv_types(
-    spec: ModelSpec, choice: EngineChoice, workload: Workload, rules: Rules, flash_attn: bool
+    spec: ModelSpec, choice: EngineChoice, workload: Workload, constants: LlamaCppConstants, flash_attn: bool
 ) -> tuple[str, str]:
     """(cache-type-k, cache-type-v), with llama.cpp's refusals: different K and V types for MLA, a quantized
     V cache without flash attention."""
     default_kv = None if workload.kv_dtype in ("auto", "") else kv_type(workload.kv_dtype)
-    type_k = kv_type(setting(choice, "cache-type-k", "ctk") or default_kv or str(rules["type_k"]))
-    type_v = kv_type(setting(choice, "cache-type-v", "ctv") or default_kv or str(rules["type_v"]))
+    type_k = kv_type(setting(choice, "cache-type-k", "ctk") or default_kv or constants.type_k)
+    type_v = kv_type(setting(choice, "cache-type-v", "ctv") or default_kv or constants.type_v)
     if type_k != type_v and any(layer.kind is LayerKind.MLA for layer in spec.layers):
         # llama_init_from_model: "model does not support different K and V cache types" (MLA keeps V inside K);
         # seen in benchmarks/data/llamacpp_truth.jsonl (deepseek-v2-lite, q8_0 / f16)
@@ -325,7 +355,7 @@ def resolve_split(choice: EngineChoice) -> tuple[str, tuple[float, ...]]:
     return split_mode, tensor_split
 
 
-def _matches_override(name: str, settings: Settings) -> str | None:
+def matches_override(name: str, settings: Settings) -> str | None:
     for pattern, buft in settings.override_tensor:
         if re.search(pattern, name):
             return buft

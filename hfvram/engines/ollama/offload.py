@@ -4,16 +4,17 @@ llama-server's ``--fit`` (0.30 on), the last two on llama.cpp's memory model."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 
 from hfvram.engines.llamacpp import profile as lc
 from hfvram.engines.llamacpp.fit import plan_for
 from hfvram.engines.llamacpp.memory_model import MemoryModel, speed_of
-from hfvram.engines.llamacpp.offload import _offloaded
+from hfvram.engines.llamacpp.offload import offloaded_estimate
 from hfvram.engines.llamacpp.offload_plan import DeviceBudget, LayerPlace, OffloadPlan, Slot
 from hfvram.engines.llamacpp.placement import is_metal
 from hfvram.engines.ollama import profile as ollama
+from hfvram.engines.ollama.settings import OllamaConstants, llama_server_settings, minimum_memory, resolve
 from hfvram.estimate.common import setting_int
 from hfvram.estimate.host_memory import HostMemory, parse_host_memory
 from hfvram.estimate.types import VERDICT_DOES_NOT_FIT, VERDICT_OFFLOAD, EngineChoice, Estimate, Hardware, Workload
@@ -26,32 +27,31 @@ def apply_to_estimate(est: Estimate, choice: EngineChoice, workload: Workload) -
     hardware = est.hardware
     if hardware is None or est.refusal or is_metal(hardware) or est.verdict != VERDICT_DOES_NOT_FIT:
         return est
-    _, rules = ollama.PROFILE.rules(choice.version)
-    if rules["legacy"]:
+    _, constants = ollama.PROFILE.constants(choice.version)
+    if constants.legacy:
         placed, total = est.engine.get("layers_offload"), est.engine.get("layers_model")
         if not isinstance(placed, int) or not isinstance(total, int) or placed >= total:
             return est
         note = f"Ollama's scheduler puts {placed} of {total} layers on the GPU and runs the rest on the CPU"
         return replace(est, verdict=VERDICT_OFFLOAD, decode_tokens_per_second=None, warnings=(*est.warnings, note))
-    rules["model_type_to_arch"] = ollama.PROFILE.data.get("model_type_to_arch", {})
-    settings = ollama.resolve(est.spec, hardware, choice, workload, rules)
+    settings = resolve(est.spec, hardware, choice, workload, constants, ollama.PROFILE.model_type_to_arch)
     if settings.num_parallel <= 0:
         settings = replace(settings, num_parallel=1)
-    server = ollama.llama_server_settings(choice, settings)
+    server = llama_server_settings(choice, settings)
     if "n-gpu-layers" in server:
         return est  # num_gpu set: Ollama loads as asked
     lc_choice = EngineChoice("llama.cpp", settings=server)
     lc_workload = Workload(kv_dtype=settings.kv_cache_type)
     host = hardware.host or parse_host_memory(None)
-    if rules["runner"] == "llama-server":
+    if constants.runner == "llama-server":
         plan, _, _ = plan_for(est.spec, hardware, lc_choice, lc_workload, host=host, ram_bytes=hardware.ram_bytes)
         if plan is None or plan.status != "offload":
             return replace(est, offload=plan) if plan is not None else est
-        return _offloaded(est, plan, "Ollama's llama-server --fit")
-    plan = ollama_layout_plan(est.spec, hardware, lc_choice, lc_workload, host, rules, choice)
+        return offloaded_estimate(est, plan, "Ollama's llama-server --fit")
+    plan = ollama_layout_plan(est.spec, hardware, lc_choice, lc_workload, host, constants, choice)
     if plan.status != "offload":
         return replace(est, offload=plan)
-    return _offloaded(est, plan, "Ollama's scheduler")
+    return offloaded_estimate(est, plan, "Ollama's scheduler")
 
 
 def ollama_layout_plan(
@@ -60,7 +60,7 @@ def ollama_layout_plan(
     lc_choice: EngineChoice,
     lc_workload: Workload,
     host: HostMemory,
-    rules: Mapping[str, object],
+    constants: OllamaConstants,
     choice: EngineChoice,
 ) -> OffloadPlan:
     """Ollama 0.13 - 0.29's layout (``llm/server.go`` ``buildLayout`` / ``assignLayers`` / ``findBestFit`` /
@@ -70,9 +70,9 @@ def ollama_layout_plan(
     layer (it then stays on the CPU). Whole layers: no expert tensors apart.
 
     Longer than 60 lines: it follows Ollama's steps in their order, so that it reads against the Go source."""
-    _, settings, lc_rules, consts = lc.PROFILE.settings_for(spec, hardware, lc_choice, lc_workload)
+    _, settings, lc_constants, consts = lc.PROFILE.settings_for(spec, hardware, lc_choice, lc_workload)
     nd = hardware.count
-    mm = MemoryModel(spec, settings, lc_rules, consts, nd)
+    mm = MemoryModel(spec, settings, lc_constants, consts, nd)
     n_layer = mm.n_layer
     st = mm.at_ctx(settings.n_ctx)
     kv = mm.kv(st)
@@ -80,10 +80,8 @@ def ollama_layout_plan(
         mm.dense[il] + mm.experts[il] + (kv.per_layer[il] if il < len(kv.per_layer) else 0) for il in range(n_layer)
     ]
     blocks.append(mm.output)
-    gpu_overhead = setting_int(
-        choice, "gpu_overhead", "OLLAMA_GPU_OVERHEAD", default=int(str(rules["gpu_overhead_bytes"]))
-    )
-    minimum = ollama.minimum_memory(hardware, rules) + (gpu_overhead or 0)
+    gpu_overhead = setting_int(choice, "gpu_overhead", "OLLAMA_GPU_OVERHEAD", default=constants.gpu_overhead_bytes)
+    minimum = minimum_memory(hardware, constants) + (gpu_overhead or 0)
     graph = mm.compute(st, True, True, False, 0)
     free = [max(0, gpu.gpu_memory_bytes - minimum - graph) for gpu in hardware.gpus]
     assignment = ollama_assign_layers(blocks, free)

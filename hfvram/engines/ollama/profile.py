@@ -15,6 +15,9 @@ ollama@0.5`` … ``ollama@0.30``; no version = the newest).
   layer count it would offload (``layers.offload``) and ``memory.required.*``; ``num_ctx`` 2048 (before 0.6.7)
   or 4096; ``num_parallel`` auto (4 slots before 0.6.7, 2 until 0.10, when the model then fits whole) or 1.
 
+The modules: ``settings`` (constants, Ollama's settings, the llama-server arguments), ``legacy`` (the legacy
+estimator), this profile (the five steps of the contract, either era), ``offload`` (its placement into RAM).
+
 Settings (Ollama's names): ``num_ctx`` (``OLLAMA_CONTEXT_LENGTH``), ``num_parallel`` (``OLLAMA_NUM_PARALLEL``),
 ``num_batch``, ``num_gpu`` (layers on the GPU), ``flash_attention`` (``OLLAMA_FLASH_ATTENTION``),
 ``kv_cache_type`` (``OLLAMA_KV_CACHE_TYPE``), ``gpu_overhead`` (``OLLAMA_GPU_OVERHEAD``, bytes).
@@ -22,630 +25,158 @@ Settings (Ollama's names): ``num_ctx`` (``OLLAMA_CONTEXT_LENGTH``), ``num_parall
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from hfvram.engines.base import ProfileBase
+from hfvram.engines.contract import Narration, StagedProfile, Terms
 from hfvram.engines.llamacpp import profile as llamacpp
-from hfvram.engines.llamacpp.placement import _layer_weight_bytes
-from hfvram.engines.llamacpp.settings import KV_ALIASES, resolve_settings
-from hfvram.errors import UsageError
-from hfvram.estimate.common import (
-    GiB,
-    MiB,
-    Rules,
-    active_weight_bytes,
-    decode_tokens_per_second,
-    finish_estimate,
-    layer_kv_elems_per_token_rank,
-    setting,
-    setting_bool,
-    setting_int,
+from hfvram.engines.llamacpp.settings import resolve_settings
+from hfvram.engines.ollama.legacy import LegacySized, legacy_engine_report, legacy_narration, legacy_size
+from hfvram.engines.ollama.settings import (
+    ENGINE,
+    OllamaConstants,
+    Settings,
+    engine_report,
+    gguf_arch,
+    llama_server_settings,
+    minimum_memory,
+    resolve,
 )
-from hfvram.estimate.types import Capacity, EngineChoice, Estimate, Hardware, PerGpu, Workload
-from hfvram.spec import RECURRENT_KINDS, LayerKind, ModelSpec
-
-ENGINE = "ollama"
-
-
-def gguf_arch(spec: ModelSpec, rules: Rules) -> str:
-    """The GGUF architecture name Ollama switches on: the GGUF's own, else mapped from config.json's model_type."""
-    arch = spec.extra.get("gguf_arch") if spec.extra else None
-    if isinstance(arch, str) and arch:
-        return arch
-    mapping = rules.get("model_type_to_arch", {})
-    return (
-        str(mapping.get(spec.model_type or "", spec.model_type or ""))
-        if isinstance(mapping, Mapping)
-        else (spec.model_type or "")
-    )
-
-
-def default_num_ctx(hardware: Hardware | None, rules: Rules) -> int:
-    """server/routes.go: num_ctx from the total VRAM of all GPUs (tiers in ollama.toml)."""
-    if hardware is None:
-        return int(rules["num_ctx_no_gpu"])
-    total_gib = hardware.total_gpu_memory_bytes / GiB  # every GPU's, a mixed set's too
-    for threshold, num_ctx in rules["num_ctx_tiers"]:
-        if total_gib >= threshold:
-            return int(num_ctx)
-    return int(rules["num_ctx_no_gpu"])
-
-
-def flash_attention_default(spec: ModelSpec, rules: Rules) -> bool:
-    return gguf_arch(spec, rules) in tuple(rules["flash_attention_archs"])
-
-
-def minimum_memory(hardware: Hardware | None, rules: Rules) -> int:
-    """Ollama's fixed reserve per GPU (ml/device.go::MinimumMemory) plus OLLAMA_GPU_OVERHEAD."""
-    metal = hardware is not None and (hardware.gpu.unified_memory or hardware.gpu.vendor == "apple")
-    mib = int(rules["minimum_memory_metal_mib" if metal else "minimum_memory_cuda_mib"])
-    return mib * MiB
+from hfvram.estimate.common import MiB, require_weights, setting_int
+from hfvram.estimate.types import Capacity, EngineChoice, Estimate, Hardware, Workload
+from hfvram.spec import ModelSpec
 
 
 @dataclass(frozen=True)
-class Settings:
-    """Ollama's settings as the estimate used them (notes: what resolving them changed, for the warnings)."""
+class CurrentSized:
+    """From ``0.13`` on: llama-server's own accounting with Ollama's arguments (``lc_choice``), Ollama's per-GPU
+    minimum as the overhead (``overhead``), sized by llama.cpp's profile."""
 
-    num_ctx: int  # per sequence
-    num_parallel: int
-    num_batch: int
-    kv_cache_type: str
-    flash_attention: bool
-    notes: tuple[str, ...] = ()
-
-
-def resolve(
-    spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload, rules: Rules
-) -> Settings:
-    """num_ctx per sequence, num_parallel, num_batch, KV type and flash attention with Ollama's defaults."""
-    notes: list[str] = []
-    num_ctx = setting_int(choice, "num_ctx", "OLLAMA_CONTEXT_LENGTH") or workload.context
-    if num_ctx is None:
-        num_ctx = default_num_ctx(hardware, rules)
-        tiered = len(rules["num_ctx_tiers"]) > 1
-        notes.append(
-            f"num_ctx default {num_ctx} "
-            + ("(Ollama tiers it by total VRAM)" if tiered else "(this release's default)")
-        )
-    train = spec.max_position_embeddings
-    if train and num_ctx > train:
-        notes.append(f"num_ctx {num_ctx} is above the model's n_ctx_train {train}: Ollama lowers it to {train}")
-        num_ctx = train
-    parallel = setting_int(choice, "num_parallel", "OLLAMA_NUM_PARALLEL")
-    if parallel is None:
-        parallel = workload.concurrency if workload.concurrency > 1 else int(rules["num_parallel"])
-    if parallel <= 0:
-        # OLLAMA_NUM_PARALLEL 0 (the default before 0.10): server/sched.go tries defaultParallel slots first and
-        # keeps them when the model fits the GPU(s) whole, else one (legacy_estimate decides, see auto_parallel)
-        parallel = 0
-    num_batch = setting_int(choice, "num_batch", default=int(rules["num_batch"])) or int(rules["num_batch"])
-    fa_default = flash_attention_default(spec, rules)
-    flash = setting_bool(choice, "flash_attention", "OLLAMA_FLASH_ATTENTION", default=fa_default)
-    kv = (
-        setting(choice, "kv_cache_type", "OLLAMA_KV_CACHE_TYPE")
-        or (workload.kv_dtype if workload.kv_dtype not in ("auto", "") else None)
-        or str(rules["kv_cache_type"])
-    )
-    kv = KV_ALIASES.get(kv.lower(), kv.lower())
-    if kv not in tuple(rules["kv_cache_types"]):
-        raise UsageError(f"Ollama KV cache type {kv!r} is not one of {', '.join(rules['kv_cache_types'])}")
-    if kv != "f16" and not flash:
-        notes.append(f"OLLAMA_KV_CACHE_TYPE={kv} needs flash attention: Ollama falls back to f16")
-        kv = "f16"
-    return Settings(num_ctx, parallel, num_batch, kv, flash, tuple(notes))
+    settings: Settings
+    lc_choice: EngineChoice
+    lc_version: str
+    overhead: int
+    runner: str
+    sized: llamacpp.Sized
 
 
-# ---------------------------------------------------------------------------------------------------------
-# Legacy estimator (ollama ≤ 0.12)
-# ---------------------------------------------------------------------------------------------------------
-
-
-def legacy_kv_per_layer(
-    spec: ModelSpec, arch: str, context: int, parallel: int, batch: int, kv: str, rules: Rules
-) -> list[int]:
-    """KV bytes per layer as GraphSize estimates them (docs/engines/ollama.md#ollama-legacy-estimator): ``ctx × parallel × (k + v) × kv_heads ×
-    bytes`` with q8_0 = 1.0 and q4_0 = 0.5; recurrent layers F32 conv + SSM state; Gemma 3 local layers
-    ``parallel × window + batch`` cells; gpt-oss even layers ``parallel × 4096 + batch``."""
-    per_elem = float(rules["legacy_kv_bytes"][kv])
-    cells = context * parallel
-    out = []
-    for il, layer in enumerate(spec.layers):
-        if layer.kind in RECURRENT_KINDS:
-            out.append(int(4 * layer.state_elems))
-            continue
-        if layer.kind is LayerKind.NONE:
-            out.append(0)
-            continue
-        if layer.kind is LayerKind.MLA:
-            # GraphSize counts context × (key_length + value_length) × head_count_kv of the GGUF: Ollama's DeepSeek
-            # GGUFs of this era store full per-head K (nope + rope) and V, not the latent (ollama #8447: 9.5 GiB)
-            width = layer.num_kv_heads * (layer.head_dim_k + layer.head_dim_v)
-        else:
-            width = layer_kv_elems_per_token_rank(layer, 1)
-        layer_cells = cells
-        if arch == "gemma3" and (il + 1) % 6 != 0 and layer.window:
-            layer_cells = parallel * layer.window + batch
-        elif arch in ("gpt-oss", "gptoss") and il % 2 == 0:
-            layer_cells = parallel * int(rules["gptoss_swa_cells"]) + batch
-        out.append(int(layer_cells * width * per_elem))
-    return out
-
-
-def legacy_graph(
-    spec: ModelSpec,
-    arch: str,
-    context: int,
-    parallel: int,
-    batch: int,
-    kv_total: int,
-    flash: bool,
-    *,
-    kv_total_full: int | None = None,
-    gptoss_graph: str = "0.11.5",
-) -> tuple[int, int, str]:
-    """(partialOffload, fullOffload, rule) of fs/ggml/ggml.go::GraphSize; unknown architectures fall back to
-    memory.go's ``gqa × kvTotal / 6`` for both.
-
-    Longer than 60 lines and with one-letter names on purpose: it transcribes GraphSize's per-architecture
-    formulas with GraphSize's own variable names (c = context, b = batch, e = embedding, h = heads, v = vocab),
-    so that each branch can be compared with the Go source line by line."""
-    c = context * parallel
-    b = batch
-    e = spec.hidden_size or 0
-    h = spec.num_attention_heads or 0
-    kv_layers = [layer for layer in spec.layers if layer.num_kv_heads]
-    h_kv = max((layer.num_kv_heads for layer in kv_layers), default=0)
-    e_h = max((layer.head_dim_k for layer in kv_layers), default=0)
-    v = spec.vocab_size or 0
-    full = partial = 0
-    rule = arch
-    if arch in ("llama", "llama4"):
-        full = max(4 * b * (1 + 4 * e + c * (1 + h)), 4 * b * (e + v))
-        partial = 4 * b * e + max(
-            4 * b * (1 + e + max(c, e)) + e * e * 9 // 16 + 4 * c * (b * h + e_h * h_kv),
-            4 * b * (e + v) + e * v * 105 // 128,
-        )
-    elif arch in ("gemma", "gemma2", "gemma3", "gemma3n"):
-        full = max(4 * b * (e + v), 4 * b * (2 + c + c * h + 2 * e + 2 * e_h * h))
-        partial = max(
-            4 * e * b + e * v * 105 // 128 + 4 * v * b,
-            4 * b * (2 * e + 1 + 2 * e_h * h + c + c * h) + 4 * e_h * c * 8 + e * e_h * h * 9 // 16,
-        )
-        if arch == "gemma3n":
-            full, partial = full * 4, partial * 4
-    elif arch == "command-r":
-        full = max(4 * b * (e + v), 4 * b * (2 + 4 * e + c * (1 + h)))
-        partial = max(
-            4 * b * (e + v) + e * v * 105 // 128, 4 * b * (1 + 2 * e + c * (1 + h)) + 4 * e * c + e * e * 9 // 16
-        )
-    elif arch == "qwen2":
-        full = max(4 * b * (e + v), 4 * b * (1 + 2 * e + c + c * h))
-        partial = max(4 * b * (e + v) + e * v * 105 // 128, 4 * (b * (1 + 2 * e + c * (1 + h)) + e * (1 + c)))
-    elif arch == "phi2":
-        full = max(4 * b * (e + v), 4 * b * (1 + 4 * e + c + c * h))
-        partial = max(4 * b * (2 * e + v) + e * v * 105 // 128, 4 * b * (2 + 3 * e + c + c * h))
-    elif arch == "stablelm":
-        full = 4 * b * (c * (1 + h) + 3 * e + 2)
-        partial = max(4 * b * (v + 2 * e), full)
-    elif arch == "deepseek2":
-        full = max(4 * b * (3 * e + v), 4 * b * (3 * e + 2 + c * (1 + h_kv) + 2 * e_h * h_kv))
-        partial = max(
-            4 * b * (3 * e + v) + e * v * 105 // 128,
-            4 * b * (2 * e + 1 + 2 * e_h * h_kv + c + c * h_kv) + 4 * e_h * c * h_kv + e * e_h * h_kv * 9 // 16,
-        )
-    elif arch in ("gptoss", "gpt-oss"):
-        # kvTotal is summed before the gpt-oss case re-sizes the windowed layers: every layer at the full context
-        h_kv_min = min((layer.num_kv_heads for layer in kv_layers), default=1) or 1
-        kv_full = kv_total_full if kv_total_full is not None else kv_total
-        if gptoss_graph == "0.11.0":
-            full = 4 * h // h_kv_min * kv_full // 6
-            partial = 2 * full
-            rule = "gpt-oss (0.11.0-0.11.4): full 4·h/h_kv·kvTotal/6, partial 2 × full"
-        else:
-            partial = 2 * h // h_kv_min * kv_full // 6
-            rule = "gpt-oss: 2·h/h_kv·kvTotal/6"
-            if flash:
-                partial = (4 * parallel + (c >> 10) + 110) * MiB
-                rule = "gpt-oss with flash attention: (4·parallel + ctx/1024 + 110) MiB"
-    if partial == 0:
-        h_kv_min = min((layer.num_kv_heads for layer in kv_layers), default=0)
-        gqa = h // h_kv_min if h_kv_min else 1
-        partial = gqa * kv_total // 6
-        rule = f"{arch}: no graph formula, memory.go default gqa ({gqa}) × KV total / 6"
-    if full == 0:
-        full = partial
-    return partial, full, rule
-
-
-class OllamaProfile(ProfileBase):
-    name = ENGINE
-
-    def estimate(
-        self, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload
-    ) -> Estimate:
-        version, rules = self.rules(choice.version)
-        rules["model_type_to_arch"] = self.data.get("model_type_to_arch", {})
-        settings = resolve(spec, hardware, choice, workload, rules)
-        if rules["legacy"]:
-            return legacy_estimate(spec, hardware, choice, workload, version, rules, settings)
-        if settings.num_parallel <= 0:
-            settings = replace(settings, num_parallel=1)  # OLLAMA_NUM_PARALLEL 0 means 1 from 0.10 on
-        return current_estimate(spec, hardware, choice, workload, version, rules, settings)
-
-
-def llama_server_settings(choice: EngineChoice, settings: Settings) -> dict[str, str]:
-    """The llama-server arguments Ollama starts: -c num_ctx×num_parallel -np num_parallel -b/-ub num_batch, -fa,
-    -ctk/-ctv (and -ngl num_gpu when set)."""
-    kv = settings.kv_cache_type
-    arguments = {
-        "binary": "llama-server",
-        "ctx-size": str(settings.num_ctx * settings.num_parallel),
-        "parallel": str(settings.num_parallel),
-        "kv-unified": "false",
-        "batch-size": str(settings.num_batch),
-        "ubatch-size": str(settings.num_batch),
-        "flash-attn": "on" if settings.flash_attention else "off",
-        "cache-type-k": kv,
-        "cache-type-v": kv,
-    }
-    num_gpu = setting_int(choice, "num_gpu")
-    if num_gpu is not None:
-        arguments["n-gpu-layers"] = str(num_gpu)
-    return arguments
-
-
-def current_estimate(
-    spec: ModelSpec,
-    hardware: Hardware | None,
-    choice: EngineChoice,
-    workload: Workload,
-    version: str,
-    rules: Rules,
-    settings: Settings,
-) -> Estimate:
-    """llama-server's own accounting with Ollama's arguments, Ollama's per-GPU minimum as the overhead."""
+def current_size(
+    spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, constants: OllamaConstants, settings: Settings
+) -> CurrentSized:
+    """llama.cpp's buffers for the llama-server Ollama starts, with its overhead replaced by Ollama's minimum."""
     lc_choice = EngineChoice(name="llama.cpp", settings=llama_server_settings(choice, settings))
-    lc_version, lc_rules, compute = llamacpp.rules_for(lc_choice)
-    lc_rules = dict(lc_rules)
-    gpu_overhead = setting_int(choice, "gpu_overhead", "OLLAMA_GPU_OVERHEAD", default=int(rules["gpu_overhead_bytes"]))
-    overhead = minimum_memory(hardware, rules) + (gpu_overhead or 0)
-    lc_rules["cuda_overhead_mib"] = lc_rules["metal_overhead_mib"] = overhead / MiB
-    lc_settings = resolve_settings(spec, lc_choice, Workload(kv_dtype=settings.kv_cache_type), lc_rules)
-    estimate = llamacpp.PROFILE.finish(
-        spec,
-        hardware,
-        lc_choice,
-        workload,
-        lc_version,
-        lc_settings,
-        lc_rules,
-        compute,
-        extra_warnings=settings.notes,
-        extra_explain={
-            "overhead": f"Ollama's per-GPU minimum {overhead / MiB:.0f} MiB (ml/device.go MinimumMemory + OLLAMA_GPU_OVERHEAD)"
-        },
-    )
-    engine = {
-        **estimate.engine,
-        **engine_report(settings, choice, version),
-        "runs": (
-            f"llama-server --fit (llama.cpp rules {lc_version})"
-            if rules["runner"] == "llama-server"
-            else f"Ollama's allocation dry run of the llama.cpp graph (llama.cpp rules {lc_version})"
-        ),
-    }
-    return replace(estimate, engine=engine)
+    lc_version, lc_constants = llamacpp.PROFILE.constants(lc_choice.version)
+    gpu_overhead = setting_int(choice, "gpu_overhead", "OLLAMA_GPU_OVERHEAD", default=constants.gpu_overhead_bytes)
+    overhead = minimum_memory(hardware, constants) + (gpu_overhead or 0)
+    lc_constants = replace(lc_constants, cuda_overhead_mib=overhead / MiB, metal_overhead_mib=overhead / MiB)
+    lc_settings = resolve_settings(spec, lc_choice, Workload(kv_dtype=settings.kv_cache_type), lc_constants)
+    require_weights(spec)
+    sized = llamacpp.PROFILE.size(spec, hardware, lc_settings, lc_constants, llamacpp.PROFILE.compute_factors())
+    return CurrentSized(settings, lc_choice, lc_version, overhead, constants.runner, sized)
 
 
-def engine_report(settings: Settings, choice: EngineChoice, version: str) -> dict[str, object]:
-    return {
-        "name": ENGINE,
-        "version": choice.version,
-        "rules": version,
-        "num_ctx": settings.num_ctx,
-        "num_parallel": settings.num_parallel,
-        "num_batch": settings.num_batch,
-        "kv_cache_type": settings.kv_cache_type,
-        "flash_attention": settings.flash_attention,
-    }
+class OllamaProfile(StagedProfile[OllamaConstants, Settings, CurrentSized | LegacySized]):
+    """Ollama's five steps; the breakdown is the legacy estimator's before ``0.13`` (``legacy`` in the rules),
+    llama.cpp's from then on."""
 
-
-@dataclass(frozen=True)
-class LegacyBreakdown:
-    """Ollama ≤ 0.12's own pre-load estimate: the figures of its ``offload to cuda`` log line (memory.required.*,
-    memory.graph.*, memory.weights.*, layers.offload / layers.split), from llm/memory.go::estimateGPULayers."""
-
-    arch: str
-    num_parallel: int
-    kv_layers: tuple[int, ...]
-    graph_partial: int  # as logged (several GPUs: the partial figure for both)
-    graph_full: int
-    graph_rule: str
-    gpus: int
-    weights_repeating: int
-    output: int
-    embd: int
-    minimum: int
-    layers_offload: int
-    layers_model: int
-    layer_split: tuple[int, ...]
-    allocations: tuple[int, ...]
-    required_partial: int
-    required_full: int
-    spare: int
+    name = ENGINE
+    constants_type = OllamaConstants
+    # the current era checks the weights after resolving llama-server's settings, the legacy one never
+    requires_weights = False
 
     @property
-    def kv_total(self) -> int:
-        return sum(self.kv_layers)
+    def model_type_to_arch(self) -> Mapping[str, str]:
+        """HF model_type -> GGUF architecture (``[model_type_to_arch]``), for specs read from config.json."""
+        mapping: Mapping[str, str] = self.data.get("model_type_to_arch", {})
+        return mapping
 
-    @property
-    def fully_loaded(self) -> bool:
-        return self.layers_offload >= self.layers_model
+    def resolve(
+        self,
+        spec: ModelSpec,
+        hardware: Hardware | None,
+        choice: EngineChoice,
+        workload: Workload,
+        constants: OllamaConstants,
+        version: str,
+    ) -> Settings:
+        settings = replace(resolve(spec, hardware, choice, workload, constants, self.model_type_to_arch), rules=version)
+        if not constants.legacy and settings.num_parallel <= 0:
+            settings = replace(settings, num_parallel=1)  # OLLAMA_NUM_PARALLEL 0 means 1 from 0.10 on
+        return settings
 
-    @property
-    def graph(self) -> int:
-        return self.graph_full if self.fully_loaded else self.graph_partial
+    def breakdown(
+        self,
+        spec: ModelSpec,
+        hardware: Hardware | None,
+        choice: EngineChoice,
+        workload: Workload,
+        constants: OllamaConstants,
+        settings: Settings,
+    ) -> CurrentSized | LegacySized:
+        if constants.legacy:
+            arch = gguf_arch(spec, self.model_type_to_arch)
+            return legacy_size(spec, hardware, choice, constants, settings, arch)
+        return current_size(spec, hardware, choice, constants, settings)
 
-
-def legacy_placement(
-    spec: ModelSpec,
-    free: Sequence[int],
-    rules: Rules,
-    settings: Settings,
-    *,
-    num_gpu: int = -1,
-    gpu_overhead: int = 0,
-    metal: bool = False,
-    projector_weights: int = 0,
-    engine_projector: tuple[int, int] = (0, 0),
-) -> LegacyBreakdown:
-    """llm/memory.go::estimateGPULayers for ``settings.num_parallel`` slots on GPUs with ``free`` bytes each
-    (docs/engines/ollama.md#ollama-legacy-estimator): every GPU that can hold the minimum, the graph and two layers
-    keeps the minimum and one spare layer (blk.0 + its KV); layers are placed from the last one backwards, round
-    robin over the GPUs with room; the output layer (plus an Ollama-engine projector and its graph) last; the
-    graph is added to every GPU holding layers, the full figure only when everything is offloaded.
-    ``projector_weights`` is a llama-engine projector (on the first GPU), ``engine_projector`` the Ollama engine's
-    (weights, graph) from VisionGraphSize.
-
-    Longer than 60 lines on purpose: it transcribes estimateGPULayers loop by loop (the GPU filter, the layer loop,
-    the output layer, the graph) so that each step can be compared with the Go source."""
-    arch = gguf_arch(spec, rules)
-    num_ctx, parallel, kv = settings.num_ctx, max(1, settings.num_parallel), settings.kv_cache_type
-    batch = min(num_ctx * parallel, settings.num_batch)
-    kv_layers = legacy_kv_per_layer(spec, arch, num_ctx, parallel, batch, kv, rules)
-    per_elem = float(rules["legacy_kv_bytes"][kv])
-    kv_full = sum(
-        int(num_ctx * parallel * layer.num_kv_heads * (layer.head_dim_k + layer.head_dim_v) * per_elem)
-        for layer in spec.layers
-        if layer.num_kv_heads
-    )
-    partial, full, graph_rule = legacy_graph(
-        spec,
-        arch,
-        num_ctx,
-        parallel,
-        batch,
-        sum(kv_layers),
-        settings.flash_attention,
-        kv_total_full=kv_full,
-        gptoss_graph=str(rules["gptoss_graph"]),
-    )
-    if metal:
-        partial = full
-    elif len(free) > 1:
-        full = partial  # several GPUs always use the partial graph size
-    graph = max(partial, full)
-    dense, experts, embd, output = _layer_weight_bytes(spec)
-    blocks = [layer_dense + layer_experts for layer_dense, layer_experts in zip(dense, experts)]
-    n_layer = len(blocks)
-    minimum = minimum_memory(None, rules) if not metal else int(rules["minimum_memory_metal_mib"]) * MiB
-    spare = (blocks[0] if blocks else 0) + (kv_layers[0] if kv_layers else 0)
-    count = len(free)
-    # before v0.7.0 / v0.7.1: layers placed from blk.0 forward (0478d440f) and an Ollama-engine projector with its
-    # graph held on the first GPU like a llama-engine one (d75557747), never counted as overflow
-    legacy_era = bool(rules["legacy_forward_layers"])
-    if legacy_era:
-        projector_weights += sum(engine_projector)
-        engine_projector = (0, 0)
-    allocations, counts = [0] * count, [0] * count
-    with_space: list[int] = []
-    for index in range(count):
-        zero_overhead = projector_weights if not with_space else 0
-        if free[index] < gpu_overhead + zero_overhead + graph + minimum + 2 * spare:
-            continue
-        with_space.append(index)
-        allocations[index] += minimum + spare
-    overflow = 0
-    if with_space:
-        allocations[with_space[0]] += projector_weights
-    elif not legacy_era:
-        overflow += projector_weights
-    placed = 0
-    order = range(n_layer) if legacy_era else range(n_layer - 1, -1, -1)
-    for il in order:
-        size = blocks[il] + (kv_layers[il] if il < len(kv_layers) else 0)
-        if 0 <= num_gpu <= placed:
-            overflow += size
-            continue
-        slots = len(with_space)
-        while slots > 0:
-            dev = with_space[il % slots]
-            if free[dev] > gpu_overhead + allocations[dev] + graph + size:
-                allocations[dev] += size
-                counts[dev] += 1
-                placed += 1
-                break
-            with_space.pop(il % slots)
-            slots -= 1
-        if not with_space:
-            overflow += size
-    fully = placed >= n_layer
-    last = output + sum(engine_projector)
-    if last > 0:
-        if num_gpu < 0 or placed < num_gpu:
-            slots = len(with_space)
-            while slots > 0:
-                dev = with_space[placed % slots]
-                if free[dev] > gpu_overhead + allocations[dev] + graph + last:
-                    allocations[dev] += last
-                    counts[dev] += 1
-                    placed += 1
-                    break
-                slots -= 1
-        if placed < n_layer + 1:
-            fully = False
-            overflow += last
-    for dev in range(count):
-        if counts[dev] > 0:
-            allocations[dev] += full if fully else partial
-    required_partial = sum(allocations)
-    return LegacyBreakdown(
-        arch=arch,
-        num_parallel=parallel,
-        kv_layers=tuple(kv_layers),
-        graph_partial=partial,
-        graph_full=full,
-        graph_rule=graph_rule,
-        gpus=count,
-        # before v0.6.1 memory.weights.repeating summed each layer's blk + KV (memoryWeights += layerSize)
-        weights_repeating=sum(blocks) + (sum(kv_layers) if rules["legacy_weights_include_kv"] else 0),
-        output=output,
-        embd=embd,
-        minimum=minimum,
-        layers_offload=placed,
-        layers_model=n_layer + 1,
-        layer_split=tuple(counts),
-        allocations=tuple(allocations),
-        required_partial=required_partial if placed else 0,
-        required_full=required_partial + overflow,
-        spare=spare,
-    )
-
-
-def legacy_auto_parallel(
-    spec: ModelSpec, free: Sequence[int], rules: Rules, settings: Settings, **kwargs: object
-) -> LegacyBreakdown:
-    """OLLAMA_NUM_PARALLEL unset before 0.10 (server/sched.go pickBestFullFitByLibrary): ``auto_parallel`` slots
-    when the whole model then fits the GPUs, else one; a set num_parallel is used as given."""
-    if settings.num_parallel > 0:
-        return legacy_placement(spec, free, rules, settings, **kwargs)  # type: ignore[arg-type]
-    tried = int(rules["auto_parallel"])
-    if tried > 1:
-        parts = legacy_placement(spec, free, rules, replace(settings, num_parallel=tried), **kwargs)  # type: ignore[arg-type]
-        if parts.fully_loaded:
-            return parts
-    return legacy_placement(spec, free, rules, replace(settings, num_parallel=1), **kwargs)  # type: ignore[arg-type]
-
-
-def legacy_narration(
-    spec: ModelSpec,
-    hardware: Hardware | None,
-    version: str,
-    rules: Rules,
-    settings: Settings,
-    parts: LegacyBreakdown,
-    count: int,
-) -> tuple[list[str], dict[str, str]]:
-    """The legacy estimate's warnings and one explanation line per term."""
-    kv = settings.kv_cache_type
-    warnings = [
-        *settings.notes,
-        f"ollama@{version}: Ollama's own pre-load estimate (memory.required.*), not what llama.cpp allocates",
-    ]
-    if hardware is not None and not parts.fully_loaded:
-        warnings.append(
-            f"Ollama's scheduler would offload {parts.layers_offload} of {parts.layers_model} layers to the GPU(s) "
-            f"(layers.offload; memory.required.full {parts.required_full / GiB:.1f} GiB); the rest runs on the CPU"
+    def terms(
+        self, parts: CurrentSized | LegacySized, spec: ModelSpec, hardware: Hardware | None, workload: Workload
+    ) -> Terms:
+        if isinstance(parts, CurrentSized):
+            return llamacpp.PROFILE.terms(parts.sized, spec, hardware, workload)
+        settings = parts.settings
+        return Terms(
+            per_gpu=parts.per_gpu,
+            capacity=Capacity(kv_tokens=settings.num_ctx * settings.num_parallel),
+            decode=parts.decode,
+            context=settings.num_ctx,
+            kv_dtype=settings.kv_cache_type,
+            tp=1,
+            pp=parts.count,
         )
-    explain = {
-        "weights": f"all {spec.num_layers} repeating layers + output layer ({parts.output / MiB:.0f} MiB); token_embd on the CPU",
-        "kv_cache": f"legacy GraphSize KV: {settings.num_ctx} × {settings.num_parallel} cells × (k+v) × kv_heads × {rules['legacy_kv_bytes'][kv]} B ({kv})",
-        "activations": f"graph {'full' if count == 1 else 'partial'} offload: {parts.graph_rule}",
-        "overhead": f"MinimumMemory {parts.minimum / MiB:.0f} MiB + OLLAMA_GPU_OVERHEAD + one spare layer {parts.spare / MiB:.0f} MiB",
-        "usable": "all of the GPU's memory (the legacy estimator compares against free memory)",
-    }
-    return warnings, explain
 
+    def narrate(
+        self,
+        parts: CurrentSized | LegacySized,
+        spec: ModelSpec,
+        hardware: Hardware | None,
+        choice: EngineChoice,
+        workload: Workload,
+    ) -> Narration:
+        if isinstance(parts, LegacySized):
+            warnings, explain = legacy_narration(
+                spec, hardware, parts.settings.rules, parts.constants, parts.settings, parts.parts, parts.count
+            )
+            return Narration(tuple(warnings), explain)
+        lc = llamacpp.PROFILE.narrate(parts.sized, spec, hardware, parts.lc_choice, workload)
+        overhead = f"Ollama's per-GPU minimum {parts.overhead / MiB:.0f} MiB (ml/device.go MinimumMemory + OLLAMA_GPU_OVERHEAD)"
+        return Narration((*parts.settings.notes, *lc.warnings), {**lc.explain, "overhead": overhead})
 
-def legacy_engine_report(
-    settings: Settings, choice: EngineChoice, version: str, parts: LegacyBreakdown, placed: bool
-) -> dict[str, object]:
-    """The engine block of a legacy estimate: settings, GraphSize's figures and the scheduler's layer count
-    (``placed`` False without hardware: no layer count)."""
-    return {
-        **engine_report(settings, choice, version),
-        "arch": parts.arch,
-        "graph_partial": parts.graph_partial,
-        "graph_full": parts.graph_full,
-        "kv_total": parts.kv_total,
-        "layers_offload": parts.layers_offload if placed else None,
-        "layers_model": parts.layers_model,
-        "layers_split": list(parts.layer_split) if placed and parts.gpus > 1 else None,
-        "memory_required_full": parts.required_full,
-        "memory_required_partial": parts.required_partial if placed else None,
-    }
+    def report(self, parts: CurrentSized | LegacySized, choice: EngineChoice, version: str) -> dict[str, object]:
+        if isinstance(parts, LegacySized):
+            return legacy_engine_report(parts.settings, choice, version, parts.parts, parts.placed)
+        return {
+            **llamacpp.PROFILE.report(parts.sized, parts.lc_choice, parts.lc_version),
+            **engine_report(parts.settings, choice, version),
+            "runs": (
+                f"llama-server --fit (llama.cpp rules {parts.lc_version})"
+                if parts.runner == "llama-server"
+                else f"Ollama's allocation dry run of the llama.cpp graph (llama.cpp rules {parts.lc_version})"
+            ),
+        }
 
+    def measurements(self, constants: OllamaConstants) -> dict[str, str]:
+        # the explanation does not carry the measurements line yet (docs/accuracy.md holds Ollama's checks)
+        return {}
 
-def legacy_estimate(
-    spec: ModelSpec,
-    hardware: Hardware | None,
-    choice: EngineChoice,
-    workload: Workload,
-    version: str,
-    rules: Rules,
-    settings: Settings,
-) -> Estimate:
-    """The legacy scheduler's view: estimateGPULayers on GPUs with all their memory free; the per-GPU terms are
-    those of the whole model spread over the GPUs (what ``memory.required.allocations`` holds when it all fits)."""
-    count = hardware.count if hardware else 1
-    memory = hardware.gpu.gpu_memory_bytes if hardware else 0
-    metal = hardware is not None and (hardware.gpu.unified_memory or hardware.gpu.vendor == "apple")
-    gpu_overhead = setting_int(choice, "gpu_overhead", "OLLAMA_GPU_OVERHEAD", default=int(rules["gpu_overhead_bytes"]))
-    num_gpu = setting_int(choice, "num_gpu", default=-1)
-    free = [memory or (1 << 60)] * count
-    parts = legacy_auto_parallel(
-        spec,
-        free,
-        rules,
-        settings,
-        num_gpu=-1 if num_gpu is None else num_gpu,
-        gpu_overhead=gpu_overhead or 0,
-        metal=metal,
-    )
-    settings = replace(settings, num_parallel=parts.num_parallel)
-    per_gpu_layers = -(-spec.num_layers // count)
-    dense, experts, _, _ = _layer_weight_bytes(spec)
-    blocks = [layer_dense + layer_experts for layer_dense, layer_experts in zip(dense, experts)]
-    graph = parts.graph_full if count == 1 else parts.graph_partial
-    per_gpu = PerGpu(
-        weights=sum(blocks[:per_gpu_layers]) + parts.output,
-        kv_cache=sum(parts.kv_layers[:per_gpu_layers]),
-        activations=graph,
-        overhead=parts.minimum + (gpu_overhead or 0) + parts.spare,
-        usable=memory,
-        memory=memory,
-    )
-    kv = settings.kv_cache_type
-    warnings, explain = legacy_narration(spec, hardware, version, rules, settings, parts, count)
-    decode = decode_tokens_per_second(
-        (active_weight_bytes(spec) or 0) + parts.kv_total / max(1, count),
-        hardware.gpu.memory_bandwidth_gbs if hardware else None,
-    )
-    engine = legacy_engine_report(settings, choice, version, parts, hardware is not None)
-    return finish_estimate(
-        spec=spec,
-        hardware=hardware,
-        engine=engine,
-        workload=replace(workload, context=settings.num_ctx, kv_dtype=kv),
-        per_gpu=per_gpu,
-        capacity=Capacity(kv_tokens=settings.num_ctx * settings.num_parallel),
-        decode=decode,
-        warnings=warnings,
-        explain=explain,
-        tp=1,
-        pp=count,
-    )
+    def finished(self, result: Estimate, parts: CurrentSized | LegacySized) -> Estimate:
+        # from 0.13 on: the mixed-set device llama.cpp's figures are for
+        return llamacpp.PROFILE.finished(result, parts.sized) if isinstance(parts, CurrentSized) else result
+
+    def offload(self, result: Estimate, choice: EngineChoice, workload: Workload) -> Estimate:
+        # the placement planners are imported only when an estimate is offloaded
+        from hfvram.engines.ollama.offload import apply_to_estimate
+
+        return apply_to_estimate(result, choice, workload)
 
 
 PROFILE = OllamaProfile()

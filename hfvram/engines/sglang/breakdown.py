@@ -149,7 +149,7 @@ def feature_weights(spec: ModelSpec, settings: Settings, split: common.WeightsSp
         notes.append(f"cpu-offload-gb {settings.cpu_offload_gb}: {moved / GiB:.2f} GiB of decoder layers on the host")
     if settings.lora is not None:
         layers = common.worst_stage_layers(spec, settings.pp)
-        lora = features.lora_term(spec, settings.lora, settings.tp, layers, 0, {}, engine="sglang")
+        lora = features.lora_term(spec, settings.lora, settings.tp, layers, 0, None, engine="sglang")
         weights += lora.bytes
         notes.append(
             f"+{lora.bytes / GiB:.3f} GiB LoRA pool ({settings.lora.max_loras} slots of rank "

@@ -5,9 +5,11 @@ checks and the decode bound) as a typed :class:`~hfvram.engines.vllm.terms.Break
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import replace
 
 from hfvram.engines.vllm import features
+from hfvram.engines.vllm.constants import VllmConstants
 from hfvram.engines.vllm.kv import KVGroupLayout, _longest_context, kv_capacity, kv_layout, layer_token_bytes
 from hfvram.engines.vllm.memory import (
     activation_peak,
@@ -26,26 +28,21 @@ from hfvram.spec import RECURRENT_KINDS, ModelSpec
 
 
 def compute(
-    spec: ModelSpec, hardware: Hardware | None, settings: Settings, workload: Workload, rules: Rules
+    spec: ModelSpec,
+    hardware: Hardware | None,
+    settings: Settings,
+    workload: Workload,
+    constants: VllmConstants,
+    non_torch_rows: Sequence[Rules],
 ) -> Breakdown:
     """Every term on the worst GPU for ``settings``: weights, activations, overhead, budget, KV pool and what
-    the workload takes of it, start-up checks and the decode bound."""
+    the workload takes of it, start-up checks and the decode bound (``non_torch_rows``: the ``[[non_torch]]``
+    table of rules.toml)."""
     context = workload.context or settings.max_model_len
-    weights = weights_per_gpu(spec, settings, rules)
-    activations = activation_peak(spec, settings, rules, weights.lora)
-    non_torch, non_torch_row = non_torch_bytes(settings, hardware, rules)
-    overhead = OverheadTerm(
-        non_torch=non_torch,
-        cudagraphs=cudagraph_bytes(spec, settings, rules),
-        cuda_context=int(rules["cuda_context_gib"] * GiB),
-        cudagraph_in_budget=settings.cudagraph_in_budget,
-        capture_sizes=0 if "cudagraph_flat_gib" in rules else len(capture_sizes(settings, rules, spec.architecture)),
-        mrv2_dense=is_mrv2_dense(spec, rules),
-        non_torch_source=f"{non_torch_row.get('source', '')} [{non_torch_row.get('group', '')}]"
-        if non_torch_row
-        else "",
-    )
-    draft = draft_term(settings, rules)
+    weights = weights_per_gpu(spec, settings, constants)
+    activations = activation_peak(spec, settings, constants, weights.lora)
+    overhead = overhead_term(spec, hardware, settings, constants, non_torch_rows)
+    draft = draft_term(settings, constants)
     if draft is not None:
         notes = (*weights.notes, f"+{draft.weights / GiB:.3f} GiB draft {draft.name} (speculative decoding)")
         weights = replace(weights, bytes=weights.bytes + draft.weights, notes=notes)
@@ -86,7 +83,31 @@ def compute(
     )
 
 
-def draft_term(settings: Settings, rules: Rules) -> features.DraftTerm | None:
+def overhead_term(
+    spec: ModelSpec,
+    hardware: Hardware | None,
+    settings: Settings,
+    constants: VllmConstants,
+    non_torch_rows: Sequence[Rules],
+) -> OverheadTerm:
+    """Non-torch memory (and the table row it came from), CUDA graphs and the CUDA context on one GPU."""
+    non_torch, non_torch_row = non_torch_bytes(settings, hardware, non_torch_rows)
+    return OverheadTerm(
+        non_torch=non_torch,
+        cudagraphs=cudagraph_bytes(spec, settings, constants),
+        cuda_context=int(constants.cuda_context_gib * GiB),
+        cudagraph_in_budget=settings.cudagraph_in_budget,
+        capture_sizes=0
+        if settings.cudagraph_flat_gib is not None
+        else len(capture_sizes(settings, constants, spec.architecture)),
+        mrv2_dense=is_mrv2_dense(spec, constants),
+        non_torch_source=f"{non_torch_row.get('source', '')} [{non_torch_row.get('group', '')}]"
+        if non_torch_row
+        else "",
+    )
+
+
+def draft_term(settings: Settings, constants: VllmConstants) -> features.DraftTerm | None:
     """The draft checkpoint's weights on one rank, loaded as vLLM's ``get_model`` loads the target's (the target's
     dtype, the draft's TP, whole on the last pipeline stage, no --quantization, no LoRA, no CPU offload) inside
     "Model loading took", and its attention layers' K+V bytes per token in the shared pool
@@ -95,7 +116,7 @@ def draft_term(settings: Settings, rules: Rules) -> features.DraftTerm | None:
     draft = speculative.draft_spec if speculative is not None else None
     if speculative is None or draft is None or draft.weights is None:
         return None
-    if speculative.method not in rules["speculative_draft_methods"]:
+    if speculative.method not in constants.speculative_draft_methods:
         return None
     own = replace(
         settings,
@@ -107,7 +128,7 @@ def draft_term(settings: Settings, rules: Rules) -> features.DraftTerm | None:
         speculative=None,
         multimodal=multimodal.MultimodalSettings(),
     )
-    weights = weights_per_gpu(draft, own, rules)
+    weights = weights_per_gpu(draft, own, constants)
     layers = features.draft_kv_layers(speculative, settings.tensor_parallel_size)
     tp = settings.tensor_parallel_size
     return features.DraftTerm(

@@ -20,8 +20,9 @@ import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
+from hfvram.engines.vllm.constants import VllmConstants
 from hfvram.errors import UsageError
-from hfvram.estimate.common import GiB, Rules
+from hfvram.estimate.common import GiB
 from hfvram.estimate.types import DraftModel
 from hfvram.spec import Layer, LayerKind, ModelSpec
 
@@ -121,17 +122,17 @@ def lora_term(
     tp: int,
     layers: tuple[Layer, ...],
     batched_tokens: int,
-    rules: Rules,
+    constants: VllmConstants | None,
     engine: str = "vllm",
 ) -> LoraTerm:
     """The LoRA slots allocated on the worst rank for ``layers`` (that rank's stage), in bytes
     (docs/engines/vllm.md#vllm-features). ``engine="sglang"``: SGLang's ``LoRAMemoryPool`` for
     ``--lora-target-modules all`` (docs/engines/sglang.md#sglang-features): the same layer shapes, embed_tokens and
-    lm_head always, lm_head's lora_b split over TP, no router slots."""
+    lm_head always, lm_head's lora_b split over TP, no router slots (``constants`` None: none of vLLM's lists)."""
     tp = max(1, tp)
     architecture = spec.architecture or ""
     sglang = engine == "sglang"
-    gated = (spec.model_type or "") not in rules.get("lora_ungated_model_types", ())
+    gated = (spec.model_type or "") not in (constants.lora_ungated_model_types if constants else ())
     attention = mlp = experts = 0
     unmodelled: dict[str, int] = {}
     for layer in layers:
@@ -147,16 +148,16 @@ def lora_term(
     loras, rank = lora.max_loras, lora.max_lora_rank
     # VocabParallelEmbeddingWithLoRA: lora_a [loras, vocab, rank] and lora_b [loras, 1, hidden, rank], whole on
     # every rank; LogitsProcessorWithLoRA: lora_a [loras, 1, rank, hidden], lora_b [loras, 1, vocab, rank]
-    inputs = sglang or architecture in rules.get("lora_input_embedding_architectures", ())
-    outputs = sglang or architecture in rules.get("lora_output_embedding_architectures", ())
+    inputs = sglang or architecture in (constants.lora_input_embedding_architectures if constants else ())
+    outputs = sglang or architecture in (constants.lora_output_embedding_architectures if constants else ())
     extra = 0 if sglang else lora.extra_vocab
     embed = loras * rank * (vocab + extra + hidden) if inputs else 0
     head_rows = -(-vocab // tp) if sglang else vocab
-    if extra and outputs:
+    if extra and outputs and constants is not None:
         # LogitsProcessorWithLoRA pads lora_b to lora_vocab_padding_size (256) over vocab + extra
-        head_rows = _pad(vocab + extra, int(rules["lora_vocab_padding_size"]))
+        head_rows = _pad(vocab + extra, constants.lora_vocab_padding_size)
     head = loras * rank * (hidden + head_rows) if outputs else 0
-    extra_bytes = _extra_vocab_bytes(spec, lora, tp, rules, inputs, outputs) if extra else 0
+    extra_bytes = _extra_vocab_bytes(spec, lora, tp, constants, inputs, outputs) if extra and constants else 0
     per_elem = lora.dtype_bytes
     parts = {
         "attention": int(attention * per_elem),
@@ -171,22 +172,24 @@ def lora_term(
         names.append("the shared experts")
     # the widest LoRA matmul of the profile run: [slices, tokens, rank] in float32 (punica add_lora_linear)
     slices = 3 if attention else (2 if gated else 1)
-    activation = int(slices * batched_tokens * rank * float(rules.get("lora_buffer_bytes_per_elem", 0)))
+    activation = int(slices * batched_tokens * rank * float(constants.lora_buffer_bytes_per_elem if constants else 0))
     kept = tuple(sorted(((name, size) for name, size in parts.items() if size), key=lambda item: -item[1]))
     term = LoraTerm(lora, sum(parts.values()), activation if kept else 0, kept, tuple(names))
-    return replace(term, warnings=tuple(lora_warnings(term, spec, rules)))
+    return replace(term, warnings=tuple(lora_warnings(term, spec, constants)))
 
 
 def _pad(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple
 
 
-def _extra_vocab_bytes(spec: ModelSpec, lora: LoraSettings, tp: int, rules: Rules, inputs: bool, outputs: bool) -> int:
+def _extra_vocab_bytes(
+    spec: ModelSpec, lora: LoraSettings, tp: int, constants: VllmConstants, inputs: bool, outputs: bool
+) -> int:
     """What ``lora_extra_vocab_size`` (E) added before its removal: the Llama-style classes grow embed_tokens by
     E × max_loras rows (padded to 64) and lm_head by E rows with its vocabulary padded to 256 instead of 64, both
     split over TP; each wrapper keeps ``embeddings_tensors`` [max_loras, E, hidden] in the model dtype."""
     vocab, hidden, extra = spec.vocab_size or 0, spec.hidden_size or 0, lora.extra_vocab
-    base_pad, lora_pad = int(rules["vocab_padding"]), int(rules["lora_vocab_padding_size"])
+    base_pad, lora_pad = constants.vocab_padding, constants.lora_vocab_padding_size
     rows = 0.0
     if inputs:
         rows += _pad(extra * lora.max_loras, base_pad) / tp + lora.max_loras * extra
@@ -213,14 +216,14 @@ def explain_lora(term: LoraTerm) -> str:
     )
 
 
-def lora_warnings(term: LoraTerm, spec: ModelSpec, rules: Rules) -> list[str]:
+def lora_warnings(term: LoraTerm, spec: ModelSpec, constants: VllmConstants | None) -> list[str]:
     notes = []
     if term.unmodelled:
         notes.append(
             f"--enable-lora: the LoRA slots of {', '.join(term.unmodelled)} are not counted (hfvram sizes vLLM's "
             "LoRA buffers for plain attention, dense MLP and fused-MoE layers only)"
         )
-    limit = int(rules.get("lora_max_vocab", 0))
+    limit = int(constants.lora_max_vocab if constants else 0)
     if limit and (spec.vocab_size or 0) > limit:
         notes.append(f"--enable-lora: vLLM refuses LoRA on a vocabulary above {limit} (this one: {spec.vocab_size})")
     return notes
@@ -264,7 +267,7 @@ def resolve_speculative(
     model: str | None,
     tokens: int | None,
     spec: ModelSpec,
-    rules: Rules,
+    constants: VllmConstants,
     draft: DraftModel | None = None,
     draft_tp: int | None = None,
     tp: int = 1,
@@ -282,10 +285,10 @@ def resolve_speculative(
         method = "ngram" if model in ("ngram", "[ngram]") else "draft_model"
     if method == "[ngram]":
         method = "ngram"
-    if method in rules["speculative_mtp_methods"]:
+    if method in constants.speculative_mtp_methods:
         method = "mtp"
     layers = spec.num_mtp_layers if method == "mtp" else 0
-    if method not in rules["speculative_draft_methods"] or not model:
+    if method not in constants.speculative_draft_methods or not model:
         return Speculative(method, model, tokens, draft_kv_layers=layers)
     lowered = model.lower()
     if method not in ("eagle", "eagle3"):
@@ -296,7 +299,7 @@ def resolve_speculative(
         elif draft is not None and draft.spec is not None and draft.spec.model_type in ("medusa", "mlp_speculator"):
             method = str(draft.spec.model_type)
     sized_tp = _draft_tp(method, draft_tp, tp)
-    shared = shared_components(method, draft.spec if draft else None, rules)
+    shared = shared_components(method, draft.spec if draft else None, constants)
     return Speculative(method, model, tokens, draft=draft, draft_tp=sized_tp, shared=shared)
 
 
@@ -317,7 +320,7 @@ def _draft_tp(method: str, asked: int | None, tp: int) -> int:
     return asked
 
 
-def shared_components(method: str, draft: ModelSpec | None, rules: Rules) -> tuple[str, ...]:
+def shared_components(method: str, draft: ModelSpec | None, constants: VllmConstants) -> tuple[str, ...]:
     """Weight components of an EAGLE head vLLM takes from the target instead of keeping its own: embed_tokens
     and lm_head when the checkpoint holds no such tensor (``has_own_embed_tokens`` / ``has_own_lm_head`` stay
     False; the head's own allocation is deleted after loading, before "Model loading took" is measured). The
@@ -325,7 +328,7 @@ def shared_components(method: str, draft: ModelSpec | None, rules: Rules) -> tup
     from its config shapes shares nothing here (its tensors are not known)."""
     if draft is None or draft.weights is None or not draft.weights.exact:
         return ()
-    if method not in rules["speculative_shared_embedding_methods"]:
+    if method not in constants.speculative_shared_embedding_methods:
         return ()
     held = draft.weights.bytes_by_component
     return tuple(name for name in ("embeddings", "lm_head") if not held.get(name))
@@ -375,14 +378,14 @@ def spec_with_draft_layers(spec: ModelSpec, speculative: Speculative | None, tp:
     return spec if layers is spec.layers else replace(spec, layers=layers, num_layers=len(layers))
 
 
-def speculative_warnings(speculative: Speculative | None, rules: Rules) -> list[str]:
+def speculative_warnings(speculative: Speculative | None, constants: VllmConstants) -> list[str]:
     """A note that n-gram / suffix drafting costs nothing and that MTP is counted; for a draft model or EAGLE head
     what is counted of the checkpoint read, or a warning naming one hfvram could not read."""
     if speculative is None:
         return []
     method = speculative.method
     tokens = f", {speculative.num_speculative_tokens} tokens" if speculative.num_speculative_tokens else ""
-    if method in rules["speculative_free_methods"]:
+    if method in constants.speculative_free_methods:
         return [f"speculative decoding ({method}{tokens}) drafts from the tokens already seen: no GPU memory"]
     if method == "mtp":
         if not speculative.draft_kv_layers:
@@ -393,7 +396,7 @@ def speculative_warnings(speculative: Speculative | None, rules: Rules) -> list[
         ]
     draft = f" {speculative.model[:120]}" if speculative.model else ""
     read = speculative.draft
-    if read is not None and read.spec is not None and method in rules["speculative_draft_methods"]:
+    if read is not None and read.spec is not None and method in constants.speculative_draft_methods:
         return [
             f"speculative decoding ({method}{tokens}): the draft{draft}'s weights (TP {speculative.draft_tp}) and its "
             f"{sum(1 for layer in draft_kv_layers(speculative, 1) if layer.kv_elems_per_token)} attention layer(s) in "
@@ -412,7 +415,7 @@ def speculative_warnings(speculative: Speculative | None, rules: Rules) -> list[
     ]
 
 
-def speculative_refusal(speculative: Speculative | None, spec: ModelSpec, rules: Rules) -> str | None:
+def speculative_refusal(speculative: Speculative | None, spec: ModelSpec, constants: VllmConstants) -> str | None:
     """The speculative-decoding setups vLLM refuses at start-up, as the verdict (docs/engines/vllm.md#vllm-features):
     an MTP draft on a model whose config states no multi-token-prediction layers (``SpeculativeConfig``'s
     ``hf_config_override`` gives such a model no ``n_predict``, and ``__post_init__`` refuses MTP without one), and a
@@ -440,17 +443,17 @@ def speculative_refusal(speculative: Speculative | None, spec: ModelSpec, rules:
     return None
 
 
-def draft_warnings(speculative: Speculative | None, spec: ModelSpec, pp: int, rules: Rules) -> list[str]:
+def draft_warnings(speculative: Speculative | None, spec: ModelSpec, pp: int, constants: VllmConstants) -> list[str]:
     """What a read draft's figures leave open: vLLM refuses a draft model whose vocabulary is not the target's
     (``verify_equal_vocab_size_if_draft_model``); an EAGLE head's embed_tokens / lm_head that its checkpoint holds
     are shared when they equal the target's (vLLM compares the tensors; hfvram counts them), and ones sized from
     config shapes are counted whole; with pipeline parallelism the whole draft sits on the last stage."""
     draft = speculative.draft_spec if speculative is not None else None
-    if draft is None or speculative is None or speculative.method not in rules["speculative_draft_methods"]:
+    if draft is None or speculative is None or speculative.method not in constants.speculative_draft_methods:
         return []
     notes = []
     method = speculative.method
-    if method in rules["speculative_shared_embedding_methods"] and draft.weights is not None:
+    if method in constants.speculative_shared_embedding_methods and draft.weights is not None:
         if not draft.weights.exact:
             notes.append(
                 f"speculative decoding ({method}): the head's weights are sized from its config shapes, embed_tokens "

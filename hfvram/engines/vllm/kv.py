@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from hfvram.engines.vllm.settings import Settings
 from hfvram.estimate import common
 from hfvram.estimate.types import Capacity
+from hfvram.memo import IdentityCache
 from hfvram.spec import RECURRENT_KINDS, Layer, LayerKind, ModelSpec
 
 # ---------------------------------------------------------------------------------------------------------
@@ -175,10 +176,11 @@ def _page_layout(attention: Sequence[Layer], recurrent: Sequence[Layer], setting
     return int(block * max(per_token)), block
 
 
-#: layouts already worked out: id(spec.layers) -> (those layers, {settings the layout reads: layout}). One estimate
-#: (its longest-context and concurrency searches) and a scan's repeated models ask for the same layout many times.
-_LAYOUTS: dict[int, tuple[tuple[Layer, ...], dict[tuple[object, ...], KVGroupLayout]]] = {}
-_LAYOUTS_KEPT = 256
+#: layouts already worked out: a spec's layers -> {settings the layout reads: layout}. One estimate (its
+#: longest-context and concurrency searches) and a scan's repeated models ask for the same layout many times.
+_LAYOUTS: IdentityCache[tuple[Layer, ...], dict[tuple[object, ...], KVGroupLayout]] = IdentityCache(
+    "vllm.kv_layout", 256
+)
 
 
 def kv_layout(spec: ModelSpec, settings: Settings) -> KVGroupLayout:
@@ -192,14 +194,10 @@ def kv_layout(spec: ModelSpec, settings: Settings) -> KVGroupLayout:
         settings.kv_bytes,
         settings.dtype_bytes,
     )
-    entry = _LAYOUTS.get(id(spec.layers))
-    if entry is None or entry[0] is not spec.layers:  # the layers held keep their id from being reused
-        if len(_LAYOUTS) >= _LAYOUTS_KEPT:
-            _LAYOUTS.clear()
-        entry = _LAYOUTS[id(spec.layers)] = (spec.layers, {})
-    layout = entry[1].get(key)
+    layouts = _LAYOUTS.get_or_compute(spec.layers, dict)
+    layout = layouts.get(key)
     if layout is None:
-        layout = entry[1][key] = _kv_layout(spec, settings)
+        layout = layouts[key] = _kv_layout(spec, settings)
     return layout
 
 

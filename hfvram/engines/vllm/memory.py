@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hfvram.engines.vllm import features
+from hfvram.engines.vllm.constants import VllmConstants
 from hfvram.engines.vllm.kv import _cdiv
 from hfvram.engines.vllm.settings import Settings
 from hfvram.engines.vllm.terms import ActivationTerm, WeightsTerm
@@ -16,7 +17,7 @@ from hfvram.estimate.types import Hardware
 from hfvram.spec import RECURRENT_KINDS, LayerKind, ModelSpec
 
 
-def weights_per_gpu(spec: ModelSpec, settings: Settings, rules: Rules) -> WeightsTerm:
+def weights_per_gpu(spec: ModelSpec, settings: Settings, constants: VllmConstants) -> WeightsTerm:
     """ "Model loading took X GiB" on the worst rank (vllm.md#vllm-weights): TP/PP split, vocab padding, MXFP4 padding,
     float32 checkpoints loaded as bfloat16, the encoder tower and rotary cache (vllm.md#vllm-multimodal), minus
     ``cpu-offload-gb``."""
@@ -27,8 +28,8 @@ def weights_per_gpu(spec: ModelSpec, settings: Settings, rules: Rules) -> Weight
         # the kernels pad intermediate_size_per_partition, the TP shard (vllm.md#vllm-weights)
         hidden, inter, tp = spec.hidden_size, spec.moe_intermediate_size, settings.tensor_parallel_size
         shard = _cdiv(inter, tp)
-        padded = common.pad_to_multiple(hidden, int(rules["mxfp4_round_hidden"])) * common.pad_to_multiple(
-            shard, int(rules["mxfp4_round_intermediate"])
+        padded = common.pad_to_multiple(hidden, constants.mxfp4_round_hidden) * common.pad_to_multiple(
+            shard, constants.mxfp4_round_intermediate
         )
         scale["experts"] = padded * tp / (hidden * inter)
         shape = f"{hidden}×{shard} per TP shard" if tp > 1 else f"{hidden}×{inter}"
@@ -62,7 +63,7 @@ def weights_per_gpu(spec: ModelSpec, settings: Settings, rules: Rules) -> Weight
         spec,
         settings.tensor_parallel_size,
         settings.pipeline_parallel_size,
-        int(rules["vocab_padding"]),
+        constants.vocab_padding,
         scale,
         replicated=kept or None,
     )
@@ -71,11 +72,11 @@ def weights_per_gpu(spec: ModelSpec, settings: Settings, rules: Rules) -> Weight
             f"the attention kept whole is MLA's fused_qkv_a_proj / kv_a_proj_with_mqa (not split by vLLM): "
             f"+{replicated * (1 - 1 / settings.tensor_parallel_size) / GiB:.2f} GiB per GPU over an even split"
         )
-    return feature_weights(spec, settings, rules, split, notes)
+    return feature_weights(spec, settings, constants, split, notes)
 
 
 def feature_weights(
-    spec: ModelSpec, settings: Settings, rules: Rules, split: common.WeightsSplit, notes: list[str]
+    spec: ModelSpec, settings: Settings, constants: VllmConstants, split: common.WeightsSplit, notes: list[str]
 ) -> WeightsTerm:
     """The split weights less ``--cpu-offload-gb`` (decoder-layer parameters only) plus the LoRA slots allocated
     while the model loads (docs/engines/vllm.md#vllm-features)."""
@@ -94,7 +95,7 @@ def feature_weights(
     if settings.lora is not None:
         layers = common.worst_stage_layers(spec, settings.pipeline_parallel_size)
         lora = features.lora_term(
-            spec, settings.lora, settings.tensor_parallel_size, layers, settings.max_num_batched_tokens, rules
+            spec, settings.lora, settings.tensor_parallel_size, layers, settings.max_num_batched_tokens, constants
         )
         weights += lora.bytes
         notes.append(f"+{lora.bytes / GiB:.3f} GiB LoRA slots (--enable-lora)")
@@ -102,7 +103,7 @@ def feature_weights(
 
 
 def activation_peak(
-    spec: ModelSpec, settings: Settings, rules: Rules, lora: features.LoraTerm | None = None
+    spec: ModelSpec, settings: Settings, constants: VllmConstants, lora: features.LoraTerm | None = None
 ) -> ActivationTerm:
     """Torch peak during ``profile_run`` (vllm.md#vllm-activations), the same on every rank:
 
@@ -116,18 +117,18 @@ def activation_peak(
     seqs = min(settings.max_num_seqs, batched)
     vocab = spec.vocab_size or 0
     hidden = spec.hidden_size or 0
-    per_logit = float(rules["sampler_bytes_per_logit"])
+    per_logit = float(constants.sampler_bytes_per_logit)
     experts_per_token = spec.experts_per_token or 0
     is_moe = bool(spec.num_experts and spec.num_experts > 1 and experts_per_token)
     moe_ffn = spec.moe_intermediate_size or spec.intermediate_size or 0
     ffn = moe_ffn if is_moe else (spec.intermediate_size or 4 * hidden)
     forward = batched * (
-        float(rules["forward_bytes_per_ffn"]) * ffn / tp + float(rules["forward_bytes_per_hidden"]) * hidden
+        float(constants.forward_bytes_per_ffn) * ffn / tp + float(constants.forward_bytes_per_hidden) * hidden
     )
     workspace = 0.0
     quant = (spec.quantization.method if spec.quantization else "").lower()
-    if is_moe and quant not in rules["moe_workspace_exempt_quantizations"]:
-        per_elem = float(rules["moe_workspace_bytes_per_elem"])
+    if is_moe and quant not in constants.moe_workspace_exempt_quantizations:
+        per_elem = float(constants.moe_workspace_bytes_per_elem)
         workspace = batched * experts_per_token * (2 * moe_ffn / tp + hidden) * per_elem
     tower = multimodal.tower_placement(spec, "vllm", tp, settings.multimodal)
     encoder = multimodal.encoder_cache_bytes(spec, batched, settings.dtype_bytes) if tower.profiled else 0
@@ -166,14 +167,14 @@ def non_torch_row(settings: Settings, hardware: Hardware | None, rows: Sequence[
     return None
 
 
-def non_torch_bytes(settings: Settings, hardware: Hardware | None, rules: Rules) -> tuple[int, Rules | None]:
+def non_torch_bytes(settings: Settings, hardware: Hardware | None, rows: Sequence[Rules]) -> tuple[int, Rules | None]:
     """Non-torch memory that grows during the first forward, inside the budget, and the table row it came from
-    (docs/engines/vllm.md#vllm-non-torch); 0 when no row matches."""
-    row = non_torch_row(settings, hardware, rules.get("non_torch", ()))
+    (the ``[[non_torch]]`` ``rows``, docs/engines/vllm.md#vllm-non-torch); 0 when no row matches."""
+    row = non_torch_row(settings, hardware, rows)
     return (int(float(row["gib"]) * GiB), row) if row else (0, None)
 
 
-def capture_sizes(settings: Settings, rules: Rules, architecture: str | None = None) -> list[int]:
+def capture_sizes(settings: Settings, constants: VllmConstants, architecture: str | None = None) -> list[int]:
     """The decode batch sizes vLLM captures graphs for (``VllmConfig._set_cudagraph_sizes``; none eager): up to
     min(max_num_seqs x decode_query_len x 2, 512, max_num_batched_tokens), on the default grid of
     ``cudagraph_size_steps`` ([1, 2, 4] + range(8, 256, 8) + range(256, max + 1, 16)); GPT-OSS raises the 512."""
@@ -181,16 +182,16 @@ def capture_sizes(settings: Settings, rules: Rules, architecture: str | None = N
         return []
     speculative = settings.speculative
     query_len = 1 + (speculative.num_speculative_tokens or 0 if speculative else 0)
-    cap = dict(rules.get("cudagraph_max_capture_size_by_architecture", {})).get(architecture or "")
-    largest = min(settings.max_num_seqs * query_len * 2, int(cap or rules["cudagraph_max_capture_size"]))
+    cap = dict(constants.cudagraph_max_capture_size_by_architecture).get(architecture or "")
+    largest = min(settings.max_num_seqs * query_len * 2, int(cap or constants.cudagraph_max_capture_size))
     largest = max(1, min(settings.max_num_batched_tokens, largest))
     sizes: list[int] = []
-    for start, stop, step in rules["cudagraph_size_steps"]:
+    for start, stop, step in constants.cudagraph_size_steps:
         sizes.extend(range(int(start), min(int(stop), largest) + 1, int(step)))
     return sizes
 
 
-def cudagraph_bytes(spec: ModelSpec, settings: Settings, rules: Rules) -> int:
+def cudagraph_bytes(spec: ModelSpec, settings: Settings, constants: VllmConstants) -> int:
     """CUDA-graph memory per GPU (docs/engines/vllm.md#vllm-cuda-graphs); 0 eager.
 
     Bytes per (decoder layer x capture size): the graphs of every size are extrapolated from two captures, so
@@ -198,18 +199,18 @@ def cudagraph_bytes(spec: ModelSpec, settings: Settings, rules: Rules) -> int:
     mixers (Nemotron-H lists its MLPs as blocks of their own: counting them would charge each mixer+MLP pair
     twice), divided over the pipeline stages. From v0.26 a hybrid linear-attention model is charged the profile's
     transient as well (``cudagraph_hybrid_transient``, scaled from article 003 by layers x hidden)."""
-    if "cudagraph_flat_gib" in rules:  # the V0 engine: a flat reserve (docs/engines/vllm.md#vllm-v0)
-        return 0 if settings.enforce_eager else int(float(rules["cudagraph_flat_gib"]) * GiB)
-    sizes = capture_sizes(settings, rules, spec.architecture)
+    if settings.cudagraph_flat_gib is not None:  # the V0 engine: a flat reserve (docs/engines/vllm.md#vllm-v0)
+        return 0 if settings.enforce_eager else int(float(settings.cudagraph_flat_gib) * GiB)
+    sizes = capture_sizes(settings, constants, spec.architecture)
     if not sizes:
         return 0
     mixers = sum(1 for layer in spec.layers if layer.kind is not LayerKind.NONE) or len(spec.layers)
     layers = mixers / settings.pipeline_parallel_size
     moe = bool(spec.num_experts and spec.num_experts > 1)
-    per = float(rules["cudagraph_moe_bytes_per_layer_size" if moe else "cudagraph_bytes_per_layer_size"])
+    per = float(constants.cudagraph_moe_bytes_per_layer_size if moe else constants.cudagraph_bytes_per_layer_size)
     graphs = per * layers * len(sizes)
     hybrid = not RECURRENT_KINDS.isdisjoint(common.layer_summary(spec.layers).kinds)
-    if hybrid and rules.get("cudagraph_hybrid_transient") and spec.hidden_size:
-        transient = float(rules["cudagraph_hybrid_bytes_per_layer_hidden"]) * layers * spec.hidden_size
-        graphs = max(graphs, transient, float(rules["cudagraph_hybrid_min_gib"]) * GiB)
+    if hybrid and constants.cudagraph_hybrid_transient and spec.hidden_size:
+        transient = float(constants.cudagraph_hybrid_bytes_per_layer_hidden) * layers * spec.hidden_size
+        graphs = max(graphs, transient, float(constants.cudagraph_hybrid_min_gib) * GiB)
     return int(graphs)

@@ -10,21 +10,27 @@ Rules follow ``docs/engines/vllm.md`` (read in vLLM's source; section anchors in
 The KV pool is paged: per layer type a page of ``block_size`` tokens, per request the blocks
 ``max_memory_usage_bytes`` asks for (vllm.md#vllm-kv-specs), grouped as in ``get_kv_cache_groups`` (vllm.md#vllm-kv-groups).
 
-The profile works in three steps: :func:`resolve_settings` (vLLM's effective settings, ``settings.py``),
-:func:`compute` (a typed :class:`Breakdown`, arithmetic only: ``breakdown.py``, with the terms of ``terms.py``, the
-memory arithmetic of ``memory.py`` and the paged KV cache of ``kv.py``) and :func:`narrate` (``narration.py``:
-warnings and ``--explain`` lines written from the breakdown's own values, so a figure and its explanation cannot
-disagree).
+The profile is the staged contract (hfvram/engines/contract.py) over the typed constants of ``constants.py``:
+``resolve`` (which engine generation, ``--max-model-len auto``, then :func:`resolve_settings`: vLLM's effective
+settings, ``settings.py``), ``breakdown`` (:func:`compute`: a typed :class:`Breakdown`, arithmetic only:
+``breakdown.py``, with the terms of ``terms.py``, the memory arithmetic of ``memory.py`` and the paged KV cache of
+``kv.py``), the terms, ``narrate`` (``narration.py``: warnings and ``--explain`` lines written from the breakdown's own
+values, so a figure and its explanation cannot disagree) and the report; ``finished`` adds a speculative set-up vLLM
+refuses. The V0 engine (``v0.py``) is a branch of the resolve, breakdown and narrate steps.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
 
-from hfvram.engines.base import ProfileBase
+from hfvram.engines.contract import Narration, StagedProfile, Terms
 from hfvram.engines.vllm import features
+from hfvram.engines.vllm import v0 as vllm_v0
 from hfvram.engines.vllm.breakdown import compute
+from hfvram.engines.vllm.constants import VllmConstants
 from hfvram.engines.vllm.narration import narrate
 from hfvram.engines.vllm.settings import Settings, resolve_settings, speculative_method
 from hfvram.engines.vllm.terms import Breakdown
@@ -38,36 +44,136 @@ ENGINE = "vllm"
 
 
 # ---------------------------------------------------------------------------------------------------------
-# The profile: settings -> breakdown -> narration
+# The profile: settings -> breakdown -> terms, narration and report (hfvram/engines/contract.py)
 # ---------------------------------------------------------------------------------------------------------
 
 
-class VllmProfile(ProfileBase):
+@dataclass(frozen=True)
+class Resolved:
+    """Step 1's answer: vLLM's settings and what was resolved around them."""
+
+    settings: Settings
+    #: the constants in force (V0: its ``[v0]`` constants laid over the release's)
+    constants: VllmConstants
+    #: the choice and workload the settings are for (``--max-model-len auto`` fitted; V0 without the draft)
+    choice: EngineChoice
+    workload: Workload
+    #: the ``[[non_torch]]`` rows of rules.toml
+    non_torch: tuple[Mapping[str, Any], ...]
+    #: the warnings written while resolving (they come first)
+    notes: tuple[str, ...] = ()
+    #: the V0 engine's chunked-prefill default (None: the V1 engine)
+    v0_chunked: bool | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """Step 2's answer: the breakdown, the resolution it was computed from, and V0's full-length layers."""
+
+    parts: Breakdown
+    run: Resolved
+    hardware_given: bool
+    #: V0: the sliding-window / chunked layers cached at full length
+    windowed: int = 0
+
+
+class VllmProfile(StagedProfile[VllmConstants, Resolved, Outcome]):
     name = ENGINE
+    constants_type = VllmConstants
 
-    def estimate(
-        self, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload
-    ) -> Estimate:
-        rules_version, rules = self.rules(choice.version)
-        rules = {**rules, "non_torch": tuple(self.data.get("non_torch", ()))}
-        common.require_weights(spec)
+    def measurements(self, constants: VllmConstants) -> dict[str, str]:
+        # vLLM's --explain has no measurements line yet (adding one is a change of output, not of this move)
+        return {}
+
+    def resolve(
+        self,
+        spec: ModelSpec,
+        hardware: Hardware | None,
+        choice: EngineChoice,
+        workload: Workload,
+        constants: VllmConstants,
+        version: str,
+    ) -> Resolved:
+        non_torch = tuple(self.data.get("non_torch", ()))
         notes: list[str] = []
-        generation = engine_generation(choice, rules, self.data.get("v0", {}), notes)
+        generation = engine_generation(choice, constants, self.data.get("v0", {}), notes)
         if generation == "v0":
-            from hfvram.engines.vllm import v0 as vllm_v0
-
             # V0 ran a draft in its own worker with its own cache: the draft read for V1 is not sized there
             choice = replace(choice, draft=None)
-            return vllm_v0.estimate(self, spec, hardware, choice, workload, rules, rules_version, notes)
+            settings, merged, chunked = vllm_v0.resolve_v0(
+                self.data["v0"], spec, hardware, choice, workload, constants, version, notes
+            )
+            return Resolved(settings, merged, choice, workload, non_torch, tuple(notes), v0_chunked=chunked)
         if auto_length_asked(choice):
-            choice, workload = fit_auto_length(spec, hardware, choice, workload, rules, rules_version, notes)
-        settings = resolve_settings(spec, hardware, choice, workload, rules, rules_version, notes)
-        parts = compute(spec, hardware, settings, workload, rules)
-        warnings, explain = narrate(parts, spec, workload, self.first_version_with("cudagraph_in_budget", True))
-        report = engine_report(parts, choice, rules_version, hardware)
-        result = finish(parts, spec, hardware, workload, settings, report, [*notes, *warnings], explain)
-        # a setup vLLM refuses at start-up is the verdict (hfvram/estimate/core.py applies it)
-        refusal = features.speculative_refusal(settings.speculative, spec, rules)
+            choice, workload = fit_auto_length(spec, hardware, choice, workload, constants, version, notes, non_torch)
+        settings = resolve_settings(spec, hardware, choice, workload, constants, version, notes)
+        return Resolved(settings, constants, choice, workload, non_torch, tuple(notes))
+
+    def breakdown(
+        self,
+        spec: ModelSpec,
+        hardware: Hardware | None,
+        choice: EngineChoice,
+        workload: Workload,
+        constants: VllmConstants,
+        settings: Resolved,
+    ) -> Outcome:
+        run = settings
+        if run.v0_chunked is not None:
+            parts, windowed = vllm_v0.compute_v0(
+                spec, hardware, run.settings, run.workload, run.constants, run.non_torch
+            )
+            return Outcome(parts, run, hardware is not None, windowed)
+        parts = compute(spec, hardware, run.settings, run.workload, run.constants, run.non_torch)
+        return Outcome(parts, run, hardware is not None)
+
+    def terms(self, parts: Outcome, spec: ModelSpec, hardware: Hardware | None, workload: Workload) -> Terms:
+        """The per-GPU terms inside vLLM's budget (V1 and V0 alike)."""
+        run, breakdown = parts.run, parts.parts
+        per_gpu = PerGpu(
+            weights=breakdown.weights.bytes,
+            kv_cache=breakdown.kv_needed,
+            activations=breakdown.activations.bytes,
+            overhead=breakdown.overhead.in_budget,
+            usable=int(breakdown.budget.budget) if breakdown.sized else 0,
+            memory=breakdown.budget.memory,
+        )
+        return Terms(
+            per_gpu=per_gpu,
+            capacity=breakdown.capacity,
+            decode=breakdown.decode,
+            context=breakdown.context,
+            kv_dtype=run.settings.kv_cache_dtype,
+            tp=run.settings.tensor_parallel_size,
+            pp=run.settings.pipeline_parallel_size,
+            refused=breakdown.refused,
+        )
+
+    def narrate(
+        self, parts: Outcome, spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, workload: Workload
+    ) -> Narration:
+        run, since = parts.run, self.first_version_with("cudagraph_in_budget", True)
+        if run.v0_chunked is not None:
+            notes: list[str] = []
+            warnings, explain = vllm_v0.narrate_v0(
+                since, parts.parts, spec, run.workload, run.constants, run.v0_chunked, parts.windowed, notes
+            )
+            return Narration((*run.notes, *notes, *warnings), explain)
+        warnings, explain = narrate(parts.parts, spec, run.workload, since)
+        return Narration((*run.notes, *warnings), explain)
+
+    def report(self, parts: Outcome, choice: EngineChoice, version: str) -> dict[str, object]:
+        report = engine_report(parts.parts, parts.run.choice, version, parts.hardware_given)
+        if parts.run.v0_chunked is not None:
+            report["enable_chunked_prefill"] = parts.run.v0_chunked
+        return report
+
+    def finished(self, result: Estimate, parts: Outcome) -> Estimate:
+        # a setup vLLM refuses at start-up is the verdict (hfvram/estimate/core.py applies it); V0 checks none
+        run = parts.run
+        if run.v0_chunked is not None:
+            return result
+        refusal = features.speculative_refusal(run.settings.speculative, result.spec, run.constants)
         return replace(result, refusal=refusal) if refusal else result
 
 
@@ -86,18 +192,19 @@ def fit_auto_length(
     hardware: Hardware | None,
     choice: EngineChoice,
     workload: Workload,
-    rules: Rules,
+    constants: VllmConstants,
     rules_version: str,
     notes: list[str],
+    non_torch: Sequence[Rules],
 ) -> tuple[EngineChoice, Workload]:
     """The length vLLM's auto-fit picks (docs/engines/vllm.md#vllm-auto-length): vLLM profiles at the model's own
     length, then, when one request of that length does not fit the KV pool, takes the largest length whose
     ``max_memory_usage_bytes`` does (a binary search over 1 … the model's length); a cap (``--max-context-cap``)
     lowers the upper end. Returns the choice with that length set and the workload at it."""
-    since = str(rules.get("max_model_len_auto_since") or "0.12")
+    since = str(constants.max_model_len_auto_since or "0.12")
     if choice.version and _version_tuple(choice.version) < _version_tuple(since):
         raise UsageError(f"vLLM {choice.version} has no --max-model-len auto (-1): it came in vLLM {since}")
-    derived = spec.max_position_embeddings or int(rules["fallback_max_model_len"])
+    derived = spec.max_position_embeddings or int(constants.fallback_max_model_len)
     upper = min(derived, workload.context_cap) if workload.context_cap else derived
     settings_at = {
         key: value
@@ -109,9 +216,10 @@ def fit_auto_length(
     parts = compute(
         spec,
         hardware,
-        resolve_settings(spec, hardware, trial, trial_workload, rules, rules_version, []),
+        resolve_settings(spec, hardware, trial, trial_workload, constants, rules_version, []),
         trial_workload,
-        rules,
+        constants,
+        non_torch,
     )
     fitted = upper
     if parts.one_request_short and parts.longest_single > 0:
@@ -138,53 +246,18 @@ def _version_tuple(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", text)[:3])
 
 
-def finish(
-    parts: Breakdown,
-    spec: ModelSpec,
-    hardware: Hardware | None,
-    workload: Workload,
-    settings: Settings,
-    report: dict[str, object],
-    warnings: list[str],
-    explain: dict[str, str],
-) -> Estimate:
-    """The estimate of a computed breakdown (V1 and V0 alike): its per-GPU terms inside vLLM's budget."""
-    per_gpu = PerGpu(
-        weights=parts.weights.bytes,
-        kv_cache=parts.kv_needed,
-        activations=parts.activations.bytes,
-        overhead=parts.overhead.in_budget,
-        usable=int(parts.budget.budget) if parts.sized else 0,
-        memory=parts.budget.memory,
-    )
-    return common.finish_estimate(
-        spec=spec,
-        hardware=hardware,
-        engine=report,
-        workload=replace(workload, context=parts.context, kv_dtype=settings.kv_cache_dtype),
-        per_gpu=per_gpu,
-        capacity=parts.capacity,
-        decode=parts.decode,
-        warnings=warnings,
-        explain=explain,
-        tp=settings.tensor_parallel_size,
-        pp=settings.pipeline_parallel_size,
-        force_does_not_fit=parts.refused,
-    )
-
-
 def newest_release_running(generation: str) -> str | None:
     """The newest release whose rules run ``generation`` ("v0" / "v1") by default (``engine`` of its
     ``[versions]`` table; docs/engines/vllm.md#vllm-v0), None when none does."""
-    running = [v for v in PROFILE.rule_versions if PROFILE.rules(v)[1].get("engine", "v1") == generation]
+    running = [v for v in PROFILE.rule_versions if PROFILE.constants(v)[1].engine == generation]
     return max(running, key=common.version_key) if running else None
 
 
-def engine_generation(choice: EngineChoice, rules: Rules, v0: Rules, notes: list[str]) -> str:
+def engine_generation(choice: EngineChoice, constants: VllmConstants, v0: Rules, notes: list[str]) -> str:
     """Which engine's rules apply (docs/engines/vllm.md#vllm-v0): the release's default (``engine`` of its
     ``[versions]`` table), or what ``VLLM_USE_V1`` says (``--set VLLM_USE_V1=0``); V0 asked for on a release without
     it is a warning and the V1 rules."""
-    default = str(rules.get("engine", "v1"))
+    default = str(constants.engine)
     raw = common.setting(choice, "VLLM_USE_V1")
     if raw is None:
         return default
@@ -203,7 +276,7 @@ def engine_generation(choice: EngineChoice, rules: Rules, v0: Rules, notes: list
 
 
 def engine_report(
-    parts: Breakdown, choice: EngineChoice, rules_version: str, hardware: Hardware | None
+    parts: Breakdown, choice: EngineChoice, rules_version: str, hardware_given: bool
 ) -> dict[str, object]:
     """The settings the estimate assumed, under vLLM's names (``Estimate.engine``)."""
     settings = parts.settings
@@ -226,9 +299,7 @@ def engine_report(
         "cudagraph_bytes": parts.overhead.cudagraphs,
         "cudagraph_in_budget": settings.cudagraph_in_budget,
         "outside_budget_bytes": parts.overhead.outside_budget,
-        "kv_pool_bytes": int(max(0.0, parts.budget.pool))
-        if (hardware is not None or parts.budget.fixed_pool)
-        else None,
+        "kv_pool_bytes": int(max(0.0, parts.budget.pool)) if (hardware_given or parts.budget.fixed_pool) else None,
         "tensor_parallel_size": settings.tensor_parallel_size,
         "pipeline_parallel_size": settings.pipeline_parallel_size,
         "data_parallel_size": settings.data_parallel_size,
@@ -242,7 +313,7 @@ def engine_report(
 def speculative_draft_name(choice: EngineChoice) -> str | None:
     """The draft checkpoint the settings name for a method whose draft hfvram reads (draft_model / eagle /
     eagle3; docs/engines/vllm.md#vllm-features), None otherwise: what the pipeline loads before the estimate."""
-    _, rules = PROFILE.rules(choice.version)
+    _, constants = PROFILE.constants(choice.version)
     text = common.setting(choice, "speculative-config")
     if text is not None:
         method, model, _ = speculative_method(text)
@@ -252,7 +323,7 @@ def speculative_draft_name(choice: EngineChoice) -> str | None:
     if not model or model in ("ngram", "[ngram]") or features.names_custom_class(model):
         return None
     resolved = method or "draft_model"
-    return model if resolved in rules["speculative_draft_methods"] else None
+    return model if resolved in constants.speculative_draft_methods else None
 
 
 PROFILE = VllmProfile()

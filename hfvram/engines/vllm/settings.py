@@ -9,9 +9,10 @@ from dataclasses import dataclass, field
 
 from hfvram.engines.base import unmodelled_flag_notes
 from hfvram.engines.vllm import features
+from hfvram.engines.vllm.constants import VllmConstants
 from hfvram.errors import UsageError
 from hfvram.estimate import common, multimodal
-from hfvram.estimate.common import GiB, Rules
+from hfvram.estimate.common import GiB
 from hfvram.estimate.types import EngineChoice, Hardware, Workload
 from hfvram.spec import RECURRENT_KINDS, LayerKind, ModelSpec
 
@@ -72,6 +73,8 @@ class Settings:
     requested_version: str | None = None
     #: V0 pads each MLA cache entry to this many bytes (0 = no padding; V1)
     mla_entry_align_bytes: int = 0
+    #: V0 keeps a flat CUDA-graph reserve of this many GiB outside the budget (None: V1's graphs by capture size)
+    cudagraph_flat_gib: float | None = None
     #: --limit-mm-per-prompt and --mm-encoder-tp-mode (vllm.md#vllm-multimodal)
     multimodal: multimodal.MultimodalSettings = field(default_factory=multimodal.MultimodalSettings)
     #: --enable-lora and its sizes (None without LoRA; docs/engines/vllm.md#vllm-features)
@@ -96,7 +99,7 @@ def resolve_settings(
     hardware: Hardware | None,
     choice: EngineChoice,
     workload: Workload,
-    rules: Rules,
+    constants: VllmConstants,
     rules_version: str,
     warnings: list[str],
 ) -> Settings:
@@ -107,21 +110,21 @@ def resolve_settings(
         choice, hardware, ("tensor-parallel-size", "tp"), ("pipeline-parallel-size", "pp"), dp=dp
     )
     util = choice.gpu_util or common.setting_float(choice, "gpu-memory-utilization")
-    util = util if util is not None else float(rules["gpu_memory_utilization"])
+    util = util if util is not None else float(constants.gpu_memory_utilization)
     if not 0 < util <= 1:
         raise UsageError(f"gpu-memory-utilization must be in (0, 1], got {util}")
     set_len = common.setting_int(choice, "max-model-len")
-    max_model_len = resolve_max_model_len(spec, workload, set_len, rules, warnings)
-    batched, max_num_seqs = resolve_batch(hardware, choice, rules, max_model_len)
+    max_model_len = resolve_max_model_len(spec, workload, set_len, constants, warnings)
+    batched, max_num_seqs = resolve_batch(hardware, choice, constants, max_model_len)
     dtype = load_dtype(spec, common.setting(choice, "dtype"))
     quant_setting = (common.setting(choice, "quantization", "q") or "").strip().lower()
     online = quant_setting if quant_setting not in ("", "none", "auto") and spec.quantization is None else None
     kv_name = kv_dtype_name(choice, workload)
-    block_default = default_block_size(spec, rules)
+    block_default = default_block_size(spec, constants)
     kv_mem = common.setting(choice, "kv-cache-memory-bytes")
-    warnings.extend(unmodelled_flag_warnings(spec, choice, rules, quant_setting))
+    warnings.extend(unmodelled_flag_warnings(spec, choice, constants, quant_setting))
     mm_settings = multimodal.settings_of(spec, choice.settings, tp, choice.version or rules_version, warnings)
-    speculative = speculative_setting(choice, spec, rules, warnings, tp, pp)
+    speculative = speculative_setting(choice, spec, constants, warnings, tp, pp)
     return Settings(
         rules=rules_version,
         gpu_memory_utilization=util,
@@ -137,9 +140,9 @@ def resolve_settings(
         enable_prefix_caching=prefix_caching_on(choice, spec),
         kv_cache_memory_bytes=_parse_bytes(kv_mem) if kv_mem else None,
         cpu_offload_gb=common.setting_float(choice, "cpu-offload-gb", default=0.0) or 0.0,
-        cudagraph_in_budget=bool(rules["cudagraph_in_budget"]) and not is_mrv2_dense(spec, rules),
-        state_seq_check=bool(rules.get("state_seq_check", False)),
-        kv_tokens_formula=str(rules["kv_tokens_formula"]),
+        cudagraph_in_budget=constants.cudagraph_in_budget and not is_mrv2_dense(spec, constants),
+        state_seq_check=bool(constants.state_seq_check),
+        kv_tokens_formula=constants.kv_tokens_formula,
         dtype=dtype,
         online_quantization=online,
         context_cap=max_model_len if set_len else max(max_model_len, spec.max_position_embeddings or 0),
@@ -147,7 +150,7 @@ def resolve_settings(
         num_gpu_blocks_override=gpu_blocks_override(choice),
         requested_version=choice.version,
         multimodal=mm_settings,
-        lora=lora_setting(choice, rules, dtype),
+        lora=lora_setting(choice, constants, dtype),
         speculative=speculative,
         prefix_caching_set=prefix_caching_given(choice),
     )
@@ -160,10 +163,10 @@ def kv_dtype_name(choice: EngineChoice, workload: Workload) -> str:
     return common.setting(choice, "kv-cache-dtype") or "auto"
 
 
-def default_block_size(spec: ModelSpec, rules: Rules) -> int:
+def default_block_size(spec: ModelSpec, constants: VllmConstants) -> int:
     """vLLM's default block size: ``block_size_mla`` for an MLA model, else ``block_size`` (vllm.md#vllm-kv-specs)."""
     has_mla = LayerKind.MLA in common.layer_summary(spec.layers).kinds
-    return int(rules["block_size_mla"] if has_mla else rules["block_size"])
+    return int(constants.block_size_mla if has_mla else constants.block_size)
 
 
 def prefix_caching_on(choice: EngineChoice, spec: ModelSpec) -> bool:
@@ -183,14 +186,14 @@ def prefix_caching_given(choice: EngineChoice) -> bool:
     )
 
 
-def lora_setting(choice: EngineChoice, rules: Rules, dtype: str) -> features.LoraSettings | None:
+def lora_setting(choice: EngineChoice, constants: VllmConstants, dtype: str) -> features.LoraSettings | None:
     """``--enable-lora`` with ``--max-loras`` / ``--max-lora-rank`` / ``--max-cpu-loras`` / ``--lora-dtype`` /
     ``--fully-sharded-loras`` (LoRAConfig's defaults when not set, docs/engines/vllm.md#vllm-features); None without
     --enable-lora (vLLM then reads none of them)."""
     if not common.setting_bool(choice, "enable-lora"):
         return None
-    loras = common.setting_int(choice, "max-loras") or int(rules["lora_default_max_loras"])
-    rank = common.setting_int(choice, "max-lora-rank") or int(rules["lora_default_max_lora_rank"])
+    loras = common.setting_int(choice, "max-loras") or constants.lora_default_max_loras
+    rank = common.setting_int(choice, "max-lora-rank") or constants.lora_default_max_lora_rank
     cpu_loras = common.setting_int(choice, "max-cpu-loras")
     if loras < 1 or rank < 1:
         raise UsageError(f"max-loras and max-lora-rank must be positive, got {loras} and {rank}")
@@ -200,7 +203,7 @@ def lora_setting(choice: EngineChoice, rules: Rules, dtype: str) -> features.Lor
     lora_dtype = dtype if named == "auto" else DTYPE_NAMES.get(named)
     if lora_dtype is None:
         raise UsageError(f"unknown lora-dtype {named!r}; vLLM takes auto, float16 or bfloat16")
-    until = common.version_key(str(rules["lora_extra_vocab_until"]))
+    until = common.version_key(constants.lora_extra_vocab_until)
     old_release = choice.version is not None and common.version_key(choice.version)[: len(until)] <= until
     extra = common.setting_int(choice, "lora-extra-vocab-size") if old_release else None
     return features.LoraSettings(
@@ -209,12 +212,12 @@ def lora_setting(choice: EngineChoice, rules: Rules, dtype: str) -> features.Lor
         dtype_bytes=dtype_bytes_of(lora_dtype),
         fully_sharded_loras=common.setting_bool(choice, "fully-sharded-loras"),
         max_cpu_loras=cpu_loras,
-        extra_vocab=(int(rules["lora_extra_vocab_size"]) if extra is None else extra) if old_release else 0,
+        extra_vocab=(constants.lora_extra_vocab_size if extra is None else extra) if old_release else 0,
     )
 
 
 def speculative_setting(
-    choice: EngineChoice, spec: ModelSpec, rules: Rules, warnings: list[str], tp: int = 1, pp: int = 1
+    choice: EngineChoice, spec: ModelSpec, constants: VllmConstants, warnings: list[str], tp: int = 1, pp: int = 1
 ) -> features.Speculative | None:
     """``--speculative-config`` (JSON), else the old ``--speculative-model`` / ``--num-speculative-tokens`` /
     ``--speculative-draft-tensor-parallel-size``, as vLLM resolves the method and the draft's TP
@@ -230,9 +233,9 @@ def speculative_setting(
         draft_tp = common.setting_int(choice, "speculative-draft-tensor-parallel-size")
         model = model[:120] if model else None
     draft = choice.draft if choice.draft is not None and choice.draft.name == model else None
-    speculative = features.resolve_speculative(method, model, tokens, spec, rules, draft, draft_tp, tp)
-    warnings.extend(features.speculative_warnings(speculative, rules))
-    warnings.extend(features.draft_warnings(speculative, spec, pp, rules))
+    speculative = features.resolve_speculative(method, model, tokens, spec, constants, draft, draft_tp, tp)
+    warnings.extend(features.speculative_warnings(speculative, constants))
+    warnings.extend(features.draft_warnings(speculative, spec, pp, constants))
     return speculative
 
 
@@ -268,18 +271,20 @@ def gpu_blocks_override(choice: EngineChoice) -> int | None:
     return override
 
 
-def unmodelled_flag_warnings(spec: ModelSpec, choice: EngineChoice, rules: Rules, quantization: str) -> list[str]:
+def unmodelled_flag_warnings(
+    spec: ModelSpec, choice: EngineChoice, constants: VllmConstants, quantization: str
+) -> list[str]:
     """One warning per flag vLLM reads that hfvram does not model (vllm.md#vllm-unmodelled-flags): the TOML's
     ``unmodelled_flags`` and ``--quantization`` on an unquantized checkpoint other than fp8 (speculative decoding:
     :func:`vllm_features.speculative_warnings`)."""
-    notes = unmodelled_flag_notes(choice, rules["unmodelled_flags"])
-    if quantization in rules["inflight_quantizations"] and spec.quantization is None:
+    notes = unmodelled_flag_notes(choice, constants.unmodelled_flags)
+    if quantization in constants.inflight_quantizations and spec.quantization is None:
         notes.append(
             f"--quantization {quantization}: vLLM quantizes this unquantized checkpoint while loading it; hfvram "
             "does not model that and counts the weights at the checkpoint's dtype (an upper bound)"
         )
     elif (
-        quantization not in ("", "none", "auto", "fp8", *rules["inflight_quantizations"]) and spec.quantization is None
+        quantization not in ("", "none", "auto", "fp8", *constants.inflight_quantizations) and spec.quantization is None
     ):
         notes.append(
             f"--quantization {quantization}: the checkpoint states no quantization; vLLM loads {quantization} weights "
@@ -309,7 +314,7 @@ def speculative_method(text: str) -> tuple[str | None, str | None, int | None]:
 
 
 def resolve_max_model_len(
-    spec: ModelSpec, workload: Workload, set_len: int | None, rules: Rules, warnings: list[str]
+    spec: ModelSpec, workload: Workload, set_len: int | None, constants: VllmConstants, warnings: list[str]
 ) -> int:
     """max-model-len when set, else the requested context, else the model's maximum (else the TOML's
     fallback), with vLLM's refusals of a length it cannot serve as warnings."""
@@ -323,7 +328,7 @@ def resolve_max_model_len(
     elif model_max:
         max_model_len = model_max
     else:
-        max_model_len = int(rules["fallback_max_model_len"])
+        max_model_len = constants.fallback_max_model_len
         warnings.append(
             f"the config states no max_position_embeddings; assumed max_model_len {max_model_len} (set --context)"
         )
@@ -335,26 +340,30 @@ def resolve_max_model_len(
     return max_model_len
 
 
-def is_large_gpu(hardware: Hardware | None, rules: Rules) -> bool:
+def is_large_gpu(hardware: Hardware | None, constants: VllmConstants) -> bool:
     """The OpenAI server's GPU class (docs/engines/vllm.md#vllm-activations): at least ``large_gpu_min_gib`` and not named like one of
     ``small_gpu_names`` (the A100s keep the small defaults); no hardware counts as large."""
     if hardware is None:
         return True
     label = (hardware.gpu.id + hardware.gpu.name).lower()
-    return hardware.gpu.gpu_memory_bytes >= float(rules["large_gpu_min_gib"]) * GiB and not any(
-        str(name) in label for name in rules["small_gpu_names"]
+    return hardware.gpu.gpu_memory_bytes >= float(constants.large_gpu_min_gib) * GiB and not any(
+        str(name) in label for name in constants.small_gpu_names
     )
 
 
-def resolve_batch(hardware: Hardware | None, choice: EngineChoice, rules: Rules, max_model_len: int) -> tuple[int, int]:
+def resolve_batch(
+    hardware: Hardware | None, choice: EngineChoice, constants: VllmConstants, max_model_len: int
+) -> tuple[int, int]:
     """(max_num_batched_tokens, max_num_seqs): the user's, else the GPU class defaults; without chunked
     prefill a whole max_model_len prompt is one batch."""
-    large = is_large_gpu(hardware, rules)
-    default_batched = int(rules["large_gpu_max_num_batched_tokens" if large else "small_gpu_max_num_batched_tokens"])
-    default_seqs = int(rules["large_gpu_max_num_seqs" if large else "small_gpu_max_num_seqs"])
+    large = is_large_gpu(hardware, constants)
+    default_batched = (
+        constants.large_gpu_max_num_batched_tokens if large else constants.small_gpu_max_num_batched_tokens
+    )
+    default_seqs = constants.large_gpu_max_num_seqs if large else constants.small_gpu_max_num_seqs
     max_num_seqs = common.setting_int(choice, "max-num-seqs", default=default_seqs) or default_seqs
     batched = common.setting_int(choice, "max-num-batched-tokens")
-    chunked = common.setting_bool(choice, "enable-chunked-prefill", default=bool(rules["chunked_prefill"]))
+    chunked = common.setting_bool(choice, "enable-chunked-prefill", default=constants.chunked_prefill)
     if batched is None:
         batched = default_batched if chunked else max(max_model_len, default_batched)
         batched = min(max_num_seqs * max_model_len, batched)
@@ -385,10 +394,10 @@ def _parse_bytes(text: str) -> int:
         raise UsageError(f"kv-cache-memory-bytes={text!r} is not a size") from exc
 
 
-def is_mrv2_dense(spec: ModelSpec, rules: Rules) -> bool:
+def is_mrv2_dense(spec: ModelSpec, constants: VllmConstants) -> bool:
     """True where vLLM runs the model on Model Runner V2, whose graph profiler returns 0 (v0.25.1 on, dense
     models: no experts, no recurrent layers; docs/engines/vllm.md#vllm-mrv2)."""
-    if not rules.get("cudagraph_mrv2_dense"):
+    if not constants.cudagraph_mrv2_dense:
         return False
     recurrent = not RECURRENT_KINDS.isdisjoint(common.layer_summary(spec.layers).kinds)
     return not recurrent and not (spec.num_experts and spec.num_experts > 1)

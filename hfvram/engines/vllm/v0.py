@@ -16,16 +16,17 @@ sliding-window, speculative and LoRA set-ups), then 2048 batched tokens, else ma
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
-from hfvram.engines.vllm import profile as v1
 from hfvram.engines.vllm.breakdown import compute
+from hfvram.engines.vllm.constants import VllmConstants
 from hfvram.engines.vllm.narration import narrate
-from hfvram.engines.vllm.settings import resolve_settings
+from hfvram.engines.vllm.settings import Settings, resolve_settings
 from hfvram.engines.vllm.terms import Breakdown, OutsideTrouble
 from hfvram.estimate import common
 from hfvram.estimate.common import GiB, Rules
-from hfvram.estimate.types import EngineChoice, Estimate, Hardware, Workload
+from hfvram.estimate.types import EngineChoice, Hardware, Workload
 from hfvram.spec import RECURRENT_KINDS, LayerKind, ModelSpec
 
 GENERATION = "v0"
@@ -40,20 +41,20 @@ RECURRENT_NOTE = (
 )
 
 
-def v0_rules(rules: Rules, v0: Rules, version: str | None) -> dict[str, object]:
-    """The V1 rule set with V0's own constants over it (the ``[v0]`` table): what the shared helpers read. Before
-    ``sampler_since`` the profile shows the logits of the dummy sequences only, no sampler peak."""
+def v0_rules(constants: VllmConstants, v0: Rules, version: str | None) -> VllmConstants:
+    """The V1 constants with V0's own over them (the ``[v0]`` table): what the shared helpers read (V0's flat
+    CUDA-graph reserve is a setting, ``cudagraph_flat_gib``). Before ``sampler_since`` the profile shows the logits
+    of the dummy sequences only, no sampler peak."""
     sampled = version is None or common.version_key(version) >= common.version_key(str(v0["sampler_since"]))
-    return {
-        **rules,
-        "gpu_memory_utilization": v0["gpu_memory_utilization"],
-        "sampler_bytes_per_logit": v0["sampler_bytes_per_logit" if sampled else "logits_bytes_per_logit"],
-        "forward_bytes_per_ffn": v0["forward_bytes_per_ffn"],
-        "forward_bytes_per_hidden": v0["forward_bytes_per_hidden"],
-        "cudagraph_flat_gib": v0["cudagraph_gib"],
-        "cudagraph_in_budget": False,
-        "kv_tokens_formula": "blocks",
-    }
+    return replace(
+        constants,
+        gpu_memory_utilization=v0["gpu_memory_utilization"],
+        sampler_bytes_per_logit=v0["sampler_bytes_per_logit" if sampled else "logits_bytes_per_logit"],
+        forward_bytes_per_ffn=v0["forward_bytes_per_ffn"],
+        forward_bytes_per_hidden=v0["forward_bytes_per_hidden"],
+        cudagraph_in_budget=False,
+        kv_tokens_formula="blocks",
+    )
 
 
 def full_length_spec(spec: ModelSpec) -> tuple[ModelSpec, int]:
@@ -114,19 +115,19 @@ def resolve_batch_v0(
     return batched, min(max_num_seqs, batched), chunked
 
 
-def estimate(
-    profile: v1.VllmProfile,
+def resolve_v0(
+    v0: Rules,
     spec: ModelSpec,
     hardware: Hardware | None,
     choice: EngineChoice,
     workload: Workload,
-    rules: Rules,
+    constants: VllmConstants,
     rules_version: str,
     notes: list[str],
-) -> Estimate:
-    """The V0 estimate: V0's settings and terms, then the shared breakdown, start-up checks and narration."""
-    v0 = profile.data["v0"]
-    merged = v0_rules(rules, v0, choice.version)
+) -> tuple[Settings, VllmConstants, bool]:
+    """V0's settings (the profile's step 1 on V0): the shared settings under V0's constants, then V0's batch
+    defaults, block size and flat CUDA-graph reserve; with the constants in force and the chunked-prefill default."""
+    merged = v0_rules(constants, v0, choice.version)
     settings = resolve_settings(spec, hardware, choice, workload, merged, rules_version, notes)
     batched, seqs, chunked = resolve_batch_v0(
         spec, choice, v0, settings.max_model_len, settings.speculative_method is not None
@@ -138,10 +139,24 @@ def estimate(
         engine_generation=GENERATION,
         mla_entry_align_bytes=int(v0["mla_entry_align_bytes"]),
         block_size=common.setting_int(choice, "block-size", default=int(v0["block_size"])) or int(v0["block_size"]),
+        cudagraph_flat_gib=v0["cudagraph_gib"],
         # V0: total × utilization, no ceil; a float budget keeps the arithmetic of determine_num_available_blocks
     )
+    return settings, merged, chunked
+
+
+def compute_v0(
+    spec: ModelSpec,
+    hardware: Hardware | None,
+    settings: Settings,
+    workload: Workload,
+    merged: VllmConstants,
+    non_torch: Sequence[Rules],
+) -> tuple[Breakdown, int]:
+    """V0's breakdown (the profile's step 2 on V0): the shared breakdown of the spec as V0's cache sees it (every
+    layer at full length), its start-up checks relaxed as V0's; and how many layers were lengthened."""
     cache_spec, windowed = full_length_spec(spec)
-    parts = compute(cache_spec, hardware, settings, workload, merged)
+    parts = compute(cache_spec, hardware, settings, workload, merged, non_torch)
     # V0 checks no free memory at start-up (V1's "Free memory on device ... is less than desired"), and warms up
     # no sampler after it: memory short outside the budget is a risk to name, not a refusal
     trouble = parts.outside_trouble
@@ -149,33 +164,30 @@ def estimate(
         parts = replace(parts, outside_trouble=OutsideTrouble.UNCHECKED_OUTSIDE)
     elif trouble is OutsideTrouble.SAMPLER_WARM_UP:
         parts = replace(parts, outside_trouble=None)
-    warnings, explain = narrate_v0(profile, parts, spec, workload, merged, chunked, windowed, notes)
-    report = v1.engine_report(parts, choice, rules_version, hardware)
-    report["enable_chunked_prefill"] = chunked
-    return v1.finish(parts, spec, hardware, workload, settings, report, [*notes, *warnings], explain)
+    return parts, windowed
 
 
 def narrate_v0(
-    profile: v1.VllmProfile,
+    graphs_in_budget_since: str | None,
     parts: Breakdown,
     spec: ModelSpec,
     workload: Workload,
-    merged: Rules,
+    merged: VllmConstants,
     chunked: bool,
     windowed: int,
     notes: list[str],
 ) -> tuple[list[str], dict[str, str]]:
     """V1's narration of the breakdown, V0's own notes (full-length layers, recurrent state) and an ``engine``
-    explain line saying which V0 rules were applied."""
+    explain line saying which V0 rules were applied (``graphs_in_budget_since`` as :func:`narrate` takes it)."""
     settings = parts.settings
-    warnings, explain = narrate(parts, spec, workload, profile.first_version_with("cudagraph_in_budget", True))
+    warnings, explain = narrate(parts, spec, workload, graphs_in_budget_since)
     if windowed:
         notes.append(FULL_LENGTH_NOTE.format(count=windowed))
     if any(layer.kind in RECURRENT_KINDS for layer in spec.layers):
         notes.append(RECURRENT_NOTE)
     explain["engine"] = (
         f"vLLM V0 engine rules (docs/engines/vllm.md#vllm-v0): the profile run samples {settings.max_num_seqs} "
-        f"dummy sequences ({merged['sampler_bytes_per_logit']} B per logit) and pushes "
+        f"dummy sequences ({merged.sampler_bytes_per_logit} B per logit) and pushes "
         f"{settings.max_num_batched_tokens} tokens (chunked prefill {'on' if chunked else 'off'}); every layer is "
         f"cached at full length in one block table; CUDA graphs ({parts.overhead.cudagraphs / GiB:.2f} GiB) are "
         "captured after the KV cache, outside the budget"
