@@ -262,6 +262,9 @@ def check(
     Raises:
         UsageError: bad input (unknown GPU or engine, a bad number).
         HfvramError: the model could not be read (its subclasses say why).
+
+    Longer than 60 lines: its length is its keyword arguments and their documentation (the public API); the body
+    is one call.
     """
     options = _run_options(
         gpu=gpu,

@@ -84,39 +84,49 @@ def calibrate(
         result["_spec"] = est.spec
         result["predicted"] = cal.predicted_terms(est)
         result["warnings"] += cal.comparison_warnings(measured, result["predicted"]) + list(est.warnings)
-    if save and not measured.engine_version:
-        result["warnings"].append(
-            f"the log does not say which {measured.engine} release ran: later checks do not apply this calibration "
-            f"(pass --engine {measured.engine}@VERSION)"
-        )
-    if save and not model:
-        result["warnings"].append(
-            "saved without --model: later checks name this calibration but do not apply it (it applies to the "
-            "model family it measured; pass --model SOURCE, the model that ran)"
-        )
     if save:
-        from pathlib import Path
-
+        result["warnings"] += _save_warnings(measured, model)
         assert hardware is not None  # --save needs --gpu (checked above)
-
-        record = cal.calibration_record(
-            measured,
-            hardware.gpu.id,
-            os.path.basename(logfile),
-            spec=result.get("_spec"),
-            model=model,
-        )
-        if output_path:
-            path = Path(output_path)
-            # whole or not at all: no partial or 0-byte file on a full disk (exit 3)
-            cal.write_atomically(path, json.dumps(record, indent=2) + "\n", what=f"--output {output_path}")
-        else:
-            path = cal.save_calibration(record)
-        result["saved"] = str(path)
+        result["saved"] = _save(measured, hardware.gpu.id, logfile, result.get("_spec"), model, output_path)
     result.pop("_spec", None)
     from hfvram.redaction import redact_document
 
-    result = redact_document(result)
+    _print_calibration(redact_document(result), as_json)
+
+
+def _save_warnings(measured: Any, model: str | None) -> list[str]:
+    """What a saved calibration will not do later: no release named, or no model to apply it to."""
+    warnings = []
+    if not measured.engine_version:
+        warnings.append(
+            f"the log does not say which {measured.engine} release ran: later checks do not apply this calibration "
+            f"(pass --engine {measured.engine}@VERSION)"
+        )
+    if not model:
+        warnings.append(
+            "saved without --model: later checks name this calibration but do not apply it (it applies to the "
+            "model family it measured; pass --model SOURCE, the model that ran)"
+        )
+    return warnings
+
+
+def _save(measured: Any, gpu_id: str, logfile: str, spec: Any, model: str | None, output_path: str | None) -> str:
+    """Write the calibration record (to ``--output`` or the config folder); the path written."""
+    from pathlib import Path
+
+    from hfvram import calibrate as cal
+
+    record = cal.calibration_record(measured, gpu_id, os.path.basename(logfile), spec=spec, model=model)
+    if output_path:
+        path = Path(output_path)
+        # whole or not at all: no partial or 0-byte file on a full disk (exit 3)
+        cal.write_atomically(path, json.dumps(record, indent=2) + "\n", what=f"--output {output_path}")
+    else:
+        path = cal.save_calibration(record)
+    return str(path)
+
+
+def _print_calibration(result: dict[str, Any], as_json: bool) -> None:
     if as_json:
         _echo_json(result)
     else:

@@ -79,37 +79,50 @@ def check(
 
     report = check_with_options(options, source).document
     if report.get("schema") == "hfvram.gguf_repo/1":  # a GGUF repo as a whole: one row per quant
-        from hfvram.report.gguf_repo import gguf_repo_markdown, render_gguf_repo
-
-        if output == "json":
-            _echo_json(report)
-        elif output == "markdown":
-            _echo(gguf_repo_markdown(report), nl=False)
-        else:
-            render_gguf_repo(_console(), report)
-        sys.exit(exit_code_for([report.get("verdict")], fail_on))
-    if launch_only:
-        from hfvram.report.wording import launch_command_lines
-
+        _print_gguf_repo(report, output)
+    elif launch_only:
         if fmt or as_json or as_markdown:
             raise UsageError("--launch prints just the command line: drop --json / --markdown / --format")
-        lines = launch_command_lines(report.get("launch"))
-        if not lines:
-            raise UsageError(f"{report['engine'].get('name')} has no command line to print (it is a library)")
-        from hfvram.report.text import safe
+        _print_launch(report)
+    else:
+        _print_check(report, output, options.explain)
+    sys.exit(exit_code_for([report.get("verdict")], fail_on))
 
-        _echo("\n".join(safe(line) for line in lines))
-    elif output == "json":
+
+def _print_gguf_repo(report: dict[str, Any], output: str) -> None:
+    from hfvram.report.gguf_repo import gguf_repo_markdown, render_gguf_repo
+
+    if output == "json":
+        _echo_json(report)
+    elif output == "markdown":
+        _echo(gguf_repo_markdown(report), nl=False)
+    else:
+        render_gguf_repo(_console(), report)
+
+
+def _print_launch(report: dict[str, Any]) -> None:
+    """``--launch``: just the engine's command line."""
+    from hfvram.report.wording import launch_command_lines
+
+    lines = launch_command_lines(report.get("launch"))
+    if not lines:
+        raise UsageError(f"{report['engine'].get('name')} has no command line to print (it is a library)")
+    from hfvram.report.text import safe
+
+    _echo("\n".join(safe(line) for line in lines))
+
+
+def _print_check(report: dict[str, Any], output: str, explain: bool) -> None:
+    if output == "json":
         _echo_json(report)
     elif output == "markdown":
         from hfvram.report.markdown import check_markdown
 
-        _echo(check_markdown(report, explain=options.explain), nl=False)
+        _echo(check_markdown(report, explain=explain), nl=False)
     else:
         from hfvram.report.table import render_check
 
-        render_check(_console(), report, explain=options.explain)
-    sys.exit(exit_code_for([report.get("verdict")], fail_on))
+        render_check(_console(), report, explain=explain)
 
 
 def _print_pack(

@@ -106,17 +106,27 @@ def fit(
 
     results = [fit_with_options(options, source) for source in sources]
     if plot:
-        from hfvram.pipeline.fit import memory_panel
-        from hfvram.report.plot import plot_memory_against_context
-
-        panels = []
-        for result in results:  # fit's results carry the facts and the setup their figures were computed for
-            spec, hardware, choice, workload = result.spec, result.hardware_spec, result.engine_choice, result.workload
-            assert spec is not None and hardware is not None and choice is not None and workload is not None
-            panels.append(memory_panel(result.document, spec, hardware, choice, workload))
-        plot_memory_against_context(panels, plot)
-        _write_stderr(f"wrote {plot}")
+        _plot_fit(results, plot)
     public = [result.document for result in results]
+    _print_fit(public, output)
+    sys.exit(exit_code_for([report.get("verdict") for report in public], fail_on))
+
+
+def _plot_fit(results: list[Any], plot: str) -> None:
+    """``--plot``: memory against context, one panel per SOURCE."""
+    from hfvram.pipeline.fit import memory_panel
+    from hfvram.report.plot import plot_memory_against_context
+
+    panels = []
+    for result in results:  # fit's results carry the facts and the setup their figures were computed for
+        spec, hardware, choice, workload = result.spec, result.hardware_spec, result.engine_choice, result.workload
+        assert spec is not None and hardware is not None and choice is not None and workload is not None
+        panels.append(memory_panel(result.document, spec, hardware, choice, workload))
+    plot_memory_against_context(panels, plot)
+    _write_stderr(f"wrote {plot}")
+
+
+def _print_fit(public: list[dict[str, Any]], output: str) -> None:
     if output == "json":
         _echo_json(public if len(public) > 1 else public[0])
     elif output == "markdown":
@@ -129,7 +139,6 @@ def fit(
         console = _console()
         for report in public:
             render_fit(console, report)
-    sys.exit(exit_code_for([report.get("verdict") for report in public], fail_on))
 
 
 # ---- gpus ------------------------------------------------------------------------------------------------------

@@ -86,19 +86,10 @@ def models(
     Exit codes: 0 at least one model fits (or is tight), 1 none does, 2 usage error (3: --hub and the Hub could
     not be read). With --list: 0, or 1 when no repo id holds QUERY.
     """
-    from hfvram.pipeline import catalogue_params, models_query
-    from hfvram.report.models import search_repos
-    from hfvram.sources.catalog import catalog_repos
+    from hfvram.pipeline import models_query
 
     if listing:
-        from hfvram.report.models import list_lines
-
-        found = search_repos(catalog_repos(), query)
-        if not found:
-            _write_stderr(f"hfvram: no catalogue repo matches {query!r}")
-            sys.exit(1)
-        _echo("\n".join(list_lines(found, catalogue_params(found))))
-        sys.exit(0)
+        _list_catalogue(query)
     if query is not None:
         raise UsageError(f"QUERY ({query!r}) goes with --list; to check one model use `hfvram check {query}`")
     options = _run_options(kwargs)
@@ -112,6 +103,33 @@ def models(
         sort = sort or "verdict"
         asked = models_query(options, family=family, sort=sort)
         rows = _models_with_progress(options, family, sort)
+    _print_models(asked, rows, output)
+    if not rows:
+        _write_stderr(
+            "hfvram: the Hub listed no model for that query"
+            if from_hub and not family
+            else f"hfvram: no {'listed' if from_hub else 'catalogue'} model has the family {family!r}"
+        )
+    from hfvram.report import models as view
+
+    sys.exit(view.models_exit_code(rows))
+
+
+def _list_catalogue(query: str | None) -> None:
+    """``--list [QUERY]``: the catalogue's repo ids (exit 0), or exit 1 when none holds QUERY."""
+    from hfvram.pipeline import catalogue_params
+    from hfvram.report.models import list_lines, search_repos
+    from hfvram.sources.catalog import catalog_repos
+
+    found = search_repos(catalog_repos(), query)
+    if not found:
+        _write_stderr(f"hfvram: no catalogue repo matches {query!r}")
+        sys.exit(1)
+    _echo("\n".join(list_lines(found, catalogue_params(found))))
+    sys.exit(0)
+
+
+def _print_models(asked: Any, rows: list[dict[str, Any]], output: str) -> None:
     from hfvram.report import models as view
 
     if output == "json":
@@ -127,13 +145,6 @@ def models(
         _echo(view.models_markdown(asked, rows), nl=False)
     else:
         view.render_models(_console(), asked, rows)
-    if not rows:
-        _write_stderr(
-            "hfvram: the Hub listed no model for that query"
-            if from_hub and not family
-            else f"hfvram: no {'listed' if from_hub else 'catalogue'} model has the family {family!r}"
-        )
-    sys.exit(view.models_exit_code(rows))
 
 
 def _models_with_progress(options: RunOptions, family: str | None, sort: str) -> list[dict[str, Any]]:

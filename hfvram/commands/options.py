@@ -76,114 +76,115 @@ UNIFIED_FRACTION_HELP = (
 )
 
 
+#: the contract's shared options (check / scan / fit), in the order ``--help`` lists them
+_RUN_OPTIONS = [
+    click.option(
+        "--gpu",
+        "gpu",
+        metavar="SPEC",
+        shell_complete=complete_gpu,
+        help="GPU id or alias with optional count (rtx4090, h100x8, 24GiB); a mixed set rtx4090+rtx3090; "
+        "check and fit --cheapest: a comma list of sets to compare (rtx4090,rtx3090x2,h100).",
+    ),
+    click.option(
+        "--engine",
+        "engine",
+        metavar="NAME[@VER]",
+        shell_complete=complete_engine,
+        help="vllm, sglang, llama.cpp, ollama, … (default: vllm; llama.cpp for GGUF).",
+    ),
+    click.option(
+        "--context",
+        "context",
+        metavar="N",
+        help="Tokens per sequence: 8k, 32k, 131072 (default: the engine's); vLLM: auto, the length it would pick.",
+    ),
+    click.option(
+        "--prompt",
+        "prompt",
+        metavar="N",
+        help="Prompt tokens per request: adds the prefill / time-to-first-token bound (check).",
+    ),
+    click.option(
+        "--max-context-cap",
+        "max_context_cap",
+        metavar="N",
+        help="With --context auto (vLLM's --max-model-len auto): the longest length it may pick.",
+    ),
+    click.option(
+        "--concurrency",
+        "concurrency",
+        metavar="N",
+        help="Sequences held at full context (default 1); max: the largest batch that starts.",
+    ),
+    click.option(
+        "--kv-dtype",
+        "kv_dtype",
+        metavar="T",
+        shell_complete=complete_kv_dtype,
+        help="KV cache type: auto, bf16, fp16, fp8, q8_0, q4_0, …",
+    ),
+    click.option(
+        "--set",
+        "settings",
+        metavar="NAME=VALUE",
+        multiple=True,
+        help="An engine setting under the engine's own name (repeatable).",
+    ),
+    click.option(
+        "--engine-args", "engine_args", metavar='"…"', help="A pasted engine command line (vllm serve … -tp 2)."
+    ),
+    click.option(
+        "--quant",
+        "quant",
+        metavar="Q|auto",
+        shell_complete=complete_quant,
+        help="What-if: size the weights as another format (GGUF Q4_K_M, Q8_0, IQ4_XS, …; Hub awq, "
+        "gptq-int4-g128, fp8, fp8-block, nvfp4, mxfp4, bnb-nf4, w8a8-int8, …; `auto`: the largest that fits "
+        "--gpu). Every other fact is read from the real files.",
+    ),
+    click.option("--tp", "tp", type=click.IntRange(min=1), help="Tensor-parallel degree."),
+    click.option("--pp", "pp", type=click.IntRange(min=1), help="Pipeline-parallel degree."),
+    click.option(
+        "--gpu-util",
+        "gpu_util",
+        type=click.FloatRange(0.0, 1.0, min_open=True),
+        help="The engine's memory fraction.",
+    ),
+    click.option(
+        "--unified-fraction",
+        "unified_fraction",
+        type=click.FloatRange(0.0, 1.0, min_open=True),
+        metavar="F",
+        help=UNIFIED_FRACTION_HELP,
+    ),
+    click.option(
+        "--host-memory",
+        "host_memory",
+        metavar="MEM",
+        shell_complete=complete_host_memory,
+        help="llama.cpp with layers in RAM: the host memory (ddr5-6000x2, epyc-9004, apple-m4-max, 90GB/s; "
+        "default ddr5-5600x2).",
+    ),
+    click.option("--ram", "ram", metavar="SIZE", help="llama.cpp offload plan: the RAM there is (64GiB)."),
+    click.option("--revision", "revision", metavar="R", help="Hub revision (branch, tag, commit)."),
+    click.option("--token", "token", metavar="T", help="Hub token (else HF_TOKEN / the saved token). Never printed."),
+    click.option("--offline", "offline", is_flag=True, default=None, help="Never touch the network."),
+    click.option("--explain", "explain", is_flag=True, help="List every input figure with where it came from."),
+    click.option(
+        "--calibration",
+        "calibration",
+        metavar="FILE",
+        type=click.Path(dir_okay=False),
+        help="A calibration file from `hfvram calibrate --save`.",
+    ),
+    debug_option,
+]
+
+
 def run_options(function: Callable[..., Any]) -> Callable[..., Any]:
     """Decorate a command with the contract's shared options (check / scan / fit)."""
-    options = [
-        click.option(
-            "--gpu",
-            "gpu",
-            metavar="SPEC",
-            shell_complete=complete_gpu,
-            help="GPU id or alias with optional count (rtx4090, h100x8, 24GiB); a mixed set rtx4090+rtx3090; "
-            "check and fit --cheapest: a comma list of sets to compare (rtx4090,rtx3090x2,h100).",
-        ),
-        click.option(
-            "--engine",
-            "engine",
-            metavar="NAME[@VER]",
-            shell_complete=complete_engine,
-            help="vllm, sglang, llama.cpp, ollama, … (default: vllm; llama.cpp for GGUF).",
-        ),
-        click.option(
-            "--context",
-            "context",
-            metavar="N",
-            help="Tokens per sequence: 8k, 32k, 131072 (default: the engine's); vLLM: auto, the length it would pick.",
-        ),
-        click.option(
-            "--prompt",
-            "prompt",
-            metavar="N",
-            help="Prompt tokens per request: adds the prefill / time-to-first-token bound (check).",
-        ),
-        click.option(
-            "--max-context-cap",
-            "max_context_cap",
-            metavar="N",
-            help="With --context auto (vLLM's --max-model-len auto): the longest length it may pick.",
-        ),
-        click.option(
-            "--concurrency",
-            "concurrency",
-            metavar="N",
-            help="Sequences held at full context (default 1); max: the largest batch that starts.",
-        ),
-        click.option(
-            "--kv-dtype",
-            "kv_dtype",
-            metavar="T",
-            shell_complete=complete_kv_dtype,
-            help="KV cache type: auto, bf16, fp16, fp8, q8_0, q4_0, …",
-        ),
-        click.option(
-            "--set",
-            "settings",
-            metavar="NAME=VALUE",
-            multiple=True,
-            help="An engine setting under the engine's own name (repeatable).",
-        ),
-        click.option(
-            "--engine-args", "engine_args", metavar='"…"', help="A pasted engine command line (vllm serve … -tp 2)."
-        ),
-        click.option(
-            "--quant",
-            "quant",
-            metavar="Q|auto",
-            shell_complete=complete_quant,
-            help="What-if: size the weights as another format (GGUF Q4_K_M, Q8_0, IQ4_XS, …; Hub awq, "
-            "gptq-int4-g128, fp8, fp8-block, nvfp4, mxfp4, bnb-nf4, w8a8-int8, …; `auto`: the largest that fits "
-            "--gpu). Every other fact is read from the real files.",
-        ),
-        click.option("--tp", "tp", type=click.IntRange(min=1), help="Tensor-parallel degree."),
-        click.option("--pp", "pp", type=click.IntRange(min=1), help="Pipeline-parallel degree."),
-        click.option(
-            "--gpu-util",
-            "gpu_util",
-            type=click.FloatRange(0.0, 1.0, min_open=True),
-            help="The engine's memory fraction.",
-        ),
-        click.option(
-            "--unified-fraction",
-            "unified_fraction",
-            type=click.FloatRange(0.0, 1.0, min_open=True),
-            metavar="F",
-            help=UNIFIED_FRACTION_HELP,
-        ),
-        click.option(
-            "--host-memory",
-            "host_memory",
-            metavar="MEM",
-            shell_complete=complete_host_memory,
-            help="llama.cpp with layers in RAM: the host memory (ddr5-6000x2, epyc-9004, apple-m4-max, 90GB/s; "
-            "default ddr5-5600x2).",
-        ),
-        click.option("--ram", "ram", metavar="SIZE", help="llama.cpp offload plan: the RAM there is (64GiB)."),
-        click.option("--revision", "revision", metavar="R", help="Hub revision (branch, tag, commit)."),
-        click.option(
-            "--token", "token", metavar="T", help="Hub token (else HF_TOKEN / the saved token). Never printed."
-        ),
-        click.option("--offline", "offline", is_flag=True, default=None, help="Never touch the network."),
-        click.option("--explain", "explain", is_flag=True, help="List every input figure with where it came from."),
-        click.option(
-            "--calibration",
-            "calibration",
-            metavar="FILE",
-            type=click.Path(dir_okay=False),
-            help="A calibration file from `hfvram calibrate --save`.",
-        ),
-        debug_option,
-    ]
-    for option in reversed(options):
+    for option in reversed(_RUN_OPTIONS):
         function = option(function)
     return function
 

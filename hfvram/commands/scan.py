@@ -88,8 +88,6 @@ def scan(
 
 
 def _scan_all(sources: list[str], options: RunOptions, jobs: int, output: str) -> tuple[list[dict[str, Any]], bool]:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from hfvram.pipeline import scan_one
     from hfvram.report.jsonout import error_dict
     from hfvram.scan import run_scan
@@ -98,16 +96,7 @@ def _scan_all(sources: list[str], options: RunOptions, jobs: int, output: str) -
     stderr = _console(stderr=True)
     from hfvram.scan import QuotaProgress
 
-    progress = Progress(
-        TextColumn("scanning"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("{task.fields[quota]}"),  # the Hub bucket that bounds the scan and the ETA its quota allows
-        console=stderr,
-        transient=True,
-        disable=not stderr.is_terminal,
-    )
+    progress = _scan_progress(stderr)
     quota = QuotaProgress(len(sources), options.token)
     interrupted = False
     with progress:
@@ -150,6 +139,22 @@ def _scan_all(sources: list[str], options: RunOptions, jobs: int, output: str) -
         except KeyboardInterrupt:
             interrupted = True
     return reports, interrupted
+
+
+def _scan_progress(stderr: Any) -> Any:
+    """The progress bar on stderr (off when it is not a terminal), with the Hub quota's words after it."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(
+        TextColumn("scanning"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[quota]}"),  # the Hub bucket that bounds the scan and the ETA its quota allows
+        console=stderr,
+        transient=True,
+        disable=not stderr.is_terminal,
+    )
 
 
 def _verdict_only(report: dict[str, Any]) -> dict[str, Any]:

@@ -37,11 +37,7 @@ def gguf_repo_report(request: Request, options: RunOptions) -> dict[str, Any] | 
     read_quant = next(q for q in listing.quants if q.files[0] in read.source.files)
     weights = read.spec.weights_bytes
     # the bytes of the read file(s) that are not tensor data: its metadata (vocabulary included) and tensor infos
-    header_bytes = (
-        read_quant.file_bytes - weights
-        if read_quant.file_bytes is not None and weights is not None and read_quant.file_bytes >= weights
-        else 0
-    )
+    header_bytes = _header_bytes(read_quant.file_bytes, weights)
     rows: list[dict[str, Any]] = []
     warnings: list[str] = list(request.notes)
     engine = None
@@ -54,24 +50,7 @@ def gguf_repo_report(request: Request, options: RunOptions) -> dict[str, Any] | 
         if quant is read_quant:
             warnings += doc["warnings"]
             work = doc["workload"]  # the context the engine runs at when none was asked for
-        rows.append(
-            {
-                "quant": quant.name,
-                "files": list(quant.files),
-                "file_bytes": quant.file_bytes,
-                "weights_bytes": model.spec.weights_bytes,
-                "weights_basis": (
-                    "tensor infos of the header read" if quant is read_quant else "file bytes minus header bytes"
-                ),
-                "header_read": quant is read_quant,
-                "per_gpu": doc["per_gpu"],
-                "utilization": doc["utilization"],
-                "verdict": doc["verdict"],
-                "verdict_reason": doc["verdict_reason"],
-                "capacity": doc["capacity"],
-                "decode_tokens_per_second": doc["decode_tokens_per_second"],
-            }
-        )
+        rows.append(_quant_row(quant, model.spec.weights_bytes, doc, header_read=quant is read_quant))
     if listing.partial:
         warnings.append(
             f"the file listing of {listing.repo_id} is partial ({listing.origin}): it holds only the files whose size "
@@ -95,24 +74,54 @@ def gguf_repo_report(request: Request, options: RunOptions) -> dict[str, Any] | 
         "engine": engine,
         "workload": work,
         "header_bytes": header_bytes,
-        "sizing": (
-            f"architecture facts from the header of {read.source.files[0]} (all quants of a repo share them); "
-            f"each other quant's weights = its file bytes ({listing.origin}) minus {header_bytes} header bytes, once "
-            "per quant (the further parts of a split set hold only their own tensor infos, counted as weights: a "
-            "few KiB too many)"
-        ),
+        "sizing": _sizing_words(read.source.files[0], listing.origin, header_bytes),
         "quants": rows,
         "mmproj": [{"file": name, "file_bytes": size} for name, size in listing.mmproj],
         "recommended": recommended["quant"] if recommended else None,
-        "verdict": recommended["verdict"]
-        if recommended
-        else (
-            ("offload" if any(row["verdict"] == "offload" for row in rows) else "does_not_fit")
-            if hardware is not None
-            else None
-        ),
+        "verdict": _repo_verdict(recommended, rows, has_gpu=hardware is not None),
         "warnings": list(dict.fromkeys(warnings + default_engine_notes(request, read))),
     }
+
+
+def _header_bytes(file_bytes: int | None, weights: int | None) -> int:
+    """The bytes of the read file(s) that are not tensor data (0 when either size is unknown)."""
+    return file_bytes - weights if file_bytes is not None and weights is not None and file_bytes >= weights else 0
+
+
+def _quant_row(quant: Any, weights_bytes: int | None, doc: dict[str, Any], *, header_read: bool) -> dict[str, Any]:
+    """One quant's row: its files and weights, and the check's figures and verdict for it."""
+    return {
+        "quant": quant.name,
+        "files": list(quant.files),
+        "file_bytes": quant.file_bytes,
+        "weights_bytes": weights_bytes,
+        "weights_basis": ("tensor infos of the header read" if header_read else "file bytes minus header bytes"),
+        "header_read": header_read,
+        "per_gpu": doc["per_gpu"],
+        "utilization": doc["utilization"],
+        "verdict": doc["verdict"],
+        "verdict_reason": doc["verdict_reason"],
+        "capacity": doc["capacity"],
+        "decode_tokens_per_second": doc["decode_tokens_per_second"],
+    }
+
+
+def _sizing_words(header_file: str, origin: str, header_bytes: int) -> str:
+    return (
+        f"architecture facts from the header of {header_file} (all quants of a repo share them); "
+        f"each other quant's weights = its file bytes ({origin}) minus {header_bytes} header bytes, once "
+        "per quant (the further parts of a split set hold only their own tensor infos, counted as weights: a "
+        "few KiB too many)"
+    )
+
+
+def _repo_verdict(recommended: dict[str, Any] | None, rows: Sequence[dict[str, Any]], *, has_gpu: bool) -> Any:
+    """The recommended quant's verdict; else offload when one quant offloads, does_not_fit; None without a GPU."""
+    if recommended:
+        return recommended["verdict"]
+    if not has_gpu:
+        return None
+    return "offload" if any(row["verdict"] == "offload" for row in rows) else "does_not_fit"
 
 
 def _ollama_default_tag_note(request: Request, rows: Sequence[dict[str, Any]], engine: Any) -> list[str]:

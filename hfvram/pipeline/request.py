@@ -161,12 +161,9 @@ def validate_kv_dtype_name(name: str) -> None:
         kv_dtype_bytes(part)
 
 
-def resolve_request(options: RunOptions, source: str | None) -> Request:
-    """Merge the pasted engine command line with the explicit options: an explicit option that disagrees with the
-    pasted line wins with a warning; a different model or engine is a usage error (exit 2)."""
-    from hfvram.engines import parse_engine_name
-    from hfvram.estimate.engine_args import parse_set_options
-
+def _pasted_and_source(options: RunOptions, source: str | None) -> tuple[ParsedEngineArgs | None, str]:
+    """The parsed ``--engine-args`` line (None without one) and the SOURCE: given, else the pasted line's model;
+    the two naming different models, or neither naming one, is a usage error."""
     pasted = None
     if options.engine_args:
         from hfvram.estimate.engine_args import parse_engine_args
@@ -181,17 +178,64 @@ def resolve_request(options: RunOptions, source: str | None) -> Request:
     source = source or (pasted.model if pasted else None)
     if not source:
         raise UsageError("missing SOURCE (a Hub repo id, a local folder or a .gguf file)")
+    return pasted, source
+
+
+def _engine_and_version(options: RunOptions, pasted: ParsedEngineArgs | None) -> tuple[str | None, str | None]:
+    """``--engine NAME[@VER]``, else the pasted line's engine; the two differing is a usage error."""
+    from hfvram.engines import parse_engine_name
+
     engine, version = parse_engine_name(options.engine) if options.engine else (None, None)
     if pasted and pasted.engine:
         if engine is not None and engine != pasted.engine:
             raise UsageError(f"--engine {options.engine} and the pasted {pasted.engine} command line differ: give one")
         engine = pasted.engine
-    settings: dict[str, str] = dict(pasted.settings) if pasted else {}
-    explicit_settings = parse_set_options(list(options.settings))
+    return engine, version
+
+
+def _set_override_notes(settings: dict[str, str], explicit_settings: dict[str, str]) -> list[str]:
+    """A note for each ``--set`` that overrides a different value of the pasted line."""
     notes: list[str] = []
     for name, value in explicit_settings.items():
         if name in settings and settings[name] != value:
             notes.append(f"--set {name}={value} overrides the pasted {name} {settings[name]}")
+    return notes
+
+
+def _concurrency(options: RunOptions) -> tuple[int, bool]:
+    """``--concurrency``: (the count, default 1; whether it is ``max``)."""
+    concurrency_max = bool(options.concurrency and options.concurrency.strip().lower() == "max")
+    concurrency = (
+        _parse_count(options.concurrency, "--concurrency") if options.concurrency and not concurrency_max else 1
+    )
+    return concurrency, concurrency_max
+
+
+def _hardware_and_host(options: RunOptions) -> tuple[Any, Any, int | None]:
+    """The GPU set of ``--gpu`` (None without one) with the host's memory (``--host-memory``, ``--ram``) in it."""
+    hardware = parse_gpu_option(options.gpu, options.unified_fraction)
+    from hfvram.estimate.host_memory import parse_host_memory, parse_ram
+
+    host_memory = parse_host_memory(options.host_memory)
+    ram_bytes = parse_ram(options.ram) if options.ram else None
+    if hardware is not None:
+        from dataclasses import replace as _replace
+
+        # the host is part of the hardware: the engines that place layers in RAM read its bandwidth and size
+        hardware = _replace(hardware, host=host_memory, ram_bytes=ram_bytes)
+    return hardware, host_memory, ram_bytes
+
+
+def resolve_request(options: RunOptions, source: str | None) -> Request:
+    """Merge the pasted engine command line with the explicit options: an explicit option that disagrees with the
+    pasted line wins with a warning; a different model or engine is a usage error (exit 2)."""
+    from hfvram.estimate.engine_args import parse_set_options
+
+    pasted, source = _pasted_and_source(options, source)
+    engine, version = _engine_and_version(options, pasted)
+    settings: dict[str, str] = dict(pasted.settings) if pasted else {}
+    explicit_settings = parse_set_options(list(options.settings))
+    notes = _set_override_notes(settings, explicit_settings)
     context_auto = bool(options.context and options.context.strip().lower() == "auto")
     if context_auto:
         # vLLM's own automatic length (docs/engines/vllm.md#vllm-auto-length); other engines refuse it below
@@ -210,24 +254,12 @@ def resolve_request(options: RunOptions, source: str | None) -> Request:
     settings.update(explicit_settings)
     if context is None and pasted:
         context = pasted.context
-    concurrency_max = bool(options.concurrency and options.concurrency.strip().lower() == "max")
-    concurrency = (
-        _parse_count(options.concurrency, "--concurrency") if options.concurrency and not concurrency_max else 1
-    )
+    concurrency, concurrency_max = _concurrency(options)
     kv_dtype = options.kv_dtype or (pasted.kv_dtype if pasted and pasted.kv_dtype else None) or "auto"
     validate_kv_dtype_name(kv_dtype)
     from hfvram.redaction import redact
 
-    hardware = parse_gpu_option(options.gpu, options.unified_fraction)
-    from hfvram.estimate.host_memory import parse_host_memory, parse_ram
-
-    host_memory = parse_host_memory(options.host_memory)
-    ram_bytes = parse_ram(options.ram) if options.ram else None
-    if hardware is not None:
-        from dataclasses import replace as _replace
-
-        # the host is part of the hardware: the engines that place layers in RAM read its bandwidth and size
-        hardware = _replace(hardware, host=host_memory, ram_bytes=ram_bytes)
+    hardware, host_memory, ram_bytes = _hardware_and_host(options)
     quant_choice = parse_quant_option(options.quant, engine)
     return Request(
         source=source,

@@ -143,31 +143,17 @@ def _convert(spec: ModelSpec) -> ConvertedModel:
             continue
         sinks = _SINKS.match(info.name)
         if sinks is not None:
-            name = f"blk.{sinks.group(1)}.attn_sinks.weight"
-            tensors.append(GgufTensor(name, ne, "F32", component, int(sinks.group(1))))
+            layer = int(sinks.group(1))
+            tensors.append(GgufTensor(f"blk.{layer}.attn_sinks.weight", ne, "F32", component, layer))
             continue
         match = _BLOCK.match(info.name)
         bare = _BARE.match(info.name) if match is None else None
         if bare is not None:
             layer, rest = int(bare.group(1)), bare.group(2)
-            gguf = block_names.get(rest)
-            if gguf is None:
-                unmapped.add(re.sub(r"\.\d+\.", ".#.", rest))
-                gguf = rest
-            # gguf-py writes ``dt_bias`` / ``e_score_correction_bias`` as "<name>.bias", ``A_log`` / ``D`` bare
-            name = f"blk.{layer}.{gguf}" + (".bias" if rest.endswith("_bias") else "")
-            tensors.append(GgufTensor(name, _stacked(ne, copies), "F32", component, layer))
+            tensors.append(_bare_tensor(layer, rest, _stacked(ne, copies), component, block_names, unmapped))
             continue
         if match is None:
-            base, _, suffix = info.name.rpartition(".")
-            key = base.rsplit(".", 1)[-1]
-            gguf = global_names.get(key)
-            if gguf is None:
-                unmapped.add(key)
-                gguf = base
-            name = f"{gguf}.{suffix}"
-            shape = _stacked(ne, copies)
-            tensors.append(GgufTensor(name, shape, _converter_type(name, len(shape)), component))
+            tensors.append(_global_tensor(info.name, _stacked(ne, copies), component, global_names, unmapped))
             continue
         layer, rest, suffix = int(match.group(1)), match.group(2), match.group(3)
         expert = _EXPERT.match(rest)
@@ -176,20 +162,84 @@ def _convert(spec: ModelSpec) -> ConvertedModel:
             group = experts.setdefault(slot, [ne, 0, component])
             group[1] += copies
             continue
-        gguf = block_names.get(rest)
-        if gguf is None:
-            unmapped.add(re.sub(r"\.\d+\.", ".#.", rest))
-            gguf = rest
-        name = f"blk.{layer}.{gguf}.{suffix}"
         # a tensor standing for several (experts under a name the table does not list) is stacked as the
         # converters stack experts: never counted once for many
         shape = _stacked(ne, copies)
-        tensors.append(GgufTensor(name, shape, _converter_type(name, len(shape)), component, layer))
+        tensors.append(_block_tensor(layer, rest, suffix, shape, component, block_names, unmapped))
+    tensors += _stacked_experts(experts)
+    tensors += _rope_freqs(spec, arch)
+    warnings = _conversion_warnings(unmapped, dropped)
+    return ConvertedModel(
+        arch=arch,
+        n_layer=num_layers,
+        n_head=spec.num_attention_heads or 0,
+        n_head_kv=_n_head_kv(spec),
+        n_expert=spec.num_experts or 0,
+        tensors=tensors,
+        warnings=warnings,
+        dropped={c: n for c, n in dropped.items() if n},
+    )
+
+
+def _block_name(block_names: Mapping[str, str], rest: str, unmapped: set[str]) -> str:
+    """The GGUF name of a block tensor's HF name ``rest``; an unknown one is kept as it is (and noted)."""
+    gguf = block_names.get(rest)
+    if gguf is None:
+        unmapped.add(re.sub(r"\.\d+\.", ".#.", rest))
+        gguf = rest
+    return gguf
+
+
+def _block_tensor(
+    layer: int,
+    rest: str,
+    suffix: str,
+    shape: tuple[int, ...],
+    component: str,
+    block_names: Mapping[str, str],
+    unmapped: set[str],
+) -> GgufTensor:
+    """A block tensor ``blk.N.<GGUF name>.<suffix>`` in the type the converter writes it."""
+    name = f"blk.{layer}.{_block_name(block_names, rest, unmapped)}.{suffix}"
+    return GgufTensor(name, shape, _converter_type(name, len(shape)), component, layer)
+
+
+def _bare_tensor(
+    layer: int, rest: str, shape: tuple[int, ...], component: str, block_names: Mapping[str, str], unmapped: set[str]
+) -> GgufTensor:
+    """A block parameter without a ``.weight`` / ``.bias`` suffix (Mamba's ``A_log``, ``D``, ``dt_bias``), in F32."""
+    gguf = _block_name(block_names, rest, unmapped)
+    # gguf-py writes ``dt_bias`` / ``e_score_correction_bias`` as "<name>.bias", ``A_log`` / ``D`` bare
+    name = f"blk.{layer}.{gguf}" + (".bias" if rest.endswith("_bias") else "")
+    return GgufTensor(name, shape, "F32", component, layer)
+
+
+def _stacked_experts(experts: Mapping[tuple[int, str], list[Any]]) -> list[GgufTensor]:
+    """The per-expert tensors of each (block, GGUF name), stacked into one 3-D tensor as the converter writes it."""
+    tensors = []
     for (layer, gguf), (ne, count, component) in experts.items():
         name = f"blk.{layer}.{gguf}.weight"
         stacked = (*ne, count)
         tensors.append(GgufTensor(name, stacked, _converter_type(name, len(stacked)), component, layer))
-    tensors += _rope_freqs(spec, arch)
+    return tensors
+
+
+def _global_tensor(
+    hf_name: str, shape: tuple[int, ...], component: str, global_names: Mapping[str, str], unmapped: set[str]
+) -> GgufTensor:
+    """A tensor outside the blocks (embeddings, output, final norm) under its GGUF name."""
+    base, _, suffix = hf_name.rpartition(".")
+    key = base.rsplit(".", 1)[-1]
+    gguf = global_names.get(key)
+    if gguf is None:
+        unmapped.add(key)
+        gguf = base
+    name = f"{gguf}.{suffix}"
+    return GgufTensor(name, shape, _converter_type(name, len(shape)), component)
+
+
+def _conversion_warnings(unmapped: set[str], dropped: Mapping[str, int]) -> list[str]:
+    """What the what-if cannot name, and what the converter leaves out (the vision tower, MTP layers)."""
     warnings = []
     if unmapped:
         warnings.append(
@@ -208,16 +258,7 @@ def _convert(spec: ModelSpec) -> ConvertedModel:
             f"GGUF what-if: multi-token-prediction layers ({dropped['mtp'] / 1e9:.2f}B parameters) left out (the "
             "converter does not write them)"
         )
-    return ConvertedModel(
-        arch=arch,
-        n_layer=num_layers,
-        n_head=spec.num_attention_heads or 0,
-        n_head_kv=_n_head_kv(spec),
-        n_expert=spec.num_experts or 0,
-        tensors=tensors,
-        warnings=warnings,
-        dropped={c: n for c, n in dropped.items() if n},
-    )
+    return warnings
 
 
 def _stacked(ne: tuple[int, ...], copies: int) -> tuple[int, ...]:

@@ -9,6 +9,7 @@ IQ1_*, Q2_K_S) are sized as it writes them with one (``has_imatrix``): the only 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -129,6 +130,58 @@ def needs_imatrix(typed: list[tuple[Any, str]], choice: GgufChoice) -> bool:
     return any(requires_imatrix(tensor.name, ggml_type, choice.name) for tensor, ggml_type in typed)
 
 
+def _what_if_source(choice: GgufChoice) -> str:
+    """Where the what-if's weights come from, in words (the provenance of the weights and the quantization)."""
+    return (
+        f"what-if: as llama.cpp {commit()[:8]} would write {choice.name} from the config's tensor shapes "
+        f"(convert_hf_to_gguf.py --outtype F16, then llama-quantize {choice.name}"
+        + (" with an importance matrix" if choice.imatrix else "")
+        + ")"
+    )
+
+
+def _what_if_extra(
+    spec: ModelSpec,
+    choice: GgufChoice,
+    arch: str,
+    bits: float | None,
+    blocks: list[int],
+    block_experts: list[int],
+    token_embd_bytes: int,
+    source: str,
+    dropped: Mapping[str, int],
+) -> dict[str, Any]:
+    """``spec.extra`` with the GGUF facts the engines read (file type, per-block bytes), the what-if record and
+    what the converter leaves out."""
+    extra = dict(spec.extra or {})
+    extra.update(
+        {
+            "file_type": choice.name,
+            "bits_per_weight": bits,
+            "gguf_arch": arch,
+            "gguf_block_bytes": blocks,
+            "gguf_block_expert_bytes": block_experts,
+            "token_embd_bytes": token_embd_bytes,
+            "what_if": {"quant": choice.name, "family": FAMILY, "source": source},
+        }
+    )
+    extra.pop(DROPPED, None)
+    if dropped:
+        extra[DROPPED] = dict(dropped)
+    return extra
+
+
+def _imatrix_notes(warnings: list[str], typed: list[tuple[Any, str]], choice: GgufChoice) -> list[str]:
+    """The conversion's warnings, and a note when llama-quantize writes ``choice`` only with an importance matrix."""
+    notes = list(warnings)
+    if needs_imatrix(typed, choice):
+        notes.append(
+            f"{choice.name}: llama-quantize makes this type only with an importance matrix (--imatrix); sized as "
+            "it writes it with one"
+        )
+    return notes
+
+
 def apply(spec: ModelSpec, choice: GgufChoice) -> ModelSpec:
     """``spec`` with its weights sized as llama.cpp would write ``choice`` (see the module docstring)."""
     from hfvram.quant.llama_quant import tensor_bytes
@@ -157,12 +210,7 @@ def apply(spec: ModelSpec, choice: GgufChoice) -> ModelSpec:
             else:
                 blocks[tensor.layer] += nbytes
     ordered = [c for c in COMPONENTS if c in by_component]
-    source = (
-        f"what-if: as llama.cpp {commit()[:8]} would write {choice.name} from the config's tensor shapes "
-        f"(convert_hf_to_gguf.py --outtype F16, then llama-quantize {choice.name}"
-        + (" with an importance matrix" if choice.imatrix else "")
-        + ")"
-    )
+    source = _what_if_source(choice)
     weights = Weights(
         total_bytes=total,
         params_total=params,
@@ -180,28 +228,10 @@ def apply(spec: ModelSpec, choice: GgufChoice) -> ModelSpec:
         details={"file_type": choice.name, "ggml_types": dict(weights.bytes_by_dtype), "what_if": True},
         source=source,
     )
-    extra = dict(spec.extra or {})
-    extra.update(
-        {
-            "file_type": choice.name,
-            "bits_per_weight": bits,
-            "gguf_arch": arch,
-            "gguf_block_bytes": blocks,
-            "gguf_block_expert_bytes": block_experts,
-            "token_embd_bytes": by_component.get("embeddings", 0),
-            "what_if": {"quant": choice.name, "family": FAMILY, "source": source},
-        }
-    )
-    extra.pop(DROPPED, None)
-    if dropped:
-        extra[DROPPED] = dict(dropped)
+    embd = by_component.get("embeddings", 0)
+    extra = _what_if_extra(spec, choice, arch, bits, blocks, block_experts, embd, source, dropped)
     provenance = {**spec.provenance, "weights": source, "quantization": source}
-    notes = list(warnings)
-    if needs_imatrix(typed, choice):
-        notes.append(
-            f"{choice.name}: llama-quantize makes this type only with an importance matrix (--imatrix); sized as "
-            "it writes it with one"
-        )
+    notes = _imatrix_notes(warnings, typed, choice)
     out = replace(
         spec,
         weights=weights,

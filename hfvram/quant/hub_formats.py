@@ -198,21 +198,26 @@ def quantized_linear(choice: HubChoice, stem: str, n_out: int, n_in: int, model_
             _t(f"{stem}.weight_scales", "U8", (n_out, _cdiv(n_in, group))),
         ]
     if layout == "bnb4":
-        numel, block = n_out * n_in, int(row["group_size"])
-        blocks = _cdiv(numel, block)
-        return [
-            _t(f"{stem}.weight", "U8", ((numel + 1) // 2, 1)),
-            _t(f"{stem}.weight.absmax", "U8", (blocks,)),
-            _t(f"{stem}.weight.nested_absmax", "F32", (_cdiv(blocks, int(row["nested_block"])),)),
-            _t(f"{stem}.weight.nested_quant_map", "F32", (int(row["nested_quant_map_elems"]),)),
-            _t(f"{stem}.weight.quant_map", "F32", (int(row["quant_map_elems"]),)),
-            _t(f"{stem}.weight.quant_state.bitsandbytes__nf4", "U8", (int(row["quant_state_bytes"]),)),
-        ]
+        return _bnb4_linear(row, stem, n_out, n_in)
     if layout == "bnb8":
         return [_t(f"{stem}.weight", "I8", (n_out, n_in)), _t(f"{stem}.SCB", "F32", (n_out,))]
     if layout == "int8_channel":
         return [_t(f"{stem}.weight", "I8", (n_out, n_in)), _t(f"{stem}.weight_scale", scale_dtype, (n_out, 1))]
     raise ValueError(f"hub_formats.toml: unknown layout {layout!r}")
+
+
+def _bnb4_linear(row: Mapping[str, Any], stem: str, n_out: int, n_in: int) -> list[TensorInfo]:
+    """bitsandbytes NF4: the packed weight and its double-quantized state (absmax, nested absmax, quant maps)."""
+    numel, block = n_out * n_in, int(row["group_size"])
+    blocks = _cdiv(numel, block)
+    return [
+        _t(f"{stem}.weight", "U8", ((numel + 1) // 2, 1)),
+        _t(f"{stem}.weight.absmax", "U8", (blocks,)),
+        _t(f"{stem}.weight.nested_absmax", "F32", (_cdiv(blocks, int(row["nested_block"])),)),
+        _t(f"{stem}.weight.nested_quant_map", "F32", (int(row["nested_quant_map_elems"]),)),
+        _t(f"{stem}.weight.quant_map", "F32", (int(row["quant_map_elems"]),)),
+        _t(f"{stem}.weight.quant_state.bitsandbytes__nf4", "U8", (int(row["quant_state_bytes"]),)),
+    ]
 
 
 # ---- the what-if --------------------------------------------------------------------------------------------------
@@ -319,6 +324,66 @@ def kept_modules(choice: HubChoice, present: set[str] | None = None) -> list[str
     return [words[c] for c in order if c not in quantize and (present is None or c in present)]
 
 
+def _keep_underived(
+    spec: ModelSpec, by_component: dict[str, int], by_dtype: dict[str, int], params: dict[str, int], dropped: bool
+) -> list[str]:
+    """Components the tensor list cannot derive (e.g. an unknown vision tower) keep the real checkpoint's bytes
+    (added to the three tallies in place); a note for each."""
+    notes: list[str] = []
+    real = spec.weights
+    if real is not None and real.exact:
+        for component, nbytes in real.bytes_by_component.items():
+            if component in by_component or nbytes <= 0 or (component == "mtp" and dropped):
+                continue
+            by_component[component] = nbytes
+            by_dtype["as stored"] = by_dtype.get("as stored", 0) + nbytes
+            params[component] = real.params_by_component.get(component, 0)
+            notes.append(f"{component} not derived from the config: kept at its real size ({nbytes / 2**30:.2f} GiB)")
+    return notes
+
+
+def _what_if_warnings(choice: HubChoice, kept_misfit: int, dropped: bool) -> list[str]:
+    """What the format leaves unquantized: linear layers that do not fit its packing, the MTP layers."""
+    row = choice.spec_row
+    warnings = []
+    if kept_misfit:
+        warnings.append(
+            f"--quant {choice.name}: {kept_misfit:,} linear layers whose shape does not fit the packing kept in "
+            "16 bits (docs/engines/quantization.md#quant-layouts)"
+        )
+    if dropped:
+        warnings.append(
+            f"--quant {choice.name}: the multi-token-prediction layers are left out: {row['producer']} loads the model "
+            "through transformers, which does not build them (docs/engines/quantization.md#quant-kept-modules)"
+        )
+    return warnings
+
+
+def _what_if_quantization(choice: HubChoice, kept: list[str]) -> Quantization:
+    """The what-if's quantization record, as the config reader records a checkpoint of that format."""
+    row = choice.spec_row
+    details: dict[str, object] = {
+        "what_if": choice.name,
+        "format": row["label"],
+        "producer": row["producer"],
+        "kept_in_16_bits": kept,
+    }
+    if choice.desc_act:
+        details["desc_act"] = True
+    if choice.group_size == -1:
+        details["group_size"] = -1  # per channel, as the config reader records a checkpoint's -1
+    if row["kept_dtype"] != "model":  # the dtype the quantizer writes: the checkpoint's torch_dtype (engine rules)
+        details["torch_dtype"] = {"F16": "float16", "BF16": "bfloat16"}.get(str(row["kept_dtype"]), "")
+    group = None if choice.group_size <= 0 else choice.group_size
+    return Quantization(
+        method=str(row["method"]),
+        bits=float(choice.bits),
+        group_size=group,
+        details=details,
+        source=f"what-if: --quant {choice.name}",
+    )
+
+
 def apply(spec: ModelSpec, choice: HubChoice) -> ModelSpec:
     """``spec`` with its weights sized as ``choice``'s quantizer would write them (``exact=False``) and its
     quantization replaced; every other fact stays the one read from the real files."""
@@ -342,17 +407,7 @@ def apply(spec: ModelSpec, choice: HubChoice) -> ModelSpec:
     dropped = row["mtp"] == "dropped" and restored.dropped_mtp > 0
     by_component, by_dtype, num_tensors = _sum(spec, restored.counted)
     params = _params(spec, base, dropped)
-    notes: list[str] = []
-    # components the tensor list cannot derive (e.g. an unknown vision tower) keep the real checkpoint's bytes
-    real = spec.weights
-    if real is not None and real.exact:
-        for component, nbytes in real.bytes_by_component.items():
-            if component in by_component or nbytes <= 0 or (component == "mtp" and dropped):
-                continue
-            by_component[component] = nbytes
-            by_dtype["as stored"] = by_dtype.get("as stored", 0) + nbytes
-            params[component] = real.params_by_component.get(component, 0)
-            notes.append(f"{component} not derived from the config: kept at its real size ({nbytes / 2**30:.2f} GiB)")
+    notes = _keep_underived(spec, by_component, by_dtype, params, dropped)
     kept = kept_modules(choice, {hf_component(info.name, num_layers=spec.num_layers) for info, _ in base})
     derived = "tensor shapes from config.json"
     source = f"what-if: {row['label']}; kept in 16 bits: {', '.join(kept)}; {derived}"
@@ -369,37 +424,9 @@ def apply(spec: ModelSpec, choice: HubChoice) -> ModelSpec:
     )
     warnings = [f"weights are a what-if: {row['label']} (--quant {choice.name}), not a file this repo holds"]
     warnings += [w for w in derive_warnings(base_spec) if w not in spec.warnings]
-    if restored.kept_misfit:
-        warnings.append(
-            f"--quant {choice.name}: {restored.kept_misfit:,} linear layers whose shape does not fit the packing kept in "
-            "16 bits (docs/engines/quantization.md#quant-layouts)"
-        )
-    if dropped:
-        warnings.append(
-            f"--quant {choice.name}: the multi-token-prediction layers are left out: {row['producer']} loads the model "
-            "through transformers, which does not build them (docs/engines/quantization.md#quant-kept-modules)"
-        )
+    warnings += _what_if_warnings(choice, restored.kept_misfit, dropped)
     warnings += notes
-    details: dict[str, object] = {
-        "what_if": choice.name,
-        "format": row["label"],
-        "producer": row["producer"],
-        "kept_in_16_bits": kept,
-    }
-    if choice.desc_act:
-        details["desc_act"] = True
-    if choice.group_size == -1:
-        details["group_size"] = -1  # per channel, as the config reader records a checkpoint's -1
-    if row["kept_dtype"] != "model":  # the dtype the quantizer writes: the checkpoint's torch_dtype (engine rules)
-        details["torch_dtype"] = {"F16": "float16", "BF16": "bfloat16"}.get(str(row["kept_dtype"]), "")
-    group = None if choice.group_size <= 0 else choice.group_size
-    quantization = Quantization(
-        method=str(row["method"]),
-        bits=float(choice.bits),
-        group_size=group,
-        details=details,
-        source=f"what-if: --quant {choice.name}",
-    )
+    quantization = _what_if_quantization(choice, kept)
     provenance = {**spec.provenance, "weights": source, "quantization": f"what-if: --quant {choice.name}"}
     extra = {k: v for k, v in (spec.extra or {}).items() if k != DROPPED}
     if dropped:

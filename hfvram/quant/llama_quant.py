@@ -138,7 +138,13 @@ def _layer_info(qs: _State, i_counter: int, n_layer: int, tensor: GgufTensor) ->
 
 
 def _impl(qs: _State, new_type: str, tensor: GgufTensor, cat: str) -> str:
-    """llama_tensor_get_type_impl, branch for branch."""
+    """llama_tensor_get_type_impl, branch for branch.
+
+    Longer than 60 lines: a faithful port of llama.cpp's ``llama_tensor_get_type_impl`` whose branch order is the
+    rule (the first category and file type that match decide; split up, the order would be lost), from
+    https://github.com/ggml-org/llama.cpp/blob/0c1e57098bba43ac29e6e3b677cdceebdd22334f/src/llama-quant.cpp#L490-L511
+    on; each branch's permalink is in docs/engines/llamacpp.md#llamacpp-quantize.
+    """
     ftype, arch, m = qs.ftype, qs.model.arch, qs.model
     name = tensor.name
     if arch == "glm5-next" and any(s in name for s in ("attn_q_a", "attn_q_b", "nextn.eh_proj")):  # noqa: SIM102

@@ -111,8 +111,8 @@ def _unique(items: list[str]) -> list[str]:
     return list(dict.fromkeys(items))
 
 
-def check_dict(source: SourceInfo, est: Estimate, *, explain: bool = False) -> dict[str, Any]:
-    """One ``hfvram.check/1`` object."""
+def _hardware_dict(est: Estimate) -> dict[str, Any] | None:
+    """The check's ``hardware`` object: None without a GPU; a mixed set lists every device."""
     per_gpu = est.per_gpu
     hardware = None
     if est.hardware is not None:
@@ -131,6 +131,13 @@ def check_dict(source: SourceInfo, est: Estimate, *, explain: bool = False) -> d
             hardware["memory_bytes"] = per_gpu.memory or est.hardware.gpu.gpu_memory_bytes
             hardware["label"] = est.hardware.label
             hardware["devices"] = [{"gpu": gpu.id, "memory_bytes": gpu.gpu_memory_bytes} for gpu in est.hardware.gpus]
+    return hardware
+
+
+def check_dict(source: SourceInfo, est: Estimate, *, explain: bool = False) -> dict[str, Any]:
+    """One ``hfvram.check/1`` object."""
+    per_gpu = est.per_gpu
+    hardware = _hardware_dict(est)
     engine = dict(est.engine)
     engine.setdefault("name", None)
     engine.setdefault("gpu_util", None)

@@ -117,11 +117,40 @@ def capacity_line(report: Mapping[str, Any]) -> str | None:
 
 
 def render_check(console: Console, report: Mapping[str, Any], *, explain: bool = False) -> None:
+    _render_check_header(console, report)
+    _render_memory(console, report)
+    verdict = _render_verdict(console, report)
+    line = capacity_line(report)
+    if line:
+        console.print(Text(safe(line, keep_lines=True)), highlight=False)
+    speed = report.get("decode_tokens_per_second")
+    if speed is not None and verdict == "offload":
+        console.print(f"Decode: {offload_speed_words(report)}", highlight=False)
+    elif speed is not None and verdict != "does_not_fit":
+        console.print(f"Decode: ≤ {speed:,.1f} tokens/s per sequence (memory-bandwidth bound)", highlight=False)
+    from hfvram.report.wording import largest_batch_line, prefill_line
+
+    prefill = prefill_line(report.get("prefill"))
+    if prefill:
+        console.print(Text(safe(prefill)), highlight=False)
+
+    batch = largest_batch_line(report.get("largest_batch"), (report.get("workload") or {}).get("context"))
+    if batch:
+        console.print(Text(safe(batch)), highlight=False)
+    render_launch(console, report.get("launch"))
+    render_offload_plan(console, report.get("offload_plan"))
+    render_warnings(console, report.get("warnings") or [])
+    if explain:
+        render_term_explanations(console, ((report.get("explain") or {}).get("terms")) or {})
+        render_provenance(console, (report.get("explain") or {}).get("provenance") or {}, report)
+
+
+def _render_check_header(console: Console, report: Mapping[str, Any]) -> None:
+    """The source, the engine and GPU set with the workload, the model's facts and the what-if sentences."""
     model = report["model"]
     engine = report.get("engine") or {}
     workload = report["workload"]
     hardware = report.get("hardware")
-    per_gpu = report["per_gpu"]
     console.print(source_label(report))
     engine_text = engine.get("name") or "?"
     if engine.get("version"):
@@ -153,6 +182,11 @@ def render_check(console: Console, report: Mapping[str, Any], *, explain: bool =
     for sentence in what_if_lines(report):
         console.print(plain(sentence, style="bold"), highlight=False)
 
+
+def _render_memory(console: Console, report: Mapping[str, Any]) -> None:
+    """The four terms on the worst GPU (with their share of usable memory and the bar when a GPU is given)."""
+    hardware = report.get("hardware")
+    per_gpu = report["per_gpu"]
     worst = ""
     if hardware and hardware.get("worst_device") is not None:  # a mixed set split by layers: name the device
         from rich.markup import escape
@@ -165,7 +199,6 @@ def render_check(console: Console, report: Mapping[str, Any], *, explain: bool =
     if hardware:  # without a GPU there is nothing to be a share of
         table.add_column("of usable", justify="right")
     usable = per_gpu.get("usable")
-    terms_explain = ((report.get("explain") or {}).get("terms")) or {}
     for key, label, colour in TERMS:
         row = [f"[{colour}]{label}[/{colour}]", gib(per_gpu.get(key))]
         if hardware:
@@ -183,6 +216,10 @@ def render_check(console: Console, report: Mapping[str, Any], *, explain: bool =
     if hardware:
         console.print(memory_bar(per_gpu, console))
         console.print(bar_legend(console))
+
+
+def _render_verdict(console: Console, report: Mapping[str, Any]) -> Any:
+    """The verdict line with its note; the verdict."""
     verdict = report.get("verdict")
     verdict_text = Text("Verdict: ")
     verdict_text.append(VERDICT_LABEL.get(verdict, str(verdict)), style=VERDICT_STYLE.get(verdict, "bold"))
@@ -192,29 +229,7 @@ def render_check(console: Console, report: Mapping[str, Any], *, explain: bool =
     elif note:
         verdict_text.append(f"  ({safe(note)})")
     console.print(verdict_text)
-    line = capacity_line(report)
-    if line:
-        console.print(Text(safe(line, keep_lines=True)), highlight=False)
-    speed = report.get("decode_tokens_per_second")
-    if speed is not None and verdict == "offload":
-        console.print(f"Decode: {offload_speed_words(report)}", highlight=False)
-    elif speed is not None and verdict != "does_not_fit":
-        console.print(f"Decode: ≤ {speed:,.1f} tokens/s per sequence (memory-bandwidth bound)", highlight=False)
-    from hfvram.report.wording import largest_batch_line, prefill_line
-
-    prefill = prefill_line(report.get("prefill"))
-    if prefill:
-        console.print(Text(safe(prefill)), highlight=False)
-
-    batch = largest_batch_line(report.get("largest_batch"), (report.get("workload") or {}).get("context"))
-    if batch:
-        console.print(Text(safe(batch)), highlight=False)
-    render_launch(console, report.get("launch"))
-    render_offload_plan(console, report.get("offload_plan"))
-    render_warnings(console, report.get("warnings") or [])
-    if explain:
-        render_term_explanations(console, terms_explain)
-        render_provenance(console, (report.get("explain") or {}).get("provenance") or {}, report)
+    return verdict
 
 
 def render_launch(console: Console, launch: Mapping[str, Any] | None) -> None:

@@ -540,6 +540,9 @@ def fetch(
     (``close_session``) and retry up to ``max_retries`` times where hfvram stops after ``CONNECT_TRIES`` (the
     network is down: fall back to the catalogue); and it logs each retry with its URL as a warning, where hfvram
     prints one clean line.
+
+    Longer than 60 lines: the retry loop and its one try share the deadline, the sleep budget and the rate-limit
+    count; split apart, the deadline logic would be scattered over functions that each pass it on.
     """
     what = _what(repo_id, filename)
     endpoint = hub_endpoint()  # a malformed HF_ENDPOINT is a usage error before any request

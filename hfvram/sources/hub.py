@@ -378,6 +378,85 @@ def _cached_or(cache: FactsCache | None, repo_id: str, sha: str | None, name: st
     return cache.get(repo_id, sha, name) if cache is not None and sha else None
 
 
+def _first_wave(
+    repo_id: str,
+    revision: str | None,
+    at: str,
+    token: str | None,
+    need_info: bool,
+    need_config: bool,
+    need_split: bool,
+) -> dict[str, object]:
+    """What the cache does not hold, read in parallel: the model info (of ``revision``), config.json at ``at``, and
+    with ``need_split`` the header of model.safetensors."""
+    wave1: dict[str, Callable[[], object]] = {}
+    if need_info:
+        wave1["info"] = lambda: fetch_repo_info(repo_id, revision, token)
+    if need_config:
+        wave1["config"] = lambda: _config_or_none(repo_id, at, token)
+    if need_split and need_info:
+        # Most single-file checkpoints are named model.safetensors: asking for its header now, next to the
+        # model info, saves a whole wave; a sharded repo answers a cheap EntryNotFound.
+        wave1[SINGLE_FILE] = lambda: _header_or_none(repo_id, at, SINGLE_FILE, token)
+    return in_parallel(wave1)
+
+
+def _config_at_commit(
+    got: dict[str, object], repo_id: str, rev: str, info: RepoInfo, token: str | None, cache: FactsCache | None
+) -> str:
+    """config.json from the first wave, read again at the model info's commit when the branch moved between the
+    two calls (the single-file header read with it is then dropped from ``got``); a repo without one raises."""
+    if got["config"] is None:
+        error = _no_config(repo_id, info)
+        if isinstance(error, GgufRepoWithoutSelector) and cache is not None:
+            cache.store(repo_id, rev, info.sha, {MODEL_INFO: info.to_json()})  # the repo is listed next
+        raise error
+    served_from: str | None
+    config_text, served_from = cast("tuple[str, str | None]", got["config"])
+    if served_from and served_from != info.sha:  # the branch moved between the two calls
+        config_text, _ = fetch_text(repo_id, info.sha, "config.json", token)
+        got.pop(SINGLE_FILE, None)
+    return config_text
+
+
+def _safetensors_shards(repo_id: str, info: RepoInfo) -> list[str]:
+    """The repo's safetensors shards (counts checked); a repo with only pickled weights is refused."""
+    shards = safetensors_shards(info.files)
+    check_file_counts(shards, kind="safetensors", where=f"{repo_id} (Hub model info)")
+    if not shards and not [f for f in info.files if f.endswith(".safetensors")]:
+        unsupported = [f for f in info.files if f.endswith(_WEIGHT_SUFFIXES_UNSUPPORTED) and "/" not in f]
+        if unsupported:
+            raise UnsupportedLayoutError(
+                f"{repo_id} ships its weights only as {', '.join(sorted({f.rsplit('.', 1)[-1] for f in unsupported}))} "
+                "files (pickled PyTorch); hfvram reads safetensors or GGUF checkpoints"
+            )
+    return shards
+
+
+def _second_wave(
+    repo_id: str,
+    sha: str,
+    token: str | None,
+    config_text: str,
+    shards: list[str],
+    companions: dict[str, object | None],
+    headers: dict[str, object | None],
+    want_index: bool,
+) -> dict[str, object]:
+    """Every fact not cached yet, read at ``sha`` in parallel: companions, missing shard headers, the index."""
+    wave2: dict[str, Callable[[], object]] = {}
+    for name, text in companions.items():
+        if text is None:
+            wave2[name] = partial(_fetch_text_only, repo_id, sha, name, token)
+    missing_headers = [shard for shard, text in headers.items() if text is None]
+    first = _first_ranges(config_text, shards) if missing_headers else {}
+    for shard in missing_headers:
+        wave2[shard] = partial(fetch_safetensors_header, repo_id, sha, shard, token, first[shard])
+    if want_index:
+        wave2[INDEX_FILE] = lambda: _index_summary(fetch_text(repo_id, sha, INDEX_FILE, token)[0])
+    return in_parallel(wave2)
+
+
 def load_hub_checkpoint(
     repo_id: str, *, revision: str | None, token: str | None, need_split: bool, cache: FactsCache | None
 ) -> LoadedModel:
@@ -390,43 +469,18 @@ def load_hub_checkpoint(
         sha, info_json = listed.sha, listed.to_json()
     config_text = _cached_or(cache, repo_id, sha, "config.json")
 
-    wave1: dict[str, Callable[[], object]] = {}
-    if info_json is None:
-        wave1["info"] = lambda: fetch_repo_info(repo_id, revision, token)
-    if config_text is None:
-        wave1["config"] = lambda: _config_or_none(repo_id, sha or rev, token)
-    if need_split and info_json is None:
-        # Most single-file checkpoints are named model.safetensors: asking for its header now, next to the
-        # model info, saves a whole wave; a sharded repo answers a cheap EntryNotFound.
-        wave1[SINGLE_FILE] = lambda: _header_or_none(repo_id, sha or rev, SINGLE_FILE, token)
-    got = in_parallel(wave1)
+    need_info, need_config = info_json is None, config_text is None
+    got = _first_wave(repo_id, revision, sha or rev, token, need_info, need_config, need_split)
     info = got["info"] if "info" in got else RepoInfo.from_json(repo_id, info_json)  # type: ignore[arg-type]
     assert isinstance(info, RepoInfo)
     if "config" in got:
-        if got["config"] is None:
-            error = _no_config(repo_id, info)
-            if isinstance(error, GgufRepoWithoutSelector) and cache is not None:
-                cache.store(repo_id, rev, info.sha, {MODEL_INFO: info.to_json()})  # the repo is listed next
-            raise error
-        served_from: str | None
-        config_text, served_from = cast("tuple[str, str | None]", got["config"])
-        if served_from and served_from != info.sha:  # the branch moved between the two calls
-            config_text, _ = fetch_text(repo_id, info.sha, "config.json", token)
-            got.pop(SINGLE_FILE, None)
+        config_text = _config_at_commit(got, repo_id, rev, info, token, cache)
     sha = info.sha
     assert isinstance(config_text, str)
 
     companion_names = [n for n in COMPANION_FILES if n in info.files]
     companions = {n: _cached_or(cache, repo_id, sha, n) for n in companion_names}
-    shards = safetensors_shards(info.files)
-    check_file_counts(shards, kind="safetensors", where=f"{repo_id} (Hub model info)")
-    if not shards and not [f for f in info.files if f.endswith(".safetensors")]:
-        unsupported = [f for f in info.files if f.endswith(_WEIGHT_SUFFIXES_UNSUPPORTED) and "/" not in f]
-        if unsupported:
-            raise UnsupportedLayoutError(
-                f"{repo_id} ships its weights only as {', '.join(sorted({f.rsplit('.', 1)[-1] for f in unsupported}))} "
-                "files (pickled PyTorch); hfvram reads safetensors or GGUF checkpoints"
-            )
+    shards = _safetensors_shards(repo_id, info)
     want_headers = bool(shards) and (need_split or not info.dtype_parameters)
     headers = {s: _cached_or(cache, repo_id, sha, s) for s in shards} if want_headers else {}
     if SINGLE_FILE in headers and headers[SINGLE_FILE] is None and got.get(SINGLE_FILE):
@@ -434,18 +488,8 @@ def load_hub_checkpoint(
     want_index = not shards and INDEX_FILE in info.files
     index_meta = _cached_or(cache, repo_id, sha, INDEX_FILE) if want_index else None
 
-    wave2: dict[str, Callable[[], object]] = {}
-    for name, text in companions.items():
-        if text is None:
-            wave2[name] = partial(_fetch_text_only, repo_id, sha, name, token)
-    missing_headers = [shard for shard, text in headers.items() if text is None]
-    first = _first_ranges(config_text, shards) if missing_headers else {}
-    for shard in missing_headers:
-        wave2[shard] = partial(fetch_safetensors_header, repo_id, sha, shard, token, first[shard])
-    if want_index and index_meta is None:
-        wave2[INDEX_FILE] = lambda: _index_summary(fetch_text(repo_id, sha, INDEX_FILE, token)[0])
-    fetched = in_parallel(wave2)
-
+    want_index_read = want_index and index_meta is None
+    fetched = _second_wave(repo_id, sha, token, config_text, shards, companions, headers, want_index_read)
     for name in companions:
         companions[name] = companions[name] if companions[name] is not None else fetched[name]
     for shard in headers:

@@ -125,6 +125,15 @@ def load_model(
         found = warm.checkpoint_from_cache(repo_id, revision, cache, need_split=need_split)
     if found is not None:  # every fact cached under a fresh commit: no request, no HTTP stack
         return found
+    return _from_hub(parsed, revision, token, need_split, cache)
+
+
+def _from_hub(
+    parsed: HubSource, revision: str | None, token: str | None, need_split: bool, cache: FactsCache
+) -> LoadedModel:
+    """Read the model from the Hub under one deadline; a name the Hub does not know gets a did-you-mean, an
+    unreachable Hub falls back to the facts cache, then the catalogue."""
+    repo_id = parsed.repo_id
     validate_endpoint_env()  # before huggingface_hub's HTTP modules read HF_ENDPOINT
     from hfvram.errors import GgufRepoWithoutSelector, RepoNotFoundError
     from hfvram.sources import hub  # the HTTP stack, only when the Hub is asked
