@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from hfvram.report.fitwidth import Col
 from hfvram.report.text import safe
 from hfvram.report.units import gib, percent, tokens_short
 
@@ -21,6 +22,19 @@ HEADERS = (
     "tok/s",
     "price",
     "$/usable GiB",
+)
+#: the terminal view's columns: compact headers, and the order in which a narrow terminal leaves them out
+COLUMNS = (
+    Col("GPU set", "left", name=True),
+    Col("engine", "left", drop=2),
+    Col("verdict", "left"),
+    Col("per GPU", short="GiB/GPU", unit=" GiB", drop=3),
+    Col("used", drop=0),
+    Col("max context", short="context", drop=5),
+    Col("requests", short="req", drop=1),
+    Col("tok/s", drop=6),
+    Col("price"),
+    Col("$/usable GiB", short="$/GiB", drop=4),
 )
 VERDICT_TEXT = {"fits": "fits", "tight": "tight", "offload": "offload", "does_not_fit": "does not fit", None: "—"}
 #: warnings worth a line under the table (the mixed-set rule, a refusal); the rest is in `check --gpu SET`
@@ -122,7 +136,7 @@ def render_compare(console: Any, document: Mapping[str, Any]) -> None:
         style = VERDICT_STYLE.get(row.get("verdict"), "")
         cells.append([Text(value, style=style) if index == 2 else Text(value) for index, value in enumerate(values)])
     headers = [(name, "left" if index < 3 else "right") for index, name in enumerate(HEADERS)]
-    titled_table_with_notes(console, title(document), headers, cells, footer_lines(document))
+    titled_table_with_notes(console, title(document), headers, cells, footer_lines(document), COLUMNS)
 
 
 def compare_markdown(document: Mapping[str, Any]) -> str:

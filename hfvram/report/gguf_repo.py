@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from hfvram.report.fitwidth import Col
 from hfvram.report.units import gib, percent
 
 VERDICT_WORD = {"fits": "fits", "tight": "tight", "offload": "offload", "does_not_fit": "does not fit", None: "-"}
@@ -52,6 +53,19 @@ def rows(report: Mapping[str, Any]) -> list[list[str]]:
 
 
 HEADERS = ["quant", "files", "file", "weights", "KV cache", "total/GPU", "use", "max context", "tok/s", "verdict"]
+#: the terminal view's columns: compact headers, and the order in which a narrow terminal leaves them out
+COLUMNS = (
+    Col("quant", "left", name=True),
+    Col("files", drop=0),
+    Col("file", drop=3),
+    Col("weights", drop=1),
+    Col("KV cache", drop=2),
+    Col("total/GPU", short="GiB/GPU", unit=" GiB"),
+    Col("use", drop=4),
+    Col("max context", short="context", drop=5),
+    Col("tok/s", drop=6),
+    Col("verdict", "left"),
+)
 
 
 def _speed(value: object) -> str:
@@ -59,26 +73,23 @@ def _speed(value: object) -> str:
 
 
 def render_gguf_repo(console: Any, report: Mapping[str, Any]) -> None:
-    from rich import box
-    from rich.table import Table
     from rich.text import Text
 
+    from hfvram.report.fitwidth import print_fitted, print_wrapped
     from hfvram.report.table import plain, render_warnings
 
     source = report.get("source") or {}
     title = plain(source.get("repo_id"), style="bold")
     count = len(report.get("quants") or ())
     title.append(f"  ({count} quant{'' if count == 1 else 's'}; {_headline(report)})", style="dim")
-    console.print(title)
-    table = Table(box=box.SIMPLE_HEAD)
-    for i, name in enumerate(HEADERS):
-        table.add_column(name, justify="left" if i in (0, len(HEADERS) - 1) else "right")
-    for cells in rows(report):
-        best = cells[0] == report.get("recommended")
-        table.add_row(
-            *(Text(c + (" *" if best and i == 0 else ""), style="bold" if best else "") for i, c in enumerate(cells))
+    print_wrapped(console, title)
+    cells = []
+    for values in rows(report):
+        best = values[0] == report.get("recommended")
+        cells.append(
+            [Text(c + (" *" if best and i == 0 else ""), style="bold" if best else "") for i, c in enumerate(values)]
         )
-    console.print(table)
+    print_fitted(console, COLUMNS, cells)
     for item in report.get("mmproj") or ():
         console.print(plain(f"vision projector (not a quant): {item.get('file')} {gib(item.get('file_bytes'))}"))
     console.print(plain(_recommendation(report)), style="bold")

@@ -11,6 +11,7 @@ import io
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from hfvram.report.fitwidth import Col
 from hfvram.report.text import safe
 from hfvram.report.units import gib, params, tokens_short
 
@@ -138,6 +139,17 @@ def row_cells(report: Mapping[str, Any]) -> list[str]:
 
 
 HEADERS = ("model", "params / active", "verdict", "per GPU", "RAM", "longest context", "requests", "decode")
+#: the terminal view's columns: compact headers, and the order in which a narrow terminal leaves them out
+COLUMNS = (
+    Col("model", "left", name=True),
+    Col("params / active", "left", short="params", drop=1),
+    Col("verdict", "left"),
+    Col("per GPU", short="GiB/GPU", unit=" GiB", drop=4),
+    Col("RAM", short="RAM GiB", drop=0),
+    Col("longest context", short="context", drop=3),
+    Col("requests", short="req", drop=2),
+    Col("decode", short="tok/s", unit=" tok/s"),
+)
 
 
 def quant_cell(report: Mapping[str, Any]) -> str:
@@ -169,7 +181,8 @@ def title(query: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> str:
 def render_models(console: Any, query: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> None:
     from rich.text import Text
 
-    from hfvram.report.table import VERDICT_STYLE, narrow_table
+    from hfvram.report.fitwidth import print_fitted, print_wrapped
+    from hfvram.report.table import VERDICT_STYLE
 
     quant = has_quant(rows)
     cells: list[list[Text]] = []
@@ -177,19 +190,22 @@ def render_models(console: Any, query: Mapping[str, Any], rows: Sequence[Mapping
         values = row_cells(report) + ([quant_cell(report)] if quant else [])
         style = "red" if "error" in report else VERDICT_STYLE.get(report.get("verdict"), "")
         cells.append([Text(value, style=style) if index == 2 else Text(value) for index, value in enumerate(values)])
-    headers = [(name, "left" if index < 3 else "right") for index, name in enumerate(HEADERS)]
-    if quant:
-        headers.append(("quant", "left"))
-    console.print(Text(title(query, rows), style="bold"))
-    console.print(narrow_table(console, headers, cells, flexible=(0,)))
+    columns = list(COLUMNS) + ([Col("quant", "left")] if quant else [])
+    if any(row[4].plain != "—" for row in cells):
+        # a RAM figure (an offload row) is kept longer than the parameter counts
+        columns[4] = Col("RAM", short="RAM GiB", drop=2)
+    print_wrapped(console, Text(title(query, rows), style="bold"))
+    print_fitted(console, columns, cells)
     errors = [report for report in rows if "error" in report]
     for report in errors:
-        console.print(Text(f"  • {safe((report.get('source') or {}).get('text'))}: {safe(report['error']['message'])}"))
+        print_wrapped(
+            console, Text(f"  • {safe((report.get('source') or {}).get('text'))}: {safe(report['error']['message'])}")
+        )
     refused = refusal_lines(rows)
     if refused:
         console.print(Text("Refused by the engine, whatever the memory:"))
         for line in refused:
-            console.print(Text(line))
+            print_wrapped(console, Text(line))
 
 
 #: how many refused rows the table names one by one (the rest are counted)

@@ -446,12 +446,24 @@ def _cell(value: Text | str) -> Text:
 
 
 def titled_table_with_notes(
-    console: Console, title: str, headers: list[tuple[str, str]], cells: list[list[Text]], notes: Iterable[str]
+    console: Console,
+    title: str,
+    headers: list[tuple[str, str]],
+    cells: list[list[Text]],
+    notes: Iterable[str],
+    columns: Sequence[Any] | None = None,
 ) -> None:
-    """A bold title, a table narrowed to the width (first column flexible), then notes wrapped at the width (an
-    indented note keeps a deeper indent): the GPU-set comparison and the pack."""
-    console.print(Text(title, style="bold"))
-    console.print(narrow_table(console, headers, cells, flexible=(0,)))
+    """A bold title, a table narrowed to the width (first column flexible; with ``columns``, fitted.Col specs, a
+    table that never cuts a figure: fitwidth.print_fitted), then notes wrapped at the width (an indented note keeps
+    a deeper indent): the GPU-set comparison and the pack."""
+    if columns is not None:
+        from hfvram.report.fitwidth import print_fitted, print_wrapped
+
+        print_wrapped(console, Text(title, style="bold"))
+        print_fitted(console, columns, cells)
+    else:
+        console.print(Text(title, style="bold"))
+        console.print(narrow_table(console, headers, cells, flexible=(0,)))
     width = max(40, console.width)
     for line in notes:
         indent = "    " if line.startswith("  ") else "  "
