@@ -7,8 +7,9 @@ Every fenced ``console`` block, and every ``text`` block that starts with a ``$`
 named in ``SKIPPED`` with the reason it cannot be (its first command is the key); ``--check`` fails on a block
 that is neither, so a new block cannot go unchecked. A block is re-run when every command in it (``$`` lines,
 ``\\`` continuing one) is ``hfvram …`` or ``cat FILE`` reading only the repository or the embedded catalogue
-(``--offline``, a fixture path, ``gpus``, ``engines``, ``models`` without ``--hub``): nothing that needs the
-network, a server or a particular home folder. Each command runs in the repository root with ``COLUMNS`` fixed,
+(``--offline``, a fixture path, ``gpus``, ``engines``, ``models`` without ``--hub``), with ``HFVRAM_X=value``
+settings before it and ``| head -N`` after it at most: nothing that needs the network, a server or a particular
+home folder. A block named in ``WITH_CONFIG`` runs with the ``toml`` block above it as the user's config file. Each command runs in the repository root with ``COLUMNS`` fixed,
 no colour, and caches of its own, so the output is what a user sees at that width.
 
 A ``python`` block followed by a ``text`` block is an example and its printed output: the code runs in a
@@ -39,13 +40,15 @@ FENCE = re.compile(r"^```(\w*)\n(.*?)^```\n", re.M | re.S)
 RERUN = re.compile(r"^(hfvram (check|scan|fit|inspect|gpus|calibrate|engines|models)\b.*|cat [\w./-]+)$", re.S)
 NEEDS_NETWORK = re.compile(r"^hfvram (check|scan|fit|inspect|calibrate)\b")
 LOCAL_MARKERS = ("--offline", "fixtures/")
+# what may stand around a command: ``HFVRAM_X=value`` settings before it, ``| head -N`` after it
+SETTINGS = re.compile(r"^((?:HFVRAM_[A-Z_]+=[\w.@-]+ )*)")
+HEAD = re.compile(r" \| head -\d+$")
+# Blocks that read their defaults from the ``toml`` block above them, written as the user's config file.
+WITH_CONFIG = {"hfvram check Qwen/Qwen3-8B --offline | head -2"}
 ELIDED = "…"
 # Blocks that cannot be re-run here, by their first command, and why. ``--check`` fails on any other block it
 # does not re-run, and on a name here that no longer matches a block.
 SKIPPED = {
-    "hfvram check Qwen/Qwen3-8B --offline | head -2": (
-        "reads its defaults from the config file shown above it (rtx4090x2, vllm, 32k, 4) in the user's home"
-    ),
     'hfvram check Qwen/Qwen3-8B --offline          # HOME=/tmp/me, with context = "32q" in the file': (
         "needs a broken config file in /tmp/me, and `echo $?` is a shell command, not hfvram"
     ),
@@ -69,6 +72,7 @@ class Block:
     kind: str  # "console" (commands) or "python" (code, its output in the text block after it)
     items: list[tuple[str, list[str]]] = field(default_factory=list)
     runnable: bool = True
+    config: str | None = None  # the user's config file it runs with (WITH_CONFIG)
 
 
 def split_commands(body: str) -> list[tuple[str, list[str]]]:
@@ -93,7 +97,7 @@ def split_commands(body: str) -> list[tuple[str, list[str]]]:
 
 
 def rerunnable(command: str) -> bool:
-    flat = command.replace("\\\n", " ")
+    flat = HEAD.sub("", SETTINGS.sub("", command.replace("\\\n", " ")))
     if not RERUN.match(flat) or "|" in flat or "#" in flat:
         return False
     if flat.startswith("hfvram models") and "--hub" in flat:
@@ -114,13 +118,20 @@ def blocks_of(text: str) -> list[Block]:
     found: list[Block] = []
     fences = list(FENCE.finditer(text))
     taken: set[int] = set()
+    toml: str | None = None
     for number, match in enumerate(fences):
         lang, body = match.group(1), match.group(2)
         if number in taken:
             continue
+        if lang == "toml":
+            toml = body
         if lang == "console" or (lang == "text" and body.startswith("$ ")):
             items = split_commands(body)
-            found.append(Block(match.start(), match.end(), "console", items, commands_of(body) is not None))
+            block = Block(match.start(), match.end(), "console", items, commands_of(body) is not None)
+            if items and items[0][0] in WITH_CONFIG:
+                block.config = toml
+                block.runnable = block.runnable and toml is not None
+            found.append(block)
         elif lang == "python":
             after = fences[number + 1] if number + 1 < len(fences) else None
             if after is None or after.group(1) != "text" or text[match.end() : after.start()].strip():
@@ -154,8 +165,10 @@ def environment(home: Path) -> dict[str, str]:
 
 def run(command: str, home: Path) -> str:
     flat = command.replace("\\\n", " ")
-    if flat.startswith("hfvram "):
-        flat = f"{sys.executable} -m hfvram {flat[len('hfvram ') :]}"
+    settings = SETTINGS.match(flat)
+    cut = settings.end() if settings else 0
+    if flat[cut:].startswith("hfvram "):
+        flat = f"{flat[:cut]}{sys.executable} -m hfvram {flat[cut + len('hfvram ') :]}"
     return _run(["bash", "-c", flat], home)
 
 
@@ -255,6 +268,10 @@ def fresh_block(block: Block, home: Path, sync: Sync) -> str:
             sync.changed.append("the Python example (" + code.strip().splitlines()[0] + " …)")
             shown = [line.rstrip() for line in output]
         return "```python\n" + code + "```\n\n```text\n" + "\n".join(shown) + "\n```\n"
+    if block.config is not None:  # a home of its own, holding the config file
+        home = Path(tempfile.mkdtemp(dir=home, prefix="configured-"))
+        (home / ".config" / "hfvram").mkdir(parents=True)
+        (home / ".config" / "hfvram" / "config.toml").write_text(block.config, encoding="utf-8")
     body = []
     for command, shown in block.items:
         output = run(command, home).rstrip("\n").splitlines()

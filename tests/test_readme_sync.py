@@ -93,3 +93,14 @@ def test_a_stale_trimmed_table_keeps_its_rows_by_first_column():
     got = ["3 of 5", "name  n", "───", "org/alpha-lon…  1", "org/beta  2", "org/gamma  3", "org/delta  4"]
     was = ["2 of 5", "name  n", "───", "org/alpha-long-name  9", "…", "org/gamma  7", "…"]
     assert sync.retrimmed(got, was) == ["3 of 5", "name  n", "───", "org/alpha-lon…  1", "…", "org/gamma  3", "…"]
+
+
+def test_a_block_with_config_runs_with_the_toml_block_above_it_as_the_config_file():
+    command = "hfvram check Qwen/Qwen3-8B --offline | head -2"
+    assert command in sync.WITH_CONFIG
+    text = f'```toml\ngpu = "h100"\nconcurrency = 3\n```\n\n```console\n$ {command}\nstale\n```\n'
+    found = sync.rendered_sync(text)
+    assert found.changed == [command]
+    shown = found.text.split("```console\n")[1].splitlines()
+    assert shown[1] == "Qwen/Qwen3-8B  (catalog)"
+    assert "h100-sxm ×1" in shown[2] and "concurrency 3" in shown[2]
