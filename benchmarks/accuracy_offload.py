@@ -97,7 +97,6 @@ def replay(case: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
             )
         return used
 
-    steps: list[str] = []
     full = [Slot(case["hp_ngl"] + 1 if d == nd - 1 else 0) for d in range(nd)]
     surplus = 1
     if case["memory_model"].get("replay_until_step") == 3:
@@ -105,7 +104,7 @@ def replay(case: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
     elif case["moe"]:
         dense_only = [Slot(s.n_layer, s.n_layer - 1 if s.n_layer else 0) for s in full]
         surplus = sum(t - u for t, u in zip(targets, inner(dense_only, [-1] * nd)))
-    fit_search(nd, case["hp_ngl"], case["moe"], targets, mem, surplus, [f"dev{d}" for d in range(nd)], steps)
+    _, _, steps = fit_search(nd, case["hp_ngl"], case["moe"], targets, mem, surplus, [f"dev{d}" for d in range(nd)])
     return probes, steps
 
 

@@ -61,8 +61,7 @@ def _settings(max_num_seqs: int, batched: int = 8192, eager: bool = False):
         Workload(context=8192),
         rules,
         "newest",
-        [],
-    )
+    )[0]
     return settings, rules
 
 

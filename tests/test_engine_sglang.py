@@ -63,13 +63,13 @@ def test_default_fraction_h100_tp4_gqa():
     # reserved = 512 + 1.5*8192 + 4/8*1024 + 2*512 + 8*58 = 14800 MiB -> round((81559-14800)/81559, 3)
     reserved, _ = sglang_settings.reserved_mib(rules(), H100, 4, 1, 8192, 512, mla=False)
     assert reserved == 14800
-    fraction, _ = sglang_settings.default_mem_fraction(rules(), H100, 4, 1, 8192, 512, False, [])
+    fraction, _, _ = sglang_settings.default_mem_fraction(rules(), H100, 4, 1, 8192, 512, False)
     assert fraction == 0.819
 
 
 def test_default_fraction_h200_tp8_mla():
     # sglang.md#sglang-mem-fraction MLA: 1536 MiB for prefill graphs; 512 + 12288 + 1024 + 1024 + 1536 = 16384 MiB
-    fraction, _ = sglang_settings.default_mem_fraction(rules(), H200, 8, 1, 8192, 512, True, [])
+    fraction, _, _ = sglang_settings.default_mem_fraction(rules(), H200, 8, 1, 8192, 512, True)
     assert fraction == round((H200 - 16384) / H200, 3) == 0.886
     result = run(spec_of("deepseek-ai/DeepSeek-V3"), "h200x8")
     assert result.engine["mem_fraction_static"] == 0.886
@@ -81,7 +81,7 @@ def test_reserve_floor_on_large_gpus_and_not_on_small():
     small_chunk, _ = sglang_settings.reserved_mib(rules(), 81920, 1, 1, 2048, 0, mla=False)
     assert small_chunk == 10240
     # RTX 4090 (24564 MiB): tier <35 GiB -> 2048 / 24; 512 + 3072 + 128 + 48 + 8*42 = 4096, no floor
-    fraction, _ = sglang_settings.default_mem_fraction(rules(), 24564, 1, 1, 2048, 24, False, [])
+    fraction, _, _ = sglang_settings.default_mem_fraction(rules(), 24564, 1, 1, 2048, 24, False)
     assert fraction == round((24564 - 4096) / 24564, 3) == 0.833
     result = run(spec_of("Qwen/Qwen3-8B"), "rtx4090", context=8192)
     assert result.engine["mem_fraction_static"] == 0.833
@@ -89,14 +89,12 @@ def test_reserve_floor_on_large_gpus_and_not_on_small():
 
 def test_history_of_the_default_fraction():
     # sglang.md#sglang-mem-fraction history: before 2025-06-10 a fixed table by tp*pp; #7054 H100 (12 + tp*pp/2) GiB; #10975 base 1024, tp*pp/4
-    assert sglang_settings.default_mem_fraction(rules("0.4.0"), H100, 4, 1, 8192, 512, False, [])[0] == 0.85
-    assert sglang_settings.default_mem_fraction(rules("0.4.0"), H100, 8, 1, 8192, 512, False, [])[0] == 0.81
-    warnings: list[str] = []
-    assert sglang_settings.default_mem_fraction(rules("0.4.7"), H100, 4, 1, 8192, 512, False, warnings)[0] == round(
-        (H100 - 14 * 1024) / H100, 3
-    )
+    assert sglang_settings.default_mem_fraction(rules("0.4.0"), H100, 4, 1, 8192, 512, False)[0] == 0.85
+    assert sglang_settings.default_mem_fraction(rules("0.4.0"), H100, 8, 1, 8192, 512, False)[0] == 0.81
+    fraction, _, warnings = sglang_settings.default_mem_fraction(rules("0.4.7"), H100, 4, 1, 8192, 512, False)
+    assert fraction == round((H100 - 14 * 1024) / H100, 3)
     assert warnings
-    assert sglang_settings.default_mem_fraction(rules("0.5.3"), H100, 4, 1, 8192, 512, False, [])[0] == round(
+    assert sglang_settings.default_mem_fraction(rules("0.5.3"), H100, 4, 1, 8192, 512, False)[0] == round(
         (H100 - (1024 + 12288 + 1024 + 1024 + 464)) / H100, 3
     )
     spec = spec_of("Qwen/Qwen3-8B")

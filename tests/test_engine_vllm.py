@@ -91,8 +91,8 @@ def test_sliding_window_groups_and_old_token_formula():
     layout = vllm_kv.kv_layout(
         spec,
         vllm_settings.resolve_settings(
-            spec, H100_LOGGED, EngineChoice("vllm"), Workload(context=8192), _rules("0.19"), "0.19", []
-        ),
+            spec, H100_LOGGED, EngineChoice("vllm"), Workload(context=8192), _rules("0.19"), "0.19"
+        )[0],
     )
     assert (layout.group_size, layout.num_groups) == (21, 2)
 
@@ -112,8 +112,8 @@ def test_sliding_window_reserves_window_plus_batched_tokens():
     layout = vllm_kv.kv_layout(
         spec,
         vllm_settings.resolve_settings(
-            spec, H100_LOGGED, EngineChoice("vllm"), Workload(context=131072), _rules("0.21"), "0.21", []
-        ),
+            spec, H100_LOGGED, EngineChoice("vllm"), Workload(context=131072), _rules("0.21"), "0.21"
+        )[0],
     )
     assert layout.blocks_per_request(131072) == 8192 + 521
 
@@ -191,8 +191,8 @@ def test_hybrid_linear_attention_raises_the_attention_block():
     # docs/engines/vllm.md#vllm-block-size: attention page >= one mamba state; Qwen3.5-27B logs block sizes of several hundred tokens
     spec = spec_of("Qwen/Qwen3.5-27B")
     settings = vllm_settings.resolve_settings(
-        spec, None, EngineChoice("vllm", tp=2), Workload(context=8192, kv_dtype="fp8"), _rules("0.21"), "0.21", []
-    )
+        spec, None, EngineChoice("vllm", tp=2), Workload(context=8192, kv_dtype="fp8"), _rules("0.21"), "0.21"
+    )[0]
     layout = vllm_kv.kv_layout(spec, settings)
     assert layout.min_block_size % 16 == 0 and layout.min_block_size > 512
     assert (layout.group_size, layout.num_groups) == (16, 4)  # 16 full + 48 linear -> 1 + 3 groups
@@ -326,8 +326,8 @@ def test_cache_kinds_are_typed_specs_with_their_own_per_request_need():
     # gemma-2: full and sliding layers make two groups, each with its own spec type
     spec = spec_of("google/gemma-2-9b-it")
     settings = vllm_settings.resolve_settings(
-        spec, H100_LOGGED, EngineChoice("vllm"), Workload(context=8192), _rules("0.19"), "0.19", []
-    )
+        spec, H100_LOGGED, EngineChoice("vllm"), Workload(context=8192), _rules("0.19"), "0.19"
+    )[0]
     kinds = {type(cache).__name__ for cache, _ in vllm_kv.kv_layout(spec, settings).groups}
     assert kinds == {"FullAttentionSpec", "SlidingWindowSpec"}
 

@@ -192,8 +192,8 @@ def test_vllm_auto_length_reproduces_the_published_auto_fit():
     scout = load_model("RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic", offline=True).spec
     choice = EngineChoice("vllm", settings={"pipeline-parallel-size": "2", "enforce-eager": "true"})
     settings = vllm.resolve_settings(
-        scout, parse_gpu_spec("h100x2"), choice, Workload(), vllm.PROFILE.constants(None)[1], "0.21", []
-    )
+        scout, parse_gpu_spec("h100x2"), choice, Workload(), vllm.PROFILE.constants(None)[1], "0.21"
+    )[0]
     page = vllm_kv.kv_layout(scout, settings).page_bytes
     stage_layers = scout.num_layers // 2
     full = vllm_kv.KVGroupLayout(page, stage_layers, 1, 16, ((vllm_kv.FullAttentionSpec(16, page), 1),), 8192)

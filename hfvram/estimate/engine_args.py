@@ -388,8 +388,9 @@ def _to_float(value: str, flag: str) -> float:
         raise UsageError(f"--{flag} {value!r} is not a number") from exc
 
 
-def _fields(engine: str | None, settings: Mapping[str, str], ignored: list[str]) -> dict[str, Any]:
-    """tp / pp / gpu_util / context / kv_dtype from the engine's own settings."""
+def _fields(engine: str | None, settings: Mapping[str, str]) -> tuple[dict[str, Any], list[str]]:
+    """tp / pp / gpu_util / context / kv_dtype from the engine's own settings, and the settings read but ignored."""
+    ignored: list[str] = []
     table = engine_command_line(engine)
     if table is not None:
         names = {key: [flag] for key, flag in table.fields.items()}
@@ -420,7 +421,7 @@ def _fields(engine: str | None, settings: Mapping[str, str], ignored: list[str])
                 found[key] = _LMDEPLOY_QUANT_POLICY[value]
             else:
                 found[key] = value
-    return found
+    return found, ignored
 
 
 def parse_engine_args(cmdline: str) -> ParsedEngineArgs:
@@ -478,6 +479,7 @@ def parse_engine_args(cmdline: str) -> ParsedEngineArgs:
 
     for name, value in settings.items():
         check_setting(name, value)
+    fields, ignored_fields = _fields(engine, settings)
     return ParsedEngineArgs(
-        engine=engine, model=model, settings=settings, ignored=ignored, **_fields(engine, settings, ignored)
+        engine=engine, model=model, settings=settings, ignored=[*ignored, *ignored_fields], **fields
     )

@@ -224,8 +224,8 @@ def tower_placement(spec: ModelSpec, engine: str, tp: int, settings: MultimodalS
 
 
 def settings_of(
-    spec: ModelSpec, given: Mapping[str, str], tp: int, version: str, warnings: list[str]
-) -> MultimodalSettings:
+    spec: ModelSpec, given: Mapping[str, str], tp: int, version: str
+) -> tuple[MultimodalSettings, list[str]]:
     """vLLM's --limit-mm-per-prompt and --mm-encoder-tp-mode from the engine settings (UsageError on bad
     values); warnings when they are given for a model without an encoder, when the tower's placement under TP
     ``tp`` is not known, or when vLLM ``version`` (asked for, else the rules') predates text-only serving."""
@@ -235,7 +235,7 @@ def settings_of(
         encoder_tp_mode=parse_tp_mode(normalized.get("mm-encoder-tp-mode")),
         skips_unused_tower=_version(version) >= TEXT_ONLY_SINCE,
     )
-    warnings.extend(flag_warnings(spec, settings, given))
+    warnings = [*flag_warnings(spec, settings, given)]
     if (
         spec.multimodal
         and not settings.skips_unused_tower
@@ -246,7 +246,7 @@ def settings_of(
             "predates it); the tower is counted"
         )
     warnings.extend(tower_placement(spec, "vllm", tp, settings).warnings)
-    return settings
+    return settings, warnings
 
 
 def place_tower(
@@ -309,11 +309,3 @@ def rope_cache(spec: ModelSpec, dtype_bytes: float) -> tuple[int, str | None]:
     length = min(length, float(1 << 31))
     size = int(length * rotary_dim * dtype_bytes)
     return size, f"rotary cos/sin cache {int(length):,} positions × {rotary_dim} on every GPU: {size / GiB:.2f} GiB"
-
-
-def rope_cache_noted(spec: ModelSpec, dtype_bytes: float, notes: list[str]) -> int:
-    """:func:`rope_cache`'s bytes, its note appended to ``notes``."""
-    size, note = rope_cache(spec, dtype_bytes)
-    if note:
-        notes.append(note)
-    return size

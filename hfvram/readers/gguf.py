@@ -299,8 +299,8 @@ class _Facts:
         return int(value)
 
 
-def _swa_layers(facts: _Facts, n_layers: int, warnings: list[str]) -> tuple[list[bool], int | None, LayerKind]:
-    """Which layers are windowed, the window, and whether windows are sliding or chunked."""
+def _swa_layers(facts: _Facts, n_layers: int) -> tuple[list[bool], int | None, LayerKind, list[str]]:
+    """Which layers are windowed, the window, whether windows are sliding or chunked, and the warnings."""
     table = _arch_table()
     window = facts.int("attention.sliding_window", "sliding_window")
     chunked = table["chunked"].get(facts.arch)
@@ -308,9 +308,9 @@ def _swa_layers(facts: _Facts, n_layers: int, warnings: list[str]) -> tuple[list
         period = int(chunked["period"])
         facts.provenance["layers"] = f"llama.cpp {facts.arch}: chunked attention period {period}"
         facts.provenance["attention_chunk_size"] = f"llama.cpp {facts.arch}: n_chunk {chunked['window']}"
-        return [il % period < period - 1 for il in range(n_layers)], int(chunked["window"]), LayerKind.CHUNKED
+        return [il % period < period - 1 for il in range(n_layers)], int(chunked["window"]), LayerKind.CHUNKED, []
     if not window:
-        return [False] * n_layers, None, LayerKind.SLIDING
+        return [False] * n_layers, None, LayerKind.SLIDING, []
     pattern = facts.get("attention.sliding_window_pattern", "layers")
     if isinstance(pattern, list):
         if len(pattern) != n_layers:
@@ -319,7 +319,7 @@ def _swa_layers(facts: _Facts, n_layers: int, warnings: list[str]) -> tuple[list
                 file=facts.filename,
                 field=f"{facts.arch}.attention.sliding_window_pattern",
             )
-        return [bool(v) for v in pattern], window, LayerKind.SLIDING
+        return [bool(v) for v in pattern], window, LayerKind.SLIDING, []
     if isinstance(pattern, int) and not isinstance(pattern, bool):
         period = pattern
     elif facts.arch in table["swa_pattern"]:
@@ -327,14 +327,14 @@ def _swa_layers(facts: _Facts, n_layers: int, warnings: list[str]) -> tuple[list
         facts.provenance["layers"] = f"llama.cpp {facts.arch}: set_swa_pattern({period})"
     else:
         # llama.cpp applies the window to every layer when no pattern is known (set_swa_pattern default 1 → all)
-        warnings.append(f"{facts.arch}: sliding_window {window} with no layer pattern; applied to every layer")
+        warning = f"{facts.arch}: sliding_window {window} with no layer pattern; applied to every layer"
         facts.provenance["layers"] = (
             "derived: no sliding_window_pattern; the window applies to every layer (llama.cpp set_swa_pattern default)"
         )
-        return [True] * n_layers, window, LayerKind.SLIDING
+        return [True] * n_layers, window, LayerKind.SLIDING, [warning]
     if period <= 0:
-        return [True] * n_layers, window, LayerKind.SLIDING
-    return [il % period < period - 1 for il in range(n_layers)], window, LayerKind.SLIDING
+        return [True] * n_layers, window, LayerKind.SLIDING, []
+    return [il % period < period - 1 for il in range(n_layers)], window, LayerKind.SLIDING, []
 
 
 def _recurrent_layer(facts: _Facts, kind: LayerKind, moe: bool) -> Layer:
@@ -385,7 +385,8 @@ def _head_dims(facts: _Facts) -> _HeadDims:
     return _HeadDims(key, value, key_swa, value_swa, kv_lora_rank, mla, rope)
 
 
-def _layers(facts: _Facts, n_layers: int, moe_layers: set[int], warnings: list[str]) -> tuple[Layer, ...]:
+def _layers(facts: _Facts, n_layers: int, moe_layers: set[int]) -> tuple[tuple[Layer, ...], list[str]]:
+    """The blocks' layers and the warnings reading them gave."""
     arch, filename = facts.arch, facts.filename
     n_embd = facts.int("embedding_length", "hidden_size")
     if n_embd is not None and n_embd < 1:  # config.json refuses a width of 0: so does a GGUF
@@ -409,7 +410,7 @@ def _layers(facts: _Facts, n_layers: int, moe_layers: set[int], warnings: list[s
         )
     dims = _head_dims(facts)
     facts.provenance["layers"] = f"derived: {arch}.attention.head_count_kv per block (0 = no attention cache)"
-    swa, window, windowed_kind = _swa_layers(facts, n_layers, warnings)
+    swa, window, windowed_kind, warnings = _swa_layers(facts, n_layers)
     has_ssm, recurrent_kind, interval = _recurrent_plan(facts)
     ffn = _per_layer(facts.get("feed_forward_length"), n_layers, f"{arch}.feed_forward_length", filename)
 
@@ -437,7 +438,7 @@ def _layers(facts: _Facts, n_layers: int, moe_layers: set[int], warnings: list[s
         facts.provenance["head_dim_v"] = f"derived: no {arch}.attention.value_length → = head_dim"
     if dims.kv_lora_rank and not dims.mla:
         warnings.append(f"{arch}: GGUF converted without MLA metadata; llama.cpp caches full per-head K/V")
-    return tuple(layers)
+    return tuple(layers), warnings
 
 
 def _attention_block(
@@ -528,11 +529,11 @@ def _primary(headers: Sequence[GGUFHeader], filename: str) -> GGUFHeader:
     return headers[0]
 
 
-def _check_split(
-    headers: Sequence[GGUFHeader], tensors: Sequence[GGUFTensor], filename: str, warnings: list[str]
-) -> None:
+def _check_split(headers: Sequence[GGUFHeader], tensors: Sequence[GGUFTensor], filename: str) -> list[str]:
+    """MalformedFileError for split parts that do not add up; the warning when fewer parts were read than stated."""
     primary = _primary(headers, filename)
     count = primary.metadata.get("split.count")
+    warnings: list[str] = []
     if count is not None and count != len(headers):
         warnings.append(f"split.count says {count} parts, {len(headers)} were read")
     expected = primary.metadata.get("split.tensors.count")
@@ -547,6 +548,7 @@ def _check_split(
         if tensor.name in seen:
             raise MalformedFileError("tensor in two split parts", file=filename, field=tensor.name)
         seen.add(tensor.name)
+    return warnings
 
 
 def gguf_weights(tensors: Sequence[GGUFTensor], *, num_layers: int | None, source: str) -> Weights:
@@ -556,28 +558,26 @@ def gguf_weights(tensors: Sequence[GGUFTensor], *, num_layers: int | None, sourc
     )
 
 
-def _weights_or_none(
-    tensors: Sequence[GGUFTensor], num_layers: int, filename: str, warnings: list[str]
-) -> Weights | None:
+def _weights_or_none(tensors: Sequence[GGUFTensor], num_layers: int, filename: str) -> tuple[Weights | None, list[str]]:
     """The summed tensors; None (with a warning) for a GGUF without tensors, such as llama.cpp's
     ``ggml-vocab-*.gguf`` tokenizer files: hyper-parameters and a vocabulary, but not a model to serve."""
     if not tensors:
-        warnings.append(
+        warning = (
             f"weights unknown: {filename} has no tensors: this GGUF holds only a vocabulary and "
             "metadata, not a model checkpoint"
         )
-        return None
-    return gguf_weights(tensors, num_layers=num_layers, source=f"{filename}: GGUF tensor infos (exact)")
+        return None, [warning]
+    return gguf_weights(tensors, num_layers=num_layers, source=f"{filename}: GGUF tensor infos (exact)"), []
 
 
-def _tied_embeddings(tensors: Sequence[GGUFTensor], provenance: dict[str, str], warnings: list[str]) -> bool | None:
-    """llama.cpp reuses token_embd.weight as the output matrix when the file has no output.weight."""
+def _tied_embeddings(tensors: Sequence[GGUFTensor], provenance: dict[str, str]) -> tuple[bool | None, list[str]]:
+    """llama.cpp reuses token_embd.weight as the output matrix when the file has no output.weight (with the
+    warning when there are no tensors to tell)."""
     if not tensors:
-        warnings.append("tie_word_embeddings unknown: no tensors to tell whether output.weight exists")
-        return None
+        return None, ["tie_word_embeddings unknown: no tensors to tell whether output.weight exists"]
     tied = not any(t.name == "output.weight" for t in tensors)
     provenance["tie_word_embeddings"] = f"derived: {'no' if tied else 'an'} output.weight tensor"
-    return tied
+    return tied, []
 
 
 def spec_from_gguf(headers: Sequence[GGUFHeader], *, filename: str) -> ModelSpec:
@@ -585,11 +585,10 @@ def spec_from_gguf(headers: Sequence[GGUFHeader], *, filename: str) -> ModelSpec
 
     Longer than 60 lines: one linear pass that reads each ModelSpec field once from the metadata (split up, the
     half-read facts would travel between the pieces as arguments)."""
-    warnings: list[str] = []
     primary = _primary(headers, filename)
     metadata = primary.metadata
     tensors = [t for header in headers for t in header.tensors]
-    _check_split(headers, tensors, filename, warnings)
+    warnings = _check_split(headers, tensors, filename)
     arch = metadata.get("general.architecture")
     if not isinstance(arch, str) or not arch:
         raise MalformedFileError("missing general.architecture", file=filename, field="general.architecture")
@@ -613,8 +612,10 @@ def spec_from_gguf(headers: Sequence[GGUFHeader], *, filename: str) -> ModelSpec
     moe_layers = {int(m.group(1)) for t in tensors if (m := re.match(r"^blk\.(\d+)\.ffn_\w+_exps\.", t.name))}
     if moe_layers:
         facts.provenance["moe_layers"] = "derived: blocks with blk.N.ffn_*_exps tensors"
-    layers = _layers(facts, n_layers + num_mtp, moe_layers, warnings)[:n_layers]
-    weights = _weights_or_none(tensors, n_layers, filename, warnings)
+    all_layers, layer_warnings = _layers(facts, n_layers + num_mtp, moe_layers)
+    layers = all_layers[:n_layers]
+    weights, weight_warnings = _weights_or_none(tensors, n_layers, filename)
+    warnings.extend([*layer_warnings, *weight_warnings])
 
     file_type_id = metadata.get("general.file_type")
     file_type = _file_type_name(file_type_id)
@@ -640,7 +641,8 @@ def spec_from_gguf(headers: Sequence[GGUFHeader], *, filename: str) -> ModelSpec
         filename,
     )
     heads = _per_layer(facts.get("attention.head_count"), n_layers + num_mtp, f"{arch}.attention.head_count", filename)
-    tied = _tied_embeddings(tensors, facts.provenance, warnings)
+    tied, tied_warnings = _tied_embeddings(tensors, facts.provenance)
+    warnings.extend(tied_warnings)
     warnings.append("GGUF states no compute dtype")
 
     extra: dict[str, object] = {

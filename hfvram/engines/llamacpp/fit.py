@@ -162,7 +162,10 @@ def plan_offload(
             f"with only dense weights on the GPUs: {'surplus' if surplus_cpu_moe > 0 else 'deficit'} "
             f"{abs(surplus_cpu_moe) / MiB:.0f} MiB"
         )
-    slots, overflow_to = fit_search(nd, hp_ngl, moe, targets, mem, surplus_cpu_moe, [b.label for b in budgets], steps)
+    slots, overflow_to, search_steps = fit_search(
+        nd, hp_ngl, moe, targets, mem, surplus_cpu_moe, [b.label for b in budgets]
+    )
+    steps.extend(search_steps)
     return _verdict(finish("offload", slots, overflow_to), targets)
 
 
@@ -177,13 +180,14 @@ def fit_search(
     mem: MemoryFunction,
     surplus_cpu_moe: int,
     labels: Sequence[str],
-    steps: list[str],
-) -> tuple[list[Slot], list[int]]:
+) -> tuple[list[Slot], list[int], list[str]]:
     """Steps 3 and 4 of common_params_fit_impl over any memory function ``mem(slots, overflow_to)`` (bytes per
     device): back-to-front filling with (dense-only) layers, then — for a MoE with a dense surplus — front-to-back
-    conversion to full layers and the one-extra-layer tries (UP, GATE, else ATTN). Returns (slots, overflow_to).
+    conversion to full layers and the one-extra-layer tries (UP, GATE, else ATTN). Returns (slots, overflow_to,
+    the steps taken, one line per device and pass).
 
     Longer than 60 lines: it follows the C++ loop by loop so that each branch can be read against it."""
+    steps: list[str] = []
     no_overflow = [-1] * nd
     slots = [Slot() for _ in range(nd)]
     overflow_to = list(no_overflow)
@@ -215,7 +219,7 @@ def fit_search(
             slots, current = high, mem_high
         steps.append(f"{labels[dev]}: {slots[dev].n_layer} {'dense-only ' if moe else ''}layers")
     if not moe or surplus_cpu_moe <= 0:
-        return slots, overflow_to
+        return slots, overflow_to, steps
 
     # step 4: a MoE whose dense part fits: dense-only layers become full layers, front to back
     id_dense_start = nd
@@ -298,7 +302,7 @@ def fit_search(
             f"partial {FRACTION_NAMES[slots[dev].overflow]})"
         )
         dev += 1
-    return slots, overflow_to
+    return slots, overflow_to, steps
 
 
 def _verdict(plan: OffloadPlan, targets: Sequence[int]) -> OffloadPlan:

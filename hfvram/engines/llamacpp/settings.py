@@ -193,9 +193,8 @@ def resolve_settings(
 
     Context: ``ctx-size`` is the whole cache (all sequences); without it, n_ctx = workload.context (default the
     model's n_ctx_train) × the sequences the workload holds at full length (``workload.concurrency``)."""
-    notes: list[str] = []
     binary = resolve_binary(choice, constants)
-    parallel, kv_unified = resolve_slots(choice, workload, binary, constants, notes)
+    parallel, kv_unified, notes = resolve_slots(choice, workload, binary, constants)
     ctx_size = resolve_ctx_size(spec, choice, workload, parallel, kv_unified)
     n_ctx, n_ctx_seq, n_stream = kv_cells(ctx_size, parallel, kv_unified, constants.n_ctx_pad)
     n_batch, n_ubatch, n_outputs_max = resolve_batches(choice, constants, binary, parallel)
@@ -259,10 +258,11 @@ def resolve_binary(choice: EngineChoice, constants: LlamaCppConstants) -> str:
 
 
 def resolve_slots(
-    choice: EngineChoice, workload: Workload, binary: str, constants: LlamaCppConstants, notes: list[str]
-) -> tuple[int, bool]:
-    """(parallel sequences, unified KV cache): ``-np`` when given, else the workload's concurrency, else
-    llama-server's auto slots sharing one unified cache."""
+    choice: EngineChoice, workload: Workload, binary: str, constants: LlamaCppConstants
+) -> tuple[int, bool, list[str]]:
+    """(parallel sequences, unified KV cache, notes): ``-np`` when given, else the workload's concurrency, else
+    llama-server's auto slots sharing one unified cache (which a note says)."""
+    notes: list[str] = []
     parallel = setting_int(choice, "parallel", "np", "n-parallel")
     unified_setting = setting(choice, "kv-unified", "kvu")
     if parallel is None or parallel < 0:
@@ -280,7 +280,7 @@ def resolve_slots(
         if unified_setting is None
         else unified_setting.strip().lower() in ("", "1", "true", "on", "yes")
     )
-    return parallel, kv_unified
+    return parallel, kv_unified, notes
 
 
 def resolve_ctx_size(spec: ModelSpec, choice: EngineChoice, workload: Workload, parallel: int, kv_unified: bool) -> int:

@@ -52,8 +52,7 @@ class SglangProfile(StagedProfile[SglangConstants, Settings, Breakdown]):
         constants: SglangConstants,
         version: str,
     ) -> Settings:
-        notes: list[str] = []
-        settings = resolve_settings(spec, hardware, choice, workload, constants, version, notes)
+        settings, notes = resolve_settings(spec, hardware, choice, workload, constants, version)
         return replace(settings, notes=tuple(notes))
 
     def breakdown(

@@ -114,12 +114,13 @@ def default_mem_fraction(
     chunked_prefill_size: int,
     cuda_graph_max_bs: int,
     mla: bool,
-    warnings: list[str],
-) -> tuple[float, str]:
-    """SGLang's default ``mem_fraction_static`` under the rule of the chosen release (sglang.md#sglang-mem-fraction + history)."""
+) -> tuple[float, str, list[str]]:
+    """SGLang's default ``mem_fraction_static`` under the rule of the chosen release (sglang.md#sglang-mem-fraction + history),
+    where it came from, and the warnings the rule brings."""
+    warnings: list[str] = []
     if gpu_mem_mib is None:
         fallback = float(constants.fraction_unknown_gpu)
-        return fallback, f"GPU memory unknown: SGLang's fallback {fallback:g}"
+        return fallback, f"GPU memory unknown: SGLang's fallback {fallback:g}", warnings
     rule = constants.fraction_rule
     if rule == "table":
         table = constants.fraction_table
@@ -130,7 +131,7 @@ def default_mem_fraction(
         written_for = constants.fraction_table_max_gpu_gib
         if gpu_mem_mib > written_for * 1024:
             warnings.append(f"SGLang's pre-2025-06 fraction table was written for GPUs up to {written_for:g} GiB")
-        return float(fraction), f"fixed table by tp×pp={tp * pp} (before 2025-06-10)"
+        return float(fraction), f"fixed table by tp×pp={tp * pp} (before 2025-06-10)", warnings
     if rule == "gpu_class":
         reserve_gib = constants.gpu_class_reserve_gib + constants.gpu_class_reserve_per_tp_pp_gib * tp * pp
         warnings.append(
@@ -138,11 +139,10 @@ def default_mem_fraction(
             "used here for every GPU [unverified]"
         )
         fraction = round((gpu_mem_mib - reserve_gib * 1024) / gpu_mem_mib, 3)
-        return fraction, f"GPU-class reserve ({reserve_gib:g} GiB, H100 rule, #7054)"
+        return fraction, f"GPU-class reserve ({reserve_gib:g} GiB, H100 rule, #7054)", warnings
     reserved, text = reserved_mib(constants, gpu_mem_mib, tp, pp, chunked_prefill_size, cuda_graph_max_bs, mla)
-    return round(
-        (gpu_mem_mib - reserved) / gpu_mem_mib, 3
-    ), f"round(({gpu_mem_mib:.0f} − reserved) / {gpu_mem_mib:.0f}, 3), reserved = {text}"
+    source = f"round(({gpu_mem_mib:.0f} − reserved) / {gpu_mem_mib:.0f}, 3), reserved = {text}"
+    return round((gpu_mem_mib - reserved) / gpu_mem_mib, 3), source, warnings
 
 
 # ---- settings ---------------------------------------------------------------------------------------------
@@ -177,10 +177,11 @@ def resolve_settings(
     workload: Workload,
     constants: SglangConstants,
     rules_version: str,
-    warnings: list[str],
-) -> Settings:
-    """SGLang's effective settings: the user's ServerArgs over the defaults of the rule version and GPU tier.
+) -> tuple[Settings, list[str]]:
+    """SGLang's effective settings: the user's ServerArgs over the defaults of the rule version and GPU tier; and
+    the warnings met on the way, in the order they arose.
     Longer than 60 lines: one keyword per ServerArgs field it resolves, read in one place."""
+    warnings: list[str] = []
     tp, pp, replicas = resolve_parallel(choice, hardware)
     gpu_mem_mib = hardware.gpu.gpu_memory_bytes / MiB if hardware else None
     tier = gpu_tier(constants, gpu_mem_mib if gpu_mem_mib is not None else 0.0)
@@ -190,9 +191,10 @@ def resolve_settings(
     graph_bs = 0 if disable_graphs else common.setting_int(choice, "cuda-graph-max-bs", default=graph_bs_default)
     fraction = choice.gpu_util if choice.gpu_util is not None else common.setting_float(choice, "mem-fraction-static")
     if fraction is None:
-        fraction, source = default_mem_fraction(
-            constants, gpu_mem_mib, tp, pp, chunk, graph_bs, _is_mla(spec), warnings
+        fraction, source, fraction_notes = default_mem_fraction(
+            constants, gpu_mem_mib, tp, pp, chunk, graph_bs, _is_mla(spec)
         )
+        warnings.extend(fraction_notes)
         source = f"default: {source}"
     else:
         source = "given"
@@ -209,7 +211,11 @@ def resolve_settings(
     warnings.extend(unmodelled_flag_warnings(spec, choice, constants))
     backend = (common.setting(choice, "attention-backend") or "").lower()
     page_default = constants.mla_backend_page_size if backend in constants.mla_backends_paged else constants.page_size
-    return Settings(
+    hybrid_swa_memory, swa_notes = hybrid_swa_pool(spec, choice, constants)
+    warnings.extend(swa_notes)
+    lora, lora_notes = lora_pool_setting(spec, choice, constants)
+    warnings.extend(lora_notes)
+    settings = Settings(
         rules=rules_version,
         tp=tp,
         pp=pp,
@@ -230,56 +236,56 @@ def resolve_settings(
         max_running_requests=common.setting_int(choice, "max-running-requests"),
         max_total_tokens=common.setting_int(choice, "max-total-tokens"),
         disable_cuda_graph=disable_graphs,
-        hybrid_swa_memory=hybrid_swa_pool(spec, choice, constants, warnings),
+        hybrid_swa_memory=hybrid_swa_memory,
         dp_size=replicas,
         context_is_default=workload.context is None,
         cpu_offload_gb=common.setting_float(choice, "cpu-offload-gb", default=0.0) or 0.0,
-        lora=lora_pool_setting(spec, choice, constants, warnings),
+        lora=lora,
     )
+    return settings, warnings
 
 
-def hybrid_swa_pool(spec: ModelSpec, choice: EngineChoice, constants: SglangConstants, warnings: list[str]) -> bool:
+def hybrid_swa_pool(spec: ModelSpec, choice: EngineChoice, constants: SglangConstants) -> tuple[bool, list[str]]:
     """Whether SGLang gives the sliding-window layers a pool of their own (docs/engines/sglang.md#sglang-swa-list):
     ``ModelConfig._derive_hybrid_model`` sets ``is_hybrid_swa`` only for the architectures of ``is_hybrid_swa_model``'s
     hard-coded set (and not with --disable-hybrid-swa-memory); any other model caches its sliding-window layers at
-    full length in the one pool, which hfvram says when the model has such layers."""
+    full length in the one pool, which hfvram says (the warnings returned) when the model has such layers."""
     if common.setting_bool(choice, "disable-hybrid-swa-memory"):
-        return False
+        return False, []
     listed = spec.architecture in set(constants.hybrid_swa_architectures)
     windowed = any(layer.kind in WINDOWED_KINDS for layer in spec.layers)
     full = any(layer.kind not in WINDOWED_KINDS and layer.kv_elems_per_token for layer in spec.layers)
     if windowed and full and not listed:
-        warnings.append(
+        return listed, [
             f"SGLang keeps no separate sliding-window pool for {spec.architecture or 'this architecture'} (not in "
             "is_hybrid_swa_model's list): its sliding-window layers are cached at full length in the one KV pool "
             "(docs/engines/sglang.md#sglang-swa-list)"
-        )
-    return listed
+        ]
+    return listed, []
 
 
 def lora_pool_setting(
-    spec: ModelSpec, choice: EngineChoice, constants: SglangConstants, warnings: list[str]
-) -> features.LoraSettings | None:
+    spec: ModelSpec, choice: EngineChoice, constants: SglangConstants
+) -> tuple[features.LoraSettings | None, list[str]]:
     """SGLang's LoRA memory pool (docs/engines/sglang.md#sglang-features): ``--max-loras-per-batch`` slots (default
     8) of ``--max-lora-rank`` for ``--lora-target-modules all``, in the model dtype. Without an explicit rank and
     ``all``, the rank and target modules come from the adapters of ``--lora-paths``, which hfvram does not read: a
-    warning, nothing counted. None without LoRA."""
+    warning, nothing counted. None without LoRA. With the warnings it gives."""
     paths = common.setting(choice, "lora-paths")
     if not common.setting_bool(choice, "enable-lora") and not paths:
-        return None
+        return None, []
     rank = common.setting_int(choice, "max-lora-rank")
     targets = (common.setting(choice, "lora-target-modules") or "").strip().lower()
     slots = common.setting_int(choice, "max-loras-per-batch") or int(constants.lora_default_max_loras_per_batch)
     if slots < 1 or (rank is not None and rank < 1):
         raise UsageError(f"max-loras-per-batch and max-lora-rank must be positive, got {slots} and {rank}")
     if rank is None or targets != "all":
-        warnings.append(
+        return None, [
             "--enable-lora: SGLang sizes its LoRA pool from the rank and target modules of the adapters in "
             "--lora-paths, which hfvram does not read; the pool is not counted (give --max-lora-rank R and "
             "--lora-target-modules all to have it sized)"
-        )
-        return None
-    return features.LoraSettings(max_loras=slots, max_lora_rank=rank, dtype_bytes=spec.dtype_bytes())
+        ]
+    return features.LoraSettings(max_loras=slots, max_lora_rank=rank, dtype_bytes=spec.dtype_bytes()), []
 
 
 def unmodelled_flag_warnings(spec: ModelSpec, choice: EngineChoice, constants: SglangConstants) -> list[str]:

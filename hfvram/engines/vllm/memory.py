@@ -76,11 +76,15 @@ def weights_per_gpu(spec: ModelSpec, settings: Settings, constants: VllmConstant
 
 
 def feature_weights(
-    spec: ModelSpec, settings: Settings, constants: VllmConstants, split: common.WeightsSplit, notes: list[str]
+    spec: ModelSpec, settings: Settings, constants: VllmConstants, split: common.WeightsSplit, earlier: Sequence[str]
 ) -> WeightsTerm:
     """The split weights less ``--cpu-offload-gb`` (decoder-layer parameters only) plus the LoRA slots allocated
-    while the model loads (docs/engines/vllm.md#vllm-features)."""
-    weights = split.bytes + multimodal.rope_cache_noted(spec, settings.dtype_bytes, notes)
+    while the model loads (docs/engines/vllm.md#vllm-features); its notes follow the ``earlier`` ones."""
+    notes = list(earlier)
+    rope, rope_note = multimodal.rope_cache(spec, settings.dtype_bytes)
+    if rope_note:
+        notes.append(rope_note)
+    weights = split.bytes + rope
     if settings.cpu_offload_gb:
         moved, movable = features.offloaded_bytes(
             split.by_component, settings.pipeline_parallel_size, settings.cpu_offload_gb

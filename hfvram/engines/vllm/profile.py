@@ -95,18 +95,22 @@ class VllmProfile(StagedProfile[VllmConstants, Resolved, Outcome]):
         version: str,
     ) -> Resolved:
         non_torch = tuple(self.data.get("non_torch", ()))
-        notes: list[str] = []
-        generation = engine_generation(choice, constants, self.data.get("v0", {}), notes)
+        generation, notes = engine_generation(choice, constants, self.data.get("v0", {}))
         if generation == "v0":
             # V0 ran a draft in its own worker with its own cache: the draft read for V1 is not sized there
             choice = replace(choice, draft=None)
-            settings, merged, chunked = vllm_v0.resolve_v0(
-                self.data["v0"], spec, hardware, choice, workload, constants, version, notes
+            settings, merged, chunked, v0_notes = vllm_v0.resolve_v0(
+                self.data["v0"], spec, hardware, choice, workload, constants, version
             )
+            notes.extend(v0_notes)
             return Resolved(settings, merged, choice, workload, non_torch, tuple(notes), v0_chunked=chunked)
         if auto_length_asked(choice):
-            choice, workload = fit_auto_length(spec, hardware, choice, workload, constants, version, notes, non_torch)
-        settings = resolve_settings(spec, hardware, choice, workload, constants, version, notes)
+            choice, workload, auto_note = fit_auto_length(
+                spec, hardware, choice, workload, constants, version, non_torch
+            )
+            notes.append(auto_note)
+        settings, settings_notes = resolve_settings(spec, hardware, choice, workload, constants, version)
+        notes.extend(settings_notes)
         return Resolved(settings, constants, choice, workload, non_torch, tuple(notes))
 
     def breakdown(
@@ -154,9 +158,8 @@ class VllmProfile(StagedProfile[VllmConstants, Resolved, Outcome]):
     ) -> Narration:
         run, since = parts.run, self.first_version_with("cudagraph_in_budget", True)
         if run.v0_chunked is not None:
-            notes: list[str] = []
-            warnings, explain = vllm_v0.narrate_v0(
-                since, parts.parts, spec, run.workload, run.constants, run.v0_chunked, parts.windowed, notes
+            notes, warnings, explain = vllm_v0.narrate_v0(
+                since, parts.parts, spec, run.workload, run.constants, run.v0_chunked, parts.windowed
             )
             return Narration((*run.notes, *notes, *warnings), explain)
         warnings, explain = narrate(parts.parts, spec, run.workload, since)
@@ -194,13 +197,12 @@ def fit_auto_length(
     workload: Workload,
     constants: VllmConstants,
     rules_version: str,
-    notes: list[str],
     non_torch: Sequence[Rules],
-) -> tuple[EngineChoice, Workload]:
+) -> tuple[EngineChoice, Workload, str]:
     """The length vLLM's auto-fit picks (docs/engines/vllm.md#vllm-auto-length): vLLM profiles at the model's own
     length, then, when one request of that length does not fit the KV pool, takes the largest length whose
     ``max_memory_usage_bytes`` does (a binary search over 1 … the model's length); a cap (``--max-context-cap``)
-    lowers the upper end. Returns the choice with that length set and the workload at it."""
+    lowers the upper end. Returns the choice with that length set, the workload at it and the note saying so."""
     since = str(constants.max_model_len_auto_since or "0.12")
     if choice.version and _version_tuple(choice.version) < _version_tuple(since):
         raise UsageError(f"vLLM {choice.version} has no --max-model-len auto (-1): it came in vLLM {since}")
@@ -216,7 +218,7 @@ def fit_auto_length(
     parts = compute(
         spec,
         hardware,
-        resolve_settings(spec, hardware, trial, trial_workload, constants, rules_version, []),
+        resolve_settings(spec, hardware, trial, trial_workload, constants, rules_version)[0],
         trial_workload,
         constants,
         non_torch,
@@ -226,20 +228,19 @@ def fit_auto_length(
         fitted = parts.longest_single
     cap_note = f" (--max-context-cap: the model's own is {derived:,})" if upper < derived else ""
     if hardware is None:
-        notes.append(f"max-model-len auto: without a GPU vLLM's pick is the model's length {upper:,}{cap_note}")
+        note = f"max-model-len auto: without a GPU vLLM's pick is the model's length {upper:,}{cap_note}"
     elif fitted < upper:
-        notes.append(
+        note = (
             f"max-model-len auto: vLLM reduces the length from {upper:,} to {fitted:,}, the longest one request's KV "
             f"cache fits in the {parts.budget.pool / GiB:.2f} GiB pool{cap_note}"
         )
     elif parts.pool_empty or parts.one_request_short:
-        notes.append(
-            "max-model-len auto: not even one token fits: vLLM refuses to start (Cannot auto-fit max_model_len)"
-        )
+        note = "max-model-len auto: not even one token fits: vLLM refuses to start (Cannot auto-fit max_model_len)"
     else:
-        notes.append(f"max-model-len auto: the full length {upper:,} fits{cap_note}")
+        note = f"max-model-len auto: the full length {upper:,} fits{cap_note}"
     context = workload.context if workload.context and workload.context <= fitted else fitted
-    return replace(choice, settings={**settings_at, "max-model-len": str(fitted)}), replace(workload, context=context)
+    fitted_choice = replace(choice, settings={**settings_at, "max-model-len": str(fitted)})
+    return fitted_choice, replace(workload, context=context), note
 
 
 def _version_tuple(text: str) -> tuple[int, ...]:
@@ -253,26 +254,26 @@ def newest_release_running(generation: str) -> str | None:
     return max(running, key=common.version_key) if running else None
 
 
-def engine_generation(choice: EngineChoice, constants: VllmConstants, v0: Rules, notes: list[str]) -> str:
+def engine_generation(choice: EngineChoice, constants: VllmConstants, v0: Rules) -> tuple[str, list[str]]:
     """Which engine's rules apply (docs/engines/vllm.md#vllm-v0): the release's default (``engine`` of its
     ``[versions]`` table), or what ``VLLM_USE_V1`` says (``--set VLLM_USE_V1=0``); V0 asked for on a release without
-    it is a warning and the V1 rules."""
+    it is a warning and the V1 rules (the notes returned with it)."""
     default = str(constants.engine)
     raw = common.setting(choice, "VLLM_USE_V1")
     if raw is None:
-        return default
+        return default, []
     wants_v0 = not common.setting_bool(choice, "VLLM_USE_V1")
     if not wants_v0:
-        return "v1"
+        return "v1", []
     removed_in = str(v0.get("removed_in", ""))
     if removed_in and (choice.version is None or common.version_key(choice.version) >= common.version_key(removed_in)):
         asked = f"vllm@{choice.version}" if choice.version else "the newest vLLM"
-        notes.append(
+        note = (
             f"VLLM_USE_V1=0: {asked} has no V0 engine (removed in v{removed_in}); the V1 rules apply "
             f"(name an older release, e.g. --engine vllm@0.9, for V0)"
         )
-        return "v1"
-    return "v0"
+        return "v1", [note]
+    return "v0", []
 
 
 def engine_report(

@@ -101,10 +101,9 @@ def resolve_settings(
     workload: Workload,
     constants: VllmConstants,
     rules_version: str,
-    warnings: list[str],
-) -> Settings:
+) -> tuple[Settings, list[str]]:
     """vLLM's effective settings: user values (``--set`` under vLLM's names) over the defaults of the
-    rule version and GPU class (vllm.md#vllm-batch-defaults)."""
+    rule version and GPU class (vllm.md#vllm-batch-defaults); and the warnings met on the way, in order."""
     dp = common.setting_int(choice, "data-parallel-size", "dp") or 1
     tp, pp = common.resolve_parallel(
         choice, hardware, ("tensor-parallel-size", "tp"), ("pipeline-parallel-size", "pp"), dp=dp
@@ -114,7 +113,7 @@ def resolve_settings(
     if not 0 < util <= 1:
         raise UsageError(f"gpu-memory-utilization must be in (0, 1], got {util}")
     set_len = common.setting_int(choice, "max-model-len")
-    max_model_len = resolve_max_model_len(spec, workload, set_len, constants, warnings)
+    max_model_len, warnings = resolve_max_model_len(spec, workload, set_len, constants)
     batched, max_num_seqs = resolve_batch(hardware, choice, constants, max_model_len)
     dtype = load_dtype(spec, common.setting(choice, "dtype"))
     quant_setting = (common.setting(choice, "quantization", "q") or "").strip().lower()
@@ -123,8 +122,9 @@ def resolve_settings(
     block_default = default_block_size(spec, constants)
     kv_mem = common.setting(choice, "kv-cache-memory-bytes")
     warnings.extend(unmodelled_flag_warnings(spec, choice, constants, quant_setting))
-    mm_settings = multimodal.settings_of(spec, choice.settings, tp, choice.version or rules_version, warnings)
-    speculative = speculative_setting(choice, spec, constants, warnings, tp, pp)
+    mm_settings, mm_warnings = multimodal.settings_of(spec, choice.settings, tp, choice.version or rules_version)
+    speculative, speculative_warnings = speculative_setting(choice, spec, constants, tp, pp)
+    warnings.extend([*mm_warnings, *speculative_warnings])
     return Settings(
         rules=rules_version,
         gpu_memory_utilization=util,
@@ -153,7 +153,7 @@ def resolve_settings(
         lora=lora_setting(choice, constants, dtype),
         speculative=speculative,
         prefix_caching_set=prefix_caching_given(choice),
-    )
+    ), warnings
 
 
 def kv_dtype_name(choice: EngineChoice, workload: Workload) -> str:
@@ -217,12 +217,12 @@ def lora_setting(choice: EngineChoice, constants: VllmConstants, dtype: str) -> 
 
 
 def speculative_setting(
-    choice: EngineChoice, spec: ModelSpec, constants: VllmConstants, warnings: list[str], tp: int = 1, pp: int = 1
-) -> features.Speculative | None:
+    choice: EngineChoice, spec: ModelSpec, constants: VllmConstants, tp: int = 1, pp: int = 1
+) -> tuple[features.Speculative | None, list[str]]:
     """``--speculative-config`` (JSON), else the old ``--speculative-model`` / ``--num-speculative-tokens`` /
     ``--speculative-draft-tensor-parallel-size``, as vLLM resolves the method and the draft's TP
     (docs/engines/vllm.md#vllm-features), with the draft checkpoint the pipeline read (``choice.draft``) and its note
-    or warning; None without speculative decoding."""
+    or warning (the list returned with it); None without speculative decoding."""
     text = common.setting(choice, "speculative-config")
     if text is not None:
         method, model, tokens = speculative_method(text)
@@ -234,9 +234,9 @@ def speculative_setting(
         model = model[:120] if model else None
     draft = choice.draft if choice.draft is not None and choice.draft.name == model else None
     speculative = features.resolve_speculative(method, model, tokens, spec, constants, draft, draft_tp, tp)
-    warnings.extend(features.speculative_warnings(speculative, constants))
+    warnings = [*features.speculative_warnings(speculative, constants)]
     warnings.extend(features.draft_warnings(speculative, spec, pp, constants))
-    return speculative
+    return speculative, warnings
 
 
 def speculative_draft_tp(text: str) -> int | None:
@@ -314,10 +314,11 @@ def speculative_method(text: str) -> tuple[str | None, str | None, int | None]:
 
 
 def resolve_max_model_len(
-    spec: ModelSpec, workload: Workload, set_len: int | None, constants: VllmConstants, warnings: list[str]
-) -> int:
+    spec: ModelSpec, workload: Workload, set_len: int | None, constants: VllmConstants
+) -> tuple[int, list[str]]:
     """max-model-len when set, else the requested context, else the model's maximum (else the TOML's
     fallback), with vLLM's refusals of a length it cannot serve as warnings."""
+    warnings: list[str] = []
     model_max = spec.max_position_embeddings
     if set_len is not None and set_len > 0:
         max_model_len = set_len
@@ -337,7 +338,7 @@ def resolve_max_model_len(
             f"max_model_len {max_model_len} is above the model's max_position_embeddings {model_max}: vLLM refuses "
             "it unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 (or rope scaling allows it)"
         )
-    return max_model_len
+    return max_model_len, warnings
 
 
 def is_large_gpu(hardware: Hardware | None, constants: VllmConstants) -> bool:

@@ -123,12 +123,12 @@ def resolve_v0(
     workload: Workload,
     constants: VllmConstants,
     rules_version: str,
-    notes: list[str],
-) -> tuple[Settings, VllmConstants, bool]:
+) -> tuple[Settings, VllmConstants, bool, list[str]]:
     """V0's settings (the profile's step 1 on V0): the shared settings under V0's constants, then V0's batch
-    defaults, block size and flat CUDA-graph reserve; with the constants in force and the chunked-prefill default."""
+    defaults, block size and flat CUDA-graph reserve; with the constants in force, the chunked-prefill default and
+    the settings' warnings."""
     merged = v0_rules(constants, v0, choice.version)
-    settings = resolve_settings(spec, hardware, choice, workload, merged, rules_version, notes)
+    settings, notes = resolve_settings(spec, hardware, choice, workload, merged, rules_version)
     batched, seqs, chunked = resolve_batch_v0(
         spec, choice, v0, settings.max_model_len, settings.speculative_method is not None
     )
@@ -142,7 +142,7 @@ def resolve_v0(
         cudagraph_flat_gib=v0["cudagraph_gib"],
         # V0: total × utilization, no ceil; a float budget keeps the arithmetic of determine_num_available_blocks
     )
-    return settings, merged, chunked
+    return settings, merged, chunked, notes
 
 
 def compute_v0(
@@ -175,12 +175,12 @@ def narrate_v0(
     merged: VllmConstants,
     chunked: bool,
     windowed: int,
-    notes: list[str],
-) -> tuple[list[str], dict[str, str]]:
-    """V1's narration of the breakdown, V0's own notes (full-length layers, recurrent state) and an ``engine``
+) -> tuple[list[str], list[str], dict[str, str]]:
+    """V0's own notes (full-length layers, recurrent state), V1's narration of the breakdown and an ``engine``
     explain line saying which V0 rules were applied (``graphs_in_budget_since`` as :func:`narrate` takes it)."""
     settings = parts.settings
     warnings, explain = narrate(parts, spec, workload, graphs_in_budget_since)
+    notes: list[str] = []
     if windowed:
         notes.append(FULL_LENGTH_NOTE.format(count=windowed))
     if any(layer.kind in RECURRENT_KINDS for layer in spec.layers):
@@ -192,4 +192,4 @@ def narrate_v0(
         f"cached at full length in one block table; CUDA graphs ({parts.overhead.cudagraphs / GiB:.2f} GiB) are "
         "captured after the KV cache, outside the budget"
     )
-    return warnings, explain
+    return notes, warnings, explain
