@@ -253,3 +253,12 @@ def test_reference_links_are_defined(name):
     defined = {m.group(1).lower() for m in re.finditer(r"^\[([^\]]+)\]: \S+", text, re.M)}
     used = {m.group(1).lower() for m in re.finditer(r"\]\[([^\]]+)\]", text)}
     assert used - defined == set()
+
+
+def test_no_file_holds_a_merge_conflict_marker():
+    """A conflict left in a generated file (a built JSON twin) is read as a stale twin and silently costs the TOML
+    parse; in code it is a syntax error only where the file is imported. Every text file, built tables included."""
+    markers = re.compile(r"^(<{7}|>{7}) |^={7}$", re.M)
+    paths = [*scanned_files(), *sorted((ROOT / "hfvram" / "data" / "built").rglob("*.json"))]
+    found = [p.relative_to(ROOT).as_posix() for p in paths if markers.search(p.read_text(encoding="utf-8"))]
+    assert not found, f"merge-conflict markers in {found}"
