@@ -89,3 +89,25 @@ def complete_host_memory(ctx: click.Context, param: click.Parameter, incomplete:
     from hfvram.estimate.host_memory import host_memory_names
 
     return [CompletionItem(name) for name in host_memory_names() if name.startswith(incomplete.lower())]
+
+
+def complete_family(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    """``models --family``: the model types of the embedded catalogue (the text model's too, for a multimodal
+    config), which ``--family`` matches against (a family matches the architectures and model types holding it)."""
+    import json
+
+    from hfvram.sources.catalog import load_catalog
+
+    types: set[str] = set()
+    repos = load_catalog().get("repos")
+    for entry in repos.values() if isinstance(repos, dict) else ():
+        text = (entry.get("files") or {}).get("config.json") if isinstance(entry, dict) else None
+        try:
+            config = json.loads(text) if isinstance(text, str) else {}
+        except ValueError:
+            continue
+        for part in (config, config.get("text_config")):
+            if isinstance(part, dict) and isinstance(part.get("model_type"), str):
+                types.add(part["model_type"].lower())
+    wanted = incomplete.lower()
+    return [CompletionItem(name) for name in sorted(types) if name.startswith(wanted)]

@@ -69,3 +69,11 @@ def test_quant_names_and_auto():
 def test_host_memory_names():
     words = complete("check", "Qwen/Qwen3-8B", "--host-memory", "ddr5")
     assert words and all(word.startswith("ddr5") for word in words) and "ddr5-5600x2" in words
+
+
+def test_family_completes_the_catalogues_model_types():
+    """issue 23: completion for every option with values; --family takes the model types the catalogue holds."""
+    found = complete("models", "--gpu", "rtx4090", "--family", "qwen")
+    assert "qwen3" in found and "qwen3_moe" in found
+    assert all(name.startswith("qwen") for name in found)
+    assert "llama" in complete("models", "--gpu", "rtx4090", "--family", "ll")

@@ -19,6 +19,7 @@ from hfvram.commands.options import (
     run_options,
 )
 from hfvram.commands.output import _console, _echo, _echo_json, _stdout_unicode, _write_stderr
+from hfvram.completion import complete_family
 from hfvram.errors import UsageError
 from hfvram.pipeline import RunOptions
 
@@ -27,7 +28,13 @@ from hfvram.pipeline import RunOptions
 @click.argument("query", required=False)
 @click.option("--list", "listing", is_flag=True, help="List the catalogue's repo ids (those holding QUERY).")
 @run_options
-@click.option("--family", "family", metavar="F", help="Only architectures / model types holding F (llama, qwen3).")
+@click.option(
+    "--family",
+    "family",
+    metavar="F",
+    shell_complete=complete_family,
+    help="Only architectures / model types holding F (llama, qwen3).",
+)
 @click.option(
     "--sort",
     "sort",
