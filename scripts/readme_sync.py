@@ -288,20 +288,35 @@ def fresh_block(block: Block, home: Path, sync: Sync) -> str:
 
 def rendered_sync(text: str) -> Sync:
     """A pass over ``text``: every re-runnable block re-run, the others held against ``SKIPPED``."""
+    from concurrent.futures import ThreadPoolExecutor
+
     sync = Sync(text)
     pieces: list[str] = []
     cursor = 0
+    runnable: list[Block] = []
+    for block in blocks_of(text):
+        first = block.items[0][0].replace("\\\n", " ") if block.items else ""
+        if not block.runnable:
+            (sync.skipped if first in SKIPPED else sync.unchecked).append(first.strip().splitlines()[0])
+            continue
+        runnable.append(block)
     with tempfile.TemporaryDirectory() as scratch:
-        home = Path(scratch)
-        for block in blocks_of(text):
-            first = block.items[0][0].replace("\\\n", " ") if block.items else ""
-            if not block.runnable:
-                (sync.skipped if first in SKIPPED else sync.unchecked).append(first.strip().splitlines()[0])
-                continue
-            pieces.append(text[cursor : block.start])
-            pieces.append(fresh_block(block, home, sync))
-            cursor = block.end
-            sync.checked += 1
+        # the blocks are independent (each runs offline, in a home of its own): run them side by side, each with its
+        # own Sync, and merge what they found in the README's order
+        def fresh(index: int, block: Block) -> tuple[str, Sync]:
+            home = Path(scratch) / f"block-{index}"
+            home.mkdir()
+            own = Sync(text)
+            return fresh_block(block, home, own), own
+
+        with ThreadPoolExecutor(max_workers=max(2, min(8, os.cpu_count() or 2))) as pool:
+            done = list(pool.map(fresh, range(len(runnable)), runnable))
+    for block, (fresh_text, own) in zip(runnable, done):
+        pieces.append(text[cursor : block.start])
+        pieces.append(fresh_text)
+        cursor = block.end
+        sync.changed.extend(own.changed)
+        sync.checked += 1
     pieces.append(text[cursor:])
     sync.text = "".join(pieces)
     return sync
