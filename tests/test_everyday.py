@@ -86,13 +86,19 @@ def test_models_reports_its_progress_repo_by_repo():
     """``models --quant auto`` sizes every catalogue model at several quants (seconds): the CLI draws a progress
     bar on stderr from these calls when stderr is a terminal; off a terminal stderr stays quiet."""
     from hfvram.pipeline import RunOptions, models_rows
+    from hfvram.pipeline.scan import may_hold_family
     from hfvram.sources.catalog import catalog_repos
 
     seen: list[tuple[int, int]] = []
     options = RunOptions(gpu="rtx4090", offline=True)
     rows = models_rows(options, family="qwen3", sort="verdict", progress=lambda done, total: seen.append((done, total)))
-    total = len(catalog_repos())
+    # the repos whose stored config could be of the family are checked, one progress call each
+    total = sum(may_hold_family(repo, "qwen3") for repo in catalog_repos())
+    assert 0 < total < len(catalog_repos())
     assert seen == [(i, total) for i in range(1, total + 1)] and rows
+    everything: list[tuple[int, int]] = []
+    models_rows(options, family=None, sort="verdict", progress=lambda done, total: everything.append((done, total)))
+    assert everything[-1] == (len(catalog_repos()), len(catalog_repos()))
     quiet = run_hfvram("models", "--gpu", "rtx4090", "--family", "qwen3", "--offline")
     assert quiet.returncode == 0 and "checking the catalogue" not in quiet.stderr
 
@@ -104,3 +110,17 @@ def test_models_says_why_a_row_is_refused():
     assert "Refused by the engine, whatever the memory:" in out
     flat = " ".join(out.split())
     assert "01-ai/Yi-34B: vllm refuses max_model_len 1,048,576: above the model's max_position_embeddings 4,096" in flat
+
+
+def test_models_family_prefilter_keeps_every_row_the_family_matches():
+    """models checks only the repos whose stored config could be of --family (a --quant auto run sized every quant
+    of all 67 repos, then kept 18): the rows are exactly those of checking every repo and then filtering."""
+    from hfvram.pipeline import RunOptions, models_rows, scan_one
+    from hfvram.report.models import select_rows
+    from hfvram.sources.catalog import catalog_repos
+
+    options = RunOptions(gpu="rtx4090", offline=True)
+    every = [scan_one(repo, options) for repo in catalog_repos()]
+    for family in ("qwen3", "llama", "Gemma", "deepseek", "ForCausalLM", "mistral3"):
+        expected = select_rows(every, family=family, sort="verdict")
+        assert models_rows(options, family=family, sort="verdict") == expected, family

@@ -164,7 +164,9 @@ def models_rows(
     from hfvram.sources.catalog import catalog_repos
 
     offline = replace(options, offline=True)
-    repos = catalog_repos()
+    # only the repos whose stored config could name the family are checked (a check with --quant auto sizes every
+    # quant of every repo); select_rows still keeps exactly the rows whose architecture or model type holds it
+    repos = [repo for repo in catalog_repos() if may_hold_family(repo, family)]
 
     def checked() -> Iterator[dict[str, Any]]:
         for done, repo in enumerate(repos, 1):
@@ -174,6 +176,36 @@ def models_rows(
             yield row
 
     return select_rows(checked(), family=family, sort=sort)
+
+
+def may_hold_family(repo_id: str, family: str | None) -> bool:
+    """Whether the catalogue's stored config.json of ``repo_id`` could give a row of ``family``: any of its
+    architectures or model types (the text model's too) holds it, or the config does not say (it is then checked)."""
+    import json
+
+    from hfvram.sources.catalog import load_catalog
+
+    if not family:
+        return True
+    repos = load_catalog().get("repos")
+    entry = repos.get(repo_id) if isinstance(repos, dict) else None
+    text = (entry.get("files") or {}).get("config.json") if isinstance(entry, dict) else None
+    try:
+        config = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        config = None
+    if not isinstance(config, dict):
+        return True
+    names: list[str] = []
+    for part in (config, config.get("text_config")):
+        if isinstance(part, dict):
+            architectures = part.get("architectures")
+            names += [str(a) for a in architectures] if isinstance(architectures, list) else []
+            names.append(str(part.get("model_type") or ""))
+    if not config.get("architectures") or not config.get("model_type"):
+        return True
+    wanted = family.strip().lower()
+    return any(wanted in name.lower() for name in names)
 
 
 def catalogue_params(repos: Sequence[str]) -> dict[str, int | None]:
