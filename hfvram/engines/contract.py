@@ -128,6 +128,14 @@ class StagedProfile(ProfileBase, Generic[K, S, B]):
     requires_weights: ClassVar[bool] = True
     #: the engine's rules are not versioned in hfvram: the newest applies to every release asked for
     unversioned: ClassVar[bool] = False
+    #: whether ``--explain`` carries the line naming the published measurements behind the figures (the TOML's
+    #: ``measured``); vLLM, SGLang, llama.cpp and Ollama not yet, since adding it changes their output
+    explains_measurements: ClassVar[bool] = True
+
+    def __init__(self, data: Mapping[str, Any] | None = None) -> None:
+        super().__init__(data)
+        #: rule version -> its checked constants; per instance (a profile built from a test's own table keeps its own)
+        self._constants: dict[str, Constants] = {}
 
     def constants(self, requested: str | None) -> tuple[str, K]:
         """The rule version ``requested`` maps to and the engine's constants in force at it (built and checked once
@@ -139,14 +147,6 @@ class StagedProfile(ProfileBase, Generic[K, S, B]):
             cached = self._constants[version] = self.constants_type.load(merged, source)
         constants: K = cached  # type: ignore[assignment]
         return version, constants
-
-    @property
-    def _constants(self) -> dict[str, Constants]:
-        # one dict per profile instance (a profile built from a test's own table keeps its own)
-        store: dict[str, Constants] | None = self.__dict__.get("_constants_by_version")
-        if store is None:
-            store = self.__dict__["_constants_by_version"] = {}
-        return store
 
     @abstractmethod
     def resolve(
@@ -187,9 +187,9 @@ class StagedProfile(ProfileBase, Generic[K, S, B]):
         """Step 5: the settings assumed, under the engine's names."""
 
     def measurements(self, constants: K) -> dict[str, str]:
-        """The ``--explain`` line naming the published measurements behind the figures (the TOML's ``measured``);
-        an engine whose explanation does not carry that line answers ``{}``."""
-        return {"measurements": str(constants.measured)}
+        """The ``--explain`` line naming the published measurements behind the figures (the TOML's ``measured``),
+        for an engine that ``explains_measurements``."""
+        return {"measurements": str(constants.measured)} if self.explains_measurements else {}
 
     def finished(self, result: Estimate, parts: B) -> Estimate:
         """The assembled estimate as the engine hands it on: as it is, unless the engine adds what the breakdown

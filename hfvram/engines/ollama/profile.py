@@ -164,9 +164,8 @@ class OllamaProfile(StagedProfile[OllamaConstants, Settings, CurrentSized | Lega
             ),
         }
 
-    def measurements(self, constants: OllamaConstants) -> dict[str, str]:
-        # the explanation does not carry the measurements line yet (docs/accuracy.md holds Ollama's checks)
-        return {}
+    # --explain has no measurements line yet: adding one is a change of output (docs/accuracy.md holds the checks)
+    explains_measurements = False
 
     def finished(self, result: Estimate, parts: CurrentSized | LegacySized) -> Estimate:
         # from 0.13 on: the mixed-set device llama.cpp's figures are for
