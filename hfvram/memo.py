@@ -30,7 +30,7 @@ CACHES: dict[str, ValueCache[object, object] | IdentityCache[object, object]] = 
 class ValueCache(Generic[K, V]):
     """At most ``size`` answers keyed by value; the oldest goes first."""
 
-    def __init__(self, name: str, size: int) -> None:
+    def __init__(self, name: str, size: int, *, listed: bool = True) -> None:
         if size < 1:
             raise ValueError(f"cache {name}: size must be at least 1")
         if name in CACHES:
@@ -38,7 +38,8 @@ class ValueCache(Generic[K, V]):
         self.name, self.size = name, size
         self._entries: OrderedDict[K, V] = OrderedDict()
         self._lock = threading.Lock()
-        CACHES[name] = self  # type: ignore[assignment]
+        if listed:  # (an IdentityCache lists itself, not the store inside it)
+            CACHES[name] = self  # type: ignore[assignment]
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -72,7 +73,7 @@ class IdentityCache(Generic[Obj, V]):
     """At most ``size`` answers about objects, keyed by identity; the oldest goes first."""
 
     def __init__(self, name: str, size: int) -> None:
-        self._values: ValueCache[int, tuple[Obj, V]] = ValueCache(name, size)
+        self._values: ValueCache[int, tuple[Obj, V]] = ValueCache(name, size, listed=False)
         CACHES[name] = self  # type: ignore[assignment]
 
     def __len__(self) -> int:
