@@ -79,8 +79,7 @@ def fetch_repo_info(repo_id: str, revision: str | None, token: str | None) -> Re
     listed = _LISTED.pop(repo_id, None) if revision is None else None
     if listed is not None:  # read from the owner's listing at the start of a scan: no request
         return listed
-    base = f"{hub_endpoint()}/api/models/{repo_id}"
-    url = base if revision is None else f"{base}/revision/{quote(revision, safe='')}"
+    url = model_api_url(repo_id) if revision is None else model_api_url(repo_id, "revision", revision)
     # the query as httpx would encode params={"expand": EXPAND}, written out: the URL is parsed once, not twice
     data, _ = fetch_json(f"{url}?{EXPAND_QUERY}", token=token, repo_id=repo_id, filename=None)
     return repo_info_from(data, repo_id, where=f"{repo_id} (Hub model info)")
@@ -230,7 +229,30 @@ def read_owner_listings(repo_ids: Sequence[str], token: str | None) -> int:
     return sent
 
 
+def model_api_url(repo_id: str, kind: str | None = None, revision: str | None = None) -> str:
+    """``/api/models/<repo_id>[/<kind>/<revision>]`` as huggingface_hub's ``HfApi.model_info`` builds it: the id
+    checked first (``resolve.check_repo_id``: no ``..``, no third segment), the revision quoted whole (``refs/pr/1``
+    is ``refs%2Fpr%2F1``, one path segment, as the Hub reads it), so no input names another endpoint."""
+    from hfvram.sources.resolve import check_repo_id, check_revision
+
+    check_repo_id(repo_id)
+    base = f"{hub_endpoint().rstrip('/')}/api/models/{quote(repo_id, safe='/')}"
+    if kind is None or revision is None:
+        return base
+    check_revision(revision)
+    return f"{base}/{kind}/{quote(revision, safe='')}"
+
+
 def file_url(repo_id: str, revision: str, filename: str) -> str:
+    """``<repo_id>/resolve/<revision>/<filename>`` by huggingface_hub's ``hf_hub_url`` (the revision quoted whole,
+    the file name's parts quoted); the id and revision checked, and a file name a listing sent with an empty, ``.``
+    or ``..`` part refused (such a path would be read as another URL of the Hub)."""
+    from hfvram.sources.resolve import check_repo_id, check_revision
+
+    check_repo_id(repo_id)
+    check_revision(revision)
+    if any(part in ("", ".", "..") for part in filename.split("/")):
+        raise MalformedFileError("a file name with an empty, '.' or '..' part", file=filename[:80])
     return hf_hub_url(repo_id, filename, revision=revision, endpoint=hub_endpoint())
 
 
@@ -627,7 +649,7 @@ def fetch_tree(repo_id: str, sha: str, token: str | None) -> list[tuple[str, int
     from hfvram.sources.gguf_repo import tree_entries
 
     endpoint = hub_endpoint().rstrip("/")
-    url: str | None = f"{endpoint}/api/models/{repo_id}/tree/{quote(sha, safe='')}"
+    url: str | None = model_api_url(repo_id, "tree", sha)
     params: Mapping[str, object] | None = {"recursive": "true"}
     entries: list[tuple[str, int | None]] = []
     for _ in range(TREE_PAGES):

@@ -60,10 +60,11 @@ _REPO_PART = re.compile(r"[A-Za-z0-9_](?:[\w.-]{0,94}[A-Za-z0-9_])?")
 
 
 def check_repo_id(repo_id: str) -> None:
-    """UsageError for a repo id the Hub cannot hold (``evil/..``, ``org/.x``, ``a--b``): checked before any URL is
-    built from it, so a path segment such as ``..`` never reaches the Hub's API."""
+    """UsageError for a repo id the Hub cannot hold (``evil/..``, ``org/.x``, ``a--b``, ``org/x.git``): checked
+    before any URL is built from it, so a path segment such as ``..`` never reaches the Hub's API."""
     parts = repo_id.split("/")
-    if len(parts) != 2 or not all(_REPO_PART.fullmatch(part) for part in parts) or "--" in repo_id or ".." in repo_id:
+    well_formed = len(parts) == 2 and all(_REPO_PART.fullmatch(part) for part in parts)
+    if not well_formed or "--" in repo_id or ".." in repo_id or repo_id.endswith(".git"):
         raise UsageError(f"SOURCE {repo_id[:80]!r}: not a Hub repo id (org/name: letters, digits, '-', '_', '.')")
 
 
