@@ -154,3 +154,35 @@ def test_tensor_split_and_row_count_as_placements_only_on_several_gpus(qwen3moe)
     assert estimate(qwen3moe, two, EngineChoice("llama.cpp", settings=row), Workload()).per_gpu.usable == (
         two.gpu.gpu_memory_bytes
     )
+
+
+# ---- a quantized KV cache: F16 dequantization scratch (llamacpp.md#llamacpp-kv-dequant-scratch) --------------------
+
+
+def test_a_quantized_cache_adds_f16_copies_of_the_largest_layers_views_from_build_9461():
+    """llama.cpp PR #23907 (first in b9461; b9460 lacks it, b9501 has it: llama.cpp#24135): CUDA flash attention
+    reserves F16 copies of the quantized K / V views, sized by the allocated cells (llama.cpp#24166). Qwen3.5-27B
+    (fixture config: full-attention layers with 4 KV heads × 256) at 262144 cells and q8_0: 2 B × 262144 × (1024 +
+    1024) = 1 GiB on top of the f16 buffer; Unsloth's measurement on a model with the same 1024-wide K / V rows
+    (unsloth#6718: Qwen3.5-4B at 256k, 1.30 GiB compute at q8_0 vs 0.31 GiB at f16) is +0.99 GiB."""
+    import json
+
+    from hfvram.engines.llamacpp.compute import compute_buffer_bytes
+    from hfvram.readers.config import read_config
+
+    config = json.loads((ROOT / "fixtures" / "hub" / "Qwen" / "Qwen3.5-27B" / "config.json").read_text())
+    spec = read_config(config)
+
+    def compute(**values: str) -> int:
+        choice = EngineChoice("llama.cpp", settings={"ctx-size": "262144", "np": "1", "fa": "on", **values})
+        _, constants, consts = llamacpp.constants_for(choice)
+        return compute_buffer_bytes(spec, resolve_settings(spec, choice, Workload(), constants), consts)[0]
+
+    f16 = compute(build="9461")
+    q8 = compute(build="9461", ctk="q8_0", ctv="q8_0")
+    assert q8 - f16 == 2 * 262144 * (1024 + 1024)
+    # K alone quantized: only K is copied
+    assert compute(build="9461", ctk="q8_0") - f16 == 2 * 262144 * 1024
+    # before the change (and without a build, the older rules): the scratch was a transient pool allocation
+    assert compute(build="9460", ctk="q8_0", ctv="q8_0") == compute(build="9460")
+    assert compute(ctk="q8_0", ctv="q8_0") == compute()

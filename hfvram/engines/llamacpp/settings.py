@@ -61,6 +61,7 @@ class LlamaCppConstants(Constants):
     server_reserve_outputs: str
     server_outputs_cap_build: int
     server_auto_parallel: int
+    kv_dequant_scratch_build: int
     n_ctx_pad: int
     fit: bool
     fit_target_mib: int
@@ -112,6 +113,9 @@ class Settings:
     user_placement: bool = False
     #: the context was left unset (``-c`` 0): --fit's context step still keeps its margin free
     ctx_auto: bool = False
+    #: CUDA flash attention reserves F16 copies of a quantized K / V view in its output (builds from
+    #: kv_dequant_scratch_build on; docs/engines/llamacpp.md#llamacpp-kv-dequant-scratch)
+    kv_dequant_scratch: bool = False
     #: the GPU backend pads quantized rows (CUDA / ROCm); False for Metal and the CPU-only truth runs
     cuda: bool = True
     #: row length the CUDA buffer type pads quantized matrices to (llama.cpp.toml matrix_row_padding)
@@ -288,7 +292,14 @@ def resolve_settings(
         # -ts counts only on several GPUs (fit_keeps_margin reads it from tensor_split)
         user_placement=any(setting(choice, name) for name in USER_PLACEMENT if name not in ("tensor-split", "ts")),
         ctx_auto=workload.context is None and not setting(choice, "ctx-size", "c", "n-ctx", "num-ctx"),
+        kv_dequant_scratch=(resolved_build(choice) or 0) >= constants.kv_dequant_scratch_build,
     )
+
+
+def resolved_build(choice: EngineChoice) -> int | None:
+    """The llama.cpp build the rules are for (``--set build=N``); None when not given (older rules apply)."""
+    build = setting_int(choice, "build")
+    return build if build is not None and build > 0 else None
 
 
 def resolve_layers(spec: ModelSpec, choice: EngineChoice) -> tuple[int, int]:
