@@ -39,12 +39,16 @@ if TYPE_CHECKING:
     from hfvram.readers.config_hf import HfFacts
 
 FORMAT = 1
+#: the format of facts and ref entries: 2 since a safetensors header is stored as its parsed facts (its tensor table,
+#: ``facts.header_facts``), never its text; an entry of another format is ignored and deleted (read again)
+FACTS_FORMAT = 2
 REF_TTL_SECONDS = 24 * 3600
 #: a temporary entry file older than this is an orphan of a killed writer
 ORPHAN_SECONDS = 600
 _SHA = re.compile(r"^[0-9a-f]{40}$")
-#: names whose stored value is the raw text of the file (the rest: model info, index metadata, GGUF summaries)
-_TEXT_SUFFIXES = (".json", ".safetensors")
+#: names whose stored value is the raw text of the file (the rest: model info, index metadata, GGUF summaries,
+#: safetensors header facts)
+_TEXT_SUFFIXES = (".json",)
 #: the folder of transformers' facts per (config, transformers version), beside ``facts/`` and ``refs/``
 TRANSFORMERS_FACTS = "transformers-facts"
 MODEL_INFO = "model-info"  # = repo_files.MODEL_INFO (kept here so the cache imports nothing else)
@@ -91,6 +95,24 @@ def _gguf_summary_ok(value: object) -> bool:
     return True
 
 
+def _header_facts_ok(value: object) -> bool:
+    """The shape of ``facts.header_facts`` (kept here so the cache imports nothing else; its rows are checked by
+    the reader when read)."""
+    if not isinstance(value, dict) or set(value) != {"tensors", "data_bytes"}:
+        return False
+    size = value["data_bytes"]
+    return isinstance(value["tensors"], list) and (size is None or (_is_int(size) and size >= 0))
+
+
+def _tables_size(facts: Mapping[str, object]) -> int:
+    """About the JSON size of the safetensors header tables among ``facts`` (names plus ~40 bytes a row)."""
+    total = 0
+    for name, value in facts.items():
+        if name.endswith(".safetensors") and isinstance(value, dict) and isinstance(value.get("tensors"), list):
+            total += sum(len(row[0]) + 40 if isinstance(row, list) and row else 40 for row in value["tensors"])
+    return total
+
+
 def value_shape_ok(name: str, value: object) -> bool:
     """Whether ``value`` has the shape hfvram stores under ``name``: model info (sha, files, gated, per-dtype
     counts), a GGUF header summary, the index metadata (an object), or a file's raw text."""
@@ -100,6 +122,8 @@ def value_shape_ok(name: str, value: object) -> bool:
         return _gguf_summary_ok(value)
     if name == INDEX_FILE:
         return isinstance(value, dict)
+    if name.endswith(".safetensors"):
+        return _header_facts_ok(value)
     if name.endswith(_TEXT_SUFFIXES):
         return isinstance(value, str)
     return value is not None
@@ -172,7 +196,7 @@ class FactsCache:
 
     # ---- io -----------------------------------------------------------------------------------
     @staticmethod
-    def _read(path: Path, cap: str = "cache_entry") -> dict | None:
+    def _read(path: Path, cap: str = "cache_entry", fmt: int = FACTS_FORMAT) -> dict | None:
         """The entry at ``path``, or None; an entry that is not a regular file of JSON within the ``[bytes] cap``
         of limits.toml is deleted."""
         from hfvram.errors import HfvramError
@@ -187,7 +211,7 @@ class FactsCache:
         except (HfvramError, OSError, ValueError, UnicodeDecodeError, RecursionError):
             FactsCache._discard(path)
             return None
-        if not isinstance(entry, dict) or entry.get("format") != FORMAT or not _is_number(entry.get("stored", 0)):
+        if not isinstance(entry, dict) or entry.get("format") != fmt or not _is_number(entry.get("stored", 0)):
             FactsCache._discard(path)
             return None
         return entry
@@ -214,8 +238,9 @@ class FactsCache:
                 pass
 
     @staticmethod
-    def _write(path: Path, entry: dict) -> bool:
-        """Atomic write; a cache that cannot be written is skipped (the answer does not depend on it)."""
+    def _write(path: Path, entry: dict | str) -> bool:
+        """Atomic write (of ``entry``, or of its JSON text); a cache that cannot be written is skipped (the answer
+        does not depend on it)."""
         try:
             FactsCache._sweep_orphans(path.parent, time.time())
             try:
@@ -226,7 +251,8 @@ class FactsCache:
             replaced = False
             try:
                 with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                    handle.write(json.dumps(entry))  # the same text as json.dump, from the C encoder in one piece
+                    # the same text as json.dump, from the C encoder in one piece
+                    handle.write(entry if isinstance(entry, str) else json.dumps(entry))
                 os.replace(tmp, path)
                 replaced = True
             finally:
@@ -254,7 +280,8 @@ class FactsCache:
         return value
 
     def put(self, repo_id: str, sha: str, name: str, value: object) -> bool:
-        entry = {"format": FORMAT, "repo": repo_id, "sha": sha, "file": name, "value": value, "stored": self._time()}
+        entry = {"format": FACTS_FORMAT, "repo": repo_id, "sha": sha, "file": name, "value": value}
+        entry["stored"] = self._time()
         return self._write(self._fact_path(repo_id, sha, name), entry)
 
     # ---- refs ---------------------------------------------------------------------------------
@@ -270,23 +297,37 @@ class FactsCache:
         return entry["sha"] if fresh or allow_stale else None
 
     def remember(self, repo_id: str, revision: str, sha: str) -> bool:
-        entry = {"format": FORMAT, "repo": repo_id, "revision": revision, "sha": sha, "stored": self._time()}
+        entry = {"format": FACTS_FORMAT, "repo": repo_id, "revision": revision, "sha": sha, "stored": self._time()}
         return self._write(self._ref_path(repo_id, revision), entry)
 
     def store(self, repo_id: str, revision: str, sha: str, facts: Mapping[str, object]) -> bool:
         """``revision`` → ``sha`` and the facts read at that commit, in one write (merged with the facts of
-        that commit this instance already holds, e.g. the config cached by an earlier check)."""
+        that commit this instance already holds, e.g. the config cached by an earlier check). An entry over the
+        ``[bytes] cache_entry`` cap is written without its safetensors header facts (read again when needed):
+        the cap is what every later run may have to read."""
+        from hfvram.sources.limits import byte_cap
+
         merged = {**self._bundles.get((repo_id, sha), {}), **{k: v for k, v in facts.items() if v is not None}}
-        entry = {
-            "format": FORMAT,
-            "repo": repo_id,
-            "revision": revision,
-            "sha": sha,
-            "stored": self._time(),
-            "facts": merged,
-        }
+        entry = {"format": FACTS_FORMAT, "repo": repo_id, "revision": revision, "sha": sha, "stored": self._time()}
+        if _tables_size(merged) > byte_cap("cache_entry"):  # (estimated first: not an 80 MB text made to be dropped)
+            merged = {k: v for k, v in merged.items() if not k.endswith(".safetensors")}
+        text = json.dumps({**entry, "facts": merged})
+        if len(text) > byte_cap("cache_entry"):
+            merged = {k: v for k, v in merged.items() if not k.endswith(".safetensors")}
+            text = json.dumps({**entry, "facts": merged})
         self._bundles[(repo_id, sha)] = merged
-        return self._write(self._ref_path(repo_id, revision), entry)
+        return self._write(self._ref_path(repo_id, revision), text) if len(text) <= byte_cap("cache_entry") else False
+
+    def forget(self, repo_id: str, revision: str, sha: str, names: tuple[str, ...] | list[str]) -> None:
+        """Drop facts of ``sha`` that a reader refused (a stored table that does not add up): removed from the ref
+        entry of ``revision`` (rewritten without them, or deleted when that fails), so they are read again once."""
+        bundled = self._bundles.get((repo_id, sha))
+        if bundled is None or not any(name in bundled for name in names):
+            return
+        for name in names:
+            bundled.pop(name, None)
+        if not self.store(repo_id, revision, sha, {}):
+            self._discard(self._ref_path(repo_id, revision))
 
     # ---- transformers facts -------------------------------------------------------------------
     def transformers_facts(self, canonical: str, version: str) -> HfFacts | None:
@@ -307,7 +348,7 @@ class FactsCache:
         known = _CHECKED_FACTS.get(stamp) if stamp else None
         if known is not None:
             return known
-        entry = self._read(path, cap="transformers_facts")
+        entry = self._read(path, cap="transformers_facts", fmt=FORMAT)
         if entry is None:
             return None
         sha = hashlib.sha256(canonical.encode("utf-8")).hexdigest()
