@@ -128,3 +128,54 @@ def test_a_bad_row_in_a_cached_table_is_read_again(hub, tmp_path):
         one_error_line(code, err, 3)
     code, out, err, _, _ = measured(*args)
     assert code == 0 and json.loads(out)["model"]["weights_bytes"] == 16, err[-300:]
+
+
+# ---- cache folders are regular folders only --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "linked", ["<hub>/refs", "<hub>/facts", "<hub>/refs/<repo>", "endpoints", "transformers-facts"]
+)
+def test_a_linked_folder_inside_the_cache_is_not_followed(hub, tmp_path, linked):
+    """A symbolic link inside the cache (a folder an attacker, or a mistaken sync, replaced by a link): no entry is
+    written through it, an old ``.tmp-*`` file in its target is not swept, and the check still answers."""
+    import os
+
+    from hfvram.sources.cache import ORPHAN_SECONDS, FactsCache, _slug
+
+    source = "sentence-transformers/all-MiniLM-L6-v2"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    orphan = outside / ".tmp-victim.json"
+    orphan.write_text("keep me")
+    os.utime(orphan, (1, 1))  # older than ORPHAN_SECONDS: a sweep in this folder would delete it
+    assert ORPHAN_SECONDS < 10**9
+    cache = tmp_path / "hfvram_cache"
+    hub_root = os.path.relpath(FactsCache(cache).hub_root, cache)  # the test Hub's facts: endpoints/<hash>
+    inner = linked.replace("<repo>", _slug(source)).replace("<hub>", hub_root)
+    (cache / inner).parent.mkdir(parents=True, exist_ok=True)
+    (cache / inner).symlink_to(outside, target_is_directory=True)
+    code, _, err, cpu, peak = measured("check", source, "--gpu", "h100", "--json", env={"HFVRAM_HTTP_TIMEOUT": "30"})
+    assert code == 0, err[-300:]
+    assert cpu <= CPU_SECONDS and peak <= PEAK_BYTES
+    assert sorted(p.name for p in outside.rglob("*")) == [".tmp-victim.json"] and orphan.read_text() == "keep me"
+    assert (cache / inner).is_symlink()
+    # an entry planted in the link's target is not read as this repo's facts either: the check asks the Hub
+    hub.records.clear()
+    assert measured("check", source, "--gpu", "h100", "--json")[0] == 0
+    if "refs" in linked or linked == "endpoints":
+        assert hub.request_count > 0
+
+
+def test_an_entry_that_is_a_link_is_not_read(hub, tmp_path):
+    source = "sentence-transformers/all-MiniLM-L6-v2"
+    assert measured("check", source, "--gpu", "h100", "--json")[0] == 0
+    ref = _ref_entry(tmp_path)
+    planted = tmp_path / "planted.json"
+    planted.write_bytes(ref.read_bytes())
+    ref.unlink()
+    ref.symlink_to(planted)
+    hub.records.clear()
+    code, _, err, _, _ = measured("check", source, "--gpu", "h100", "--json")
+    assert code == 0, err[-300:]
+    assert hub.request_count > 0 and not ref.is_symlink() and planted.exists()

@@ -5,7 +5,9 @@ atomically (temporary file + ``os.replace``), so a crash mid-write leaves either
 temporary files such a crash leaves are removed by a later write in the same folder once they are older than
 ``ORPHAN_SECONDS``. An entry is read only when it is a regular file under the size cap (a link to /dev/zero or
 a FIFO is not read), parses, and has the shape of what is stored under its name (:func:`value_shape_ok`);
-anything else is deleted and rebuilt by the next successful read. A commit sha never expires; a branch or tag
+anything else is deleted and rebuilt by the next successful read. Folders inside the cache are regular folders
+only: an entry whose path crosses a symbolic link (or an entry that is one) is neither read nor written, and
+no ``.tmp-*`` file is swept there. A commit sha never expires; a branch or tag
 name maps to a sha for ``REF_TTL_SECONDS``.
 
 A Hub read stores everything it read in one write (:meth:`FactsCache.store`): the ref entry of the revision
@@ -205,7 +207,7 @@ class FactsCache:
         if not os.path.lexists(path):
             return None
         try:
-            entry = json.loads(read_local_bytes(path, byte_cap(cap)).decode("utf-8"))
+            entry = json.loads(read_local_bytes(path, byte_cap(cap), follow_links=False).decode("utf-8"))
         except FileNotFoundError:
             return None
         except (HfvramError, OSError, ValueError, UnicodeDecodeError, RecursionError):
@@ -236,6 +238,29 @@ class FactsCache:
                     os.unlink(path)
             except OSError:
                 pass
+
+    def _regular_folders(self, path: Path) -> bool:
+        """Whether each folder from the cache root down to ``path``'s is a real folder (or not made yet), never a
+        symbolic link: an entry is never written, and no ``.tmp-*`` swept, in a folder a link points to outside the
+        cache. (The root itself may be a link: the user named it.)"""
+        current = str(self.root)
+        for part in os.path.relpath(path.parent, current).split(os.sep):
+            if part in ("", "."):
+                continue
+            current = os.path.join(current, part)
+            try:
+                mode = os.lstat(current).st_mode
+            except FileNotFoundError:
+                return True
+            except OSError:
+                return False
+            if not stat.S_ISDIR(mode):
+                return False
+        return True
+
+    def _write_inside(self, path: Path, entry: dict | str) -> bool:
+        """:meth:`_write` when every folder on the way is a regular folder of the cache; else nothing is written."""
+        return self._regular_folders(path) and self._write(path, entry)
 
     @staticmethod
     def _write(path: Path, entry: dict | str) -> bool:
@@ -270,7 +295,7 @@ class FactsCache:
             if value_shape_ok(name, bundled[name]):
                 return bundled[name]
             del bundled[name]  # valid JSON of the wrong shape: read again, and stored again by this run's store()
-        entry = self._read(path)
+        entry = self._read(path) if self._regular_folders(path) else None
         if entry is None or entry.get("repo") != repo_id or entry.get("sha") != sha or entry.get("file") != name:
             return None
         value = entry.get("value")
@@ -282,12 +307,13 @@ class FactsCache:
     def put(self, repo_id: str, sha: str, name: str, value: object) -> bool:
         entry = {"format": FACTS_FORMAT, "repo": repo_id, "sha": sha, "file": name, "value": value}
         entry["stored"] = self._time()
-        return self._write(self._fact_path(repo_id, sha, name), entry)
+        return self._write_inside(self._fact_path(repo_id, sha, name), entry)
 
     # ---- refs ---------------------------------------------------------------------------------
     def resolve(self, repo_id: str, revision: str, *, allow_stale: bool = False) -> str | None:
         """The commit sha a revision pointed at, if known and fresh (a sha maps to itself)."""
-        entry = self._read(self._ref_path(repo_id, revision))
+        path = self._ref_path(repo_id, revision)
+        entry = self._read(path) if self._regular_folders(path) else None
         if entry is None or entry.get("repo") != repo_id or not is_commit_sha(entry.get("sha")):
             return None
         facts = entry.get("facts")
@@ -298,7 +324,7 @@ class FactsCache:
 
     def remember(self, repo_id: str, revision: str, sha: str) -> bool:
         entry = {"format": FACTS_FORMAT, "repo": repo_id, "revision": revision, "sha": sha, "stored": self._time()}
-        return self._write(self._ref_path(repo_id, revision), entry)
+        return self._write_inside(self._ref_path(repo_id, revision), entry)
 
     def store(self, repo_id: str, revision: str, sha: str, facts: Mapping[str, object]) -> bool:
         """``revision`` → ``sha`` and the facts read at that commit, in one write (merged with the facts of
@@ -316,7 +342,8 @@ class FactsCache:
             merged = {k: v for k, v in merged.items() if not k.endswith(".safetensors")}
             text = json.dumps({**entry, "facts": merged})
         self._bundles[(repo_id, sha)] = merged
-        return self._write(self._ref_path(repo_id, revision), text) if len(text) <= byte_cap("cache_entry") else False
+        fits = len(text) <= byte_cap("cache_entry")
+        return fits and self._write_inside(self._ref_path(repo_id, revision), text)
 
     def forget(self, repo_id: str, revision: str, sha: str, names: tuple[str, ...] | list[str]) -> None:
         """Drop facts of ``sha`` that a reader refused (a stored table that does not add up): removed from the ref
@@ -348,7 +375,7 @@ class FactsCache:
         known = _CHECKED_FACTS.get(stamp) if stamp else None
         if known is not None:
             return known
-        entry = self._read(path, cap="transformers_facts", fmt=FORMAT)
+        entry = self._read(path, cap="transformers_facts", fmt=FORMAT) if self._regular_folders(path) else None
         if entry is None:
             return None
         sha = hashlib.sha256(canonical.encode("utf-8")).hexdigest()
@@ -377,4 +404,4 @@ class FactsCache:
             "value": facts.to_json(),
             "stored": self._time(),
         }
-        return self._write(self.transformers_path(canonical, version), entry)
+        return self._write_inside(self.transformers_path(canonical, version), entry)
