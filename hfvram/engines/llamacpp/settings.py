@@ -109,6 +109,8 @@ class Settings:
     cuda: bool = True
     #: row length the CUDA buffer type pads quantized matrices to (llama.cpp.toml matrix_row_padding)
     matrix_row_padding: int = field(default_factory=lambda: packaged_row_padding())
+    #: ``-t`` / ``--threads`` as given (None: llama.cpp's default, hfvram assumes data/speed.toml's)
+    threads: str | None = None
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -244,6 +246,7 @@ def resolve_settings(
         n_rs_seq=constants.n_rs_seq,
         notes=tuple(notes),
         matrix_row_padding=constants.matrix_row_padding,
+        threads=setting(choice, "threads"),
     )
 
 
