@@ -62,6 +62,7 @@ class LlamaCppConstants(Constants):
     server_outputs_cap_build: int
     server_auto_parallel: int
     kv_dequant_scratch_build: int
+    sched_max_copies: int
     n_ctx_pad: int
     fit: bool
     fit_target_mib: int
@@ -116,6 +117,9 @@ class Settings:
     #: CUDA flash attention reserves F16 copies of a quantized K / V view in its output (builds from
     #: kv_dequant_scratch_build on; docs/engines/llamacpp.md#llamacpp-kv-dequant-scratch)
     kv_dequant_scratch: bool = False
+    #: scheduler copies of every graph input (GGML_SCHED_MAX_COPIES with pipeline parallelism, else 1): set per
+    #: hardware by ``pipeline_copies`` (docs/engines/llamacpp.md#llamacpp-pipeline-parallel)
+    sched_copies: int = 1
     #: the GPU backend pads quantized rows (CUDA / ROCm); False for Metal and the CPU-only truth runs
     cuda: bool = True
     #: row length the CUDA buffer type pads quantized matrices to (llama.cpp.toml matrix_row_padding)
@@ -294,6 +298,22 @@ def resolve_settings(
         ctx_auto=workload.context is None and not setting(choice, "ctx-size", "c", "n-ctx", "num-ctx"),
         kv_dequant_scratch=(resolved_build(choice) or 0) >= constants.kv_dequant_scratch_build,
     )
+
+
+def pipeline_copies(settings: Settings, n_devices: int, n_layer: int, constants: LlamaCppConstants) -> int:
+    """Scheduler input copies (docs/engines/llamacpp.md#llamacpp-pipeline-parallel): llama_context enables pipeline
+    parallelism — ``n_copies = GGML_SCHED_MAX_COPIES`` — when the model spans several devices, every layer and the
+    output are offloaded, the split is by layer, the KV cache is offloaded and no tensor is overridden
+    (``-ot``, ``--cpu-moe`` / ``--n-cpu-moe``); otherwise 1."""
+    parallel = (
+        n_devices > 1
+        and settings.n_gpu_layers > n_layer
+        and settings.split_mode == "layer"
+        and settings.kv_offload
+        and not settings.override_tensor
+        and settings.cpu_moe_layers == 0
+    )
+    return constants.sched_max_copies if parallel else 1
 
 
 def resolved_build(choice: EngineChoice) -> int | None:
