@@ -21,6 +21,7 @@ from hfvram.engines.llamacpp.settings import (
     pipeline_copies,
 )
 from hfvram.estimate.host_memory import HostMemory, pcie_bandwidth_gbs
+from hfvram.estimate.speed import Work, expected_speed
 from hfvram.spec import ModelSpec
 
 
@@ -49,6 +50,9 @@ class MemoryModel:
         n_used, n_expert = spec.experts_per_token or 0, spec.num_experts or 0
         self.active_share = min(1.0, n_used / n_expert) if n_used and n_expert else 1.0
         self.moe = any(self.experts)
+        weights = spec.weights
+        #: parameters per stored byte, to turn the bytes the CPU reads into the FLOPs it computes
+        self.params_per_byte = weights.params_total / weights.total_bytes if weights and weights.total_bytes else 0.0
         self._kv: dict[int, KvBytes] = {}
         self._kv_prefix: dict[int, list[int]] = {}
         self.p_dense = _prefix(self.dense)
@@ -174,6 +178,7 @@ class MemoryModel:
         has_layers = [False] * nd
         cpu_w, cpu_kv, host_read, host_stream = self.embd, 0, 0.0, 0
         host_expert_layers = []
+        cpu_layers = 0
         per_stream = max(1, settings.n_stream)
         for il in range(n_layer):
             place = layers[il]
@@ -181,6 +186,7 @@ class MemoryModel:
             layer_kv = kv.per_layer[il] if il < len(kv.per_layer) else 0
             kv_read = layer_kv / per_stream
             if place.device < 0:
+                cpu_layers += 1
                 cpu_w += dense + experts
                 cpu_kv += layer_kv
                 host_read += dense + experts * self.active_share + kv_read
@@ -221,6 +227,7 @@ class MemoryModel:
             host_read += self.output
             host_stream += self.output
         ngl = sum(1 for place in layers if place.device >= 0)
+        cpu_layers += sum(1 for il in host_expert_layers if layers[il].device >= 0)
         overrides = (expert_override(host_expert_layers),) if host_expert_layers else ()
         trial = replace(settings, n_gpu_layers=ngl, cpu_moe_layers=0, override_tensor=overrides)
         largest = max((self.experts[il] for il in host_expert_layers), default=0)
@@ -242,6 +249,9 @@ class MemoryModel:
             host_read=host_read,
             host_stream=host_stream,
             settings=trial,
+            gpu_layers=sum(1 for place in layers[:n_layer] if place.device >= 0),
+            cpu_layers=cpu_layers,
+            cpu_params=host_read * self.params_per_byte,
         )
 
 
@@ -340,9 +350,11 @@ def default_slots(n_layer: int, budgets: Sequence[DeviceBudget]) -> list[Slot]:
 
 
 def speed_of(usage: Usage, budgets: Sequence[DeviceBudget], host: HostMemory, settings: Settings) -> Speed:
-    """Decode: Σ bytes read on each GPU / its bandwidth + bytes read in RAM / the host bandwidth (the devices and
-    the CPU work one after another on a token). Prefill: with op offload (ubatch ≥ 32 on CUDA) every ubatch copies
-    the host-resident weights over PCIe, so ``ubatch / (host bytes / PCIe bandwidth)`` bounds it."""
+    """Decode bound: Σ bytes read on each GPU / its bandwidth + bytes read in RAM / the host bandwidth (the devices
+    and the CPU work one after another on a token). Prefill bound: with op offload (ubatch ≥ 32 on CUDA) every
+    ubatch copies the host-resident weights over PCIe, so ``ubatch / (host bytes / PCIe bandwidth)`` bounds it.
+    ``expected``: the expected decode speed, the same bytes at fitted efficiencies plus the CPU's compute and the
+    per-layer costs (hfvram.estimate.speed, docs/methodology.md#expected-speed)."""
     seconds = 0.0
     known = True
     for d, budget in enumerate(budgets):
@@ -359,7 +371,19 @@ def speed_of(usage: Usage, budgets: Sequence[DeviceBudget], host: HostMemory, se
     if usage.host_stream > 0 and settings.cuda:
         pcie, link = pcie_bandwidth_gbs()
         prefill = ub / (usage.host_stream / (pcie * 1e9))
-    return Speed(decode, sum(usage.gpu_read), usage.host_read, host.bandwidth_gbs, host.describe(), prefill, link)
+    work = Work(
+        gpu_reads=[(usage.gpu_read[d], budget.bandwidth_gbs) for d, budget in enumerate(budgets)],
+        gpu_layers=usage.gpu_layers,
+        host_bytes=usage.host_read,
+        host_gbs=host.bandwidth_gbs,
+        host_label=host.describe(),
+        cpu_params=usage.cpu_params,
+        cpu_layers=usage.cpu_layers,
+        threads=settings.threads,
+    )
+    expected = expected_speed(work, decode) if known else None
+    gpu_bytes, host_bytes = sum(usage.gpu_read), usage.host_read
+    return Speed(decode, gpu_bytes, host_bytes, host.bandwidth_gbs, host.describe(), prefill, link, expected)
 
 
 def placement_of_settings(spec: ModelSpec, settings: Settings, nd: int, free: Sequence[int] = ()) -> list[LayerPlace]:

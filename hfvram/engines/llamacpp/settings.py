@@ -124,6 +124,8 @@ class Settings:
     cuda: bool = True
     #: row length the CUDA buffer type pads quantized matrices to (llama.cpp.toml matrix_row_padding)
     matrix_row_padding: int = field(default_factory=lambda: packaged_row_padding())
+    #: ``-t`` / ``--threads`` as given (None: llama.cpp's default, hfvram assumes data/speed.toml's)
+    threads: str | None = None
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -297,6 +299,7 @@ def resolve_settings(
         user_placement=any(setting(choice, name) for name in USER_PLACEMENT if name not in ("tensor-split", "ts")),
         ctx_auto=workload.context is None and not setting(choice, "ctx-size", "c", "n-ctx", "num-ctx"),
         kv_dequant_scratch=(resolved_build(choice) or 0) >= constants.kv_dequant_scratch_build,
+        threads=setting(choice, "threads"),
     )
 
 
