@@ -215,3 +215,21 @@ def test_pipeline_parallelism_pins_four_copies_of_the_masks_on_every_gpu():
     overridden = parts_of(spec, parse_gpu_spec("h200x4"), **settings, ncmoe="1")
     assert overridden.settings.sched_copies == 1
     assert overridden.gpu_compute[1] == pytest.approx(one.gpu_compute[0], rel=0.01)
+
+
+# ---- other GGUFs on the line (llamacpp.md#llamacpp-extra-models) -------------------------------------------------
+
+
+def test_a_draft_model_and_a_projector_are_named_not_passed_over(qwen3moe):
+    from hfvram.estimate.engine_args import parse_engine_args
+
+    line = "llama-server -m main.gguf -md draft.gguf -mm mmproj-F16.gguf -c 8192"
+    parsed = parse_engine_args(line)
+    assert parsed.settings.get("model-draft") == "draft.gguf" and parsed.settings.get("mmproj") == "mmproj-F16.gguf"
+    result = estimate(
+        qwen3moe, parse_gpu_spec("rtx4090"), EngineChoice("llama.cpp", settings=dict(parsed.settings)), Workload()
+    )
+    assert any(w.startswith("--model-draft draft.gguf: the draft model's weights") for w in result.warnings)
+    assert any(w.startswith("--mmproj mmproj-F16.gguf: the vision projector's") for w in result.warnings)
+    plain = estimate(qwen3moe, parse_gpu_spec("rtx4090"), EngineChoice("llama.cpp", settings={"c": "8192"}), Workload())
+    assert not any("not counted" in w for w in plain.warnings)
