@@ -154,3 +154,64 @@ def test_tensor_split_and_row_count_as_placements_only_on_several_gpus(qwen3moe)
     assert estimate(qwen3moe, two, EngineChoice("llama.cpp", settings=row), Workload()).per_gpu.usable == (
         two.gpu.gpu_memory_bytes
     )
+
+
+# ---- a quantized KV cache: F16 dequantization scratch (llamacpp.md#llamacpp-kv-dequant-scratch) --------------------
+
+
+def test_a_quantized_cache_adds_f16_copies_of_the_largest_layers_views_from_build_9461():
+    """llama.cpp PR #23907 (first in b9461; b9460 lacks it, b9501 has it: llama.cpp#24135): CUDA flash attention
+    reserves F16 copies of the quantized K / V views, sized by the allocated cells (llama.cpp#24166). Qwen3.5-27B
+    (fixture config: full-attention layers with 4 KV heads × 256) at 262144 cells and q8_0: 2 B × 262144 × (1024 +
+    1024) = 1 GiB on top of the f16 buffer; Unsloth's measurement on a model with the same 1024-wide K / V rows
+    (unsloth#6718: Qwen3.5-4B at 256k, 1.30 GiB compute at q8_0 vs 0.31 GiB at f16) is +0.99 GiB."""
+    import json
+
+    from hfvram.engines.llamacpp.compute import compute_buffer_bytes
+    from hfvram.readers.config import read_config
+
+    config = json.loads((ROOT / "fixtures" / "hub" / "Qwen" / "Qwen3.5-27B" / "config.json").read_text())
+    spec = read_config(config)
+
+    def compute(**values: str) -> int:
+        choice = EngineChoice("llama.cpp", settings={"ctx-size": "262144", "np": "1", "fa": "on", **values})
+        _, constants, consts = llamacpp.constants_for(choice)
+        return compute_buffer_bytes(spec, resolve_settings(spec, choice, Workload(), constants), consts)[0]
+
+    f16 = compute(build="9461")
+    q8 = compute(build="9461", ctk="q8_0", ctv="q8_0")
+    assert q8 - f16 == 2 * 262144 * (1024 + 1024)
+    # K alone quantized: only K is copied
+    assert compute(build="9461", ctk="q8_0") - f16 == 2 * 262144 * 1024
+    # before the change (and without a build, the older rules): the scratch was a transient pool allocation
+    assert compute(build="9460", ctk="q8_0", ctv="q8_0") == compute(build="9460")
+    assert compute(ctk="q8_0", ctv="q8_0") == compute()
+
+
+# ---- pipeline parallelism: scheduler input copies (llamacpp.md#llamacpp-pipeline-parallel) ------------------------
+
+
+def test_pipeline_parallelism_pins_four_copies_of_the_masks_on_every_gpu():
+    """unsloth#7637 (Kimi-K3 UD-IQ1_M at 1M context on 4 GPUs, -sm layer): llama.cpp allocated 4.0 GiB of compute
+    per device, 4 × the f16 KQ mask (1048576 cells × ubatch 512 × 2 B = 1 GiB), because pipeline parallelism keeps
+    GGML_SCHED_MAX_COPIES = 4 copies of every graph input. Kimi-K2 (fixture config, the same MLA attention; Kimi-K3
+    is not in the fixtures) at the same context: 4.37 GiB per device (hfvram before: 1.37 GiB, −69 %), the mask
+    counted once on one GPU and with a tensor override (no pipeline parallelism: the ik_llama.cpp#514 2-GPU log's
+    1080 MiB per device is held by tests/test_engine_llamacpp.py)."""
+    import json
+
+    from hfvram.readers.config import read_config
+
+    config = json.loads((ROOT / "fixtures" / "hub" / "moonshotai" / "Kimi-K2-Instruct" / "config.json").read_text())
+    spec = read_config(config)
+    settings = {"ctx-size": "1048576", "np": "1", "fa": "on"}
+    four = parts_of(spec, parse_gpu_spec("h200x4"), **settings)
+    one = parts_of(spec, parse_gpu_spec("h200"), **settings)
+    mask = 1048576 * 512 * 2
+    assert four.settings.sched_copies == 4 and one.settings.sched_copies == 1
+    assert all(size == pytest.approx(4.0 * 1024 * MiB, rel=0.12) for size in four.gpu_compute)  # 4.37-4.41 GiB
+    assert four.gpu_compute[0] - one.gpu_compute[0] == pytest.approx(3 * mask, rel=0.01)
+    # an override (here: the experts of the first block in RAM) turns pipeline parallelism off
+    overridden = parts_of(spec, parse_gpu_spec("h200x4"), **settings, ncmoe="1")
+    assert overridden.settings.sched_copies == 1
+    assert overridden.gpu_compute[1] == pytest.approx(one.gpu_compute[0], rel=0.01)

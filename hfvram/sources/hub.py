@@ -275,9 +275,12 @@ def _fetch_text_only(repo_id: str, revision: str, filename: str, token: str | No
     return fetch_text(repo_id, revision, filename, token)[0]
 
 
-def ranged_reader(repo_id: str, sha: str, filename: str, token: str | None, cap: int) -> Callable[[int, int], bytes]:
+def ranged_reader(
+    repo_id: str, sha: str, filename: str, token: str | None, cap: int, sizes: list[int] | None = None
+) -> Callable[[int, int], bytes]:
     """``read(offset, length)`` by HTTP Range. After the first answer, later Ranges go straight to the URL the
-    Hub redirected to (the CDN), saving the redirect round trip; on failure there, back to ``resolve``."""
+    Hub redirected to (the CDN), saving the redirect round trip; on failure there, back to ``resolve``.
+    ``sizes``: gets the file's whole size each answer states (``Content-Range: bytes a-b/SIZE``)."""
     resolve = file_url(repo_id, sha, filename)
     target = [resolve]
 
@@ -296,6 +299,9 @@ def ranged_reader(repo_id: str, sha: str, filename: str, token: str | None, cap:
             answer = fetch(resolve, token=token, cap=cap, byte_range=span, repo_id=repo_id, filename=filename)
         if answer.history:
             target[0] = answer.url
+        total = str(answer.headers.get("content-range", "")).rpartition("/")[2]
+        if sizes is not None and total.isdigit() and len(total) <= 20:
+            sizes.append(int(total))
         return answer.body
 
     return read
@@ -303,25 +309,29 @@ def ranged_reader(repo_id: str, sha: str, filename: str, token: str | None, cap:
 
 def fetch_safetensors_header(
     repo_id: str, sha: str, filename: str, token: str | None, first: int = FIRST_HEADER_RANGE
-) -> str:
-    """The JSON header text: one Range of ``first`` bytes, then one more Range for the rest if the header is
-    longer."""
+) -> dict[str, object]:
+    """The header's facts (``facts.header_facts``: its tensor table, never its text): one Range of ``first``
+    bytes, then one more Range for the rest if the header is longer. Tensors running past the file's size as the
+    answers state it (``Content-Range``) are a read error."""
     from hfvram.readers.safetensors import header_length
+    from hfvram.sources.facts import header_facts
 
-    read = ranged_reader(repo_id, sha, filename, token, SAFETENSORS_HEADER_CAP)
+    sizes: list[int] = []
+    read = ranged_reader(repo_id, sha, filename, token, SAFETENSORS_HEADER_CAP, sizes)
     head = read(0, min(first, SAFETENSORS_HEADER_CAP))
     length = header_length(head[:8], filename=filename)
     if 8 + length > len(head):
         if len(head) < first:
             raise MalformedFileError(f"file ends inside its {length}-byte header", file=filename, field="header")
-        head += read(len(head), 8 + length - len(head))
-    raw = head[8 : 8 + length]
-    if len(raw) < length:
-        raise MalformedFileError(f"truncated: header needs {length} bytes, got {len(raw)}", file=filename)
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise MalformedFileError("header is not UTF-8 JSON", file=filename, field="header") from None
+        head = head[8:] + read(len(head), 8 + length - len(head))  # (one copy of a long header, not two)
+    else:
+        head = head[8 : 8 + length]
+    if len(head) < length:
+        raise MalformedFileError(f"truncated: header needs {length} bytes, got {len(head)}", file=filename)
+    data_bytes = sizes[0] - 8 - length if sizes else None
+    if data_bytes is not None and data_bytes < 0:
+        raise MalformedFileError(f"the {length}-byte header runs past the file's end ({sizes[0]} bytes)", file=filename)
+    return header_facts(head[:length], filename=filename, data_bytes=data_bytes)
 
 
 def fetch_gguf_header(repo_id: str, sha: str, filename: str, token: str | None):
@@ -546,7 +556,7 @@ def _first_ranges(config_text: str, shards: Sequence[str]) -> dict[str, int]:
     return first_ranges(predicted_tensors(config_text), shards, FIRST_HEADER_RANGE)
 
 
-def _header_or_none(repo_id: str, revision: str, filename: str, token: str | None) -> str | None:
+def _header_or_none(repo_id: str, revision: str, filename: str, token: str | None) -> dict[str, object] | None:
     try:
         return fetch_safetensors_header(repo_id, revision, filename, token)
     except EntryMissingError:

@@ -239,7 +239,7 @@ def _from_facts_cache(parsed: HubSource, revision: str | None, cache: FactsCache
     headers = {s: cache.get(repo_id, sha, s) for s in safetensors_shards(info.files)}
     if any(v is None for v in companions.values()):
         return None
-    complete_headers = headers and all(isinstance(v, str) for v in headers.values())
+    complete_headers = headers and all(isinstance(v, dict) for v in headers.values())
     facts = CheckpointFacts(
         config_text=config_text,
         companions=companions,  # type: ignore[arg-type]
@@ -248,7 +248,12 @@ def _from_facts_cache(parsed: HubSource, revision: str | None, cache: FactsCache
         index_metadata=cache.get(repo_id, sha, INDEX_FILE),  # type: ignore[arg-type]
         origin=f"{repo_id}@{sha[:12]}",
     )
-    spec = spec_from_facts(facts, cache)
+    try:
+        spec = spec_from_facts(facts, cache)
+    except HfvramError:
+        if complete_headers:  # a stored table refused: dropped, so the next run does not meet it again
+            cache.forget(repo_id, revision or "main", sha, list(headers))
+        raise
     spec = replace(spec, warnings=(f"{reason}: using hfvram's facts cached for commit {sha}", *spec.warnings))
     return LoadedModel(
         spec, SourceInfo(kind="hub", repo_id=repo_id, revision=sha, files=("config.json",), note="facts cache")

@@ -48,9 +48,10 @@ def narrate_warnings(
             f"would first lower ctx-size (not below {constants.fit_ctx_min}, only when ctx-size is not set) and then "
             "move layers / experts to the CPU"
         )
-    if hardware is not None and hardware.count > 1 and settings.split_mode == "layer":
+    if settings.sched_copies > 1:
         warnings.append(
-            "multi-GPU layer split: pipeline parallelism keeps up to 4 copies of split inputs in each compute buffer (not modelled)"
+            f"multi-GPU layer split: pipeline parallelism keeps {settings.sched_copies} copies of the attention masks "
+            "in every GPU's compute buffer (counted)"
         )
     if hardware is not None and hardware.mixed:
         warnings.append(mixed_split_note(spec, hardware, parts))

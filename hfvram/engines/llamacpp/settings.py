@@ -61,6 +61,8 @@ class LlamaCppConstants(Constants):
     server_reserve_outputs: str
     server_outputs_cap_build: int
     server_auto_parallel: int
+    kv_dequant_scratch_build: int
+    sched_max_copies: int
     n_ctx_pad: int
     fit: bool
     fit_target_mib: int
@@ -112,10 +114,18 @@ class Settings:
     user_placement: bool = False
     #: the context was left unset (``-c`` 0): --fit's context step still keeps its margin free
     ctx_auto: bool = False
+    #: CUDA flash attention reserves F16 copies of a quantized K / V view in its output (builds from
+    #: kv_dequant_scratch_build on; docs/engines/llamacpp.md#llamacpp-kv-dequant-scratch)
+    kv_dequant_scratch: bool = False
+    #: scheduler copies of every graph input (GGML_SCHED_MAX_COPIES with pipeline parallelism, else 1): set per
+    #: hardware by ``pipeline_copies`` (docs/engines/llamacpp.md#llamacpp-pipeline-parallel)
+    sched_copies: int = 1
     #: the GPU backend pads quantized rows (CUDA / ROCm); False for Metal and the CPU-only truth runs
     cuda: bool = True
     #: row length the CUDA buffer type pads quantized matrices to (llama.cpp.toml matrix_row_padding)
     matrix_row_padding: int = field(default_factory=lambda: packaged_row_padding())
+    #: ``-t`` / ``--threads`` as given (None: llama.cpp's default, hfvram assumes data/speed.toml's)
+    threads: str | None = None
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -288,7 +298,31 @@ def resolve_settings(
         # -ts counts only on several GPUs (fit_keeps_margin reads it from tensor_split)
         user_placement=any(setting(choice, name) for name in USER_PLACEMENT if name not in ("tensor-split", "ts")),
         ctx_auto=workload.context is None and not setting(choice, "ctx-size", "c", "n-ctx", "num-ctx"),
+        kv_dequant_scratch=(resolved_build(choice) or 0) >= constants.kv_dequant_scratch_build,
+        threads=setting(choice, "threads"),
     )
+
+
+def pipeline_copies(settings: Settings, n_devices: int, n_layer: int, constants: LlamaCppConstants) -> int:
+    """Scheduler input copies (docs/engines/llamacpp.md#llamacpp-pipeline-parallel): llama_context enables pipeline
+    parallelism — ``n_copies = GGML_SCHED_MAX_COPIES`` — when the model spans several devices, every layer and the
+    output are offloaded, the split is by layer, the KV cache is offloaded and no tensor is overridden
+    (``-ot``, ``--cpu-moe`` / ``--n-cpu-moe``); otherwise 1."""
+    parallel = (
+        n_devices > 1
+        and settings.n_gpu_layers > n_layer
+        and settings.split_mode == "layer"
+        and settings.kv_offload
+        and not settings.override_tensor
+        and settings.cpu_moe_layers == 0
+    )
+    return constants.sched_max_copies if parallel else 1
+
+
+def resolved_build(choice: EngineChoice) -> int | None:
+    """The llama.cpp build the rules are for (``--set build=N``); None when not given (older rules apply)."""
+    build = setting_int(choice, "build")
+    return build if build is not None and build > 0 else None
 
 
 def resolve_layers(spec: ModelSpec, choice: EngineChoice) -> tuple[int, int]:
