@@ -13,7 +13,13 @@ from hfvram.engines.llamacpp.compute import compute_buffer_bytes, host_compute_b
 from hfvram.engines.llamacpp.kv import KvBytes, kv_bytes
 from hfvram.engines.llamacpp.offload_plan import EXPERT_SHARE_ON_DEVICE, DeviceBudget, LayerPlace, Slot, Speed, Usage
 from hfvram.engines.llamacpp.placement import cuda_row_padding_bytes, device_shares, layer_weight_bytes, place_layers
-from hfvram.engines.llamacpp.settings import LlamaCppConstants, Settings, kv_cells, override_target
+from hfvram.engines.llamacpp.settings import (
+    LlamaCppConstants,
+    Settings,
+    kv_cells,
+    override_target,
+    pipeline_copies,
+)
 from hfvram.estimate.host_memory import HostMemory, pcie_bandwidth_gbs
 from hfvram.estimate.speed import Work, expected_speed
 from hfvram.spec import ModelSpec
@@ -35,6 +41,7 @@ class MemoryModel:
         self.settings = settings
         self.consts = consts
         self.pad = constants.n_ctx_pad
+        self.constants = constants
         self.nd = nd
         self.n_layer = spec.num_layers
         self.dense, self.experts, self.embd, self.output = layer_weight_bytes(spec)
@@ -54,7 +61,7 @@ class MemoryModel:
         for size in self.experts:
             self.p_max.append(max(self.p_max[-1], size))
         self._sparse = _sparse_table(self.experts)
-        self._compute: dict[tuple[int, bool, bool, bool, int], int] = {}
+        self._compute: dict[tuple[int, bool, bool, bool, int, int], int] = {}
         self._host_compute: dict[int, int] = {}
         #: how many compute buffers were computed (a test asserts it does not grow with the device count)
         self.work = 0
@@ -83,14 +90,20 @@ class MemoryModel:
     def compute(self, settings: Settings, with_output: bool, first: bool, output_on_cpu: bool, largest: int) -> int:
         """The compute buffer of one device: it depends on the context, whether the device holds the output, and —
         the first device only (op offload) — whether the output layer and which expert tensors stay in RAM."""
-        key = (settings.n_ctx, with_output, first, output_on_cpu and first, largest if first else 0)
+        ngl = self.n_layer if output_on_cpu else self.n_layer + 1
+        # pipeline parallelism (several devices, all layers offloaded, no expert in RAM): input copies on every
+        # device (docs/engines/llamacpp.md#llamacpp-pipeline-parallel)
+        placed = replace(settings, n_gpu_layers=ngl, cpu_moe_layers=int(largest > 0), override_tensor=())
+        copies = pipeline_copies(placed, self.nd, self.n_layer, self.constants)
+        key = (settings.n_ctx, with_output, first, output_on_cpu and first, largest if first else 0, copies)
         if key not in self._compute:
             self.work += 1
             # the same buffer llama.cpp computes for any placement with this output / largest CPU expert: the
             # first layers up to the one holding ``largest`` keep their experts in RAM (--n-cpu-moe k)
             k = bisect.bisect_left(self.p_max, largest) if largest > 0 else 0
-            ngl = self.n_layer if output_on_cpu else self.n_layer + 1
-            trial = replace(settings, n_gpu_layers=ngl, cpu_moe_layers=min(k, self.n_layer), override_tensor=())
+            trial = replace(
+                settings, n_gpu_layers=ngl, cpu_moe_layers=min(k, self.n_layer), override_tensor=(), sched_copies=copies
+            )
             size, _ = compute_buffer_bytes(
                 self.spec, trial, self.consts, with_output=with_output, pad=self.pad, first_device=first
             )
