@@ -253,9 +253,12 @@ def _fetch_text_only(repo_id: str, revision: str, filename: str, token: str | No
     return fetch_text(repo_id, revision, filename, token)[0]
 
 
-def ranged_reader(repo_id: str, sha: str, filename: str, token: str | None, cap: int) -> Callable[[int, int], bytes]:
+def ranged_reader(
+    repo_id: str, sha: str, filename: str, token: str | None, cap: int, commits: list[str] | None = None
+) -> Callable[[int, int], bytes]:
     """``read(offset, length)`` by HTTP Range. After the first answer, later Ranges go straight to the URL the
-    Hub redirected to (the CDN), saving the redirect round trip; on failure there, back to ``resolve``."""
+    Hub redirected to (the CDN), saving the redirect round trip; on failure there, back to ``resolve``.
+    ``commits``: where the commit each answer was served from (``X-Repo-Commit``) is appended, when it says one."""
     resolve = file_url(repo_id, sha, filename)
     target = [resolve]
 
@@ -274,19 +277,26 @@ def ranged_reader(repo_id: str, sha: str, filename: str, token: str | None, cap:
             answer = fetch(resolve, token=token, cap=cap, byte_range=span, repo_id=repo_id, filename=filename)
         if answer.history:
             target[0] = answer.url
+        if commits is not None and answer.commit:
+            commits.append(answer.commit)
         return answer.body
 
     return read
 
 
 def fetch_safetensors_header(
-    repo_id: str, sha: str, filename: str, token: str | None, first: int = FIRST_HEADER_RANGE
+    repo_id: str,
+    sha: str,
+    filename: str,
+    token: str | None,
+    first: int = FIRST_HEADER_RANGE,
+    commits: list[str] | None = None,
 ) -> str:
     """The JSON header text: one Range of ``first`` bytes, then one more Range for the rest if the header is
-    longer."""
+    longer (``commits``: see :func:`ranged_reader`)."""
     from hfvram.readers.safetensors import header_length
 
-    read = ranged_reader(repo_id, sha, filename, token, SAFETENSORS_HEADER_CAP)
+    read = ranged_reader(repo_id, sha, filename, token, SAFETENSORS_HEADER_CAP, commits)
     head = read(0, min(first, SAFETENSORS_HEADER_CAP))
     length = header_length(head[:8], filename=filename)
     if 8 + length > len(head):
@@ -302,12 +312,13 @@ def fetch_safetensors_header(
         raise MalformedFileError("header is not UTF-8 JSON", file=filename, field="header") from None
 
 
-def fetch_gguf_header(repo_id: str, sha: str, filename: str, token: str | None):
-    """Parse a GGUF header from growing Range windows; returns (header, bytes fetched)."""
+def fetch_gguf_header(repo_id: str, sha: str, filename: str, token: str | None, commits: list[str] | None = None):
+    """Parse a GGUF header from growing Range windows; returns (header, bytes fetched) (``commits``: see
+    :func:`ranged_reader`)."""
     from hfvram.readers.gguf import read_gguf_header
 
     stream = RangeStream(
-        ranged_reader(repo_id, sha, filename, token, GGUF_HEADER_CAP), filename=filename, cap=GGUF_HEADER_CAP
+        ranged_reader(repo_id, sha, filename, token, GGUF_HEADER_CAP, commits), filename=filename, cap=GGUF_HEADER_CAP
     )
     return read_gguf_header(stream, filename=filename), stream.bytes_fetched
 
@@ -468,13 +479,23 @@ def load_hub_checkpoint(
     if listed is not None:  # the owner's listing gave the model info: config.json is asked for at its commit
         sha, info_json = listed.sha, listed.to_json()
     config_text = _cached_or(cache, repo_id, sha, "config.json")
+    resolver_read: tuple[str, str] | None = None
+    if not isinstance(info_json, dict) or info_json.get("partial"):
+        loaded, resolver_read = _by_resolver(repo_id, revision, token, cache, need_split, info_json, config_text)
+        if loaded is not None:
+            return loaded
+        info_json = None  # a layout only the model info answers (config.json read at the commit the resolver said)
+        config_text = resolver_read[0] if resolver_read else config_text
 
     need_info, need_config = info_json is None, config_text is None
-    got = _first_wave(repo_id, revision, sha or rev, token, need_info, need_config, need_split)
+    probe = need_split and resolver_read is None  # the resolver found no model.safetensors
+    got = _first_wave(repo_id, revision, sha or rev, token, need_info, need_config, probe)
     info = got["info"] if "info" in got else RepoInfo.from_json(repo_id, info_json)  # type: ignore[arg-type]
     assert isinstance(info, RepoInfo)
     if "config" in got:
         config_text = _config_at_commit(got, repo_id, rev, info, token, cache)
+    elif resolver_read is not None and resolver_read[1] != info.sha:  # the branch moved since the resolver read
+        config_text = fetch_text(repo_id, info.sha, "config.json", token)[0]
     sha = info.sha
     assert isinstance(config_text, str)
 
@@ -515,6 +536,43 @@ def load_hub_checkpoint(
         )
     used = ("config.json", *companions, *headers, *((INDEX_FILE,) if index_meta else ()))
     return LoadedModel(spec, SourceInfo(kind="hub", repo_id=repo_id, revision=sha, files=tuple(used)))
+
+
+def _by_resolver(
+    repo_id: str,
+    revision: str | None,
+    token: str | None,
+    cache: FactsCache | None,
+    need_split: bool,
+    partial_info: object,
+    config_text: object,
+) -> tuple[LoadedModel | None, tuple[str, str] | None]:
+    """The repo read by file name through the resolver, with no API request (``hub_resolver``), or read on from
+    the partial file list and config.json an earlier resolver read cached. For a layout only the model info
+    answers: (None, (config.json's text, its commit)) so that it is not asked again. A repo without config.json:
+    the model info (with the files' sizes) says what it holds, and the error names its GGUF files."""
+    from hfvram.sources import hub_resolver
+
+    if isinstance(partial_info, dict) and isinstance(config_text, str):
+        info = RepoInfo.from_json(repo_id, partial_info)
+        return hub_resolver.complete_cached(
+            repo_id, revision or "main", info, config_text, need_split, token, cache
+        ), None
+    try:
+        return hub_resolver.load_checkpoint(
+            repo_id, revision=revision, token=token, cache=cache, need_split=need_split
+        ), None
+    except hub_resolver.NeedsListing as known:
+        return None, (known.config_text, known.sha)
+    except hub_resolver.NoConfigJson:
+        from hfvram.sources.gguf_repo import LISTING, listing_to_json
+
+        info, entries = _info_and_sizes(repo_id, revision, token)  # the GGUF repo's listing comes with it
+        error = _no_config(repo_id, info)
+        if isinstance(error, GgufRepoWithoutSelector) and cache is not None:  # the repo is listed next
+            listing = {LISTING: listing_to_json(entries)} if entries is not None else {}
+            cache.store(repo_id, revision or "main", info.sha, {MODEL_INFO: info.to_json(), **listing})
+        raise error from None
 
 
 def _first_ranges(config_text: str, shards: Sequence[str]) -> dict[str, int]:
@@ -593,7 +651,17 @@ def load_hub_gguf(
     info_json = _cached_or(cache, repo_id, sha, MODEL_INFO)
     if cache_only and not info_json:
         return None
-    info = RepoInfo.from_json(repo_id, info_json) if info_json else fetch_repo_info(repo_id, revision, token)  # type: ignore[arg-type]
+    info = RepoInfo.from_json(repo_id, info_json) if info_json else None  # type: ignore[arg-type]
+    by_name = selector.lower().endswith(
+        ".gguf"
+    )  # a quant tag is matched against the repo's listing, never a partial one
+    if info is None or (info.partial and not (by_name and gguf_files(info.files, selector))):
+        if cache_only:
+            return None
+        loaded = _gguf_by_resolver(repo_id, selector, revision, token, cache)
+        if loaded is not None:
+            return loaded
+        info = fetch_repo_info(repo_id, revision, token)
     chosen = gguf_files(info.files, selector)
     if not chosen:
         tags = quant_tags([f for f in info.files if f.lower().endswith(".gguf")])
@@ -613,6 +681,18 @@ def load_hub_gguf(
         facts = {MODEL_INFO: info.to_json(), **{f: gguf_header_to_json(h) for f, h in fetched.items()}}
         cache.store(repo_id, rev, info.sha, facts)
     return LoadedModel(spec, SourceInfo(kind="hub", repo_id=repo_id, revision=info.sha, files=tuple(chosen)))
+
+
+def _gguf_by_resolver(
+    repo_id: str, selector: str, revision: str | None, token: str | None, cache: FactsCache | None
+) -> LoadedModel | None:
+    """A GGUF file named by its file name, read through the resolver alone; None for a quant tag or a file the
+    resolver does not find by that name (the model info lists the repo's files)."""
+    if not selector.lower().endswith(".gguf"):
+        return None
+    from hfvram.sources import hub_resolver
+
+    return hub_resolver.load_gguf_file(repo_id, selector, revision=revision, token=token, cache=cache)
 
 
 #: pages of one tree listing hfvram follows (the Hub pages long listings, ~1000 entries a page)
@@ -645,22 +725,44 @@ def fetch_tree(repo_id: str, sha: str, token: str | None) -> list[tuple[str, int
     raise MalformedFileError(f"tree listing longer than {TREE_PAGES} pages", file=f"{repo_id} (Hub tree API)")
 
 
+def _info_and_sizes(
+    repo_id: str, revision: str | None, token: str | None
+) -> tuple[RepoInfo, list[tuple[str, int | None]] | None]:
+    """The model info with the files' sizes in one API request (``hub_resolver.model_info_with_sizes``); the sizes
+    None when the Hub gave none for a GGUF file (the tree listing is then read)."""
+    from hfvram.sources import hub_resolver
+
+    info, pairs = hub_resolver.model_info_with_sizes(repo_id, revision, token)
+    sized = all(size is not None for path, size in pairs if path.lower().endswith(".gguf"))
+    return info, pairs if sized else None
+
+
 def load_hub_gguf_repo(repo_id: str, *, revision: str | None, token: str | None, cache: FactsCache | None):
     """A GGUF repo as a whole: (its listing, the model of the one header read), None when it lists no GGUF model
-    file. Requests: the model info (commit
-    sha), the tree listing at that commit (sizes), and the Range reads of one header; all cached by commit."""
+    file. Requests: one model info with the files' sizes (the commit sha and the listing; the tree listing at that
+    commit only when the Hub gives no size for a GGUF file), and the Range reads of one header; all cached by
+    commit."""
     from hfvram.sources.gguf_repo import LISTING, group_listing, header_quant, listing_from_json, listing_to_json
 
     rev = revision or "main"
     sha = cache.resolve(repo_id, rev) if cache is not None else None
     info_json = _cached_or(cache, repo_id, sha, MODEL_INFO)
-    info = RepoInfo.from_json(repo_id, info_json) if info_json else fetch_repo_info(repo_id, revision, token)  # type: ignore[arg-type]
-    origin = f"Hub tree listing of {repo_id} at {info.sha[:12]}"
-    listing = listing_from_json(
-        repo_id, _cached_or(cache, repo_id, info.sha, LISTING), revision=info.sha, origin=origin
+    info = RepoInfo.from_json(repo_id, info_json) if isinstance(info_json, dict) else None
+    cached = listing_from_json(
+        repo_id,
+        _cached_or(cache, repo_id, sha, LISTING),
+        revision=sha,
+        origin=f"Hub listing of {repo_id} at {(sha or '')[:12]}",
     )
+    entries: list[tuple[str, int | None]] | None = None
+    if info is None or info.partial or cached is None:
+        info, entries = _info_and_sizes(repo_id, revision, token)
+    listing = cached if entries is None and cached is not None else None
     if listing is None:
-        entries = fetch_tree(repo_id, info.sha, token)
+        origin = f"Hub model info of {repo_id} at {info.sha[:12]}"
+        if entries is None:
+            entries = fetch_tree(repo_id, info.sha, token)
+            origin = f"Hub tree listing of {repo_id} at {info.sha[:12]}"
         listing = group_listing(repo_id, entries, revision=info.sha, origin=origin)
         if cache is not None:
             cache.store(repo_id, rev, info.sha, {MODEL_INFO: info.to_json(), LISTING: listing_to_json(entries)})
