@@ -41,6 +41,8 @@ def minilm_alias(hub_server):
         "weights.safetensors": RepoFile("weights.safetensors", weights.size, weights.content, True),
     }
     hub_server.files.repos[MINILM_API] = Repo(MINILM_API, files, "a" * 40)
+    yield
+    hub_server.files.repos.pop(MINILM_API, None)  # the session's test Hub lists no repo a test added
 
 
 def _load(**kwargs):

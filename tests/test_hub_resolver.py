@@ -21,6 +21,15 @@ SMOL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 QWEN_MOE = "Qwen/Qwen3-30B-A3B"
 
 
+@pytest.fixture(autouse=True)
+def _forget_added_repos(hub_server):
+    """The session's test Hub lists no repo a test here added (its listing is searched by other tests)."""
+    before = set(hub_server.files.repos)
+    yield
+    for name in set(hub_server.files.repos) - before:
+        del hub_server.files.repos[name]
+
+
 @pytest.fixture
 def counted(hub):
     hub.set_rate_limits(api=100_000, resolvers=100_000, window=300)

@@ -518,6 +518,22 @@ def load_hub_checkpoint(
     if INDEX_FILE in fetched:
         index_meta = fetched[INDEX_FILE]
 
+    return _checkpoint_model(repo_id, rev, info, config_text, companions, headers, index_meta, cache)
+
+
+def _checkpoint_model(
+    repo_id: str,
+    rev: str,
+    info: RepoInfo,
+    config_text: str,
+    companions: Mapping[str, object],
+    headers: Mapping[str, object],
+    index_meta: object,
+    cache: FactsCache | None,
+) -> LoadedModel:
+    """The spec from the facts read at ``info.sha``, stored in the facts cache in one write (the ref and every
+    fact read at its commit)."""
+    sha = info.sha
     facts = CheckpointFacts(
         config_text=config_text,
         companions=companions,  # type: ignore[arg-type]
@@ -527,7 +543,7 @@ def load_hub_checkpoint(
         origin=f"{repo_id}@{sha[:12]}",
     )
     spec = spec_from_facts(facts, cache)  # before caching: facts that do not parse are not kept
-    if cache is not None:  # one write: the ref and every fact read at its commit
+    if cache is not None:
         cache.store(
             repo_id,
             rev,
