@@ -149,6 +149,8 @@ class RequestRecord:
     byte_range: str | None = None
     #: (server port, client host, client port): one per TCP connection, so that tests can count the connections a client opened
     client: tuple[int, str, int] | None = None
+    #: the path as sent, still percent-encoded (``path`` is decoded): what a client quoted, and what it did not
+    raw_path: str = ""
     #: the rate-limit bucket it counted in ("api", "resolvers"; None: none, or no limits set), and the window index
     bucket: str | None = None
     window: int = -1
@@ -386,6 +388,8 @@ class HubServer:
         #: repos the Hub has turned access off for (403 with the Hub's "Access to this resource is disabled.")
         self.disabled: set[str] = set()
         self.tokens: set[str] = set()
+        #: revision names every repo answers for besides ``main`` and its sha (e.g. ``refs/pr/1``)
+        self.branches: set[str] = set()
         self.records: list[RequestRecord] = []
         #: the Hub's rate limits (None: not enforced, no RateLimit headers), see :meth:`set_rate_limits`
         self.rate_limits: RateLimits | None = None
@@ -431,6 +435,7 @@ class HubServer:
             self.gated.clear()
             self.disabled.clear()
             self.tokens.clear()
+            self.branches.clear()
             self.records.clear()
             self.latency = 0.0
             self.tree_page_size = None
@@ -562,6 +567,7 @@ class HubHandler(BaseHTTPRequestHandler):
             authorized=bool(self.headers.get("Authorization")),
             byte_range=self.headers.get("Range"),
             client=(self.server.server_address[1], *self.client_address[:2]),
+            raw_path=split.path,
         )
         self.hub.record(self._record)  # counted from its start: a client may see the answer before `finally`
         self._limit_headers: dict[str, str] = {}
@@ -579,7 +585,7 @@ class HubHandler(BaseHTTPRequestHandler):
             fault = self.hub.fault_for(path)
             if fault is not None and self._apply_fault(fault, path):
                 return
-            self._route(path, parse_qs(split.query), fault)
+            self._route(split.path, parse_qs(split.query), fault)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
         finally:
@@ -650,19 +656,22 @@ class HubHandler(BaseHTTPRequestHandler):
             self.write_body(packer.flush())
 
     # ---- routes ------------------------------------------------------------------------------
-    def _route(self, path: str, query: dict[str, list[str]], fault: Fault | None) -> None:
+    def _route(self, raw: str, query: dict[str, list[str]], fault: Fault | None) -> None:
+        """Routed on the path as sent, one segment at a time (as the Hub does): a revision such as ``refs/pr/1``
+        is one segment only when the client encoded it (``refs%2Fpr%2F1``)."""
+        path = unquote(raw)
         if path.rstrip("/") == "/api/models":
             self._list_models(query, fault)
             return
-        if path.startswith("/api/models/"):
-            self._api(path[len("/api/models/") :], query, fault)
+        if raw.startswith("/api/models/"):
+            self._api(raw[len("/api/models/") :], query, fault)
             return
         if path.startswith("/cdn/"):
             self._cdn(path[len("/cdn/") :], fault)
             return
-        match = re.match(r"^/(?P<repo>[^/]+/[^/]+)/resolve/(?P<rev>[^/]+)/(?P<file>.+)$", path)
+        match = re.match(r"^/(?P<repo>[^/]+/[^/]+)/resolve/(?P<rev>[^/]+)/(?P<file>.+)$", raw)
         if match:
-            self._resolve(match["repo"], match["rev"], match["file"], fault)
+            self._resolve(unquote(match["repo"]), unquote(match["rev"]), unquote(match["file"]), fault)
             return
         _plain(self, 404, b'{"error": "no route"}')
 
@@ -695,7 +704,7 @@ class HubHandler(BaseHTTPRequestHandler):
         return repo
 
     def _revision_ok(self, repo: Repo, rev: str) -> bool:
-        if rev in ("main", repo.sha):
+        if rev in ("main", repo.sha) or rev in self.hub.branches:
             return True
         _plain(
             self,
@@ -710,8 +719,8 @@ class HubHandler(BaseHTTPRequestHandler):
         if not match:
             _plain(self, 404, b'{"error": "no route"}')
             return
-        repo = self._repo_or_error(match["repo"], files_access=False)
-        if repo is None or not self._revision_ok(repo, match["rev"] or "main"):
+        repo = self._repo_or_error(unquote(match["repo"]), files_access=False)
+        if repo is None or not self._revision_ok(repo, unquote(match["rev"] or "main")):
             return
         if match["kind"] == "tree":
             body = [

@@ -79,8 +79,7 @@ def fetch_repo_info(repo_id: str, revision: str | None, token: str | None) -> Re
     listed = _LISTED.pop(repo_id, None) if revision is None else None
     if listed is not None:  # read from the owner's listing at the start of a scan: no request
         return listed
-    base = f"{hub_endpoint()}/api/models/{repo_id}"
-    url = base if revision is None else f"{base}/revision/{quote(revision, safe='')}"
+    url = model_api_url(repo_id) if revision is None else model_api_url(repo_id, "revision", revision)
     # the query as httpx would encode params={"expand": EXPAND}, written out: the URL is parsed once, not twice
     data, _ = fetch_json(f"{url}?{EXPAND_QUERY}", token=token, repo_id=repo_id, filename=None)
     return repo_info_from(data, repo_id, where=f"{repo_id} (Hub model info)")
@@ -230,7 +229,30 @@ def read_owner_listings(repo_ids: Sequence[str], token: str | None) -> int:
     return sent
 
 
+def model_api_url(repo_id: str, kind: str | None = None, revision: str | None = None) -> str:
+    """``/api/models/<repo_id>[/<kind>/<revision>]`` as huggingface_hub's ``HfApi.model_info`` builds it: the id
+    checked first (``resolve.check_repo_id``: no ``..``, no third segment), the revision quoted whole (``refs/pr/1``
+    is ``refs%2Fpr%2F1``, one path segment, as the Hub reads it), so no input names another endpoint."""
+    from hfvram.sources.resolve import check_repo_id, check_revision
+
+    check_repo_id(repo_id)
+    base = f"{hub_endpoint().rstrip('/')}/api/models/{quote(repo_id, safe='/')}"
+    if kind is None or revision is None:
+        return base
+    check_revision(revision)
+    return f"{base}/{kind}/{quote(revision, safe='')}"
+
+
 def file_url(repo_id: str, revision: str, filename: str) -> str:
+    """``<repo_id>/resolve/<revision>/<filename>`` by huggingface_hub's ``hf_hub_url`` (the revision quoted whole,
+    the file name's parts quoted); the id and revision checked, and a file name a listing sent with an empty, ``.``
+    or ``..`` part refused (such a path would be read as another URL of the Hub)."""
+    from hfvram.sources.resolve import check_repo_id, check_revision
+
+    check_repo_id(repo_id)
+    check_revision(revision)
+    if any(part in ("", ".", "..") for part in filename.split("/")):
+        raise MalformedFileError("a file name with an empty, '.' or '..' part", file=filename[:80])
     return hf_hub_url(repo_id, filename, revision=revision, endpoint=hub_endpoint())
 
 
@@ -254,11 +276,18 @@ def _fetch_text_only(repo_id: str, revision: str, filename: str, token: str | No
 
 
 def ranged_reader(
-    repo_id: str, sha: str, filename: str, token: str | None, cap: int, commits: list[str] | None = None
+    repo_id: str,
+    sha: str,
+    filename: str,
+    token: str | None,
+    cap: int,
+    sizes: list[int] | None = None,
+    commits: list[str] | None = None,
 ) -> Callable[[int, int], bytes]:
     """``read(offset, length)`` by HTTP Range. After the first answer, later Ranges go straight to the URL the
     Hub redirected to (the CDN), saving the redirect round trip; on failure there, back to ``resolve``.
-    ``commits``: where the commit each answer was served from (``X-Repo-Commit``) is appended, when it says one."""
+    ``sizes``: gets the file's whole size each answer states (``Content-Range: bytes a-b/SIZE``); ``commits``: the
+    commit each answer was served from (``X-Repo-Commit``), when it says one."""
     resolve = file_url(repo_id, sha, filename)
     target = [resolve]
 
@@ -279,6 +308,9 @@ def ranged_reader(
             target[0] = answer.url
         if commits is not None and answer.commit:
             commits.append(answer.commit)
+        total = str(answer.headers.get("content-range", "")).rpartition("/")[2]
+        if sizes is not None and total.isdigit() and len(total) <= 20:
+            sizes.append(int(total))
         return answer.body
 
     return read
@@ -291,25 +323,29 @@ def fetch_safetensors_header(
     token: str | None,
     first: int = FIRST_HEADER_RANGE,
     commits: list[str] | None = None,
-) -> str:
-    """The JSON header text: one Range of ``first`` bytes, then one more Range for the rest if the header is
-    longer (``commits``: see :func:`ranged_reader`)."""
+) -> dict[str, object]:
+    """The header's facts (``facts.header_facts``: its tensor table, never its text): one Range of ``first``
+    bytes, then one more Range for the rest if the header is longer. Tensors running past the file's size as the
+    answers state it (``Content-Range``) are a read error (``commits``: see :func:`ranged_reader`)."""
     from hfvram.readers.safetensors import header_length
+    from hfvram.sources.facts import header_facts
 
-    read = ranged_reader(repo_id, sha, filename, token, SAFETENSORS_HEADER_CAP, commits)
+    sizes: list[int] = []
+    read = ranged_reader(repo_id, sha, filename, token, SAFETENSORS_HEADER_CAP, sizes, commits)
     head = read(0, min(first, SAFETENSORS_HEADER_CAP))
     length = header_length(head[:8], filename=filename)
     if 8 + length > len(head):
         if len(head) < first:
             raise MalformedFileError(f"file ends inside its {length}-byte header", file=filename, field="header")
-        head += read(len(head), 8 + length - len(head))
-    raw = head[8 : 8 + length]
-    if len(raw) < length:
-        raise MalformedFileError(f"truncated: header needs {length} bytes, got {len(raw)}", file=filename)
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise MalformedFileError("header is not UTF-8 JSON", file=filename, field="header") from None
+        head = head[8:] + read(len(head), 8 + length - len(head))  # (one copy of a long header, not two)
+    else:
+        head = head[8 : 8 + length]
+    if len(head) < length:
+        raise MalformedFileError(f"truncated: header needs {length} bytes, got {len(head)}", file=filename)
+    data_bytes = sizes[0] - 8 - length if sizes else None
+    if data_bytes is not None and data_bytes < 0:
+        raise MalformedFileError(f"the {length}-byte header runs past the file's end ({sizes[0]} bytes)", file=filename)
+    return header_facts(head[:length], filename=filename, data_bytes=data_bytes)
 
 
 def fetch_gguf_header(repo_id: str, sha: str, filename: str, token: str | None, commits: list[str] | None = None):
@@ -318,7 +354,9 @@ def fetch_gguf_header(repo_id: str, sha: str, filename: str, token: str | None, 
     from hfvram.readers.gguf import read_gguf_header
 
     stream = RangeStream(
-        ranged_reader(repo_id, sha, filename, token, GGUF_HEADER_CAP, commits), filename=filename, cap=GGUF_HEADER_CAP
+        ranged_reader(repo_id, sha, filename, token, GGUF_HEADER_CAP, commits=commits),
+        filename=filename,
+        cap=GGUF_HEADER_CAP,
     )
     return read_gguf_header(stream, filename=filename), stream.bytes_fetched
 
@@ -598,7 +636,7 @@ def _first_ranges(config_text: str, shards: Sequence[str]) -> dict[str, int]:
     return first_ranges(predicted_tensors(config_text), shards, FIRST_HEADER_RANGE)
 
 
-def _header_or_none(repo_id: str, revision: str, filename: str, token: str | None) -> str | None:
+def _header_or_none(repo_id: str, revision: str, filename: str, token: str | None) -> dict[str, object] | None:
     try:
         return fetch_safetensors_header(repo_id, revision, filename, token)
     except EntryMissingError:
@@ -723,7 +761,7 @@ def fetch_tree(repo_id: str, sha: str, token: str | None) -> list[tuple[str, int
     from hfvram.sources.gguf_repo import tree_entries
 
     endpoint = hub_endpoint().rstrip("/")
-    url: str | None = f"{endpoint}/api/models/{repo_id}/tree/{quote(sha, safe='')}"
+    url: str | None = model_api_url(repo_id, "tree", sha)
     params: Mapping[str, object] | None = {"recursive": "true"}
     entries: list[tuple[str, int | None]] = []
     for _ in range(TREE_PAGES):

@@ -53,8 +53,10 @@ def _file_or_none(repo_id: str, at: str, filename: str, token: str | None) -> tu
         return None
 
 
-def _header_or_none(repo_id: str, at: str, filename: str, token: str | None) -> tuple[str, list[str]] | None:
-    """A safetensors header's text and the commits its answers named; None when the repo has no such file."""
+def _header_or_none(
+    repo_id: str, at: str, filename: str, token: str | None
+) -> tuple[dict[str, object], list[str]] | None:
+    """A safetensors header's facts and the commits its answers named; None when the repo has no such file."""
     from hfvram.sources.hub import fetch_safetensors_header
 
     commits: list[str] = []
@@ -85,9 +87,10 @@ def _plain_name(name: str) -> bool:
     return name.endswith(".safetensors") and "/" not in name and "\\" not in name and not name.startswith(".")
 
 
-def quantized_storage(config_text: str, headers: Mapping[str, str]) -> bool:
+def quantized_storage(config_text: str, headers: Mapping[str, Mapping[str, object]]) -> bool:
     """Whether the companion files may say how the weights are quantized: config.json states no quantization (or
-    GPTQ without its bits) and a header holds a quantized dtype or tensor name."""
+    GPTQ without its bits) and a header (its facts: ``facts.header_facts``) holds a quantized dtype or tensor
+    name."""
     try:
         config = json.loads(config_text)
     except ValueError:
@@ -95,15 +98,12 @@ def quantized_storage(config_text: str, headers: Mapping[str, str]) -> bool:
     quant = config.get("quantization_config") if isinstance(config, dict) else None
     if isinstance(quant, dict):
         return quant.get("quant_method") == "gptq" and quant.get("bits") is None
-    for text in headers.values():
-        try:
-            header = json.loads(text)
-        except ValueError:
-            return True  # the readers say what is wrong with it; the companions are read as the API path would
-        for name, entry in header.items() if isinstance(header, dict) else ():
-            if name == "__metadata__" or not isinstance(entry, dict):
-                continue
-            if entry.get("dtype") not in PLAIN_DTYPES or QUANT_TENSOR.search(name):
+    for facts in headers.values():
+        rows = facts.get("tensors") if isinstance(facts, Mapping) else None
+        for row in rows if isinstance(rows, list) else ():
+            if not (isinstance(row, list) and len(row) >= 2 and isinstance(row[0], str)):
+                return True  # the readers say what is wrong with it; the companions are read as the API path would
+            if row[1] not in PLAIN_DTYPES or QUANT_TENSOR.search(row[0]):
                 return True
     return False
 
@@ -155,7 +155,7 @@ def load_checkpoint(
     config_text, sha = config
     if sha is None or not is_commit_sha(sha):
         return None
-    single = cast("tuple[str, list[str]] | None", got[SINGLE_FILE])
+    single = cast("tuple[dict[str, object], list[str]] | None", got[SINGLE_FILE])
     index = cast("tuple[str, str | None] | None", got.get(INDEX_FILE))
     seen = {*(single[1] if single else ()), *((index[1],) if index and index[1] else ())}
     if seen - {sha} and not is_commit_sha(at):  # the branch moved between the answers: read it all at one commit
@@ -197,7 +197,7 @@ def _sharded(
             return _finish(repo_id, ref, sha, config_text, info.files, {}, info.dtype_parameters, None, token, cache)
     first = _first_ranges(config_text, shards)
     jobs = {s: partial(fetch_safetensors_header, repo_id, sha, s, token, first[s]) for s in shards}
-    headers = cast("dict[str, str]", in_parallel(jobs))
+    headers = cast("dict[str, dict[str, object]]", in_parallel(jobs))
     return _finish(repo_id, ref, sha, config_text, files, headers, None, None, token, cache)
 
 
@@ -222,7 +222,7 @@ def _finish(
     sha: str,
     config_text: str,
     files: Sequence[str],
-    headers: Mapping[str, str],
+    headers: Mapping[str, Mapping[str, object]],
     dtype_parameters: Mapping[str, int] | None,
     index_meta: Mapping[str, object] | None,
     token: str | None,
@@ -346,8 +346,9 @@ def complete_cached(
     shards = safetensors_shards(info.files)
     check_file_counts(shards, kind="safetensors", where=f"{repo_id} (facts cache)")
     cached = {s: cache.get(repo_id, info.sha, s) if cache is not None else None for s in shards}
-    first = _first_ranges(config_text, [s for s, text in cached.items() if not isinstance(text, str)])
+    first = _first_ranges(config_text, [s for s, value in cached.items() if not isinstance(value, dict)])
     jobs = {s: partial(fetch_safetensors_header, repo_id, info.sha, s, token, first[s]) for s in first}
-    headers = {**{s: t for s, t in cached.items() if isinstance(t, str)}, **cast("dict[str, str]", in_parallel(jobs))}
+    found = cast("dict[str, dict[str, object]]", in_parallel(jobs))
+    headers = {**{s: t for s, t in cached.items() if isinstance(t, dict)}, **found}
     files = [f for f in info.files if f != "config.json" and f not in COMPANION_FILES]
     return _finish(repo_id, ref, info.sha, config_text, files, headers, None, None, token, cache)

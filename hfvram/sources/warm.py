@@ -8,7 +8,7 @@ nor httpx2 is imported. Anything missing → None, and the caller asks the Hub.
 
 from __future__ import annotations
 
-from hfvram.errors import ModelReadError
+from hfvram.errors import MalformedFileError, ModelReadError
 from hfvram.sources.cache import FactsCache
 from hfvram.sources.facts import COMPANION_FILES, INDEX_FILE, CheckpointFacts, gguf_header_from_json, spec_from_facts
 from hfvram.sources.repo_files import MODEL_INFO, RepoInfo, gguf_files, quant_tags, safetensors_shards
@@ -52,7 +52,9 @@ def checkpoint_from_cache(
     headers = {s: cache.get(repo_id, sha, s) for s in shards} if want_headers else {}
     want_index = (not shards or by_index) and INDEX_FILE in info.files
     index_meta = cache.get(repo_id, sha, INDEX_FILE) if want_index else None
-    if not all(isinstance(v, str) for v in (*companions.values(), *headers.values())):
+    if not all(isinstance(v, str) for v in companions.values()) or not all(
+        isinstance(v, dict) for v in headers.values()
+    ):
         return None
     if want_index and not isinstance(index_meta, dict):
         return None
@@ -64,7 +66,13 @@ def checkpoint_from_cache(
         index_metadata=index_meta,  # type: ignore[arg-type]
         origin=f"{repo_id}@{sha[:12]}",
     )
-    spec = spec_from_facts(facts, cache)
+    try:
+        spec = spec_from_facts(facts, cache)
+    except MalformedFileError:
+        if not headers:
+            raise
+        cache.forget(repo_id, revision or "main", sha, list(headers))  # a stored table refused: read once more
+        return None
     used = ("config.json", *companions, *headers, *((INDEX_FILE,) if index_meta else ()))
     return LoadedModel(spec, SourceInfo(kind="hub", repo_id=repo_id, revision=sha, files=tuple(used)))
 

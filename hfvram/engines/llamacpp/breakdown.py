@@ -56,14 +56,17 @@ def breakdown(
     computes, rule = [], ""
     # the buffer depends only on (holds the output, is the first device): computed once per kind, not per device
     by_kind: dict[tuple[bool, bool], tuple[int, str]] = {}
+    first = settings.main_gpu if settings.split_mode == "none" else 0
     for dev, has_output in enumerate(placement.gpu_has_output):
-        kind = (has_output or len(placement.gpu_has_output) == 1, dev == 0)
+        kind = (has_output or len(placement.gpu_has_output) == 1, dev == first)
         if kind not in by_kind:
             by_kind[kind] = compute_buffer_bytes(
                 spec, settings, compute_consts, with_output=kind[0], pad=pad, first_device=kind[1]
             )
         size, rule_dev = by_kind[kind]
-        computes.append(size if placement.gpu_layers[dev] or dev == 0 else 0)
+        # a GPU holding layers, or only tensors -ot sent there, runs ops and needs a compute buffer
+        active = placement.gpu_layers[dev] or placement.gpu_weights[dev] or dev == first
+        computes.append(size if active else 0)
         rule = rule if rule and not has_output else rule_dev
     totals = [
         weights + kv_cache + buffer + overhead

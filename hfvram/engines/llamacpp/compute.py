@@ -6,11 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from hfvram.engines.llamacpp.kv import layer_cells
+from hfvram.engines.llamacpp.kv import layer_cells, layer_kv_row_elems
 from hfvram.engines.llamacpp.placement import layer_weight_bytes
 from hfvram.engines.llamacpp.settings import Settings, matches_override
 from hfvram.estimate.common import MiB
 from hfvram.spec import RECURRENT_KINDS, WINDOWED_KINDS, LayerKind, ModelSpec
+
+#: KV cache types flash attention reads as they are (no F16 copy)
+UNQUANTIZED = ("f16", "bf16", "f32")
 
 # ---------------------------------------------------------------------------------------------------------
 # Compute buffer (measured model, llamacpp.md#llamacpp-compute-buffer)
@@ -91,9 +94,12 @@ def compute_buffer_bytes(
         layer += extra
     recurrent = recurrent_live_elems(spec, consts)
     if settings.flash_attn:
-        attention = layer + consts["mask_fa_on"] * sum(views)
+        # a quantized cache on CUDA: F16 copies of the largest layer's K / V view sit next to the attention peak
+        scratch = kv_dequant_scratch_bytes(spec, settings, pad) / (4 * ub)
+        attention = layer + consts["mask_fa_on"] * sum(views) + scratch
         live = max(logits, attention, recurrent)
-        rule = f"FA on: max(logits {logits:.0f}, layer {layer:.0f} + f16 masks {consts['mask_fa_on'] * sum(views):.0f})"
+        rule = f"FA on: max(logits {logits:.0f}, layer {layer:.0f} + f16 masks {consts['mask_fa_on'] * sum(views):.0f}"
+        rule += f" + F16 dequant scratch {scratch:.0f})" if scratch else ")"
     else:
         n_kv = max(views, default=0)
         if settings.cuda:
@@ -112,6 +118,24 @@ def compute_buffer_bytes(
     if copy > size:
         return copy, copy_rule
     return size, rule
+
+
+def kv_dequant_scratch_bytes(spec: ModelSpec, settings: Settings, pad: int = 256) -> int:
+    """F16 copies of a quantized K / V cache that CUDA flash attention reserves in its output tensor
+    (docs/engines/llamacpp.md#llamacpp-kv-dequant-scratch): ``2 B × elements`` of the K view when K is quantized,
+    of the V view when V is, for the layer whose views are largest (the views span every allocated cell of every
+    stream). 0 off CUDA, without flash attention, with an F16 / BF16 / F32 cache, or before the build that adds it."""
+    if not (settings.cuda and settings.flash_attn and settings.kv_dequant_scratch):
+        return 0
+    quant_k, quant_v = settings.type_k not in UNQUANTIZED, settings.type_v not in UNQUANTIZED
+    if not (quant_k or quant_v):
+        return 0
+    largest = 0
+    for layer in spec.layers:
+        k_elems, v_elems = layer_kv_row_elems(layer)
+        cells = layer_cells(layer, settings, pad) * settings.n_stream
+        largest = max(largest, cells * (k_elems * quant_k + v_elems * quant_v))
+    return 2 * largest
 
 
 def offload_copy_bytes(

@@ -44,7 +44,7 @@ from hfvram.engines.llamacpp.offload_plan import (
 )
 from hfvram.engines.llamacpp.placement import is_metal, overhead_bytes
 from hfvram.engines.llamacpp.profile import PROFILE
-from hfvram.engines.llamacpp.settings import LlamaCppConstants, Settings
+from hfvram.engines.llamacpp.settings import USER_PLACEMENT, LlamaCppConstants, Settings
 from hfvram.estimate.common import GiB, MiB
 from hfvram.estimate.host_memory import HostMemory
 from hfvram.estimate.types import Hardware
@@ -431,22 +431,6 @@ def uniform_budgets(hardware: Hardware, settings: Settings, constants: LlamaCppC
         )
         for index, gpu in enumerate(hardware.gpus)
     ]
-
-
-#: settings that make llama.cpp's --fit give up ("already set by user, abort") and load as asked
-USER_PLACEMENT = (
-    "n-gpu-layers",
-    "ngl",
-    "gpu-layers",
-    "override-tensor",
-    "ot",
-    "tensor-split",
-    "ts",
-    "cpu-moe",
-    "cmoe",
-    "n-cpu-moe",
-    "ncmoe",
-)
 
 
 def plan_for(

@@ -13,7 +13,7 @@ from hfvram.engines.llamacpp.compute import compute_buffer_bytes, host_compute_b
 from hfvram.engines.llamacpp.kv import KvBytes, kv_bytes
 from hfvram.engines.llamacpp.offload_plan import EXPERT_SHARE_ON_DEVICE, DeviceBudget, LayerPlace, Slot, Speed, Usage
 from hfvram.engines.llamacpp.placement import cuda_row_padding_bytes, device_shares, layer_weight_bytes, place_layers
-from hfvram.engines.llamacpp.settings import LlamaCppConstants, Settings, kv_cells, matches_override
+from hfvram.engines.llamacpp.settings import LlamaCppConstants, Settings, kv_cells, override_target
 from hfvram.estimate.host_memory import HostMemory, pcie_bandwidth_gbs
 from hfvram.spec import ModelSpec
 
@@ -359,10 +359,14 @@ def placement_of_settings(spec: ModelSpec, settings: Settings, nd: int, free: Se
     places = []
     for il in range(n_layer + 1):
         dev = devices[il]
-        cpu_experts = il < n_layer and (
-            il < settings.cpu_moe_layers or matches_override(f"blk.{il}.ffn_up_exps.weight", settings) == "CPU"
-        )
-        places.append(LayerPlace(dev, "moe" if dev >= 0 and cpu_experts else "full"))
+        target = override_target(f"blk.{il}.ffn_up_exps.weight", settings) if il < n_layer else None
+        if il < settings.cpu_moe_layers:
+            target = -1
+        if dev >= 0 and target is not None and target != dev:
+            # experts -ot sends elsewhere: to the CPU, or to another GPU (read there at its bandwidth)
+            places.append(LayerPlace(dev, "moe", target if 0 <= target < nd else -1))
+        else:
+            places.append(LayerPlace(dev, "full"))
     return places
 
 

@@ -6,7 +6,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hfvram.engines.llamacpp.breakdown import Breakdown
-from hfvram.engines.llamacpp.placement import device_shares, free_memory, overhead_bytes, place_layers
+from hfvram.engines.llamacpp.placement import (
+    device_shares,
+    fit_keeps_margin,
+    free_memory,
+    overhead_bytes,
+    place_layers,
+)
 from hfvram.engines.llamacpp.settings import LlamaCppConstants
 from hfvram.estimate.common import GiB, MiB
 from hfvram.estimate.types import Hardware, PerGpu
@@ -36,7 +42,7 @@ def narrate_warnings(
         warnings.append(
             f"only {settings.n_gpu_layers} of {spec.num_layers + 1} layers on the GPU: the rest runs on the CPU (slow)"
         )
-    if hardware is not None and settings.fit and per_gpu.total > per_gpu.usable:
+    if hardware is not None and fit_keeps_margin(settings, hardware.count) and per_gpu.total > per_gpu.usable:
         warnings.append(
             f"llama.cpp --fit would not load this as asked: it keeps {settings.fit_target_bytes // MiB} MiB free per GPU and "
             f"would first lower ctx-size (not below {constants.fit_ctx_min}, only when ctx-size is not set) and then "
@@ -115,8 +121,10 @@ def explain_lines(
         "overhead": overhead_bytes(hardware, constants)[1],
         "usable": (
             f"device memory − {settings.fit_target_bytes // MiB} MiB that --fit keeps free"
-            if settings.fit
+            if hardware is not None and fit_keeps_margin(settings, hardware.count)
             else "device memory (--fit off)"
+            if not settings.fit
+            else "device memory (placement and context set by the user: --fit aborts and loads as asked)"
         ),
         "decode": "bandwidth-bound upper bound: active weights on the GPU + KV at the context, per token",
     }

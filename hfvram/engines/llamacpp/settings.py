@@ -61,6 +61,7 @@ class LlamaCppConstants(Constants):
     server_reserve_outputs: str
     server_outputs_cap_build: int
     server_auto_parallel: int
+    kv_dequant_scratch_build: int
     n_ctx_pad: int
     fit: bool
     fit_target_mib: int
@@ -105,6 +106,16 @@ class Settings:
     fit_target_bytes: int
     n_rs_seq: int
     notes: tuple[str, ...] = ()
+    #: ``--main-gpu`` / ``-mg``: the device of ``--split-mode none`` (docs/engines/llamacpp.md#llamacpp-split-modes)
+    main_gpu: int = 0
+    #: the user placed the weights (``-ngl``, ``-ot``, ``--n-cpu-moe``): --fit aborts after its context step
+    #: (docs/engines/llamacpp.md#llamacpp-user-placement)
+    user_placement: bool = False
+    #: the context was left unset (``-c`` 0): --fit's context step still keeps its margin free
+    ctx_auto: bool = False
+    #: CUDA flash attention reserves F16 copies of a quantized K / V view in its output (builds from
+    #: kv_dequant_scratch_build on; docs/engines/llamacpp.md#llamacpp-kv-dequant-scratch)
+    kv_dequant_scratch: bool = False
     #: the GPU backend pads quantized rows (CUDA / ROCm); False for Metal and the CPU-only truth runs
     cuda: bool = True
     #: row length the CUDA buffer type pads quantized matrices to (llama.cpp.toml matrix_row_padding)
@@ -128,6 +139,7 @@ class Settings:
             "n-cpu-moe": self.cpu_moe_layers,
             "override-tensor": ",".join(f"{pattern}={buffer}" for pattern, buffer in self.override_tensor) or None,
             "split-mode": self.split_mode,
+            "main-gpu": self.main_gpu,
             "tensor-split": list(self.tensor_split) or None,
             "kv-offload": self.kv_offload,
             "fit": self.fit,
@@ -149,6 +161,42 @@ def kv_cells(n_ctx: int, n_seq_max: int, kv_unified: bool, pad: int = 256) -> tu
     return n_ctx_seq * n_seq_max, n_ctx_seq, n_seq_max
 
 
+#: settings that make llama.cpp's --fit give up ("already set by user, abort") and load as asked
+USER_PLACEMENT = (
+    "n-gpu-layers",
+    "ngl",
+    "gpu-layers",
+    "override-tensor",
+    "ot",
+    "tensor-split",
+    "ts",
+    "cpu-moe",
+    "cmoe",
+    "n-cpu-moe",
+    "ncmoe",
+)
+
+#: an ``-ot`` buffer type naming one GPU: the backend's device name and its index (CUDA0, ROCm1, Vulkan0, SYCL0,
+#: MUSA0, CANN0; Metal's one device is MTL0 or Metal) — docs/engines/llamacpp.md#llamacpp-override-devices
+_GPU_BUFT = re.compile(r"^(?:cuda|rocm|hip|vulkan|sycl|musa|cann|opencl|mtl|metal)(\d*)$", re.IGNORECASE)
+
+
+def override_device(buft: str) -> int:
+    """The device an ``-ot`` buffer type places a tensor on: −1 for host memory (``CPU``, ``CPU_Mapped``,
+    ``CUDA_Host`` …), the GPU's index for a device buffer type; UsageError for a name llama.cpp would not know
+    ("unknown buffer type")."""
+    name = buft.strip()
+    lower = name.lower()
+    if lower.startswith("cpu") or lower.endswith("_host"):
+        return -1
+    match = _GPU_BUFT.match(name)
+    if match is None:
+        raise UsageError(
+            f"override-tensor buffer type {name!r}: use CPU or a device name such as CUDA0, ROCm0, Vulkan0"
+        )
+    return int(match.group(1) or 0)
+
+
 def _parse_override(text: str | None) -> tuple[tuple[str, str], ...]:
     if not text:
         return ()
@@ -161,6 +209,7 @@ def _parse_override(text: str | None) -> tuple[tuple[str, str], ...]:
             re.compile(pattern)
         except re.error as exc:
             raise UsageError(f"override-tensor regex {pattern!r}: {exc}") from exc
+        override_device(buft)
         pairs.append((pattern, buft.strip()))
     return tuple(pairs)
 
@@ -211,12 +260,7 @@ def resolve_settings(
         notes.append("flash-attn auto resolves to on when the device supports every FA op (assumed)")
     flash_attn = fa != "off"
     type_k, type_v = resolve_kv_types(spec, choice, workload, constants, flash_attn)
-    n_layer = spec.num_layers
-    ngl = setting_int(choice, "n-gpu-layers", "ngl", "gpu-layers")
-    if ngl is None or ngl < 0 or ngl > n_layer + 1:
-        ngl = n_layer + 1
-    cpu_moe = n_layer if setting_bool(choice, "cpu-moe", "cmoe") else 0
-    cpu_moe = max(cpu_moe, setting_int(choice, "n-cpu-moe", "ncmoe", default=0) or 0)
+    ngl, cpu_moe = resolve_layers(spec, choice)
     split_mode, tensor_split = resolve_split(choice)
     fit_target = setting_int(choice, "fit-target", "fitt", default=constants.fit_target_mib)
     return Settings(
@@ -234,7 +278,7 @@ def resolve_settings(
         type_v=type_v,
         swa_full=setting_bool(choice, "swa-full", default=constants.swa_full),
         n_gpu_layers=ngl,
-        cpu_moe_layers=min(cpu_moe, n_layer),
+        cpu_moe_layers=cpu_moe,
         override_tensor=_parse_override(setting(choice, "override-tensor", "ot")),
         split_mode=split_mode,
         tensor_split=tensor_split,
@@ -244,7 +288,30 @@ def resolve_settings(
         n_rs_seq=constants.n_rs_seq,
         notes=tuple(notes),
         matrix_row_padding=constants.matrix_row_padding,
+        main_gpu=max(0, setting_int(choice, "main-gpu", "mg", default=0) or 0),
+        # -ts counts only on several GPUs (fit_keeps_margin reads it from tensor_split)
+        user_placement=any(setting(choice, name) for name in USER_PLACEMENT if name not in ("tensor-split", "ts")),
+        ctx_auto=workload.context is None and not setting(choice, "ctx-size", "c", "n-ctx", "num-ctx"),
+        kv_dequant_scratch=(resolved_build(choice) or 0) >= constants.kv_dequant_scratch_build,
     )
+
+
+def resolved_build(choice: EngineChoice) -> int | None:
+    """The llama.cpp build the rules are for (``--set build=N``); None when not given (older rules apply)."""
+    build = setting_int(choice, "build")
+    return build if build is not None and build > 0 else None
+
+
+def resolve_layers(spec: ModelSpec, choice: EngineChoice) -> tuple[int, int]:
+    """(layers on the GPUs of n_layer + 1, blocks whose experts stay on the CPU): ``-ngl`` (all when unset or out
+    of range), ``--cpu-moe`` / ``--n-cpu-moe``."""
+    n_layer = spec.num_layers
+    ngl = setting_int(choice, "n-gpu-layers", "ngl", "gpu-layers")
+    if ngl is None or ngl < 0 or ngl > n_layer + 1:
+        ngl = n_layer + 1
+    cpu_moe = n_layer if setting_bool(choice, "cpu-moe", "cmoe") else 0
+    cpu_moe = max(cpu_moe, setting_int(choice, "n-cpu-moe", "ncmoe", default=0) or 0)
+    return ngl, min(cpu_moe, n_layer)
 
 
 def resolve_binary(choice: EngineChoice, constants: LlamaCppConstants) -> str:
@@ -356,10 +423,17 @@ def resolve_split(choice: EngineChoice) -> tuple[str, tuple[float, ...]]:
 
 
 def matches_override(name: str, settings: Settings) -> str | None:
+    """The buffer type of the first ``-ot`` pattern matching ``name`` (llama.cpp takes the first match)."""
     for pattern, buft in settings.override_tensor:
         if re.search(pattern, name):
-            return buft
+            return "CPU" if override_device(buft) < 0 else buft
     return None
+
+
+def override_target(name: str, settings: Settings) -> int | None:
+    """The device ``-ot`` sends tensor ``name`` to (−1 = host memory), None when no pattern matches."""
+    buft = matches_override(name, settings)
+    return None if buft is None else override_device(buft)
 
 
 def packaged_row_padding() -> int:
