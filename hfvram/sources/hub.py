@@ -519,7 +519,9 @@ def load_hub_checkpoint(
     config_text = _cached_or(cache, repo_id, sha, "config.json")
     resolver_read: tuple[str, str] | None = None
     if not isinstance(info_json, dict) or info_json.get("partial"):
-        loaded, resolver_read = _by_resolver(repo_id, revision, token, cache, need_split, info_json, config_text)
+        from hfvram.sources.hub_resolver import read_checkpoint
+
+        loaded, resolver_read = read_checkpoint(repo_id, revision, token, cache, need_split, info_json, config_text)
         if loaded is not None:
             return loaded
         info_json = None  # a layout only the model info answers (config.json read at the commit the resolver said)
@@ -590,43 +592,6 @@ def _checkpoint_model(
         )
     used = ("config.json", *companions, *headers, *((INDEX_FILE,) if index_meta else ()))
     return LoadedModel(spec, SourceInfo(kind="hub", repo_id=repo_id, revision=sha, files=tuple(used)))
-
-
-def _by_resolver(
-    repo_id: str,
-    revision: str | None,
-    token: str | None,
-    cache: FactsCache | None,
-    need_split: bool,
-    partial_info: object,
-    config_text: object,
-) -> tuple[LoadedModel | None, tuple[str, str] | None]:
-    """The repo read by file name through the resolver, with no API request (``hub_resolver``), or read on from
-    the partial file list and config.json an earlier resolver read cached. For a layout only the model info
-    answers: (None, (config.json's text, its commit)) so that it is not asked again. A repo without config.json:
-    the model info (with the files' sizes) says what it holds, and the error names its GGUF files."""
-    from hfvram.sources import hub_resolver
-
-    if isinstance(partial_info, dict) and isinstance(config_text, str):
-        info = RepoInfo.from_json(repo_id, partial_info)
-        return hub_resolver.complete_cached(
-            repo_id, revision or "main", info, config_text, need_split, token, cache
-        ), None
-    try:
-        return hub_resolver.load_checkpoint(
-            repo_id, revision=revision, token=token, cache=cache, need_split=need_split
-        ), None
-    except hub_resolver.NeedsListing as known:
-        return None, (known.config_text, known.sha)
-    except hub_resolver.NoConfigJson:
-        from hfvram.sources.gguf_repo import LISTING, listing_to_json
-
-        info, entries = _info_and_sizes(repo_id, revision, token)  # the GGUF repo's listing comes with it
-        error = _no_config(repo_id, info)
-        if isinstance(error, GgufRepoWithoutSelector) and cache is not None:  # the repo is listed next
-            listing = {LISTING: listing_to_json(entries)} if entries is not None else {}
-            cache.store(repo_id, revision or "main", info.sha, {MODEL_INFO: info.to_json(), **listing})
-        raise error from None
 
 
 def _first_ranges(config_text: str, shards: Sequence[str]) -> dict[str, int]:
@@ -712,7 +677,9 @@ def load_hub_gguf(
     if info is None or (info.partial and not (by_name and gguf_files(info.files, selector))):
         if cache_only:
             return None
-        loaded = _gguf_by_resolver(repo_id, selector, revision, token, cache)
+        from hfvram.sources.hub_resolver import read_gguf_by_name
+
+        loaded = read_gguf_by_name(repo_id, selector, revision, token, cache)
         if loaded is not None:
             return loaded
         info = fetch_repo_info(repo_id, revision, token)
@@ -735,18 +702,6 @@ def load_hub_gguf(
         facts = {MODEL_INFO: info.to_json(), **{f: gguf_header_to_json(h) for f, h in fetched.items()}}
         cache.store(repo_id, rev, info.sha, facts)
     return LoadedModel(spec, SourceInfo(kind="hub", repo_id=repo_id, revision=info.sha, files=tuple(chosen)))
-
-
-def _gguf_by_resolver(
-    repo_id: str, selector: str, revision: str | None, token: str | None, cache: FactsCache | None
-) -> LoadedModel | None:
-    """A GGUF file named by its file name, read through the resolver alone; None for a quant tag or a file the
-    resolver does not find by that name (the model info lists the repo's files)."""
-    if not selector.lower().endswith(".gguf"):
-        return None
-    from hfvram.sources import hub_resolver
-
-    return hub_resolver.load_gguf_file(repo_id, selector, revision=revision, token=token, cache=cache)
 
 
 #: pages of one tree listing hfvram follows (the Hub pages long listings, ~1000 entries a page)
@@ -779,18 +734,6 @@ def fetch_tree(repo_id: str, sha: str, token: str | None) -> list[tuple[str, int
     raise MalformedFileError(f"tree listing longer than {TREE_PAGES} pages", file=f"{repo_id} (Hub tree API)")
 
 
-def _info_and_sizes(
-    repo_id: str, revision: str | None, token: str | None
-) -> tuple[RepoInfo, list[tuple[str, int | None]] | None]:
-    """The model info with the files' sizes in one API request (``hub_resolver.model_info_with_sizes``); the sizes
-    None when the Hub gave none for a GGUF file (the tree listing is then read)."""
-    from hfvram.sources import hub_resolver
-
-    info, pairs = hub_resolver.model_info_with_sizes(repo_id, revision, token)
-    sized = all(size is not None for path, size in pairs if path.lower().endswith(".gguf"))
-    return info, pairs if sized else None
-
-
 def load_hub_gguf_repo(repo_id: str, *, revision: str | None, token: str | None, cache: FactsCache | None):
     """A GGUF repo as a whole: (its listing, the model of the one header read), None when it lists no GGUF model
     file. Requests: one model info with the files' sizes (the commit sha and the listing; the tree listing at that
@@ -810,7 +753,9 @@ def load_hub_gguf_repo(repo_id: str, *, revision: str | None, token: str | None,
     )
     entries: list[tuple[str, int | None]] | None = None
     if info is None or info.partial or cached is None:
-        info, entries = _info_and_sizes(repo_id, revision, token)
+        from hfvram.sources.hub_resolver import info_and_sizes
+
+        info, entries = info_and_sizes(repo_id, revision, token)
     listing = cached if entries is None and cached is not None else None
     if listing is None:
         origin = f"Hub model info of {repo_id} at {info.sha[:12]}"

@@ -294,13 +294,10 @@ def model_info_with_sizes(
     """One model info with the files' sizes (``?blobs=true``, as huggingface_hub's ``model_info(files_metadata=True)``
     asks; the Hub does not take ``expand`` with it): the repo's info and its (path, size) pairs, in place of a model
     info and a tree listing."""
-    from urllib.parse import quote
-
     from hfvram.sources.http import fetch_json
-    from hfvram.sources.hub import hub_endpoint, repo_info_from
+    from hfvram.sources.hub import model_api_url, repo_info_from
 
-    base = f"{hub_endpoint()}/api/models/{repo_id}"
-    url = base if revision is None else f"{base}/revision/{quote(revision, safe='')}"
+    url = model_api_url(repo_id) if revision is None else model_api_url(repo_id, "revision", revision)
     data, _ = fetch_json(f"{url}?blobs=true", token=token, repo_id=repo_id, filename=None)
     where = f"{repo_id} (Hub model info)"
     info = repo_info_from(data, repo_id, where=where)
@@ -352,3 +349,57 @@ def complete_cached(
     headers = {**{s: t for s, t in cached.items() if isinstance(t, dict)}, **found}
     files = [f for f in info.files if f != "config.json" and f not in COMPANION_FILES]
     return _finish(repo_id, ref, info.sha, config_text, files, headers, None, None, token, cache)
+
+
+def read_checkpoint(
+    repo_id: str,
+    revision: str | None,
+    token: str | None,
+    cache: FactsCache | None,
+    need_split: bool,
+    partial_info: object,
+    config_text: object,
+) -> tuple[LoadedModel | None, tuple[str, str] | None]:
+    """The repo read by file name through the resolver, with no API request (``hub_resolver``), or read on from
+    the partial file list and config.json an earlier resolver read cached. For a layout only the model info
+    answers: (None, (config.json's text, its commit)) so that it is not asked again. A repo without config.json:
+    the model info (with the files' sizes) says what it holds, and the error names its GGUF files."""
+    from hfvram.errors import GgufRepoWithoutSelector
+    from hfvram.sources.hub import _no_config
+
+    if isinstance(partial_info, dict) and isinstance(config_text, str):
+        info = RepoInfo.from_json(repo_id, partial_info)
+        return complete_cached(repo_id, revision or "main", info, config_text, need_split, token, cache), None
+    try:
+        return load_checkpoint(repo_id, revision=revision, token=token, cache=cache, need_split=need_split), None
+    except NeedsListing as known:
+        return None, (known.config_text, known.sha)
+    except NoConfigJson:
+        from hfvram.sources.gguf_repo import LISTING, listing_to_json
+
+        info, entries = info_and_sizes(repo_id, revision, token)  # the GGUF repo's listing comes with it
+        error = _no_config(repo_id, info)
+        if isinstance(error, GgufRepoWithoutSelector) and cache is not None:  # the repo is listed next
+            listing = {LISTING: listing_to_json(entries)} if entries is not None else {}
+            cache.store(repo_id, revision or "main", info.sha, {MODEL_INFO: info.to_json(), **listing})
+        raise error from None
+
+
+def read_gguf_by_name(
+    repo_id: str, selector: str, revision: str | None, token: str | None, cache: FactsCache | None
+) -> LoadedModel | None:
+    """A GGUF file named by its file name, read through the resolver alone; None for a quant tag or a file the
+    resolver does not find by that name (the model info lists the repo's files)."""
+    if not selector.lower().endswith(".gguf"):
+        return None
+    return load_gguf_file(repo_id, selector, revision=revision, token=token, cache=cache)
+
+
+def info_and_sizes(
+    repo_id: str, revision: str | None, token: str | None
+) -> tuple[RepoInfo, list[tuple[str, int | None]] | None]:
+    """The model info with the files' sizes in one API request (``hub_resolver.model_info_with_sizes``); the sizes
+    None when the Hub gave none for a GGUF file (the tree listing is then read)."""
+    info, pairs = model_info_with_sizes(repo_id, revision, token)
+    sized = all(size is not None for path, size in pairs if path.lower().endswith(".gguf"))
+    return info, pairs if sized else None
