@@ -180,6 +180,35 @@ class Capacity:
 
 
 @dataclass(frozen=True)
+class SpeedPart:
+    """One term of the expected time per token (docs/methodology.md, "Expected speed"): its name, the seconds it
+    adds to every token, and how it was computed."""
+
+    name: str
+    seconds: float
+    basis: str
+
+
+@dataclass(frozen=True)
+class ExpectedSpeed:
+    """The expected decode speed (the sum of its parts) beside the bandwidth bound it refines, with the spread of
+    measured / predicted over the published runs the constants were fitted on (``low`` .. ``high``: multiply the
+    expectation by them for the range those runs cover)."""
+
+    decode_tokens_per_second: float
+    parts: tuple[SpeedPart, ...]
+    decode_bound: float | None
+    low: float
+    high: float
+    prefill_tokens_per_second: float | None = None
+    prefill_basis: str | None = None
+
+    @property
+    def seconds_per_token(self) -> float:
+        return sum(part.seconds for part in self.parts)
+
+
+@dataclass(frozen=True)
 class Estimate:
     spec: ModelSpec
     hardware: Hardware | None
@@ -213,6 +242,8 @@ class Estimate:
     #: Ollama's scheduler): layers per device, ``-ngl`` / ``-ot`` / ``-ts``, the RAM and the expected speed. Set
     #: with verdict ``offload`` (and ``does_not_fit`` when even that placement fails: ``offload.status`` ``none``)
     offload: OffloadPlan | None = None
+    #: the expected decode speed and its parts (hfvram.estimate.speed); None where there is no basis
+    speed: ExpectedSpeed | None = None
 
     @property
     def kv_bytes_per_token(self) -> int | None:

@@ -17,6 +17,8 @@ from hfvram.report.units import count, gib, params, percent, tokens_short
 from hfvram.report.wording import (
     capacity_lines,
     context_grid,
+    expected_speed_parts,
+    expected_speed_words,
     offload_speed_words,
     smallest_gpu_line,
     split_provenance,
@@ -125,7 +127,13 @@ def render_check(console: Console, report: Mapping[str, Any], *, explain: bool =
     if line:
         console.print(Text(safe(line, keep_lines=True)), highlight=False)
     speed = report.get("decode_tokens_per_second")
-    if speed is not None and verdict == "offload":
+    expected = expected_speed_words(report) if verdict != "does_not_fit" else None
+    if expected:
+        console.print(f"Decode: {expected}", highlight=False)
+        if explain:
+            for part in expected_speed_parts(report):
+                console.print(Text(safe(f"  {part}")), highlight=False)
+    elif speed is not None and verdict == "offload":
         console.print(f"Decode: {offload_speed_words(report)}", highlight=False)
     elif speed is not None and verdict != "does_not_fit":
         console.print(f"Decode: ≤ {speed:,.1f} tokens/s per sequence (memory-bandwidth bound)", highlight=False)

@@ -53,6 +53,7 @@ def apply_to_estimate(est: Estimate, choice: EngineChoice, workload: Workload) -
             est,
             verdict=verdict,
             decode_tokens_per_second=speed.decode_tokens_per_second,
+            speed=speed.expected,
             warnings=(*est.warnings, note),
         )
     if not over:
@@ -122,6 +123,7 @@ def offloaded_estimate(est: Estimate, plan: OffloadPlan, who: str = "llama.cpp -
         utilization=per_gpu.total / per_gpu.usable if per_gpu.usable > 0 else None,
         verdict=VERDICT_OFFLOAD,
         decode_tokens_per_second=speed.decode_tokens_per_second if speed else None,
+        speed=speed.expected if speed else None,
         worst_device=worst if est.hardware is not None and est.hardware.mixed else est.worst_device,
         offload=plan,
         warnings=(*warnings, note),
