@@ -100,8 +100,9 @@ def threads_of(value: object) -> tuple[int, bool]:
 @dataclass(frozen=True)
 class Work:
     """What one decoded token does, placement by placement: bytes read per GPU with its bandwidth (GB/s, None when
-    unknown), layers on the GPUs, bytes read in RAM with the host bandwidth, parameters computed on the CPU, layers
-    with work on the CPU, bytes crossing PCIe per step with the link's rate."""
+    unknown), layers on the GPUs, bytes read in RAM with the host bandwidth, parameters computed on the CPU, GPU <->
+    CPU hand-overs (a layer on a GPU with its experts on the CPU, or a run of whole layers on the CPU), bytes
+    crossing PCIe per step with the link's rate."""
 
     gpu_reads: Sequence[tuple[float, float | None]]
     gpu_layers: int = 0
@@ -161,7 +162,7 @@ def _cpu_parts(work: Work, consts: SpeedConstants) -> list[SpeedPart]:
         )
         parts.append(SpeedPart("cpu_compute", seconds, basis))
     if work.cpu_layers > 0 and consts.cpu_layer_hop_us > 0:
-        basis = f"{work.cpu_layers} layers x {consts.cpu_layer_hop_us:g} us (GPU <-> CPU hand-over)"
+        basis = f"{work.cpu_layers} hand-overs x {consts.cpu_layer_hop_us:g} us (GPU <-> CPU)"
         parts.append(SpeedPart("cpu_hops", work.cpu_layers * consts.cpu_layer_hop_us * 1e-6, basis))
     return parts
 

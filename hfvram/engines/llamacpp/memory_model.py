@@ -178,7 +178,6 @@ class MemoryModel:
         has_layers = [False] * nd
         cpu_w, cpu_kv, host_read, host_stream = self.embd, 0, 0.0, 0
         host_expert_layers = []
-        cpu_layers = 0
         per_stream = max(1, settings.n_stream)
         for il in range(n_layer):
             place = layers[il]
@@ -186,7 +185,6 @@ class MemoryModel:
             layer_kv = kv.per_layer[il] if il < len(kv.per_layer) else 0
             kv_read = layer_kv / per_stream
             if place.device < 0:
-                cpu_layers += 1
                 cpu_w += dense + experts
                 cpu_kv += layer_kv
                 host_read += dense + experts * self.active_share + kv_read
@@ -227,7 +225,7 @@ class MemoryModel:
             host_read += self.output
             host_stream += self.output
         ngl = sum(1 for place in layers if place.device >= 0)
-        cpu_layers += sum(1 for il in host_expert_layers if layers[il].device >= 0)
+        hand_overs = cpu_hand_overs(layers, host_expert_layers)
         overrides = (expert_override(host_expert_layers),) if host_expert_layers else ()
         trial = replace(settings, n_gpu_layers=ngl, cpu_moe_layers=0, override_tensor=overrides)
         largest = max((self.experts[il] for il in host_expert_layers), default=0)
@@ -250,9 +248,19 @@ class MemoryModel:
             host_stream=host_stream,
             settings=trial,
             gpu_layers=sum(1 for place in layers[:n_layer] if place.device >= 0),
-            cpu_layers=cpu_layers,
+            cpu_layers=hand_overs,
             cpu_params=host_read * self.params_per_byte,
         )
+
+
+def cpu_hand_overs(layers: Sequence[LayerPlace], host_expert_layers: Sequence[int]) -> int:
+    """GPU <-> CPU hand-overs of one token: each layer on a GPU whose experts run on the CPU, plus each run of whole
+    layers on the CPU next to layers on a GPU (none when nothing is on a GPU)."""
+    on_gpu = [place.device >= 0 for place in layers]
+    if not any(on_gpu):
+        return 0
+    runs = sum(1 for i, gpu in enumerate(on_gpu) if not gpu and (i == 0 or on_gpu[i - 1]))
+    return runs + sum(1 for il in host_expert_layers if on_gpu[il])
 
 
 def _prefix(values: Sequence[int]) -> list[int]:
