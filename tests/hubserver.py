@@ -346,6 +346,23 @@ class HubFiles:
         return self.repos.get(repo_id)
 
 
+def _blob_entry(entry: RepoFile) -> dict[str, object]:
+    """A sibling of a model info asked with ``blobs=true``: the file's size and blob id, and its LFS pointer's
+    facts for an LFS file (the fields huggingface_hub's ``RepoSibling`` reads)."""
+    item: dict[str, object] = {
+        "rfilename": entry.path,
+        "blobId": hashlib.sha1(entry.path.encode()).hexdigest(),
+        "size": entry.size,
+    }
+    if entry.lfs:
+        item["lfs"] = {
+            "sha256": hashlib.sha256(entry.path.encode()).hexdigest(),
+            "size": entry.size,
+            "pointerSize": 134,
+        }
+    return item
+
+
 class _QuietServer(ThreadingHTTPServer):
     daemon_threads = True
     # socketserver's default backlog of 5 makes concurrent first connections (scans at 16 jobs) wait a 1 s SYN retransmit
@@ -744,6 +761,8 @@ class HubHandler(BaseHTTPRequestHandler):
             info["sha"] = repo.sha
         if "siblings" in wanted:
             info["siblings"] = [{"rfilename": name} for name in sorted(repo.files)]
+        if (query.get("blobs") or [""])[0] == "true":  # huggingface_hub's model_info(files_metadata=True)
+            info["siblings"] = [_blob_entry(repo.files[name]) for name in sorted(repo.files)]
         if "gated" in wanted:
             info["gated"] = "manual" if repo.repo_id in self.hub.gated else False
         if "private" in wanted:

@@ -186,3 +186,50 @@ def test_a_quantized_cache_adds_f16_copies_of_the_largest_layers_views_from_buil
     # before the change (and without a build, the older rules): the scratch was a transient pool allocation
     assert compute(build="9460", ctk="q8_0", ctv="q8_0") == compute(build="9460")
     assert compute(ctk="q8_0", ctv="q8_0") == compute()
+
+
+# ---- pipeline parallelism: scheduler input copies (llamacpp.md#llamacpp-pipeline-parallel) ------------------------
+
+
+def test_pipeline_parallelism_pins_four_copies_of_the_masks_on_every_gpu():
+    """unsloth#7637 (Kimi-K3 UD-IQ1_M at 1M context on 4 GPUs, -sm layer): llama.cpp allocated 4.0 GiB of compute
+    per device, 4 × the f16 KQ mask (1048576 cells × ubatch 512 × 2 B = 1 GiB), because pipeline parallelism keeps
+    GGML_SCHED_MAX_COPIES = 4 copies of every graph input. Kimi-K2 (fixture config, the same MLA attention; Kimi-K3
+    is not in the fixtures) at the same context: 4.37 GiB per device (hfvram before: 1.37 GiB, −69 %), the mask
+    counted once on one GPU and with a tensor override (no pipeline parallelism: the ik_llama.cpp#514 2-GPU log's
+    1080 MiB per device is held by tests/test_engine_llamacpp.py)."""
+    import json
+
+    from hfvram.readers.config import read_config
+
+    config = json.loads((ROOT / "fixtures" / "hub" / "moonshotai" / "Kimi-K2-Instruct" / "config.json").read_text())
+    spec = read_config(config)
+    settings = {"ctx-size": "1048576", "np": "1", "fa": "on"}
+    four = parts_of(spec, parse_gpu_spec("h200x4"), **settings)
+    one = parts_of(spec, parse_gpu_spec("h200"), **settings)
+    mask = 1048576 * 512 * 2
+    assert four.settings.sched_copies == 4 and one.settings.sched_copies == 1
+    assert all(size == pytest.approx(4.0 * 1024 * MiB, rel=0.12) for size in four.gpu_compute)  # 4.37-4.41 GiB
+    assert four.gpu_compute[0] - one.gpu_compute[0] == pytest.approx(3 * mask, rel=0.01)
+    # an override (here: the experts of the first block in RAM) turns pipeline parallelism off
+    overridden = parts_of(spec, parse_gpu_spec("h200x4"), **settings, ncmoe="1")
+    assert overridden.settings.sched_copies == 1
+    assert overridden.gpu_compute[1] == pytest.approx(one.gpu_compute[0], rel=0.01)
+
+
+# ---- other GGUFs on the line (llamacpp.md#llamacpp-extra-models) -------------------------------------------------
+
+
+def test_a_draft_model_and_a_projector_are_named_not_passed_over(qwen3moe):
+    from hfvram.estimate.engine_args import parse_engine_args
+
+    line = "llama-server -m main.gguf -md draft.gguf -mm mmproj-F16.gguf -c 8192"
+    parsed = parse_engine_args(line)
+    assert parsed.settings.get("model-draft") == "draft.gguf" and parsed.settings.get("mmproj") == "mmproj-F16.gguf"
+    result = estimate(
+        qwen3moe, parse_gpu_spec("rtx4090"), EngineChoice("llama.cpp", settings=dict(parsed.settings)), Workload()
+    )
+    assert any(w.startswith("--model-draft draft.gguf: the draft model's weights") for w in result.warnings)
+    assert any(w.startswith("--mmproj mmproj-F16.gguf: the vision projector's") for w in result.warnings)
+    plain = estimate(qwen3moe, parse_gpu_spec("rtx4090"), EngineChoice("llama.cpp", settings={"c": "8192"}), Workload())
+    assert not any("not counted" in w for w in plain.warnings)

@@ -61,9 +61,10 @@ def rows():
 
 def test_the_fit_set_spread_is_the_printed_uncertainty(rows):
     """The [uncertainty] of hfvram/data/speed.toml is the measured / predicted spread over the fit set (published
-    llmfit runs llmfit#755/#773/#778 and ik_llama.cpp#2199's mainline row), rounded to two places."""
+    llmfit runs llmfit#755/#773/#778, ik_llama.cpp#2199's mainline row, smeltcore's RTX 3090 Ti recipe and
+    InventiveHQ's two i7-8700 CPU-only runs), rounded to two places."""
     fit = [row for row in rows if row["set"] == "fit"]
-    assert len(fit) == 5
+    assert len(fit) == 8
     low, high = bench.spread(fit)
     assert round(low, 2) == speed_constants().low and round(high, 2) == speed_constants().high
 
@@ -71,14 +72,14 @@ def test_the_fit_set_spread_is_the_printed_uncertainty(rows):
 def test_the_article_offload_table(rows):
     """Article 003 (German, part 2 of the series), 'Wenn es nicht passt': Qwen3.6-35B-A3B 4-bit on one RTX 4090,
     0 / 8 / 16 / 24 / 48 layers of experts in RAM -> 236.5 / 96.7 / 64.1 / 49.1 / 17.7 tok/s (the check set: never
-    fitted on). Within 25 %: 0 and 8 layers. Recorded gaps (docs/accuracy.md "Expected speed"): 16 and 24 layers
-    come out 28-30 % fast, every expert in RAM 2.5x fast (the article's own marginal cost per layer doubles past 24
-    layers, which no per-layer model reproduces; its CPU and RAM are not stated). The bound was 3-7x off."""
+    fitted on). Within 25 %: 0, 8, 16 and 24 layers (predicted / measured 0.81-1.21). Recorded gap (docs/accuracy.md
+    "Expected speed"): every expert in RAM comes out 2.3x fast (the article's own marginal cost per layer triples
+    past 24 layers, which no per-layer model reproduces; its CPU and RAM are not stated). The bound was 2-7x off."""
     check = {row["id"]: row for row in rows if row["set"] == "check"}
     ratio = {key.rsplit("-", 1)[1]: row["measured"] / row["expected"] for key, row in check.items()}
-    assert 0.8 <= ratio["0"] <= 1.25 and 0.8 <= ratio["8"] <= 1.25
-    assert 0.72 <= ratio["16"] <= 0.8 and 0.72 <= ratio["24"] <= 0.8
-    assert 0.35 <= ratio["48"] <= 0.45
+    for layers in ("0", "8", "16", "24"):
+        assert 0.75 <= 1 / ratio[layers] <= 1.25, layers
+    assert 0.4 <= ratio["48"] <= 0.48
     # the expectation is nearer than the bound on every row
     for row in check.values():
         assert abs(row["measured"] / row["expected"] - 1) < abs(row["measured"] / row["bound"] - 1)
@@ -95,6 +96,8 @@ def test_vllm_cpu_offload_8_gb_slows_decode_by_the_pcie_part():
     document = json.loads(result.stdout)
     validate(document)
     parts = {part["name"]: part["seconds_per_token"] for part in document["speed"]["parts"]}
+    # no published vLLM run sizes the spread: no range, said in words
+    assert document["speed"]["range_tokens_per_second"] is None
     assert parts["pcie"] == pytest.approx(8 * 2**30 / (31.5e9 * speed_constants().pcie_efficiency))
     dense = bench.dense_case()
     assert dense["slowdown"] >= 22

@@ -100,8 +100,9 @@ def threads_of(value: object) -> tuple[int, bool]:
 @dataclass(frozen=True)
 class Work:
     """What one decoded token does, placement by placement: bytes read per GPU with its bandwidth (GB/s, None when
-    unknown), layers on the GPUs, bytes read in RAM with the host bandwidth, parameters computed on the CPU, layers
-    with work on the CPU, bytes crossing PCIe per step with the link's rate."""
+    unknown), layers on the GPUs, bytes read in RAM with the host bandwidth, parameters computed on the CPU, GPU <->
+    CPU hand-overs (a layer on a GPU with its experts on the CPU, or a run of whole layers on the CPU), bytes
+    crossing PCIe per step with the link's rate."""
 
     gpu_reads: Sequence[tuple[float, float | None]]
     gpu_layers: int = 0
@@ -161,7 +162,7 @@ def _cpu_parts(work: Work, consts: SpeedConstants) -> list[SpeedPart]:
         )
         parts.append(SpeedPart("cpu_compute", seconds, basis))
     if work.cpu_layers > 0 and consts.cpu_layer_hop_us > 0:
-        basis = f"{work.cpu_layers} layers x {consts.cpu_layer_hop_us:g} us (GPU <-> CPU hand-over)"
+        basis = f"{work.cpu_layers} hand-overs x {consts.cpu_layer_hop_us:g} us (GPU <-> CPU)"
         parts.append(SpeedPart("cpu_hops", work.cpu_layers * consts.cpu_layer_hop_us * 1e-6, basis))
     return parts
 
@@ -196,14 +197,8 @@ def from_bound(
         parts.append(SpeedPart("pcie", moved / (gbs * 1e9 * consts.pcie_efficiency), basis))
     total = sum(part.seconds for part in parts)
     shown = bound if total_bound is None else total_bound
-    return ExpectedSpeed(1.0 / total, tuple(parts), shown, consts.low, consts.high)
-
-
-def describe(speed: ExpectedSpeed) -> str:
-    """``expected 36.1 tok/s (29-43 over the fit set's spread): gpu_weights 4.1 ms + …``: one line for --explain."""
-    parts = " + ".join(f"{part.name} {part.seconds * 1000:.2f} ms ({part.basis})" for part in speed.parts)
-    rate = speed.decode_tokens_per_second
-    return (
-        f"expected decode {rate:.1f} tokens/s ({rate * speed.low:.1f}-{rate * speed.high:.1f} over the spread of "
-        f"published runs): {parts}"
+    # the fit set holds llama.cpp runs only: an engine replaying CUDA graphs over PCIe has no measured spread
+    fitted = gpu_layers > 0
+    return ExpectedSpeed(
+        1.0 / total, tuple(parts), shown, consts.low if fitted else None, consts.high if fitted else None
     )

@@ -17,7 +17,7 @@ from hfvram.engines.llamacpp.placement import (
     place,
     usable_bytes,
 )
-from hfvram.engines.llamacpp.settings import LlamaCppConstants, Settings
+from hfvram.engines.llamacpp.settings import LlamaCppConstants, Settings, pipeline_copies
 from hfvram.estimate.common import active_weight_bytes, decode_tokens_per_second
 from hfvram.estimate.types import Hardware, PerGpu
 from hfvram.spec import ModelSpec
@@ -51,6 +51,7 @@ def breakdown(
         settings = replace(settings, cuda=False)
     kv = kv_bytes(spec, settings, pad)
     n_gpus = hardware.count if hardware else 1
+    settings = replace(settings, sched_copies=pipeline_copies(settings, n_gpus, spec.num_layers, constants))
     overhead, _ = overhead_bytes(hardware, constants)
     placement = place(spec, settings, kv, n_gpus, free_memory(hardware, overhead))
     computes, rule = [], ""

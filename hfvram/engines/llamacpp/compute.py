@@ -94,12 +94,7 @@ def compute_buffer_bytes(
         layer += extra
     recurrent = recurrent_live_elems(spec, consts)
     if settings.flash_attn:
-        # a quantized cache on CUDA: F16 copies of the largest layer's K / V view sit next to the attention peak
-        scratch = kv_dequant_scratch_bytes(spec, settings, pad) / (4 * ub)
-        attention = layer + consts["mask_fa_on"] * sum(views) + scratch
-        live = max(logits, attention, recurrent)
-        rule = f"FA on: max(logits {logits:.0f}, layer {layer:.0f} + f16 masks {consts['mask_fa_on'] * sum(views):.0f}"
-        rule += f" + F16 dequant scratch {scratch:.0f})" if scratch else ")"
+        live, rule = _fa_on_live(spec, settings, consts, pad, logits, layer, recurrent, views)
     else:
         n_kv = max(views, default=0)
         if settings.cuda:
@@ -109,7 +104,7 @@ def compute_buffer_bytes(
             residue = consts["fa_off_cuda_embd_factor"] * n_embd + consts["fa_off_cuda_q_factor"] * n_q
         else:
             residue = consts["fa_off_embd_factor"] * n_embd
-        scores = n_kv * n_head + consts["mask_fa_off"] * sum(views) + residue + extra
+        scores = n_kv * n_head + consts["mask_fa_off"] * sum(views) * max(1, settings.sched_copies) + residue + extra
         live = max(logits, layer, scores, recurrent)
         rule = f"FA off: max(logits {logits:.0f}, layer {layer:.0f}, KQ {scores:.0f})"
     size = int(4 * ub * live)
@@ -118,6 +113,32 @@ def compute_buffer_bytes(
     if copy > size:
         return copy, copy_rule
     return size, rule
+
+
+def _fa_on_live(
+    spec: ModelSpec,
+    settings: Settings,
+    consts: Mapping[str, float],
+    pad: int,
+    logits: float,
+    layer: float,
+    recurrent: float,
+    views: list[int],
+) -> tuple[float, str]:
+    """f32 elements per ubatch token at the peak with flash attention, and the rule: the f16 masks next to the
+    layer's live set (every scheduler copy pinned with pipeline parallelism, docs/engines/llamacpp.md#llamacpp-pipeline-parallel)
+    and, for a quantized cache on CUDA, F16 copies of the largest layer's K / V views (#llamacpp-kv-dequant-scratch)."""
+    ub = min(settings.n_ctx, settings.n_ubatch)
+    scratch = kv_dequant_scratch_bytes(spec, settings, pad) / (4 * ub)
+    masks = consts["mask_fa_on"] * sum(views)
+    if settings.sched_copies > 1:
+        live = max(logits, layer + scratch, recurrent) + settings.sched_copies * masks
+    else:
+        live = max(logits, layer + masks + scratch, recurrent)
+    rule = f"FA on: max(logits {logits:.0f}, layer {layer:.0f} + f16 masks {masks:.0f}"
+    rule += f" + F16 dequant scratch {scratch:.0f})" if scratch else ")"
+    rule += f", masks × {settings.sched_copies} scheduler copies" if settings.sched_copies > 1 else ""
+    return live, rule
 
 
 def kv_dequant_scratch_bytes(spec: ModelSpec, settings: Settings, pad: int = 256) -> int:

@@ -13,7 +13,13 @@ from hfvram.engines.llamacpp.compute import compute_buffer_bytes, host_compute_b
 from hfvram.engines.llamacpp.kv import KvBytes, kv_bytes
 from hfvram.engines.llamacpp.offload_plan import EXPERT_SHARE_ON_DEVICE, DeviceBudget, LayerPlace, Slot, Speed, Usage
 from hfvram.engines.llamacpp.placement import cuda_row_padding_bytes, device_shares, layer_weight_bytes, place_layers
-from hfvram.engines.llamacpp.settings import LlamaCppConstants, Settings, kv_cells, override_target
+from hfvram.engines.llamacpp.settings import (
+    LlamaCppConstants,
+    Settings,
+    kv_cells,
+    override_target,
+    pipeline_copies,
+)
 from hfvram.estimate.host_memory import HostMemory, pcie_bandwidth_gbs
 from hfvram.estimate.speed import Work, expected_speed
 from hfvram.spec import ModelSpec
@@ -35,6 +41,7 @@ class MemoryModel:
         self.settings = settings
         self.consts = consts
         self.pad = constants.n_ctx_pad
+        self.constants = constants
         self.nd = nd
         self.n_layer = spec.num_layers
         self.dense, self.experts, self.embd, self.output = layer_weight_bytes(spec)
@@ -54,7 +61,7 @@ class MemoryModel:
         for size in self.experts:
             self.p_max.append(max(self.p_max[-1], size))
         self._sparse = _sparse_table(self.experts)
-        self._compute: dict[tuple[int, bool, bool, bool, int], int] = {}
+        self._compute: dict[tuple[int, bool, bool, bool, int, int], int] = {}
         self._host_compute: dict[int, int] = {}
         #: how many compute buffers were computed (a test asserts it does not grow with the device count)
         self.work = 0
@@ -83,14 +90,20 @@ class MemoryModel:
     def compute(self, settings: Settings, with_output: bool, first: bool, output_on_cpu: bool, largest: int) -> int:
         """The compute buffer of one device: it depends on the context, whether the device holds the output, and —
         the first device only (op offload) — whether the output layer and which expert tensors stay in RAM."""
-        key = (settings.n_ctx, with_output, first, output_on_cpu and first, largest if first else 0)
+        ngl = self.n_layer if output_on_cpu else self.n_layer + 1
+        # pipeline parallelism (several devices, all layers offloaded, no expert in RAM): input copies on every
+        # device (docs/engines/llamacpp.md#llamacpp-pipeline-parallel)
+        placed = replace(settings, n_gpu_layers=ngl, cpu_moe_layers=int(largest > 0), override_tensor=())
+        copies = pipeline_copies(placed, self.nd, self.n_layer, self.constants)
+        key = (settings.n_ctx, with_output, first, output_on_cpu and first, largest if first else 0, copies)
         if key not in self._compute:
             self.work += 1
             # the same buffer llama.cpp computes for any placement with this output / largest CPU expert: the
             # first layers up to the one holding ``largest`` keep their experts in RAM (--n-cpu-moe k)
             k = bisect.bisect_left(self.p_max, largest) if largest > 0 else 0
-            ngl = self.n_layer if output_on_cpu else self.n_layer + 1
-            trial = replace(settings, n_gpu_layers=ngl, cpu_moe_layers=min(k, self.n_layer), override_tensor=())
+            trial = replace(
+                settings, n_gpu_layers=ngl, cpu_moe_layers=min(k, self.n_layer), override_tensor=(), sched_copies=copies
+            )
             size, _ = compute_buffer_bytes(
                 self.spec, trial, self.consts, with_output=with_output, pad=self.pad, first_device=first
             )
@@ -165,7 +178,6 @@ class MemoryModel:
         has_layers = [False] * nd
         cpu_w, cpu_kv, host_read, host_stream = self.embd, 0, 0.0, 0
         host_expert_layers = []
-        cpu_layers = 0
         per_stream = max(1, settings.n_stream)
         for il in range(n_layer):
             place = layers[il]
@@ -173,7 +185,6 @@ class MemoryModel:
             layer_kv = kv.per_layer[il] if il < len(kv.per_layer) else 0
             kv_read = layer_kv / per_stream
             if place.device < 0:
-                cpu_layers += 1
                 cpu_w += dense + experts
                 cpu_kv += layer_kv
                 host_read += dense + experts * self.active_share + kv_read
@@ -214,7 +225,7 @@ class MemoryModel:
             host_read += self.output
             host_stream += self.output
         ngl = sum(1 for place in layers if place.device >= 0)
-        cpu_layers += sum(1 for il in host_expert_layers if layers[il].device >= 0)
+        hand_overs = cpu_hand_overs(layers, host_expert_layers)
         overrides = (expert_override(host_expert_layers),) if host_expert_layers else ()
         trial = replace(settings, n_gpu_layers=ngl, cpu_moe_layers=0, override_tensor=overrides)
         largest = max((self.experts[il] for il in host_expert_layers), default=0)
@@ -237,9 +248,19 @@ class MemoryModel:
             host_stream=host_stream,
             settings=trial,
             gpu_layers=sum(1 for place in layers[:n_layer] if place.device >= 0),
-            cpu_layers=cpu_layers,
+            cpu_layers=hand_overs,
             cpu_params=host_read * self.params_per_byte,
         )
+
+
+def cpu_hand_overs(layers: Sequence[LayerPlace], host_expert_layers: Sequence[int]) -> int:
+    """GPU <-> CPU hand-overs of one token: each layer on a GPU whose experts run on the CPU, plus each run of whole
+    layers on the CPU next to layers on a GPU (none when nothing is on a GPU)."""
+    on_gpu = [place.device >= 0 for place in layers]
+    if not any(on_gpu):
+        return 0
+    runs = sum(1 for i, gpu in enumerate(on_gpu) if not gpu and (i == 0 or on_gpu[i - 1]))
+    return runs + sum(1 for il in host_expert_layers if on_gpu[il])
 
 
 def _prefix(values: Sequence[int]) -> list[int]:

@@ -13,10 +13,22 @@ from hfvram.engines.llamacpp.placement import (
     overhead_bytes,
     place_layers,
 )
-from hfvram.engines.llamacpp.settings import LlamaCppConstants
+from hfvram.engines.llamacpp.settings import LlamaCppConstants, Settings
 from hfvram.estimate.common import GiB, MiB
 from hfvram.estimate.types import Hardware, PerGpu
 from hfvram.spec import WINDOWED_KINDS, ModelSpec
+
+
+def extra_model_warnings(settings: Settings) -> list[str]:
+    """The other GGUFs the line loads, whose buffers the estimate does not count (only the main file is read):
+    docs/engines/llamacpp.md#llamacpp-extra-models."""
+    what = {
+        "model-draft": "the draft model's weights, KV cache and compute buffer (a second context, placed by -ngld / "
+        "-devd like the main model) are not counted",
+        "mmproj": "the vision projector's weights and compute buffer (on the main GPU; in RAM with "
+        "--no-mmproj-offload) are not counted",
+    }
+    return [f"--{flag} {name}: {what[flag]}; check that file's size too" for flag, name in settings.extra_models]
 
 
 def narrate_warnings(
@@ -30,6 +42,7 @@ def narrate_warnings(
             "not a GGUF: weights counted as if converted to GGUF at the checkpoint's own dtype; a quantized GGUF "
             "(Q4_K_M ≈ 4.9 bits per weight) is much smaller"
         )
+    warnings.extend(extra_model_warnings(settings))
     token_embd = spec.weights.bytes_by_component.get("embeddings", 0) if spec.weights else 0
     if placement.cpu_weights > token_embd or placement.cpu_kv:
         host = placement.cpu_weights + placement.cpu_kv + parts.output_buffer
@@ -48,9 +61,10 @@ def narrate_warnings(
             f"would first lower ctx-size (not below {constants.fit_ctx_min}, only when ctx-size is not set) and then "
             "move layers / experts to the CPU"
         )
-    if hardware is not None and hardware.count > 1 and settings.split_mode == "layer":
+    if settings.sched_copies > 1:
         warnings.append(
-            "multi-GPU layer split: pipeline parallelism keeps up to 4 copies of split inputs in each compute buffer (not modelled)"
+            f"multi-GPU layer split: pipeline parallelism keeps {settings.sched_copies} copies of the attention masks "
+            "in every GPU's compute buffer (counted)"
         )
     if hardware is not None and hardware.mixed:
         warnings.append(mixed_split_note(spec, hardware, parts))

@@ -84,8 +84,8 @@ class Usage:
     host_stream: int
     #: the same settings with the placement applied (n_gpu_layers, overrides)
     settings: Settings
-    #: layers computed on a GPU; layers with work on the CPU (whole or their experts); parameters the CPU computes
-    #: per token (for the expected speed, hfvram.estimate.speed)
+    #: layers computed on a GPU; GPU <-> CPU hand-overs per token (memory_model.cpu_hand_overs); parameters the CPU
+    #: computes per token (for the expected speed, hfvram.estimate.speed)
     gpu_layers: int = 0
     cpu_layers: int = 0
     cpu_params: float = 0.0

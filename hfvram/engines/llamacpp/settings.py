@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from hfvram.engines.contract import Constants
 from hfvram.errors import UsageError
@@ -62,6 +63,7 @@ class LlamaCppConstants(Constants):
     server_outputs_cap_build: int
     server_auto_parallel: int
     kv_dequant_scratch_build: int
+    sched_max_copies: int
     n_ctx_pad: int
     fit: bool
     fit_target_mib: int
@@ -116,6 +118,12 @@ class Settings:
     #: CUDA flash attention reserves F16 copies of a quantized K / V view in its output (builds from
     #: kv_dequant_scratch_build on; docs/engines/llamacpp.md#llamacpp-kv-dequant-scratch)
     kv_dequant_scratch: bool = False
+    #: scheduler copies of every graph input (GGML_SCHED_MAX_COPIES with pipeline parallelism, else 1): set per
+    #: hardware by ``pipeline_copies`` (docs/engines/llamacpp.md#llamacpp-pipeline-parallel)
+    sched_copies: int = 1
+    #: other GGUFs the line loads (``-md`` draft model, ``--mmproj`` projector): their buffers are not counted, a
+    #: warning names them (docs/engines/llamacpp.md#llamacpp-extra-models)
+    extra_models: tuple[tuple[str, str], ...] = ()
     #: the GPU backend pads quantized rows (CUDA / ROCm); False for Metal and the CPU-only truth runs
     cuda: bool = True
     #: row length the CUDA buffer type pads quantized matrices to (llama.cpp.toml matrix_row_padding)
@@ -162,6 +170,9 @@ def kv_cells(n_ctx: int, n_seq_max: int, kv_unified: bool, pad: int = 256) -> tu
     n_ctx_seq = pad_cells(n_ctx // n_seq_max, pad)
     return n_ctx_seq * n_seq_max, n_ctx_seq, n_seq_max
 
+
+#: the short spellings of the flags naming another GGUF (llamacpp.md#llamacpp-extra-models)
+EXTRA_ALIASES = {"model-draft": "md", "mmproj": "mm"}
 
 #: settings that make llama.cpp's --fit give up ("already set by user, abort") and load as asked
 USER_PLACEMENT = (
@@ -290,13 +301,44 @@ def resolve_settings(
         n_rs_seq=constants.n_rs_seq,
         notes=tuple(notes),
         matrix_row_padding=constants.matrix_row_padding,
-        main_gpu=max(0, setting_int(choice, "main-gpu", "mg", default=0) or 0),
-        # -ts counts only on several GPUs (fit_keeps_margin reads it from tensor_split)
-        user_placement=any(setting(choice, name) for name in USER_PLACEMENT if name not in ("tensor-split", "ts")),
-        ctx_auto=workload.context is None and not setting(choice, "ctx-size", "c", "n-ctx", "num-ctx"),
-        kv_dequant_scratch=(resolved_build(choice) or 0) >= constants.kv_dequant_scratch_build,
         threads=setting(choice, "threads"),
+        **placement_flags(choice, workload, constants),
     )
+
+
+def placement_flags(choice: EngineChoice, workload: Workload, constants: LlamaCppConstants) -> dict[str, Any]:
+    """The Settings fields of docs/engines/llamacpp.md#llamacpp-split-modes, #llamacpp-user-placement,
+    #llamacpp-kv-dequant-scratch and #llamacpp-extra-models."""
+    return {
+        "main_gpu": max(0, setting_int(choice, "main-gpu", "mg", default=0) or 0),
+        # -ts counts only on several GPUs (fit_keeps_margin reads it from tensor_split)
+        "user_placement": any(setting(choice, name) for name in USER_PLACEMENT if name not in ("tensor-split", "ts")),
+        "ctx_auto": workload.context is None and not setting(choice, "ctx-size", "c", "n-ctx", "num-ctx"),
+        "kv_dequant_scratch": (resolved_build(choice) or 0) >= constants.kv_dequant_scratch_build,
+        "extra_models": extra_models(choice),
+    }
+
+
+def pipeline_copies(settings: Settings, n_devices: int, n_layer: int, constants: LlamaCppConstants) -> int:
+    """Scheduler input copies (docs/engines/llamacpp.md#llamacpp-pipeline-parallel): llama_context enables pipeline
+    parallelism — ``n_copies = GGML_SCHED_MAX_COPIES`` — when the model spans several devices, every layer and the
+    output are offloaded, the split is by layer, the KV cache is offloaded and no tensor is overridden
+    (``-ot``, ``--cpu-moe`` / ``--n-cpu-moe``); otherwise 1."""
+    parallel = (
+        n_devices > 1
+        and settings.n_gpu_layers > n_layer
+        and settings.split_mode == "layer"
+        and settings.kv_offload
+        and not settings.override_tensor
+        and settings.cpu_moe_layers == 0
+    )
+    return constants.sched_max_copies if parallel else 1
+
+
+def extra_models(choice: EngineChoice) -> tuple[tuple[str, str], ...]:
+    """(flag, file) for each other GGUF the line loads (``-md``, ``--mmproj``), the name capped at 200 characters."""
+    named = ((flag, setting(choice, flag, EXTRA_ALIASES[flag])) for flag in ("model-draft", "mmproj"))
+    return tuple((flag, value[:200]) for flag, value in named if value)
 
 
 def resolved_build(choice: EngineChoice) -> int | None:
