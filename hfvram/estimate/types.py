@@ -129,6 +129,22 @@ class DraftModel:
 
 
 @dataclass(frozen=True)
+class ProjectorFile:
+    """The multimodal projector GGUF a llama.cpp line names (``--mmproj FILE``), read by the pipeline from its
+    header only: the bytes of its tensors, or why it could not be read (docs/engines/llamacpp.md#llamacpp-extra-models)."""
+
+    #: the file as the line names it, capped
+    name: str
+    #: the sum of its tensors' bytes (ggml_nbytes of each tensor info); None when not read
+    weight_bytes: int | None = None
+    tensors: int = 0
+    #: its ``general.architecture`` (``clip`` for llama.cpp's converter), capped
+    arch: str | None = None
+    #: why it could not be read (one line), None when it was
+    error: str | None = None
+
+
+@dataclass(frozen=True)
 class EngineChoice:
     """What the user asked for: engine name, optional release, settings under the engine's own names."""
 
@@ -140,6 +156,8 @@ class EngineChoice:
     gpu_util: float | None = None
     #: the draft checkpoint the settings name, as read by the pipeline (None: none named, or not read)
     draft: DraftModel | None = None
+    #: the ``--mmproj`` projector file of a llama.cpp line, as read by the pipeline (None: none named)
+    projector: ProjectorFile | None = None
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,7 @@ def breakdown(
     n_gpus = hardware.count if hardware else 1
     settings = replace(settings, sched_copies=pipeline_copies(settings, n_gpus, spec.num_layers, constants))
     overhead, _ = overhead_bytes(hardware, constants)
-    placement = place(spec, settings, kv, n_gpus, free_memory(hardware, overhead))
+    placement = with_projector(place(spec, settings, kv, n_gpus, free_memory(hardware, overhead)), settings)
     computes, rule = [], ""
     # the buffer depends only on (holds the output, is the first device): computed once per kind, not per device
     by_kind: dict[tuple[bool, bool], tuple[int, str]] = {}
@@ -91,6 +91,18 @@ def breakdown(
         worst,
         host_compute,
     )
+
+
+def with_projector(placement: Placement, settings: Settings) -> Placement:
+    """The ``--mmproj`` projector's tensors added where llama.cpp's clip code loads them: the first GPU backend
+    (``ggml_backend_init_by_type(GPU)``, device 0 whatever ``-mg`` says), or RAM with ``--no-mmproj-offload``
+    (docs/engines/llamacpp.md#llamacpp-extra-models)."""
+    if not settings.projector_bytes:
+        return placement
+    if not settings.projector_on_gpu or not placement.gpu_weights:
+        return replace(placement, cpu_weights=placement.cpu_weights + settings.projector_bytes)
+    first = placement.gpu_weights[0] + settings.projector_bytes
+    return replace(placement, gpu_weights=(first, *placement.gpu_weights[1:]))
 
 
 def per_gpu_of(parts: Breakdown, hardware: Hardware | None) -> PerGpu:

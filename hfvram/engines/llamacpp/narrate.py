@@ -31,6 +31,29 @@ def extra_model_warnings(settings: Settings) -> list[str]:
     return [f"--{flag} {name}: {what[flag]}; check that file's size too" for flag, name in settings.extra_models]
 
 
+def projector_line(settings: Settings, dev: int) -> str:
+    """The ``--mmproj`` projector's share of the weights line (docs/engines/llamacpp.md#llamacpp-extra-models)."""
+    if not settings.projector_bytes:
+        return ""
+    where = (
+        "this GPU" if settings.projector_on_gpu and dev == 0 else "GPU 0" if settings.projector_on_gpu else "the CPU"
+    )
+    return f"; vision projector {settings.projector_file} {settings.projector_bytes / MiB:.2f} MiB on {where}"
+
+
+def projector_warnings(settings: Settings) -> list[str]:
+    """What of the ``--mmproj`` projector is counted and what is not: its compute buffer is reserved by building
+    the vision graph for a warm-up image (clip's ``alloc_compute_meta``), which a header does not size."""
+    if not settings.projector_bytes:
+        return []
+    where = "the first GPU" if settings.projector_on_gpu else "RAM (--no-mmproj-offload)"
+    return [
+        f"--mmproj {settings.projector_file}: its weights ({settings.projector_bytes / MiB:.2f} MiB) are counted on "
+        f"{where}; its compute buffer is not (clip reserves it by building the vision graph of a warm-up image, which the "
+        "header does not size: read the 'alloc_compute_meta: … compute buffer size' line llama-server prints for it)"
+    ]
+
+
 def narrate_warnings(
     spec: ModelSpec, hardware: Hardware | None, parts: Breakdown, per_gpu: PerGpu, constants: LlamaCppConstants
 ) -> list[str]:
@@ -43,6 +66,7 @@ def narrate_warnings(
             "(Q4_K_M ≈ 4.9 bits per weight) is much smaller"
         )
     warnings.extend(extra_model_warnings(settings))
+    warnings.extend(projector_warnings(settings))
     token_embd = spec.weights.bytes_by_component.get("embeddings", 0) if spec.weights else 0
     if placement.cpu_weights > token_embd or placement.cpu_kv:
         host = placement.cpu_weights + placement.cpu_kv + parts.output_buffer
@@ -119,6 +143,7 @@ def explain_lines(
         "weights": (
             f"GGUF tensor bytes of the {placement.gpu_layers[dev]} layers on this GPU (of {spec.num_layers}+1 incl. output); "
             f"token_embd {embd / MiB:.0f} MiB stays on the CPU; CPU holds {placement.cpu_weights / GiB:.2f} GiB"
+            + projector_line(settings, dev)
         ),
         "kv_cache": (
             f"{settings.n_stream} stream(s) × {settings.n_ctx_seq} cells (ctx-size {settings.n_ctx}, padded to "

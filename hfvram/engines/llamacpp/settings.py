@@ -124,6 +124,11 @@ class Settings:
     #: other GGUFs the line loads (``-md`` draft model, ``--mmproj`` projector): their buffers are not counted, a
     #: warning names them (docs/engines/llamacpp.md#llamacpp-extra-models)
     extra_models: tuple[tuple[str, str], ...] = ()
+    #: the ``--mmproj`` projector read from its header: the file, its tensor bytes (0: none read) and whether they
+    #: sit on the first GPU (False with ``--no-mmproj-offload``: in RAM) (docs/engines/llamacpp.md#llamacpp-extra-models)
+    projector_file: str | None = None
+    projector_bytes: int = 0
+    projector_on_gpu: bool = True
     #: the GPU backend pads quantized rows (CUDA / ROCm); False for Metal and the CPU-only truth runs
     cuda: bool = True
     #: row length the CUDA buffer type pads quantized matrices to (llama.cpp.toml matrix_row_padding)
@@ -154,6 +159,18 @@ class Settings:
             "kv-offload": self.kv_offload,
             "fit": self.fit,
             "fit-target-mib": self.fit_target_bytes // MiB,
+            "mmproj": self.projector_dict(),
+        }
+
+    def projector_dict(self) -> dict[str, object] | None:
+        """The ``--mmproj`` projector counted (docs/engines/llamacpp.md#llamacpp-extra-models); None when none was read."""
+        if self.projector_file is None:
+            return None
+        return {
+            "file": self.projector_file,
+            "weights_bytes": self.projector_bytes,
+            "device": "gpu0" if self.projector_on_gpu else "cpu",
+            "compute_buffer_bytes": None,
         }
 
 
@@ -316,6 +333,20 @@ def placement_flags(choice: EngineChoice, workload: Workload, constants: LlamaCp
         "ctx_auto": workload.context is None and not setting(choice, "ctx-size", "c", "n-ctx", "num-ctx"),
         "kv_dequant_scratch": (resolved_build(choice) or 0) >= constants.kv_dequant_scratch_build,
         "extra_models": extra_models(choice),
+        **projector_flags(choice),
+    }
+
+
+def projector_flags(choice: EngineChoice) -> dict[str, Any]:
+    """The ``--mmproj`` file the pipeline read (docs/engines/llamacpp.md#llamacpp-extra-models): llama.cpp's clip code
+    loads its tensors on the first GPU backend, on the CPU with ``--no-mmproj-offload``."""
+    projector = choice.projector
+    if projector is None or projector.weight_bytes is None:
+        return {}
+    return {
+        "projector_file": projector.name,
+        "projector_bytes": projector.weight_bytes,
+        "projector_on_gpu": not setting_bool(choice, "no-mmproj-offload"),
     }
 
 
@@ -337,8 +368,9 @@ def pipeline_copies(settings: Settings, n_devices: int, n_layer: int, constants:
 
 def extra_models(choice: EngineChoice) -> tuple[tuple[str, str], ...]:
     """(flag, file) for each other GGUF the line loads (``-md``, ``--mmproj``), the name capped at 200 characters."""
+    read = choice.projector is not None and choice.projector.weight_bytes is not None
     named = ((flag, setting(choice, flag, EXTRA_ALIASES[flag])) for flag in ("model-draft", "mmproj"))
-    return tuple((flag, value[:200]) for flag, value in named if value)
+    return tuple((flag, value[:200]) for flag, value in named if value and not (flag == "mmproj" and read))
 
 
 def resolved_build(choice: EngineChoice) -> int | None:
