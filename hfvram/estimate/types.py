@@ -198,8 +198,9 @@ class ExpectedSpeed:
     decode_tokens_per_second: float
     parts: tuple[SpeedPart, ...]
     decode_bound: float | None
-    low: float
-    high: float
+    #: None: no published run sizes the spread (vLLM / SGLang --cpu-offload-gb, whose PCIe efficiency is assumed)
+    low: float | None
+    high: float | None
     prefill_tokens_per_second: float | None = None
     prefill_basis: str | None = None
 

@@ -192,7 +192,9 @@ def speed_dict(speed: ExpectedSpeed) -> dict[str, Any]:
     rate = speed.decode_tokens_per_second
     return {
         "expected_decode_tokens_per_second": rate,
-        "range_tokens_per_second": [rate * speed.low, rate * speed.high],
+        "range_tokens_per_second": None
+        if speed.low is None or speed.high is None
+        else [rate * speed.low, rate * speed.high],
         "decode_bound_tokens_per_second": speed.decode_bound,
         "seconds_per_token": speed.seconds_per_token,
         "parts": [{"name": p.name, "seconds_per_token": p.seconds, "basis": p.basis} for p in speed.parts],

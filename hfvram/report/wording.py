@@ -88,10 +88,11 @@ def expected_speed_words(report: Mapping[str, Any]) -> str | None:
     rate = speed.get("expected_decode_tokens_per_second")
     if not isinstance(rate, (int, float)):
         return None
-    low, high = speed.get("range_tokens_per_second") or (rate, rate)
+    spread = speed.get("range_tokens_per_second")
     bound = speed.get("decode_bound_tokens_per_second")
     tail = f"; ≤ {bound:,.1f} bandwidth bound" if isinstance(bound, (int, float)) else ""
-    return f"≈ {rate:,.1f} tokens/s per sequence expected ({low:,.1f}-{high:,.1f} over published runs){tail}"
+    around = f"{spread[0]:,.1f}-{spread[1]:,.1f} over published runs" if spread else "no published run sizes its spread"
+    return f"≈ {rate:,.1f} tokens/s per sequence expected ({around}){tail}"
 
 
 def expected_speed_parts(report: Mapping[str, Any]) -> list[str]:

@@ -398,8 +398,12 @@ def _quote(text: str) -> str:
 
 def command_line(plan: OffloadPlan, settings: Settings, model_path: str) -> str:
     """The llama-server command that loads this placement without --fit (explicit -ngl / -ot / -ts)."""
-    flag, _, name = model_path.partition(" ") if model_path.startswith("-hf ") else ("-m", "", model_path)
-    parts = ["llama-server", flag, _quote(name), "-c", str(plan.n_ctx), "-ngl", str(plan.n_gpu_layers)]
+    if model_path.startswith("-hf "):  # "-hf REPO -hff FILE": each word quoted on its own
+        repo, _, file = model_path[len("-hf ") :].partition(" -hff ")
+        model = ["-hf", _quote(repo)] + (["-hff", _quote(file)] if file else [])
+    else:
+        model = ["-m", _quote(model_path)]
+    parts = ["llama-server", *model, "-c", str(plan.n_ctx), "-ngl", str(plan.n_gpu_layers)]
     if plan.tensor_split:
         parts += ["-ts", ",".join(str(n) for n in plan.tensor_split)]
     for pattern, buft in plan.overrides:
