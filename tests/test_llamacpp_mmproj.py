@@ -66,7 +66,7 @@ def test_no_mmproj_offload_books_the_projector_in_ram():
     in_ram = check(f"--mmproj {PROJECTOR}", "--no-mmproj-offload")
     assert in_ram["per_gpu"] == base["per_gpu"]
     assert in_ram["engine"]["mmproj"]["device"] == "cpu"
-    assert "are counted on RAM (--no-mmproj-offload)" in "\n".join(in_ram["warnings"])
+    assert "are counted in RAM (--no-mmproj-offload)" in "\n".join(in_ram["warnings"])
 
 
 def test_explain_names_the_projector():

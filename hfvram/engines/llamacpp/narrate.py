@@ -46,9 +46,9 @@ def projector_warnings(settings: Settings) -> list[str]:
     the vision graph for a warm-up image (clip's ``alloc_compute_meta``), which a header does not size."""
     if not settings.projector_bytes:
         return []
-    where = "the first GPU" if settings.projector_on_gpu else "RAM (--no-mmproj-offload)"
+    where = "on the first GPU" if settings.projector_on_gpu else "in RAM (--no-mmproj-offload)"
     return [
-        f"--mmproj {settings.projector_file}: its weights ({settings.projector_bytes / MiB:.2f} MiB) are counted on "
+        f"--mmproj {settings.projector_file}: its weights ({settings.projector_bytes / MiB:.2f} MiB) are counted "
         f"{where}; its compute buffer is not (clip reserves it by building the vision graph of a warm-up image, which the "
         "header does not size: read the 'alloc_compute_meta: … compute buffer size' line llama-server prints for it)"
     ]
