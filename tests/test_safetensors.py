@@ -143,6 +143,28 @@ def test_malformed_tables_name_the_field(raw, field):
     assert info.value.field == field
 
 
+ENTRY = '{"shape": [1], "dtype": "F32", "data_offsets": [0, 4]}'
+AS_READ = str(json.loads(ENTRY))  # (an error quotes a bad value as Python prints the parsed value)
+
+
+@pytest.mark.parametrize(
+    "raw, field, said",
+    [
+        (ENTRY, "shape", "tensor entry is not an object"),  # the whole header is one entry: "shape" is a tensor
+        ('{"a": {"dtype": "F32", "shape": ' + ENTRY + ', "data_offsets": [0, 4]}}', "a.shape", f"got {AS_READ}"),
+        ('{"a": {"dtype": [' + ENTRY + '], "shape": [1], "data_offsets": [0, 4]}}', "a.dtype", f"[{AS_READ}"[:40]),
+        ('{"__metadata__": ' + ENTRY + "}", "__metadata__", "must map strings to strings"),
+        ('{"__metadata__": {"k": ' + ENTRY + "}}", "__metadata__", "must map strings to strings"),
+    ],
+)
+def test_an_entry_where_no_tensor_entry_belongs_is_refused_as_before(raw, field, said):
+    """Valid tensor entries are checked while the JSON is parsed (a 262,144-tensor header's per-entry dicts cost
+    ~110 MB): one found anywhere else is refused as before, and quoted as the parsed value reads."""
+    with pytest.raises(MalformedFileError) as info:
+        parse_header(raw.encode(), filename="bad.safetensors")
+    assert info.value.field == field and said in str(info.value), str(info.value)
+
+
 def test_padding_spaces_after_json_are_accepted():
     raw = json.dumps(table(("w", "F16", [2, 3]))).encode() + b"    "
     assert parse_header(raw, filename="p")["w"].nbytes == 12

@@ -28,7 +28,10 @@ __all__ = [
     "SafetensorsHeader",
     "TensorInfo",
     "file_reader",
+    "header_from_json",
+    "header_json",
     "header_length",
+    "header_text",
     "merge_shards",
     "params_active",
     "parse_header",
@@ -88,8 +91,53 @@ def header_length(first8: bytes, *, filename: str, available: int | None = None)
     return length
 
 
+class _Entry(tuple):
+    """A tensor entry already checked while the JSON was parsed: ``(dtype, shape, nbytes, offsets, keys)``, the
+    tuples :class:`TensorInfo` keeps (a 262,144-tensor header's per-entry dicts and lists cost ~110 MB more). It
+    prints as the dict it was (``keys``: their order), so an error that quotes one reads as before."""
+
+    __slots__ = ()
+
+    def as_dict(self) -> dict[str, object]:
+        values = {"dtype": self[0], "shape": list(self[1]), "data_offsets": list(self[3])}
+        return {key: values[key] for key in self[4]}
+
+    def __repr__(self) -> str:
+        return repr(self.as_dict())
+
+    __str__ = __repr__
+
+
+#: the six orders of an entry's keys, shared by every entry
+_KEY_ORDERS: dict[tuple[str, ...], tuple[str, ...]] = {}
+
+
+def _checked_entry(pairs: list[tuple[str, object]]) -> _Entry | None:
+    """``pairs`` as an :class:`_Entry` when they are a valid tensor entry (the checks of :func:`_tensor_info`, which
+    reports whatever fails them with the tensor's name); None for anything else."""
+    keys = (pairs[0][0], pairs[1][0], pairs[2][0])
+    if frozenset(keys) != _ENTRY_KEYS:
+        return None
+    entry = dict(pairs)
+    dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
+    bits = dtype_bits(dtype) if type(dtype) is str else None
+    if bits is None or type(shape) is not list or type(offsets) is not list or len(offsets) != 2:
+        return None
+    if not all(type(v) is int for v in shape) or type(offsets[0]) is not int or type(offsets[1]) is not int:
+        return None
+    if len(shape) > MAX_RANK or (shape and min(shape) < 0) or offsets[0] < 0 or offsets[1] < offsets[0]:
+        return None
+    elements = math.prod(shape)
+    nbytes = (elements * bits + 7) // 8
+    if elements * bits > MAX_TENSOR_BYTES * 8 or offsets[1] - offsets[0] != nbytes:
+        return None
+    return _Entry((dtype, tuple(shape), nbytes, (offsets[0], offsets[1]), _KEY_ORDERS.setdefault(keys, keys)))
+
+
 def _no_duplicates(filename: str):
-    def hook(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    def hook(pairs: list[tuple[str, object]]) -> dict[str, object] | _Entry:
+        if len(pairs) == 3 and (entry := _checked_entry(pairs)) is not None:
+            return entry
         result = dict(pairs)  # (in C: a header's 262,144 tensors cost a Python loop 3 s)
         if len(result) != len(pairs):
             seen: set[str] = set()
@@ -100,11 +148,33 @@ def _no_duplicates(filename: str):
     return hook
 
 
-def _decode_json(raw_json: bytes, filename: str) -> dict:
+def header_text(raw_json: bytes | bytearray | memoryview | str, filename: str) -> str:
+    """A header's JSON text: its tensor count checked against the bound before anything is built (each tensor costs
+    ~0.5 KB parsed: 1M tensors would be 0.5 GB), then decoded. The caller can drop the bytes once it has the text
+    (a 95 MB header held twice, as bytes and as text, while it is parsed: 90 MB of the peak)."""
+    counted = bytes(raw_json) if isinstance(raw_json, memoryview) else raw_json
+    if isinstance(counted, str):
+        tensors_stated = counted.count('"data_offsets"')
+    else:
+        tensors_stated = counted.count(b'"data_offsets"')
+    limit = bound("safetensors", "maximum_tensors_per_file")
+    if tensors_stated > limit:
+        raise MalformedFileError(
+            f"header lists {tensors_stated} tensors, more than any checkpoint file holds ({limit})",
+            file=filename,
+            field="header",
+        )
+    if isinstance(counted, str):
+        return counted
     try:
-        text = bytes(raw_json).decode("utf-8")
+        return counted.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise MalformedFileError(f"header is not UTF-8 (byte {exc.start})", file=filename, field="header") from None
+
+
+def header_json(text: str, filename: str) -> dict:
+    """The parsed header of :func:`header_text`'s text: every key once, valid tensor entries already checked
+    (:class:`_Entry`), for :func:`header_from_json`."""
     try:
         parsed = json.loads(
             text, object_pairs_hook=_no_duplicates(filename), parse_constant=lambda c: _bad_constant(c, filename)
@@ -115,6 +185,8 @@ def _decode_json(raw_json: bytes, filename: str) -> dict:
         raise MalformedFileError("header JSON nested too deeply", file=filename, field="header") from None
     except ValueError as exc:  # JSONDecodeError and int-digit limits
         raise MalformedFileError(f"header is not valid JSON ({exc})", file=filename, field="header") from None
+    if type(parsed) is _Entry:  # the whole header is one tensor's entry: its first key names a tensor
+        raise MalformedFileError("tensor entry is not an object", file=filename, field=parsed[4][0])
     if not isinstance(parsed, dict):
         raise MalformedFileError("header is not a JSON object", file=filename, field="header")
     return parsed
@@ -217,25 +289,25 @@ def tensors_from_table(rows: object, *, filename: str) -> dict[str, TensorInfo]:
     return tensors
 
 
-def parse_header_full(raw_json: bytes, *, filename: str, length: int | None = None) -> SafetensorsHeader:
-    # count the tensors before building any: each costs ~1.7 KB and ~27 µs parsed (1M tensors: 1.7 GB, 27 s)
-    tensors_stated = bytes(raw_json).count(b'"data_offsets"')
-    limit = bound("safetensors", "maximum_tensors_per_file")
-    if tensors_stated > limit:
-        raise MalformedFileError(
-            f"header lists {tensors_stated} tensors, more than any checkpoint file holds ({limit})",
-            file=filename,
-            field="header",
-        )
-    parsed = _decode_json(raw_json, filename)
+def header_from_json(parsed: dict, *, filename: str, length: int) -> SafetensorsHeader:
+    """The header of :func:`header_json`'s result, which it empties as it goes (its entries are not needed twice)."""
     metadata = parsed.pop("__metadata__", {})
     if not isinstance(metadata, dict) or any(not isinstance(v, str) for v in metadata.values()):
         raise MalformedFileError("__metadata__ must map strings to strings", file=filename, field="__metadata__")
-    tensors = {name: _tensor_info(name, entry, filename) for name, entry in parsed.items()}
+    tensors = {
+        name: TensorInfo(name, entry[0], entry[1], entry[2], entry[3])
+        if type(entry) is _Entry
+        else _tensor_info(name, entry, filename)
+        for name, entry in parsed.items()
+    }
+    parsed.clear()
     _check_contiguous(tensors.values(), filename)
-    return SafetensorsHeader(
-        tensors=tensors, metadata=metadata, header_length=length if length is not None else len(raw_json)
-    )
+    return SafetensorsHeader(tensors=tensors, metadata=metadata, header_length=length)
+
+
+def parse_header_full(raw_json: bytes, *, filename: str, length: int | None = None) -> SafetensorsHeader:
+    parsed = header_json(header_text(raw_json, filename), filename)
+    return header_from_json(parsed, filename=filename, length=length if length is not None else len(raw_json))
 
 
 def parse_header(raw_json: bytes, *, filename: str) -> dict[str, TensorInfo]:

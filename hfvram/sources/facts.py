@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from hfvram.errors import MalformedFileError
 from hfvram.memo import IdentityCache, ValueCache
@@ -198,14 +198,15 @@ def derived_or_none(spec: ModelSpec, config: Mapping[str, object] | None = None)
     return weights if weights is not None and weights.total_bytes > 0 else None
 
 
-def header_facts(raw: bytes, *, filename: str, data_bytes: int | None) -> dict[str, object]:
+def header_facts(parsed: dict, *, filename: str, length: int, data_bytes: int | None) -> dict[str, object]:
     """A safetensors header's facts as the facts cache keeps them: its tensor table (``header_table``: names,
     dtypes, shapes, offsets; never the header's text, whose ``__metadata__`` and padding no reader needs) and the
     bytes after the header (``data_bytes``, from the file's real size where the Hub states it: tensors running
-    past it are a read error here, before anything is cached)."""
-    from hfvram.readers.safetensors import check_data_end, header_table, parse_header
+    past it are a read error here, before anything is cached). ``parsed``: the header's ``header_json``, emptied
+    here (the caller has dropped the header's bytes and text: a 95 MB header is never held twice)."""
+    from hfvram.readers.safetensors import check_data_end, header_from_json, header_table
 
-    tensors = parse_header(raw, filename=filename)
+    tensors = cast(dict, header_from_json(parsed, filename=filename, length=length).tensors)  # (a dict, not copied)
     if data_bytes is not None:
         check_data_end(tensors.values(), data_bytes, filename=filename, past_only=True)
     table = header_table(tensors)

@@ -327,7 +327,7 @@ def fetch_safetensors_header(
     """The header's facts (``facts.header_facts``: its tensor table, never its text): one Range of ``first``
     bytes, then one more Range for the rest if the header is longer. Tensors running past the file's size as the
     answers state it (``Content-Range``) are a read error (``commits``: see :func:`ranged_reader`)."""
-    from hfvram.readers.safetensors import header_length
+    from hfvram.readers.safetensors import header_json, header_length, header_text
     from hfvram.sources.facts import header_facts
 
     sizes: list[int] = []
@@ -345,7 +345,11 @@ def fetch_safetensors_header(
     data_bytes = sizes[0] - 8 - length if sizes else None
     if data_bytes is not None and data_bytes < 0:
         raise MalformedFileError(f"the {length}-byte header runs past the file's end ({sizes[0]} bytes)", file=filename)
-    return header_facts(head[:length], filename=filename, data_bytes=data_bytes)
+    text = header_text(head[:length], filename)
+    del head  # (from here the header is held once: as text, then parsed)
+    parsed = header_json(text, filename)
+    del text
+    return header_facts(parsed, filename=filename, length=length, data_bytes=data_bytes)
 
 
 def fetch_gguf_header(repo_id: str, sha: str, filename: str, token: str | None, commits: list[str] | None = None):
