@@ -34,6 +34,10 @@ def render_engine_list(console: Console, document: Mapping[str, Any]) -> None:
             + (safe(f"{known['version']} ({_date(known)})") if known else "not recorded"),
             highlight=False,
         )
+        tags = engine.get("semver_tags") or []
+        if tags:
+            mapped = ", ".join(f"v{tag['version']} = b{tag['build']}" for tag in tags)
+            console.print(f"  semantic versions: {safe(mapped)}", highlight=False)
     console.print(
         "A release above the newest reviewed one gets the newest rules and a warning naming that release; "
         "docs/engines/README.md says how a release is reviewed.",
