@@ -200,17 +200,7 @@ def resolve_settings(
     ctx_size = resolve_ctx_size(spec, choice, workload, parallel, kv_unified)
     n_ctx, n_ctx_seq, n_stream = kv_cells(ctx_size, parallel, kv_unified, constants.n_ctx_pad)
     n_batch, n_ubatch, n_outputs_max = resolve_batches(choice, constants, binary, parallel)
-    if (
-        binary == "llama-server"
-        and not choice.version
-        and not any(setting(choice, name) for name in ("build", "reserve-outputs", "n-outputs-max"))
-    ):
-        rows = min(n_ubatch, n_outputs_max)
-        notes.append(
-            f"llama-server reserve: {rows} logits rows per ubatch (n_outputs_max = slots, builds from "
-            f"{constants.server_outputs_cap_build} on: the newest release hfvram models; --engine llama.cpp@bN or "
-            "@vX.Y.Z for another build)"
-        )
+    notes.extend(reserve_note(choice, constants, binary, min(n_ubatch, n_outputs_max)))
     fa = _on_off_auto(setting(choice, "flash-attn", "fa"), constants.flash_attn)
     if fa == "auto":
         notes.append("flash-attn auto resolves to on when the device supports every FA op (assumed)")
@@ -298,6 +288,19 @@ def resolve_ctx_size(spec: ModelSpec, choice: EngineChoice, workload: Workload, 
         raise UsageError("the model states no context length (n_ctx_train); pass --context or --set ctx-size=N")
     # a unified cache shared by auto slots holds `concurrency` full sequences; per-sequence streams hold one each
     return per_seq * max(1, workload.concurrency if kv_unified else parallel)
+
+
+def reserve_note(choice: EngineChoice, constants: LlamaCppConstants, binary: str, rows: int) -> list[str]:
+    """The assumed llama-server reserve, when no build, version or reserve setting says which."""
+    if binary != "llama-server" or choice.version:
+        return []
+    if any(setting(choice, name) for name in ("build", "reserve-outputs", "n-outputs-max")):
+        return []
+    return [
+        f"llama-server reserve: {rows} logits rows per ubatch (n_outputs_max = slots, builds from "
+        f"{constants.server_outputs_cap_build} on: the newest release hfvram models; --engine llama.cpp@bN or "
+        "@vX.Y.Z for another build)"
+    ]
 
 
 def requested_build(choice: EngineChoice) -> int | None:
