@@ -174,6 +174,7 @@ def bucket_counts(records: list) -> dict[str, int]:
 
 def quota_section(server: HubServer, size: int, window: float, home: Path) -> None:
     print(f"\nrequests per repo by bucket (hfvram scan --jobs 16 of {size} aliases of {len(QUOTA_TARGETS)} repos)")
+    # one owner: its listing answers the model infos; distinct owners: each repo read resolver-first (no listing)
     shapes = {
         "one owner": server.files.alias_many("quota-one", size, targets=QUOTA_TARGETS),
         "distinct owners": [],

@@ -13,7 +13,9 @@ sets the number (1: threads only).
 On huggingface.co the bound is the Hub's rate limits, not the CPU: before the threads start (and before the
 workers fork, so that they inherit what was read), the repos of an owner with several sources in the list are
 looked up in that owner's listing (``hub.read_owner_listings``: up to 1,000 model infos an API request), which
-spares each of them its model-info request; every request then goes through the one quota budget of
+spares each of them its model-info request; the others are read through the resolver (``hub_resolver``: no API
+request for the common layouts), a sharded repo taking the API's model info only where that costs less of its
+quota than the shards' headers cost of the resolvers'. Every request goes through the one quota budget of
 ``http.quota_budget``, shared by the threads and the worker processes.
 """
 
@@ -143,10 +145,16 @@ def run_scan(
 
     if render is not None:
         work, failed = _rendered(work, failed, render)
+    from hfvram.sources.limits import price_by_quota
+
     with scan_token():  # the token looked up once (the worker processes inherit it)
         if not offline:
             read_listings(sources, token)
-        _run_scan(sources, work, jobs, emit, failed)
+        price_by_quota(True)  # the repos no listing answered: resolver or API, by what each costs of its quota
+        try:
+            _run_scan(sources, work, jobs, emit, failed)
+        finally:
+            price_by_quota(False)
 
 
 def listing_candidates(sources: Sequence[str]) -> list[str]:

@@ -29,6 +29,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -100,8 +101,6 @@ def rerunnable(command: str) -> bool:
     flat = HEAD.sub("", SETTINGS.sub("", command.replace("\\\n", " ")))
     if not RERUN.match(flat) or "|" in flat or "#" in flat:
         return False
-    if flat.startswith("hfvram models") and "--hub" in flat:
-        return False
     return not (NEEDS_NETWORK.match(flat) and not any(marker in flat for marker in LOCAL_MARKERS))
 
 
@@ -143,7 +142,24 @@ def blocks_of(text: str) -> list[Block]:
     return found
 
 
-def environment(home: Path) -> dict[str, str]:
+#: ``hfvram models --hub`` blocks run against the local test Hub (tests/hubserver.py: the fixture repos, their listing
+#: and its derived download counts), started once for a pass; every other block runs offline
+HUB_BLOCK = re.compile(r"^hfvram models --hub\b")
+_TEST_HUB: list[object] = []
+_TEST_HUB_LOCK = threading.Lock()
+
+
+def test_hub_url() -> str:
+    with _TEST_HUB_LOCK:
+        if not _TEST_HUB:
+            sys.path.insert(0, str(ROOT / "tests"))
+            from hubserver import HubFiles, HubServer
+
+            _TEST_HUB.append(HubServer(HubFiles()).start())
+    return _TEST_HUB[0].url  # type: ignore[attr-defined]
+
+
+def environment(home: Path, hub: str | None = None) -> dict[str, str]:
     env = {
         key: value
         for key, value in os.environ.items()
@@ -160,6 +176,9 @@ def environment(home: Path) -> dict[str, str]:
         PYTHONPATH=str(ROOT),
         PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
     )
+    if hub is not None:  # the local test Hub, never huggingface.co
+        env.pop("HF_HUB_OFFLINE")
+        env["HF_ENDPOINT"] = hub
     return env
 
 
@@ -167,20 +186,21 @@ def run(command: str, home: Path) -> str:
     flat = command.replace("\\\n", " ")
     settings = SETTINGS.match(flat)
     cut = settings.end() if settings else 0
+    hub = test_hub_url() if HUB_BLOCK.match(flat[cut:]) else None
     if flat[cut:].startswith("hfvram "):
         flat = f"{flat[:cut]}{sys.executable} -m hfvram {flat[cut + len('hfvram ') :]}"
-    return _run(["bash", "-c", flat], home)
+    return _run(["bash", "-c", flat], home, hub)
 
 
 def run_python(code: str, home: Path) -> str:
     return _run([sys.executable, "-c", code], home)
 
 
-def _run(argv: list[str], home: Path) -> str:
+def _run(argv: list[str], home: Path, hub: str | None = None) -> str:
     done = subprocess.run(
         argv,
         cwd=ROOT,
-        env=environment(home),
+        env=environment(home, hub),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,  # as a terminal shows them: progress lines and warnings where they fall
         text=True,

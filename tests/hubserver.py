@@ -149,6 +149,8 @@ class RequestRecord:
     byte_range: str | None = None
     #: (server port, client host, client port): one per TCP connection, so that tests can count the connections a client opened
     client: tuple[int, str, int] | None = None
+    #: the path as sent, still percent-encoded (``path`` is decoded): what a client quoted, and what it did not
+    raw_path: str = ""
     #: the rate-limit bucket it counted in ("api", "resolvers"; None: none, or no limits set), and the window index
     bucket: str | None = None
     window: int = -1
@@ -344,6 +346,23 @@ class HubFiles:
         return self.repos.get(repo_id)
 
 
+def _blob_entry(entry: RepoFile) -> dict[str, object]:
+    """A sibling of a model info asked with ``blobs=true``: the file's size and blob id, and its LFS pointer's
+    facts for an LFS file (the fields huggingface_hub's ``RepoSibling`` reads)."""
+    item: dict[str, object] = {
+        "rfilename": entry.path,
+        "blobId": hashlib.sha1(entry.path.encode()).hexdigest(),
+        "size": entry.size,
+    }
+    if entry.lfs:
+        item["lfs"] = {
+            "sha256": hashlib.sha256(entry.path.encode()).hexdigest(),
+            "size": entry.size,
+            "pointerSize": 134,
+        }
+    return item
+
+
 class _QuietServer(ThreadingHTTPServer):
     daemon_threads = True
     # socketserver's default backlog of 5 makes concurrent first connections (scans at 16 jobs) wait a 1 s SYN retransmit
@@ -369,6 +388,8 @@ class HubServer:
         #: repos the Hub has turned access off for (403 with the Hub's "Access to this resource is disabled.")
         self.disabled: set[str] = set()
         self.tokens: set[str] = set()
+        #: revision names every repo answers for besides ``main`` and its sha (e.g. ``refs/pr/1``)
+        self.branches: set[str] = set()
         self.records: list[RequestRecord] = []
         #: the Hub's rate limits (None: not enforced, no RateLimit headers), see :meth:`set_rate_limits`
         self.rate_limits: RateLimits | None = None
@@ -414,6 +435,7 @@ class HubServer:
             self.gated.clear()
             self.disabled.clear()
             self.tokens.clear()
+            self.branches.clear()
             self.records.clear()
             self.latency = 0.0
             self.tree_page_size = None
@@ -545,6 +567,7 @@ class HubHandler(BaseHTTPRequestHandler):
             authorized=bool(self.headers.get("Authorization")),
             byte_range=self.headers.get("Range"),
             client=(self.server.server_address[1], *self.client_address[:2]),
+            raw_path=split.path,
         )
         self.hub.record(self._record)  # counted from its start: a client may see the answer before `finally`
         self._limit_headers: dict[str, str] = {}
@@ -562,7 +585,7 @@ class HubHandler(BaseHTTPRequestHandler):
             fault = self.hub.fault_for(path)
             if fault is not None and self._apply_fault(fault, path):
                 return
-            self._route(path, parse_qs(split.query), fault)
+            self._route(split.path, parse_qs(split.query), fault)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
         finally:
@@ -633,19 +656,22 @@ class HubHandler(BaseHTTPRequestHandler):
             self.write_body(packer.flush())
 
     # ---- routes ------------------------------------------------------------------------------
-    def _route(self, path: str, query: dict[str, list[str]], fault: Fault | None) -> None:
+    def _route(self, raw: str, query: dict[str, list[str]], fault: Fault | None) -> None:
+        """Routed on the path as sent, one segment at a time (as the Hub does): a revision such as ``refs/pr/1``
+        is one segment only when the client encoded it (``refs%2Fpr%2F1``)."""
+        path = unquote(raw)
         if path.rstrip("/") == "/api/models":
             self._list_models(query, fault)
             return
-        if path.startswith("/api/models/"):
-            self._api(path[len("/api/models/") :], query, fault)
+        if raw.startswith("/api/models/"):
+            self._api(raw[len("/api/models/") :], query, fault)
             return
         if path.startswith("/cdn/"):
             self._cdn(path[len("/cdn/") :], fault)
             return
-        match = re.match(r"^/(?P<repo>[^/]+/[^/]+)/resolve/(?P<rev>[^/]+)/(?P<file>.+)$", path)
+        match = re.match(r"^/(?P<repo>[^/]+/[^/]+)/resolve/(?P<rev>[^/]+)/(?P<file>.+)$", raw)
         if match:
-            self._resolve(match["repo"], match["rev"], match["file"], fault)
+            self._resolve(unquote(match["repo"]), unquote(match["rev"]), unquote(match["file"]), fault)
             return
         _plain(self, 404, b'{"error": "no route"}')
 
@@ -678,7 +704,7 @@ class HubHandler(BaseHTTPRequestHandler):
         return repo
 
     def _revision_ok(self, repo: Repo, rev: str) -> bool:
-        if rev in ("main", repo.sha):
+        if rev in ("main", repo.sha) or rev in self.hub.branches:
             return True
         _plain(
             self,
@@ -693,8 +719,8 @@ class HubHandler(BaseHTTPRequestHandler):
         if not match:
             _plain(self, 404, b'{"error": "no route"}')
             return
-        repo = self._repo_or_error(match["repo"], files_access=False)
-        if repo is None or not self._revision_ok(repo, match["rev"] or "main"):
+        repo = self._repo_or_error(unquote(match["repo"]), files_access=False)
+        if repo is None or not self._revision_ok(repo, unquote(match["rev"] or "main")):
             return
         if match["kind"] == "tree":
             body = [
@@ -735,6 +761,8 @@ class HubHandler(BaseHTTPRequestHandler):
             info["sha"] = repo.sha
         if "siblings" in wanted:
             info["siblings"] = [{"rfilename": name} for name in sorted(repo.files)]
+        if (query.get("blobs") or [""])[0] == "true":  # huggingface_hub's model_info(files_metadata=True)
+            info["siblings"] = [_blob_entry(repo.files[name]) for name in sorted(repo.files)]
         if "gated" in wanted:
             info["gated"] = "manual" if repo.repo_id in self.hub.gated else False
         if "private" in wanted:

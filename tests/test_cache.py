@@ -64,8 +64,10 @@ def test_stale_branch_ref_asks_the_hub_again(hub, tmp_path):
     ref.write_text(json.dumps(entry))
     hub.records.clear()
     load_model(MINILM)
-    # the branch may have moved: model info and config.json are asked again (in parallel), nothing else
-    assert sorted(r.path.rsplit("/", 1)[-1] for r in hub.records) == ["all-MiniLM-L6-v2", "config.json"]
+    # the branch may have moved: the resolver is asked again (config.json ∥ the index ∥ the header), no API
+    asked = sorted(r.path.rsplit("/", 1)[-1] for r in hub.records if "/resolve/" in r.path)
+    assert asked == ["config.json", "model.safetensors", "model.safetensors.index.json"]
+    assert hub.requests_to("/api/") == []
 
 
 _WRITER = """

@@ -168,6 +168,29 @@ def test_above_the_newest_reviewed_release_a_warning_names_it_and_its_date():
     assert said and newest.date in said[0]
 
 
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_an_unread_release_below_the_newest_reviewed_one_says_so(engine):
+    """A release listed with reviewed = false under the newest reviewed one (SGLang 0.5.11 - 0.5.17 from PyPI) is
+    estimated with the rules in force and a warning that its changes were not read; a reviewed release gets none."""
+    newest = releases.newest_reviewed(engine)
+    assert newest is not None
+    listed = releases.releases(engine)
+    unread = [
+        r for r in listed if not r.reviewed and common.version_key(r.version) < common.version_key(newest.version)
+    ]
+    llama = spec_of("meta-llama/Llama-3.1-8B-Instruct")
+    for release in unread:
+        choice = EngineChoice(engine, release.version)
+        result = estimate(llama, parse_gpu_spec("h100"), choice, Workload(context=8192))
+        said = [w for w in result.warnings if w.startswith(f"--engine {engine}@{release.version}: its memory")]
+        assert said and release.changes[:40] in said[0], release.version
+    choice = EngineChoice(engine, newest.version)
+    result = estimate(llama, parse_gpu_spec("h100"), choice, Workload(context=8192))
+    assert not [w for w in result.warnings if w.startswith(f"--engine {engine}@")]
+    if engine == "sglang":
+        assert unread, "the data lists the unread SGLang releases below the newest reviewed one"
+
+
 def test_a_malformed_release_row_is_refused():
     with pytest.raises(ValueError, match="date must be YYYY-MM-DD"):
         releases.parse_releases("x", {"1.0": {"date": "July 2026"}})

@@ -124,3 +124,44 @@ def test_models_family_prefilter_keeps_every_row_the_family_matches():
     for family in ("qwen3", "llama", "Gemma", "deepseek", "ForCausalLM", "mistral3"):
         expected = select_rows(every, family=family, sort="verdict")
         assert models_rows(options, family=family, sort="verdict") == expected, family
+
+
+QWEN3_GGUF = "fixtures/gguf-derived/qwen3-30b-a3b.gguf"
+
+
+@pytest.mark.parametrize(
+    "args, model",
+    [
+        # a local .gguf: its own path
+        ((QWEN3_GGUF,), QWEN3_GGUF),
+        # a --quant what-if: the file llama-quantize would write, as the launch line names it (it printed MODEL.gguf)
+        (("Qwen/Qwen3-30B-A3B", "--offline", "--quant", "Q4_K_M"), "Qwen3-30B-A3B-Q4_K_M.gguf"),
+    ],
+)
+def test_the_offload_plan_names_a_file_llama_server_can_load(args, model):
+    """The offload plan's ``llama-server -m`` names a file, never a repo id (`-m Qwen/Qwen3-30B-A3B` is refused)."""
+    import json
+    import shlex
+
+    result = run_hfvram("check", *args, "--gpu", "rtx4060ti-8g", "--context", "32k", "--json")
+    document = json.loads(result.stdout)
+    assert document["verdict"] == "offload", result.stderr
+    words = shlex.split(document["offload_plan"]["command"])
+    assert words[:3] == ["llama-server", "-m", model]
+    assert shlex.split(document["launch"]["command"])[1:3] == ["-m", model]
+
+
+def test_the_offload_plan_of_a_hub_gguf_names_the_repo_and_its_file(hub):
+    """A GGUF repo on the Hub: ``-hf REPO -hff FILE`` (llama-server downloads that exact file), each its own word."""
+    import json
+    import shlex
+
+    from test_gguf_repo import FILES, REPO
+
+    hub.files.add_header_repo(REPO, FILES)
+    # 64 slots of 8k on a 1 GiB card: the plan keeps the layers in RAM and says how to start that
+    args = ("--gpu", "1GiB@100GB/s", "--context", "8k", "--concurrency", "64", "--json")
+    document = json.loads(run_hfvram("check", f"{REPO}:Q4_1", *args).stdout)
+    # the words a shell passes (they were quoted as one: -hf 'REPO -hff FILE')
+    words = shlex.split(document["offload_plan"]["command"])
+    assert words[1:5] == ["-hf", REPO, "-hff", "SmolLM2-135M-Instruct.Q4_1.gguf"], words

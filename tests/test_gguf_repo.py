@@ -79,10 +79,10 @@ def test_repo_without_quant_answers_for_every_quant_from_one_header(gguf_hub):
     assert doc["mmproj"] == [{"file": "mmproj-SmolLM2-f16.gguf", "file_bytes": 50_000_000}]
     assert doc["source"]["header_file"] == Q4_1 and doc["source"]["kind"] == "hub"
     assert doc["recommended"] == "F16" and doc["verdict"] == "fits"
-    # one header read: no request touches another GGUF file; one tree listing
+    # one header read: no request touches another GGUF file; one model info with the files' sizes (no tree)
     gguf_paths = {r.path.rsplit("/", 1)[-1] for r in gguf_hub.records if r.path.endswith(".gguf")}
     assert gguf_paths == {Q4_1}
-    assert len([r for r in gguf_hub.records if "/tree/" in r.path]) == 1
+    assert [r.path for r in gguf_hub.requests_to("/api/")] == [f"/api/models/{REPO}"]
     print(f"\nGGUF repo check: {gguf_hub.request_count} requests, {gguf_hub.bytes_sent()} bytes from the test Hub")
 
 
@@ -199,10 +199,13 @@ def test_repo_not_named_gguf_is_answered_once_the_hub_shows_gguf_files(hub):
     validate(doc, "gguf_repo")
     assert [q["quant"] for q in doc["quants"]] == ["F16", "Q6_K", "Q4_1"]
     assert len(hub.requests_to("/config.json")) == 1  # asked as a checkpoint first: no config.json there
-    assert len([r for r in hub.records if r.path.endswith("/api/models/hfvram-test/smollm2-quants")]) == 1
+    # one model info (with the files' sizes) answers both what the repo holds and the quants' sizes
+    assert [r.path for r in hub.requests_to("/api/")] == ["/api/models/hfvram-test/smollm2-quants"]
 
 
 def test_paged_tree_listing_is_followed(gguf_hub):
+    """A model info whose siblings carry no sizes: the tree listing is read, page by page."""
+    gguf_hub.fault(f"/api/models/{REPO}", "listing", times=1, files=tuple(FILES))
     gguf_hub.tree_page_size = 2  # five files: three pages, each named by the Link header of the one before
     result, doc = _check(REPO, "--gpu", "rtx4090", "--json")
     assert result.returncode == 0, result.stderr

@@ -49,6 +49,10 @@ CASES = [
     ("sglang", str(LLAMA_FOLDER), "rtx4090x2", ("--engine", "sglang", "--context", "16k", "--tp", "2")),
     ("llama.cpp", str(SMOLLM_GGUF), "rtx4090", ("--context", "8k", "--concurrency", "2", "--kv-dtype", "q8_0")),
     ("llama.cpp", str(SMOLLM_GGUF), "rtx4090", ("--context", "4k", "--set", "ub=1024")),
+    # the placement flags of docs/engines/llamacpp.md#llamacpp-split-modes / #llamacpp-override-devices
+    ("llama.cpp", str(SMOLLM_GGUF), "rtx4090x2", ("--context", "4k", "--set", "sm=row", "--set", "ts=3,1")),
+    ("llama.cpp", str(SMOLLM_GGUF), "rtx4090x2", ("--context", "4k", "--set", "sm=none", "--set", "mg=1")),
+    ("llama.cpp", str(SMOLLM_GGUF), "rtx4090x2", ("--context", "4k", "--set", r"ot=blk\.1[0-9]\.ffn=CUDA1")),
     ("ollama", str(SMOLLM_GGUF), "rtx4090", ("--engine", "ollama", "--context", "8k", "--kv-dtype", "q8_0")),
     ("tensorrt-llm", str(LLAMA_FOLDER), "h100", ("--engine", "tensorrt-llm", "--context", "16k")),
     ("lmdeploy", str(LLAMA_FOLDER), "a100", ("--engine", "lmdeploy", "--context", "16k", "--kv-dtype", "int8")),
@@ -100,7 +104,12 @@ def test_the_lines_name_the_real_files_and_the_settings_judged():
     words = shlex.split(gguf["launch"]["command"])
     assert words[:3] == ["llama-server", "-m", str(SMOLLM_GGUF)]
     assert words[words.index("-c") + 1] == str(gguf["engine"]["ctx-size"])
-    assert words[words.index("-ngl") + 1] == str(gguf["engine"]["n-gpu-layers"])
+    # every layer on the GPU is llama.cpp's default: no -ngl, which would make --fit abort
+    # (docs/engines/llamacpp.md#llamacpp-user-placement); the user's own -ngl is written back
+    assert "-ngl" not in words and gguf["engine"]["n-gpu-layers"] == 31
+    placed = check_json(str(SMOLLM_GGUF), "--gpu", "rtx4090", "--context", "8k", "--set", "ngl=20")
+    words = shlex.split(placed["launch"]["command"])
+    assert words[words.index("-ngl") + 1] == "20"
 
 
 def test_ollama_writes_the_environment_and_the_modelfile():

@@ -104,3 +104,16 @@ def test_a_block_with_config_runs_with_the_toml_block_above_it_as_the_config_fil
     shown = found.text.split("```console\n")[1].splitlines()
     assert shown[1] == "Qwen/Qwen3-8B  (catalog)"
     assert "h100-sxm ×1" in shown[2] and "concurrency 3" in shown[2]
+
+
+def test_a_models_hub_block_runs_against_the_local_test_hub_only(tmp_path):
+    """`models --hub` is re-run (issue 25): against tests/hubserver.py started by the script, never huggingface.co;
+    every other block stays offline."""
+    assert sync.rerunnable("hfvram models --hub --author Qwen --gpu rtx4090 --limit 12")
+    url = sync.test_hub_url()
+    assert url.startswith("http://127.0.0.1:") and sync.test_hub_url() == url  # one server for the pass
+    hub_env, offline_env = sync.environment(tmp_path, url), sync.environment(tmp_path)
+    assert hub_env["HF_ENDPOINT"] == url and "HF_HUB_OFFLINE" not in hub_env
+    assert offline_env["HF_HUB_OFFLINE"] == "1" and "HF_ENDPOINT" not in offline_env
+    shown = sync.run("hfvram models --hub --author Qwen --gpu rtx4090 --limit 2", tmp_path)
+    assert shown.startswith("0 of 2 Hub models run on rtx4090"), shown  # the fixture listing's two first repos

@@ -130,7 +130,7 @@ def _list_catalogue(query: str | None) -> None:
 
     found = search_repos(catalog_repos(), query)
     if not found:
-        _write_stderr(f"hfvram: no catalogue repo matches {query!r}")
+        _write_stderr(f"hfvram: no catalogue repo matches {str(query)[:80]!r}")  # (bounded echo: first 80 characters)
         sys.exit(1)
     _echo("\n".join(list_lines(found, catalogue_params(found))))
     sys.exit(0)

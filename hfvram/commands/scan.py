@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sys
 from typing import Any
@@ -22,7 +23,6 @@ from hfvram.commands.output import (
     EXIT_INTERRUPTED,
     _console,
     _echo,
-    _echo_json,
     _flush_stdout,
     _stdout_unicode,
     _write_stderr,
@@ -88,6 +88,9 @@ def scan(
 
 
 def _scan_all(sources: list[str], options: RunOptions, jobs: int, output: str) -> tuple[list[dict[str, Any]], bool]:
+    """Every source read and handed on as it finishes: printed at once (JSON Lines, the table's progress lines),
+    and only what the summary, the sort and the exit code read of it kept (:func:`_summary`; a JSON array's
+    elements wait in a temporary file), so memory stays flat in the list's length."""
     from hfvram.pipeline import scan_one
     from hfvram.report.jsonout import error_dict
     from hfvram.scan import run_scan
@@ -99,6 +102,8 @@ def _scan_all(sources: list[str], options: RunOptions, jobs: int, output: str) -
     progress = _scan_progress(stderr)
     quota = QuotaProgress(len(sources), options.token)
     interrupted = False
+    ascii_only = not _stdout_unicode()
+    spill = _Spill() if output == "json" else None
     with progress:
         task = progress.add_task("scan", total=len(sources), quota="")
         if stderr.is_terminal:
@@ -107,23 +112,15 @@ def _scan_all(sources: list[str], options: RunOptions, jobs: int, output: str) -
 
             say_through(lambda line: progress.console.print(line, markup=False, highlight=False))
 
-        def emit(report: dict[str, Any]) -> None:
-            if output == "jsonl":  # rendered where the source was read (see _jsonl_rendered)
-                _echo(report["line"])
-                reports.append(report["slim"])
+        def emit(handed: dict[str, Any]) -> None:
+            if output == "jsonl":  # rendered where the source was read (see _summary)
+                _echo(handed["line"])
+            elif spill is not None:
+                handed["summary"]["spilled"] = spill.add(handed.pop("element"))
             else:
-                _stream_result(report, output, progress.console)
-                reports.append(report)
+                _stream_result(handed["summary"], output, progress.console)
+            reports.append(handed["summary"])
             progress.update(task, advance=1, quota=quota.update(len(reports)))
-
-        ascii_only = not _stdout_unicode()
-
-        def as_jsonl(report: dict[str, Any]) -> dict[str, Any]:
-            """JSON Lines are printed as they come: the line, and only what the exit code needs of the report
-            (memory flat in the list)."""
-            from hfvram.report.tabular import jsonl_line
-
-            return {"line": jsonl_line(report, ascii_only=ascii_only), "slim": _verdict_only(report)}
 
         try:
             run_scan(
@@ -132,13 +129,83 @@ def _scan_all(sources: list[str], options: RunOptions, jobs: int, output: str) -
                 jobs,
                 emit,
                 failed=error_dict,
-                render=as_jsonl if output == "jsonl" else None,
+                render=lambda report: _summary(report, output, ascii_only=ascii_only),
                 token=options.token,
                 offline=bool(options.offline),
             )
         except KeyboardInterrupt:
             interrupted = True
+    if spill is not None:
+        for report in reports:
+            report["element"] = spill.get(report.pop("spilled"))
     return reports, interrupted
+
+
+class _Spill:
+    """The elements of a scan's JSON array, each written to one temporary file as it comes and read back once, in
+    the array's order, when the array is printed (a 100,000-line list holds no report in memory meanwhile)."""
+
+    def __init__(self) -> None:
+        import tempfile
+
+        # open until the array is printed (it outlives the scan's loop), deleted by the system when closed
+        self.file = tempfile.TemporaryFile()  # noqa: SIM115
+        self.end = 0
+
+    def add(self, text: str) -> tuple[int, int]:
+        data = text.encode("utf-8", "surrogatepass")
+        self.file.seek(self.end)
+        self.file.write(data)
+        where = (self.end, len(data))
+        self.end += len(data)
+        return where
+
+    def get(self, where: tuple[int, int]) -> _Lazy:
+        return _Lazy(self.file, *where)
+
+
+class _Lazy:
+    """One spilled element, read when printed."""
+
+    def __init__(self, file: Any, offset: int, length: int) -> None:
+        self.file, self.offset, self.length = file, offset, length
+
+    def text(self) -> str:
+        self.file.seek(self.offset)
+        return self.file.read(self.length).decode("utf-8", "surrogatepass")
+
+
+def _summary(report: dict[str, Any], output: str, *, ascii_only: bool) -> dict[str, Any]:
+    """What is handed back from a source's read (in its worker): JSON Lines, the line printed; else ``summary``,
+    only what the summary of ``output`` reads of the report (the table's and Markdown's cells, the CSV row, read
+    here), the sort (``scan_sort_key``) and the exit code; for a JSON array, also the element as
+    ``json.dumps(reports, indent=2)`` prints it inside the array."""
+    source = report.get("source") or {}
+    kept: dict[str, Any] = {"source": {key: source[key] for key in ("repo_id", "text") if key in source}}
+    if source.get("files"):
+        kept["source"]["files"] = list(source["files"][:1])
+    if "error" in report:
+        kept["error"] = {key: report["error"].get(key) for key in ("kind", "message")}
+    else:
+        per_gpu, capacity = report.get("per_gpu") or {}, report.get("capacity") or {}
+        kept["verdict"] = report.get("verdict")
+        kept["per_gpu"] = {key: per_gpu.get(key) for key in ("total", "usable")}
+        kept["capacity"] = {key: capacity.get(key) for key in ("kv_tokens", "max_concurrency")}
+        kept["utilization"] = report.get("utilization")
+    if report.get("what_if"):
+        kept["what_if"] = {"quant": report["what_if"].get("quant")}
+    if output == "jsonl":
+        from hfvram.report.tabular import jsonl_line
+
+        return {"line": jsonl_line(report, ascii_only=ascii_only), "summary": kept}
+    if output == "csv":
+        from hfvram.report.tabular import csv_row
+
+        kept["csv"] = csv_row(report)
+    handed: dict[str, Any] = {"summary": kept}
+    if output == "json":
+        handed["element"] = json.dumps(report, indent=2, ensure_ascii=ascii_only).replace("\n", "\n  ")
+    return handed
 
 
 def _scan_progress(stderr: Any) -> Any:
@@ -155,16 +222,6 @@ def _scan_progress(stderr: Any) -> Any:
         transient=True,
         disable=not stderr.is_terminal,
     )
-
-
-def _verdict_only(report: dict[str, Any]) -> dict[str, Any]:
-    slim: dict[str, Any] = {"source": {"text": (report.get("source") or {}).get("text")}}
-    if "error" in report:
-        slim["error"] = True
-    else:
-        slim["verdict"] = report.get("verdict")
-        slim["per_gpu"] = {"total": (report.get("per_gpu") or {}).get("total", 0)}
-    return slim
 
 
 def _stream_result(report: dict[str, Any], output: str, console: Any) -> None:
@@ -186,14 +243,23 @@ def _stream_result(report: dict[str, Any], output: str, console: Any) -> None:
 
 
 def _print_scan(reports: list[dict[str, Any]], output: str, *, streamed: bool) -> None:
+    """The summary from what :func:`_summary` kept (the same text the whole reports render to)."""
     if output == "jsonl":
         return  # already printed line by line
     if output == "json":
-        _echo_json(reports)
-    elif output == "csv":
-        from hfvram.report.tabular import to_csv
+        from hfvram.report.text import safe_json
 
-        _echo(to_csv(reports), nl=False)
+        # json.dumps(reports, indent=2), an element at a time (each as it was written, read back in this order)
+        if not reports:
+            click.echo("[]")
+        for index, report in enumerate(reports):  # one element at a time: never the whole array in memory
+            click.echo(("[\n  " if index == 0 else ",\n  ") + safe_json(report["element"].text()), nl=False)
+        if reports:
+            click.echo("\n]")
+    elif output == "csv":
+        from hfvram.report.tabular import rows_to_csv
+
+        _echo(rows_to_csv(report["csv"] for report in reports), nl=False)
     elif output == "markdown":
         from hfvram.report.markdown import scan_markdown
 

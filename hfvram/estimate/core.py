@@ -13,7 +13,7 @@ from typing import Any
 from hfvram.engines import get_profile, parse_engine_name, registry
 from hfvram.engines.contract import StagedProfile
 from hfvram.errors import UsageError
-from hfvram.estimate import common, engine_rules, mixed
+from hfvram.estimate import common, engine_rules, mixed, speed
 from hfvram.estimate.cpu_offload import with_cpu_offload_gb
 from hfvram.estimate.types import EngineChoice, Estimate, Hardware, Workload
 from hfvram.spec import GROWING_KINDS, RECURRENT_KINDS, WINDOWED_KINDS, LayerKind, ModelSpec
@@ -52,7 +52,18 @@ def estimate(spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, w
     # a layout the engine refuses serves no request, whatever its pool would hold
     held = 0.0 if result.refusal and result.capacity.max_concurrency is not None else result.capacity.max_concurrency
     result = replace(result, capacity=replace(result.capacity, max_context=longest, max_concurrency=held))
-    return with_offload(result, choice, workload)
+    return with_expected_speed(with_offload(result, choice, workload))
+
+
+def with_expected_speed(result: Estimate) -> Estimate:
+    """llama.cpp / Ollama on the GPUs alone: the expected decode speed from the bound (docs/methodology.md#expected-
+    speed); a placement into RAM has set its own already."""
+    if result.speed is not None or str(result.engine.get("name")) not in speed.GPU_ONLY_ENGINES:
+        return result
+    if result.offload is not None and result.offload.status == "offload":
+        return result
+    expected = speed.from_bound(result.decode_tokens_per_second, result.spec.num_layers)
+    return replace(result, speed=expected) if expected is not None else result
 
 
 #: engines whose ``--cpu-offload-gb`` keeps decoder weights in host memory, read over PCIe every step

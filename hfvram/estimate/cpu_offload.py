@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from hfvram.estimate.common import GiB, setting_float
 from hfvram.estimate.host_memory import pcie_bandwidth_gbs
+from hfvram.estimate.speed import from_bound
 from hfvram.estimate.types import VERDICT_FITS, VERDICT_OFFLOAD, VERDICT_TIGHT, EngineChoice, Estimate
 
 
@@ -27,4 +28,8 @@ def with_cpu_offload_gb(est: Estimate, choice: EngineChoice) -> Estimate:
         f"--cpu-offload-gb {gb:g}: up to {gb:g} GiB of weights per GPU stay in host memory and cross {link} on every "
         f"step (+{step * 1000:.0f} ms per token): it runs, slower"
     )
-    return replace(est, verdict=VERDICT_OFFLOAD, decode_tokens_per_second=slowed, warnings=(*est.warnings, note))
+    # expected: the GPU part at its efficiency (vLLM replays CUDA graphs: no per-layer launch term) + the PCIe part
+    expected = from_bound(decode, 0, (moved, pcie, link), slowed)
+    return replace(
+        est, verdict=VERDICT_OFFLOAD, decode_tokens_per_second=slowed, speed=expected, warnings=(*est.warnings, note)
+    )

@@ -492,6 +492,12 @@ def _version_notes(engine: str, requested: str, shown: str, ordered: list[str]) 
     newer = newer_than_reviewed(engine, requested, used, shown)
     if newer is not None:
         return [newer]
+    unread = releases.unread_release(engine, requested) if releases.covered(engine, requested) else None
+    if unread is not None:
+        return [
+            f"--engine {engine}@{requested}: its memory-relevant changes were not read ({unread.changes}); "
+            f"hfvram uses the {used} rules"
+        ]
     if releases.covered(engine, requested) or want[:width] == common.version_key(used)[:width]:
         return []
     if used == ordered[-1]:

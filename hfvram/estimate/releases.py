@@ -96,6 +96,17 @@ def newest_known(engine: str) -> Release | None:
     return listed[-1] if listed else None
 
 
+def unread_release(engine: str, requested: str) -> Release | None:
+    """The unreviewed row that stands for ``requested`` below the newest reviewed release: the first listed release
+    at or above it, when that row is ``reviewed = false`` (a span of releases whose changes were not read, e.g.
+    "0.5.11 – 0.5.17", is listed as its last release); None when the release was reviewed or is above them all."""
+    want = common.version_key(requested)
+    for release in releases(engine):
+        if common.version_key(release.version) >= want:
+            return None if release.reviewed else release
+    return None
+
+
 def release_for_rule_set(engine: str, rule_version: str) -> Release | None:
     """The release a rule set was filed under (``0.26`` -> 0.26.0, ``0.25.1`` -> 0.25.1): the oldest listed
     release whose version starts with the rule set's numbers."""

@@ -129,6 +129,22 @@ class DraftModel:
 
 
 @dataclass(frozen=True)
+class ProjectorFile:
+    """The multimodal projector GGUF a llama.cpp line names (``--mmproj FILE``), read by the pipeline from its
+    header only: the bytes of its tensors, or why it could not be read (docs/engines/llamacpp.md#llamacpp-extra-models)."""
+
+    #: the file as the line names it, capped
+    name: str
+    #: the sum of its tensors' bytes (ggml_nbytes of each tensor info); None when not read
+    weight_bytes: int | None = None
+    tensors: int = 0
+    #: its ``general.architecture`` (``clip`` for llama.cpp's converter), capped
+    arch: str | None = None
+    #: why it could not be read (one line), None when it was
+    error: str | None = None
+
+
+@dataclass(frozen=True)
 class EngineChoice:
     """What the user asked for: engine name, optional release, settings under the engine's own names."""
 
@@ -140,6 +156,8 @@ class EngineChoice:
     gpu_util: float | None = None
     #: the draft checkpoint the settings name, as read by the pipeline (None: none named, or not read)
     draft: DraftModel | None = None
+    #: the ``--mmproj`` projector file of a llama.cpp line, as read by the pipeline (None: none named)
+    projector: ProjectorFile | None = None
 
 
 @dataclass(frozen=True)
@@ -180,6 +198,36 @@ class Capacity:
 
 
 @dataclass(frozen=True)
+class SpeedPart:
+    """One term of the expected time per token (docs/methodology.md, "Expected speed"): its name, the seconds it
+    adds to every token, and how it was computed."""
+
+    name: str
+    seconds: float
+    basis: str
+
+
+@dataclass(frozen=True)
+class ExpectedSpeed:
+    """The expected decode speed (the sum of its parts) beside the bandwidth bound it refines, with the spread of
+    measured / predicted over the published runs the constants were fitted on (``low`` .. ``high``: multiply the
+    expectation by them for the range those runs cover)."""
+
+    decode_tokens_per_second: float
+    parts: tuple[SpeedPart, ...]
+    decode_bound: float | None
+    #: None: no published run sizes the spread (vLLM / SGLang --cpu-offload-gb, whose PCIe efficiency is assumed)
+    low: float | None
+    high: float | None
+    prefill_tokens_per_second: float | None = None
+    prefill_basis: str | None = None
+
+    @property
+    def seconds_per_token(self) -> float:
+        return sum(part.seconds for part in self.parts)
+
+
+@dataclass(frozen=True)
 class Estimate:
     spec: ModelSpec
     hardware: Hardware | None
@@ -213,6 +261,8 @@ class Estimate:
     #: Ollama's scheduler): layers per device, ``-ngl`` / ``-ot`` / ``-ts``, the RAM and the expected speed. Set
     #: with verdict ``offload`` (and ``does_not_fit`` when even that placement fails: ``offload.status`` ``none``)
     offload: OffloadPlan | None = None
+    #: the expected decode speed and its parts (hfvram.estimate.speed); None where there is no basis
+    speed: ExpectedSpeed | None = None
 
     @property
     def kv_bytes_per_token(self) -> int | None:

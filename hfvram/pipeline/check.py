@@ -215,5 +215,9 @@ def add_offload_plan(report: dict[str, Any], request: Request, loaded: LoadedMod
     if plan is None or "offload_plan" not in report or plan.planner != "llama.cpp":
         return
     from hfvram.engines.llamacpp.fit import command_line
+    from hfvram.engines.llamacpp.launch import model_words
 
-    report["offload_plan"]["command"] = command_line(plan, plan.usage.settings, model_argument(loaded))
+    ref = model_ref(request, loaded)
+    # a --quant what-if: the file llama-quantize would write, named as the launch line names it
+    path = model_words(ref)[1] if ref.what_if else model_argument(loaded)
+    report["offload_plan"]["command"] = command_line(plan, plan.usage.settings, path)

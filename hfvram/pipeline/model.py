@@ -69,6 +69,48 @@ def engine_choice(request: Request, loaded: LoadedModel) -> EngineChoice:
         pp=request.pp,
         gpu_util=request.gpu_util,
         draft=request.draft,
+        projector=request.projector,
+    )
+
+
+def with_projector(request: Request, loaded: LoadedModel) -> Request:
+    """The request with the ``--mmproj FILE`` projector of a llama.cpp line read from its GGUF header (a local file;
+    metadata and tensor infos only, the model's own caps): the bytes of its tensors, which llama.cpp's clip code
+    loads on the GPU (docs/engines/llamacpp.md#llamacpp-extra-models). A file that cannot be read is kept as its
+    error (the estimate warns and counts nothing of it); other engines read none."""
+    from dataclasses import replace
+
+    from hfvram.engines import parse_engine_name
+
+    named = {key.replace("_", "-").lstrip("-").lower(): value for key, value in request.settings.items()}
+    name = (named.get("mmproj") or named.get("mm") or "")[:200]
+    if (
+        request.projector is not None
+        or not name
+        or parse_engine_name(engine_choice(request, loaded).name)[0] != "llama.cpp"
+    ):
+        return request
+    from pathlib import Path
+
+    from hfvram.estimate.types import ProjectorFile
+    from hfvram.sources.local import read_gguf_file_header
+
+    try:
+        header = read_gguf_file_header(Path(name).expanduser())
+    except (HfvramError, OSError) as error:
+        from hfvram.redaction import redact
+
+        why = redact(str(error).splitlines()[0][:200]) if str(error) else type(error).__name__
+        return replace(request, projector=ProjectorFile(name=name, error=why))
+    arch = header.metadata.get("general.architecture")
+    return replace(
+        request,
+        projector=ProjectorFile(
+            name=name,
+            weight_bytes=sum(tensor.nbytes for tensor in header.tensors),
+            tensors=len(header.tensors),
+            arch=arch[:40] if isinstance(arch, str) else None,
+        ),
     )
 
 
@@ -76,7 +118,9 @@ def with_draft(request: Request, options: RunOptions, loaded: LoadedModel) -> Re
     """The request with the speculative draft checkpoint its vLLM settings name (``--speculative-config
     '{"model": …}'`` for a draft model / EAGLE head, or ``--speculative-model``) read through the same sources as the
     model (Hub, local folder, HF cache; the same caps, deadlines and errors). A draft that cannot be read is kept as
-    its error (the estimate warns and counts nothing of it); other engines read no draft (they warn)."""
+    its error (the estimate warns and counts nothing of it); other engines read no draft (they warn). A llama.cpp
+    line's ``--mmproj`` file is read here too (:func:`with_projector`)."""
+    request = with_projector(request, loaded)
     named = (key.replace("_", "-").lstrip("-").lower() for key in request.settings)
     if request.draft is not None or not any(key.startswith("speculative-") for key in named):
         return request

@@ -11,7 +11,7 @@ from hfvram.errors import UsageError
 
 if TYPE_CHECKING:
     from hfvram.estimate.engine_args import ParsedEngineArgs
-    from hfvram.estimate.types import DraftModel, Hardware
+    from hfvram.estimate.types import DraftModel, Hardware, ProjectorFile
 
 
 EXIT_OK = 0
@@ -77,6 +77,8 @@ class Request:
     #: the speculative draft checkpoint the settings name, read by :func:`with_draft` (None when none is named or
     #: the engine does not size one)
     draft: DraftModel | None = None
+    #: the ``--mmproj`` projector a llama.cpp line names, read by :func:`with_projector` (header only)
+    projector: ProjectorFile | None = None
     #: ``--context auto``: the engine picks the length (vLLM ``--max-model-len auto``); and its cap
     context_auto: bool = False
     context_cap: int | None = None

@@ -25,8 +25,9 @@ from hfvram.spec import LayerKind, ModelSpec
 TABLE = "quant/gguf.toml"
 
 _BLOCK = re.compile(r"^(?:.*\.)?layers\.(\d+)\.(.+)\.(weight|bias)$")
-#: a block tensor without a ".weight" / ".bias" suffix (Mamba-2's ``mixer.A_log``, ``mixer.D``)
-_BARE = re.compile(r"^(?:.*\.)?layers\.(\d+)\.(.+\.[A-Za-z_]+)$")
+#: a block tensor without a ".weight" / ".bias" suffix (Mamba-2's ``mixer.A_log``, ``mixer.D``; Gemma-4's
+#: ``layer_scalar`` right under the block)
+_BARE = re.compile(r"^(?:.*\.)?layers\.(\d+)\.((?:.+\.)?[A-Za-z_]+)$")
 #: experts stored fused as 3-D tensors (gpt-oss, Llama 4): [E, hidden, 2·ff] gate_up, [E, ff, hidden] down
 _FUSED = re.compile(r"^(?:.*\.)?layers\.(\d+)\.(?:mlp|feed_forward)\.experts\.(gate_up_proj|down_proj)(_bias)?$")
 _SINKS = re.compile(r"^(?:.*\.)?layers\.(\d+)\.self_attn\.sinks$")

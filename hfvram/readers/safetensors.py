@@ -19,7 +19,6 @@ from hfvram.readers.tensors import (
     dtype_bits,
     hf_component,
     params_active,
-    tensor_nbytes,
     weights_from_tensor_list,
 )
 from hfvram.spec import Quantization, Weights
@@ -91,11 +90,11 @@ def header_length(first8: bytes, *, filename: str, available: int | None = None)
 
 def _no_duplicates(filename: str):
     def hook(pairs: list[tuple[str, object]]) -> dict[str, object]:
-        result: dict[str, object] = {}
-        for key, value in pairs:
-            if key in result:
-                raise MalformedFileError(f"duplicate key {key!r}", file=filename, field=key)
-            result[key] = value
+        result = dict(pairs)  # (in C: a header's 262,144 tensors cost a Python loop 3 s)
+        if len(result) != len(pairs):
+            seen: set[str] = set()
+            key = next(key for key, _ in pairs if key in seen or seen.add(key))  # type: ignore[func-returns-value]
+            raise MalformedFileError(f"duplicate key {key[:80]!r}", file=filename, field=key[:80])
         return result
 
     return hook
@@ -126,33 +125,37 @@ def _bad_constant(constant: str, filename: str):
 
 
 def _int_list(value: object, *, filename: str, where: str) -> list[int]:
-    if not isinstance(value, list) or any(isinstance(v, bool) or not isinstance(v, int) for v in value):
+    # (type() is int: JSON's integers, never a bool; one pass in C per list, a header holds 262,144 tensors)
+    if not isinstance(value, list) or not all(type(v) is int for v in value):
         raise MalformedFileError(f"must be a list of integers, got {str(value)[:80]}", file=filename, field=where)
     return value
+
+
+_ENTRY_KEYS = frozenset({"dtype", "shape", "data_offsets"})
 
 
 def _tensor_info(name: str, entry: object, filename: str) -> TensorInfo:
     if not isinstance(entry, dict):
         raise MalformedFileError("tensor entry is not an object", file=filename, field=name)
-    unknown = set(entry) - {"dtype", "shape", "data_offsets"}
-    missing = {"dtype", "shape", "data_offsets"} - set(entry)
-    if missing or unknown:
+    if entry.keys() != _ENTRY_KEYS:
+        unknown, missing = set(entry) - _ENTRY_KEYS, _ENTRY_KEYS - set(entry)
         raise MalformedFileError(
             f"tensor entry has missing {sorted(missing)} / unknown {sorted(unknown)} keys", file=filename, field=name
         )
     dtype = entry["dtype"]
-    if not isinstance(dtype, str) or dtype_bits(dtype) is None:
+    bits = dtype_bits(dtype) if isinstance(dtype, str) else None
+    if bits is None:
         raise MalformedFileError(f"unknown dtype {str(dtype)[:40]!r}", file=filename, field=f"{name}.dtype")
     shape = _int_list(entry["shape"], filename=filename, where=f"{name}.shape")
-    if len(shape) > MAX_RANK or any(d < 0 for d in shape):
+    if len(shape) > MAX_RANK or (shape and min(shape) < 0):
         raise MalformedFileError(f"invalid shape {shape[: MAX_RANK + 1]}", file=filename, field=f"{name}.shape")
-    if math.prod(shape) * (dtype_bits(dtype) or 0) > MAX_TENSOR_BYTES * 8:
+    elements = math.prod(shape)
+    if elements * bits > MAX_TENSOR_BYTES * 8:
         raise MalformedFileError(f"shape {shape} overflows", file=filename, field=f"{name}.shape")
     offsets = _int_list(entry["data_offsets"], filename=filename, where=f"{name}.data_offsets")
     if len(offsets) != 2 or offsets[0] < 0 or offsets[1] < offsets[0]:
         raise MalformedFileError(f"invalid data_offsets {offsets[:3]}", file=filename, field=f"{name}.data_offsets")
-    nbytes = tensor_nbytes(dtype, shape)
-    assert nbytes is not None
+    nbytes = (elements * bits + 7) // 8  # = tensor_nbytes(dtype, shape)
     if offsets[1] - offsets[0] != nbytes:
         raise MalformedFileError(
             f"data_offsets span {offsets[1] - offsets[0]} bytes but {dtype} {shape} needs {nbytes}",
@@ -176,19 +179,42 @@ def _check_contiguous(tensors: Iterable[TensorInfo], filename: str) -> None:
         expected = tensor.offsets[1]
 
 
-def check_data_end(tensors: Iterable[TensorInfo], data_bytes: int, *, filename: str) -> None:
+def check_data_end(tensors: Iterable[TensorInfo], data_bytes: int, *, filename: str, past_only: bool = False) -> None:
     """A file's tensors must end where its data section ends (safetensors' own check,
     ``MetadataIncompleteBuffer``): offsets that run past the file's end describe bytes the file does not hold (a
     truncated download, or a hostile header). A file of the header alone (no data bytes at all: how hfvram's
-    header fixtures and header-only copies are made) is sized from its header."""
+    header fixtures and header-only copies are made) is sized from its header. ``past_only``: only offsets past
+    the end are refused (a Hub file, whose size is the one its answer states)."""
     end = max((tensor.offsets[1] for tensor in tensors if tensor.offsets is not None), default=0)
-    if data_bytes and end != data_bytes:
+    if end > data_bytes if past_only else (data_bytes and end != data_bytes):
         where = "past the end of the file" if end > data_bytes else "short of the end of the file"
         raise MalformedFileError(
             f"tensor data ends at byte {end} of the data section, {where} ({data_bytes} bytes after the header)",
             file=filename,
             field="data_offsets",
         )
+
+
+def header_table(tensors: Mapping[str, TensorInfo]) -> list[list]:
+    """A header's tensors as rows ``[name, dtype, shape, start, end]``: the facts the readers need of a header
+    (what the facts cache stores in place of its text, whose ``__metadata__`` and padding they never read)."""
+    return [[t.name, t.dtype, list(t.shape), *(t.offsets or (0, 0))] for t in tensors.values()]
+
+
+def tensors_from_table(rows: object, *, filename: str) -> dict[str, TensorInfo]:
+    """The rows of :func:`header_table` as tensors again, each checked as a header's entry is (so a reader's fix
+    applies to stored facts too); anything else is a :class:`MalformedFileError`."""
+    limit = bound("safetensors", "maximum_tensors_per_file")
+    if not isinstance(rows, list) or len(rows) > limit:
+        raise MalformedFileError(f"stored tensor table is not a list of at most {limit} rows", file=filename)
+    tensors: dict[str, TensorInfo] = {}
+    for row in rows:
+        if not (isinstance(row, list) and len(row) == 5 and isinstance(row[0], str)) or row[0] in tensors:
+            raise MalformedFileError("stored tensor table has a malformed row", file=filename)
+        name, dtype, shape, start, end = row
+        tensors[name] = _tensor_info(name, {"dtype": dtype, "shape": shape, "data_offsets": [start, end]}, filename)
+    _check_contiguous(tensors.values(), filename)
+    return tensors
 
 
 def parse_header_full(raw_json: bytes, *, filename: str, length: int | None = None) -> SafetensorsHeader:

@@ -61,18 +61,16 @@ SHAPE_KEYS = (
     "mlp_bias",
     "moe_shared_expert_intermediate_size",
     "block_configs",
+    # Gemma-4: K doubles as V on full layers, a dense MLP beside the experts, per-layer inputs, KV-sharing layers
+    "attention_k_eq_v",
+    "enable_moe_block",
+    "hidden_size_per_layer_input",
+    "vocab_size_per_layer_input",
+    "num_kv_shared_layers",
+    "use_double_wide_mlp",
     # not shapes: the rotary share of a head, for the engines' rotary caches (hfvram/estimate/multimodal.py)
     "partial_rotary_factor",
 )
-#: vision_config model_type -> the _Builder method that derives its tower
-_VISION_TOWERS = {
-    "siglip_vision_model": "siglip_vision",
-    "llama4_vision_model": "llama4_vision",
-    "qwen3_5": "qwen_vision",
-    "qwen3_5_moe": "qwen_vision",
-    "qwen3_vl": "qwen_vision",
-    "qwen3_vl_moe": "qwen_vision",
-}
 #: DeciLM (nemotron-nas) rounds each layer's FFN width up to this multiple (modeling_decilm._find_multiple)
 _DECI_FFN_MULTIPLE = 256
 
@@ -398,9 +396,12 @@ class _Builder:
                 self.plain(f"{prefix}.experts.{proj}", (experts, n_in, n_out))
             self.plain(f"{prefix}.experts.{proj}_bias", (experts, n_out))
 
-    def decoder_layer(self, prefix: str, layer: Layer) -> None:
+    def decoder_layer(self, prefix: str, layer: Layer, index: int = 0) -> None:
         hidden = self.spec.hidden_size or 0
         model_type = _text_model_type(self.spec, self.config)
+        if model_type == "gemma4_text":
+            self.gemma4_layer(prefix, layer, index)
+            return
         self.plain(f"{prefix}.input_layernorm.weight", (hidden,))
         self.plain(f"{prefix}.post_attention_layernorm.weight", (hidden,))
         if model_type in _FOUR_NORMS:
@@ -421,6 +422,61 @@ class _Builder:
             self.dense_mlp(f"{prefix}.mlp", self.spec.intermediate_size)
         else:
             self.warnings.append(f"{prefix}: intermediate_size unknown, MLP not derived")
+
+    def gemma4_layer(self, prefix: str, layer: Layer, index: int) -> None:
+        """One Gemma-4 decoder layer (transformers models/gemma4/modeling_gemma4.py at huggingface/transformers@
+        c308a309e651a7e033f683353f3f75aa66d29502: Gemma4TextAttention, Gemma4TextDecoderLayer): four RMSNorms and a
+        layer_scalar; q/k/v/o with per-head q/k norms, no v_proj where K doubles as V (attention_k_eq_v, full
+        layers) and no k/v at all on a layer that reads another's cache (num_kv_shared_layers); a dense gated MLP
+        (twice as wide on those layers with use_double_wide_mlp); the per-layer-input gate of E2B/E4B; with
+        enable_moe_block the router (projection, scale, per-expert scale), the experts beside the dense MLP and
+        their three norms. The experts are listed one by one as the quantizers store them (llm-compressor unpacks
+        the fused gate_up_proj / down_proj of an unquantized checkpoint): the same parameters."""
+        cfg, spec = self.config, self.spec
+        hidden, heads = spec.hidden_size or 0, spec.num_attention_heads or 0
+        head, kv = layer.head_dim_k, layer.num_kv_heads
+        shared_from = spec.num_layers - int(cfg.get("num_kv_shared_layers") or 0)
+        shared = index >= shared_from > 0
+        for norm in ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm"):
+            self.plain(f"{prefix}.{norm}.weight", (hidden,))
+        self.plain(f"{prefix}.post_feedforward_layernorm.weight", (hidden,))
+        self.plain(f"{prefix}.layer_scalar", (1,))
+        attn = f"{prefix}.self_attn"
+        self.linear(f"{attn}.q_proj", heads * head, hidden)
+        self.plain(f"{attn}.q_norm.weight", (head,))
+        if not shared:
+            self.linear(f"{attn}.k_proj", kv * head, hidden)
+            if not (cfg.get("attention_k_eq_v") and layer.kind is LayerKind.FULL):
+                self.linear(f"{attn}.v_proj", kv * head, hidden)
+            self.plain(f"{attn}.k_norm.weight", (head,))
+        self.linear(f"{attn}.o_proj", hidden, heads * head)
+        wide = 2 if shared and cfg.get("use_double_wide_mlp") else 1
+        self.dense_mlp(f"{prefix}.mlp", (spec.intermediate_size or 0) * wide)
+        per_layer = int(cfg.get("hidden_size_per_layer_input") or 0)
+        if per_layer:
+            self.linear(f"{prefix}.per_layer_input_gate", per_layer, hidden)
+            self.linear(f"{prefix}.per_layer_projection", hidden, per_layer)
+            self.plain(f"{prefix}.post_per_layer_input_norm.weight", (hidden,))
+        if cfg.get("enable_moe_block") and spec.num_experts:
+            experts, size = spec.num_experts, spec.moe_intermediate_size or 0
+            self.plain(f"{prefix}.router.proj.weight", (experts, hidden))
+            self.plain(f"{prefix}.router.scale", (hidden,))
+            self.plain(f"{prefix}.router.per_expert_scale", (experts,))
+            self.each_expert(f"{prefix}.experts", experts, lambda base: self.dense_mlp(base, size))
+            for norm in ("post_feedforward_layernorm_1", "post_feedforward_layernorm_2", "pre_feedforward_layernorm_2"):
+                self.plain(f"{prefix}.{norm}.weight", (hidden,))
+
+    def gemma4_globals(self, prefix: str) -> None:
+        """Gemma-4's per-layer input embedding, its projection and norm (E2B/E4B: hidden_size_per_layer_input)."""
+        cfg, spec = self.config, self.spec
+        per_layer = int(cfg.get("hidden_size_per_layer_input") or 0)
+        if not per_layer:
+            return
+        width = spec.num_layers * per_layer
+        vocab = int(cfg.get("vocab_size_per_layer_input") or spec.vocab_size or 0)
+        self.plain(f"{prefix}.embed_tokens_per_layer.weight", (vocab, width))
+        self.linear(f"{prefix}.per_layer_model_projection", width, spec.hidden_size or 0)
+        self.plain(f"{prefix}.per_layer_projection_norm.weight", (per_layer,))
 
     def deci_layer(self, prefix: str, layer: Layer, block: Mapping[str, Any]) -> None:
         """One DeciLM (nemotron-nas) block as modeling_decilm builds it: attention may be absent (no_op) or a
@@ -538,97 +594,6 @@ class _Builder:
         self.plain(f"{prefix}.shared_head.norm.weight", (hidden,))
         self.plain(f"{prefix}.shared_head.head.weight", (vocab, hidden))
 
-    def vit_layer(self, p: str, hidden: int, inter: int, norms: tuple[str, str], out_proj: str) -> None:
-        """One ViT encoder layer: two biased LayerNorms, biased q/k/v/out projections, a biased fc1 → fc2 MLP."""
-        for norm in norms:
-            self.plain(f"{p}.{norm}.weight", (hidden,))
-            self.plain(f"{p}.{norm}.bias", (hidden,))
-        for proj in ("q_proj", "k_proj", "v_proj", out_proj):
-            self.plain(f"{p}.self_attn.{proj}.weight", (hidden, hidden))
-            self.plain(f"{p}.self_attn.{proj}.bias", (hidden,))
-        self.plain(f"{p}.mlp.fc1.weight", (inter, hidden))
-        self.plain(f"{p}.mlp.fc1.bias", (inter,))
-        self.plain(f"{p}.mlp.fc2.weight", (hidden, inter))
-        self.plain(f"{p}.mlp.fc2.bias", (hidden,))
-
-    def siglip_vision(self, vision: Mapping[str, Any], text_hidden: int) -> None:
-        """SigLIP tower + Gemma-3 projector (transformers SiglipVisionModel, Gemma3MultiModalProjector)."""
-        hidden, inter = int(vision["hidden_size"]), int(vision["intermediate_size"])
-        patch, image = int(vision["patch_size"]), int(vision["image_size"])
-        channels = int(vision.get("num_channels", 3))
-        base = "vision_tower.vision_model"
-        self.plain(f"{base}.embeddings.patch_embedding.weight", (hidden, channels, patch, patch))
-        self.plain(f"{base}.embeddings.patch_embedding.bias", (hidden,))
-        self.plain(f"{base}.embeddings.position_embedding.weight", ((image // patch) ** 2, hidden))
-        for il in range(int(vision["num_hidden_layers"])):
-            self.vit_layer(f"{base}.encoder.layers.{il}", hidden, inter, ("layer_norm1", "layer_norm2"), "out_proj")
-        self.plain(f"{base}.post_layernorm.weight", (hidden,))
-        self.plain(f"{base}.post_layernorm.bias", (hidden,))
-        self.plain("multi_modal_projector.mm_input_projection_weight", (hidden, text_hidden))
-        self.plain("multi_modal_projector.mm_soft_emb_norm.weight", (hidden,))
-
-    def qwen_vision(self, vision: Mapping[str, Any], text_hidden: int) -> None:
-        """Qwen3-VL / Qwen3.5 vision tower (transformers Qwen3VLVisionModel; Qwen3.5 drops the deepstack mergers):
-        a biased Conv3d patch embedding, a learned position table, ``depth`` ViT blocks (LayerNorms, fused qkv,
-        fc1 → fc2) and the spatial-merge merger into the text hidden size, all under ``model.visual.``."""
-        hidden, inter = int(vision["hidden_size"]), int(vision["intermediate_size"])
-        patch, temporal = int(vision["patch_size"]), int(vision.get("temporal_patch_size", 2))
-        channels = int(vision.get("in_channels", 3))
-        merged = hidden * int(vision.get("spatial_merge_size", 2)) ** 2
-        out = int(vision.get("out_hidden_size", text_hidden))
-        base = "model.visual"
-        self.plain(f"{base}.patch_embed.proj.weight", (hidden, channels, temporal, patch, patch))
-        self.plain(f"{base}.patch_embed.proj.bias", (hidden,))
-        if vision.get("num_position_embeddings"):
-            self.plain(f"{base}.pos_embed.weight", (int(vision["num_position_embeddings"]), hidden))
-        for il in range(int(vision["depth"])):
-            p = f"{base}.blocks.{il}"
-            for norm in ("norm1", "norm2"):
-                self.plain(f"{p}.{norm}.weight", (hidden,))
-                self.plain(f"{p}.{norm}.bias", (hidden,))
-            for proj, n_out, n_in in (
-                ("attn.qkv", 3 * hidden, hidden),
-                ("attn.proj", hidden, hidden),
-                ("mlp.linear_fc1", inter, hidden),
-                ("mlp.linear_fc2", hidden, inter),
-            ):
-                self.plain(f"{p}.{proj}.weight", (n_out, n_in))
-                self.plain(f"{p}.{proj}.bias", (n_out,))
-        deepstack = vision.get("deepstack_visual_indexes") or []
-        mergers = [(f"{base}.merger", hidden)] + [
-            (f"{base}.deepstack_merger_list.{i}", merged)
-            for i in range(len(deepstack) if isinstance(deepstack, list) else 0)
-        ]
-        for merger, norm_width in mergers:
-            self.plain(f"{merger}.norm.weight", (norm_width,))
-            self.plain(f"{merger}.norm.bias", (norm_width,))
-            self.plain(f"{merger}.linear_fc1.weight", (merged, merged))
-            self.plain(f"{merger}.linear_fc1.bias", (merged,))
-            self.plain(f"{merger}.linear_fc2.weight", (out, merged))
-            self.plain(f"{merger}.linear_fc2.bias", (out,))
-
-    def llama4_vision(self, vision: Mapping[str, Any], text_hidden: int) -> None:
-        """Llama-4 vision tower + pixel-shuffle adapter + projector (transformers Llama4VisionModel,
-        Llama4VisionPixelShuffleMLP, Llama4MultiModalProjector)."""
-        hidden, inter = int(vision["hidden_size"]), int(vision["intermediate_size"])
-        patch, image = int(vision["patch_size"]), int(vision["image_size"])
-        channels = int(vision.get("num_channels", 3))
-        projector_in, projector_out = int(vision["projector_input_dim"]), int(vision["projector_output_dim"])
-        output_dim = int(vision.get("vision_output_dim", projector_out))
-        base = "vision_model"
-        self.plain(f"{base}.patch_embedding.linear.weight", (hidden, channels * patch * patch))
-        self.plain(f"{base}.class_embedding", (hidden,))
-        self.plain(f"{base}.positional_embedding_vlm", ((image // patch) ** 2 + 1, hidden))
-        for norm in ("layernorm_pre", "layernorm_post"):
-            self.plain(f"{base}.{norm}.weight", (hidden,))
-            self.plain(f"{base}.{norm}.bias", (hidden,))
-        for il in range(int(vision["num_hidden_layers"])):
-            norms = ("input_layernorm", "post_attention_layernorm")
-            self.vit_layer(f"{base}.model.layers.{il}", hidden, inter, norms, "o_proj")
-        self.plain(f"{base}.vision_adapter.mlp.fc1.weight", (projector_in, inter))
-        self.plain(f"{base}.vision_adapter.mlp.fc2.weight", (projector_out, projector_out))
-        self.plain("multi_modal_projector.linear_1.weight", (text_hidden, output_dim))
-
 
 def _text_model_type(spec: ModelSpec, facts: Mapping[str, Any]) -> str | None:
     for value in (facts.get("text_model_type"), (spec.extra or {}).get("text_model_type"), spec.model_type):
@@ -641,7 +606,7 @@ def _text_prefix(spec: ModelSpec, facts: Mapping[str, Any]) -> str:
     """Where the decoder lives in the checkpoint's names (Gemma-3 multimodal: ``language_model.model``)."""
     if facts.get("nested_text_config") and spec.model_type in ("gemma3", "mistral3", "llava", "llama4"):
         return "language_model.model"
-    if facts.get("nested_text_config") and (spec.model_type or "").startswith(("qwen3_5", "qwen3_vl")):
+    if facts.get("nested_text_config") and (spec.model_type or "").startswith(("qwen3_5", "qwen3_vl", "gemma4")):
         return "model.language_model"
     return "model"
 
@@ -718,7 +683,9 @@ def _build(spec: ModelSpec, facts: Mapping[str, Any]) -> _Builder:
             if isinstance(block, Mapping):
                 builder.deci_layer(f"{prefix}.layers.{il}", layer, block)
             else:
-                builder.decoder_layer(f"{prefix}.layers.{il}", layer)
+                builder.decoder_layer(f"{prefix}.layers.{il}", layer, il)
+        if _text_model_type(spec, facts) == "gemma4_text":
+            builder.gemma4_globals(prefix)
         qwen_style_mtp = (_text_model_type(spec, facts) or "").startswith(("qwen3_5", "qwen3_next"))
         for extra in range(spec.num_mtp_layers):
             full = [layer for layer in spec.layers if layer.kind in (LayerKind.FULL, LayerKind.MLA)]
@@ -740,11 +707,12 @@ def _build(spec: ModelSpec, facts: Mapping[str, Any]) -> _Builder:
     if spec.multimodal and not isinstance(vision, Mapping):
         builder.warnings.append("multimodal model without its vision_config: vision tower weights not derived")
     if isinstance(vision, Mapping):
-        method = _VISION_TOWERS.get(str(vision.get("model_type")))
-        tower = getattr(builder, method) if method else None
+        from hfvram.readers.shapes_towers import VISION_TOWERS
+
+        tower = VISION_TOWERS.get(str(vision.get("model_type")))
         if tower is not None:
             try:
-                tower(vision, hidden)
+                tower(builder, vision, hidden)
             except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
                 builder.warnings.append(f"vision_config incomplete ({exc!r}): vision tower not derived")
         else:

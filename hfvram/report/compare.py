@@ -135,8 +135,7 @@ def render_compare(console: Any, document: Mapping[str, Any]) -> None:
         values = row_cells(row)
         style = VERDICT_STYLE.get(row.get("verdict"), "")
         cells.append([Text(value, style=style) if index == 2 else Text(value) for index, value in enumerate(values)])
-    headers = [(name, "left" if index < 3 else "right") for index, name in enumerate(HEADERS)]
-    titled_table_with_notes(console, title(document), headers, cells, footer_lines(document), COLUMNS)
+    titled_table_with_notes(console, title(document), COLUMNS, cells, footer_lines(document))
 
 
 def compare_markdown(document: Mapping[str, Any]) -> str:

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from hfvram.report.compare import VERDICT_TEXT
+from hfvram.report.fitwidth import Col
 from hfvram.report.text import safe
 from hfvram.report.units import gib, tokens_short
 
@@ -22,6 +23,20 @@ HEADERS = (
     "CUDA graphs",
     "verdict",
     "max context",
+)
+#: the terminal view's columns: compact headers (the unit moved from the cells into the header), and the order in
+#: which a narrow terminal leaves them out (every term left out is still named in the changes under the table; the
+#: engine, its KV tokens and its verdict stay)
+COLUMNS = (
+    Col("engine", "left", name=True),
+    Col("rules", "left", drop=2),
+    Col("weights", short="wt GiB", unit=" GiB", drop=5),
+    Col("KV pool", short="KV GiB", unit=" GiB", drop=4),
+    Col("KV tokens", short="tokens"),
+    Col("activations", short="act GiB", unit=" GiB", drop=1),
+    Col("CUDA graphs", short="graph GiB", unit=" GiB", drop=3),
+    Col("verdict", "left"),
+    Col("max context", short="context", drop=0),
 )
 _TERM_TEXT = {
     "weights_bytes": "weights",
@@ -82,20 +97,20 @@ def change_lines(document: Mapping[str, Any]) -> list[str]:
 def render_engines_compare(console: Any, document: Mapping[str, Any]) -> None:
     from rich.text import Text
 
-    from hfvram.report.table import VERDICT_STYLE, narrow_table
+    from hfvram.report.fitwidth import print_fitted, print_wrapped
+    from hfvram.report.table import VERDICT_STYLE
 
     cells = []
     for row in document.get("rows") or []:
         values = row_cells(row)
         style = VERDICT_STYLE.get(row.get("verdict"), "")
         cells.append([Text(value, style=style) if index == 7 else Text(value) for index, value in enumerate(values)])
-    headers = [(name, "left" if index < 2 else "right") for index, name in enumerate(HEADERS)]
     source = document.get("source") or {}
     files = source.get("files") or []
     model = source.get("repo_id") or (str(files[0]).rsplit("/", 1)[0] if files else "") or "the model"
     gpus = document.get("gpu_set") or "no GPU given"
-    console.print(Text(f"{model} on {gpus}: engine settings side by side", style="bold"))
-    console.print(narrow_table(console, headers, cells, flexible=(0, 1)))
+    print_wrapped(console, Text(f"{safe(model)} on {safe(gpus)}: engine settings side by side", style="bold"))
+    print_fitted(console, COLUMNS, cells)
     width = max(40, console.width)
     for line in change_lines(document):
         indent = "    " if line.startswith("  ") else "  "
@@ -103,7 +118,7 @@ def render_engines_compare(console: Any, document: Mapping[str, Any]) -> None:
             line, width=width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False
         )
         console.print(text, markup=False, highlight=False, soft_wrap=True)
-    console.print("Each row's breakdown and warnings: `hfvram check SOURCE --engine ENGINE@VERSION`", highlight=False)
+    print_wrapped(console, Text("Each row's breakdown and warnings: `hfvram check SOURCE --engine ENGINE@VERSION`"))
 
 
 def engines_markdown(document: Mapping[str, Any]) -> str:

@@ -6,7 +6,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from rich.console import Console
+from rich.text import Text
 
+from hfvram.report.fitwidth import print_wrapped
 from hfvram.report.text import safe
 
 
@@ -25,21 +27,25 @@ def render_engine_list(console: Console, document: Mapping[str, Any]) -> None:
             for rule in engine["rule_sets"]
         )
         reviewed, known = engine.get("newest_reviewed"), engine.get("newest_known")
-        console.print(f"[bold]{safe(engine['engine'])}[/bold]", highlight=False)
-        console.print(f"  rule sets: {safe(sets or 'unversioned (one rule set)')}", highlight=False)
-        console.print(
-            "  newest reviewed: "
-            + (safe(f"{reviewed['version']} ({_date(reviewed)})") if reviewed else "not recorded")
-            + "; newest known: "
-            + (safe(f"{known['version']} ({_date(known)})") if known else "not recorded"),
-            highlight=False,
+        console.print(Text(safe(engine["engine"]), style="bold"), highlight=False)
+        print_wrapped(console, Text(f"  rule sets: {safe(sets or 'unversioned (one rule set)')}"))
+        print_wrapped(
+            console,
+            Text(
+                "  newest reviewed: "
+                + (safe(f"{reviewed['version']} ({_date(reviewed)})") if reviewed else "not recorded")
+                + "; newest known: "
+                + (safe(f"{known['version']} ({_date(known)})") if known else "not recorded")
+            ),
         )
         tags = engine.get("semver_tags") or []
         if tags:
             mapped = ", ".join(f"v{tag['version']} = b{tag['build']}" for tag in tags)
-            console.print(f"  semantic versions: {safe(mapped)}", highlight=False)
-    console.print(
-        "A release above the newest reviewed one gets the newest rules and a warning naming that release; "
-        "docs/engines/README.md says how a release is reviewed.",
-        highlight=False,
+            print_wrapped(console, Text(f"  semantic versions: {safe(mapped)}"))
+    print_wrapped(
+        console,
+        Text(
+            "A release above the newest reviewed one gets the newest rules and a warning naming that release; "
+            "docs/engines/README.md says how a release is reviewed."
+        ),
     )

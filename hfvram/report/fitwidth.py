@@ -124,12 +124,14 @@ def _layout(
     names = [j for j, i in enumerate(kept) if cols[i].name]
     spare = width - GAP * (len(kept) - 1) - sum(w for j, w in enumerate(widths) if j not in names)
     if names:
-        share = spare // len(names)
-        for j in names:
-            need = min(widths[j], max(MIN_NAME, len(headers[j])))
-            if share < need:
+        # the narrowest names first: what one of them does not need goes to the wider ones
+        for left, j in enumerate(sorted(names, key=lambda j: widths[j])):
+            share = spare // (len(names) - left)
+            if share < min(widths[j], max(MIN_NAME, len(headers[j]))):
                 return None
             widths[j] = min(widths[j], share)
+            spare -= widths[j]
+        for j in names:
             shortened = shorten_names([row[j].plain for row in cells], widths[j])
             for row, text in zip(cells, shortened):
                 if text != row[j].plain:

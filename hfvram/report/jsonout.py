@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from hfvram.estimate.types import FITS_THRESHOLD, VERDICT_OFFLOAD, Estimate, verdict_for, verdict_rank
+from hfvram.estimate.types import FITS_THRESHOLD, VERDICT_OFFLOAD, Estimate, ExpectedSpeed, verdict_for, verdict_rank
 from hfvram.spec import ModelSpec, SourceInfo
 
 CHECK_SCHEMA = "hfvram.check/1"
@@ -176,11 +176,29 @@ def check_dict(source: SourceInfo, est: Estimate, *, explain: bool = False) -> d
         "parallel": {"tp": est.tp, "pp": est.pp},
         "warnings": _unique(list(est.spec.warnings) + list(est.warnings)),
     }
+    if est.speed is not None:
+        out["speed"] = speed_dict(est.speed)
     if est.offload is not None:
         out["offload_plan"] = est.offload.as_dict(moe=any(layer.moe for layer in est.spec.layers))
     if explain:
         out["explain"] = {"terms": dict(est.explain), "provenance": dict(est.spec.provenance)}
     return out
+
+
+def speed_dict(speed: ExpectedSpeed) -> dict[str, Any]:
+    """The expected decode speed (docs/methodology.md#expected-speed): the total, its range over the spread of the
+    published runs it was fitted on, each part in seconds per token with its basis, and the bound it refines
+    (``decode_tokens_per_second`` at the top level is that bound)."""
+    rate = speed.decode_tokens_per_second
+    return {
+        "expected_decode_tokens_per_second": rate,
+        "range_tokens_per_second": None
+        if speed.low is None or speed.high is None
+        else [rate * speed.low, rate * speed.high],
+        "decode_bound_tokens_per_second": speed.decode_bound,
+        "seconds_per_token": speed.seconds_per_token,
+        "parts": [{"name": p.name, "seconds_per_token": p.seconds, "basis": p.basis} for p in speed.parts],
+    }
 
 
 def offload_summary(est: Estimate) -> str:

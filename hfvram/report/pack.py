@@ -8,11 +8,24 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from hfvram.report.fitwidth import Col
 from hfvram.report.text import safe
 from hfvram.report.units import gib, percent, tokens_short
 from hfvram.report.wording import launch_command_lines
 
 HEADERS = ("model", "engine", "context", "terms", "outside", "share", "gpu util", "verdict")
+#: the terminal view's columns: compact headers, and the order in which a narrow terminal leaves them out (the
+#: share first: the gpu util of a vLLM row and the terms say it; the engine last)
+COLUMNS = (
+    Col("model", "left", name=True),
+    Col("engine", "left", drop=4),
+    Col("context", drop=3),
+    Col("terms", short="terms GiB", unit=" GiB"),
+    Col("outside", short="out GiB", unit=" GiB", drop=1),
+    Col("share", drop=0),
+    Col("gpu util", short="util", drop=2),
+    Col("verdict", "left"),
+)
 VERDICT_TEXT = {"fits": "fits", "tight": "tight", "does_not_fit": "does not fit", None: "—"}
 
 
@@ -81,8 +94,7 @@ def render_pack(console: Any, document: Mapping[str, Any]) -> None:
                 for index, value in enumerate(row_cells(row))
             ]
         )
-    headers = [(name, "left" if index < 2 else "right") for index, name in enumerate(HEADERS)]
-    titled_table_with_notes(console, title(document), headers, cells, footer_lines(document))
+    titled_table_with_notes(console, title(document), COLUMNS, cells, footer_lines(document))
     console.print("Launch lines:", markup=False, highlight=False)
     for line in pack_launch_lines(document):
         console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)  # a command line stays whole

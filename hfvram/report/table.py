@@ -11,11 +11,14 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from hfvram.report.fitwidth import Col
 from hfvram.report.text import safe
 from hfvram.report.units import count, gib, params, percent, tokens_short
 from hfvram.report.wording import (
     capacity_lines,
     context_grid,
+    expected_speed_parts,
+    expected_speed_words,
     offload_speed_words,
     smallest_gpu_line,
     split_provenance,
@@ -124,7 +127,13 @@ def render_check(console: Console, report: Mapping[str, Any], *, explain: bool =
     if line:
         console.print(Text(safe(line, keep_lines=True)), highlight=False)
     speed = report.get("decode_tokens_per_second")
-    if speed is not None and verdict == "offload":
+    expected = expected_speed_words(report) if verdict != "does_not_fit" else None
+    if expected:
+        console.print(f"Decode: {expected}", highlight=False)
+        if explain:
+            for part in expected_speed_parts(report):
+                console.print(Text(safe(f"  {part}")), highlight=False)
+    elif speed is not None and verdict == "offload":
         console.print(f"Decode: {offload_speed_words(report)}", highlight=False)
     elif speed is not None and verdict != "does_not_fit":
         console.print(f"Decode: ≤ {speed:,.1f} tokens/s per sequence (memory-bandwidth bound)", highlight=False)
@@ -380,11 +389,12 @@ def display_name(report: Mapping[str, Any], limit: int = 44) -> str:
     return name
 
 
-def scan_row(report: Mapping[str, Any]) -> list[Text]:
-    """One row of the scan summary: source, verdict, total, share of usable, KV tokens, concurrency (or the error)."""
+def scan_row(report: Mapping[str, Any], what_if_in_name: bool = True) -> list[Text]:
+    """One row of the scan summary: source (and its what-if, unless the title says it), verdict, total, share of
+    usable, KV tokens, concurrency (or the error)."""
     name = Text(display_name(report))
     what_if = report.get("what_if")
-    if what_if:
+    if what_if and what_if_in_name:
         name.append(f" [what-if {safe(what_if.get('quant'))}]")
     if "error" in report:
         return [name, plain(f"ERROR ({report['error']['kind']})", style="red"), Text(), Text(), Text(), Text()]
@@ -403,19 +413,31 @@ def scan_row(report: Mapping[str, Any]) -> list[Text]:
     ]
 
 
+#: the scan table's columns: compact headers, and the order in which a narrow terminal leaves them out
+SCAN_COLUMNS = (
+    Col("source", "left", name=True),
+    Col("verdict", "left"),
+    Col("per GPU", short="GiB/GPU", unit=" GiB"),
+    Col("used", drop=0),
+    Col("KV tokens", short="KV tok", drop=2),
+    Col("requests", short="req", drop=1),
+)
+
+
 def render_scan(console: Console, reports: Iterable[Mapping[str, Any]], title: str = "Scan summary") -> None:
+    from hfvram.report.fitwidth import print_fitted
+
     reports = list(reports)
-    rows = [scan_row(report) for report in reports]
-    headers = (
-        ("source", "left"),
-        ("verdict", "left"),
-        ("per GPU", "right"),
-        ("used", "right"),
-        ("KV tokens", "right"),
-        ("requests", "right"),
-    )
-    console.print(f"[bold]{title}[/bold]")
-    console.print(narrow_table(console, headers, rows, flexible=(0,)))
+    estimated = [report for report in reports if "error" not in report]
+    quants = {
+        safe((report.get("what_if") or {}).get("quant")) if report.get("what_if") else None for report in estimated
+    }
+    shared = len(quants) == 1 and None not in quants  # one what-if for every row: said once, in the title
+    if shared:
+        title += f" · what-if --quant {quants.pop()}"
+    rows = [scan_row(report, what_if_in_name=not shared) for report in reports]
+    console.print(Text(title, style="bold"))
+    print_fitted(console, SCAN_COLUMNS, rows)
     errors = [report for report in reports if "error" in report]
     if errors:
         unread = all(report["error"]["kind"] != "usage" for report in errors)
@@ -437,33 +459,16 @@ def render_scan(console: Console, reports: Iterable[Mapping[str, Any]], title: s
 GPU_ALIASES_SHOWN = 2
 
 
-#: the narrowest a name column gets before the table grows past the terminal's width instead
-MIN_NAME_WIDTH = 8
-
-
-def _cell(value: Text | str) -> Text:
-    return value if isinstance(value, Text) else plain(value)
-
-
 def titled_table_with_notes(
-    console: Console,
-    title: str,
-    headers: list[tuple[str, str]],
-    cells: list[list[Text]],
-    notes: Iterable[str],
-    columns: Sequence[Any] | None = None,
+    console: Console, title: str, columns: Sequence[Col], cells: list[list[Text]], notes: Iterable[str]
 ) -> None:
-    """A bold title, a table narrowed to the width (first column flexible; with ``columns``, fitted.Col specs, a
-    table that never cuts a figure: fitwidth.print_fitted), then notes wrapped at the width (an indented note keeps
-    a deeper indent): the GPU-set comparison and the pack."""
-    if columns is not None:
-        from hfvram.report.fitwidth import print_fitted, print_wrapped
+    """A bold title, a table that never cuts a figure (fitwidth.print_fitted: names shortened readably, the columns
+    that do not fit left out in ``columns``' order and named), then notes wrapped at the width (an indented note
+    keeps a deeper indent): the GPU-set comparison and the pack."""
+    from hfvram.report.fitwidth import print_fitted, print_wrapped
 
-        print_wrapped(console, Text(title, style="bold"))
-        print_fitted(console, columns, cells)
-    else:
-        console.print(Text(title, style="bold"))
-        console.print(narrow_table(console, headers, cells, flexible=(0,)))
+    print_wrapped(console, Text(title, style="bold"))
+    print_fitted(console, columns, cells)
     width = max(40, console.width)
     for line in notes:
         indent = "    " if line.startswith("  ") else "  "
@@ -473,44 +478,24 @@ def titled_table_with_notes(
         console.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
-def narrow_table(
-    console: Console, headers: Sequence[tuple[str, str]], rows: Sequence[Sequence[Text | str]], flexible: Sequence[int]
-) -> Table:
-    """A borderless one-line-per-row table whose ``flexible`` columns (names) give way, cut at the end with '…',
-    when the terminal is narrow; the other columns (numbers, verdicts, headers) always keep their full width, even
-    when that makes the line longer than the terminal (a number is never cut)."""
-    cells = [[_cell(value) for value in row] for row in rows]
-    natural = [max([row[index].cell_len for row in cells] + [len(name)]) for index, (name, _) in enumerate(headers)]
-    # a borderless table adds one padding cell each side of a column but the outer ones, and a divider between
-    overhead = 3 * (len(headers) - 1)
-    fixed = sum(natural[i] for i in range(len(headers)) if i not in flexible)
-    spare = console.width - overhead - fixed
-    wanted = sum(natural[i] for i in flexible)
-    widths = list(natural)
-    if wanted > spare:
-        for i in flexible:
-            widths[i] = min(natural[i], max(MIN_NAME_WIDTH, spare * natural[i] // max(1, wanted)))
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, collapse_padding=False)
-    for index, ((name, justify), width) in enumerate(zip(headers, widths)):
-        table.add_column(
-            name,
-            justify=justify,  # type: ignore[arg-type]
-            no_wrap=True,
-            overflow="ellipsis",
-            width=width,
-            min_width=width if index not in flexible else None,
-        )
-    for row in cells:
-        table.add_row(*row)
-    return table
+#: the accelerator list's columns (the id is typed, so it is never shortened): the aliases are left out first
+GPU_COLUMNS = (
+    Col("id (--gpu)", "left"),
+    Col("memory"),
+    Col("GB/s"),
+    Col("name", "left", name=True),
+    Col("also", "left", name=True, drop=0),
+)
 
 
 def render_gpus(console: Console, gpus: Sequence[Mapping[str, Any]]) -> None:
     """One line per accelerator: the id to type, its name, the memory the GPU can use, bandwidth, a few aliases."""
     if not gpus:
         return
-    console.print(f"[bold]{len(gpus)} accelerator{'s' if len(gpus) != 1 else ''}[/bold]")
-    rows: list[tuple[str, ...]] = []
+    from hfvram.report.fitwidth import print_fitted, print_wrapped
+
+    console.print(Text(f"{len(gpus)} accelerator{'s' if len(gpus) != 1 else ''}", style="bold"))
+    rows: list[list[Text]] = []
     unified = False
     for gpu in gpus:
         bandwidth = gpu.get("memory_bandwidth_gbs")
@@ -520,21 +505,22 @@ def render_gpus(console: Console, gpus: Sequence[Mapping[str, Any]]) -> None:
             unified = True
         aliases = sorted(gpu.get("aliases") or (), key=len)[:GPU_ALIASES_SHOWN]
         rows.append(
-            (
-                safe(gpu["id"]),
-                memory,
-                "—" if bandwidth is None else f"{bandwidth:,.0f}",
-                safe(gpu["name"]),
-                safe(", ".join(aliases)),
-            )
+            [
+                plain(gpu["id"]),
+                Text(memory),
+                Text("—" if bandwidth is None else f"{bandwidth:,.0f}"),
+                plain(gpu["name"]),
+                plain(", ".join(aliases)),
+            ]
         )
-    headers = (("id (--gpu)", "left"), ("memory", "right"), ("GB/s", "right"), ("name", "left"), ("also", "left"))
-    console.print(narrow_table(console, headers, rows, flexible=(3, 4)))
+    print_fitted(console, GPU_COLUMNS, rows)
     if unified:
-        console.print(
-            "* unified memory: the share of RAM the GPU may use (macOS: 2/3 up to 32 GiB, 3/4 above); "
-            "--unified-fraction F changes it",
-            highlight=False,
+        print_wrapped(
+            console,
+            Text(
+                "* unified memory: the share of RAM the GPU may use (macOS: 2/3 up to 32 GiB, 3/4 above); "
+                "--unified-fraction F changes it"
+            ),
         )
 
 

@@ -77,12 +77,15 @@ def csv_row(report: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def to_csv(reports: Iterable[Mapping[str, Any]]) -> str:
+    return rows_to_csv(csv_row(report) for report in reports)
+
+
+def rows_to_csv(rows: Iterable[Mapping[str, Any]]) -> str:
+    """The CSV of rows made by :func:`csv_row` (a scan makes each as its source finishes)."""
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=CSV_COLUMNS, lineterminator="\n")
     writer.writeheader()
-    for report in reports:
+    for row in rows:
         # text fields as text: control characters escaped (a CSV opened in a terminal or a spreadsheet)
-        writer.writerow(
-            {key: safe(value) if isinstance(value, str) else value for key, value in csv_row(report).items()}
-        )
+        writer.writerow({key: safe(value) if isinstance(value, str) else value for key, value in row.items()})
     return buffer.getvalue()

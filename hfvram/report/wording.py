@@ -75,15 +75,30 @@ def verdict_note(report: Mapping[str, Any]) -> str | None:
 
 
 def offload_speed_words(report: Mapping[str, Any]) -> str:
-    """The decode speed of a run with layers or experts in RAM: the plan's expected figure where it has one."""
+    """The decode bound of a run with layers or experts in RAM (shown where there is no expected speed)."""
     speed = report.get("decode_tokens_per_second")
-    plan_speed = ((report.get("offload_plan") or {}).get("speed")) or {}
     text = "—" if not isinstance(speed, (int, float)) else f"{speed:,.1f} tokens/s per sequence"
-    if plan_speed.get("expected"):
-        spread = plan_speed.get("uncertainty")
-        around = f" (± {spread * 100:.0f} %)" if isinstance(spread, (int, float)) else ""
-        return f"≈ {text}{around}, with the RAM part at the host's speed"
     return f"≤ {text} (bandwidth bound, with what stays in RAM read at the host's or the PCIe link's speed)"
+
+
+def expected_speed_words(report: Mapping[str, Any]) -> str | None:
+    """``≈ 35.4 tokens/s expected (30.8-37.9 over published runs); ≤ 118.5 bound``: the expected decode speed
+    (docs/methodology.md#expected-speed) with its range and the bound it refines; None without one."""
+    speed = report.get("speed") or {}
+    rate = speed.get("expected_decode_tokens_per_second")
+    if not isinstance(rate, (int, float)):
+        return None
+    spread = speed.get("range_tokens_per_second")
+    bound = speed.get("decode_bound_tokens_per_second")
+    tail = f"; ≤ {bound:,.1f} bandwidth bound" if isinstance(bound, (int, float)) else ""
+    around = f"{spread[0]:,.1f}-{spread[1]:,.1f} over published runs" if spread else "no published run sizes its spread"
+    return f"≈ {rate:,.1f} tokens/s per sequence expected ({around}){tail}"
+
+
+def expected_speed_parts(report: Mapping[str, Any]) -> list[str]:
+    """One line per part of the expected time per token, for --explain."""
+    parts = (report.get("speed") or {}).get("parts") or []
+    return [f"{part['name']}: {part['seconds_per_token'] * 1000:.2f} ms/token ({part['basis']})" for part in parts]
 
 
 def split_provenance(where: str) -> tuple[str, str]:

@@ -5,7 +5,9 @@ atomically (temporary file + ``os.replace``), so a crash mid-write leaves either
 temporary files such a crash leaves are removed by a later write in the same folder once they are older than
 ``ORPHAN_SECONDS``. An entry is read only when it is a regular file under the size cap (a link to /dev/zero or
 a FIFO is not read), parses, and has the shape of what is stored under its name (:func:`value_shape_ok`);
-anything else is deleted and rebuilt by the next successful read. A commit sha never expires; a branch or tag
+anything else is deleted and rebuilt by the next successful read. Folders inside the cache are regular folders
+only: an entry whose path crosses a symbolic link (or an entry that is one) is neither read nor written, and
+no ``.tmp-*`` file is swept there. A commit sha never expires; a branch or tag
 name maps to a sha for ``REF_TTL_SECONDS``.
 
 A Hub read stores everything it read in one write (:meth:`FactsCache.store`): the ref entry of the revision
@@ -39,12 +41,16 @@ if TYPE_CHECKING:
     from hfvram.readers.config_hf import HfFacts
 
 FORMAT = 1
+#: the format of facts and ref entries: 2 since a safetensors header is stored as its parsed facts (its tensor table,
+#: ``facts.header_facts``), never its text; an entry of another format is ignored and deleted (read again)
+FACTS_FORMAT = 2
 REF_TTL_SECONDS = 24 * 3600
 #: a temporary entry file older than this is an orphan of a killed writer
 ORPHAN_SECONDS = 600
 _SHA = re.compile(r"^[0-9a-f]{40}$")
-#: names whose stored value is the raw text of the file (the rest: model info, index metadata, GGUF summaries)
-_TEXT_SUFFIXES = (".json", ".safetensors")
+#: names whose stored value is the raw text of the file (the rest: model info, index metadata, GGUF summaries,
+#: safetensors header facts)
+_TEXT_SUFFIXES = (".json",)
 #: the folder of transformers' facts per (config, transformers version), beside ``facts/`` and ``refs/``
 TRANSFORMERS_FACTS = "transformers-facts"
 MODEL_INFO = "model-info"  # = repo_files.MODEL_INFO (kept here so the cache imports nothing else)
@@ -91,6 +97,24 @@ def _gguf_summary_ok(value: object) -> bool:
     return True
 
 
+def _header_facts_ok(value: object) -> bool:
+    """The shape of ``facts.header_facts`` (kept here so the cache imports nothing else; its rows are checked by
+    the reader when read)."""
+    if not isinstance(value, dict) or set(value) != {"tensors", "data_bytes"}:
+        return False
+    size = value["data_bytes"]
+    return isinstance(value["tensors"], list) and (size is None or (_is_int(size) and size >= 0))
+
+
+def _tables_size(facts: Mapping[str, object]) -> int:
+    """About the JSON size of the safetensors header tables among ``facts`` (names plus ~40 bytes a row)."""
+    total = 0
+    for name, value in facts.items():
+        if name.endswith(".safetensors") and isinstance(value, dict) and isinstance(value.get("tensors"), list):
+            total += sum(len(row[0]) + 40 if isinstance(row, list) and row else 40 for row in value["tensors"])
+    return total
+
+
 def value_shape_ok(name: str, value: object) -> bool:
     """Whether ``value`` has the shape hfvram stores under ``name``: model info (sha, files, gated, per-dtype
     counts), a GGUF header summary, the index metadata (an object), or a file's raw text."""
@@ -100,6 +124,8 @@ def value_shape_ok(name: str, value: object) -> bool:
         return _gguf_summary_ok(value)
     if name == INDEX_FILE:
         return isinstance(value, dict)
+    if name.endswith(".safetensors"):
+        return _header_facts_ok(value)
     if name.endswith(_TEXT_SUFFIXES):
         return isinstance(value, str)
     return value is not None
@@ -172,7 +198,7 @@ class FactsCache:
 
     # ---- io -----------------------------------------------------------------------------------
     @staticmethod
-    def _read(path: Path, cap: str = "cache_entry") -> dict | None:
+    def _read(path: Path, cap: str = "cache_entry", fmt: int = FACTS_FORMAT) -> dict | None:
         """The entry at ``path``, or None; an entry that is not a regular file of JSON within the ``[bytes] cap``
         of limits.toml is deleted."""
         from hfvram.errors import HfvramError
@@ -181,13 +207,13 @@ class FactsCache:
         if not os.path.lexists(path):
             return None
         try:
-            entry = json.loads(read_local_bytes(path, byte_cap(cap)).decode("utf-8"))
+            entry = json.loads(read_local_bytes(path, byte_cap(cap), follow_links=False).decode("utf-8"))
         except FileNotFoundError:
             return None
         except (HfvramError, OSError, ValueError, UnicodeDecodeError, RecursionError):
             FactsCache._discard(path)
             return None
-        if not isinstance(entry, dict) or entry.get("format") != FORMAT or not _is_number(entry.get("stored", 0)):
+        if not isinstance(entry, dict) or entry.get("format") != fmt or not _is_number(entry.get("stored", 0)):
             FactsCache._discard(path)
             return None
         return entry
@@ -213,9 +239,33 @@ class FactsCache:
             except OSError:
                 pass
 
+    def _regular_folders(self, path: Path) -> bool:
+        """Whether each folder from the cache root down to ``path``'s is a real folder (or not made yet), never a
+        symbolic link: an entry is never written, and no ``.tmp-*`` swept, in a folder a link points to outside the
+        cache. (The root itself may be a link: the user named it.)"""
+        current = str(self.root)
+        for part in os.path.relpath(path.parent, current).split(os.sep):
+            if part in ("", "."):
+                continue
+            current = os.path.join(current, part)
+            try:
+                mode = os.lstat(current).st_mode
+            except FileNotFoundError:
+                return True
+            except OSError:
+                return False
+            if not stat.S_ISDIR(mode):
+                return False
+        return True
+
+    def _write_inside(self, path: Path, entry: dict | str) -> bool:
+        """:meth:`_write` when every folder on the way is a regular folder of the cache; else nothing is written."""
+        return self._regular_folders(path) and self._write(path, entry)
+
     @staticmethod
-    def _write(path: Path, entry: dict) -> bool:
-        """Atomic write; a cache that cannot be written is skipped (the answer does not depend on it)."""
+    def _write(path: Path, entry: dict | str) -> bool:
+        """Atomic write (of ``entry``, or of its JSON text); a cache that cannot be written is skipped (the answer
+        does not depend on it)."""
         try:
             FactsCache._sweep_orphans(path.parent, time.time())
             try:
@@ -226,7 +276,8 @@ class FactsCache:
             replaced = False
             try:
                 with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                    handle.write(json.dumps(entry))  # the same text as json.dump, from the C encoder in one piece
+                    # the same text as json.dump, from the C encoder in one piece
+                    handle.write(entry if isinstance(entry, str) else json.dumps(entry))
                 os.replace(tmp, path)
                 replaced = True
             finally:
@@ -244,7 +295,7 @@ class FactsCache:
             if value_shape_ok(name, bundled[name]):
                 return bundled[name]
             del bundled[name]  # valid JSON of the wrong shape: read again, and stored again by this run's store()
-        entry = self._read(path)
+        entry = self._read(path) if self._regular_folders(path) else None
         if entry is None or entry.get("repo") != repo_id or entry.get("sha") != sha or entry.get("file") != name:
             return None
         value = entry.get("value")
@@ -254,13 +305,15 @@ class FactsCache:
         return value
 
     def put(self, repo_id: str, sha: str, name: str, value: object) -> bool:
-        entry = {"format": FORMAT, "repo": repo_id, "sha": sha, "file": name, "value": value, "stored": self._time()}
-        return self._write(self._fact_path(repo_id, sha, name), entry)
+        entry = {"format": FACTS_FORMAT, "repo": repo_id, "sha": sha, "file": name, "value": value}
+        entry["stored"] = self._time()
+        return self._write_inside(self._fact_path(repo_id, sha, name), entry)
 
     # ---- refs ---------------------------------------------------------------------------------
     def resolve(self, repo_id: str, revision: str, *, allow_stale: bool = False) -> str | None:
         """The commit sha a revision pointed at, if known and fresh (a sha maps to itself)."""
-        entry = self._read(self._ref_path(repo_id, revision))
+        path = self._ref_path(repo_id, revision)
+        entry = self._read(path) if self._regular_folders(path) else None
         if entry is None or entry.get("repo") != repo_id or not is_commit_sha(entry.get("sha")):
             return None
         facts = entry.get("facts")
@@ -270,23 +323,38 @@ class FactsCache:
         return entry["sha"] if fresh or allow_stale else None
 
     def remember(self, repo_id: str, revision: str, sha: str) -> bool:
-        entry = {"format": FORMAT, "repo": repo_id, "revision": revision, "sha": sha, "stored": self._time()}
-        return self._write(self._ref_path(repo_id, revision), entry)
+        entry = {"format": FACTS_FORMAT, "repo": repo_id, "revision": revision, "sha": sha, "stored": self._time()}
+        return self._write_inside(self._ref_path(repo_id, revision), entry)
 
     def store(self, repo_id: str, revision: str, sha: str, facts: Mapping[str, object]) -> bool:
         """``revision`` → ``sha`` and the facts read at that commit, in one write (merged with the facts of
-        that commit this instance already holds, e.g. the config cached by an earlier check)."""
+        that commit this instance already holds, e.g. the config cached by an earlier check). An entry over the
+        ``[bytes] cache_entry`` cap is written without its safetensors header facts (read again when needed):
+        the cap is what every later run may have to read."""
+        from hfvram.sources.limits import byte_cap
+
         merged = {**self._bundles.get((repo_id, sha), {}), **{k: v for k, v in facts.items() if v is not None}}
-        entry = {
-            "format": FORMAT,
-            "repo": repo_id,
-            "revision": revision,
-            "sha": sha,
-            "stored": self._time(),
-            "facts": merged,
-        }
+        entry = {"format": FACTS_FORMAT, "repo": repo_id, "revision": revision, "sha": sha, "stored": self._time()}
+        if _tables_size(merged) > byte_cap("cache_entry"):  # (estimated first: not an 80 MB text made to be dropped)
+            merged = {k: v for k, v in merged.items() if not k.endswith(".safetensors")}
+        text = json.dumps({**entry, "facts": merged})
+        if len(text) > byte_cap("cache_entry"):
+            merged = {k: v for k, v in merged.items() if not k.endswith(".safetensors")}
+            text = json.dumps({**entry, "facts": merged})
         self._bundles[(repo_id, sha)] = merged
-        return self._write(self._ref_path(repo_id, revision), entry)
+        fits = len(text) <= byte_cap("cache_entry")
+        return fits and self._write_inside(self._ref_path(repo_id, revision), text)
+
+    def forget(self, repo_id: str, revision: str, sha: str, names: tuple[str, ...] | list[str]) -> None:
+        """Drop facts of ``sha`` that a reader refused (a stored table that does not add up): removed from the ref
+        entry of ``revision`` (rewritten without them, or deleted when that fails), so they are read again once."""
+        bundled = self._bundles.get((repo_id, sha))
+        if bundled is None or not any(name in bundled for name in names):
+            return
+        for name in names:
+            bundled.pop(name, None)
+        if not self.store(repo_id, revision, sha, {}):
+            self._discard(self._ref_path(repo_id, revision))
 
     # ---- transformers facts -------------------------------------------------------------------
     def transformers_facts(self, canonical: str, version: str) -> HfFacts | None:
@@ -307,7 +375,7 @@ class FactsCache:
         known = _CHECKED_FACTS.get(stamp) if stamp else None
         if known is not None:
             return known
-        entry = self._read(path, cap="transformers_facts")
+        entry = self._read(path, cap="transformers_facts", fmt=FORMAT) if self._regular_folders(path) else None
         if entry is None:
             return None
         sha = hashlib.sha256(canonical.encode("utf-8")).hexdigest()
@@ -336,4 +404,4 @@ class FactsCache:
             "value": facts.to_json(),
             "stored": self._time(),
         }
-        return self._write(self.transformers_path(canonical, version), entry)
+        return self._write_inside(self.transformers_path(canonical, version), entry)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from hfvram.errors import MalformedFileError
-from hfvram.memo import ValueCache
+from hfvram.memo import IdentityCache, ValueCache
 from hfvram.spec import ModelSpec, Weights
 
 if TYPE_CHECKING:
@@ -29,8 +29,9 @@ class CheckpointFacts:
 
     config_text: str
     companions: Mapping[str, str] = field(default_factory=dict)
-    #: shard file name -> raw safetensors header JSON text
-    headers: Mapping[str, str] = field(default_factory=dict)
+    #: shard file name -> the raw safetensors header JSON text (a local file), or its parsed facts
+    #: (:func:`header_facts`: what the Hub path reads and the facts cache stores)
+    headers: Mapping[str, str | Mapping[str, object]] = field(default_factory=dict)
     #: Hub model info `safetensors.parameters`: element count per stored dtype (real, from the Hub)
     dtype_parameters: Mapping[str, int] | None = None
     #: index metadata (total_size / total_parameters) when the index was read
@@ -197,15 +198,54 @@ def derived_or_none(spec: ModelSpec, config: Mapping[str, object] | None = None)
     return weights if weights is not None and weights.total_bytes > 0 else None
 
 
-def weights_from_headers(
-    headers: Mapping[str, str], spec: ModelSpec, *, origin: str, data_sizes: Mapping[str, int] | None = None
-) -> Weights:
-    from hfvram.readers.safetensors import check_data_end, merge_shards, parse_header, weights_from_tensors
+def header_facts(raw: bytes, *, filename: str, data_bytes: int | None) -> dict[str, object]:
+    """A safetensors header's facts as the facts cache keeps them: its tensor table (``header_table``: names,
+    dtypes, shapes, offsets; never the header's text, whose ``__metadata__`` and padding no reader needs) and the
+    bytes after the header (``data_bytes``, from the file's real size where the Hub states it: tensors running
+    past it are a read error here, before anything is cached)."""
+    from hfvram.readers.safetensors import check_data_end, header_table, parse_header
 
-    tables = {name: parse_header(text.encode("utf-8"), filename=name) for name, text in headers.items()}
-    for name, size in (data_sizes or {}).items():
-        if name in tables:
-            check_data_end(tables[name].values(), size, filename=name)
+    tensors = parse_header(raw, filename=filename)
+    if data_bytes is not None:
+        check_data_end(tensors.values(), data_bytes, filename=filename, past_only=True)
+    table = header_table(tensors)
+    _CHECKED_TABLES.get_or_compute(table, lambda: tensors)  # this run's readers need not check its rows again
+    return {"tensors": table, "data_bytes": data_bytes}
+
+
+#: tensor tables built or checked by this process (the very list object) -> their tensors
+_CHECKED_TABLES: IdentityCache[list, dict] = IdentityCache("sources.checked_header_tables", 32)
+
+
+def _header_tensors(name: str, value: str | Mapping[str, object], data_sizes: Mapping[str, int]):
+    from hfvram.readers.safetensors import check_data_end, parse_header, tensors_from_table
+
+    if isinstance(value, str):  # a local file's text: its size is known, the tensors must end exactly there
+        tensors = parse_header(value.encode("utf-8"), filename=name)
+        if name in data_sizes:
+            check_data_end(tensors.values(), data_sizes[name], filename=name)
+        return tensors
+    rows = value.get("tensors")
+    if isinstance(rows, list):
+        tensors = _CHECKED_TABLES.get_or_compute(rows, lambda: tensors_from_table(rows, filename=name))
+    else:
+        tensors = tensors_from_table(rows, filename=name)
+    size = value.get("data_bytes")
+    if isinstance(size, int):
+        check_data_end(tensors.values(), size, filename=name, past_only=True)
+    return tensors
+
+
+def weights_from_headers(
+    headers: Mapping[str, str | Mapping[str, object]],
+    spec: ModelSpec,
+    *,
+    origin: str,
+    data_sizes: Mapping[str, int] | None = None,
+) -> Weights:
+    from hfvram.readers.safetensors import merge_shards, weights_from_tensors
+
+    tables = {name: _header_tensors(name, value, data_sizes or {}) for name, value in headers.items()}
     tensors = merge_shards(tables)
     source = (
         f"safetensors headers ({len(headers)} file{'s' if len(headers) != 1 else ''}{', ' + origin if origin else ''})"

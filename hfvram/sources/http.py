@@ -120,6 +120,9 @@ class Fetched:
     #: True when the body was cut at the cap before the server finished sending
     truncated: bool = False
     history: tuple[int, ...] = field(default_factory=tuple)
+    #: the commit the Hub served it from (``X-Repo-Commit`` of the answer or of the redirect that led to it: a CDN
+    #: answer does not carry it, the Hub's 302 to the CDN does)
+    commit: str | None = None
 
 
 def share_connections(connections: int) -> None:
@@ -290,6 +293,16 @@ def _note_limits(budget: QuotaBudget, response: httpx2.Response) -> bool:
         budget.after(info.resource_type, left, float(info.reset_in_seconds), info.limit, info.window_seconds)
         stated = stated or limited
     return stated
+
+
+def _repo_commit(response: httpx2.Response) -> str | None:
+    """``X-Repo-Commit`` of the answer, else of the last redirect that carried one (huggingface_hub's
+    ``get_hf_file_metadata`` reads it from the Hub's answer before the CDN)."""
+    for answer in (response, *reversed(response.history)):
+        commit = answer.headers.get("x-repo-commit")
+        if commit:
+            return commit
+    return None
 
 
 def _retry_after_seconds(headers: Mapping[str, str]) -> float | None:
@@ -591,6 +604,7 @@ def fetch(
                     url=str(response.url),
                     truncated=truncated,
                     history=tuple(r.status_code for r in response.history),
+                    commit=_repo_commit(response),
                 )
         except HfvramError:
             raise

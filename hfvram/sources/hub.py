@@ -79,8 +79,7 @@ def fetch_repo_info(repo_id: str, revision: str | None, token: str | None) -> Re
     listed = _LISTED.pop(repo_id, None) if revision is None else None
     if listed is not None:  # read from the owner's listing at the start of a scan: no request
         return listed
-    base = f"{hub_endpoint()}/api/models/{repo_id}"
-    url = base if revision is None else f"{base}/revision/{quote(revision, safe='')}"
+    url = model_api_url(repo_id) if revision is None else model_api_url(repo_id, "revision", revision)
     # the query as httpx would encode params={"expand": EXPAND}, written out: the URL is parsed once, not twice
     data, _ = fetch_json(f"{url}?{EXPAND_QUERY}", token=token, repo_id=repo_id, filename=None)
     return repo_info_from(data, repo_id, where=f"{repo_id} (Hub model info)")
@@ -230,7 +229,30 @@ def read_owner_listings(repo_ids: Sequence[str], token: str | None) -> int:
     return sent
 
 
+def model_api_url(repo_id: str, kind: str | None = None, revision: str | None = None) -> str:
+    """``/api/models/<repo_id>[/<kind>/<revision>]`` as huggingface_hub's ``HfApi.model_info`` builds it: the id
+    checked first (``resolve.check_repo_id``: no ``..``, no third segment), the revision quoted whole (``refs/pr/1``
+    is ``refs%2Fpr%2F1``, one path segment, as the Hub reads it), so no input names another endpoint."""
+    from hfvram.sources.resolve import check_repo_id, check_revision
+
+    check_repo_id(repo_id)
+    base = f"{hub_endpoint().rstrip('/')}/api/models/{quote(repo_id, safe='/')}"
+    if kind is None or revision is None:
+        return base
+    check_revision(revision)
+    return f"{base}/{kind}/{quote(revision, safe='')}"
+
+
 def file_url(repo_id: str, revision: str, filename: str) -> str:
+    """``<repo_id>/resolve/<revision>/<filename>`` by huggingface_hub's ``hf_hub_url`` (the revision quoted whole,
+    the file name's parts quoted); the id and revision checked, and a file name a listing sent with an empty, ``.``
+    or ``..`` part refused (such a path would be read as another URL of the Hub)."""
+    from hfvram.sources.resolve import check_repo_id, check_revision
+
+    check_repo_id(repo_id)
+    check_revision(revision)
+    if any(part in ("", ".", "..") for part in filename.split("/")):
+        raise MalformedFileError("a file name with an empty, '.' or '..' part", file=filename[:80])
     return hf_hub_url(repo_id, filename, revision=revision, endpoint=hub_endpoint())
 
 
@@ -253,9 +275,19 @@ def _fetch_text_only(repo_id: str, revision: str, filename: str, token: str | No
     return fetch_text(repo_id, revision, filename, token)[0]
 
 
-def ranged_reader(repo_id: str, sha: str, filename: str, token: str | None, cap: int) -> Callable[[int, int], bytes]:
+def ranged_reader(
+    repo_id: str,
+    sha: str,
+    filename: str,
+    token: str | None,
+    cap: int,
+    sizes: list[int] | None = None,
+    commits: list[str] | None = None,
+) -> Callable[[int, int], bytes]:
     """``read(offset, length)`` by HTTP Range. After the first answer, later Ranges go straight to the URL the
-    Hub redirected to (the CDN), saving the redirect round trip; on failure there, back to ``resolve``."""
+    Hub redirected to (the CDN), saving the redirect round trip; on failure there, back to ``resolve``.
+    ``sizes``: gets the file's whole size each answer states (``Content-Range: bytes a-b/SIZE``); ``commits``: the
+    commit each answer was served from (``X-Repo-Commit``), when it says one."""
     resolve = file_url(repo_id, sha, filename)
     target = [resolve]
 
@@ -274,40 +306,57 @@ def ranged_reader(repo_id: str, sha: str, filename: str, token: str | None, cap:
             answer = fetch(resolve, token=token, cap=cap, byte_range=span, repo_id=repo_id, filename=filename)
         if answer.history:
             target[0] = answer.url
+        if commits is not None and answer.commit:
+            commits.append(answer.commit)
+        total = str(answer.headers.get("content-range", "")).rpartition("/")[2]
+        if sizes is not None and total.isdigit() and len(total) <= 20:
+            sizes.append(int(total))
         return answer.body
 
     return read
 
 
 def fetch_safetensors_header(
-    repo_id: str, sha: str, filename: str, token: str | None, first: int = FIRST_HEADER_RANGE
-) -> str:
-    """The JSON header text: one Range of ``first`` bytes, then one more Range for the rest if the header is
-    longer."""
+    repo_id: str,
+    sha: str,
+    filename: str,
+    token: str | None,
+    first: int = FIRST_HEADER_RANGE,
+    commits: list[str] | None = None,
+) -> dict[str, object]:
+    """The header's facts (``facts.header_facts``: its tensor table, never its text): one Range of ``first``
+    bytes, then one more Range for the rest if the header is longer. Tensors running past the file's size as the
+    answers state it (``Content-Range``) are a read error (``commits``: see :func:`ranged_reader`)."""
     from hfvram.readers.safetensors import header_length
+    from hfvram.sources.facts import header_facts
 
-    read = ranged_reader(repo_id, sha, filename, token, SAFETENSORS_HEADER_CAP)
+    sizes: list[int] = []
+    read = ranged_reader(repo_id, sha, filename, token, SAFETENSORS_HEADER_CAP, sizes, commits)
     head = read(0, min(first, SAFETENSORS_HEADER_CAP))
     length = header_length(head[:8], filename=filename)
     if 8 + length > len(head):
         if len(head) < first:
             raise MalformedFileError(f"file ends inside its {length}-byte header", file=filename, field="header")
-        head += read(len(head), 8 + length - len(head))
-    raw = head[8 : 8 + length]
-    if len(raw) < length:
-        raise MalformedFileError(f"truncated: header needs {length} bytes, got {len(raw)}", file=filename)
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise MalformedFileError("header is not UTF-8 JSON", file=filename, field="header") from None
+        head = head[8:] + read(len(head), 8 + length - len(head))  # (one copy of a long header, not two)
+    else:
+        head = head[8 : 8 + length]
+    if len(head) < length:
+        raise MalformedFileError(f"truncated: header needs {length} bytes, got {len(head)}", file=filename)
+    data_bytes = sizes[0] - 8 - length if sizes else None
+    if data_bytes is not None and data_bytes < 0:
+        raise MalformedFileError(f"the {length}-byte header runs past the file's end ({sizes[0]} bytes)", file=filename)
+    return header_facts(head[:length], filename=filename, data_bytes=data_bytes)
 
 
-def fetch_gguf_header(repo_id: str, sha: str, filename: str, token: str | None):
-    """Parse a GGUF header from growing Range windows; returns (header, bytes fetched)."""
+def fetch_gguf_header(repo_id: str, sha: str, filename: str, token: str | None, commits: list[str] | None = None):
+    """Parse a GGUF header from growing Range windows; returns (header, bytes fetched) (``commits``: see
+    :func:`ranged_reader`)."""
     from hfvram.readers.gguf import read_gguf_header
 
     stream = RangeStream(
-        ranged_reader(repo_id, sha, filename, token, GGUF_HEADER_CAP), filename=filename, cap=GGUF_HEADER_CAP
+        ranged_reader(repo_id, sha, filename, token, GGUF_HEADER_CAP, commits=commits),
+        filename=filename,
+        cap=GGUF_HEADER_CAP,
     )
     return read_gguf_header(stream, filename=filename), stream.bytes_fetched
 
@@ -468,13 +517,25 @@ def load_hub_checkpoint(
     if listed is not None:  # the owner's listing gave the model info: config.json is asked for at its commit
         sha, info_json = listed.sha, listed.to_json()
     config_text = _cached_or(cache, repo_id, sha, "config.json")
+    resolver_read: tuple[str, str] | None = None
+    if not isinstance(info_json, dict) or info_json.get("partial"):
+        from hfvram.sources.hub_resolver import read_checkpoint
+
+        loaded, resolver_read = read_checkpoint(repo_id, revision, token, cache, need_split, info_json, config_text)
+        if loaded is not None:
+            return loaded
+        info_json = None  # a layout only the model info answers (config.json read at the commit the resolver said)
+        config_text = resolver_read[0] if resolver_read else config_text
 
     need_info, need_config = info_json is None, config_text is None
-    got = _first_wave(repo_id, revision, sha or rev, token, need_info, need_config, need_split)
+    probe = need_split and resolver_read is None  # the resolver found no model.safetensors
+    got = _first_wave(repo_id, revision, sha or rev, token, need_info, need_config, probe)
     info = got["info"] if "info" in got else RepoInfo.from_json(repo_id, info_json)  # type: ignore[arg-type]
     assert isinstance(info, RepoInfo)
     if "config" in got:
         config_text = _config_at_commit(got, repo_id, rev, info, token, cache)
+    elif resolver_read is not None and resolver_read[1] != info.sha:  # the branch moved since the resolver read
+        config_text = fetch_text(repo_id, info.sha, "config.json", token)[0]
     sha = info.sha
     assert isinstance(config_text, str)
 
@@ -497,6 +558,22 @@ def load_hub_checkpoint(
     if INDEX_FILE in fetched:
         index_meta = fetched[INDEX_FILE]
 
+    return _checkpoint_model(repo_id, rev, info, config_text, companions, headers, index_meta, cache)
+
+
+def _checkpoint_model(
+    repo_id: str,
+    rev: str,
+    info: RepoInfo,
+    config_text: str,
+    companions: Mapping[str, object],
+    headers: Mapping[str, object],
+    index_meta: object,
+    cache: FactsCache | None,
+) -> LoadedModel:
+    """The spec from the facts read at ``info.sha``, stored in the facts cache in one write (the ref and every
+    fact read at its commit)."""
+    sha = info.sha
     facts = CheckpointFacts(
         config_text=config_text,
         companions=companions,  # type: ignore[arg-type]
@@ -506,7 +583,7 @@ def load_hub_checkpoint(
         origin=f"{repo_id}@{sha[:12]}",
     )
     spec = spec_from_facts(facts, cache)  # before caching: facts that do not parse are not kept
-    if cache is not None:  # one write: the ref and every fact read at its commit
+    if cache is not None:
         cache.store(
             repo_id,
             rev,
@@ -524,7 +601,7 @@ def _first_ranges(config_text: str, shards: Sequence[str]) -> dict[str, int]:
     return first_ranges(predicted_tensors(config_text), shards, FIRST_HEADER_RANGE)
 
 
-def _header_or_none(repo_id: str, revision: str, filename: str, token: str | None) -> str | None:
+def _header_or_none(repo_id: str, revision: str, filename: str, token: str | None) -> dict[str, object] | None:
     try:
         return fetch_safetensors_header(repo_id, revision, filename, token)
     except EntryMissingError:
@@ -593,7 +670,19 @@ def load_hub_gguf(
     info_json = _cached_or(cache, repo_id, sha, MODEL_INFO)
     if cache_only and not info_json:
         return None
-    info = RepoInfo.from_json(repo_id, info_json) if info_json else fetch_repo_info(repo_id, revision, token)  # type: ignore[arg-type]
+    info = RepoInfo.from_json(repo_id, info_json) if info_json else None  # type: ignore[arg-type]
+    by_name = selector.lower().endswith(
+        ".gguf"
+    )  # a quant tag is matched against the repo's listing, never a partial one
+    if info is None or (info.partial and not (by_name and gguf_files(info.files, selector))):
+        if cache_only:
+            return None
+        from hfvram.sources.hub_resolver import read_gguf_by_name
+
+        loaded = read_gguf_by_name(repo_id, selector, revision, token, cache)
+        if loaded is not None:
+            return loaded
+        info = fetch_repo_info(repo_id, revision, token)
     chosen = gguf_files(info.files, selector)
     if not chosen:
         tags = quant_tags([f for f in info.files if f.lower().endswith(".gguf")])
@@ -627,7 +716,7 @@ def fetch_tree(repo_id: str, sha: str, token: str | None) -> list[tuple[str, int
     from hfvram.sources.gguf_repo import tree_entries
 
     endpoint = hub_endpoint().rstrip("/")
-    url: str | None = f"{endpoint}/api/models/{repo_id}/tree/{quote(sha, safe='')}"
+    url: str | None = model_api_url(repo_id, "tree", sha)
     params: Mapping[str, object] | None = {"recursive": "true"}
     entries: list[tuple[str, int | None]] = []
     for _ in range(TREE_PAGES):
@@ -647,20 +736,32 @@ def fetch_tree(repo_id: str, sha: str, token: str | None) -> list[tuple[str, int
 
 def load_hub_gguf_repo(repo_id: str, *, revision: str | None, token: str | None, cache: FactsCache | None):
     """A GGUF repo as a whole: (its listing, the model of the one header read), None when it lists no GGUF model
-    file. Requests: the model info (commit
-    sha), the tree listing at that commit (sizes), and the Range reads of one header; all cached by commit."""
+    file. Requests: one model info with the files' sizes (the commit sha and the listing; the tree listing at that
+    commit only when the Hub gives no size for a GGUF file), and the Range reads of one header; all cached by
+    commit."""
     from hfvram.sources.gguf_repo import LISTING, group_listing, header_quant, listing_from_json, listing_to_json
 
     rev = revision or "main"
     sha = cache.resolve(repo_id, rev) if cache is not None else None
     info_json = _cached_or(cache, repo_id, sha, MODEL_INFO)
-    info = RepoInfo.from_json(repo_id, info_json) if info_json else fetch_repo_info(repo_id, revision, token)  # type: ignore[arg-type]
-    origin = f"Hub tree listing of {repo_id} at {info.sha[:12]}"
-    listing = listing_from_json(
-        repo_id, _cached_or(cache, repo_id, info.sha, LISTING), revision=info.sha, origin=origin
+    info = RepoInfo.from_json(repo_id, info_json) if isinstance(info_json, dict) else None
+    cached = listing_from_json(
+        repo_id,
+        _cached_or(cache, repo_id, sha, LISTING),
+        revision=sha,
+        origin=f"Hub listing of {repo_id} at {(sha or '')[:12]}",
     )
+    entries: list[tuple[str, int | None]] | None = None
+    if info is None or info.partial or cached is None:
+        from hfvram.sources.hub_resolver import info_and_sizes
+
+        info, entries = info_and_sizes(repo_id, revision, token)
+    listing = cached if entries is None and cached is not None else None
     if listing is None:
-        entries = fetch_tree(repo_id, info.sha, token)
+        origin = f"Hub model info of {repo_id} at {info.sha[:12]}"
+        if entries is None:
+            entries = fetch_tree(repo_id, info.sha, token)
+            origin = f"Hub tree listing of {repo_id} at {info.sha[:12]}"
         listing = group_listing(repo_id, entries, revision=info.sha, origin=origin)
         if cache is not None:
             cache.store(repo_id, rev, info.sha, {MODEL_INFO: info.to_json(), LISTING: listing_to_json(entries)})

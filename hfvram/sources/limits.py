@@ -303,6 +303,19 @@ def check_token(token: str | None, origin: str = "--token") -> None:
 LONGEST_WINDOW = 900.0
 
 
+#: set by ``hfvram scan`` (its worker processes inherit it): a read chooses between the resolver and the API by what
+#: each costs of its bucket's quota (``hub_resolver``); a single check reads through the resolver wherever it can
+_PRICED_BY_QUOTA = [False]
+
+
+def price_by_quota(on: bool) -> None:
+    _PRICED_BY_QUOTA[0] = on
+
+
+def priced_by_quota() -> bool:
+    return _PRICED_BY_QUOTA[0]
+
+
 def _say(message: str) -> None:
     with contextlib.suppress(OSError, ValueError):
         sys.stderr.write(message + "\n")
@@ -451,6 +464,8 @@ __all__ = [
     "current_source_deadline",
     "extend_source_deadline",
     "is_regular_file",
+    "price_by_quota",
+    "priced_by_quota",
     "read_local_bytes",
     "read_local_text",
     "read_stream_text",

@@ -105,6 +105,17 @@ def load_gguf_file(path: Path) -> LoadedModel:
     return LoadedModel(spec, SourceInfo(kind="gguf", files=tuple(str(p) for p in parts)))
 
 
+def read_gguf_file_header(path: Path):
+    """The header of one local GGUF file another flag names (``--mmproj FILE``): metadata and tensor infos only,
+    through the same capped reader as the model's own file (``ModelReadError`` when it is not a regular file)."""
+    from hfvram.readers.gguf import read_gguf_header
+
+    if not is_regular_file(path):
+        raise ModelReadError(f"not a regular file: {str(path)[:200]}")
+    with path.open("rb") as stream:
+        return read_gguf_header(stream, filename=path.name)
+
+
 # ---- the HF cache ---------------------------------------------------------------------------------
 
 

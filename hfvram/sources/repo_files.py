@@ -33,18 +33,31 @@ class RepoInfo:
     gated: object = False
     #: `safetensors.parameters` of the model info: element count per dtype (None when the Hub has none)
     dtype_parameters: Mapping[str, int] | None = None
+    #: True when ``files`` holds only the files found by name through the resolver (``hub_resolver``), not the
+    #: repo's listing: a file it lacks may still be in the repo
+    partial: bool = False
 
     def to_json(self) -> dict:
-        return {
+        data = {
             "sha": self.sha,
             "files": list(self.files),
             "gated": self.gated,
             "dtype_parameters": dict(self.dtype_parameters) if self.dtype_parameters else None,
         }
+        if self.partial:
+            data["partial"] = True
+        return data
 
     @classmethod
     def from_json(cls, repo_id: str, data: Mapping) -> RepoInfo:
-        return cls(repo_id, data["sha"], tuple(data["files"]), data.get("gated", False), data.get("dtype_parameters"))
+        return cls(
+            repo_id,
+            data["sha"],
+            tuple(data["files"]),
+            data.get("gated", False),
+            data.get("dtype_parameters"),
+            data.get("partial") is True,
+        )
 
 
 _WEIGHT_SUFFIXES_UNSUPPORTED = (".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack")

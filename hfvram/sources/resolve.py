@@ -60,10 +60,11 @@ _REPO_PART = re.compile(r"[A-Za-z0-9_](?:[\w.-]{0,94}[A-Za-z0-9_])?")
 
 
 def check_repo_id(repo_id: str) -> None:
-    """UsageError for a repo id the Hub cannot hold (``evil/..``, ``org/.x``, ``a--b``): checked before any URL is
-    built from it, so a path segment such as ``..`` never reaches the Hub's API."""
+    """UsageError for a repo id the Hub cannot hold (``evil/..``, ``org/.x``, ``a--b``, ``org/x.git``): checked
+    before any URL is built from it, so a path segment such as ``..`` never reaches the Hub's API."""
     parts = repo_id.split("/")
-    if len(parts) != 2 or not all(_REPO_PART.fullmatch(part) for part in parts) or "--" in repo_id or ".." in repo_id:
+    well_formed = len(parts) == 2 and all(_REPO_PART.fullmatch(part) for part in parts)
+    if not well_formed or "--" in repo_id or ".." in repo_id or repo_id.endswith(".git"):
         raise UsageError(f"SOURCE {repo_id[:80]!r}: not a Hub repo id (org/name: letters, digits, '-', '_', '.')")
 
 
@@ -238,7 +239,7 @@ def _from_facts_cache(parsed: HubSource, revision: str | None, cache: FactsCache
     headers = {s: cache.get(repo_id, sha, s) for s in safetensors_shards(info.files)}
     if any(v is None for v in companions.values()):
         return None
-    complete_headers = headers and all(isinstance(v, str) for v in headers.values())
+    complete_headers = headers and all(isinstance(v, dict) for v in headers.values())
     facts = CheckpointFacts(
         config_text=config_text,
         companions=companions,  # type: ignore[arg-type]
@@ -247,7 +248,12 @@ def _from_facts_cache(parsed: HubSource, revision: str | None, cache: FactsCache
         index_metadata=cache.get(repo_id, sha, INDEX_FILE),  # type: ignore[arg-type]
         origin=f"{repo_id}@{sha[:12]}",
     )
-    spec = spec_from_facts(facts, cache)
+    try:
+        spec = spec_from_facts(facts, cache)
+    except HfvramError:
+        if complete_headers:  # a stored table refused: dropped, so the next run does not meet it again
+            cache.forget(repo_id, revision or "main", sha, list(headers))
+        raise
     spec = replace(spec, warnings=(f"{reason}: using hfvram's facts cached for commit {sha}", *spec.warnings))
     return LoadedModel(
         spec, SourceInfo(kind="hub", repo_id=repo_id, revision=sha, files=("config.json",), note="facts cache")

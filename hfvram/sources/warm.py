@@ -8,7 +8,7 @@ nor httpx2 is imported. Anything missing → None, and the caller asks the Hub.
 
 from __future__ import annotations
 
-from hfvram.errors import ModelReadError
+from hfvram.errors import MalformedFileError, ModelReadError
 from hfvram.sources.cache import FactsCache
 from hfvram.sources.facts import COMPANION_FILES, INDEX_FILE, CheckpointFacts, gguf_header_from_json, spec_from_facts
 from hfvram.sources.repo_files import MODEL_INFO, RepoInfo, gguf_files, quant_tags, safetensors_shards
@@ -44,10 +44,17 @@ def checkpoint_from_cache(
     if not shards and not any(f.endswith(".safetensors") for f in info.files):
         return None  # unsupported layouts get their error from the Hub path
     want_headers = bool(shards) and (need_split or not info.dtype_parameters)
+    # a resolver read (partial file list) sized a sharded repo from the index's total_size, without the headers
+    by_index = (
+        want_headers and not need_split and info.partial and isinstance(cache.get(repo_id, sha, INDEX_FILE), dict)
+    )
+    want_headers = want_headers and not by_index
     headers = {s: cache.get(repo_id, sha, s) for s in shards} if want_headers else {}
-    want_index = not shards and INDEX_FILE in info.files
+    want_index = (not shards or by_index) and INDEX_FILE in info.files
     index_meta = cache.get(repo_id, sha, INDEX_FILE) if want_index else None
-    if not all(isinstance(v, str) for v in (*companions.values(), *headers.values())):
+    if not all(isinstance(v, str) for v in companions.values()) or not all(
+        isinstance(v, dict) for v in headers.values()
+    ):
         return None
     if want_index and not isinstance(index_meta, dict):
         return None
@@ -59,7 +66,13 @@ def checkpoint_from_cache(
         index_metadata=index_meta,  # type: ignore[arg-type]
         origin=f"{repo_id}@{sha[:12]}",
     )
-    spec = spec_from_facts(facts, cache)
+    try:
+        spec = spec_from_facts(facts, cache)
+    except MalformedFileError:
+        if not headers:
+            raise
+        cache.forget(repo_id, revision or "main", sha, list(headers))  # a stored table refused: read once more
+        return None
     used = ("config.json", *companions, *headers, *((INDEX_FILE,) if index_meta else ()))
     return LoadedModel(spec, SourceInfo(kind="hub", repo_id=repo_id, revision=sha, files=tuple(used)))
 
@@ -75,7 +88,11 @@ def gguf_from_cache(
     info = _info(cache, repo_id, revision, allow_stale=allow_stale)
     if info is None:
         return None
+    if info.partial and not selector.lower().endswith(".gguf"):
+        return None  # only the files read by name are known: a quant tag is matched against the repo's listing
     chosen = gguf_files(info.files, selector)
+    if not chosen and info.partial:
+        return None  # only the files read by name are known: the Hub is asked
     if not chosen:  # the file list is known: the same error the Hub path gives
         tags = quant_tags([f for f in info.files if f.lower().endswith(".gguf")])
         raise ModelReadError(

@@ -17,7 +17,7 @@ from hfvram.engines.llamacpp.placement import (
     place,
     usable_bytes,
 )
-from hfvram.engines.llamacpp.settings import LlamaCppConstants, Settings
+from hfvram.engines.llamacpp.settings import LlamaCppConstants, Settings, pipeline_copies
 from hfvram.estimate.common import active_weight_bytes, decode_tokens_per_second
 from hfvram.estimate.types import Hardware, PerGpu
 from hfvram.spec import ModelSpec
@@ -51,19 +51,23 @@ def breakdown(
         settings = replace(settings, cuda=False)
     kv = kv_bytes(spec, settings, pad)
     n_gpus = hardware.count if hardware else 1
+    settings = replace(settings, sched_copies=pipeline_copies(settings, n_gpus, spec.num_layers, constants))
     overhead, _ = overhead_bytes(hardware, constants)
-    placement = place(spec, settings, kv, n_gpus, free_memory(hardware, overhead))
+    placement = with_projector(place(spec, settings, kv, n_gpus, free_memory(hardware, overhead)), settings)
     computes, rule = [], ""
     # the buffer depends only on (holds the output, is the first device): computed once per kind, not per device
     by_kind: dict[tuple[bool, bool], tuple[int, str]] = {}
+    first = settings.main_gpu if settings.split_mode == "none" else 0
     for dev, has_output in enumerate(placement.gpu_has_output):
-        kind = (has_output or len(placement.gpu_has_output) == 1, dev == 0)
+        kind = (has_output or len(placement.gpu_has_output) == 1, dev == first)
         if kind not in by_kind:
             by_kind[kind] = compute_buffer_bytes(
                 spec, settings, compute_consts, with_output=kind[0], pad=pad, first_device=kind[1]
             )
         size, rule_dev = by_kind[kind]
-        computes.append(size if placement.gpu_layers[dev] or dev == 0 else 0)
+        # a GPU holding layers, or only tensors -ot sent there, runs ops and needs a compute buffer
+        active = placement.gpu_layers[dev] or placement.gpu_weights[dev] or dev == first
+        computes.append(size if active else 0)
         rule = rule if rule and not has_output else rule_dev
     totals = [
         weights + kv_cache + buffer + overhead
@@ -87,6 +91,18 @@ def breakdown(
         worst,
         host_compute,
     )
+
+
+def with_projector(placement: Placement, settings: Settings) -> Placement:
+    """The ``--mmproj`` projector's tensors added where llama.cpp's clip code loads them: the first GPU backend
+    (``ggml_backend_init_by_type(GPU)``, device 0 whatever ``-mg`` says), or RAM with ``--no-mmproj-offload``
+    (docs/engines/llamacpp.md#llamacpp-extra-models)."""
+    if not settings.projector_bytes:
+        return placement
+    if not settings.projector_on_gpu or not placement.gpu_weights:
+        return replace(placement, cpu_weights=placement.cpu_weights + settings.projector_bytes)
+    first = placement.gpu_weights[0] + settings.projector_bytes
+    return replace(placement, gpu_weights=(first, *placement.gpu_weights[1:]))
 
 
 def per_gpu_of(parts: Breakdown, hardware: Hardware | None) -> PerGpu:

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from hfvram.engines.llamacpp.kv import layer_cells
+from hfvram.engines.llamacpp.kv import layer_cells, layer_kv_row_elems
 from hfvram.engines.llamacpp.placement import layer_weight_bytes
 from hfvram.engines.llamacpp.settings import Settings, matches_override
 from hfvram.estimate.common import MiB
 from hfvram.spec import RECURRENT_KINDS, WINDOWED_KINDS, LayerKind, ModelSpec
+
+#: KV cache types flash attention reads as they are (no F16 copy)
+UNQUANTIZED = ("f16", "bf16", "f32")
 
 # ---------------------------------------------------------------------------------------------------------
 # Compute buffer (measured model, llamacpp.md#llamacpp-compute-buffer)
@@ -91,9 +94,7 @@ def compute_buffer_bytes(
         layer += extra
     recurrent = recurrent_live_elems(spec, consts)
     if settings.flash_attn:
-        attention = layer + consts["mask_fa_on"] * sum(views)
-        live = max(logits, attention, recurrent)
-        rule = f"FA on: max(logits {logits:.0f}, layer {layer:.0f} + f16 masks {consts['mask_fa_on'] * sum(views):.0f})"
+        live, rule = _fa_on_live(spec, settings, consts, pad, logits, layer, recurrent, views)
     else:
         n_kv = max(views, default=0)
         if settings.cuda:
@@ -103,7 +104,7 @@ def compute_buffer_bytes(
             residue = consts["fa_off_cuda_embd_factor"] * n_embd + consts["fa_off_cuda_q_factor"] * n_q
         else:
             residue = consts["fa_off_embd_factor"] * n_embd
-        scores = n_kv * n_head + consts["mask_fa_off"] * sum(views) + residue + extra
+        scores = n_kv * n_head + consts["mask_fa_off"] * sum(views) * max(1, settings.sched_copies) + residue + extra
         live = max(logits, layer, scores, recurrent)
         rule = f"FA off: max(logits {logits:.0f}, layer {layer:.0f}, KQ {scores:.0f})"
     size = int(4 * ub * live)
@@ -112,6 +113,50 @@ def compute_buffer_bytes(
     if copy > size:
         return copy, copy_rule
     return size, rule
+
+
+def _fa_on_live(
+    spec: ModelSpec,
+    settings: Settings,
+    consts: Mapping[str, float],
+    pad: int,
+    logits: float,
+    layer: float,
+    recurrent: float,
+    views: list[int],
+) -> tuple[float, str]:
+    """f32 elements per ubatch token at the peak with flash attention, and the rule: the f16 masks next to the
+    layer's live set (every scheduler copy pinned with pipeline parallelism, docs/engines/llamacpp.md#llamacpp-pipeline-parallel)
+    and, for a quantized cache on CUDA, F16 copies of the largest layer's K / V views (#llamacpp-kv-dequant-scratch)."""
+    ub = min(settings.n_ctx, settings.n_ubatch)
+    scratch = kv_dequant_scratch_bytes(spec, settings, pad) / (4 * ub)
+    masks = consts["mask_fa_on"] * sum(views)
+    if settings.sched_copies > 1:
+        live = max(logits, layer + scratch, recurrent) + settings.sched_copies * masks
+    else:
+        live = max(logits, layer + masks + scratch, recurrent)
+    rule = f"FA on: max(logits {logits:.0f}, layer {layer:.0f} + f16 masks {masks:.0f}"
+    rule += f" + F16 dequant scratch {scratch:.0f})" if scratch else ")"
+    rule += f", masks × {settings.sched_copies} scheduler copies" if settings.sched_copies > 1 else ""
+    return live, rule
+
+
+def kv_dequant_scratch_bytes(spec: ModelSpec, settings: Settings, pad: int = 256) -> int:
+    """F16 copies of a quantized K / V cache that CUDA flash attention reserves in its output tensor
+    (docs/engines/llamacpp.md#llamacpp-kv-dequant-scratch): ``2 B × elements`` of the K view when K is quantized,
+    of the V view when V is, for the layer whose views are largest (the views span every allocated cell of every
+    stream). 0 off CUDA, without flash attention, with an F16 / BF16 / F32 cache, or before the build that adds it."""
+    if not (settings.cuda and settings.flash_attn and settings.kv_dequant_scratch):
+        return 0
+    quant_k, quant_v = settings.type_k not in UNQUANTIZED, settings.type_v not in UNQUANTIZED
+    if not (quant_k or quant_v):
+        return 0
+    largest = 0
+    for layer in spec.layers:
+        k_elems, v_elems = layer_kv_row_elems(layer)
+        cells = layer_cells(layer, settings, pad) * settings.n_stream
+        largest = max(largest, cells * (k_elems * quant_k + v_elems * quant_v))
+    return 2 * largest
 
 
 def offload_copy_bytes(

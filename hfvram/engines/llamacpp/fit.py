@@ -44,7 +44,7 @@ from hfvram.engines.llamacpp.offload_plan import (
 )
 from hfvram.engines.llamacpp.placement import is_metal, overhead_bytes
 from hfvram.engines.llamacpp.profile import PROFILE
-from hfvram.engines.llamacpp.settings import LlamaCppConstants, Settings
+from hfvram.engines.llamacpp.settings import USER_PLACEMENT, LlamaCppConstants, Settings
 from hfvram.estimate.common import GiB, MiB
 from hfvram.estimate.host_memory import HostMemory
 from hfvram.estimate.types import Hardware
@@ -398,8 +398,12 @@ def _quote(text: str) -> str:
 
 def command_line(plan: OffloadPlan, settings: Settings, model_path: str) -> str:
     """The llama-server command that loads this placement without --fit (explicit -ngl / -ot / -ts)."""
-    flag, _, name = model_path.partition(" ") if model_path.startswith("-hf ") else ("-m", "", model_path)
-    parts = ["llama-server", flag, _quote(name), "-c", str(plan.n_ctx), "-ngl", str(plan.n_gpu_layers)]
+    if model_path.startswith("-hf "):  # "-hf REPO -hff FILE": each word quoted on its own
+        repo, _, file = model_path[len("-hf ") :].partition(" -hff ")
+        model = ["-hf", _quote(repo)] + (["-hff", _quote(file)] if file else [])
+    else:
+        model = ["-m", _quote(model_path)]
+    parts = ["llama-server", *model, "-c", str(plan.n_ctx), "-ngl", str(plan.n_gpu_layers)]
     if plan.tensor_split:
         parts += ["-ts", ",".join(str(n) for n in plan.tensor_split)]
     for pattern, buft in plan.overrides:
@@ -431,22 +435,6 @@ def uniform_budgets(hardware: Hardware, settings: Settings, constants: LlamaCppC
         )
         for index, gpu in enumerate(hardware.gpus)
     ]
-
-
-#: settings that make llama.cpp's --fit give up ("already set by user, abort") and load as asked
-USER_PLACEMENT = (
-    "n-gpu-layers",
-    "ngl",
-    "gpu-layers",
-    "override-tensor",
-    "ot",
-    "tensor-split",
-    "ts",
-    "cpu-moe",
-    "cmoe",
-    "n-cpu-moe",
-    "ncmoe",
-)
 
 
 def plan_for(

@@ -51,7 +51,9 @@ def launch(est: Estimate, choice: EngineChoice, ref: ModelRef) -> Launch:
     notes: tuple[str, ...] = ()
     if fit_placed:
         notes = ("no -ngl / -ot: llama.cpp's --fit (on by default) places the layers and experts as the plan shows",)
-    else:
+    elif any(name.replace("_", "-") in ("n-gpu-layers", "ngl", "gpu-layers") for name in choice.settings):
+        # only the user's own -ngl: llama.cpp's default (-1, every layer) lets --fit keep its margin, an explicit
+        # -ngl makes it abort and load as asked (docs/engines/llamacpp.md#llamacpp-user-placement)
         words += ["-ngl", number(engine.get("n-gpu-layers"))]
     parallel = engine.get("parallel")
     user_slots = any(name.replace("_", "-") in ("parallel", "np", "n-parallel") for name in choice.settings)

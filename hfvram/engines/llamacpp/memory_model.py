@@ -13,8 +13,15 @@ from hfvram.engines.llamacpp.compute import compute_buffer_bytes, host_compute_b
 from hfvram.engines.llamacpp.kv import KvBytes, kv_bytes
 from hfvram.engines.llamacpp.offload_plan import EXPERT_SHARE_ON_DEVICE, DeviceBudget, LayerPlace, Slot, Speed, Usage
 from hfvram.engines.llamacpp.placement import cuda_row_padding_bytes, device_shares, layer_weight_bytes, place_layers
-from hfvram.engines.llamacpp.settings import LlamaCppConstants, Settings, kv_cells, matches_override
+from hfvram.engines.llamacpp.settings import (
+    LlamaCppConstants,
+    Settings,
+    kv_cells,
+    override_target,
+    pipeline_copies,
+)
 from hfvram.estimate.host_memory import HostMemory, pcie_bandwidth_gbs
+from hfvram.estimate.speed import Work, expected_speed
 from hfvram.spec import ModelSpec
 
 
@@ -34,6 +41,7 @@ class MemoryModel:
         self.settings = settings
         self.consts = consts
         self.pad = constants.n_ctx_pad
+        self.constants = constants
         self.nd = nd
         self.n_layer = spec.num_layers
         self.dense, self.experts, self.embd, self.output = layer_weight_bytes(spec)
@@ -42,6 +50,9 @@ class MemoryModel:
         n_used, n_expert = spec.experts_per_token or 0, spec.num_experts or 0
         self.active_share = min(1.0, n_used / n_expert) if n_used and n_expert else 1.0
         self.moe = any(self.experts)
+        weights = spec.weights
+        #: parameters per stored byte, to turn the bytes the CPU reads into the FLOPs it computes
+        self.params_per_byte = weights.params_total / weights.total_bytes if weights and weights.total_bytes else 0.0
         self._kv: dict[int, KvBytes] = {}
         self._kv_prefix: dict[int, list[int]] = {}
         self.p_dense = _prefix(self.dense)
@@ -50,7 +61,7 @@ class MemoryModel:
         for size in self.experts:
             self.p_max.append(max(self.p_max[-1], size))
         self._sparse = _sparse_table(self.experts)
-        self._compute: dict[tuple[int, bool, bool, bool, int], int] = {}
+        self._compute: dict[tuple[int, bool, bool, bool, int, int], int] = {}
         self._host_compute: dict[int, int] = {}
         #: how many compute buffers were computed (a test asserts it does not grow with the device count)
         self.work = 0
@@ -79,14 +90,20 @@ class MemoryModel:
     def compute(self, settings: Settings, with_output: bool, first: bool, output_on_cpu: bool, largest: int) -> int:
         """The compute buffer of one device: it depends on the context, whether the device holds the output, and —
         the first device only (op offload) — whether the output layer and which expert tensors stay in RAM."""
-        key = (settings.n_ctx, with_output, first, output_on_cpu and first, largest if first else 0)
+        ngl = self.n_layer if output_on_cpu else self.n_layer + 1
+        # pipeline parallelism (several devices, all layers offloaded, no expert in RAM): input copies on every
+        # device (docs/engines/llamacpp.md#llamacpp-pipeline-parallel)
+        placed = replace(settings, n_gpu_layers=ngl, cpu_moe_layers=int(largest > 0), override_tensor=())
+        copies = pipeline_copies(placed, self.nd, self.n_layer, self.constants)
+        key = (settings.n_ctx, with_output, first, output_on_cpu and first, largest if first else 0, copies)
         if key not in self._compute:
             self.work += 1
             # the same buffer llama.cpp computes for any placement with this output / largest CPU expert: the
             # first layers up to the one holding ``largest`` keep their experts in RAM (--n-cpu-moe k)
             k = bisect.bisect_left(self.p_max, largest) if largest > 0 else 0
-            ngl = self.n_layer if output_on_cpu else self.n_layer + 1
-            trial = replace(settings, n_gpu_layers=ngl, cpu_moe_layers=min(k, self.n_layer), override_tensor=())
+            trial = replace(
+                settings, n_gpu_layers=ngl, cpu_moe_layers=min(k, self.n_layer), override_tensor=(), sched_copies=copies
+            )
             size, _ = compute_buffer_bytes(
                 self.spec, trial, self.consts, with_output=with_output, pad=self.pad, first_device=first
             )
@@ -208,6 +225,7 @@ class MemoryModel:
             host_read += self.output
             host_stream += self.output
         ngl = sum(1 for place in layers if place.device >= 0)
+        hand_overs = cpu_hand_overs(layers, host_expert_layers)
         overrides = (expert_override(host_expert_layers),) if host_expert_layers else ()
         trial = replace(settings, n_gpu_layers=ngl, cpu_moe_layers=0, override_tensor=overrides)
         largest = max((self.experts[il] for il in host_expert_layers), default=0)
@@ -229,7 +247,20 @@ class MemoryModel:
             host_read=host_read,
             host_stream=host_stream,
             settings=trial,
+            gpu_layers=sum(1 for place in layers[:n_layer] if place.device >= 0),
+            cpu_layers=hand_overs,
+            cpu_params=host_read * self.params_per_byte,
         )
+
+
+def cpu_hand_overs(layers: Sequence[LayerPlace], host_expert_layers: Sequence[int]) -> int:
+    """GPU <-> CPU hand-overs of one token: each layer on a GPU whose experts run on the CPU, plus each run of whole
+    layers on the CPU next to layers on a GPU (none when nothing is on a GPU)."""
+    on_gpu = [place.device >= 0 for place in layers]
+    if not any(on_gpu):
+        return 0
+    runs = sum(1 for i, gpu in enumerate(on_gpu) if not gpu and (i == 0 or on_gpu[i - 1]))
+    return runs + sum(1 for il in host_expert_layers if on_gpu[il])
 
 
 def _prefix(values: Sequence[int]) -> list[int]:
@@ -327,9 +358,11 @@ def default_slots(n_layer: int, budgets: Sequence[DeviceBudget]) -> list[Slot]:
 
 
 def speed_of(usage: Usage, budgets: Sequence[DeviceBudget], host: HostMemory, settings: Settings) -> Speed:
-    """Decode: Σ bytes read on each GPU / its bandwidth + bytes read in RAM / the host bandwidth (the devices and
-    the CPU work one after another on a token). Prefill: with op offload (ubatch ≥ 32 on CUDA) every ubatch copies
-    the host-resident weights over PCIe, so ``ubatch / (host bytes / PCIe bandwidth)`` bounds it."""
+    """Decode bound: Σ bytes read on each GPU / its bandwidth + bytes read in RAM / the host bandwidth (the devices
+    and the CPU work one after another on a token). Prefill bound: with op offload (ubatch ≥ 32 on CUDA) every
+    ubatch copies the host-resident weights over PCIe, so ``ubatch / (host bytes / PCIe bandwidth)`` bounds it.
+    ``expected``: the expected decode speed, the same bytes at fitted efficiencies plus the CPU's compute and the
+    per-layer costs (hfvram.estimate.speed, docs/methodology.md#expected-speed)."""
     seconds = 0.0
     known = True
     for d, budget in enumerate(budgets):
@@ -346,7 +379,19 @@ def speed_of(usage: Usage, budgets: Sequence[DeviceBudget], host: HostMemory, se
     if usage.host_stream > 0 and settings.cuda:
         pcie, link = pcie_bandwidth_gbs()
         prefill = ub / (usage.host_stream / (pcie * 1e9))
-    return Speed(decode, sum(usage.gpu_read), usage.host_read, host.bandwidth_gbs, host.describe(), prefill, link)
+    work = Work(
+        gpu_reads=[(usage.gpu_read[d], budget.bandwidth_gbs) for d, budget in enumerate(budgets)],
+        gpu_layers=usage.gpu_layers,
+        host_bytes=usage.host_read,
+        host_gbs=host.bandwidth_gbs,
+        host_label=host.describe(),
+        cpu_params=usage.cpu_params,
+        cpu_layers=usage.cpu_layers,
+        threads=settings.threads,
+    )
+    expected = expected_speed(work, decode) if known else None
+    gpu_bytes, host_bytes = sum(usage.gpu_read), usage.host_read
+    return Speed(decode, gpu_bytes, host_bytes, host.bandwidth_gbs, host.describe(), prefill, link, expected)
 
 
 def placement_of_settings(spec: ModelSpec, settings: Settings, nd: int, free: Sequence[int] = ()) -> list[LayerPlace]:
@@ -359,10 +404,14 @@ def placement_of_settings(spec: ModelSpec, settings: Settings, nd: int, free: Se
     places = []
     for il in range(n_layer + 1):
         dev = devices[il]
-        cpu_experts = il < n_layer and (
-            il < settings.cpu_moe_layers or matches_override(f"blk.{il}.ffn_up_exps.weight", settings) == "CPU"
-        )
-        places.append(LayerPlace(dev, "moe" if dev >= 0 and cpu_experts else "full"))
+        target = override_target(f"blk.{il}.ffn_up_exps.weight", settings) if il < n_layer else None
+        if il < settings.cpu_moe_layers:
+            target = -1
+        if dev >= 0 and target is not None and target != dev:
+            # experts -ot sends elsewhere: to the CPU, or to another GPU (read there at its bandwidth)
+            places.append(LayerPlace(dev, "moe", target if 0 <= target < nd else -1))
+        else:
+            places.append(LayerPlace(dev, "full"))
     return places
 
 

@@ -6,11 +6,52 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hfvram.engines.llamacpp.breakdown import Breakdown
-from hfvram.engines.llamacpp.placement import device_shares, free_memory, overhead_bytes, place_layers
-from hfvram.engines.llamacpp.settings import LlamaCppConstants
+from hfvram.engines.llamacpp.placement import (
+    device_shares,
+    fit_keeps_margin,
+    free_memory,
+    overhead_bytes,
+    place_layers,
+)
+from hfvram.engines.llamacpp.settings import LlamaCppConstants, Settings
 from hfvram.estimate.common import GiB, MiB
 from hfvram.estimate.types import Hardware, PerGpu
 from hfvram.spec import WINDOWED_KINDS, ModelSpec
+
+
+def extra_model_warnings(settings: Settings) -> list[str]:
+    """The other GGUFs the line loads, whose buffers the estimate does not count (only the main file is read):
+    docs/engines/llamacpp.md#llamacpp-extra-models."""
+    what = {
+        "model-draft": "the draft model's weights, KV cache and compute buffer (a second context, placed by -ngld / "
+        "-devd like the main model) are not counted",
+        "mmproj": "the vision projector's weights and compute buffer (on the main GPU; in RAM with "
+        "--no-mmproj-offload) are not counted",
+    }
+    return [f"--{flag} {name}: {what[flag]}; check that file's size too" for flag, name in settings.extra_models]
+
+
+def projector_line(settings: Settings, dev: int) -> str:
+    """The ``--mmproj`` projector's share of the weights line (docs/engines/llamacpp.md#llamacpp-extra-models)."""
+    if not settings.projector_bytes:
+        return ""
+    where = (
+        "this GPU" if settings.projector_on_gpu and dev == 0 else "GPU 0" if settings.projector_on_gpu else "the CPU"
+    )
+    return f"; vision projector {settings.projector_file} {settings.projector_bytes / MiB:.2f} MiB on {where}"
+
+
+def projector_warnings(settings: Settings) -> list[str]:
+    """What of the ``--mmproj`` projector is counted and what is not: its compute buffer is reserved by building
+    the vision graph for a warm-up image (clip's ``alloc_compute_meta``), which a header does not size."""
+    if not settings.projector_bytes:
+        return []
+    where = "on the first GPU" if settings.projector_on_gpu else "in RAM (--no-mmproj-offload)"
+    return [
+        f"--mmproj {settings.projector_file}: its weights ({settings.projector_bytes / MiB:.2f} MiB) are counted "
+        f"{where}; its compute buffer is not (clip reserves it by building the vision graph of a warm-up image, which the "
+        "header does not size: read the 'alloc_compute_meta: … compute buffer size' line llama-server prints for it)"
+    ]
 
 
 def narrate_warnings(
@@ -24,6 +65,8 @@ def narrate_warnings(
             "not a GGUF: weights counted as if converted to GGUF at the checkpoint's own dtype; a quantized GGUF "
             "(Q4_K_M ≈ 4.9 bits per weight) is much smaller"
         )
+    warnings.extend(extra_model_warnings(settings))
+    warnings.extend(projector_warnings(settings))
     token_embd = spec.weights.bytes_by_component.get("embeddings", 0) if spec.weights else 0
     if placement.cpu_weights > token_embd or placement.cpu_kv:
         host = placement.cpu_weights + placement.cpu_kv + parts.output_buffer
@@ -36,15 +79,16 @@ def narrate_warnings(
         warnings.append(
             f"only {settings.n_gpu_layers} of {spec.num_layers + 1} layers on the GPU: the rest runs on the CPU (slow)"
         )
-    if hardware is not None and settings.fit and per_gpu.total > per_gpu.usable:
+    if hardware is not None and fit_keeps_margin(settings, hardware.count) and per_gpu.total > per_gpu.usable:
         warnings.append(
             f"llama.cpp --fit would not load this as asked: it keeps {settings.fit_target_bytes // MiB} MiB free per GPU and "
             f"would first lower ctx-size (not below {constants.fit_ctx_min}, only when ctx-size is not set) and then "
             "move layers / experts to the CPU"
         )
-    if hardware is not None and hardware.count > 1 and settings.split_mode == "layer":
+    if settings.sched_copies > 1:
         warnings.append(
-            "multi-GPU layer split: pipeline parallelism keeps up to 4 copies of split inputs in each compute buffer (not modelled)"
+            f"multi-GPU layer split: pipeline parallelism keeps {settings.sched_copies} copies of the attention masks "
+            "in every GPU's compute buffer (counted)"
         )
     if hardware is not None and hardware.mixed:
         warnings.append(mixed_split_note(spec, hardware, parts))
@@ -99,6 +143,7 @@ def explain_lines(
         "weights": (
             f"GGUF tensor bytes of the {placement.gpu_layers[dev]} layers on this GPU (of {spec.num_layers}+1 incl. output); "
             f"token_embd {embd / MiB:.0f} MiB stays on the CPU; CPU holds {placement.cpu_weights / GiB:.2f} GiB"
+            + projector_line(settings, dev)
         ),
         "kv_cache": (
             f"{settings.n_stream} stream(s) × {settings.n_ctx_seq} cells (ctx-size {settings.n_ctx}, padded to "
@@ -115,8 +160,10 @@ def explain_lines(
         "overhead": overhead_bytes(hardware, constants)[1],
         "usable": (
             f"device memory − {settings.fit_target_bytes // MiB} MiB that --fit keeps free"
-            if settings.fit
+            if hardware is not None and fit_keeps_margin(settings, hardware.count)
             else "device memory (--fit off)"
+            if not settings.fit
+            else "device memory (placement and context set by the user: --fit aborts and loads as asked)"
         ),
         "decode": "bandwidth-bound upper bound: active weights on the GPU + KV at the context, per token",
     }

@@ -53,6 +53,7 @@ def apply_to_estimate(est: Estimate, choice: EngineChoice, workload: Workload) -
             est,
             verdict=verdict,
             decode_tokens_per_second=speed.decode_tokens_per_second,
+            speed=speed.expected,
             warnings=(*est.warnings, note),
         )
     if not over:
@@ -72,15 +73,26 @@ def apply_to_estimate(est: Estimate, choice: EngineChoice, workload: Workload) -
     return offloaded_estimate(est, plan)
 
 
+def projector_bytes(est: Estimate, nd: int) -> list[int]:
+    """Per GPU, the ``--mmproj`` projector's bytes: on the first GPU, loaded after the plan, which does not subtract
+    it (docs/engines/llamacpp.md#llamacpp-extra-models)."""
+    projector = est.engine.get("mmproj")
+    extra = [0] * nd
+    if isinstance(projector, dict) and projector.get("device") == "gpu0" and nd:
+        extra[0] = int(projector.get("weights_bytes") or 0)
+    return extra
+
+
 def offloaded_estimate(est: Estimate, plan: OffloadPlan, who: str = "llama.cpp --fit") -> Estimate:
     """The estimate as the plan places it: the worst GPU's weights, KV and compute buffer from the plan."""
     usage = plan.usage
     gpus = est.hardware.gpus if est.hardware is not None else ()
     nd = min(len(plan.budgets), len(gpus))
-    worst = max(range(nd), key=lambda d: usage.gpu_total(d) / max(1, plan.budgets[d].target))
+    extra = projector_bytes(est, nd)
+    worst = max(range(nd), key=lambda d: (usage.gpu_total(d) + extra[d]) / max(1, plan.budgets[d].target))
     memory = gpus[worst].gpu_memory_bytes
     per_gpu = PerGpu(
-        weights=usage.gpu_weights[worst],
+        weights=usage.gpu_weights[worst] + extra[worst],
         kv_cache=usage.gpu_kv[worst],
         activations=usage.gpu_compute[worst],
         overhead=est.per_gpu.overhead,
@@ -122,6 +134,7 @@ def offloaded_estimate(est: Estimate, plan: OffloadPlan, who: str = "llama.cpp -
         utilization=per_gpu.total / per_gpu.usable if per_gpu.usable > 0 else None,
         verdict=VERDICT_OFFLOAD,
         decode_tokens_per_second=speed.decode_tokens_per_second if speed else None,
+        speed=speed.expected if speed else None,
         worst_device=worst if est.hardware is not None and est.hardware.mixed else est.worst_device,
         offload=plan,
         warnings=(*warnings, note),

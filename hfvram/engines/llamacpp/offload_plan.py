@@ -10,6 +10,7 @@ from typing import Any
 
 from hfvram.engines.llamacpp.settings import Settings
 from hfvram.estimate.common import GiB, MiB
+from hfvram.estimate.types import ExpectedSpeed
 
 #: the tensors each partial-layer kind sends to the overflow buffer (common/fit.cpp get_overflow_pattern)
 OVERFLOW_PATTERNS = {
@@ -83,6 +84,11 @@ class Usage:
     host_stream: int
     #: the same settings with the placement applied (n_gpu_layers, overrides)
     settings: Settings
+    #: layers computed on a GPU; GPU <-> CPU hand-overs per token (memory_model.cpu_hand_overs); parameters the CPU
+    #: computes per token (for the expected speed, hfvram.estimate.speed)
+    gpu_layers: int = 0
+    cpu_layers: int = 0
+    cpu_params: float = 0.0
 
     def gpu_total(self, device: int) -> int:
         return self.gpu_weights[device] + self.gpu_kv[device] + self.gpu_compute[device]
@@ -107,6 +113,8 @@ class Speed:
     host_memory: str
     prefill_tokens_per_second: float | None = None
     prefill_link: str | None = None
+    #: the expected decode speed and its parts (the figures above are bounds)
+    expected: ExpectedSpeed | None = None
 
 
 @dataclass(frozen=True)

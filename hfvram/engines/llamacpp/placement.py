@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hfvram.engines.llamacpp.kv import KvBytes
-from hfvram.engines.llamacpp.settings import LlamaCppConstants, Settings, matches_override, packaged_row_padding
+from hfvram.engines.llamacpp.settings import LlamaCppConstants, Settings, override_target, packaged_row_padding
+from hfvram.errors import UsageError
 from hfvram.estimate.common import MiB
 from hfvram.estimate.types import Hardware
 from hfvram.spec import ModelSpec
@@ -118,58 +119,84 @@ def place_layers(n_layer: int, n_offloaded: int, shares: Sequence[float]) -> lis
     return device
 
 
+def _target(name: str, settings: Settings, gpus: int) -> int | None:
+    """Where ``-ot`` sends tensor ``name``: −1 host memory, a GPU index, None when no pattern matches; a GPU the set
+    does not have is an error, as llama.cpp's "unknown buffer type" (docs/engines/llamacpp.md#llamacpp-override-devices)."""
+    target = override_target(name, settings)
+    if target is not None and target >= gpus:
+        raise UsageError(f"override-tensor sends {name} to GPU {target}, but the set has {gpus} GPU(s)")
+    return target
+
+
 def place(spec: ModelSpec, settings: Settings, kv: KvBytes, n_gpus: int, free: Sequence[int] = ()) -> Placement:
-    """Weights and KV on each GPU and on the CPU (docs/engines/llamacpp.md#llamacpp-weights): token_embd stays on the CPU; the last
-    ``n_gpu_layers`` of ``n_layer + 1`` layers (the output layer counts) go to the GPUs, split by layer in
-    proportion to memory (``tensor-split`` when given); ``cpu-moe`` / ``n-cpu-moe`` / ``override-tensor=…=CPU``
-    keep matching expert (or other) tensors on the CPU; KV follows its layer unless ``no-kv-offload``."""
+    """Weights and KV on each GPU and on the CPU (docs/engines/llamacpp.md#llamacpp-weights): token_embd stays on the
+    CPU; the last ``n_gpu_layers`` of ``n_layer + 1`` layers (the output layer counts) go to the GPUs, split by layer
+    in proportion to memory (``tensor-split`` when given; ``--split-mode none``: all on ``--main-gpu``);
+    ``cpu-moe`` / ``n-cpu-moe`` keep the first layers' experts on the CPU and ``override-tensor=…=DEVICE`` sends
+    matching expert (or other) tensors to the CPU or to any GPU (#llamacpp-override-devices); KV follows its layer
+    unless ``no-kv-offload``; ``--split-mode row`` then spreads the dense matrices by rows (#llamacpp-split-modes)."""
     n_layer = spec.num_layers
     dense, experts, embd, output = layer_weight_bytes(spec)
-    row_padding = cuda_row_padding_bytes(spec, settings.matrix_row_padding)
-    gpus = 1 if settings.split_mode == "none" else max(1, n_gpus)
-    shares = device_shares(gpus, settings.tensor_split, free)
+    row_padding = cuda_row_padding_bytes(spec, settings.matrix_row_padding) if settings.cuda else 0
+    gpus = max(1, n_gpus)
+    if settings.split_mode == "none":
+        if settings.main_gpu >= gpus:
+            raise UsageError(f"main-gpu={settings.main_gpu}, but the set has {gpus} GPU(s)")
+        # --split-mode none: the model's one device is --main-gpu (llama_model_load_from_file_impl)
+        shares = [1.0 if dev == settings.main_gpu else 0.0 for dev in range(gpus)]
+    else:
+        shares = device_shares(gpus, settings.tensor_split, free)
     devices = place_layers(n_layer, min(settings.n_gpu_layers, n_layer + 1), shares)
-    gpu_w, gpu_kv = [0] * gpus, [0] * gpus
+    gpu_w, gpu_kv, gpu_dense = [0] * gpus, [0] * gpus, [0] * gpus
     gpu_layers, has_output = [0] * gpus, [False] * gpus
-    cpu_w, cpu_kv = embd, 0
-    notes = []
+    cpu = [embd, 0]  # weights, KV
     for il in range(n_layer):
         dev = devices[il]
-        layer_dense, layer_experts = dense[il], experts[il]
-        if layer_experts and (
-            il < settings.cpu_moe_layers or matches_override(f"blk.{il}.ffn_up_exps.weight", settings) == "CPU"
-        ):
-            cpu_w += layer_experts
-            layer_experts = 0
-        if layer_dense and matches_override(f"blk.{il}.attn_q.weight", settings) == "CPU":
-            cpu_w += layer_dense
-            layer_dense = 0
         layer_kv = kv.per_layer[il] if il < len(kv.per_layer) else 0
+        expert_to = -1 if experts[il] and il < settings.cpu_moe_layers else None
+        if expert_to is None and experts[il]:
+            expert_to = _target(f"blk.{il}.ffn_up_exps.weight", settings, gpus)
+        dense_to = _target(f"blk.{il}.attn_q.weight", settings, gpus) if dense[il] else None
+        for size, to, row_split in ((experts[il], expert_to, False), (dense[il], dense_to, dense_to is None)):
+            where = dev if to is None else to
+            if where < 0:
+                cpu[0] += size
+            elif row_split:
+                gpu_dense[where] += size
+            else:
+                gpu_w[where] += size
         if dev < 0:
-            cpu_w += layer_dense + layer_experts
-            cpu_kv += layer_kv
+            cpu[1] += layer_kv
             continue
-        gpu_w[dev] += layer_dense + layer_experts + (row_padding if settings.cuda else 0)
+        gpu_w[dev] += row_padding
         gpu_layers[dev] += 1
         if settings.kv_offload:
             gpu_kv[dev] += layer_kv
         else:
-            cpu_kv += layer_kv
+            cpu[1] += layer_kv
     out_dev = devices[n_layer]
     if out_dev >= 0:
         gpu_w[out_dev] += output
         gpu_layers[out_dev] += 1
         has_output[out_dev] = True
-    else:
-        cpu_w += output if spec.weights and spec.weights.bytes_by_component.get("lm_head") else 0
+    elif spec.weights and spec.weights.bytes_by_component.get("lm_head"):
+        cpu[0] += output
+    notes: tuple[str, ...] = ()
     if settings.split_mode == "row" and gpus > 1:
-        # row split: matrices are cut across GPUs by tensor-split; KV and the compute buffer stay on the main GPU
-        total_w = sum(gpu_w)
-        gpu_w = [int(total_w * share) for share in shares]
-        gpu_kv = [sum(gpu_kv)] + [0] * (gpus - 1)
-        has_output = [True] + [False] * (gpus - 1)
-        notes.append("split-mode row: weights cut by tensor-split, KV cache and compute buffer on the main GPU")
-    return Placement(tuple(gpu_w), tuple(gpu_kv), tuple(has_output), tuple(gpu_layers), cpu_w, cpu_kv, tuple(notes))
+        gpu_dense, has_output, notes = _row_split(gpu_dense, shares)
+    gpu_w = [w + d for w, d in zip(gpu_w, gpu_dense)]
+    return Placement(tuple(gpu_w), tuple(gpu_kv), tuple(has_output), tuple(gpu_layers), cpu[0], cpu[1], notes)
+
+
+def _row_split(gpu_dense: Sequence[int], shares: Sequence[float]) -> tuple[list[int], list[bool], tuple[str, ...]]:
+    """``--split-mode row`` (docs/engines/llamacpp.md#llamacpp-split-modes): the layers keep their devices (their
+    KV and expert tensors with them), but every 2-D matrix of the GPU layers sits in a split buffer, cut by rows in
+    proportion to ``tensor-split``, and every GPU runs its rows of every layer, so each holds the whole compute
+    buffer."""
+    total = sum(gpu_dense)
+    split = [int(total * share) for share in shares]
+    note = "split-mode row: dense matrices cut by rows over the GPUs by tensor-split; every GPU holds the full compute buffer"
+    return split, [True] * len(shares), (note,)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -213,6 +240,17 @@ def device_memory(hardware: Hardware, device: int | None = None) -> int:
 def usable_bytes(hardware: Hardware, settings: Settings, device: int | None = None) -> int:
     """What llama.cpp lets itself use on one GPU: the device memory minus --fit's free-memory target (1 GiB by
     default), because with fit on a configuration that leaves less free makes llama.cpp shrink the context or
-    move layers to the CPU — i.e. what was asked for does not load as asked (docs/methodology.md)."""
+    move layers to the CPU — i.e. what was asked for does not load as asked (docs/methodology.md). Not when --fit
+    does not run: with a placement the user set (or ``--split-mode row`` on several GPUs) and a context the user
+    set, --fit aborts before it changes anything and llama.cpp loads as asked, up to the whole device
+    (docs/engines/llamacpp.md#llamacpp-user-placement)."""
     memory = device_memory(hardware, device)
-    return memory - settings.fit_target_bytes if settings.fit else memory
+    return memory - settings.fit_target_bytes if fit_keeps_margin(settings, hardware.count) else memory
+
+
+def fit_keeps_margin(settings: Settings, n_gpus: int) -> bool:
+    """Whether --fit's free-memory target binds (docs/engines/llamacpp.md#llamacpp-user-placement): --fit on, and
+    either it may place the weights itself or the context is unset (its context step runs before it aborts)."""
+    several = n_gpus > 1 and (settings.split_mode == "row" or bool(settings.tensor_split))
+    user_placed = settings.user_placement or several
+    return settings.fit and (settings.ctx_auto or not user_placed)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from hfvram.engines.contract import Constants
 from hfvram.errors import UsageError
@@ -63,6 +64,8 @@ class LlamaCppConstants(Constants):
     server_reserve_outputs: str
     server_outputs_cap_build: int
     server_auto_parallel: int
+    kv_dequant_scratch_build: int
+    sched_max_copies: int
     n_ctx_pad: int
     fit: bool
     fit_target_mib: int
@@ -107,10 +110,33 @@ class Settings:
     fit_target_bytes: int
     n_rs_seq: int
     notes: tuple[str, ...] = ()
+    #: ``--main-gpu`` / ``-mg``: the device of ``--split-mode none`` (docs/engines/llamacpp.md#llamacpp-split-modes)
+    main_gpu: int = 0
+    #: the user placed the weights (``-ngl``, ``-ot``, ``--n-cpu-moe``): --fit aborts after its context step
+    #: (docs/engines/llamacpp.md#llamacpp-user-placement)
+    user_placement: bool = False
+    #: the context was left unset (``-c`` 0): --fit's context step still keeps its margin free
+    ctx_auto: bool = False
+    #: CUDA flash attention reserves F16 copies of a quantized K / V view in its output (builds from
+    #: kv_dequant_scratch_build on; docs/engines/llamacpp.md#llamacpp-kv-dequant-scratch)
+    kv_dequant_scratch: bool = False
+    #: scheduler copies of every graph input (GGML_SCHED_MAX_COPIES with pipeline parallelism, else 1): set per
+    #: hardware by ``pipeline_copies`` (docs/engines/llamacpp.md#llamacpp-pipeline-parallel)
+    sched_copies: int = 1
+    #: other GGUFs the line loads (``-md`` draft model, ``--mmproj`` projector): their buffers are not counted, a
+    #: warning names them (docs/engines/llamacpp.md#llamacpp-extra-models)
+    extra_models: tuple[tuple[str, str], ...] = ()
+    #: the ``--mmproj`` projector read from its header: the file, its tensor bytes (0: none read) and whether they
+    #: sit on the first GPU (False with ``--no-mmproj-offload``: in RAM) (docs/engines/llamacpp.md#llamacpp-extra-models)
+    projector_file: str | None = None
+    projector_bytes: int = 0
+    projector_on_gpu: bool = True
     #: the GPU backend pads quantized rows (CUDA / ROCm); False for Metal and the CPU-only truth runs
     cuda: bool = True
     #: row length the CUDA buffer type pads quantized matrices to (llama.cpp.toml matrix_row_padding)
     matrix_row_padding: int = field(default_factory=lambda: packaged_row_padding())
+    #: ``-t`` / ``--threads`` as given (None: llama.cpp's default, hfvram assumes data/speed.toml's)
+    threads: str | None = None
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -130,10 +156,23 @@ class Settings:
             "n-cpu-moe": self.cpu_moe_layers,
             "override-tensor": ",".join(f"{pattern}={buffer}" for pattern, buffer in self.override_tensor) or None,
             "split-mode": self.split_mode,
+            "main-gpu": self.main_gpu,
             "tensor-split": list(self.tensor_split) or None,
             "kv-offload": self.kv_offload,
             "fit": self.fit,
             "fit-target-mib": self.fit_target_bytes // MiB,
+            "mmproj": self.projector_dict(),
+        }
+
+    def projector_dict(self) -> dict[str, object] | None:
+        """The ``--mmproj`` projector counted (docs/engines/llamacpp.md#llamacpp-extra-models); None when none was read."""
+        if self.projector_file is None:
+            return None
+        return {
+            "file": self.projector_file,
+            "weights_bytes": self.projector_bytes,
+            "device": "gpu0" if self.projector_on_gpu else "cpu",
+            "compute_buffer_bytes": None,
         }
 
 
@@ -151,6 +190,45 @@ def kv_cells(n_ctx: int, n_seq_max: int, kv_unified: bool, pad: int = 256) -> tu
     return n_ctx_seq * n_seq_max, n_ctx_seq, n_seq_max
 
 
+#: the short spellings of the flags naming another GGUF (llamacpp.md#llamacpp-extra-models)
+EXTRA_ALIASES = {"model-draft": "md", "mmproj": "mm"}
+
+#: settings that make llama.cpp's --fit give up ("already set by user, abort") and load as asked
+USER_PLACEMENT = (
+    "n-gpu-layers",
+    "ngl",
+    "gpu-layers",
+    "override-tensor",
+    "ot",
+    "tensor-split",
+    "ts",
+    "cpu-moe",
+    "cmoe",
+    "n-cpu-moe",
+    "ncmoe",
+)
+
+#: an ``-ot`` buffer type naming one GPU: the backend's device name and its index (CUDA0, ROCm1, Vulkan0, SYCL0,
+#: MUSA0, CANN0; Metal's one device is MTL0 or Metal) — docs/engines/llamacpp.md#llamacpp-override-devices
+_GPU_BUFT = re.compile(r"^(?:cuda|rocm|hip|vulkan|sycl|musa|cann|opencl|mtl|metal)(\d*)$", re.IGNORECASE)
+
+
+def override_device(buft: str) -> int:
+    """The device an ``-ot`` buffer type places a tensor on: −1 for host memory (``CPU``, ``CPU_Mapped``,
+    ``CUDA_Host`` …), the GPU's index for a device buffer type; UsageError for a name llama.cpp would not know
+    ("unknown buffer type")."""
+    name = buft.strip()
+    lower = name.lower()
+    if lower.startswith("cpu") or lower.endswith("_host"):
+        return -1
+    match = _GPU_BUFT.match(name)
+    if match is None:
+        raise UsageError(
+            f"override-tensor buffer type {name!r}: use CPU or a device name such as CUDA0, ROCm0, Vulkan0"
+        )
+    return int(match.group(1) or 0)
+
+
 def _parse_override(text: str | None) -> tuple[tuple[str, str], ...]:
     if not text:
         return ()
@@ -163,6 +241,7 @@ def _parse_override(text: str | None) -> tuple[tuple[str, str], ...]:
             re.compile(pattern)
         except re.error as exc:
             raise UsageError(f"override-tensor regex {pattern!r}: {exc}") from exc
+        override_device(buft)
         pairs.append((pattern, buft.strip()))
     return tuple(pairs)
 
@@ -206,12 +285,7 @@ def resolve_settings(
         notes.append("flash-attn auto resolves to on when the device supports every FA op (assumed)")
     flash_attn = fa != "off"
     type_k, type_v = resolve_kv_types(spec, choice, workload, constants, flash_attn)
-    n_layer = spec.num_layers
-    ngl = setting_int(choice, "n-gpu-layers", "ngl", "gpu-layers")
-    if ngl is None or ngl < 0 or ngl > n_layer + 1:
-        ngl = n_layer + 1
-    cpu_moe = n_layer if setting_bool(choice, "cpu-moe", "cmoe") else 0
-    cpu_moe = max(cpu_moe, setting_int(choice, "n-cpu-moe", "ncmoe", default=0) or 0)
+    ngl, cpu_moe = resolve_layers(spec, choice)
     split_mode, tensor_split = resolve_split(choice)
     fit_target = setting_int(choice, "fit-target", "fitt", default=constants.fit_target_mib)
     return Settings(
@@ -229,7 +303,7 @@ def resolve_settings(
         type_v=type_v,
         swa_full=setting_bool(choice, "swa-full", default=constants.swa_full),
         n_gpu_layers=ngl,
-        cpu_moe_layers=min(cpu_moe, n_layer),
+        cpu_moe_layers=cpu_moe,
         override_tensor=_parse_override(setting(choice, "override-tensor", "ot")),
         split_mode=split_mode,
         tensor_split=tensor_split,
@@ -239,7 +313,77 @@ def resolve_settings(
         n_rs_seq=constants.n_rs_seq,
         notes=tuple(notes),
         matrix_row_padding=constants.matrix_row_padding,
+        threads=setting(choice, "threads"),
+        **placement_flags(choice, workload, constants),
     )
+
+
+def placement_flags(choice: EngineChoice, workload: Workload, constants: LlamaCppConstants) -> dict[str, Any]:
+    """The Settings fields of docs/engines/llamacpp.md#llamacpp-split-modes, #llamacpp-user-placement,
+    #llamacpp-kv-dequant-scratch and #llamacpp-extra-models."""
+    return {
+        "main_gpu": max(0, setting_int(choice, "main-gpu", "mg", default=0) or 0),
+        # -ts counts only on several GPUs (fit_keeps_margin reads it from tensor_split)
+        "user_placement": any(setting(choice, name) for name in USER_PLACEMENT if name not in ("tensor-split", "ts")),
+        "ctx_auto": workload.context is None and not setting(choice, "ctx-size", "c", "n-ctx", "num-ctx"),
+        "kv_dequant_scratch": (resolved_build(choice) or 0) >= constants.kv_dequant_scratch_build,
+        "extra_models": extra_models(choice),
+        **projector_flags(choice),
+    }
+
+
+def projector_flags(choice: EngineChoice) -> dict[str, Any]:
+    """The ``--mmproj`` file the pipeline read (docs/engines/llamacpp.md#llamacpp-extra-models): llama.cpp's clip code
+    loads its tensors on the first GPU backend, on the CPU with ``--no-mmproj-offload``."""
+    projector = choice.projector
+    if projector is None or projector.weight_bytes is None:
+        return {}
+    return {
+        "projector_file": projector.name,
+        "projector_bytes": projector.weight_bytes,
+        "projector_on_gpu": not setting_bool(choice, "no-mmproj-offload"),
+    }
+
+
+def pipeline_copies(settings: Settings, n_devices: int, n_layer: int, constants: LlamaCppConstants) -> int:
+    """Scheduler input copies (docs/engines/llamacpp.md#llamacpp-pipeline-parallel): llama_context enables pipeline
+    parallelism — ``n_copies = GGML_SCHED_MAX_COPIES`` — when the model spans several devices, every layer and the
+    output are offloaded, the split is by layer, the KV cache is offloaded and no tensor is overridden
+    (``-ot``, ``--cpu-moe`` / ``--n-cpu-moe``); otherwise 1."""
+    parallel = (
+        n_devices > 1
+        and settings.n_gpu_layers > n_layer
+        and settings.split_mode == "layer"
+        and settings.kv_offload
+        and not settings.override_tensor
+        and settings.cpu_moe_layers == 0
+    )
+    return constants.sched_max_copies if parallel else 1
+
+
+def extra_models(choice: EngineChoice) -> tuple[tuple[str, str], ...]:
+    """(flag, file) for each other GGUF the line loads (``-md``, ``--mmproj``), the name capped at 200 characters."""
+    read = choice.projector is not None and choice.projector.weight_bytes is not None
+    named = ((flag, setting(choice, flag, EXTRA_ALIASES[flag])) for flag in ("model-draft", "mmproj"))
+    return tuple((flag, value[:200]) for flag, value in named if value and not (flag == "mmproj" and read))
+
+
+def resolved_build(choice: EngineChoice) -> int | None:
+    """The llama.cpp build the rules are for (``--set build=N``); None when not given (older rules apply)."""
+    build = setting_int(choice, "build")
+    return build if build is not None and build > 0 else None
+
+
+def resolve_layers(spec: ModelSpec, choice: EngineChoice) -> tuple[int, int]:
+    """(layers on the GPUs of n_layer + 1, blocks whose experts stay on the CPU): ``-ngl`` (all when unset or out
+    of range), ``--cpu-moe`` / ``--n-cpu-moe``."""
+    n_layer = spec.num_layers
+    ngl = setting_int(choice, "n-gpu-layers", "ngl", "gpu-layers")
+    if ngl is None or ngl < 0 or ngl > n_layer + 1:
+        ngl = n_layer + 1
+    cpu_moe = n_layer if setting_bool(choice, "cpu-moe", "cmoe") else 0
+    cpu_moe = max(cpu_moe, setting_int(choice, "n-cpu-moe", "ncmoe", default=0) or 0)
+    return ngl, min(cpu_moe, n_layer)
 
 
 def resolve_binary(choice: EngineChoice, constants: LlamaCppConstants) -> str:
@@ -374,10 +518,17 @@ def resolve_split(choice: EngineChoice) -> tuple[str, tuple[float, ...]]:
 
 
 def matches_override(name: str, settings: Settings) -> str | None:
+    """The buffer type of the first ``-ot`` pattern matching ``name`` (llama.cpp takes the first match)."""
     for pattern, buft in settings.override_tensor:
         if re.search(pattern, name):
-            return buft
+            return "CPU" if override_device(buft) < 0 else buft
     return None
+
+
+def override_target(name: str, settings: Settings) -> int | None:
+    """The device ``-ot`` sends tensor ``name`` to (−1 = host memory), None when no pattern matches."""
+    buft = matches_override(name, settings)
+    return None if buft is None else override_device(buft)
 
 
 def packaged_row_padding() -> int:

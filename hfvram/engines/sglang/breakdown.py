@@ -16,6 +16,7 @@ from hfvram.engines.sglang.pool import (
     max_running_requests,
     pool_bytes_needed,
     req_to_token_bytes,
+    swa_chunk_cap,
     token_pool,
 )
 from hfvram.engines.sglang.settings import Settings, _is_mla, reserved_mib
@@ -72,6 +73,8 @@ class Breakdown:
     #: with SGLang's own context (no --context), one full-length request does not fit the pool: SGLang starts and
     #: clamps requests to max_req_len, so the pool itself is what the server holds (kv_needed = the pool)
     clamped: bool = False
+    #: the SWA pool cap applies but is not modelled (speculative decoding; sglang.md#sglang-swa-chunk-cap)
+    swa_cap_note: str | None = None
 
     @property
     def overhead(self) -> int:
@@ -112,7 +115,7 @@ def allocated_pool_bytes(pool: PoolTerm | None, cell: CellSize) -> float:
     ``--max-total-tokens``) plus the mamba share of hybrid linear attention."""
     if pool is None:
         return 0.0
-    return pool.tokens * cell.cell + (pool.mamba_budget or 0.0)
+    return pool.tokens * cell.cell + cell.swa_fixed_bytes + (pool.mamba_budget or 0.0)
 
 
 def overhead_bytes(cuda_context_gib: float, nccl_init_gib: float | None) -> int:
@@ -163,6 +166,19 @@ def feature_weights(spec: ModelSpec, settings: Settings, split: common.WeightsSp
     return replace(split, bytes=weights, explain=split.explain + "; " + "; ".join(notes))
 
 
+def pool_cell(
+    spec: ModelSpec, settings: Settings, constants: SglangConstants
+) -> tuple[CellSize, int | None, str | None]:
+    """The cell size on the worst rank, the sliding window, and the SWA cap's note: the SWA pool capped with the
+    chunk cache where the rule set and the settings say so (sglang.md#sglang-swa-chunk-cap)."""
+    cell = cell_size(
+        spec, settings.tp, settings.pp, settings.kv_bytes, settings.swa_full_tokens_ratio, settings.hybrid_swa_memory
+    )
+    window = _window(spec)
+    cell, note = swa_chunk_cap(cell, window, settings, constants)
+    return cell, window, note
+
+
 def compute(
     spec: ModelSpec, hardware: Hardware | None, settings: Settings, workload: Workload, constants: SglangConstants
 ) -> Breakdown:
@@ -173,12 +189,9 @@ def compute(
     cuda_context_gib = constants.cuda_context_gib
     nccl_init_gib = constants.nccl_init_gib if settings.tp * settings.pp > 1 else None
     overhead = overhead_bytes(cuda_context_gib, nccl_init_gib)
-    cell = cell_size(
-        spec, settings.tp, settings.pp, settings.kv_bytes, settings.swa_full_tokens_ratio, settings.hybrid_swa_memory
-    )
+    cell, window, swa_cap_note = pool_cell(spec, settings, constants)
     pool, slack, reserve_text = pool_and_slack(spec, hardware, overhead, split.bytes, cell, settings, constants)
     running = running_requests(settings.max_running_requests, pool, constants, settings.context_length)
-    window = _window(spec)
     needed = pool_bytes_needed(
         cell, window, context, workload.concurrency, settings.page_size, settings.mamba_full_memory_ratio
     )
@@ -222,6 +235,7 @@ def compute(
         ),
         decode_modelled=hardware is not None and active is not None,
         decode=decode,
+        swa_cap_note=swa_cap_note,
     )
 
 
@@ -282,7 +296,9 @@ def pool_term(pre: float, weights: int, cell: CellSize, settings: Settings, cons
     """The pool from free memory before loading (``pre``) and the weights; with recurrent layers the mamba
     budget comes off the rest first (docs/engines/sglang.md#sglang-mamba-state); ``max-total-tokens`` caps the tokens."""
     post = pre - weights
-    tokens, rest = token_pool(pre, post, settings.mem_fraction_static, cell.cell, settings.page_size)
+    # a capped SWA pool is sized first and the full pool gets the rest (sglang.md#sglang-swa-chunk-cap)
+    fixed = cell.swa_fixed_bytes
+    tokens, rest = token_pool(pre, post, settings.mem_fraction_static, cell.cell, settings.page_size, fixed)
     mamba_budget = mamba_size = mamba_cap = None
     if cell.state_bytes_per_request > 0 and rest > 0:
         mamba_budget, mamba_size, mamba_cap = mamba_split(
@@ -291,7 +307,9 @@ def pool_term(pre: float, weights: int, cell: CellSize, settings: Settings, cons
             cell.state_bytes_per_request,
             constants.mamba_cache_per_running_request,
         )
-        tokens, rest = token_pool(pre, post, settings.mem_fraction_static, cell.cell, settings.page_size, mamba_budget)
+        tokens, rest = token_pool(
+            pre, post, settings.mem_fraction_static, cell.cell, settings.page_size, mamba_budget + fixed
+        )
     if settings.max_total_tokens is not None:
         tokens = min(tokens, settings.max_total_tokens)
     return PoolTerm(pre, rest, tokens, mamba_budget, mamba_size, mamba_cap)

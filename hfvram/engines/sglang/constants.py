@@ -46,6 +46,9 @@ class SglangConstants(Constants):
     vocab_padding: int
     max_req_input_margin: int
     hybrid_swa_architectures: list[str]
+    #: the SWA pool capped with the chunk cache (docs/engines/sglang.md#sglang-swa-chunk-cap)
+    swa_chunk_cap: bool
+    swa_eviction_interval: int
     lora_default_max_loras_per_batch: int
     #: flag -> what hfvram does not account for
     unmodelled_flags: dict[str, str]

@@ -45,6 +45,8 @@ def narrate(parts: Breakdown, spec: ModelSpec, workload: Workload) -> tuple[list
             else f"the KV pool holds only {pool.tokens} tokens: SGLang stops at start-up ('Memory pool size is too "
             "small')"
         )
+    if parts.swa_cap_note:
+        warnings.append(parts.swa_cap_note)
     short = pool_short_note(parts, workload.concurrency)
     if short and not parts.refused:
         warnings.append(short)
@@ -90,7 +92,18 @@ def explain_cell(parts: Breakdown) -> str:
     cell, settings = parts.cell, parts.settings
     return (
         f"{cell.cell:.0f} B per token on the worst rank ({settings.kv_cache_dtype}): full/MLA layers {cell.full_bytes:.0f} B"
-        + (f" + {settings.swa_full_tokens_ratio} × SWA layers {cell.swa_bytes:.0f} B" if cell.hybrid_swa else "")
+        + (
+            f" + {settings.swa_full_tokens_ratio} × SWA layers {cell.swa_bytes:.0f} B"
+            if cell.hybrid_swa and not cell.swa_cap_tokens
+            else ""
+        )
+        + (
+            f"; SWA layers {cell.swa_bytes:.0f} B in a pool capped at {cell.swa_cap_tokens} tokens "
+            f"({cell.swa_fixed_bytes / GiB:.2f} GiB: max_running_requests × (window + eviction interval + 2 pages) "
+            "+ prefill chunks in flight + a page, SWAChunkCapPoolConfigurator)"
+            if cell.swa_cap_tokens
+            else ""
+        )
         + (
             f"; recurrent state {cell.state_bytes_per_request:.0f} B per request"
             if cell.state_bytes_per_request
@@ -138,7 +151,9 @@ def explain_kv_cache(parts: Breakdown, concurrency: int) -> str:
         f"pool bytes for {concurrency} × {parts.context} tokens at {cell.cell:.0f} B"
         + (
             f"; SWA pool ({settings.swa_full_tokens_ratio} of the tokens) holds min(window {parts.window}, context) per request"
-            if cell.hybrid_swa
+            if cell.hybrid_swa and not cell.swa_cap_tokens
+            else f"; SWA pool of {cell.swa_cap_tokens} tokens (capped with the chunk cache)"
+            if cell.swa_cap_tokens
             else ""
         )
         + (

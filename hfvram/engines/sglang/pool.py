@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hfvram.engines.sglang.constants import SglangConstants
 from hfvram.engines.sglang.settings import Settings
@@ -24,11 +24,22 @@ class CellSize:
     swa_ratio: float
     #: recurrent state per request on one rank (hybrid linear attention / Mamba, sglang.md#sglang-mamba-state)
     state_bytes_per_request: float
+    #: the SWA pool's fixed size in tokens when it is capped with the chunk cache (0: sized by the ratio;
+    #: sglang.md#sglang-swa-chunk-cap)
+    swa_cap_tokens: int = 0
 
     @property
     def cell(self) -> float:
-        """SGLang's ``cell_size``: full layers plus the SWA layers scaled by their share of the tokens."""
+        """SGLang's ``cell_size``: full layers plus the SWA layers scaled by their share of the tokens; with the
+        SWA pool capped, the full layers only (the SWA pool is the fixed ``swa_fixed_bytes``)."""
+        if self.swa_cap_tokens:
+            return self.full_bytes
         return self.full_bytes + self.swa_ratio * self.swa_bytes
+
+    @property
+    def swa_fixed_bytes(self) -> float:
+        """Bytes of a capped SWA pool, taken off the budget before the full pool is sized."""
+        return self.swa_cap_tokens * self.swa_bytes
 
     @property
     def hybrid_swa(self) -> bool:
@@ -54,6 +65,35 @@ def cell_size(spec: ModelSpec, tp: int, pp: int, kv_bytes: float, swa_ratio: flo
     if not hybrid_swa or full == 0:  # hybrid SWA memory off (or a pure-SWA model): SWA layers keep every token
         return CellSize(full_bytes=full + swa, swa_bytes=0.0, swa_ratio=swa_ratio, state_bytes_per_request=state)
     return CellSize(full_bytes=full, swa_bytes=swa, swa_ratio=swa_ratio, state_bytes_per_request=state)
+
+
+def swa_chunk_cap(
+    cell: CellSize, window: int | None, settings: Settings, constants: SglangConstants
+) -> tuple[CellSize, str | None]:
+    """The cell with the SWA pool capped, as ``SWAChunkCapPoolConfigurator`` sizes it (sglang.md#sglang-swa-chunk-cap),
+    and a warning when the cap applies but is not modelled (speculative decoding); the cell unchanged otherwise.
+
+    It applies from the rule set that turns ``swa_chunk_cap`` on, to a hybrid-SWA model with full-attention layers,
+    ``--max-running-requests`` given, ``--disable-radix-cache`` and a chunked prefill. Per request the window, the
+    eviction interval and two pages; plus the prefill chunks in flight (two with the overlap scheduler, one
+    without) and a page: ``swa_cap = reqs × (window + interval + page + page) + chunks × chunked_prefill_size + page``,
+    rounded up to the page."""
+    running = settings.max_running_requests
+    if not (constants.swa_chunk_cap and cell.hybrid_swa and window and running and settings.disable_radix_cache):
+        return cell, None
+    if settings.chunked_prefill_size <= 0:
+        return cell, None
+    if settings.speculative:
+        return cell, (
+            "speculative decoding with --disable-radix-cache: SGLang caps the SWA pool by the draft tokens per "
+            "request (SWAChunkCapPoolConfigurator), which hfvram does not model; the SWA pool is sized by the ratio"
+        )
+    page = settings.page_size
+    per_request = window + max(1, constants.swa_eviction_interval) + page + page
+    chunks = 1 if settings.disable_overlap_schedule else 2
+    # max_running_requests // attn_dp_size: hfvram's --dp-size replicas are whole servers (attention DP is not modelled)
+    cap = per_request * running + chunks * settings.chunked_prefill_size + page
+    return replace(cell, swa_cap_tokens=math.ceil(cap / page) * page), None
 
 
 def token_pool(
@@ -106,9 +146,9 @@ def pool_bytes_needed(
     ``min(window, context)`` per request; with recurrent layers the pool is split full : mamba = 1 : r, and
     the mamba part must hold one state per request (sglang.md#sglang-token-pool, sglang.md#sglang-mamba-state)."""
     tokens: float = math.ceil(context / page_size) * page_size * concurrency
-    if cell.hybrid_swa and window:
+    if cell.hybrid_swa and window and not cell.swa_cap_tokens:
         tokens = max(tokens, min(window, context) * concurrency / cell.swa_ratio)
-    full_part = tokens * cell.cell
+    full_part = tokens * cell.cell + cell.swa_fixed_bytes
     if cell.state_bytes_per_request <= 0:
         return full_part
     return max(
@@ -133,7 +173,8 @@ def _capacity(
     per_request = math.ceil(context / settings.page_size) * settings.page_size
     limits = [tokens / per_request]
     if cell.hybrid_swa and window:
-        limits.append(tokens * cell.swa_ratio / min(window, context))
+        swa_tokens = cell.swa_cap_tokens or tokens * cell.swa_ratio
+        limits.append(swa_tokens / min(window, context))
     if running:
         limits.append(float(running))
     if mamba_size is not None:

@@ -45,6 +45,11 @@ class Settings:
     cpu_offload_gb: float = 0.0
     #: the LoRA memory pool when its rank and target modules are given (None otherwise; sglang.md#sglang-features)
     lora: features.LoraSettings | None = None
+    #: --disable-radix-cache (the chunk cache), --disable-overlap-schedule and a speculative algorithm: what
+    #: decides whether the SWA pool is capped (docs/engines/sglang.md#sglang-swa-chunk-cap)
+    disable_radix_cache: bool = False
+    disable_overlap_schedule: bool = False
+    speculative: bool = False
     #: the warnings written while the settings were resolved (they come first in the estimate's warnings)
     notes: tuple[str, ...] = ()
 
@@ -241,6 +246,9 @@ def resolve_settings(
         context_is_default=workload.context is None,
         cpu_offload_gb=common.setting_float(choice, "cpu-offload-gb", default=0.0) or 0.0,
         lora=lora,
+        disable_radix_cache=common.setting_bool(choice, "disable-radix-cache"),
+        disable_overlap_schedule=common.setting_bool(choice, "disable-overlap-schedule"),
+        speculative=bool((common.setting(choice, "speculative-algorithm") or "").strip()),
     )
     return settings, warnings
 
