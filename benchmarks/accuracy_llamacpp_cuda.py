@@ -103,6 +103,10 @@ def choice_for(case: Mapping[str, Any]) -> EngineChoice:
     build = str(case.get("build", "")).split(" ", 1)[0]
     if build.isdigit():
         values["build"] = build
+    else:
+        # every log here is dated before build 9460 (2026-06-01, the llama-server n_outputs_max cap): its reserve
+        # holds one logits row per ubatch token, not the newest rule set's slots
+        values["reserve-outputs"] = "ubatch"
     if s.get("override_tensor"):
         values["override-tensor"] = s["override_tensor"]
     if s.get("n_cpu_moe"):

@@ -36,12 +36,13 @@ NOTES = ROOT / "docs" / "engines"
 #: the code shared by every engine, which may read any engine's constants: the estimator and the modules of
 #: hfvram/engines/ itself (the registry, the profile base)
 SHARED_SOURCES = (ROOT / "hfvram" / "estimate", ENGINES)
-#: tables whose keys are data (release versions, GPU names, model types, vendors, policy numbers, the engine flags
+#: tables whose keys are data (release versions, semantic-version tags, GPU names, model types, vendors, policy numbers, the engine flags
 #: named in a warning, KV dtype names), not settings read by name
 DATA_KEYED_TABLES = frozenset(
     {
         "versions",
         "releases",
+        "semver",
         "max_batch_size_by_gpu_name",
         "cudagraph_max_capture_size_by_architecture",
         "model_type_to_arch",

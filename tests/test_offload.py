@@ -50,7 +50,8 @@ CASES = [
     (QWEN3, "rtx3060", 32768),
     (QWEN3, "rtx4060ti-8g", None),
     (QWEN3, "rtx3060x2", 32768),
-    (QWEN3, "rtx3060x3", 131072),
+    # 262144: at 131072 the newest rule set's reserve (n_outputs_max = slots) lets it fit the three cards whole
+    (QWEN3, "rtx3060x3", 262144),
     (GPT_OSS, "rtx4060ti-8g", 32768),
     (GPT_OSS, "rtx3060ti", 8192),
     (LLAMA8B, "rtx4060", 32768),

@@ -223,14 +223,19 @@ def _hub_models(
         sources.append(f"{info.repo_id}:{wanted if wanted in tags else 'Q4_K_M' if 'Q4_K_M' in tags else tags[0]}")
     order = {info.repo_id: index for index, info in enumerate(listed)}
     rows: list[dict[str, Any]] = []
-    run_scan(
-        sources,
-        lambda source: scan_one(source, options),
-        DEFAULT_JOBS,
-        rows.append,
-        failed=error_dict,
-        token=options.token,
-    )
+    from contextlib import nullcontext
+
+    from hfvram.pipeline.listed import listed_rows_off
+
+    with listed_rows_off() if family else nullcontext():  # a family is matched on the architecture the config names
+        run_scan(
+            sources,
+            lambda source: scan_one(source, options),
+            DEFAULT_JOBS,
+            rows.append,
+            failed=error_dict,
+            token=options.token,
+        )
     if sort in HUB_MODEL_SORTS:
         kept = [row for row in rows if family_matches(row, family)]
         kept.sort(key=lambda row: order.get(_row_repo(row), len(order)))

@@ -56,6 +56,8 @@ class EngineEntry:
     refused_on: tuple[PlatformRefusal, ...] = ()
     #: when a check without --engine assumes it
     default_when: tuple[DefaultRule, ...] = ()
+    #: ``[weights_on_gpu] unless``: the settings without which every weight is on its GPUs (None: it may use RAM)
+    weights_on_gpu_unless: tuple[str, ...] | None = None
 
     @cached_property
     def hub_quant(self) -> HubQuant:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from hfvram.estimate import common
+from hfvram.estimate import common, releases
 from hfvram.estimate.types import EngineChoice
 
 
@@ -37,6 +37,9 @@ class ProfileBase:
     def rules(self, requested: str | None) -> tuple[str, dict[str, Any]]:
         """The rule version ``requested`` maps to and the constants in force at it (defaults merged with every
         ``[versions]`` table up to it); a copy, which the caller may add its own entries to."""
+        if requested is not None:
+            # an engine numbered by builds maps its semantic-version tags onto them (llama.cpp v0.4.1 -> b10964)
+            requested = releases.as_build(self.name, requested)[0]
         version = common.pick_rule_version(requested, self.rule_versions)
         merged = self._merged.get(version)
         if merged is None:

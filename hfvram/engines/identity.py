@@ -23,6 +23,10 @@ wrong type raises ``ValueError`` naming the file. The facts, and the values they
   hfvram/estimate/defaults.py; README.md: "--engine … default: vllm; llama.cpp for GGUF").
 - ``[hub_quant]``: which Hugging Face quantization formats of the ``--quant`` what-if it loads, on which GPUs
   (:class:`HubQuant`, read by hfvram/quant/hub_formats.py engine_rule; docs/engines/quantization.md).
+- ``[weights_on_gpu]``: the engine loads every weight onto its GPUs (none into RAM) unless one of the settings in
+  ``unless`` is given (vLLM / SGLang ``--cpu-offload-gb``, an online ``--quantization``): a scan then answers a
+  repo whose checkpoint alone outweighs the GPUs' memory from the Hub listing's counts (hfvram/pipeline/listed.py).
+  Absent: the engine may place weights in RAM (llama.cpp, Ollama), or it is not known not to.
 - ``command_line``: whether the engine has a command line of its own; its flags are ``settings.toml``
   (:class:`CommandLine`, read by hfvram/estimate/engine_args.py and launch.py). transformers has none.
 """
@@ -248,7 +252,7 @@ def hub_quant(table: object, where: str) -> HubQuant:
 ENGINE_KEYS = frozenset(
     {"name", "aliases", "rank", "docs", "kv_pool_sized_by", "mixed_set", "command_line", "hub_quant"}
 )
-ENGINE_OPTIONAL_KEYS = frozenset({"refused_on", "default_when"})
+ENGINE_OPTIONAL_KEYS = frozenset({"refused_on", "default_when", "weights_on_gpu"})
 
 
 def engine_facts(table: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -275,7 +279,19 @@ def engine_facts(table: Mapping[str, Any], where: str) -> dict[str, Any]:
         "default_when": tuple(
             _default(item, f"{where} [[default_when]] row {n + 1}") for n, item in enumerate(row.rows("default_when"))
         ),
+        "weights_on_gpu_unless": _weights_on_gpu(table.get("weights_on_gpu"), f"{where} [weights_on_gpu]"),
     }
+
+
+def _weights_on_gpu(table: object, where: str) -> tuple[str, ...] | None:
+    """``[weights_on_gpu]``: the settings that let the engine hold less than the checkpoint on its GPUs (None: the
+    table is absent)."""
+    if table is None:
+        return None
+    row = Table(table, where, {"unless", "doc"})
+    if not row.required_text("doc").startswith("docs/engines/"):
+        raise ValueError(f"{where}: doc must name a docs/engines/ page and anchor")
+    return row.texts("unless")
 
 
 # ---- settings.toml -----------------------------------------------------------------------------------------------

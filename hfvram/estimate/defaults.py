@@ -40,9 +40,14 @@ def default_engine(spec: ModelSpec, source_kind: str, hardware: Hardware | None 
     """The engine for a model read from a ``source_kind`` source (``LoadedModel.source.kind``) on ``hardware``
     (None without --gpu), by the first ``[[default_when]]`` rule that matches (the registry checked that the last
     one, the fallback, matches anything)."""
+    return default_engine_for(checkpoint_format(spec, source_kind), hardware)
+
+
+def default_engine_for(weight_format: str, hardware: Hardware | None) -> DefaultEngine:
+    """:func:`default_engine` for a checkpoint whose weight format (``gguf`` / ``safetensors``) is known before
+    its config is read (a scan's row from the Hub listing)."""
     from hfvram.engines import default_rules
 
-    weight_format = checkpoint_format(spec, source_kind)
     for engine, rule in default_rules():
         if _matches(rule, weight_format, hardware):
             return DefaultEngine(engine, rule.note)

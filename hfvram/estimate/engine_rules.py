@@ -474,16 +474,22 @@ def version_warnings(engine: str, requested: str | None, rule_versions: Iterable
     ordered = sorted(rule_versions, key=common.version_key)
     if not requested or not ordered:
         return []
+    asked = requested
+    requested, mapped = releases.as_build(engine, requested)
+    notes = [f"--engine {engine}@{asked}: {mapped}"] if mapped else []
+    shown = asked if asked == requested else f"{asked} (= {requested})"
+    return notes + _version_notes(engine, requested, shown, ordered)
+
+
+def _version_notes(engine: str, requested: str, shown: str, ordered: list[str]) -> list[str]:
     want = common.version_key(requested)
     if not want:
         return []
     used = common.pick_rule_version(requested, ordered)
     width = min(len(want), len(common.version_key(used)), 2)
     if want < common.version_key(ordered[0]):
-        return [
-            f"--engine {engine}@{requested}: older than any {engine} release hfvram models; the {used} rules are used"
-        ]
-    newer = newer_than_reviewed(engine, requested, used)
+        return [f"--engine {engine}@{shown}: older than any {engine} release hfvram models; the {used} rules are used"]
+    newer = newer_than_reviewed(engine, requested, used, shown)
     if newer is not None:
         return [newer]
     unread = releases.unread_release(engine, requested) if releases.covered(engine, requested) else None
@@ -496,16 +502,16 @@ def version_warnings(engine: str, requested: str | None, rule_versions: Iterable
         return []
     if used == ordered[-1]:
         return [
-            f"--engine {engine}@{requested}: hfvram uses the {used} rules, the newest {engine} release whose "
-            f"memory accounting it models; a later change in {requested} would not be reflected"
+            f"--engine {engine}@{shown}: hfvram uses the {used} rules, the newest {engine} release whose "
+            f"memory accounting it models; a later change in {shown} would not be reflected"
         ]
     return [
-        f"--engine {engine}@{requested}: hfvram uses the {used} rules (the newest change to {engine}'s memory "
-        f"accounting it knows at or before {requested})"
+        f"--engine {engine}@{shown}: hfvram uses the {used} rules (the newest change to {engine}'s memory "
+        f"accounting it knows at or before {shown})"
     ]
 
 
-def newer_than_reviewed(engine: str, requested: str, used: str) -> str | None:
+def newer_than_reviewed(engine: str, requested: str, used: str, shown: str | None = None) -> str | None:
     """The warning for a release above the newest one whose changes hfvram reviewed (``[releases]`` of the
     engine's data file), naming that release and its date; None when the data lists no releases or the request
     is not newer."""
@@ -521,7 +527,7 @@ def newer_than_reviewed(engine: str, requested: str, used: str) -> str | None:
         else ""
     )
     return (
-        f"--engine {engine}@{requested}: newer than {engine} {newest.version} ({newest.date_text}), the newest release "
+        f"--engine {engine}@{shown or requested}: newer than {engine} {newest.version} ({newest.date_text}), the newest release "
         f"whose memory accounting hfvram has reviewed; its rules (the {used} rule set) are used, and a change "
         f"made after it would not be reflected{listed}"
     )

@@ -127,6 +127,86 @@ def covered(engine: str, requested: str) -> bool:
     return newest is not None and common.version_key(requested) <= common.version_key(newest.version)
 
 
+# ---- engines whose releases are build numbers, with semantic-version tags mapped onto them (llama.cpp) ---------
+
+_SEMVER = re.compile(r"^v?(\d{1,4})\.(\d{1,4})\.(\d{1,4})$")
+_BUILD = re.compile(r"^b?(\d{1,7})$")
+
+
+@dataclass(frozen=True)
+class SemverTag:
+    """One semantic-version tag of a build-numbered engine: the build (and commit) it was cut from, and where that
+    was read."""
+
+    version: str
+    build: int
+    commit: str
+    date: str | None
+    source: str
+
+
+@cache
+def semver_tags(engine: str) -> tuple[SemverTag, ...]:
+    """The ``[semver]`` table of the engine's data file (tag -> build), oldest first; empty when it has none."""
+    table = common.load_engine_data(engine).get("semver")
+    if table is None:
+        return ()
+    if not isinstance(table, dict) or len(table) > MAX_RELEASES:
+        raise ValueError(f"{engine}: [semver] must be a table of at most {MAX_RELEASES} tags")
+    tags = []
+    for version, row in table.items():
+        where = f"{engine} semver tag {version!r}"
+        build = row.get("build") if isinstance(row, dict) else None
+        if not _SEMVER.match(str(version)) or not isinstance(build, int) or not 0 < build < 10**7:
+            raise ValueError(f"{where}: expected X.Y.Z with a build number")
+        date = row.get("date")
+        if date is not None and (not isinstance(date, str) or not _DATE.match(date)):
+            raise ValueError(f"{where}: date must be YYYY-MM-DD")
+        tags.append(
+            SemverTag(
+                str(version), build, _text(row.get("commit", ""), where), date, _text(row.get("source", ""), where)
+            )
+        )
+    return tuple(sorted(tags, key=lambda tag: common.version_key(tag.version)))
+
+
+def as_build(engine: str, version: str) -> tuple[str, str | None]:
+    """``version`` as the engine's rule sets compare it, with a note when the mapping is not exact. For an engine
+    with a ``[semver]`` table: ``v0.4.1`` -> ``b10964`` (the tag's build), ``b9460`` / ``9460`` unchanged; a tag the
+    table lacks takes the build of the newest listed tag below it (a lower bound, said in the note). Any other
+    engine, or a version of neither form: unchanged."""
+    tags = semver_tags(engine)
+    text = version.strip()
+    build = _BUILD.match(text)
+    if not tags:
+        return version, None
+    if build:
+        return f"b{build.group(1)}", None
+    if not _SEMVER.match(text):
+        return version, None
+    want = common.version_key(text)
+    for tag in tags:
+        if common.version_key(tag.version) == want:
+            return f"b{tag.build}", None
+    below = [tag for tag in tags if common.version_key(tag.version) < want]
+    if not below:
+        oldest = tags[0]
+        return f"b{oldest.build}", (
+            f"{engine} {text} is older than v{oldest.version}, the oldest semantic-version tag hfvram maps "
+            f"(b{oldest.build}); its rules are taken from that build"
+        )
+    near = below[-1]
+    return f"b{near.build}", (
+        f"{engine} {text} is not in hfvram's tag table (newest listed: v{tags[-1].version} = b{tags[-1].build}); it is "
+        f"taken as at least b{near.build} (v{near.version})"
+    )
+
+
+def tag_of_build(engine: str, build: int) -> SemverTag | None:
+    """The semantic-version tag cut from exactly this build, if the table lists one."""
+    return next((tag for tag in semver_tags(engine) if tag.build == build), None)
+
+
 def _release_dict(release: Release | None) -> dict[str, Any] | None:
     if release is None:
         return None
@@ -167,6 +247,10 @@ def engines_document() -> dict[str, Any]:
                 "newest_reviewed": _release_dict(newest_reviewed(name)),
                 "newest_known": _release_dict(newest_known(name)),
                 "releases_listed": len(releases(name)),
+                "semver_tags": [
+                    {"version": t.version, "build": t.build, "commit": t.commit, "date": t.date, "source": t.source}
+                    for t in semver_tags(name)
+                ],
             }
         )
     return {"schema": "hfvram.engine_list/1", "engines": rows}

@@ -277,3 +277,17 @@ def verdict_for(total: int, usable: int) -> str:
     if total <= usable:
         return VERDICT_TIGHT
     return VERDICT_DOES_NOT_FIT
+
+
+@dataclass(frozen=True)
+class ListedVerdict:
+    """Does not fit, from the listing alone: ``weights`` (bytes the GPUs must hold at least) against ``memory``
+    (every GPU of the set together): a scan's row answered from the Hub listing (hfvram/estimate/listed.py)."""
+
+    weights: int
+    memory: int
+    #: the weights on the worst GPU at least (an even split over ``count`` GPUs)
+    per_gpu_weights: int
+    #: the memory of the GPU with the least
+    per_gpu_memory: int
+    count: int

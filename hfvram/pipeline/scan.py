@@ -102,6 +102,11 @@ def scan_one(source: str, options: RunOptions) -> dict[str, Any]:
         return error_dict(shown, UsageError(why))
     try:
         request = scan_request(options, source)
+        from hfvram.pipeline.listed import listed_row
+
+        listed = listed_row(request, options)  # weights alone too large, from the owner's listing: nothing read
+        if listed is not None:
+            return listed
         return check_report(request, options, whole_gguf_repo=False)  # one row per source: name the quant
     except Exception as error:  # one broken source must not stop the others
         from hfvram.redaction import redact_document

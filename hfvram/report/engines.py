@@ -38,6 +38,10 @@ def render_engine_list(console: Console, document: Mapping[str, Any]) -> None:
                 + (safe(f"{known['version']} ({_date(known)})") if known else "not recorded")
             ),
         )
+        tags = engine.get("semver_tags") or []
+        if tags:
+            mapped = ", ".join(f"v{tag['version']} = b{tag['build']}" for tag in tags)
+            print_wrapped(console, Text(f"  semantic versions: {safe(mapped)}"))
     print_wrapped(
         console,
         Text(

@@ -9,7 +9,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from hfvram.estimate.types import FITS_THRESHOLD, VERDICT_OFFLOAD, Estimate, ExpectedSpeed, verdict_for, verdict_rank
+from hfvram.estimate.types import (
+    FITS_THRESHOLD,
+    VERDICT_OFFLOAD,
+    Estimate,
+    ExpectedSpeed,
+    Hardware,
+    ListedVerdict,
+    Workload,
+    verdict_for,
+    verdict_rank,
+)
 from hfvram.spec import ModelSpec, SourceInfo
 
 CHECK_SCHEMA = "hfvram.check/1"
@@ -183,6 +193,77 @@ def check_dict(source: SourceInfo, est: Estimate, *, explain: bool = False) -> d
     if explain:
         out["explain"] = {"terms": dict(est.explain), "provenance": dict(est.spec.provenance)}
     return out
+
+
+def listed_check_dict(
+    source: SourceInfo,
+    listed: ListedVerdict,
+    context: tuple[Hardware, str, float | None, Workload],
+    *,
+    params_total: int,
+    provenance: str,
+    explain: bool = False,
+) -> dict[str, Any]:
+    """The ``hfvram.check/1`` row of a repo answered from the Hub listing alone (:class:`ListedVerdict`): does not
+    fit, on its weights; what was not read (the config: layers, KV, activations, overhead) is null or 0 with a
+    warning. ``context``: the hardware, the engine's name, its gpu_util and the workload asked for."""
+    from hfvram.report.units import gib
+
+    hardware, engine, gpu_util, workload = context
+    devices = f"{listed.count} GPUs' memory together" if listed.count > 1 else "the GPU's memory"
+    out: dict[str, Any] = {
+        "schema": CHECK_SCHEMA,
+        "source": source_dict(source),
+        "model": {
+            **dict.fromkeys(("architecture", "model_type", "params_active", "num_layers", "layers"), None),
+            **dict.fromkeys(("kv_bytes_per_token", "kv_fixed_bytes_per_sequence"), None),
+            "params_total": params_total,
+            "weights_bytes": listed.weights,
+        },
+        "hardware": _listed_hardware(hardware, listed),
+        "engine": {"name": engine, "gpu_util": gpu_util},
+        "workload": {"context": workload.context, "concurrency": workload.concurrency, "kv_dtype": workload.kv_dtype},
+        "per_gpu": {
+            **dict.fromkeys(("kv_cache", "activations", "overhead"), 0),
+            "weights": listed.per_gpu_weights,
+            "total": listed.per_gpu_weights,
+            "usable": listed.per_gpu_memory,
+            "memory": listed.per_gpu_memory,
+            "reserve": None,
+        },
+        "utilization": listed.per_gpu_weights / listed.per_gpu_memory,
+        "verdict": "does_not_fit",
+        "verdict_reason": f"memory: the weights alone ({gib(listed.weights)}, {provenance}) are more than {devices}"
+        f" ({gib(listed.memory)}), and {engine} holds every weight on its GPUs",
+        "capacity": {"kv_tokens": None, "max_concurrency": None, "max_context": None, "kv_pool_sized_by": None},
+        "decode_tokens_per_second": None,
+        "warnings": [
+            f"answered from the Hub listing's per-dtype parameter counts alone ({provenance}): the weights do not "
+            "fit, so nothing else of the repo was read; KV cache, activations and overhead are not counted"
+        ],
+    }
+    if explain:
+        out["explain"] = {
+            "terms": {"weights": f"{provenance}, split evenly over {listed.count}"},
+            "provenance": {"weights": provenance},
+        }
+    return out
+
+
+def _listed_hardware(hardware: Hardware, listed: ListedVerdict) -> dict[str, Any]:
+    """The ``hardware`` object of :func:`listed_check_dict`: the GPU with the least memory sets the row."""
+    worst = min(hardware.gpus, key=lambda gpu: gpu.gpu_memory_bytes)
+    hardware_out: dict[str, Any] = {
+        "gpu": worst.id,
+        "count": listed.count,
+        "memory_bytes": listed.per_gpu_memory,
+        "usable_bytes": listed.per_gpu_memory,  # at most the whole card: the engine's budget was not worked out
+        "name": worst.name,
+    }
+    if hardware.mixed:
+        hardware_out["label"] = hardware.label
+        hardware_out["devices"] = [{"gpu": gpu.id, "memory_bytes": gpu.gpu_memory_bytes} for gpu in hardware.gpus]
+    return hardware_out
 
 
 def speed_dict(speed: ExpectedSpeed) -> dict[str, Any]:

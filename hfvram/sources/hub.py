@@ -182,6 +182,16 @@ def list_hub_models(
     return found
 
 
+def listed_info(repo_id: str) -> RepoInfo | None:
+    """The model info an owner's listing gave ``repo_id`` (at main), if any, without using it up."""
+    return _LISTED.get(repo_id)
+
+
+def forget_listed(repo_id: str) -> None:
+    """Drop the listing's model info of ``repo_id`` (a scan answered it from the listing alone)."""
+    _LISTED.pop(repo_id, None)
+
+
 def read_owner_listings(repo_ids: Sequence[str], token: str | None) -> int:
     """Read the listing (``GET /api/models?author=…`` with ``expand[]`` sha, siblings, gated, safetensors: the
     model info of up to 1,000 repos a request) of each owner with at least ``LISTING_MIN_REPOS`` of ``repo_ids``,

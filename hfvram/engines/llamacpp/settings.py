@@ -11,6 +11,7 @@ from typing import Any
 
 from hfvram.engines.contract import Constants
 from hfvram.errors import UsageError
+from hfvram.estimate import releases
 from hfvram.estimate.common import (
     MiB,
     load_engine_data,
@@ -18,6 +19,7 @@ from hfvram.estimate.common import (
     setting,
     setting_bool,
     setting_int,
+    version_key,
 )
 from hfvram.estimate.dtypes import ggml_blocks
 from hfvram.estimate.types import EngineChoice, Workload
@@ -277,14 +279,7 @@ def resolve_settings(
     ctx_size = resolve_ctx_size(spec, choice, workload, parallel, kv_unified)
     n_ctx, n_ctx_seq, n_stream = kv_cells(ctx_size, parallel, kv_unified, constants.n_ctx_pad)
     n_batch, n_ubatch, n_outputs_max = resolve_batches(choice, constants, binary, parallel)
-    if binary == "llama-server" and not any(
-        setting(choice, name) for name in ("build", "reserve-outputs", "n-outputs-max")
-    ):
-        rows = min(n_ubatch, n_outputs_max)
-        notes.append(
-            f"llama-server reserve: {rows} logits rows per ubatch as builds before {constants.server_outputs_cap_build} "
-            "reserve them (--set build=N for a newer build)"
-        )
+    notes.extend(reserve_note(choice, constants, binary, min(n_ubatch, n_outputs_max)))
     fa = _on_off_auto(setting(choice, "flash-attn", "fa"), constants.flash_attn)
     if fa == "auto":
         notes.append("flash-attn auto resolves to on when the device supports every FA op (assumed)")
@@ -439,6 +434,29 @@ def resolve_ctx_size(spec: ModelSpec, choice: EngineChoice, workload: Workload, 
     return per_seq * max(1, workload.concurrency if kv_unified else parallel)
 
 
+def reserve_note(choice: EngineChoice, constants: LlamaCppConstants, binary: str, rows: int) -> list[str]:
+    """The assumed llama-server reserve, when no build, version or reserve setting says which."""
+    if binary != "llama-server" or choice.version:
+        return []
+    if any(setting(choice, name) for name in ("build", "reserve-outputs", "n-outputs-max")):
+        return []
+    return [
+        f"llama-server reserve: {rows} logits rows per ubatch (n_outputs_max = slots, builds from "
+        f"{constants.server_outputs_cap_build} on: the newest release hfvram models; --engine llama.cpp@bN or "
+        "@vX.Y.Z for another build)"
+    ]
+
+
+def requested_build(choice: EngineChoice) -> int | None:
+    """The llama.cpp build asked for: ``--set build=N``, else the build of ``--engine llama.cpp@bN`` / ``@vX.Y.Z`` (a
+    tag maps to the build it was cut from, ``[semver]`` of rules.toml); None when neither is given."""
+    build = setting_int(choice, "build")
+    if build is None and choice.version:
+        key = version_key(releases.as_build(ENGINE, choice.version)[0])
+        build = key[0] if len(key) == 1 else None
+    return build
+
+
 def resolve_batches(
     choice: EngineChoice, constants: LlamaCppConstants, binary: str, parallel: int
 ) -> tuple[int, int, int]:
@@ -452,7 +470,7 @@ def resolve_batches(
     n_ubatch = min(n_ubatch, n_batch)
     n_outputs_max = n_batch
     if binary == "llama-server":
-        build = setting_int(choice, "build")
+        build = requested_build(choice)
         default = constants.server_reserve_outputs
         if build is not None and build > 0:
             default = "slots" if build >= constants.server_outputs_cap_build else "ubatch"

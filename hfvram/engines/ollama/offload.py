@@ -37,7 +37,7 @@ def apply_to_estimate(est: Estimate, choice: EngineChoice, workload: Workload) -
     settings = resolve(est.spec, hardware, choice, workload, constants, ollama.PROFILE.model_type_to_arch)
     if settings.num_parallel <= 0:
         settings = replace(settings, num_parallel=1)
-    server = llama_server_settings(choice, settings)
+    server = llama_server_settings(choice, settings, constants.llama_server_build)
     if "n-gpu-layers" in server:
         return est  # num_gpu set: Ollama loads as asked
     lc_choice = EngineChoice("llama.cpp", settings=server)

@@ -64,7 +64,9 @@ def current_size(
     spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, constants: OllamaConstants, settings: Settings
 ) -> CurrentSized:
     """llama.cpp's buffers for the llama-server Ollama starts, with its overhead replaced by Ollama's minimum."""
-    lc_choice = EngineChoice(name="llama.cpp", settings=llama_server_settings(choice, settings))
+    lc_choice = EngineChoice(
+        name="llama.cpp", settings=llama_server_settings(choice, settings, constants.llama_server_build)
+    )
     lc_version, lc_constants = llamacpp.PROFILE.constants(lc_choice.version)
     gpu_overhead = setting_int(choice, "gpu_overhead", "OLLAMA_GPU_OVERHEAD", default=constants.gpu_overhead_bytes)
     overhead = minimum_memory(hardware, constants) + (gpu_overhead or 0)

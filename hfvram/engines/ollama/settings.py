@@ -38,6 +38,8 @@ class OllamaConstants(Constants):
     legacy_weights_include_kv: bool
     runner: str
     legacy_forward_layers: bool
+    #: the llama.cpp build of the llama-server the release ships (0: Ollama's own runner, before 0.30)
+    llama_server_build: int
     gptoss_graph: str
     #: KV dtype -> bytes per element as the legacy estimator counts them
     legacy_kv_bytes: dict[str, float]
@@ -139,12 +141,14 @@ def resolve(
     return Settings(num_ctx, parallel, num_batch, kv, flash, tuple(notes))
 
 
-def llama_server_settings(choice: EngineChoice, settings: Settings) -> dict[str, str]:
+def llama_server_settings(choice: EngineChoice, settings: Settings, build: int = 0) -> dict[str, str]:
     """The llama-server arguments Ollama starts: -c num_ctx×num_parallel -np num_parallel -b/-ub num_batch, -fa,
-    -ctk/-ctv (and -ngl num_gpu when set)."""
+    -ctk/-ctv (and -ngl num_gpu when set). ``build``: the llama.cpp build the release ships (its reserve rows
+    follow it); 0 for Ollama's own runner before 0.30, sized with the pre-9460 one row per ubatch token."""
     kv = settings.kv_cache_type
     arguments = {
         "binary": "llama-server",
+        **({"build": str(build)} if build > 0 else {"reserve-outputs": "ubatch"}),
         "ctx-size": str(settings.num_ctx * settings.num_parallel),
         "parallel": str(settings.num_parallel),
         "kv-unified": "false",
