@@ -12,6 +12,8 @@ import pytest
 from hubserver import Fault, Repo, RepoFile
 from test_hostile_round3 import CPU_SECONDS, PEAK_BYTES, measured, one_error_line
 
+from hfvram.readers.bounds import bound
+
 CONFIG = Path(__file__).resolve().parents[1] / "fixtures/hub/sentence-transformers/all-MiniLM-L6-v2/config.json"
 SHA = "1" * 40
 
@@ -45,21 +47,22 @@ def _cache_files(tmp_path) -> list[Path]:
 
 
 @pytest.mark.parametrize(
-    "shape", [{"count": 262_000, "name_width": 280}, {"count": 4, "metadata": "x" * (95 * 1024 * 1024)}],
-    ids=["262k long names", "95 MiB metadata"],
+    "shape", [{"count": 170_000, "name_width": 280}, {"count": 4, "metadata": "x" * (60 * 1024 * 1024)}],
+    ids=["170k long names", "60 MiB metadata"],
 )  # fmt: skip
-def test_a_95_mib_header_is_not_paid_for_again_by_later_checks(hub, tmp_path, shape):
+def test_a_header_at_the_cap_costs_within_the_bound_and_is_not_paid_for_again(hub, tmp_path, shape):
     """Issue 27 measured a 99 MiB header at 30 s and 1.2 GB on every later check, offline included (its text was
     cached). The cache now holds its parsed facts, within a cap: later checks, offline and online, read no header
     text (a table over the cap is not kept: an online check reads the header again, an offline one answers from the
-    config's shapes)."""
+    config's shapes). A header just under hfvram's header cap (bounds.toml) is read within the cost bound."""
     header = _header(**shape)
-    assert 90 * 1024 * 1024 < len(header) < 100_000_000  # the safetensors cap: 100 MB
+    assert 55 * 1024 * 1024 < len(header) < bound("safetensors", "maximum_header_bytes")
     _serve(hub, "hostile/big-header", header)
     args = ("check", "hostile/big-header", "--gpu", "h100", "--json")
     code, _, err, cpu, peak = measured(*args, env={"HFVRAM_HTTP_TIMEOUT": "60"})
     print(f"first check: exit {code}, {cpu:.1f} s CPU, {peak / 2**20:.0f} MiB")
-    assert code == 0, err[-300:]  # (the first read's own cost is the reader's: printed, not bounded here)
+    assert code == 0, err[-300:]
+    assert cpu <= CPU_SECONDS and peak <= PEAK_BYTES, (cpu, peak)
     files = _cache_files(tmp_path)
     assert files and max(p.stat().st_size for p in files) < 33_554_432
     assert not any(b"wwwwwwww" in p.read_bytes() or b"xxxxxxxx" in p.read_bytes() for p in files)
@@ -67,8 +70,20 @@ def test_a_95_mib_header_is_not_paid_for_again_by_later_checks(hub, tmp_path, sh
         code, _, err, cpu, peak = measured(*args, *extra, env={"HFVRAM_HTTP_TIMEOUT": "60"})
         print(f"later check {extra}: exit {code}, {cpu:.1f} s CPU, {peak / 2**20:.0f} MiB")
         assert code == 0, err[-300:]
-        if extra or shape["count"] == 4:  # (an online check of the table over the cap reads the header again)
-            assert cpu <= CPU_SECONDS and peak <= PEAK_BYTES, (cpu, peak)
+        assert cpu <= CPU_SECONDS and peak <= PEAK_BYTES, (cpu, peak)
+
+
+def test_a_header_over_the_cap_is_refused_before_it_is_read(hub, tmp_path):
+    """A 95 MB header (under the format's 100 MB, over hfvram's cap) cost 350 MiB and 10-11 s to parse: it is now
+    one read error from its 8-byte length, and its body is never fetched."""
+    header = _header(262_000, name_width=280)
+    assert bound("safetensors", "maximum_header_bytes") < len(header) < 100_000_000
+    _serve(hub, "hostile/huge-header", header)
+    code, out, err, cpu, peak = measured("check", "hostile/huge-header", "--gpu", "h100")
+    line = one_error_line(code, err, 3)
+    assert "cap on a safetensors header" in line and out == ""
+    assert cpu <= CPU_SECONDS and peak <= PEAK_BYTES, (cpu, peak)
+    assert hub.bytes_sent("model.safetensors") < 1024 * 1024
 
 
 def test_tensors_past_the_size_the_hub_states_are_a_read_error(hub, tmp_path):

@@ -84,6 +84,15 @@ def header_length(first8: bytes, *, filename: str, available: int | None = None)
         raise MalformedFileError(
             f"header length {length} exceeds the 100 MB safetensors limit", file=filename, field="header length"
         )
+    # below the format's limit, hfvram's own: what it parses within its memory bound (bounds.toml says why)
+    cap = bound("safetensors", "maximum_header_bytes")
+    if length > cap:
+        raise MalformedFileError(
+            f"header length {length} exceeds hfvram's {cap // 2**20} MiB cap on a safetensors header (the most it "
+            "parses within its memory bound; real headers are well under 1 MiB a shard)",
+            file=filename,
+            field="header length",
+        )
     if available is not None and 8 + length > available:
         raise MalformedFileError(
             f"header length {length} exceeds the {available} bytes available", file=filename, field="header length"
