@@ -18,6 +18,13 @@ CONFIG = Path(__file__).resolve().parents[1] / "fixtures/hub/sentence-transforme
 SHA = "1" * 40
 
 
+@pytest.fixture(autouse=True)
+def _patient_http(monkeypatch):
+    """These cases are about the cache, not deadlines: the suite's 2 s request deadline (conftest) made a plain check
+    of a small repo time out once on a loaded machine, so each child gets 30 s."""
+    monkeypatch.setenv("HFVRAM_HTTP_TIMEOUT", "30")
+
+
 def _header(count: int, name_width: int = 0, metadata: str = "") -> bytes:
     entries = [f'"__metadata__":{{"note":"{metadata}"}}'] if metadata else []
     entries += [
