@@ -10,6 +10,7 @@ changes were not read. Dates are exact, or ``date_bound = "by"`` (the release ex
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -47,20 +48,30 @@ def _text(value: Any, what: str) -> str:
     return value[:MAX_TEXT]
 
 
+def _date(row: Mapping[str, Any], where: str) -> str | None:
+    date = row.get("date")
+    if date is not None and (not isinstance(date, str) or not _DATE.match(date)):
+        raise ValueError(f"{where}: date must be YYYY-MM-DD")
+    return date
+
+
+def _bounded_table(engine: str, table: Any, name: str, rows: str) -> dict[str, Any]:
+    """A data file's ``[name]`` table of at most MAX_RELEASES rows, checked before it is iterated."""
+    if not isinstance(table, dict) or len(table) > MAX_RELEASES:
+        raise ValueError(f"{engine}: [{name}] must be a table of at most {MAX_RELEASES} {rows}")
+    return table
+
+
 def parse_releases(engine: str, table: Any) -> tuple[Release, ...]:
     """The validated ``[releases]`` table, oldest first; a malformed row raises ValueError naming it."""
     if table is None:
         return ()
-    if not isinstance(table, dict) or len(table) > MAX_RELEASES:
-        raise ValueError(f"{engine}: [releases] must be a table of at most {MAX_RELEASES} releases")
     rows = []
-    for version, row in table.items():
+    for version, row in _bounded_table(engine, table, "releases", "releases").items():
         where = f"{engine} release {version!r}"
         if not common.version_key(str(version)) or not isinstance(row, dict):
             raise ValueError(f"{where}: not a version number with a table")
-        date = row.get("date")
-        if date is not None and (not isinstance(date, str) or not _DATE.match(date)):
-            raise ValueError(f"{where}: date must be YYYY-MM-DD")
+        date = _date(row, where)
         bound = _text(row.get("date_bound", ""), where)
         if bound not in ("", "by"):
             raise ValueError(f"{where}: date_bound must be '' or 'by'")
@@ -151,22 +162,14 @@ def semver_tags(engine: str) -> tuple[SemverTag, ...]:
     table = common.load_engine_data(engine).get("semver")
     if table is None:
         return ()
-    if not isinstance(table, dict) or len(table) > MAX_RELEASES:
-        raise ValueError(f"{engine}: [semver] must be a table of at most {MAX_RELEASES} tags")
     tags = []
-    for version, row in table.items():
+    for version, row in _bounded_table(engine, table, "semver", "tags").items():
         where = f"{engine} semver tag {version!r}"
         build = row.get("build") if isinstance(row, dict) else None
         if not _SEMVER.match(str(version)) or not isinstance(build, int) or not 0 < build < 10**7:
             raise ValueError(f"{where}: expected X.Y.Z with a build number")
-        date = row.get("date")
-        if date is not None and (not isinstance(date, str) or not _DATE.match(date)):
-            raise ValueError(f"{where}: date must be YYYY-MM-DD")
-        tags.append(
-            SemverTag(
-                str(version), build, _text(row.get("commit", ""), where), date, _text(row.get("source", ""), where)
-            )
-        )
+        commit, source = _text(row.get("commit", ""), where), _text(row.get("source", ""), where)
+        tags.append(SemverTag(str(version), build, commit, _date(row, where), source))
     return tuple(sorted(tags, key=lambda tag: common.version_key(tag.version)))
 
 
