@@ -456,11 +456,11 @@ def _first_wave(
     if need_info:
         wave1["info"] = lambda: fetch_repo_info(repo_id, revision, token)
     if need_config:
-        wave1["config"] = lambda: _config_or_none(repo_id, at, token)
+        wave1["config"] = lambda: file_or_none(repo_id, at, "config.json", token)
     if need_split and need_info:
         # Most single-file checkpoints are named model.safetensors: asking for its header now, next to the
         # model info, saves a whole wave; a sharded repo answers a cheap EntryNotFound.
-        wave1[SINGLE_FILE] = lambda: _header_or_none(repo_id, at, SINGLE_FILE, token)
+        wave1[SINGLE_FILE] = lambda: header_or_none(repo_id, at, SINGLE_FILE, token)
     return in_parallel(wave1)
 
 
@@ -615,16 +615,21 @@ def _first_ranges(config_text: str, shards: Sequence[str]) -> dict[str, int]:
     return first_ranges(predicted_tensors(config_text), shards, FIRST_HEADER_RANGE)
 
 
-def _header_or_none(repo_id: str, revision: str, filename: str, token: str | None) -> dict[str, object] | None:
+def header_or_none(
+    repo_id: str, revision: str, filename: str, token: str | None, commits: list[str] | None = None
+) -> dict[str, object] | None:
+    """A safetensors header's facts (the commits its answers named appended to ``commits``); None when the repo
+    has no such file."""
     try:
-        return fetch_safetensors_header(repo_id, revision, filename, token)
+        return fetch_safetensors_header(repo_id, revision, filename, token, commits=commits)
     except EntryMissingError:
         return None
 
 
-def _config_or_none(repo_id: str, revision: str, token: str | None) -> tuple[str, str | None] | None:
+def file_or_none(repo_id: str, revision: str, filename: str, token: str | None) -> tuple[str, str | None] | None:
+    """A small JSON file's text and the commit it was served from; None when the repo has no such file."""
     try:
-        return fetch_text(repo_id, revision, "config.json", token)
+        return fetch_text(repo_id, revision, filename, token)
     except EntryMissingError:
         return None
 

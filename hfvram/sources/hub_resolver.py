@@ -30,6 +30,7 @@ from hfvram.errors import MalformedFileError
 from hfvram.sources.cache import FactsCache, is_commit_sha
 from hfvram.sources.facts import COMPANION_FILES, INDEX_FILE, CheckpointFacts, spec_from_facts
 from hfvram.sources.http import EntryMissingError
+from hfvram.sources.hub import file_or_none, header_or_none
 from hfvram.sources.repo_files import MODEL_INFO, RepoInfo, check_file_counts
 from hfvram.spec import LoadedModel, SourceInfo
 
@@ -54,35 +55,23 @@ def quant_tensor_name(name: str) -> bool:
 DOCUMENTED_QUOTAS = {False: {"api": 500, "resolvers": 3000}, True: {"api": 1000, "resolvers": 5000}}
 
 
-def _file_or_none(repo_id: str, at: str, filename: str, token: str | None) -> tuple[str, str | None] | None:
-    """A small JSON file's text and the commit it was served from; None when the repo has no such file."""
-    from hfvram.sources.hub import fetch_text
-
-    try:
-        return fetch_text(repo_id, at, filename, token)
-    except EntryMissingError:
-        return None
-
-
 def _header_or_none(
     repo_id: str, at: str, filename: str, token: str | None
 ) -> tuple[dict[str, object], list[str]] | None:
     """A safetensors header's facts and the commits its answers named; None when the repo has no such file."""
-    from hfvram.sources.hub import fetch_safetensors_header
-
     commits: list[str] = []
-    try:
-        return fetch_safetensors_header(repo_id, at, filename, token, commits=commits), commits
-    except EntryMissingError:
-        return None
+    header = header_or_none(repo_id, at, filename, token, commits)
+    return None if header is None else (header, commits)
 
 
-def index_shards(text: str, repo_id: str) -> list[str]:
-    """The shard files an index's ``weight_map`` names (top-level ``.safetensors`` names only), counts checked."""
+def index_shards(text: str, repo_id: str) -> tuple[list[str], dict]:
+    """The shard files an index's ``weight_map`` names (top-level ``.safetensors`` names only), counts checked, and
+    its ``metadata`` (``total_size``): the index is parsed once (a large checkpoint's is ~2 MB)."""
     from hfvram.readers.config import load_json_tolerant
 
     where = f"{repo_id} ({INDEX_FILE})"
     index = load_json_tolerant(text.encode("utf-8"), INDEX_FILE)
+    metadata = index.get("metadata") if isinstance(index, dict) else None
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict):
         raise MalformedFileError("no weight_map object", file=where, field="weight_map")
@@ -91,7 +80,7 @@ def index_shards(text: str, repo_id: str) -> list[str]:
     bad = next((n for n in names if not _plain_name(n)), None)
     if bad is not None:
         raise MalformedFileError(f"shard name {bad[:80]!r} is not a .safetensors file of the repo", file=where)
-    return names
+    return names, dict(metadata) if isinstance(metadata, dict) else {}
 
 
 def _plain_name(name: str) -> bool:
@@ -154,11 +143,11 @@ def load_checkpoint(
 
     at = revision or "main"
     first: dict[str, Callable[[], object]] = {
-        "config.json": partial(_file_or_none, repo_id, at, "config.json", token),
+        "config.json": partial(file_or_none, repo_id, at, "config.json", token),
         SINGLE_FILE: partial(_header_or_none, repo_id, at, SINGLE_FILE, token),
     }
     if not priced_by_quota():  # a single check: the index in the same wave (a scan asks only when it is needed)
-        first[INDEX_FILE] = partial(_file_or_none, repo_id, at, INDEX_FILE, token)
+        first[INDEX_FILE] = partial(file_or_none, repo_id, at, INDEX_FILE, token)
     got = in_parallel(first)
     config = cast("tuple[str, str | None] | None", got["config.json"])
     if config is None:
@@ -175,7 +164,7 @@ def load_checkpoint(
         headers = {SINGLE_FILE: single[0]}
         return _finish(repo_id, ref or at, sha, config_text, (SINGLE_FILE,), headers, None, None, token, cache)
     if INDEX_FILE not in got:
-        index = _file_or_none(repo_id, sha, INDEX_FILE, token)
+        index = file_or_none(repo_id, sha, INDEX_FILE, token)
     if index is None:
         raise NeedsListing(config_text, sha)
     return _sharded(repo_id, ref or at, sha, config_text, index[0], need_split, token, cache)
@@ -194,11 +183,10 @@ def _sharded(
     """A sharded repo: sized from the index's exact ``total_size`` (split like the config shapes), or — for the
     per-tensor split, or an index without one — from the shards' headers at ``sha`` (in a scan, the model info's
     per-dtype counts instead when they cost less of the quota)."""
-    from hfvram.sources.hub import _first_ranges, _index_summary, fetch_repo_info, fetch_safetensors_header, in_parallel
+    from hfvram.sources.hub import _first_ranges, fetch_repo_info, fetch_safetensors_header, in_parallel
 
-    shards = index_shards(index_text, repo_id)
+    shards, meta = index_shards(index_text, repo_id)
     files = (*shards, INDEX_FILE)
-    meta = _index_summary(index_text)
     total = meta.get("total_size")
     if not need_split and isinstance(total, int) and not isinstance(total, bool) and total > 0:
         return _finish(repo_id, ref, sha, config_text, files, {}, None, meta, token, cache)
@@ -223,7 +211,7 @@ def _companions(
         return in_parallel({n: partial(_fetch_text_only, repo_id, sha, n, token) for n in names}) if names else {}
     if not wanted:
         return {}
-    found = in_parallel({n: partial(_file_or_none, repo_id, sha, n, token) for n in COMPANION_FILES})
+    found = in_parallel({n: partial(file_or_none, repo_id, sha, n, token) for n in COMPANION_FILES})
     return {name: got[0] for name, got in found.items() if got is not None}
 
 
