@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from hfvram.engines.llamacpp.compute import compute_buffer_bytes, host_compute_buffer_bytes, output_buffer_bytes
+from hfvram.engines.llamacpp.draft import DraftBuffers, draft_buffers
 from hfvram.engines.llamacpp.kv import KvBytes, kv_bytes
 from hfvram.engines.llamacpp.placement import (
     Placement,
@@ -37,6 +38,9 @@ class Breakdown:
     worst: int
     #: the CUDA_Host compute buffer (pinned host memory, not VRAM); 0 on the CPU / Metal backend
     host_compute: int = 0
+    #: the ``-md`` draft context's buffers, already added to ``placement`` and ``gpu_compute`` on each GPU
+    #: (docs/engines/llamacpp.md#llamacpp-draft-model)
+    draft: DraftBuffers | None = None
 
 
 def breakdown(
@@ -69,6 +73,15 @@ def breakdown(
         active = placement.gpu_layers[dev] or placement.gpu_weights[dev] or dev == first
         computes.append(size if active else 0)
         rule = rule if rule and not has_output else rule_dev
+    draft = draft_buffers(settings, hardware, constants, compute_consts) if settings.draft_spec else None
+    if draft is not None:
+        # the draft context shares the GPUs: its weights, KV and compute buffer add to each device's own
+        placement = replace(
+            placement,
+            gpu_weights=tuple(w + d for w, d in zip(placement.gpu_weights, draft.gpu_weights)),
+            gpu_kv=tuple(k + d for k, d in zip(placement.gpu_kv, draft.gpu_kv)),
+        )
+        computes = [c + d for c, d in zip(computes, draft.gpu_compute)]
     totals = [
         weights + kv_cache + buffer + overhead
         for weights, kv_cache, buffer in zip(placement.gpu_weights, placement.gpu_kv, computes)
@@ -90,6 +103,7 @@ def breakdown(
         overhead,
         worst,
         host_compute,
+        draft,
     )
 
 
