@@ -74,14 +74,7 @@ def breakdown(
         computes.append(size if active else 0)
         rule = rule if rule and not has_output else rule_dev
     draft = draft_buffers(settings, hardware, constants, compute_consts) if settings.draft_spec else None
-    if draft is not None:
-        # the draft context shares the GPUs: its weights, KV and compute buffer add to each device's own
-        placement = replace(
-            placement,
-            gpu_weights=tuple(w + d for w, d in zip(placement.gpu_weights, draft.gpu_weights)),
-            gpu_kv=tuple(k + d for k, d in zip(placement.gpu_kv, draft.gpu_kv)),
-        )
-        computes = [c + d for c, d in zip(computes, draft.gpu_compute)]
+    placement, computes = with_draft(placement, computes, draft)
     totals = [
         weights + kv_cache + buffer + overhead
         for weights, kv_cache, buffer in zip(placement.gpu_weights, placement.gpu_kv, computes)
@@ -105,6 +98,19 @@ def breakdown(
         host_compute,
         draft,
     )
+
+
+def with_draft(placement: Placement, computes: list[int], draft: DraftBuffers | None) -> tuple[Placement, list[int]]:
+    """The draft context shares the GPUs: its weights, KV and compute buffer add to each device's own
+    (docs/engines/llamacpp.md#llamacpp-draft-model)."""
+    if draft is None:
+        return placement, computes
+    placed = replace(
+        placement,
+        gpu_weights=tuple(w + d for w, d in zip(placement.gpu_weights, draft.gpu_weights)),
+        gpu_kv=tuple(k + d for k, d in zip(placement.gpu_kv, draft.gpu_kv)),
+    )
+    return placed, [c + d for c, d in zip(computes, draft.gpu_compute)]
 
 
 def with_projector(placement: Placement, settings: Settings) -> Placement:

@@ -99,8 +99,8 @@ def draft_bytes(est: Estimate, nd: int) -> list[tuple[int, int, int]]:
     return list(zip(weights, kv, compute))
 
 
-def offloaded_estimate(est: Estimate, plan: OffloadPlan, who: str = "llama.cpp --fit") -> Estimate:
-    """The estimate as the plan places it: the worst GPU's weights, KV and compute buffer from the plan."""
+def plan_worst_gpu(est: Estimate, plan: OffloadPlan) -> tuple[int, PerGpu]:
+    """The fullest GPU of the plan and its four terms, with the projector and the draft context added."""
     usage = plan.usage
     gpus = est.hardware.gpus if est.hardware is not None else ()
     nd = min(len(plan.budgets), len(gpus))
@@ -113,7 +113,7 @@ def offloaded_estimate(est: Estimate, plan: OffloadPlan, who: str = "llama.cpp -
         key=lambda d: (usage.gpu_total(d) + extra[d] + drafted[d]) / max(1, plan.budgets[d].target + drafted[d]),
     )
     memory = gpus[worst].gpu_memory_bytes
-    per_gpu = PerGpu(
+    return worst, PerGpu(
         weights=usage.gpu_weights[worst] + extra[worst] + draft[worst][0],
         kv_cache=usage.gpu_kv[worst] + draft[worst][1],
         activations=usage.gpu_compute[worst] + draft[worst][2],
@@ -121,6 +121,12 @@ def offloaded_estimate(est: Estimate, plan: OffloadPlan, who: str = "llama.cpp -
         usable=memory - plan.budgets[worst].margin_bytes + drafted[worst],
         memory=memory,
     )
+
+
+def offloaded_estimate(est: Estimate, plan: OffloadPlan, who: str = "llama.cpp --fit") -> Estimate:
+    """The estimate as the plan places it: the worst GPU's weights, KV and compute buffer from the plan."""
+    usage = plan.usage
+    worst, per_gpu = plan_worst_gpu(est, plan)
     engine = dict(est.engine)
     engine.update(
         {
