@@ -132,7 +132,7 @@ def test_vllm_cpu_offload_8_gb_slows_decode_by_the_pcie_part():
 def test_vllm_cpu_offload_of_a_moe_reads_only_the_routed_experts():
     """vLLM UVA offload of a MoE (docs/engines/vllm.md#vllm-features): fused_moe_kernel loads only the weights of
     the experts a block's tokens were routed to, so of the moved expert bytes only 1 - (1 - k/E)^B cross per step:
-    Qwen3-30B-A3B (8 of 128 experts) at one sequence 6.25 %, at 64 sequences 98.4 %."""
+    Qwen3-30B-A3B (8 of 128 experts) at one sequence 6.25 %, at 64 sequences 98.4 %. SGLang copies them all."""
     assert cpu_offload.experts_touched(128, 8, 1) == pytest.approx(8 / 128)
     assert cpu_offload.experts_touched(128, 8, 64) == pytest.approx(1 - (120 / 128) ** 64)
     base = ("check", "Qwen/Qwen3-30B-A3B", "--offline", "--gpu", "rtx4090", "--context", "8k", "--quant", "fp8")
@@ -145,3 +145,7 @@ def test_vllm_cpu_offload_of_a_moe_reads_only_the_routed_experts():
     # the decoder layers are ~97 % experts: about a tenth of the moved bytes cross at one sequence
     assert 0.05 * moved < pcie["seconds_per_token"] < 0.15 * moved
     assert any("routed to by 1 sequence (8 of 128 each)" in warning for warning in document["warnings"])
+    # SGLang's OffloaderV1 copies the module's whole state before its forward (docs/engines/sglang.md): all 12 GiB
+    sglang = json.loads(run_hfvram(*base, "--json", "--engine", "sglang", "--set", "cpu-offload-gb=12").stdout)
+    parts = {part["name"]: part["seconds_per_token"] for part in sglang["speed"]["parts"]}
+    assert parts["pcie"] == pytest.approx(moved)

@@ -26,11 +26,15 @@ def experts_touched(num_experts: int, per_token: int, sequences: int) -> float:
 def crossing_bytes(est: Estimate, moved: float) -> tuple[float, str]:
     """Bytes of the ``moved`` host-resident weights that cross PCIe in one decode step, with its basis.
 
-    ``UVAOffloader`` (the default where pinned memory and UVA are available) leaves each moved parameter in pinned
-    host memory behind a CUDA view, so a kernel reads over the link exactly the bytes it touches
+    vLLM's ``UVAOffloader`` (the default where pinned memory and UVA are available) leaves each moved parameter in
+    pinned host memory behind a CUDA view, so a kernel reads over the link exactly the bytes it touches
     (docs/engines/vllm.md#vllm-features): every byte of a dense layer, and of a fused-MoE weight only the experts
     the step's tokens were routed to (``fused_moe_kernel`` loads ``b_ptr + off_experts * stride_be``). The layers
-    are alike, so the moved bytes hold the decoder layers' share of experts."""
+    are alike, so the moved bytes hold the decoder layers' share of experts. SGLang's ``OffloaderV1`` copies each
+    offloaded module's whole state to the GPU before its forward: every moved byte crosses
+    (docs/engines/sglang.md#sglang-features)."""
+    if str(est.engine.get("name")) != "vllm":
+        return moved, "every moved byte (the module's state is copied before its forward)"
     spec = est.spec
     by_component = spec.weights.bytes_by_component if spec.weights is not None else {}
     layers = sum(by_component.get(name, 0) for name in _LAYER_COMPONENTS)
@@ -51,7 +55,7 @@ def with_cpu_offload_gb(est: Estimate, choice: EngineChoice) -> Estimate:
     """``--cpu-offload-gb N`` (vLLM, SGLang; docs/engines/vllm.md#vllm-features): up to N GiB of decoder-layer
     weights per GPU stay in host memory and are read over PCIe on every forward step, so a run that then fits the
     GPU is verdict offload, and its decode bound gains ``bytes crossing / PCIe bandwidth`` per step (each GPU
-    reads its own share over its own link; of a MoE only the routed experts cross, :func:`crossing_bytes`). The
+    reads its own share over its own link; of a MoE on vLLM only the routed experts cross, :func:`crossing_bytes`). The
     PCIe link is the host table's default (PCIe 4.0 x16)."""
     gb = setting_float(choice, "cpu-offload-gb", default=0.0) or 0.0
     if gb <= 0 or est.verdict not in (VERDICT_FITS, VERDICT_TIGHT):
