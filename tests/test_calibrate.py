@@ -103,6 +103,7 @@ def test_vllm_v031_usage_line_without_the_estimate_keeps_the_budget_closed():
     budget = measured.gpu_util * measured.total_memory
     assert abs(budget - measured.weights - measured.activations - measured.overhead - measured.kv_cache) < 0.03 * GIB
     assert any("does not print" in warning for warning in measured.warnings)
+    assert measured.details["CUDA graphs inside the budget"].startswith("in the printed peak activation")
 
 
 def test_vllm_older_usage_line_books_the_estimate_not_the_capture_vllm_50722():

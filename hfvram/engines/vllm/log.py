@@ -199,7 +199,17 @@ def parse_vllm_log(text: str | list[str]) -> Measured:
     overhead = None
     if non_torch is not None:
         overhead, note = _budget_overhead(requested, weights, activations, non_torch, kv, graphs)
-        if note:
+        if (
+            note
+            and note.startswith("none")
+            and "activation peak (derived: printed peak − CUDA-graph estimate)" not in details
+            and _any(VLLM_USAGE_CONSUMED, lines)
+        ):
+            # the newer line's peak holds the estimate; unprinted, it stays in the activations (_consumed_usage)
+            details["CUDA graphs inside the budget"] = (
+                "in the printed peak activation (the log does not print the estimate)"
+            )
+        elif note:
             details["CUDA graphs inside the budget"] = note
         elif graphs is not None:
             warnings.append(
