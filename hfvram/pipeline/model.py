@@ -121,21 +121,24 @@ def with_draft(request: Request, options: RunOptions, loaded: LoadedModel) -> Re
     its error (the estimate warns and counts nothing of it); other engines read no draft (they warn). A llama.cpp
     line's ``--mmproj`` file is read here too (:func:`with_projector`)."""
     request = with_projector(request, loaded)
-    named = (key.replace("_", "-").lstrip("-").lower() for key in request.settings)
-    if request.draft is not None or not any(key.startswith("speculative-") for key in named):
+    named = {key.replace("_", "-").lstrip("-").lower(): value for key, value in request.settings.items()}
+    llama_draft = (named.get("model-draft") or named.get("md") or "")[:200]
+    if request.draft is not None or not (llama_draft or any(key.startswith("speculative-") for key in named)):
         return request
     from dataclasses import replace
 
     from hfvram.engines import parse_engine_name
 
     choice = engine_choice(request, loaded)
-    if parse_engine_name(choice.name)[0] != "vllm":
+    engine = parse_engine_name(choice.name)[0]
+    if engine not in ("vllm", "llama.cpp"):
         return request
     from hfvram.engines.vllm.profile import speculative_draft_name
     from hfvram.estimate.types import DraftModel
     from hfvram.sources import load_model
 
-    name = speculative_draft_name(choice)
+    # llama.cpp: ``-md FILE`` is a second GGUF, read like the model's own file (docs/engines/llamacpp.md#llamacpp-draft-model)
+    name = (llama_draft or None) if engine == "llama.cpp" else speculative_draft_name(choice)
     if name is None:
         return request
     try:
