@@ -103,6 +103,19 @@ def test_vllm_v031_usage_line_without_the_estimate_keeps_the_budget_closed():
     budget = measured.gpu_util * measured.total_memory
     assert abs(budget - measured.weights - measured.activations - measured.overhead - measured.kv_cache) < 0.03 * GIB
     assert any("does not print" in warning for warning in measured.warnings)
+    assert measured.details["CUDA graphs inside the budget"].startswith("in the printed peak activation")
+
+
+def test_vllm_older_usage_line_books_the_estimate_not_the_capture_vllm_50722():
+    """vllm-project/vllm#50722 (Qwen3.5-35B-A3B, 4 x H100, TP 4, util 0.85, 2026-08-14; rank TP2): the older INFO
+    line prints the peak without the graphs (67.43 − 16.92 − 5.66 − 0.13 − 43.4 = 1.32, the estimate), so the
+    overhead is the non-torch memory plus the 1.32 GiB the budget deducted, not the 1.34 GiB pool captured later."""
+    measured = cal.parse_log(read("vllm-50722-vllm-qwen35-35b-a3b-4xh100.log"))
+    assert abs(measured.weights - 16.92 * GIB) < ROUNDING
+    assert abs(measured.activations - 5.66 * GIB) < ROUNDING
+    assert abs(measured.overhead - (0.13 + 1.32) * GIB) < 0.02 * GIB
+    assert abs(measured.kv_cache - 43.4 * GIB) < ROUNDING
+    assert measured.details["CUDA graphs inside the budget"].startswith("1.32 GiB")
 
 
 def test_vllm_v0_profile_line_gt0004():

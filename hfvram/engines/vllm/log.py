@@ -94,7 +94,8 @@ VLLM_V0_PROFILE = _Fields(
 def recognises(lines: list[str]) -> bool:
     """Whether the log holds vLLM's start-up lines (hfvram.calibrate.logs.detect_engine asks each engine)."""
     return any(
-        _any(p, lines) for p in (VLLM_WEIGHTS, VLLM_KV_MEMORY, VLLM_USAGE_CONSUMED, VLLM_V0_BLOCKS, VLLM_V0_BUDGET)
+        _any(p, lines)
+        for p in (VLLM_WEIGHTS, VLLM_KV_MEMORY, VLLM_ACTUAL_USAGE, VLLM_USAGE_CONSUMED, VLLM_V0_BLOCKS, VLLM_V0_BUDGET)
     )
 
 
@@ -125,6 +126,8 @@ def parse_vllm_log(text: str | list[str]) -> Measured:
         )
     if match := _last(VLLM_ACTUAL_USAGE, lines):
         activations, non_torch, graphs = _gib(match["act"]), _gib(match["nt"]), _gib(match["cg"])
+        # "W GiB for weight" is the model runner's model_memory_usage, the figure of "Model loading took"
+        weights = weights if weights is not None else _gib(match["w"])
         details["actual usage line"] = match.group(0)
     if match := _last(VLLM_USAGE_CONSUMED, lines):
         activations, non_torch = _consumed_usage(match, weights, _graph_estimate(lines), details, warnings)
@@ -196,7 +199,17 @@ def parse_vllm_log(text: str | list[str]) -> Measured:
     overhead = None
     if non_torch is not None:
         overhead, note = _budget_overhead(requested, weights, activations, non_torch, kv, graphs)
-        if note:
+        if (
+            note
+            and note.startswith("none")
+            and "activation peak (derived: printed peak − CUDA-graph estimate)" not in details
+            and _any(VLLM_USAGE_CONSUMED, lines)
+        ):
+            # the newer line's peak holds the estimate; unprinted, it stays in the activations (_consumed_usage)
+            details["CUDA graphs inside the budget"] = (
+                "in the printed peak activation (the log does not print the estimate)"
+            )
+        elif note:
             details["CUDA graphs inside the budget"] = note
         elif graphs is not None:
             warnings.append(
@@ -298,7 +311,7 @@ def _consumed_usage(
 
 def _vllm_generation(lines: list[str], v1_banner: bool) -> str | None:
     """ "v1" / "v0" as the log's own lines show (see ``Measured.engine_generation``)."""
-    if v1_banner or _any(VLLM_KV_MEMORY, lines) or _any(VLLM_USAGE_CONSUMED, lines):
+    if v1_banner or any(_any(p, lines) for p in (VLLM_KV_MEMORY, VLLM_ACTUAL_USAGE, VLLM_USAGE_CONSUMED)):
         return "v1"
     if any(_any(p, lines) for p in (VLLM_V0_BLOCKS, VLLM_V0_TERMS, VLLM_V0_PROFILE)):
         return "v0"
