@@ -52,8 +52,12 @@ def test_log_lines_read_back_to_the_recorded_figures(bench):
     for case in bench.load():
         measured = parse_log("\n".join(case["log_lines"]))
         recorded = bench.accuracy.measured_figures(case)
-        assert abs(measured.weights - recorded["weights"]) < 0.006 * GIB, case["id"]
         assert abs(measured.kv_cache - recorded["kv_pool"]) < 0.006 * GIB, case["id"]
+        if recorded["weights"] is None:
+            # weights and non-torch memory printed as one figure (rl-0004): no overhead to close the budget with
+            assert measured.weights is None and measured.overhead is None, case["id"]
+            continue
+        assert abs(measured.weights - recorded["weights"]) < 0.006 * GIB, case["id"]
         requested = measured.gpu_util * measured.total_memory
         rest = requested - measured.weights - measured.activations - measured.overhead - measured.kv_cache
         assert abs(rest) < 0.03 * GIB, case["id"]
