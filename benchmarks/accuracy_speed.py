@@ -32,8 +32,10 @@ from hfvram.estimate.host_memory import pcie_bandwidth_gbs  # noqa: E402
 from hfvram.estimate.speed import speed_constants  # noqa: E402
 
 RUNS = REPO / "benchmarks" / "data" / "speed_runs.jsonl"
-#: the article's dense case: 168.7 -> about 7.4 tokens/s with 8 GB of weights offloaded (vLLM --cpu-offload-gb 8)
-DENSE = {"baseline": 168.7, "measured": 7.4, "offloaded_gib": 8.0}
+#: the article's dense case: 168.7 -> about 7.4 tokens/s with 8 GB of weights offloaded (vLLM --cpu-offload-gb 8);
+#: "Die Karten liefen mit acht statt sechzehn PCIe-Lanes" (its machine's two slots share the CPU's lanes): gen4 x8;
+#: its load test elsewhere is four users ("Tempo bei vier Nutzern"), the concurrency of this case is not stated
+DENSE = {"baseline": 168.7, "measured": 7.4, "offloaded_gib": 8.0, "link": "gen4x8", "users": 4}
 #: which constant each part scales with (seconds ∝ 1 / efficiency, or ∝ the per-layer time)
 SCALES = {
     "gpu_weights": ("gpu_bandwidth_efficiency", -1),
@@ -72,6 +74,9 @@ def predict(run: Mapping[str, Any]) -> dict[str, Any]:
         "bound": document["decode_tokens_per_second"],
         "expected": speed["expected_decode_tokens_per_second"],
         "parts": {part["name"]: part["seconds_per_token"] for part in speed["parts"]},
+        "gpu_memory_mb": run.get("measured_gpu_memory_mb"),
+        "gpu_total_mib": document["per_gpu"]["total"] / 2**20,
+        "cpu_moe_layers": document["engine"].get("n-cpu-moe"),
     }
 
 
@@ -106,11 +111,49 @@ def fit(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
 
 
 def dense_case() -> dict[str, float]:
-    """The article's dense 8 GB: its GPU-only speed plus hfvram's PCIe part for 8 GiB per step."""
-    pcie, _ = pcie_bandwidth_gbs()
-    step = DENSE["offloaded_gib"] * 2**30 / (pcie * 1e9 * speed_constants().pcie_efficiency)
+    """The article's dense 8 GB, its parts named. UVA offloading reads every moved byte of a dense layer over PCIe
+    each step (docs/engines/vllm.md#vllm-features), whatever the number of sequences in the step:
+
+    - ``predicted``: hfvram's per-sequence figure, one sequence per step over the default link (gen4 x16): the
+      article's GPU-only speed plus 8 GiB / (link x pcie_efficiency);
+    - ``ceiling_x16`` / ``ceiling_x8``: one sequence per step can go no faster than the link's line rate over the
+      8 GiB (PCI-SIG, hfvram/data/host_memory.toml); ``sequences_x16`` / ``sequences_x8``: the sequences per step
+      the measured speed then needs at least;
+    - ``four_users``: the article's four users on its x8 link, the GPU step at its own throughput (168.7 tok/s
+      at the same load) plus the 8 GiB at pcie_efficiency."""
+    moved = DENSE["offloaded_gib"] * 2**30
+    efficiency = speed_constants().pcie_efficiency
+    x16, _ = pcie_bandwidth_gbs()
+    x8, _ = pcie_bandwidth_gbs(str(DENSE["link"]))
+    step = moved / (x16 * 1e9 * efficiency)
     predicted = 1.0 / (1.0 / DENSE["baseline"] + step)
-    return {"predicted": predicted, "measured": DENSE["measured"], "slowdown": DENSE["baseline"] / predicted}
+    users = DENSE["users"]
+    four = users / (users / DENSE["baseline"] + moved / (x8 * 1e9 * efficiency))
+    ceiling16, ceiling8 = x16 * 1e9 / moved, x8 * 1e9 / moved
+    return {
+        "predicted": predicted,
+        "measured": DENSE["measured"],
+        "slowdown": DENSE["baseline"] / predicted,
+        "ceiling_x16": ceiling16,
+        "ceiling_x8": ceiling8,
+        "sequences_x16": DENSE["measured"] / ceiling16,
+        "sequences_x8": DENSE["measured"] / ceiling8,
+        "four_users": four,
+    }
+
+
+def marginal(rows: Sequence[Mapping[str, Any]], key: str) -> list[tuple[int, int, float]]:
+    """(from, to, ms per layer) between successive check runs by the layers whose experts are in RAM (the
+    effective ``n-cpu-moe``): the time one more layer of experts in RAM adds to a token, measured (``key`` =
+    "measured") or expected ("expected")."""
+    runs = sorted((int(row["cpu_moe_layers"]), row[key]) for row in rows if row.get("cpu_moe_layers") is not None)
+    return [(a, b, (1 / tb - 1 / ta) * 1000 / (b - a)) for (a, ta), (b, tb) in itertools.pairwise(runs) if b > a]
+
+
+def gpu_memory(rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, float, float]]:
+    """(run, the article's GPU memory in MB, hfvram's GPU total in MiB) for the check runs that state one: the
+    article reads nvidia-smi, whose "MB" are MiB."""
+    return [(row["id"], row["gpu_memory_mb"], row["gpu_total_mib"]) for row in rows if row.get("gpu_memory_mb")]
 
 
 def spread(rows: Sequence[Mapping[str, Any]]) -> tuple[float, float]:
@@ -132,11 +175,27 @@ def main(argv: Sequence[str] = ()) -> int:
             )
         low, high = spread(chosen)
         print(f"  spread (the uncertainty): measured / predicted {low:.2f}-{high:.2f}")
+    check = [row for row in rows if row["set"] == "check"]
+    print("check set, ms per token each further layer of experts in RAM adds (measured / expected):")
+    for (a, b, measured), (_, _, expected) in zip(
+        marginal(check, "measured"), marginal(check, "expected"), strict=True
+    ):
+        print(f"  {a} -> {b} layers: {measured:.2f} / {expected:.2f}")
+    memory = gpu_memory(rows)
+    print("check set, GPU memory (the placement): the article's nvidia-smi MB against hfvram's total (MiB)")
+    for key, article, ours in memory:
+        print(f"  {key}: article {article:,.0f}, hfvram {ours:,.0f} -> {article - ours:+,.0f}")
     dense = dense_case()
     print(
-        f"check set, dense 8 GB (vLLM --cpu-offload-gb 8, article 003): predicted {dense['predicted']:.1f} tok/s "
-        f"({dense['slowdown']:.0f}x slower), measured {dense['measured']:.1f} (22x) -> "
-        f"{dense['measured'] / dense['predicted']:.2f}"
+        f"check set, dense 8 GB (vLLM --cpu-offload-gb 8, article 003): one sequence per step over PCIe 4.0 x16 "
+        f"predicted {dense['predicted']:.1f} tok/s ({dense['slowdown']:.0f}x slower), measured {dense['measured']:.1f} "
+        f"(22x) -> {dense['measured'] / dense['predicted']:.2f}"
+    )
+    print(
+        f"  one sequence per step cannot pass the line rate: {dense['ceiling_x16']:.2f} tok/s on x16, "
+        f"{dense['ceiling_x8']:.2f} on the article's x8; 7.4 needs >= {dense['sequences_x16']:.1f} / "
+        f"{dense['sequences_x8']:.1f} sequences per step; its four users on x8: {dense['four_users']:.1f} tok/s -> "
+        f"{dense['measured'] / dense['four_users']:.2f}"
     )
     if "--fit" in argv:
         best = fit([row for row in rows if row["set"] == "fit"])

@@ -60,6 +60,64 @@ def test_vllm_v1_identity_holds_on_parsed_figures():
     assert abs(measured.gpu_util * measured.total_memory - non_kv - measured.kv_cache) < 0.02 * GIB
 
 
+def test_vllm_consumed_usage_line_books_the_graphs_once_club3090_1087():
+    """noonghunna/club-3090#1087 (2 x RTX 5090, TP 2, Qwen3.8-27B FP8, 2026-08-22; rank TP1's lines): vLLM's INFO line
+    prints a peak activation that holds the CUDA-graph estimate (28.88 − 15.05 − 1.59 = 12.24, the KV cache in use)
+    and, beside it, the pool captured afterwards. The graphs are booked once, as the 0.13 GiB estimate the budget
+    deducted: the activations are 1.59 − 0.13."""
+    measured = cal.parse_log(read("club3090-1087-vllm-qwen38-27b-fp8-2x5090.log"))
+    assert measured.engine == "vllm" and measured.engine_generation == "v1"
+    assert abs(measured.activations - (1.59 - 0.13) * GIB) < ROUNDING
+    assert abs(measured.kv_cache - 12.24 * GIB) < ROUNDING
+    assert measured.gpu_util == pytest.approx(0.92)
+    assert abs(measured.total_memory - 31.4 * GIB) < ROUNDING
+    consumed, estimate, requested = 15.05 * GIB, 0.13 * GIB, 28.88 * GIB
+    # the budget closes with the graphs counted once; peak as printed plus the captured 0.09 GiB would overrun it
+    assert abs(consumed + measured.activations + estimate + measured.kv_cache - requested) < 0.02 * GIB
+    assert consumed + 1.59 * GIB + 0.09 * GIB + measured.kv_cache > requested + 0.05 * GIB
+    # no "Model loading took" line: weights and non-torch memory stay one figure, so the overhead is not guessed
+    assert measured.weights is None and measured.overhead is None
+    assert any("printed as one figure" in warning for warning in measured.warnings)
+
+
+def test_vllm_consumed_usage_line_estimate_nearly_the_whole_peak_vllm_backport_34():
+    """wtdcode/vllm-backport#34 (DeepSeek-V4-Flash, PP 2 x TP 4 on 8 x RTX 3090, util 0.935, 2026-08-31; rank PP1_TP2):
+    the 0.58 GiB estimate is nearly all of the 0.6 GiB printed peak, so the transient left is 0.02 GiB."""
+    measured = cal.parse_log(read("vllm-backport-34-vllm-dsv4-flash-8x3090.log"))
+    assert abs(measured.activations - (0.6 - 0.58) * GIB) < ROUNDING
+    assert abs(measured.kv_cache - 1.95 * GIB) < ROUNDING
+    assert measured.gpu_util == pytest.approx(0.935)
+
+
+def test_vllm_v031_usage_line_without_the_estimate_keeps_the_budget_closed():
+    """A vLLM v0.31.0 start-up (vllm/vllm-openai:v0.31.0, Llama-3.1-8B-Instruct on an A100 80GB, defaults; a stored
+    public notes file, fixtures/logs/README.md): the log quotes no graph estimate, so the peak (1.44 GiB) cannot be
+    split; the activations keep it whole, the overhead is the non-torch memory alone (15.26 − 15.0), and the
+    budget still closes: 72.91 − 15.0 − 1.44 − 0.26 = 56.21."""
+    measured = cal.parse_log(read("vllm-v0.31-llama31-8b-a100.log"))
+    assert abs(measured.weights - 15.0 * GIB) < ROUNDING
+    assert abs(measured.activations - 1.44 * GIB) < ROUNDING
+    assert abs(measured.overhead - 0.26 * GIB) < 0.02 * GIB
+    assert abs(measured.kv_cache - 56.21 * GIB) < ROUNDING
+    assert measured.kv_tokens == 460_496 and measured.context == 131_072
+    budget = measured.gpu_util * measured.total_memory
+    assert abs(budget - measured.weights - measured.activations - measured.overhead - measured.kv_cache) < 0.03 * GIB
+    assert any("does not print" in warning for warning in measured.warnings)
+    assert measured.details["CUDA graphs inside the budget"].startswith("in the printed peak activation")
+
+
+def test_vllm_older_usage_line_books_the_estimate_not_the_capture_vllm_50722():
+    """vllm-project/vllm#50722 (Qwen3.5-35B-A3B, 4 x H100, TP 4, util 0.85, 2026-08-14; rank TP2): the older INFO
+    line prints the peak without the graphs (67.43 − 16.92 − 5.66 − 0.13 − 43.4 = 1.32, the estimate), so the
+    overhead is the non-torch memory plus the 1.32 GiB the budget deducted, not the 1.34 GiB pool captured later."""
+    measured = cal.parse_log(read("vllm-50722-vllm-qwen35-35b-a3b-4xh100.log"))
+    assert abs(measured.weights - 16.92 * GIB) < ROUNDING
+    assert abs(measured.activations - 5.66 * GIB) < ROUNDING
+    assert abs(measured.overhead - (0.13 + 1.32) * GIB) < 0.02 * GIB
+    assert abs(measured.kv_cache - 43.4 * GIB) < ROUNDING
+    assert measured.details["CUDA graphs inside the budget"].startswith("1.32 GiB")
+
+
 def test_vllm_v0_profile_line_gt0004():
     """gt-0004 (vLLM issue #10517, V0, RTX 3090): peak_torch 17.98 GiB includes the 14.9888 GiB of weights."""
     measured = cal.parse_log(read("gt-0004-vllm-v0-llama31-8b-rtx3090.log"))

@@ -55,8 +55,24 @@ def test_ollama_defaults_on_llama_server():
     assert (qwen.engine["num_parallel"], qwen.engine["kv_cache_type"], qwen.engine["num_batch"]) == (1, "f16", 512)
     assert qwen.engine["flash_attention"] is True  # qwen3moe is in fs/ggml/ggml.go::FlashAttention
     llama = run(spec_of("meta-llama/Llama-3.1-8B-Instruct", 4.6), "rtx4090")
-    assert llama.engine["flash_attention"] is False
     assert llama.engine["ubatch-size"] == 512
+    # from 0.30 llama-server gets --flash-attn auto for every architecture (llm/llama_server.go at v0.30.0); up to
+    # 0.24 only the listed ones (fs/ggml/ggml.go::FlashAttention), and llama is not listed
+    assert llama.engine["flash_attention"] is True
+
+
+def test_flash_attention_auto_for_every_architecture_from_0_30():
+    """docs/engines/ollama.md#ollama-flash-attention: llama (not in Ollama's list) gets flash attention from 0.30 on,
+    and llama.cpp's figures follow — a smaller KV cache (V not padded to the largest layer's width is the same here,
+    so the KV is unchanged) and, at a long context, a much smaller compute buffer (no f32 KQ scores)."""
+    spec = spec_of("meta-llama/Llama-3.1-8B-Instruct", 4.6)
+    workload = Workload(context=32768)
+    before, after = run(spec, "rtx4090", "0.24", workload), run(spec, "rtx4090", "0.30", workload)
+    assert before.engine["flash_attention"] is False and after.engine["flash_attention"] is True
+    assert after.per_gpu.kv_cache == before.per_gpu.kv_cache
+    assert after.per_gpu.activations < before.per_gpu.activations / 2
+    # OLLAMA_FLASH_ATTENTION=0 still turns it off (userSet in LlamaServerFlashAttention)
+    assert run(spec, "rtx4090", "0.30", workload, OLLAMA_FLASH_ATTENTION="0").engine["flash_attention"] is False
 
 
 def test_minimum_memory_per_gpu_is_the_overhead():
@@ -76,7 +92,8 @@ def test_current_kv_is_llama_cpp_exact():
 
 def test_quantized_kv_without_flash_attention_falls_back_to_f16():
     spec = spec_of("meta-llama/Llama-3.1-8B-Instruct", 4.6)
-    result = run(spec, "rtx4090", num_ctx="8192", OLLAMA_KV_CACHE_TYPE="q8_0")
+    # flash attention off by hand (from 0.30 it is on for every architecture)
+    result = run(spec, "rtx4090", num_ctx="8192", OLLAMA_KV_CACHE_TYPE="q8_0", OLLAMA_FLASH_ATTENTION="0")
     assert result.engine["kv_cache_type"] == "f16"
     with pytest.raises(UsageError):
         run(spec, "rtx4090", OLLAMA_KV_CACHE_TYPE="q5_1")

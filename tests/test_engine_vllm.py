@@ -16,7 +16,7 @@ from hfvram.estimate import common
 from hfvram.estimate.core import estimate
 from hfvram.estimate.hardware import parse_gpu_spec
 from hfvram.estimate.types import GPU, EngineChoice, Hardware, Workload
-from hfvram.spec import ModelSpec, Weights
+from hfvram.spec import LayerKind, ModelSpec, Weights
 
 HUB = Path(__file__).resolve().parent.parent / "fixtures" / "hub"
 GiB = 1 << 30
@@ -330,6 +330,33 @@ def test_cache_kinds_are_typed_specs_with_their_own_per_request_need():
     )[0]
     kinds = {type(cache).__name__ for cache, _ in vllm_kv.kv_layout(spec, settings).groups}
     assert kinds == {"FullAttentionSpec", "SlidingWindowSpec"}
+
+
+def test_a_smaller_page_takes_a_larger_block_not_a_padded_page():
+    """docs/engines/vllm.md#vllm-kv-groups: vLLM's ``unify_kv_cache_spec_page_size`` (vllm/v1/core/kv_cache_utils.py at
+    001cabc1) "unif[ies] the page size by increasing the block size of layers with smaller page size". Gemma-4-26B-A4B:
+    sliding layers 8 KV heads x 256, full layers 2 x 512 (K and V both cached): half the bytes per token, so the full
+    layers get 32-token blocks and one request's blocks cost each layer its own bytes per token (25 sliding + 5 full
+    layers fill 6 groups of 5, no padding layers)."""
+    spec = spec_of("google/gemma-4-26B-A4B")
+    context = 262144
+    settings = vllm_settings.resolve_settings(
+        spec, None, EngineChoice("vllm"), Workload(context=context), _rules("0.21"), "0.21"
+    )[0]
+    layout = vllm_kv.kv_layout(spec, settings)
+    assert {type(cache).__name__: cache.block_size for cache, _ in layout.groups} == {
+        "SlidingWindowSpec": 16,
+        "FullAttentionSpec": 32,
+    }
+    batched = settings.max_num_batched_tokens
+    expected = 0.0
+    for layer in spec.layers:
+        if layer.kind is LayerKind.SLIDING:
+            tokens = (-(-min(layer.window - 1 + batched, context) // 16) + 1) * 16
+        else:
+            tokens = context
+        expected += tokens * vllm_kv.layer_token_bytes(layer, 1, settings)
+    assert layout.bytes_for(layout.blocks_per_request(context)) == expected
 
 
 # ---- flags users pass: modelled or named in a warning (docs/engines/vllm.md#vllm-unmodelled-flags) --------------

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from hfvram.engines.llamacpp.compute import compute_buffer_bytes, host_compute_buffer_bytes, output_buffer_bytes
+from hfvram.engines.llamacpp.draft import DraftBuffers, draft_buffers
 from hfvram.engines.llamacpp.kv import KvBytes, kv_bytes
 from hfvram.engines.llamacpp.placement import (
     Placement,
@@ -37,6 +38,9 @@ class Breakdown:
     worst: int
     #: the CUDA_Host compute buffer (pinned host memory, not VRAM); 0 on the CPU / Metal backend
     host_compute: int = 0
+    #: the ``-md`` draft context's buffers, already added to ``placement`` and ``gpu_compute`` on each GPU
+    #: (docs/engines/llamacpp.md#llamacpp-draft-model)
+    draft: DraftBuffers | None = None
 
 
 def breakdown(
@@ -69,6 +73,8 @@ def breakdown(
         active = placement.gpu_layers[dev] or placement.gpu_weights[dev] or dev == first
         computes.append(size if active else 0)
         rule = rule if rule and not has_output else rule_dev
+    draft = draft_buffers(settings, hardware, constants, compute_consts) if settings.draft_spec else None
+    placement, computes = with_draft(placement, computes, draft)
     totals = [
         weights + kv_cache + buffer + overhead
         for weights, kv_cache, buffer in zip(placement.gpu_weights, placement.gpu_kv, computes)
@@ -90,7 +96,21 @@ def breakdown(
         overhead,
         worst,
         host_compute,
+        draft,
     )
+
+
+def with_draft(placement: Placement, computes: list[int], draft: DraftBuffers | None) -> tuple[Placement, list[int]]:
+    """The draft context shares the GPUs: its weights, KV and compute buffer add to each device's own
+    (docs/engines/llamacpp.md#llamacpp-draft-model)."""
+    if draft is None:
+        return placement, computes
+    placed = replace(
+        placement,
+        gpu_weights=tuple(w + d for w, d in zip(placement.gpu_weights, draft.gpu_weights)),
+        gpu_kv=tuple(k + d for k, d in zip(placement.gpu_kv, draft.gpu_kv)),
+    )
+    return placed, [c + d for c, d in zip(computes, draft.gpu_compute)]
 
 
 def with_projector(placement: Placement, settings: Settings) -> Placement:

@@ -456,6 +456,15 @@ def plan_for(
 
     _, settings, constants, consts = PROFILE.settings_for(spec, hardware, choice, workload)
     budgets = uniform_budgets(hardware, settings, constants)
+    if settings.draft_spec is not None:
+        # llama-server adds the draft context's bytes on each device to --fit's margin before it fits the main
+        # model (PR #23485; docs/engines/llamacpp.md#llamacpp-draft-model)
+        from dataclasses import replace
+
+        from hfvram.engines.llamacpp.draft import draft_device_bytes
+
+        extra = draft_device_bytes(settings, hardware, constants, consts)
+        budgets = [replace(b, margin_bytes=b.margin_bytes + extra[i]) for i, b in enumerate(budgets)]
     if is_metal(hardware):
         return None, None, "unified memory: the GPU and the CPU share RAM, there is nothing to offload to"
     if any(setting(choice, name) for name in USER_PLACEMENT):

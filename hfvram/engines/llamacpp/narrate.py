@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hfvram.engines.llamacpp.breakdown import Breakdown
+from hfvram.engines.llamacpp.draft import draft_line, draft_warnings
 from hfvram.engines.llamacpp.placement import (
     device_shares,
     fit_keeps_margin,
@@ -47,10 +48,25 @@ def projector_warnings(settings: Settings) -> list[str]:
     if not settings.projector_bytes:
         return []
     where = "on the first GPU" if settings.projector_on_gpu else "in RAM (--no-mmproj-offload)"
+    named = f"--mmproj {settings.projector_file}"
+    notes = []
+    if settings.projector_origin == "hub-auto":
+        named = f"-hf projector {settings.projector_repo}/{settings.projector_file}"
+        notes.append(
+            f"llama-server -hf downloads {settings.projector_file} with the model (find_best_mmproj); --no-mmproj "
+            "leaves it out"
+        )
+    elif settings.projector_origin == "hub":
+        notes.append(
+            f"--mmproj {settings.projector_file} was read from {settings.projector_repo} on the Hub; llama-server "
+            "takes --mmproj as a local path: download the file first, or leave --mmproj out and -hf fetches the "
+            "projector it picks"
+        )
     return [
-        f"--mmproj {settings.projector_file}: its weights ({settings.projector_bytes / MiB:.2f} MiB) are counted "
+        f"{named}: its weights ({settings.projector_bytes / MiB:.2f} MiB) are counted "
         f"{where}; its compute buffer is not (clip reserves it by building the vision graph of a warm-up image, which the "
-        "header does not size: read the 'alloc_compute_meta: … compute buffer size' line llama-server prints for it)"
+        "header does not size: read the 'alloc_compute_meta: … compute buffer size' line llama-server prints for it)",
+        *notes,
     ]
 
 
@@ -67,6 +83,7 @@ def narrate_warnings(
         )
     warnings.extend(extra_model_warnings(settings))
     warnings.extend(projector_warnings(settings))
+    warnings.extend(draft_warnings(parts.draft, settings))
     token_embd = spec.weights.bytes_by_component.get("embeddings", 0) if spec.weights else 0
     if placement.cpu_weights > token_embd or placement.cpu_kv:
         host = placement.cpu_weights + placement.cpu_kv + parts.output_buffer
@@ -144,18 +161,21 @@ def explain_lines(
             f"GGUF tensor bytes of the {placement.gpu_layers[dev]} layers on this GPU (of {spec.num_layers}+1 incl. output); "
             f"token_embd {embd / MiB:.0f} MiB stays on the CPU; CPU holds {placement.cpu_weights / GiB:.2f} GiB"
             + projector_line(settings, dev)
+            + draft_line(parts.draft, dev, "weights")
         ),
         "kv_cache": (
             f"{settings.n_stream} stream(s) × {settings.n_ctx_seq} cells (ctx-size {settings.n_ctx}, padded to "
             f"{constants.n_ctx_pad}), K {settings.type_k} {kv.k / MiB:.2f} MiB + V {settings.type_v} {kv.v / MiB:.2f} MiB"
             + (f" + recurrent state F32 {kv.state / MiB:.2f} MiB" if kv.state else "")
             + (" (windowed layers: n_swa + ubatch cells)" if windowed else "")
+            + draft_line(parts.draft, dev, "kv_cache")
         ),
         "activations": (
             f"compute buffer {parts.gpu_compute[dev] / MiB:.2f} MiB = {parts.compute_rule}; "
             f"host: logits buffer {parts.output_buffer / MiB:.2f} MiB"
             + (f" + CUDA_Host compute buffer {parts.host_compute / MiB:.2f} MiB" if parts.host_compute else "")
             + " (not VRAM)"
+            + draft_line(parts.draft, dev, "activations")
         ),
         "overhead": overhead_bytes(hardware, constants)[1],
         "usable": (

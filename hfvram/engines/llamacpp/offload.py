@@ -83,22 +83,50 @@ def projector_bytes(est: Estimate, nd: int) -> list[int]:
     return extra
 
 
-def offloaded_estimate(est: Estimate, plan: OffloadPlan, who: str = "llama.cpp --fit") -> Estimate:
-    """The estimate as the plan places it: the worst GPU's weights, KV and compute buffer from the plan."""
+def draft_bytes(est: Estimate, nd: int) -> list[tuple[int, int, int]]:
+    """Per GPU, the ``-md`` draft context's (weights, KV, compute buffer), which the plan kept in its margin
+    (docs/engines/llamacpp.md#llamacpp-draft-model)."""
+    draft = est.engine.get("draft_model")
+    if not isinstance(draft, dict):
+        return [(0, 0, 0)] * nd
+
+    def column(key: str) -> list[int]:
+        values = draft.get(key)
+        listed = [int(v) for v in values] if isinstance(values, list) else []
+        return (listed + [0] * nd)[:nd]
+
+    weights, kv, compute = column("gpu_weights_bytes"), column("gpu_kv_bytes"), column("gpu_compute_bytes")
+    return list(zip(weights, kv, compute))
+
+
+def plan_worst_gpu(est: Estimate, plan: OffloadPlan) -> tuple[int, PerGpu]:
+    """The fullest GPU of the plan and its four terms, with the projector and the draft context added."""
     usage = plan.usage
     gpus = est.hardware.gpus if est.hardware is not None else ()
     nd = min(len(plan.budgets), len(gpus))
     extra = projector_bytes(est, nd)
-    worst = max(range(nd), key=lambda d: (usage.gpu_total(d) + extra[d]) / max(1, plan.budgets[d].target))
+    draft = draft_bytes(est, nd)
+    drafted = [sum(parts) for parts in draft]
+    # the plan's budgets keep the draft context inside their margin: the device's own target is the margin without it
+    worst = max(
+        range(nd),
+        key=lambda d: (usage.gpu_total(d) + extra[d] + drafted[d]) / max(1, plan.budgets[d].target + drafted[d]),
+    )
     memory = gpus[worst].gpu_memory_bytes
-    per_gpu = PerGpu(
-        weights=usage.gpu_weights[worst] + extra[worst],
-        kv_cache=usage.gpu_kv[worst],
-        activations=usage.gpu_compute[worst],
+    return worst, PerGpu(
+        weights=usage.gpu_weights[worst] + extra[worst] + draft[worst][0],
+        kv_cache=usage.gpu_kv[worst] + draft[worst][1],
+        activations=usage.gpu_compute[worst] + draft[worst][2],
         overhead=est.per_gpu.overhead,
-        usable=memory - plan.budgets[worst].margin_bytes,
+        usable=memory - plan.budgets[worst].margin_bytes + drafted[worst],
         memory=memory,
     )
+
+
+def offloaded_estimate(est: Estimate, plan: OffloadPlan, who: str = "llama.cpp --fit") -> Estimate:
+    """The estimate as the plan places it: the worst GPU's weights, KV and compute buffer from the plan."""
+    usage = plan.usage
+    worst, per_gpu = plan_worst_gpu(est, plan)
     engine = dict(est.engine)
     engine.update(
         {

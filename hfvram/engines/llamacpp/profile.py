@@ -122,7 +122,9 @@ class LlamaCppProfile(StagedProfile[LlamaCppConstants, Settings, Sized]):
         return Narration(tuple(warnings), explain_lines(spec, hardware, parts.parts, parts.constants))
 
     def report(self, parts: Sized, choice: EngineChoice, version: str) -> dict[str, object]:
-        return {"name": self.name, "version": choice.version, "rules": version, **parts.parts.settings.as_dict()}
+        report = {"name": self.name, "version": choice.version, "rules": version, **parts.parts.settings.as_dict()}
+        draft = parts.parts.draft
+        return {**report, "draft_model": draft.as_dict() if draft else None}
 
     # --explain has no measurements line yet: adding one is a change of output (docs/accuracy.md holds the checks)
     explains_measurements = False

@@ -131,6 +131,20 @@ class Settings:
     projector_file: str | None = None
     projector_bytes: int = 0
     projector_on_gpu: bool = True
+    #: where the projector came from: "file", "hub" (``--mmproj NAME`` of the Hub repo), "hub-auto" (``-hf``'s own)
+    projector_origin: str = "file"
+    projector_repo: str | None = None
+    #: the ``-md`` draft model the pipeline read (its GGUF facts) and how its context is placed: ``-ngld`` (−1: every
+    #: layer), ``-devd`` (None: the model's GPUs; () for ``none``: the CPU; else the GPU indices), ``-ctkd`` /
+    #: ``-ctvd`` (docs/engines/llamacpp.md#llamacpp-draft-model)
+    draft_spec: ModelSpec | None = field(default=None, compare=False, repr=False)
+    draft_file: str | None = None
+    draft_ngl: int = -1
+    draft_devices: tuple[int, ...] | None = None
+    draft_type_k: str = "f16"
+    draft_type_v: str = "f16"
+    #: ``-cd`` as given: llama-server's draft context takes the target's n_ctx whatever it says (a warning says so)
+    draft_ctx_asked: int | None = None
     #: the GPU backend pads quantized rows (CUDA / ROCm); False for Metal and the CPU-only truth runs
     cuda: bool = True
     #: row length the CUDA buffer type pads quantized matrices to (llama.cpp.toml matrix_row_padding)
@@ -162,6 +176,7 @@ class Settings:
             "fit": self.fit,
             "fit-target-mib": self.fit_target_bytes // MiB,
             "mmproj": self.projector_dict(),
+            "draft_model": None,
         }
 
     def projector_dict(self) -> dict[str, object] | None:
@@ -173,6 +188,8 @@ class Settings:
             "weights_bytes": self.projector_bytes,
             "device": "gpu0" if self.projector_on_gpu else "cpu",
             "compute_buffer_bytes": None,
+            "origin": self.projector_origin,
+            "repo": self.projector_repo,
         }
 
 
@@ -329,7 +346,41 @@ def placement_flags(choice: EngineChoice, workload: Workload, constants: LlamaCp
         "kv_dequant_scratch": (resolved_build(choice) or 0) >= constants.kv_dequant_scratch_build,
         "extra_models": extra_models(choice),
         **projector_flags(choice),
+        **draft_flags(choice),
     }
+
+
+def draft_flags(choice: EngineChoice) -> dict[str, Any]:
+    """The ``-md`` draft model the pipeline read and the flags that place its context (``-ngld``, ``-devd``,
+    ``-ctkd`` / ``-ctvd``, ``-cd``): docs/engines/llamacpp.md#llamacpp-draft-model."""
+    draft = choice.draft
+    if draft is None or draft.spec is None:
+        return {}
+    ngl = setting_int(choice, "n-gpu-layers-draft", "ngld", "gpu-layers-draft", "spec-draft-ngl", default=-1)
+    return {
+        "draft_spec": draft.spec,
+        "draft_file": draft.name,
+        "draft_ngl": -1 if ngl is None else ngl,
+        "draft_devices": draft_devices(setting(choice, "device-draft", "devd", "spec-draft-device")),
+        "draft_type_k": kv_type(setting(choice, "cache-type-k-draft", "ctkd", "spec-draft-type-k") or "f16"),
+        "draft_type_v": kv_type(setting(choice, "cache-type-v-draft", "ctvd", "spec-draft-type-v") or "f16"),
+        "draft_ctx_asked": setting_int(choice, "ctx-size-draft", "cd"),
+    }
+
+
+def draft_devices(text: str | None) -> tuple[int, ...] | None:
+    """``-devd``: None when unset (the model's devices), () for ``none`` / host devices (the CPU), else the GPU
+    indices of the named devices (``CUDA1``, ``Vulkan0,Vulkan1``), in the order given."""
+    if not text or not text.strip():
+        return None
+    indices = []
+    for name in text.split(","):
+        if name.strip().lower() == "none":
+            continue
+        device = override_device(name)
+        if device >= 0 and device not in indices:
+            indices.append(device)
+    return tuple(indices)
 
 
 def projector_flags(choice: EngineChoice) -> dict[str, Any]:
@@ -342,6 +393,8 @@ def projector_flags(choice: EngineChoice) -> dict[str, Any]:
         "projector_file": projector.name,
         "projector_bytes": projector.weight_bytes,
         "projector_on_gpu": not setting_bool(choice, "no-mmproj-offload"),
+        "projector_origin": projector.origin,
+        "projector_repo": projector.repo_id,
     }
 
 
@@ -363,9 +416,12 @@ def pipeline_copies(settings: Settings, n_devices: int, n_layer: int, constants:
 
 def extra_models(choice: EngineChoice) -> tuple[tuple[str, str], ...]:
     """(flag, file) for each other GGUF the line loads (``-md``, ``--mmproj``), the name capped at 200 characters."""
-    read = choice.projector is not None and choice.projector.weight_bytes is not None
+    read = {
+        "mmproj": choice.projector is not None and choice.projector.weight_bytes is not None,
+        "model-draft": choice.draft is not None and choice.draft.spec is not None,
+    }
     named = ((flag, setting(choice, flag, EXTRA_ALIASES[flag])) for flag in ("model-draft", "mmproj"))
-    return tuple((flag, value[:200]) for flag, value in named if value and not (flag == "mmproj" and read))
+    return tuple((flag, value[:200]) for flag, value in named if value and not read[flag])
 
 
 def resolved_build(choice: EngineChoice) -> int | None:

@@ -8,8 +8,8 @@ ollama@0.5`` … ``ollama@0.30``; no version = the newest).
 - Current (``0.13`` and later): memory is llama.cpp's graph allocation (this module reuses ``llamacpp``'s
   functions) — Ollama's own allocation dry run from 0.13, llama-server with ``--fit`` from 0.30 — with Ollama's
   defaults: ``num_ctx`` 4096, tiered by total VRAM from 0.15.5 (≥ 47 GiB → 262 144, ≥ 23 GiB → 32 768, else 4096;
-  never above the model's n_ctx_train), ``num_parallel`` 1, ``num_batch`` 512, KV f16, flash attention on for
-  the architectures of that release's list, and 457 MiB (CUDA/ROCm) / 512 MiB (Metal) per GPU.
+  never above the model's n_ctx_train), ``num_parallel`` 1, ``num_batch`` 512, KV f16, flash attention on for every architecture from 0.30 (for
+  the architectures of that release's list before), and 457 MiB (CUDA/ROCm) / 512 MiB (Metal) per GPU.
 - Legacy (before ``0.13``): ``llm/memory.go::estimateGPULayers`` + ``fs/ggml/ggml.go::GraphSize`` — KV with the
   approximate q8_0 = 1.0 / q4_0 = 0.5 bytes, the per-architecture graph formulas, one spare layer per GPU, the
   layer count it would offload (``layers.offload``) and ``memory.required.*``; ``num_ctx`` 2048 (before 0.6.7)

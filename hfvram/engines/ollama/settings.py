@@ -34,6 +34,8 @@ class OllamaConstants(Constants):
     num_ctx_tiers: list[list[int]]
     num_ctx_no_gpu: int
     flash_attention_archs: list[str]
+    #: from 0.30: llama-server gets ``--flash-attn auto`` whatever the architecture (the list no longer decides)
+    flash_attention_all: bool
     legacy: bool
     legacy_weights_include_kv: bool
     runner: str
@@ -71,7 +73,9 @@ def default_num_ctx(hardware: Hardware | None, constants: OllamaConstants) -> in
 
 
 def flash_attention_default(spec: ModelSpec, constants: OllamaConstants, arch_map: Mapping[str, str]) -> bool:
-    return gguf_arch(spec, arch_map) in tuple(constants.flash_attention_archs)
+    """Flash attention without OLLAMA_FLASH_ATTENTION: the per-architecture list before 0.30, every architecture
+    from 0.30 on (``--flash-attn auto``, on where the devices support it: docs/engines/ollama.md#ollama-flash-attention)."""
+    return constants.flash_attention_all or gguf_arch(spec, arch_map) in tuple(constants.flash_attention_archs)
 
 
 def minimum_memory(hardware: Hardware | None, constants: OllamaConstants) -> int:

@@ -235,12 +235,30 @@ def _kv_layout(spec: ModelSpec, settings: Settings) -> KVGroupLayout:
     counts = list(kinds.values())
     smallest, largest = min(counts), max(counts)
     group_size = largest if largest < 1.5 * smallest else smallest
+    token_bytes: dict[tuple[type[KVCacheSpec], int | None], float] = {}
+    for layer, _ in attention:
+        key = _cache_key(layer)
+        token_bytes[key] = max(token_bytes.get(key, 0.0), layer_token_bytes(layer, tp, settings))
     groups = tuple(
-        (_spec_of_type(spec_type, block, page, window), _cdiv(count, group_size))
+        (
+            _spec_of_type(spec_type, _unified_block(token_bytes.get((spec_type, window)), page, block), page, window),
+            _cdiv(count, group_size),
+        )
         for (spec_type, window), count in kinds.items()
     )
     num_groups = sum(count for _, count in groups)
     return KVGroupLayout(page, group_size, num_groups, block, groups, batched)
+
+
+def _unified_block(token_bytes: float | None, page: int, block: int) -> int:
+    """Tokens per block of a layer kind once pages are unified (docs/engines/vllm.md#vllm-kv-groups): vLLM's
+    ``unify_kv_cache_spec_page_size`` gives a kind whose page divides the largest page ``block × ratio`` tokens, so
+    it keeps its own bytes per token (Gemma-4's full layers, half the sliding layers' bytes: 32-token blocks); a
+    recurrent state (``token_bytes`` None) or a page that does not divide keeps the block, padded to the page."""
+    kind_page = int(block * token_bytes) if token_bytes else 0
+    if kind_page <= 0 or kind_page >= page or page % kind_page:
+        return block
+    return block * (page // kind_page)
 
 
 def _spec_of_type(spec_type: type[KVCacheSpec], block: int, page: int, window: int | None) -> KVCacheSpec:

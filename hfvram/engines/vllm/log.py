@@ -6,6 +6,8 @@ only when a log is read, never by a check (its patterns are compiled at import).
 
 from __future__ import annotations
 
+from typing import Any
+
 from hfvram.calibrate.logs import _COUNT, _NUM, _SNUM, GIB, Measured, _any, _Fields, _gib, _last, _Line, _lines
 from hfvram.errors import UsageError
 
@@ -27,7 +29,7 @@ VLLM_CG_TAKEN = _Line(
 )
 VLLM_CG_POOL = _Line(
     "CUDA graph pool memory: ",
-    rf"CUDA graph pool memory: (?P<cg_act>{_NUM}) GiB \(actual\), (?P<cg_est>{_NUM}) GiB \(estimated\)",
+    rf"CUDA graph pool memory: (?P<cg_act>{_SNUM}) GiB \(actual\), (?P<cg_est>{_SNUM}) GiB \(estimated\)",
 )
 VLLM_PROFILE = _Line(
     "Memory profiling takes ",
@@ -43,6 +45,23 @@ VLLM_ACTUAL_USAGE = _Line(
     "Actual usage is ",
     rf"Actual usage is (?P<w>{_NUM}) GiB for weight, (?P<act>{_NUM}) GiB for peak activation, "
     rf"(?P<nt>{_NUM}) GiB for non-torch memory, and (?P<cg>{_NUM}) GiB for CUDAGraph memory\.",
+)
+#: INFO from about v0.27 (after vllm#49208; docs/engines/common.md#calibration-logs-vllm): weights and non-torch memory in one
+#: figure, and a peak activation that holds the CUDA-graph estimate the budget deducts
+VLLM_USAGE_CONSUMED = _Line(
+    "for consumed memory (weights + non-torch)",
+    rf"Actual usage is (?P<consumed>{_NUM}) GiB for consumed memory \(weights \+ non-torch\), (?P<act>{_SNUM}) GiB "
+    rf"for peak activation, and (?P<cg>{_SNUM}) GiB for CUDAGraph memory\.",
+)
+#: the head of the same INFO line (also on the older "Actual usage is W GiB for weight, …" line)
+VLLM_DESIRED = _Line(
+    "Desired GPU memory utilization is (",
+    rf"Free memory on device \((?P<free>{_NUM})/(?P<total>{_NUM}) GiB\) on startup\. Desired GPU memory utilization "
+    rf"is \((?P<util>{_NUM}), (?P<req>{_NUM}) GiB\)",
+)
+VLLM_KV_IN_USE = _Line(
+    "Current kv cache memory in use is ",
+    rf"Current kv cache memory in use is (?P<kv>{_SNUM}) (?P<unit>GiB|bytes)",
 )
 VLLM_TOTAL_MEMORY = _Line("total_memory=", rf"total_memory=(?P<total>{_NUM})GiB")
 VLLM_VERSION = _Line("V1 LLM engine (v", r"V1 LLM engine \(v(?P<version>[\w.+-]{1,64})\)")
@@ -74,7 +93,10 @@ VLLM_V0_PROFILE = _Fields(
 
 def recognises(lines: list[str]) -> bool:
     """Whether the log holds vLLM's start-up lines (hfvram.calibrate.logs.detect_engine asks each engine)."""
-    return any(_any(p, lines) for p in (VLLM_WEIGHTS, VLLM_KV_MEMORY, VLLM_V0_BLOCKS, VLLM_V0_BUDGET))
+    return any(
+        _any(p, lines)
+        for p in (VLLM_WEIGHTS, VLLM_KV_MEMORY, VLLM_ACTUAL_USAGE, VLLM_USAGE_CONSUMED, VLLM_V0_BLOCKS, VLLM_V0_BUDGET)
+    )
 
 
 def parse_vllm_log(text: str | list[str]) -> Measured:
@@ -104,7 +126,11 @@ def parse_vllm_log(text: str | list[str]) -> Measured:
         )
     if match := _last(VLLM_ACTUAL_USAGE, lines):
         activations, non_torch, graphs = _gib(match["act"]), _gib(match["nt"]), _gib(match["cg"])
+        # "W GiB for weight" is the model runner's model_memory_usage, the figure of "Model loading took"
+        weights = weights if weights is not None else _gib(match["w"])
         details["actual usage line"] = match.group(0)
+    if match := _last(VLLM_USAGE_CONSUMED, lines):
+        activations, non_torch = _consumed_usage(match, weights, _graph_estimate(lines), details, warnings)
     if match := _last(VLLM_V0_TERMS, lines):
         activations, non_torch, kv = _gib(match["act"]), _gib(match["nt"]), _gib(match["kv"])
         weights = weights if weights is not None else _gib(match["w"])
@@ -119,6 +145,9 @@ def parse_vllm_log(text: str | list[str]) -> Measured:
     if match := _last(VLLM_KV_MEMORY, lines):
         kv = _gib(match["kv_gib"])
         details["available KV cache memory"] = f"{match['kv_gib']} GiB"
+    elif kv is None and (match := _last(VLLM_KV_IN_USE, lines)):
+        kv = _gib(match["kv"]) if match["unit"] == "GiB" else round(float(match["kv"]))
+        details["KV cache memory in use"] = f"{match['kv']} {match['unit']}"
     if match := _last(VLLM_CG_POOL, lines):
         graphs = _gib(match["cg_act"])
         details["CUDA graph pool (actual)"] = f"{match['cg_act']} GiB"
@@ -131,6 +160,12 @@ def parse_vllm_log(text: str | list[str]) -> Measured:
     if match := _last(VLLM_REQUESTED, lines):
         util = float(match["util"])
         details["requested memory"] = f"{match['req']} GiB at util {util:g}"
+    desired = _last(VLLM_DESIRED, lines)
+    if desired and util is None:
+        util = float(desired["util"])
+        details["requested memory"] = f"{desired['req']} GiB at util {util:g}"
+    if desired and total is None:
+        total = _gib(desired["total"])
     if (match := _last(VLLM_UTIL_ARG, lines)) and not 0 < float(match["util"]) <= 1:
         # the server's own argument line is absurd: the log is not one to calibrate from, whatever else it says
         raise UsageError(f"log file: gpu_memory_utilization {match['util'][:40]}: implausible (expected 0 to 1)")
@@ -157,12 +192,24 @@ def parse_vllm_log(text: str | list[str]) -> Measured:
     requested = None
     if match := _last(VLLM_REQUESTED, lines):
         requested = _gib(match["req"])
+    elif desired:
+        requested = _gib(desired["req"])
     elif total is not None and util is not None:
         requested = int(total * util)
     overhead = None
     if non_torch is not None:
         overhead, note = _budget_overhead(requested, weights, activations, non_torch, kv, graphs)
-        if note:
+        if (
+            note
+            and note.startswith("none")
+            and "activation peak (derived: printed peak − CUDA-graph estimate)" not in details
+            and _any(VLLM_USAGE_CONSUMED, lines)
+        ):
+            # the newer line's peak holds the estimate; unprinted, it stays in the activations (_consumed_usage)
+            details["CUDA graphs inside the budget"] = (
+                "in the printed peak activation (the log does not print the estimate)"
+            )
+        elif note:
             details["CUDA graphs inside the budget"] = note
         elif graphs is not None:
             warnings.append(
@@ -221,9 +268,50 @@ def _budget_overhead(
     return non_torch + applied, f"{applied / GIB:.2f} GiB (derived: requested − weights − activations − non-torch − KV)"
 
 
+def _graph_estimate(lines: list[str]) -> int | None:
+    """The CUDA-graph estimate the profiler charged ("CUDA graph pool memory: … (estimated)", else "Estimated CUDA graph
+    memory: X GiB total"), the figure a v0.21+ budget deducts; None when the log prints neither."""
+    if match := _last(VLLM_CG_POOL, lines):
+        return _gib(match["cg_est"])
+    if match := _last(VLLM_CG_ESTIMATE, lines):
+        return _gib(match["cg_est"])
+    return None
+
+
+def _consumed_usage(
+    match: Any, weights: int | None, estimate: int | None, details: dict[str, str], warnings: list[str]
+) -> tuple[int, int | None]:
+    """vLLM's INFO line from about v0.27, "Actual usage is C GiB for consumed memory (weights + non-torch), P GiB for
+    peak activation, and G GiB for CUDAGraph memory." -> (activations, non-torch; None without the weights line).
+
+    P is peak_activation_memory = transient_peak_headroom + cudagraph_memory_estimate_applied (vllm#57936 quotes
+    gpu_worker.py after vllm#49208; the printed figures add up to it: requested − C − P = the KV cache in use), and G
+    is the pool captured after the KV cache. Read as printed, the graphs would be booked twice: once inside P and
+    again as G. They are counted once, as the estimate the budget deducted (the overhead takes it by the budget
+    identity), so the activations are P less that estimate.
+    """
+    peak, consumed = _gib(match["act"]), _gib(match["consumed"])
+    details["actual usage line"] = match.group(0)
+    details["CUDA graphs captured"] = f"{match['cg']} GiB"
+    non_torch = consumed - weights if weights is not None and consumed >= weights else None
+    if non_torch is None:
+        warnings.append(
+            "weights and non-torch memory are printed as one figure and no 'Model loading took' line separates them: "
+            "the overhead is not read"
+        )
+    if estimate is not None and 0 <= estimate <= peak:
+        details["activation peak (derived: printed peak − CUDA-graph estimate)"] = f"{(peak - estimate) / GIB:.2f} GiB"
+        return peak - estimate, non_torch
+    warnings.append(
+        "the log's peak activation includes the CUDA-graph estimate, which the log does not print: the activations "
+        "count the graphs, the overhead does not"
+    )
+    return peak, non_torch
+
+
 def _vllm_generation(lines: list[str], v1_banner: bool) -> str | None:
     """ "v1" / "v0" as the log's own lines show (see ``Measured.engine_generation``)."""
-    if v1_banner or _any(VLLM_KV_MEMORY, lines):
+    if v1_banner or any(_any(p, lines) for p in (VLLM_KV_MEMORY, VLLM_ACTUAL_USAGE, VLLM_USAGE_CONSUMED)):
         return "v1"
     if any(_any(p, lines) for p in (VLLM_V0_BLOCKS, VLLM_V0_TERMS, VLLM_V0_PROFILE)):
         return "v0"
