@@ -70,7 +70,7 @@ def test_a_release_without_a_change_says_the_rule_set_is_the_same():
 
 
 def test_gemma4_says_the_reported_kv_change_is_not_modelled():
-    """vllm#49878 (Gemma-4 KV pool ~+40 % from 0.25.1 to 0.26): reported, its cause not read; the comparison
+    """vllm#49878 (Gemma-4 KV need per request ~+40 % from 0.25.1 to 0.26): reported, its cause not read; the comparison
     shows the rule set between the releases and says the Gemma-4 change is not modelled."""
     new = rule_set_with("cudagraph_hybrid_transient")
     done, document = compare(GEMMA4, f"vllm@{before(new)},vllm@{new}")

@@ -52,6 +52,8 @@ def test_mmproj_weights_are_booked_on_the_first_gpu():
         "weights_bytes": PROJECTOR_TENSOR_BYTES,
         "device": "gpu0",
         "compute_buffer_bytes": None,
+        "origin": "file",
+        "repo": None,
     }
     assert base["engine"]["mmproj"] is None
     text = "\n".join(with_projector["warnings"])

@@ -145,6 +145,11 @@ class ProjectorFile:
     arch: str | None = None
     #: why it could not be read (one line), None when it was
     error: str | None = None
+    #: "file" (a local ``--mmproj FILE``), "hub" (``--mmproj NAME`` of the model's Hub repo) or "hub-auto" (the
+    #: ``mmproj-*.gguf`` llama-server's ``-hf`` downloads with the model)
+    origin: str = "file"
+    #: the Hub repo it was read from (None for a local file)
+    repo_id: str | None = None
 
 
 @dataclass(frozen=True)

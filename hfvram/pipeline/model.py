@@ -73,35 +73,46 @@ def engine_choice(request: Request, loaded: LoadedModel) -> EngineChoice:
     )
 
 
-def with_projector(request: Request, loaded: LoadedModel) -> Request:
-    """The request with the ``--mmproj FILE`` projector of a llama.cpp line read from its GGUF header (a local file;
-    metadata and tensor infos only, the model's own caps): the bytes of its tensors, which llama.cpp's clip code
-    loads on the GPU (docs/engines/llamacpp.md#llamacpp-extra-models). A file that cannot be read is kept as its
-    error (the estimate warns and counts nothing of it); other engines read none."""
+def with_projector(request: Request, loaded: LoadedModel, options: RunOptions | None = None) -> Request:
+    """The request with the projector of a llama.cpp line read from its GGUF header (metadata and tensor infos only,
+    the model's own caps): ``--mmproj FILE`` (a local file, else a file of the model's Hub repo, read by range
+    requests), or — for a model read from a Hub GGUF repo, without ``--mmproj`` / ``--no-mmproj`` — the
+    ``mmproj-*.gguf`` that llama-server's ``-hf`` downloads with it (:func:`hub_mmproj_choice`). The bytes of its
+    tensors are what llama.cpp's clip code loads on the GPU (docs/engines/llamacpp.md#llamacpp-extra-models). A file
+    that cannot be read is kept as its error (the estimate warns and counts nothing of it); other engines read none."""
     from dataclasses import replace
 
     from hfvram.engines import parse_engine_name
 
     named = {key.replace("_", "-").lstrip("-").lower(): value for key, value in request.settings.items()}
     name = (named.get("mmproj") or named.get("mm") or "")[:200]
-    if (
-        request.projector is not None
-        or not name
-        or parse_engine_name(engine_choice(request, loaded).name)[0] != "llama.cpp"
-    ):
+    if request.projector is not None or parse_engine_name(engine_choice(request, loaded).name)[0] != "llama.cpp":
         return request
+    source = loaded.source
+    on_hub = source.kind == "hub" and bool(source.repo_id) and bool(source.revision)
+    origin = "file"
+    if not name:
+        if "no-mmproj" in named or not on_hub or not source.files:
+            return request
+        # llama-server -hf: download_mmproj = !no_mmproj && no --mmproj / --mmproj-url (common/arg.cpp)
+        name = hub_mmproj_choice(request, loaded, options) or ""
+        origin = "hub-auto"
+        if not name:
+            return request
     from pathlib import Path
 
     from hfvram.estimate.types import ProjectorFile
-    from hfvram.sources.local import read_gguf_file_header
 
+    local = Path(name).expanduser()
+    if origin == "file" and on_hub and not local.exists() and name.lower().endswith(".gguf"):
+        origin = "hub"
     try:
-        header = read_gguf_file_header(Path(name).expanduser())
+        header = _projector_header(local, name, origin, loaded, options)
     except (HfvramError, OSError) as error:
         from hfvram.redaction import redact
 
         why = redact(str(error).splitlines()[0][:200]) if str(error) else type(error).__name__
-        return replace(request, projector=ProjectorFile(name=name, error=why))
+        return replace(request, projector=ProjectorFile(name=name, error=why, origin=origin))
     arch = header.metadata.get("general.architecture")
     return replace(
         request,
@@ -110,8 +121,60 @@ def with_projector(request: Request, loaded: LoadedModel) -> Request:
             weight_bytes=sum(tensor.nbytes for tensor in header.tensors),
             tensors=len(header.tensors),
             arch=arch[:40] if isinstance(arch, str) else None,
+            origin=origin,
+            repo_id=source.repo_id if origin != "file" else None,
         ),
     )
+
+
+def _projector_header(local, name: str, origin: str, loaded: LoadedModel, options: RunOptions | None):
+    """The projector's GGUF header: from the local file, else by range requests on the model's Hub repo at the
+    commit the model was read at (the same reader and caps as a Hub GGUF model)."""
+    if origin == "file":
+        from hfvram.sources.local import read_gguf_file_header
+
+        return read_gguf_file_header(local)
+    from hfvram.sources import hub
+    from hfvram.sources.limits import source_deadline
+
+    source = loaded.source
+    assert source.repo_id is not None and source.revision is not None
+    with source_deadline():
+        return hub.fetch_gguf_header(source.repo_id, source.revision, name, options.token if options else None)[0]
+
+
+def hub_mmproj_choice(request: Request, loaded: LoadedModel, options: RunOptions | None) -> str | None:
+    """The projector llama-server's ``-hf`` downloads with a Hub GGUF: the repo's file listing (the facts cache's,
+    which the model's own read stored with its ref, else one model-info request), then ``find_best_mmproj``
+    (:func:`hfvram.sources.gguf_repo.best_mmproj`); None when the repo has none, or offline without a cached one."""
+    from hfvram.sources.cache import FactsCache
+    from hfvram.sources.gguf_repo import best_mmproj
+    from hfvram.sources.repo_files import MODEL_INFO, RepoInfo
+    from hfvram.sources.resolve import HubSource, parse_source
+
+    source = loaded.source
+    assert source.repo_id is not None and source.revision is not None
+    cache = FactsCache()
+    parsed = parse_source(request.source)
+    asked = parsed.revision if isinstance(parsed, HubSource) else None
+    # the facts of a commit are bundled with the ref that named it: load that ref's bundle first
+    for revision in dict.fromkeys(r for r in (request.revision, asked, "main") if r):
+        if cache.resolve(source.repo_id, revision, allow_stale=True) == source.revision:
+            break
+    cached = cache.get(source.repo_id, source.revision, MODEL_INFO)
+    info = RepoInfo.from_json(source.repo_id, cached) if isinstance(cached, dict) else None
+    if info is None or info.partial:
+        if options is not None and options.offline:
+            return None
+        from hfvram.sources import hub
+        from hfvram.sources.limits import source_deadline
+
+        try:
+            with source_deadline():
+                info = hub.fetch_repo_info(source.repo_id, source.revision, options.token if options else None)
+        except HfvramError:
+            return None
+    return best_mmproj(info.files, source.files[0])
 
 
 def with_draft(request: Request, options: RunOptions, loaded: LoadedModel) -> Request:
@@ -120,7 +183,7 @@ def with_draft(request: Request, options: RunOptions, loaded: LoadedModel) -> Re
     model (Hub, local folder, HF cache; the same caps, deadlines and errors). A draft that cannot be read is kept as
     its error (the estimate warns and counts nothing of it); other engines read no draft (they warn). A llama.cpp
     line's ``--mmproj`` file is read here too (:func:`with_projector`)."""
-    request = with_projector(request, loaded)
+    request = with_projector(request, loaded, options)
     named = {key.replace("_", "-").lstrip("-").lower(): value for key, value in request.settings.items()}
     llama_draft = (named.get("model-draft") or named.get("md") or "")[:200]
     if request.draft is not None or not (llama_draft or any(key.startswith("speculative-") for key in named)):

@@ -54,6 +54,45 @@ def is_mmproj(path: str) -> bool:
     return "mmproj" in path.rsplit("/", 1)[-1].lower()
 
 
+_SPLIT_SUFFIX = re.compile(r"^(.+)-([0-9]{5})-of-([0-9]{5})$", re.IGNORECASE)
+_TRAILING_TAG = re.compile(r"[-.]([A-Z0-9_]+)$", re.IGNORECASE)
+
+
+def quant_bits(path: str) -> int:
+    """llama.cpp's ``extract_quant_bits``: the first number of the file name's trailing tag (``Q4_K_M`` → 4, ``F16`` →
+    16, ``BF16`` → 16), 0 without one (common/download.cpp ``get_gguf_split_info``)."""
+    if not path.lower().endswith(".gguf"):
+        return 0
+    prefix = path[: -len(".gguf")]
+    split = _SPLIT_SUFFIX.match(prefix)
+    if split:
+        prefix = split.group(1)
+    tag = _TRAILING_TAG.search(prefix)
+    digits = re.search(r"[0-9]+", tag.group(1)) if tag else None
+    return int(digits.group(0)) if digits else 0
+
+
+def best_mmproj(files: Iterable[str], model: str) -> str | None:
+    """The projector llama-server's ``-hf`` downloads with ``model`` (common/download.cpp ``find_best_mmproj`` →
+    ``find_best_sibling``, docs/engines/llamacpp.md#llamacpp-extra-models): among the ``.gguf`` files whose path
+    holds ``mmproj`` (case-sensitive) and whose folders lead to the model's, the deepest, then the one whose quant
+    bits are nearest the model's (the first of a tie); None when there is none."""
+    model_dirs = model.split("/")[:-1]
+    bits = quant_bits(model)
+    best: tuple[int, int] | None = None
+    chosen = None
+    for path in files:
+        if not path.endswith(".gguf") or "mmproj" not in path:
+            continue
+        dirs = path.split("/")[:-1]
+        if dirs != model_dirs[: len(dirs)]:
+            continue
+        rank = (len(dirs), -abs(quant_bits(path) - bits))
+        if best is None or rank > best:
+            best, chosen = rank, path
+    return chosen
+
+
 def quant_name(path: str) -> str:
     """The quant tag a file name carries (``Q4_K_M``, ``IQ4_XS``, ``BF16``), else the name without ``.gguf``."""
     base = _SPLIT.sub(".gguf", path.rsplit("/", 1)[-1])

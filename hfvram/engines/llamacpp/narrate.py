@@ -48,10 +48,25 @@ def projector_warnings(settings: Settings) -> list[str]:
     if not settings.projector_bytes:
         return []
     where = "on the first GPU" if settings.projector_on_gpu else "in RAM (--no-mmproj-offload)"
+    named = f"--mmproj {settings.projector_file}"
+    notes = []
+    if settings.projector_origin == "hub-auto":
+        named = f"-hf projector {settings.projector_repo}/{settings.projector_file}"
+        notes.append(
+            f"llama-server -hf downloads {settings.projector_file} with the model (find_best_mmproj); --no-mmproj "
+            "leaves it out"
+        )
+    elif settings.projector_origin == "hub":
+        notes.append(
+            f"--mmproj {settings.projector_file} was read from {settings.projector_repo} on the Hub; llama-server "
+            "takes --mmproj as a local path: download the file first, or leave --mmproj out and -hf fetches the "
+            "projector it picks"
+        )
     return [
-        f"--mmproj {settings.projector_file}: its weights ({settings.projector_bytes / MiB:.2f} MiB) are counted "
+        f"{named}: its weights ({settings.projector_bytes / MiB:.2f} MiB) are counted "
         f"{where}; its compute buffer is not (clip reserves it by building the vision graph of a warm-up image, which the "
-        "header does not size: read the 'alloc_compute_meta: … compute buffer size' line llama-server prints for it)"
+        "header does not size: read the 'alloc_compute_meta: … compute buffer size' line llama-server prints for it)",
+        *notes,
     ]
 
 

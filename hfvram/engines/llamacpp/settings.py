@@ -131,6 +131,9 @@ class Settings:
     projector_file: str | None = None
     projector_bytes: int = 0
     projector_on_gpu: bool = True
+    #: where the projector came from: "file", "hub" (``--mmproj NAME`` of the Hub repo), "hub-auto" (``-hf``'s own)
+    projector_origin: str = "file"
+    projector_repo: str | None = None
     #: the ``-md`` draft model the pipeline read (its GGUF facts) and how its context is placed: ``-ngld`` (−1: every
     #: layer), ``-devd`` (None: the model's GPUs; () for ``none``: the CPU; else the GPU indices), ``-ctkd`` /
     #: ``-ctvd`` (docs/engines/llamacpp.md#llamacpp-draft-model)
@@ -185,6 +188,8 @@ class Settings:
             "weights_bytes": self.projector_bytes,
             "device": "gpu0" if self.projector_on_gpu else "cpu",
             "compute_buffer_bytes": None,
+            "origin": self.projector_origin,
+            "repo": self.projector_repo,
         }
 
 
@@ -388,6 +393,8 @@ def projector_flags(choice: EngineChoice) -> dict[str, Any]:
         "projector_file": projector.name,
         "projector_bytes": projector.weight_bytes,
         "projector_on_gpu": not setting_bool(choice, "no-mmproj-offload"),
+        "projector_origin": projector.origin,
+        "projector_repo": projector.repo_id,
     }
 
 
