@@ -9,7 +9,7 @@ part alone on the article's own GPU-only speed (its model is not named).
 
 The expected prefill likewise (``benchmarks/data/prefill_runs.jsonl``): ``fit``: llama-bench prompt-processing
 runs of LLaMA-3-8B on an RTX 4090 and an RTX 3090 from llama.cpp's CUDA pull requests (one microbatch sweep); ``check``:
-another GPU (RTX 3080), another model on another GPU (Qwen3-32B on an A10), a 32k-token depth, and a MoE. Each goes
+another GPU (RTX 3080), another model on another GPU (Qwen3-32B on an A10), a 32k-token depth, and MoEs. Each goes
 through ``hfvram check … --json`` at the run's ubatch; the run's own prompt length and depth replace the
 ubatch-long prompt of the attention part (its FLOPs grow with the keys each prompt token sees).
 
