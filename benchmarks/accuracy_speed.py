@@ -7,9 +7,15 @@ runs with layers or experts in RAM, the only ones the constants of ``hfvram/data
 (``hfvram check … --json --offline``); the dense 8 GB vLLM ``--cpu-offload-gb`` case of the article is the PCIe
 part alone on the article's own GPU-only speed (its model is not named).
 
-Run: ``python3 benchmarks/accuracy_speed.py`` (measured / predicted per run, and the spread per set, which is the
-uncertainty ``hfvram/data/speed.toml`` [uncertainty] prints); ``--fit`` also searches the constants on the fit set.
-Asserts nothing (tests/test_speed.py does).
+The expected prefill likewise (``benchmarks/data/prefill_runs.jsonl``): ``fit``: llama-bench prompt-processing
+runs of LLaMA-3-8B on an RTX 4090 and an RTX 3090 from llama.cpp's CUDA pull requests (one microbatch sweep); ``check``:
+another GPU (RTX 3080), another model on another GPU (Qwen3-32B on an A10), a 32k-token depth, and MoEs. Each goes
+through ``hfvram check … --json`` at the run's ubatch; the run's own prompt length and depth replace the
+ubatch-long prompt of the attention part (its FLOPs grow with the keys each prompt token sees).
+
+Run: ``python3 benchmarks/accuracy_speed.py`` (``--prefill`` / ``--decode`` for one of the two; measured / predicted per run, and the spread per set, which is the
+uncertainty ``hfvram/data/speed.toml`` [uncertainty] / [prefill_uncertainty] prints); ``--fit`` also searches the
+constants on the fit sets. Asserts nothing (tests/test_speed.py and tests/test_prefill_speed.py do).
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from hfvram.estimate.host_memory import pcie_bandwidth_gbs  # noqa: E402
 from hfvram.estimate.speed import speed_constants  # noqa: E402
 
 RUNS = REPO / "benchmarks" / "data" / "speed_runs.jsonl"
+PREFILL_RUNS = REPO / "benchmarks" / "data" / "prefill_runs.jsonl"
 #: the article's dense case: 168.7 -> about 7.4 tokens/s with 8 GB of weights offloaded (vLLM --cpu-offload-gb 8);
 #: "Die Karten liefen mit acht statt sechzehn PCIe-Lanes" (its machine's two slots share the CPU's lanes): gen4 x8;
 #: its load test elsewhere is four users ("Tempo bei vier Nutzern"), the concurrency of this case is not stated
@@ -161,7 +168,80 @@ def spread(rows: Sequence[Mapping[str, Any]]) -> tuple[float, float]:
     return min(ratios), max(ratios)
 
 
+def load_prefill() -> list[dict[str, Any]]:
+    return [json.loads(line) for line in PREFILL_RUNS.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def prefill_command(run: Mapping[str, Any]) -> list[str]:
+    args = [sys.executable, "-m", "hfvram", "check", run["model"], "--offline", "--json", "--engine", "llama.cpp"]
+    args += ["--quant", run["quant"], "--gpu", run["gpu"], "--context", "4096"]
+    return [*args, "--set", f"ubatch-size={run['ubatch']}", "--set", "parallel=1", "--set", "n-gpu-layers=99"]
+
+
+def predict_prefill(run: Mapping[str, Any]) -> dict[str, Any]:
+    """hfvram's expected prefill for one run, through the command line, its attention part at the run's prompt and
+    depth (the command's is a ubatch-long prompt at depth 0: (ubatch + 1) / 2 keys per token on average)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(prefill_command(run), capture_output=True, text=True, env=env, check=False, timeout=120)
+    if done.returncode not in (0, 1):
+        raise RuntimeError(f"{run['id']}: {done.stderr.strip()}")
+    prefill = json.loads(done.stdout)["speed"]["prefill"]
+    parts = {part["name"]: part["seconds_per_token"] for part in prefill["parts"]}
+    keys = run["depth"] + (run["prompt"] + 1) / 2
+    parts["gpu_attention"] = parts.get("gpu_attention", 0.0) * keys / ((prefill["ubatch"] + 1) / 2)
+    return {
+        "id": run["id"],
+        "set": run["set"],
+        "ubatch": prefill["ubatch"],
+        "measured": float(run["measured_tokens_per_second"]),
+        "expected": 1.0 / sum(parts.values()),
+        "parts": parts,
+    }
+
+
+def prefill_rescaled(row: Mapping[str, Any], efficiency: float, half: float) -> float:
+    """Tokens/s of a dense run's GPU parts under another efficiency and half-saturation batch (every product of a
+    dense model sees the whole ubatch)."""
+    table = speed_constants().prefill
+    batch = row["ubatch"]
+    scale = (table.compute_efficiency / efficiency) * ((batch + half) / (batch + table.half_batch_tokens))
+    seconds = sum(value * (scale if name.startswith("gpu_") else 1.0) for name, value in row["parts"].items())
+    return 1.0 / seconds
+
+
+def fit_prefill(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """compute_efficiency and half_batch_tokens minimising Σ log²(measured / predicted) over ``rows`` on a grid."""
+    best, best_cost = {}, math.inf
+    for efficiency, half in itertools.product([x / 200 for x in range(40, 201)], range(0, 201, 5)):
+        cost = sum(math.log(row["measured"] / prefill_rescaled(row, efficiency, half)) ** 2 for row in rows)
+        if cost < best_cost:
+            best, best_cost = {"compute_efficiency": efficiency, "half_batch_tokens": float(half)}, cost
+    return best
+
+
+def print_prefill(rows: Sequence[Mapping[str, Any]]) -> None:
+    for name in ("fit", "check"):
+        chosen = [row for row in rows if row["set"] == name]
+        print(f"prefill {name} set: measured / predicted (expected)")
+        for row in chosen:
+            parts = ", ".join(f"{key} {value * 1e6:.1f}" for key, value in row["parts"].items())
+            print(
+                f"  {row['id']}: measured {row['measured']:,.1f}, expected {row['expected']:,.1f} "
+                f"-> {row['measured'] / row['expected']:.2f}  [us/token: {parts}]"
+            )
+        low, high = spread(chosen)
+        print(f"  spread: measured / predicted {low:.2f}-{high:.2f}")
+
+
 def main(argv: Sequence[str] = ()) -> int:
+    if "--decode" not in argv:
+        prefill = [predict_prefill(run) for run in load_prefill()]
+        print_prefill(prefill)
+        if "--fit" in argv:
+            best = fit_prefill([row for row in prefill if row["set"] == "fit"])
+            print("prefill constants fitted on the fit set:", ", ".join(f"{k} = {v:g}" for k, v in best.items()))
+    if "--prefill" in argv:
+        return 0
     rows = [predict(run) for run in load()]
     for name in ("fit", "check"):
         chosen = [row for row in rows if row["set"] == name]

@@ -66,8 +66,10 @@ def test_find_best_mmproj_rules():
 
 
 def test_hf_downloads_the_best_projector_and_it_is_counted(vl_hub):
-    without = check("--no-mmproj")
     default = check()
+    # the repo listing the model's own read stored is reused: one model-info request in all
+    assert [r.path for r in vl_hub.requests_to("/api/")] == [f"/api/models/{REPO}"]
+    without = check("--no-mmproj")
     assert without["engine"]["mmproj"] is None
     assert default["engine"]["mmproj"] == {
         "file": "mmproj-Q8_0.gguf",

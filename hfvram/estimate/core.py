@@ -52,7 +52,7 @@ def estimate(spec: ModelSpec, hardware: Hardware | None, choice: EngineChoice, w
     # a layout the engine refuses serves no request, whatever its pool would hold
     held = 0.0 if result.refusal and result.capacity.max_concurrency is not None else result.capacity.max_concurrency
     result = replace(result, capacity=replace(result.capacity, max_context=longest, max_concurrency=held))
-    return with_expected_speed(with_offload(result, choice, workload))
+    return with_expected_prefill(with_expected_speed(with_offload(result, choice, workload)))
 
 
 def with_expected_speed(result: Estimate) -> Estimate:
@@ -64,6 +64,36 @@ def with_expected_speed(result: Estimate) -> Estimate:
         return result
     expected = speed.from_bound(result.decode_tokens_per_second, result.spec.num_layers)
     return replace(result, speed=expected) if expected is not None else result
+
+
+def with_expected_prefill(result: Estimate) -> Estimate:
+    """llama.cpp / Ollama on a GPU whose backend the prefill fit set measured (docs/methodology.md#expected-speed):
+    the expected prefill of a ubatch-long prompt beside the expected decode, with the weights in RAM each ubatch
+    copies over PCIe (the op offload, docs/engines/llamacpp.md#llamacpp-compute-buffer)."""
+    expected, hardware = result.speed, result.hardware
+    if expected is None or hardware is None or str(result.engine.get("name")) not in speed.GPU_ONLY_ENGINES:
+        return result
+    if hardware.gpu.vendor not in speed.speed_constants().prefill.vendors:
+        return result
+    from hfvram.estimate.host_memory import pcie_bandwidth_gbs
+
+    ubatch = _whole(result.engine.get("ubatch-size"), 512)
+    context = _whole(result.engine.get("ctx-size"), 0)
+    # a ubatch never holds more tokens than the context
+    ubatch = min(ubatch, context) if context > 0 else ubatch
+    prefill = speed.expected_prefill(
+        result.spec, hardware.gpu.fp16_tensor_tflops, ubatch, expected.prefill_host_bytes, pcie_bandwidth_gbs()
+    )
+    return replace(result, speed=replace(expected, prefill=prefill)) if prefill is not None else result
+
+
+def _whole(value: object, default: int) -> int:
+    """An engine setting as a whole number (a JSON-ish value: int, or a numeric string), else ``default``."""
+    if isinstance(value, bool):
+        return default
+    if isinstance(value, int):
+        return value
+    return int(value) if isinstance(value, str) and value.isdigit() else default
 
 
 #: engines whose ``--cpu-offload-gb`` keeps decoder weights in host memory, read over PCIe every step

@@ -90,6 +90,7 @@ def _gpu_from_row(row: Mapping[str, Any], unified_fraction: float | None = None)
         memory_bytes=int(row["memory_bytes"]),
         memory_bandwidth_gbs=row.get("memory_bandwidth_gbs"),
         bf16_tflops_dense=row.get("bf16_tflops_dense"),
+        fp16_tensor_tflops=row.get("fp16_acc16_tflops_dense") or row.get("fp16_tflops_dense"),
         interconnect_gbs=row.get("interconnect_gbs"),
         unified_memory=bool(row.get("unified_memory", False)),
         addressable_bytes=_addressable_bytes(row, unified_fraction),
@@ -352,10 +353,12 @@ def mixed_hardware(devices: list[GPU] | tuple[GPU, ...]) -> Hardware:
     smallest = min(devices, key=lambda gpu: gpu.gpu_memory_bytes)
     bandwidths = [gpu.memory_bandwidth_gbs for gpu in devices]
     flops = [gpu.bf16_tflops_dense for gpu in devices]
+    fp16 = [gpu.fp16_tensor_tflops for gpu in devices]
     budget = replace(
         smallest,
         memory_bandwidth_gbs=min(bandwidths) if None not in bandwidths else None,  # type: ignore[type-var]
         bf16_tflops_dense=min(flops) if None not in flops else None,  # type: ignore[type-var]
+        fp16_tensor_tflops=min(fp16) if None not in fp16 else None,  # type: ignore[type-var]
     )
     return Hardware(gpu=budget, count=len(devices), devices=tuple(devices))
 

@@ -17,7 +17,8 @@ from typing import Any
 
 from hfvram.datafiles import data_table
 from hfvram.errors import UsageError
-from hfvram.estimate.types import ExpectedSpeed, SpeedPart
+from hfvram.estimate.types import ExpectedPrefill, ExpectedSpeed, SpeedPart
+from hfvram.spec import ModelSpec
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,17 @@ class CpuRate:
     name: str
     gflops_per_thread: float
     source: str
+
+
+@dataclass(frozen=True)
+class PrefillConstants:
+    """``[prefill]`` and ``[prefill_uncertainty]`` of ``hfvram/data/speed.toml``."""
+
+    compute_efficiency: float
+    half_batch_tokens: float
+    vendors: tuple[str, ...]
+    low: float
+    high: float
 
 
 @dataclass(frozen=True)
@@ -43,6 +55,7 @@ class SpeedConstants:
     high: float
     cpus: Mapping[str, CpuRate]
     default_cpu: str
+    prefill: PrefillConstants
 
 
 def _number(table: Mapping[str, Any], key: str, low: float, high: float) -> float:
@@ -78,6 +91,21 @@ def speed_constants() -> SpeedConstants:
         high=_number(spread, "high", 1.0, 100.0),
         cpus=cpus,
         default_cpu=default_cpu,
+        prefill=_prefill_constants(table),
+    )
+
+
+def _prefill_constants(table: Mapping[str, Any]) -> PrefillConstants:
+    prefill, spread = table.get("prefill", {}), table.get("prefill_uncertainty", {})
+    vendors = prefill.get("vendors")
+    if not isinstance(vendors, list) or not vendors:
+        raise ValueError("hfvram/data/speed.toml: [prefill] vendors must be a non-empty list")
+    return PrefillConstants(
+        compute_efficiency=_number(prefill, "compute_efficiency", 0.01, 2.0),
+        half_batch_tokens=_number(prefill, "half_batch_tokens", 0.0, 100_000),
+        vendors=tuple(str(vendor) for vendor in vendors),
+        low=_number(spread, "low", 0.01, 1.0),
+        high=_number(spread, "high", 1.0, 100.0),
     )
 
 
@@ -202,3 +230,86 @@ def from_bound(
     return ExpectedSpeed(
         1.0 / total, tuple(parts), shown, consts.low if fitted else None, consts.high if fitted else None
     )
+
+
+@dataclass(frozen=True)
+class PrefillFlops:
+    """FLOPs of one prompt token, by the batch its products see: the dense products (attention projections, dense
+    and shared-expert FFNs; not the embedding lookup nor the output matrix, which a prompt computes for its last
+    token only), the routed experts' products, and the causal attention over ``ubatch`` tokens."""
+
+    dense: float
+    experts: float
+    attention: float
+    expert_share: float
+
+
+def prefill_flops(spec: ModelSpec, ubatch: int) -> PrefillFlops | None:
+    """The FLOPs per prompt token of ``spec`` in ubatches of ``ubatch`` tokens; None without a parameter count."""
+    active = spec.params_active or spec.params_total
+    if not active:
+        return None
+    hidden, vocab = spec.hidden_size or 0, spec.vocab_size or 0
+    tied = spec.tie_word_embeddings or spec.tie_word_embeddings is None
+    embeddings = hidden * vocab * (1 if tied else 2)
+    moe_layers = sum(1 for layer in spec.layers if layer.moe)
+    used, experts = spec.experts_per_token or 0, spec.num_experts or 0
+    # a gated expert FFN: gate, up and down, hidden x moe width each
+    routed = moe_layers * used * 3 * hidden * (spec.moe_intermediate_size or 0) if used and experts else 0
+    dense = max(0.0, float(active - embeddings - routed))
+    heads, head_dim = spec.num_attention_heads or 0, spec.head_dim or 0
+    attention_layers = sum(1 for layer in spec.layers if layer.kv_elems_per_token > 0)
+    # scores (Q K^T) and their product with V, 2 FLOPs per multiply-add each, over the (ubatch + 1) / 2 keys a causal
+    # prompt token of a ubatch-long prompt sees on average
+    attention = 4.0 * attention_layers * heads * head_dim * (ubatch + 1) / 2.0
+    share = used / experts if used and experts else 1.0
+    return PrefillFlops(2.0 * dense, 2.0 * routed, attention, share)
+
+
+def expected_prefill(
+    spec: ModelSpec,
+    tflops: float | None,
+    ubatch: int,
+    host_bytes: float = 0.0,
+    pcie: tuple[float, str] = (0.0, ""),
+) -> ExpectedPrefill | None:
+    """The expected prefill speed of a ``ubatch``-token prompt (llama-bench's pp512 at the default ubatch) on a GPU
+    of ``tflops`` dense FP16 tensor peak: the named parts of ``hfvram/data/speed.toml`` [prefill], plus the
+    ``host_bytes`` of host-resident weights each ubatch copies over the ``pcie`` link (GB/s, label). None without
+    the peak or the model's parameter count."""
+    flops = prefill_flops(spec, ubatch)
+    if flops is None or not tflops or tflops <= 0 or ubatch <= 0:
+        return None
+    consts = speed_constants()
+    table = consts.prefill
+
+    def rate(batch: float) -> float:
+        return tflops * 1e12 * table.compute_efficiency * batch / (batch + table.half_batch_tokens)
+
+    per_expert = ubatch * flops.expert_share
+    parts = [
+        SpeedPart(
+            "gpu_dense",
+            flops.dense / rate(ubatch),
+            f"{flops.dense / 1e9:.2f} GFLOP/token at {rate(ubatch) / 1e12:.1f} TFLOPS ({ubatch}-token products)",
+        )
+    ]
+    if flops.experts > 0:
+        basis = (
+            f"{flops.experts / 1e9:.2f} GFLOP/token at {rate(per_expert) / 1e12:.1f} TFLOPS (each expert's "
+            f"products see {per_expert:.0f} of the {ubatch} tokens)"
+        )
+        parts.append(SpeedPart("gpu_experts", flops.experts / rate(per_expert), basis))
+    if flops.attention > 0:
+        basis = f"{flops.attention / 1e9:.2f} GFLOP/token of causal attention over {ubatch} tokens"
+        parts.append(SpeedPart("gpu_attention", flops.attention / rate(ubatch), basis))
+    gbs, label = pcie
+    if host_bytes > 0 and gbs > 0:
+        seconds = host_bytes / (gbs * 1e9 * consts.pcie_efficiency) / ubatch
+        basis = (
+            f"{host_bytes / 2**30:.2f} GiB of weights in RAM copied per {ubatch}-token ubatch over {label} at "
+            f"{consts.pcie_efficiency:.0%}"
+        )
+        parts.append(SpeedPart("pcie", seconds, basis))
+    total = sum(part.seconds for part in parts)
+    return ExpectedPrefill(1.0 / total, tuple(parts), ubatch, ubatch, table.low, table.high)

@@ -39,6 +39,9 @@ class GPU:
     memory_bytes: int
     memory_bandwidth_gbs: float | None = None
     bf16_tflops_dense: float | None = None
+    #: the dense FP16 tensor peak at FP16 accumulate (gpus.toml fp16_acc16_tflops_dense, else fp16_tflops_dense):
+    #: the rate the expected prefill scales (llama.cpp's quantized products run int8 tensor cores at twice it)
+    fp16_tensor_tflops: float | None = None
     interconnect_gbs: float | None = None
     unified_memory: bool = False
     #: unified-memory parts: the GPU-addressable share of RAM (bytes); None for discrete GPUs
@@ -224,8 +227,28 @@ class ExpectedSpeed:
     #: None: no published run sizes the spread (vLLM / SGLang --cpu-offload-gb, whose PCIe efficiency is assumed)
     low: float | None
     high: float | None
-    prefill_tokens_per_second: float | None = None
-    prefill_basis: str | None = None
+    #: host-resident weight bytes each ubatch copies to the GPU (llama.cpp op offload), for the expected prefill
+    prefill_host_bytes: float = 0.0
+    #: the expected prefill speed (hfvram.estimate.speed.expected_prefill); None where there is no basis
+    prefill: ExpectedPrefill | None = None
+
+    @property
+    def seconds_per_token(self) -> float:
+        return sum(part.seconds for part in self.parts)
+
+
+@dataclass(frozen=True)
+class ExpectedPrefill:
+    """The expected prompt-processing speed of a ``prompt_tokens`` prompt in ubatches of ``ubatch`` (the sum of
+    its named parts, seconds per prompt token), with the measured / predicted spread of the published runs its
+    constants were fitted on (``low`` .. ``high``)."""
+
+    tokens_per_second: float
+    parts: tuple[SpeedPart, ...]
+    prompt_tokens: int
+    ubatch: int
+    low: float | None
+    high: float | None
 
     @property
     def seconds_per_token(self) -> float:

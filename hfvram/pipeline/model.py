@@ -95,7 +95,7 @@ def with_projector(request: Request, loaded: LoadedModel, options: RunOptions | 
         if "no-mmproj" in named or not on_hub or not source.files:
             return request
         # llama-server -hf: download_mmproj = !no_mmproj && no --mmproj / --mmproj-url (common/arg.cpp)
-        name = hub_mmproj_choice(loaded, options) or ""
+        name = hub_mmproj_choice(request, loaded, options) or ""
         origin = "hub-auto"
         if not name:
             return request
@@ -143,17 +143,25 @@ def _projector_header(local, name: str, origin: str, loaded: LoadedModel, option
         return hub.fetch_gguf_header(source.repo_id, source.revision, name, options.token if options else None)[0]
 
 
-def hub_mmproj_choice(loaded: LoadedModel, options: RunOptions | None) -> str | None:
+def hub_mmproj_choice(request: Request, loaded: LoadedModel, options: RunOptions | None) -> str | None:
     """The projector llama-server's ``-hf`` downloads with a Hub GGUF: the repo's file listing (the facts cache's,
-    else one model-info request), then ``find_best_mmproj`` (:func:`hfvram.sources.gguf_repo.best_mmproj`); None
-    when the repo has none, or offline without a cached listing."""
+    which the model's own read stored with its ref, else one model-info request), then ``find_best_mmproj``
+    (:func:`hfvram.sources.gguf_repo.best_mmproj`); None when the repo has none, or offline without a cached one."""
     from hfvram.sources.cache import FactsCache
     from hfvram.sources.gguf_repo import best_mmproj
     from hfvram.sources.repo_files import MODEL_INFO, RepoInfo
+    from hfvram.sources.resolve import HubSource, parse_source
 
     source = loaded.source
     assert source.repo_id is not None and source.revision is not None
-    cached = FactsCache().get(source.repo_id, source.revision, MODEL_INFO)
+    cache = FactsCache()
+    parsed = parse_source(request.source)
+    asked = parsed.revision if isinstance(parsed, HubSource) else None
+    # the facts of a commit are bundled with the ref that named it: load that ref's bundle first
+    for revision in dict.fromkeys(r for r in (request.revision, asked, "main") if r):
+        if cache.resolve(source.repo_id, revision, allow_stale=True) == source.revision:
+            break
+    cached = cache.get(source.repo_id, source.revision, MODEL_INFO)
     info = RepoInfo.from_json(source.repo_id, cached) if isinstance(cached, dict) else None
     if info is None or info.partial:
         if options is not None and options.offline:

@@ -13,6 +13,7 @@ from hfvram.estimate.types import (
     FITS_THRESHOLD,
     VERDICT_OFFLOAD,
     Estimate,
+    ExpectedPrefill,
     ExpectedSpeed,
     Hardware,
     ListedVerdict,
@@ -279,6 +280,23 @@ def speed_dict(speed: ExpectedSpeed) -> dict[str, Any]:
         "decode_bound_tokens_per_second": speed.decode_bound,
         "seconds_per_token": speed.seconds_per_token,
         "parts": [{"name": p.name, "seconds_per_token": p.seconds, "basis": p.basis} for p in speed.parts],
+        "prefill": None if speed.prefill is None else prefill_dict(speed.prefill),
+    }
+
+
+def prefill_dict(prefill: ExpectedPrefill) -> dict[str, Any]:
+    """The expected prefill (docs/methodology.md#expected-speed): tokens/s of a ubatch-long prompt, its range over
+    the spread of the published runs it was fitted on, each part in seconds per prompt token with its basis."""
+    rate = prefill.tokens_per_second
+    return {
+        "expected_tokens_per_second": rate,
+        "range_tokens_per_second": None
+        if prefill.low is None or prefill.high is None
+        else [rate * prefill.low, rate * prefill.high],
+        "prompt_tokens": prefill.prompt_tokens,
+        "ubatch": prefill.ubatch,
+        "seconds_per_token": prefill.seconds_per_token,
+        "parts": [{"name": p.name, "seconds_per_token": p.seconds, "basis": p.basis} for p in prefill.parts],
     }
 
 

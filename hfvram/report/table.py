@@ -17,6 +17,8 @@ from hfvram.report.units import count, gib, params, percent, tokens_short
 from hfvram.report.wording import (
     capacity_lines,
     context_grid,
+    expected_prefill_parts,
+    expected_prefill_words,
     expected_speed_parts,
     expected_speed_words,
     offload_speed_words,
@@ -137,6 +139,12 @@ def render_check(console: Console, report: Mapping[str, Any], *, explain: bool =
         console.print(f"Decode: {offload_speed_words(report)}", highlight=False)
     elif speed is not None and verdict != "does_not_fit":
         console.print(f"Decode: ≤ {speed:,.1f} tokens/s per sequence (memory-bandwidth bound)", highlight=False)
+    prefill_expected = expected_prefill_words(report) if verdict != "does_not_fit" else None
+    if prefill_expected:
+        console.print(f"Prefill: {prefill_expected}", highlight=False)
+        if explain:
+            for part in expected_prefill_parts(report):
+                console.print(Text(safe(f"  {part}")), highlight=False)
     from hfvram.report.wording import largest_batch_line, prefill_line
 
     prefill = prefill_line(report.get("prefill"))

@@ -95,6 +95,24 @@ def expected_speed_words(report: Mapping[str, Any]) -> str | None:
     return f"≈ {rate:,.1f} tokens/s per sequence expected ({around}){tail}"
 
 
+def expected_prefill_words(report: Mapping[str, Any]) -> str | None:
+    """``≈ 9,870 tokens/s expected for a 512-token prompt (8,880-10,860 over published runs)``: the expected prefill
+    (docs/methodology.md#expected-speed); None without one."""
+    prefill = (report.get("speed") or {}).get("prefill") or {}
+    rate = prefill.get("expected_tokens_per_second")
+    if not isinstance(rate, (int, float)):
+        return None
+    spread = prefill.get("range_tokens_per_second")
+    around = f"{spread[0]:,.0f}-{spread[1]:,.0f} over published runs" if spread else "no published run sizes its spread"
+    return f"≈ {rate:,.0f} tokens/s expected for a {prefill.get('prompt_tokens')}-token prompt ({around})"
+
+
+def expected_prefill_parts(report: Mapping[str, Any]) -> list[str]:
+    """One line per part of the expected prefill time per prompt token, for --explain."""
+    parts = ((report.get("speed") or {}).get("prefill") or {}).get("parts") or []
+    return [f"{part['name']}: {part['seconds_per_token'] * 1e6:.1f} us/token ({part['basis']})" for part in parts]
+
+
 def expected_speed_parts(report: Mapping[str, Any]) -> list[str]:
     """One line per part of the expected time per token, for --explain."""
     parts = (report.get("speed") or {}).get("parts") or []

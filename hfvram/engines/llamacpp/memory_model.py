@@ -390,6 +390,9 @@ def speed_of(usage: Usage, budgets: Sequence[DeviceBudget], host: HostMemory, se
         threads=settings.threads,
     )
     expected = expected_speed(work, decode) if known else None
+    if expected is not None and prefill is not None:
+        # the bytes each ubatch copies to the GPU, for the expected prefill (hfvram.estimate.speed.expected_prefill)
+        expected = replace(expected, prefill_host_bytes=float(usage.host_stream))
     gpu_bytes, host_bytes = sum(usage.gpu_read), usage.host_read
     return Speed(decode, gpu_bytes, host_bytes, host.bandwidth_gbs, host.describe(), prefill, link, expected)
 
