@@ -130,7 +130,8 @@ def parse_vllm_log(text: str | list[str]) -> Measured:
         weights = weights if weights is not None else _gib(match["w"])
         details["actual usage line"] = match.group(0)
     if match := _last(VLLM_USAGE_CONSUMED, lines):
-        activations, non_torch = _consumed_usage(match, weights, _graph_estimate(lines), details, warnings)
+        activations, non_torch, notes = _consumed_usage(match, weights, _graph_estimate(lines), details)
+        warnings.extend(notes)
     if match := _last(VLLM_V0_TERMS, lines):
         activations, non_torch, kv = _gib(match["act"]), _gib(match["nt"]), _gib(match["kv"])
         weights = weights if weights is not None else _gib(match["w"])
@@ -279,10 +280,11 @@ def _graph_estimate(lines: list[str]) -> int | None:
 
 
 def _consumed_usage(
-    match: Any, weights: int | None, estimate: int | None, details: dict[str, str], warnings: list[str]
-) -> tuple[int, int | None]:
+    match: Any, weights: int | None, estimate: int | None, details: dict[str, str]
+) -> tuple[int, int | None, list[str]]:
     """vLLM's INFO line from about v0.27, "Actual usage is C GiB for consumed memory (weights + non-torch), P GiB for
-    peak activation, and G GiB for CUDAGraph memory." -> (activations, non-torch; None without the weights line).
+    peak activation, and G GiB for CUDAGraph memory." -> (activations, non-torch; None without the weights line,
+    the warnings it raises).
 
     P is peak_activation_memory = transient_peak_headroom + cudagraph_memory_estimate_applied (vllm#57936 quotes
     gpu_worker.py after vllm#49208; the printed figures add up to it: requested − C − P = the KV cache in use), and G
@@ -294,6 +296,7 @@ def _consumed_usage(
     details["actual usage line"] = match.group(0)
     details["CUDA graphs captured"] = f"{match['cg']} GiB"
     non_torch = consumed - weights if weights is not None and consumed >= weights else None
+    warnings: list[str] = []
     if non_torch is None:
         warnings.append(
             "weights and non-torch memory are printed as one figure and no 'Model loading took' line separates them: "
@@ -301,12 +304,12 @@ def _consumed_usage(
         )
     if estimate is not None and 0 <= estimate <= peak:
         details["activation peak (derived: printed peak − CUDA-graph estimate)"] = f"{(peak - estimate) / GIB:.2f} GiB"
-        return peak - estimate, non_torch
+        return peak - estimate, non_torch, warnings
     warnings.append(
         "the log's peak activation includes the CUDA-graph estimate, which the log does not print: the activations "
         "count the graphs, the overhead does not"
     )
-    return peak, non_torch
+    return peak, non_torch, warnings
 
 
 def _vllm_generation(lines: list[str], v1_banner: bool) -> str | None:
